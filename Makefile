@@ -1,0 +1,54 @@
+# The two commands of the README are `make run` and `make test`; each installs what it needs.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+SERVICES := $(PY) -m scripts.realservices
+PHASE := scripts/phase.sh
+# Reinstall when pyproject.toml changes; pip's cache (~/.cache/pip) keeps reinstalls quick.
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+PYTEST_ARGS ?=
+
+.PHONY: install run test test-unit lint types check services-up services-down services-status clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	@rm -f $(VENV)/.installed-* && touch $@
+
+install:
+	@$(PHASE) install $(MAKE) --no-print-directory $(STAMP)
+
+## The platform on the embedded default (control plane on 127.0.0.1:8700).
+run: install
+	$(VENV)/bin/httpbus dev
+
+## The whole suite against real ZooKeeper, Kafka and Pulsar, started and stopped here.
+test: install
+	@$(PHASE) fetch $(SERVICES) fetch
+	@$(PHASE) tests $(SERVICES) run -- $(PY) -m pytest $(PYTEST_ARGS)
+
+## Unit tests only: no servers.
+test-unit: install
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+types: install
+	$(VENV)/bin/mypy
+
+check: lint types test
+
+services-up: install
+	$(SERVICES) up
+
+services-down:
+	$(SERVICES) down
+
+services-status:
+	$(SERVICES) status
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""Developer and CI scripts of httpbus (not shipped with the package)."""

@@ -1,0 +1,294 @@
+"""What each server needs: its config files, its command line and a readiness probe.
+
+Each probe asks the real protocol a real question: ZooKeeper ``ruok``, a Kafka metadata
+request, a Pulsar admin call that only succeeds once the default namespace exists.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HOST = "127.0.0.1"
+
+LOG4J2 = """\
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss.SSS} %-5p [%t] %c{1} - %m%n
+rootLogger.level = {level}
+rootLogger.appenderRef.stdout.ref = STDOUT
+"""
+
+# From Pulsar's bin/pulsar: the broker reflects into these JDK internals.
+PULSAR_OPENS = [
+    "java.base/java.io",
+    "java.base/java.util.zip",
+    "java.base/java.nio",
+    "java.base/jdk.internal.misc",
+    "java.base/jdk.internal.platform",
+    "java.management/sun.management",
+    "jdk.management/com.sun.management.internal",
+]
+
+
+@dataclass(frozen=True)
+class Ports:
+    zookeeper: int = 2181
+    kafka: int = 9092
+    kafka_controller: int = 9093
+    pulsar: int = 6650
+    pulsar_web: int = 8080
+    bookie: int = 3181
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Commands that must succeed first (``pre``), then the server's own command line."""
+
+    argv: list[str]
+    pre: list[list[str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Server:
+    """One server: ``prepare(data_dir, classpath)`` writes its config, up once ``ready()``."""
+
+    name: str
+    prepare: Callable[[Path, str], Launch]
+    ready: Callable[[], bool]
+    start_timeout: float
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _props(items: dict[str, object]) -> str:
+    return "".join(f"{key}={value}\n" for key, value in items.items())
+
+
+def _java(cp: str, heap: list[str], extra: list[str], main: str, args: list[str]) -> list[str]:
+    return ["java", *heap, "-Djava.net.preferIPv4Stack=true", *extra, "-cp", cp, main, *args]
+
+
+def _log4j(data: Path, level: str = "INFO") -> str:
+    return str(_write(data / "log4j2.properties", LOG4J2.replace("{level}", level)))
+
+
+# ---------------------------------------------------------------- ZooKeeper
+
+
+def zookeeper(ports: Ports) -> Server:
+    def prepare(data: Path, cp: str) -> Launch:
+        cfg = _write(
+            data / "zoo.cfg",
+            _props(
+                {
+                    "tickTime": 2000,
+                    "initLimit": 10,
+                    "syncLimit": 5,
+                    "dataDir": data / "data",
+                    "clientPort": ports.zookeeper,
+                    "clientPortAddress": HOST,
+                    # The AdminServer would take 8080, Pulsar's web port.
+                    "admin.enableServer": "false",
+                    "4lw.commands.whitelist": "ruok,srvr,stat",
+                    "maxClientCnxns": 0,
+                }
+            ),
+        )
+        return Launch(
+            _java(
+                cp,
+                ["-Xmx256m"],
+                ["-Dzookeeper.jmx.log4j.disable=true"],
+                "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                [str(cfg)],
+            )
+        )
+
+    def ready() -> bool:
+        # ``ruok`` answers imok even when the server inside failed to start; ``srvr``
+        # reports a mode only once it serves requests.
+        return b"Mode: standalone" in _four_letter(ports.zookeeper, b"srvr")
+
+    return Server("zookeeper", prepare, ready, start_timeout=60)
+
+
+def _four_letter(port: int, word: bytes) -> bytes:
+    try:
+        with socket.create_connection((HOST, port), timeout=2) as sock:
+            sock.sendall(word)
+            return sock.recv(4096)
+    except OSError:
+        return b""
+
+
+# ---------------------------------------------------------------- Kafka (KRaft)
+
+
+def kafka_cluster_id() -> str:
+    """A Kafka ``Uuid`` string: 16 random bytes, URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def kafka(ports: Ports) -> Server:
+    def prepare(data: Path, cp: str) -> Launch:
+        plain, ctrl = f"{HOST}:{ports.kafka}", f"{HOST}:{ports.kafka_controller}"
+        props = _write(
+            data / "server.properties",
+            _props(
+                {
+                    "process.roles": "broker,controller",
+                    "node.id": 1,
+                    "controller.quorum.bootstrap.servers": ctrl,
+                    "listeners": f"PLAINTEXT://{plain},CONTROLLER://{ctrl}",
+                    "advertised.listeners": f"PLAINTEXT://{plain},CONTROLLER://{ctrl}",
+                    "controller.listener.names": "CONTROLLER",
+                    "inter.broker.listener.name": "PLAINTEXT",
+                    "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                    "log.dirs": data / "logs",
+                    "num.partitions": 1,
+                    "offsets.topic.replication.factor": 1,
+                    "offsets.topic.num.partitions": 4,
+                    "transaction.state.log.replication.factor": 1,
+                    "transaction.state.log.min.isr": 1,
+                    "share.coordinator.state.topic.replication.factor": 1,
+                    "share.coordinator.state.topic.min.isr": 1,
+                    "min.insync.replicas": 1,
+                    "default.replication.factor": 1,
+                    "unclean.leader.election.enable": "false",
+                    "group.initial.rebalance.delay.ms": 0,
+                    "auto.create.topics.enable": "false",
+                }
+            ),
+        )
+        log4j = _log4j(data)
+        heap = ["-Xms256m", "-Xmx512m"]
+        flags = [f"-Dlog4j2.configurationFile={log4j}"]
+        fmt = _java(
+            cp,
+            heap,
+            flags,
+            "kafka.tools.StorageTool",
+            [
+                "format",
+                "--standalone",
+                "-t",
+                kafka_cluster_id(),
+                "-c",
+                str(props),
+            ],
+        )
+        return Launch(_java(cp, heap, flags, "kafka.Kafka", [str(props)]), pre=[fmt])
+
+    def ready() -> bool:
+        return _kafka_metadata(f"{HOST}:{ports.kafka}")
+
+    return Server("kafka", prepare, ready, start_timeout=90)
+
+
+def _kafka_metadata(bootstrap: str) -> bool:
+    from confluent_kafka.admin import AdminClient  # the venv has it; the JVMs do not need it
+
+    try:
+        meta = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=2)
+    except Exception:  # any client error means "not yet"
+        return False
+    return bool(meta.brokers)
+
+
+# ---------------------------------------------------------------- Pulsar standalone
+
+
+def pulsar(ports: Ports) -> Server:
+    def prepare(data: Path, cp: str) -> Launch:
+        conf = _write(
+            data / "standalone.conf",
+            _props(
+                {
+                    "clusterName": "standalone",
+                    "brokerServicePort": ports.pulsar,
+                    "webServicePort": ports.pulsar_web,
+                    "bindAddress": HOST,
+                    "advertisedAddress": HOST,
+                    "managedLedgerDefaultEnsembleSize": 1,
+                    "managedLedgerDefaultWriteQuorum": 1,
+                    "managedLedgerDefaultAckQuorum": 1,
+                    "loadManagerClassName": "org.apache.pulsar.broker.loadbalance.NoopLoadManager",
+                    "brokerDeleteInactiveTopicsEnabled": "false",
+                    "allowAutoTopicCreation": "false",
+                    # Tests only: the bookie journal is not fsynced.
+                    "journalSyncData": "false",
+                    # Bookie settings are read from the same file.
+                    "bookiePort": ports.bookie,
+                    "httpServerEnabled": "false",
+                    "dbStorage_writeCacheMaxSizeMb": 32,
+                    "dbStorage_readAheadCacheMaxSizeMb": 32,
+                    "dbStorage_rocksDB_blockCacheSize": 16777216,
+                }
+            ),
+        )
+        log4j = _log4j(data)
+        heap = ["-Xms512m", "-Xmx1g", "-XX:MaxDirectMemorySize=512m"]
+        flags = [f"--add-opens={mod}=ALL-UNNAMED" for mod in PULSAR_OPENS] + [
+            "-Dio.netty.tryReflectionSetAccessible=true",
+            f"-Dlog4j2.configurationFile={log4j}",
+            "-Dpulsar.allocator.exit_on_oom=true",
+        ]
+        return Launch(
+            _java(
+                cp,
+                heap,
+                flags,
+                "org.apache.pulsar.PulsarStandaloneStarter",
+                [
+                    "-c",
+                    str(conf),
+                    "-nfw",
+                    "-nss",
+                    "-a",
+                    HOST,
+                    "--metadata-dir",
+                    str(data / "metadata"),
+                    "--bookkeeper-dir",
+                    str(data / "bookkeeper"),
+                    "--bookkeeper-port",
+                    str(ports.bookie),
+                ],
+            )
+        )
+
+    def ready() -> bool:
+        url = f"http://{HOST}:{ports.pulsar_web}/admin/v2/namespaces/public"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return "public/default" in json.loads(resp.read())
+        except (OSError, ValueError):
+            return False
+
+    return Server("pulsar", prepare, ready, start_timeout=180)
+
+
+def all_servers(ports: Ports) -> dict[str, Server]:
+    return {s.name: s for s in (zookeeper(ports), kafka(ports), pulsar(ports))}
+
+
+def endpoints(ports: Ports) -> dict[str, str]:
+    """What clients connect to; the tests read these from the state file."""
+    return {
+        "zookeeper": f"{HOST}:{ports.zookeeper}",
+        "kafka": f"{HOST}:{ports.kafka}",
+        "pulsar": f"pulsar://{HOST}:{ports.pulsar}",
+        "pulsar_admin": f"http://{HOST}:{ports.pulsar_web}",
+    }

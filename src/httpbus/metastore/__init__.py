@@ -1,0 +1,6 @@
+"""Where the metadata lives: the ``MetaStore`` protocol and its implementations.
+
+Owns the protocol (get, create, compare-and-set update, delete, multi-op transactions, watches,
+ephemeral membership), the ZooKeeper implementation on kazoo, the embedded SQLite one used by
+``httpbus dev``, and the one module that builds every ZooKeeper path. Imports only ``core``.
+"""

@@ -1,0 +1,1 @@
+"""The Kafka backend of the segment store (confluent-kafka, acks=all, idempotent)."""

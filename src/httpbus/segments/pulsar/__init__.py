@@ -1,0 +1,1 @@
+"""The Pulsar backend of the segment store (pulsar-client and the admin REST API)."""

@@ -1,0 +1,57 @@
+"""Fixtures for the real servers.
+
+Under ``make test`` the servers are already up (``scripts.realservices run``) and
+``HTTPBUS_SERVICES_FILE`` names their endpoints. A plain ``pytest tests/integration`` starts
+them itself, once per session, on a run folder of its own, and stops them at the end (the
+kernel kills them too if pytest dies). Every test names its own topics and znodes with a
+random suffix, so tests never see each other's data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from scripts.realservices.__main__ import DEFAULT_CACHE, NAMES
+from scripts.realservices.supervisor import Supervisor
+
+
+@dataclass(frozen=True)
+class RealServices:
+    zookeeper: str
+    kafka: str
+    pulsar: str
+    pulsar_admin: str
+
+
+def _load(path: Path) -> RealServices:
+    return RealServices(**json.loads(path.read_text())["endpoints"])
+
+
+@pytest.fixture(scope="session")
+def real_services() -> Iterator[RealServices]:
+    """Endpoints of the real ZooKeeper, Kafka and Pulsar of this test run."""
+    given = os.environ.get("HTTPBUS_SERVICES_FILE")
+    if given:
+        yield _load(Path(given))
+        return
+    run_dir = Path(tempfile.mkdtemp(prefix="httpbus-pytest-services-"))
+    sup = Supervisor(run_dir, DEFAULT_CACHE)
+    sup.start(NAMES, die_with_parent=True)
+    try:
+        yield _load(sup.state_file)
+    finally:
+        sup.stop()
+
+
+@pytest.fixture
+def unique() -> str:
+    """A random suffix for the names a test creates."""
+    return uuid.uuid4().hex[:10]

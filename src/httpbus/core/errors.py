@@ -1,0 +1,124 @@
+"""The one exception tree of httpbus, and the stable error codes every API answers with.
+
+Every error a client can see is an :class:`HttpbusError` carrying an :class:`ErrorCode`; the
+code names the HTTP status, so one handler per service renders any of them as
+``{"code": ..., "message": ..., "details": ...}``. Adapters translate the errors of kazoo,
+confluent-kafka, pulsar-client and SQLAlchemy at their boundary, for example::
+
+    try:
+        await producer.send(...)
+    except pulsar.Timeout as exc:
+        raise StorageUnavailable("pulsar-main did not acknowledge in 5s") from exc
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+
+class ErrorCode(Enum):
+    """A stable, documented error code and the HTTP status it answers with."""
+
+    MALFORMED = ("malformed", 400)
+    UNAUTHORIZED = ("unauthorized", 401)
+    FORBIDDEN = ("forbidden", 403)
+    NOT_FOUND = ("not_found", 404)
+    ALREADY_EXISTS = ("already_exists", 409)
+    VERSION_CONFLICT = ("version_conflict", 409)
+    IN_USE = ("in_use", 409)
+    SEGMENT_FENCED = ("segment_fenced", 409)
+    TOO_LARGE = ("too_large", 413)
+    VALIDATION_FAILED = ("validation_failed", 422)
+    THROTTLED = ("throttled", 429)
+    INTERNAL = ("internal", 500)
+    STORAGE_UNAVAILABLE = ("storage_unavailable", 503)
+    METASTORE_UNAVAILABLE = ("metastore_unavailable", 503)
+
+    def __init__(self, code: str, status: int) -> None:
+        self.code = code
+        self.status = status
+
+
+class HttpbusError(Exception):
+    """The root of every error httpbus raises on purpose."""
+
+    code: ErrorCode = ErrorCode.INTERNAL
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        details: dict[str, Any] | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or {}
+        self.retry_after = retry_after
+
+    def to_body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"code": self.code.code, "message": self.message}
+        if self.details:
+            body["details"] = self.details
+        return body
+
+
+class Malformed(HttpbusError):
+    code = ErrorCode.MALFORMED
+
+
+class Unauthorized(HttpbusError):
+    code = ErrorCode.UNAUTHORIZED
+
+
+class Forbidden(HttpbusError):
+    code = ErrorCode.FORBIDDEN
+
+
+class NotFound(HttpbusError):
+    code = ErrorCode.NOT_FOUND
+
+
+class AlreadyExists(HttpbusError):
+    code = ErrorCode.ALREADY_EXISTS
+
+
+class VersionConflict(HttpbusError):
+    """A compare-and-set lost: someone else changed the entity since it was read."""
+
+    code = ErrorCode.VERSION_CONFLICT
+
+
+class InUse(HttpbusError):
+    """The entity is still needed (a topic with subscriptions, say)."""
+
+    code = ErrorCode.IN_USE
+
+
+class SegmentFenced(HttpbusError):
+    """A write reached a sealed segment; the fence refused it, nothing was stored."""
+
+    code = ErrorCode.SEGMENT_FENCED
+
+
+class TooLarge(HttpbusError):
+    code = ErrorCode.TOO_LARGE
+
+
+class ValidationFailed(HttpbusError):
+    code = ErrorCode.VALIDATION_FAILED
+
+
+class Throttled(HttpbusError):
+    code = ErrorCode.THROTTLED
+
+
+class StorageUnavailable(HttpbusError):
+    """Kafka, Pulsar or the embedded store did not answer in time or refused to work."""
+
+    code = ErrorCode.STORAGE_UNAVAILABLE
+
+
+class MetaStoreUnavailable(HttpbusError):
+    code = ErrorCode.METASTORE_UNAVAILABLE

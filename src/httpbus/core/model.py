@@ -1,0 +1,176 @@
+"""The domain model: projects, topics and their segments, subscriptions and their policies.
+
+Models are pydantic, frozen, and validate on construction with messages that say what is
+allowed. ``version`` fields are the metastore version an entity was read at; an update is a
+compare-and-set against it. They are filled in by the metastore catalog, never stored.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator
+
+from .names import Name
+
+MAX_PARTITIONS = 512
+MiB = 1024 * 1024
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Backend(StrEnum):
+    KAFKA = "kafka"
+    PULSAR = "pulsar"
+    EMBEDDED = "embedded"
+
+
+class SegmentState(StrEnum):
+    """PENDING (made for a cutover) → ACTIVE (the produce pointer's) → SEALED → RETIRED."""
+
+    PENDING = "pending"
+    ACTIVE = "active"
+    SEALED = "sealed"
+    RETIRED = "retired"
+
+
+Partitions = Annotated[
+    int, Field(ge=1, le=MAX_PARTITIONS, description=f"1 to {MAX_PARTITIONS} partitions")
+]
+
+
+class Segment(Model):
+    """One storage topic of a topic's timeline; never reused once sealed."""
+
+    id: int = Field(ge=1, description="position in the topic's timeline, from 1")
+    cluster: Name
+    backend: Backend
+    storage_topic: str
+    partitions: Partitions
+    state: SegmentState = SegmentState.PENDING
+    created_at: datetime = Field(default_factory=utcnow)
+    sealed_at: datetime | None = None
+    end_positions: dict[int, int] | None = Field(
+        default=None, description="when sealed: per partition, the position after the last message"
+    )
+
+
+class Pointer(Model):
+    """A versioned reference to a segment: the produce pointer or a consume pointer."""
+
+    segment_id: int = Field(ge=1)
+    version: int = Field(default=-1, description="metastore version; -1 when not read from it")
+
+
+class Capacity(Model):
+    """What a topic accepts per second before producers get 429."""
+
+    max_qps: int = Field(default=5_000, ge=1, le=1_000_000)
+    max_bytes_per_second: int = Field(default=10 * MiB, ge=1024, le=1024 * MiB)
+
+
+class Project(Model):
+    name: Name
+    description: str = Field(default="", max_length=1_000)
+    created_at: datetime = Field(default_factory=utcnow)
+    version: int = -1
+
+
+class TopicSettings(Model):
+    """What an operator sets on a topic (and may change later)."""
+
+    max_message_bytes: int = Field(default=MiB, ge=1, le=10 * MiB)
+    retention_hours: int = Field(default=168, ge=1, le=24 * 365)
+    capacity: Capacity = Capacity()
+    description: str = Field(default="", max_length=1_000)
+
+
+class Topic(TopicSettings):
+    """A named stream of messages in a project, stored as a timeline of segments."""
+
+    project: Name
+    name: Name
+    grouped: bool = Field(default=False, description="messages carry a group id; order per group")
+    created_at: datetime = Field(default_factory=utcnow)
+    segments: tuple[Segment, ...] = ()
+    produce_pointer: Pointer | None = None
+    version: int = -1
+
+    def segment(self, segment_id: int) -> Segment | None:
+        return next((s for s in self.segments if s.id == segment_id), None)
+
+    @property
+    def active_segment(self) -> Segment | None:
+        return self.segment(self.produce_pointer.segment_id) if self.produce_pointer else None
+
+
+class Endpoint(Model):
+    """Where a subscription's messages are pushed."""
+
+    url: AnyHttpUrl
+    method: Literal["POST", "PUT"] = "POST"
+    timeout_ms: int = Field(default=10_000, ge=100, le=120_000)
+    headers: dict[str, str] = Field(default_factory=dict, max_length=32)
+
+    @field_validator("url")
+    @classmethod
+    def _http_only(cls, url: AnyHttpUrl) -> AnyHttpUrl:
+        if url.scheme not in ("http", "https"):
+            raise ValueError(f"the endpoint URL must be http or https, not {url.scheme!r}")
+        return url
+
+
+class RetryPolicy(Model):
+    max_attempts: int = Field(default=10, ge=1, le=1_000)
+    backoff: Literal["fixed", "linear", "exponential"] = "exponential"
+    initial_delay_ms: int = Field(default=1_000, ge=0, le=24 * 3_600_000)
+    max_delay_ms: int = Field(default=600_000, ge=0, le=24 * 3_600_000)
+    multiplier: float = Field(default=2.0, ge=1.0, le=100.0)
+    jitter: float = Field(default=0.2, ge=0.0, le=1.0, description="fraction of the delay")
+    retry_4xx: bool = Field(default=False, description="retry 4xx other than 408 and 429")
+
+
+class CircuitBreakerPolicy(Model):
+    enabled: bool = True
+    failure_rate_threshold: float = Field(default=0.5, gt=0.0, le=1.0, description="0 < x <= 1")
+    window_seconds: int = Field(default=30, ge=1, le=3_600)
+    min_calls: int = Field(default=20, ge=1, le=100_000)
+    cooldown_seconds: int = Field(default=10, ge=1, le=3_600)
+    probe_per_second: float = Field(default=1.0, gt=0.0, le=100.0)
+    floor_per_second: float = Field(default=1.0, gt=0.0, le=100_000.0)
+
+
+class SubscriptionSettings(Model):
+    """What an operator sets on a subscription (and may change later)."""
+
+    endpoint: Endpoint
+    filter: str | None = Field(default=None, max_length=4_096)
+    retry: RetryPolicy = RetryPolicy()
+    dlq_enabled: bool = True
+    max_in_flight: int = Field(default=100, ge=1, le=10_000)
+    rate_limit_per_second: float | None = Field(default=None, gt=0.0, le=1_000_000.0)
+    circuit_breaker: CircuitBreakerPolicy = CircuitBreakerPolicy()
+    delay_ms: int = Field(default=0, ge=0, le=7 * 24 * 3_600_000)
+    paused: bool = False
+    description: str = Field(default="", max_length=1_000)
+
+
+class Subscription(SubscriptionSettings):
+    """A webhook endpoint that receives every message of a topic that passes its filter."""
+
+    project: Name
+    name: Name
+    topic_project: Name
+    topic: Name
+    signing_secret: str = Field(min_length=24, max_length=256)
+    created_at: datetime = Field(default_factory=utcnow)
+    consume_pointer: Pointer | None = None
+    version: int = -1

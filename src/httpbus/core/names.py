@@ -1,0 +1,34 @@
+"""Names of projects, topics and subscriptions, and the storage topic names built from them.
+
+A name is 1 to 64 characters: ASCII letters, digits, ``-`` and ``_``, starting with a letter
+or a digit. No dots and no slashes, so a name is safe inside a ZooKeeper path, a Kafka topic
+name and a Pulsar topic name, and ``{project}.{topic}`` can never be ambiguous.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator
+
+MAX_NAME = 64
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+NAME_RULE = (
+    f"1 to {MAX_NAME} characters: letters, digits, '-' and '_', starting with a letter or digit"
+)
+
+
+def check_name(value: str) -> str:
+    """Return ``value`` if it is a valid name, else raise ``ValueError`` saying what is allowed."""
+    if not value or len(value) > MAX_NAME or not _NAME.fullmatch(value):
+        raise ValueError(f"invalid name {value!r}: use {NAME_RULE}")
+    return value
+
+
+Name = Annotated[str, AfterValidator(check_name)]
+
+
+def storage_topic_name(project: str, topic: str, segment_id: int, prefix: str = "httpbus") -> str:
+    """The storage topic of one segment: never reused, since segment ids only grow."""
+    return f"{prefix}.{project}.{topic}.s{segment_id}"

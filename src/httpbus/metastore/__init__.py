@@ -4,3 +4,9 @@ Owns the protocol (get, create, compare-and-set update, delete, multi-op transac
 ephemeral membership), the ZooKeeper implementation on kazoo, the embedded SQLite one used by
 ``httpbus dev``, and the one module that builds every ZooKeeper path. Imports only ``core``.
 """
+
+from httpbus.metastore.protocol import Check, Create, Delete, MetaStore, Node, Op, Update
+
+# The implementations are imported from their modules (``httpbus.metastore.zookeeper``,
+# ``httpbus.metastore.embedded``) so that using one never loads the other's client library.
+__all__ = ["Check", "Create", "Delete", "MetaStore", "Node", "Op", "Update"]

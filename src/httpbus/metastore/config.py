@@ -1,0 +1,45 @@
+"""Typed configuration of the metastore, and the one function that opens it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .protocol import MetaStore
+
+
+class ZooKeeperConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["zookeeper"] = "zookeeper"
+    hosts: str = Field(default="127.0.0.1:2181", description="host:port,host:port")
+    root: str = Field(
+        default="/httpbus",
+        pattern=r"^/[A-Za-z0-9_./-]*$",
+        description="chroot of every httpbus path",
+    )
+    session_timeout_s: float = Field(default=10.0, gt=0, le=120)
+
+
+class EmbeddedMetaStoreConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["embedded"] = "embedded"
+    path: str = Field(default=".httpbus/metastore.db", description="the SQLite file")
+
+
+MetaStoreConfig = Annotated[ZooKeeperConfig | EmbeddedMetaStoreConfig, Field(discriminator="kind")]
+
+
+def open_metastore(config: ZooKeeperConfig | EmbeddedMetaStoreConfig) -> MetaStore:
+    """A new, not yet started metastore for ``config``."""
+    if isinstance(config, ZooKeeperConfig):
+        from .zookeeper import ZooKeeperMetaStore
+
+        return ZooKeeperMetaStore(
+            config.hosts, root=config.root, session_timeout_s=config.session_timeout_s
+        )
+    from .embedded import EmbeddedMetaStore
+
+    return EmbeddedMetaStore(config.path)

@@ -1,0 +1,84 @@
+"""Every metastore path of httpbus, built in this one module.
+
+The tree (relative to the store's root)::
+
+    /projects/{p}                                   Project
+    /projects/{p}/topics/{t}                        Topic (without segments and pointer)
+    /projects/{p}/topics/{t}/segments/{id:010d}     Segment
+    /projects/{p}/topics/{t}/produce-pointer        {"segment_id": n}; version = znode version
+    /projects/{p}/subscriptions/{s}                 Subscription (without consume pointer)
+    /projects/{p}/subscriptions/{s}/consume-pointer {"segment_id": n}
+    /subscribers/{p}/{t}/{project}:{s}              marks a subscription of topic p/t
+    /members/{group}/{member}                       ephemeral process membership
+"""
+
+from __future__ import annotations
+
+from httpbus.core.names import check_name
+
+PROJECTS = "/projects"
+MEMBERS = "/members"
+SUBSCRIBERS = "/subscribers"
+
+
+def _n(*names: str) -> tuple[str, ...]:
+    return tuple(check_name(n) for n in names)
+
+
+def project(p: str) -> str:
+    (p,) = _n(p)
+    return f"{PROJECTS}/{p}"
+
+
+def topics(p: str) -> str:
+    return f"{project(p)}/topics"
+
+
+def topic(p: str, t: str) -> str:
+    (t,) = _n(t)
+    return f"{topics(p)}/{t}"
+
+
+def segments(p: str, t: str) -> str:
+    return f"{topic(p, t)}/segments"
+
+
+def segment(p: str, t: str, segment_id: int) -> str:
+    return f"{segments(p, t)}/{segment_id:010d}"
+
+
+def produce_pointer(p: str, t: str) -> str:
+    return f"{topic(p, t)}/produce-pointer"
+
+
+def subscriptions(p: str) -> str:
+    return f"{project(p)}/subscriptions"
+
+
+def subscription(p: str, s: str) -> str:
+    (s,) = _n(s)
+    return f"{subscriptions(p)}/{s}"
+
+
+def consume_pointer(p: str, s: str) -> str:
+    return f"{subscription(p, s)}/consume-pointer"
+
+
+def topic_subscribers(p: str, t: str) -> str:
+    p, t = _n(p, t)
+    return f"{SUBSCRIBERS}/{p}/{t}"
+
+
+def topic_subscriber(p: str, t: str, sub_project: str, s: str) -> str:
+    sub_project, s = _n(sub_project, s)
+    return f"{topic_subscribers(p, t)}/{sub_project}:{s}"
+
+
+def members(group: str) -> str:
+    (group,) = _n(group)
+    return f"{MEMBERS}/{group}"
+
+
+def member(group: str, member_id: str) -> str:
+    (member_id,) = _n(member_id)
+    return f"{members(group)}/{member_id}"

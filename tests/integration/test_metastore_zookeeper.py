@@ -1,0 +1,127 @@
+"""The MetaStore contract against the real ZooKeeper, plus what only ZooKeeper does: sessions
+that expire under a live client. Every test works under its own random root znode."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+from kazoo.client import KazooClient
+
+from httpbus.core.errors import MetaStoreUnavailable
+from httpbus.metastore import paths
+from httpbus.metastore.protocol import MetaStore, Node
+from httpbus.metastore.zookeeper import ZooKeeperMetaStore
+from tests.conftest import RealServices
+from tests.contract.metastore_contract import (
+    MakeStore,
+    MetaStoreContract,
+    close_watch,
+    next_value,
+)
+
+
+@pytest.fixture
+async def root(real_services: RealServices, unique: str) -> AsyncIterator[str]:
+    """A private root znode, deleted with everything under it at the end."""
+    path = f"/test-metastore-{unique}"
+    yield path
+    async with ZooKeeperMetaStore(real_services.zookeeper, root="/") as admin:
+        if await admin.get(path) is not None:
+            await admin.delete(path, recursive=True)
+
+
+@pytest.fixture
+async def make_store(real_services: RealServices, root: str) -> AsyncIterator[MakeStore]:
+    made: list[ZooKeeperMetaStore] = []
+
+    async def make() -> ZooKeeperMetaStore:
+        store = ZooKeeperMetaStore(real_services.zookeeper, root=root, session_timeout_s=6.0)
+        await store.start()
+        made.append(store)
+        return store
+
+    yield make
+    for store in made:
+        await store.aclose()
+
+
+@pytest.fixture
+async def store(make_store: MakeStore) -> MetaStore:
+    return await make_store()
+
+
+@pytest.fixture
+async def other_store(make_store: MakeStore) -> MetaStore:
+    return await make_store()
+
+
+@pytest.mark.zookeeper
+class TestZooKeeperMetaStore(MetaStoreContract):
+    pass
+
+
+def _expire_session(hosts: str, client_id: tuple[int, bytes]) -> None:
+    """Close a live session from the server's side: attach to it with a second client, then
+    end it (the trick kazoo's own test harness uses). The first client then hears EXPIRED."""
+    thief = KazooClient(hosts=hosts, client_id=client_id, timeout=6.0)
+    thief.start(timeout=10)
+    thief.stop()
+    thief.close()
+
+
+async def _eventually(check: Callable[[], Awaitable[bool]], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.1)
+
+
+@pytest.mark.zookeeper
+async def test_members_come_back_after_the_session_expires(
+    real_services: RealServices, root: str, make_store: MakeStore, other_store: MetaStore
+) -> None:
+    store = await make_store()
+    assert isinstance(store, ZooKeeperMetaStore)
+    await store.join("producers", "p-1", b"alive")
+    await store.create("/expiry/plain", b"eph", ephemeral=True)
+    watch = store.watch("/expiry/after")
+    assert await next_value(watch) is None
+    old_session = store.session_id
+    assert old_session is not None
+
+    await asyncio.to_thread(_expire_session, real_services.zookeeper, store._client.client_id)
+
+    async def new_session_with_member() -> bool:
+        session = store.session_id
+        if session is None or session == old_session:
+            return False
+        return await other_store.members("producers") == {"p-1": b"alive"}
+
+    await _eventually(new_session_with_member)
+    zk = KazooClient(hosts=real_services.zookeeper, timeout=6.0)
+    await asyncio.to_thread(zk.start, 10)
+    try:
+        stat = zk.exists(root + paths.member("producers", "p-1"))
+        assert stat.ephemeralOwner == store.session_id  # re-created by the new session
+    finally:
+        await asyncio.to_thread(zk.stop)
+        zk.close()
+    # Plain ephemeral nodes are the owner's to re-create: the expired session took them away.
+    assert await other_store.get("/expiry/plain") is None
+    # The store keeps working, and its old watch was re-armed on the new session.
+    await other_store.create("/expiry/after", b"seen")
+    assert await next_value(watch) == Node(b"seen", 0)
+    await close_watch(watch)
+    await store.aclose()
+    assert await other_store.members("producers") == {}
+
+
+@pytest.mark.zookeeper
+async def test_unreachable_server_is_metastore_unavailable(unique: str) -> None:
+    store = ZooKeeperMetaStore("127.0.0.1:1", root=f"/x-{unique}", connect_timeout_s=0.5)
+    with pytest.raises(MetaStoreUnavailable):
+        await store.start()
+    await store.aclose()

@@ -1,0 +1,204 @@
+"""The MetaStore contract against the embedded SQLite store, plus what only it does:
+several stores (threads or processes) on one file, and sessions kept alive by heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from httpbus.core.errors import VersionConflict
+from httpbus.metastore import paths
+from httpbus.metastore.embedded import EmbeddedMetaStore
+from httpbus.metastore.protocol import MetaStore, Node
+from tests.contract.metastore_contract import (
+    MakeStore,
+    MetaStoreContract,
+    close_watch,
+    next_value,
+)
+
+POLL_S = 0.05
+
+
+@pytest.fixture
+def db_file(tmp_path: Path) -> str:
+    return str(tmp_path / "meta.db")
+
+
+@pytest.fixture
+async def make_store(db_file: str) -> AsyncIterator[MakeStore]:
+    made: list[EmbeddedMetaStore] = []
+
+    async def make() -> EmbeddedMetaStore:
+        store = EmbeddedMetaStore(db_file, session_ttl_s=5.0, poll_interval_s=POLL_S)
+        await store.start()
+        made.append(store)
+        return store
+
+    yield make
+    for store in made:
+        await store.aclose()
+
+
+@pytest.fixture
+async def store(make_store: MakeStore) -> MetaStore:
+    return await make_store()
+
+
+@pytest.fixture
+async def other_store(make_store: MakeStore) -> MetaStore:
+    return await make_store()
+
+
+class TestEmbeddedMetaStore(MetaStoreContract):
+    pass
+
+
+async def _eventually(check: Callable[[], Awaitable[bool]], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+_CHILD = """
+import asyncio, sys
+from httpbus.core.errors import VersionConflict
+from httpbus.metastore.embedded import EmbeddedMetaStore
+
+async def main(file, mode):
+    store = EmbeddedMetaStore(file, session_ttl_s=0.6, poll_interval_s=0.05)
+    await store.start()
+    print("ready", flush=True)
+    if mode == "join":
+        await store.join("workers", "crashing", b"pid")
+        print("joined", flush=True)
+        await asyncio.sleep(60)
+    for _ in range(50):
+        while True:
+            node = await store.get("/counter")
+            try:
+                await store.update("/counter", str(int(node.data) + 1).encode(),
+                                   expected_version=node.version)
+                break
+            except VersionConflict:
+                pass
+    await store.aclose()
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+async def _child(db_file: str, mode: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _CHILD, db_file, mode, stdout=asyncio.subprocess.PIPE
+    )
+
+
+async def test_a_crashed_process_loses_its_members(db_file: str, store: MetaStore) -> None:
+    child = await _child(db_file, "join")
+    assert child.stdout is not None
+    assert await asyncio.wait_for(child.stdout.readline(), 20) == b"ready\n"
+    assert await asyncio.wait_for(child.stdout.readline(), 20) == b"joined\n"
+    try:
+        assert await store.members("workers") == {"crashing": b"pid"}
+        await asyncio.sleep(1.0)  # longer than its ttl: its heartbeats keep it alive
+        assert await store.members("workers") == {"crashing": b"pid"}
+    finally:
+        child.kill()  # SIGKILL: no aclose, no cleanup, only a stale heartbeat
+        await child.wait()
+    started = time.monotonic()
+    await _eventually(lambda: _no_members(store))
+    assert time.monotonic() - started < 3.0
+
+
+async def _no_members(store: MetaStore) -> bool:
+    return await store.members("workers") == {}
+
+
+async def test_compare_and_set_holds_across_processes(db_file: str, store: MetaStore) -> None:
+    await store.create("/counter", b"0")
+    child = await _child(db_file, "count")
+    assert child.stdout is not None
+    assert await asyncio.wait_for(child.stdout.readline(), 20) == b"ready\n"
+    for _ in range(50):  # both processes increment at once, each retrying its conflicts
+        while True:
+            node = await store.get("/counter")
+            assert node is not None
+            try:
+                await store.update(
+                    "/counter", str(int(node.data) + 1).encode(), expected_version=node.version
+                )
+                break
+            except VersionConflict:
+                await asyncio.sleep(0)
+    assert await asyncio.wait_for(child.wait(), 30) == 0
+    assert await store.get("/counter") == Node(b"100", 100)
+
+
+async def test_a_reaped_session_opens_a_new_one_and_rejoins(
+    db_file: str, make_store: MakeStore
+) -> None:
+    mine = await make_store()
+    assert isinstance(mine, EmbeddedMetaStore)
+    mine_fast = EmbeddedMetaStore(db_file, session_ttl_s=0.3, poll_interval_s=POLL_S)
+    await mine_fast.start()
+    try:
+        await mine_fast.join("workers", "stalled", b"x")
+        old = mine_fast.session_id
+        with closing(sqlite3.connect(db_file)) as raw, raw:  # as if another store reaped it
+            raw.execute("DELETE FROM sessions WHERE id = ?", (old,))
+
+        async def rejoined() -> bool:
+            return mine_fast.session_id != old and await mine.members("workers") == {
+                "stalled": b"x"
+            }
+
+        await _eventually(rejoined)
+        with closing(sqlite3.connect(db_file)) as raw:
+            owner = raw.execute(
+                "SELECT ephemeral_owner FROM nodes WHERE path = ?",
+                (paths.member("workers", "stalled"),),
+            ).fetchone()
+        assert owner == (mine_fast.session_id,)
+    finally:
+        await mine_fast.aclose()
+    assert await mine.members("workers") == {}
+
+
+async def test_two_stores_on_one_file_see_each_other_through_watches(
+    store: MetaStore, other_store: MetaStore
+) -> None:
+    watch = store.watch("/x")
+    children = store.watch_children("/")
+    try:
+        assert await next_value(watch) is None
+        assert await next_value(children) == []
+        await other_store.create("/x", b"from the other")
+        assert await next_value(watch, timeout=2) == Node(b"from the other", 0)
+        assert await next_value(children, timeout=2) == ["x"]
+    finally:
+        await close_watch(watch)
+        await close_watch(children)
+
+
+async def test_closed_or_dropped_watches_leave_nothing_behind(store: EmbeddedMetaStore) -> None:
+    watch = store.watch("/a")
+    assert await next_value(watch) is None
+    assert len(store._hub) == 1
+    await close_watch(watch)
+    assert len(store._hub) == 0
+    async for _ in store.watch_children("/a"):
+        break  # the iterator is dropped without aclose
+
+    async def emptied() -> bool:
+        return len(store._hub) == 0
+
+    await _eventually(emptied, timeout=1.0)

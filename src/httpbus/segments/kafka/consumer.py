@@ -1,0 +1,243 @@
+"""Reads: partition readers (assign + seek, never a group rebalance) and positions by AdminClient.
+
+A reader is a librdkafka consumer assigned to one (topic, partition). Readers are cached, least
+recently used evicted, and a read that continues where the last one stopped reuses the fetch
+already under way; any other start re-assigns at that offset. librdkafka consumers are not
+safe for concurrent use, so each reader is guarded by its own lock, taken on the read thread
+(a cancelled ``read`` leaves its thread finishing before anyone else touches the consumer).
+
+Positions are Kafka offsets: end positions are high watermarks (``OffsetSpec.latest``, read
+uncommitted), timestamps are looked up with ``OffsetSpec.for_timestamp``, and commits are the
+consumer-group offsets of the given group, altered and listed through the AdminClient.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+from ..protocol import Stored
+from .config import KafkaSettings
+from .errors import resolve, translate
+
+_OUT_OF_RANGE = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
+
+
+class _Reader:
+    """One assign-only consumer of one partition, created on first use."""
+
+    def __init__(self, settings: KafkaSettings, topic: str, partition: int) -> None:
+        self._settings = settings
+        self._topic = topic
+        self._partition = partition
+        self._lock = threading.Lock()
+        self._consumer: Any = None
+        self._next: int | None = None  # where the assigned fetch stands
+        self._closed = False
+
+    def read(self, start: int, max_records: int, timeout: float) -> list[Stored] | None:
+        """Up to ``max_records`` messages from ``start`` on; None if this reader was closed."""
+        with self._lock:
+            if self._closed:
+                return None
+            try:
+                return self._read(start, max_records, timeout)
+            except KafkaException as exc:
+                self._next = None
+                raise translate(exc, f"read {self._topic}[{self._partition}]") from exc
+
+    def _read(self, start: int, max_records: int, timeout: float) -> list[Stored]:
+        if self._consumer is None:
+            self._consumer = Consumer(self._settings.consumer())
+        if self._next != start:
+            self._consumer.assign([TopicPartition(self._topic, self._partition, start)])
+            self._next = start
+        first = self._first(start, time.monotonic() + timeout)
+        if first is None:
+            return []
+        batch = [first]
+        if max_records > 1:
+            for msg in self._consumer.consume(max_records - 1, 0):
+                if msg.error() is not None:
+                    # The fetch moved past what we return: the next read must re-assign.
+                    self._next = None
+                    break
+                batch.append(msg)
+        stored = [_stored(m) for m in batch if m.offset() >= start]
+        if stored and self._next is not None:
+            self._next = stored[-1].position + 1
+        return stored
+
+    def _first(self, start: int, deadline: float) -> Any:
+        while True:
+            msg = self._consumer.poll(max(0.0, deadline - time.monotonic()))
+            if msg is None:
+                return None
+            err = msg.error()
+            if err is None:
+                return msg
+            if err.code() == KafkaError._PARTITION_EOF:
+                continue
+            self._next = None
+            if err.code() not in _OUT_OF_RANGE:
+                raise translate(err, f"read {self._topic}[{self._partition}]")
+            if not self._skip_expired(start, deadline):
+                return None  # start is past the end: nothing yet
+
+    def _skip_expired(self, start: int, deadline: float) -> bool:
+        """After an out-of-range ``start``: if retention removed it, fetch from the oldest
+        message left (positions need not be dense) and say so; False if start is past the end."""
+        tp = TopicPartition(self._topic, self._partition)
+        timeout = max(0.1, deadline - time.monotonic())
+        low, _ = self._consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
+        if start >= low:
+            return False
+        self._consumer.assign([TopicPartition(self._topic, self._partition, low)])
+        self._next = low
+        return True
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
+
+
+def _stored(msg: Any) -> Stored:
+    headers = tuple((k, v if v is not None else b"") for k, v in (msg.headers() or ()))
+    return Stored(
+        partition=msg.partition(),
+        position=msg.offset(),
+        timestamp_ms=msg.timestamp()[1],
+        value=msg.value() or b"",
+        key=msg.key(),
+        headers=headers,
+    )
+
+
+class PartitionReaders:
+    """The cache of readers of one store, and the threads their blocking polls run on."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self._settings = settings
+        self._readers: OrderedDict[tuple[str, int], _Reader] = OrderedDict()
+        self._executor = ThreadPoolExecutor(
+            settings.reader_threads, thread_name_prefix="httpbus-kafka-read"
+        )
+
+    async def read(
+        self, topic: str, partition: int, start: int, max_records: int, timeout: float
+    ) -> list[Stored]:
+        """Messages of ``partition`` at offsets >= ``start``; waits up to ``timeout`` for the
+        first one."""
+        loop = asyncio.get_running_loop()
+        while True:
+            reader = self._reader(topic, partition)
+            got = await loop.run_in_executor(
+                self._executor, reader.read, start, max(1, max_records), max(0.0, timeout)
+            )
+            if got is not None:
+                return got
+
+    def _reader(self, topic: str, partition: int) -> _Reader:
+        key = (topic, partition)
+        reader = self._readers.get(key)
+        if reader is None:
+            reader = self._readers[key] = _Reader(self._settings, topic, partition)
+        self._readers.move_to_end(key)
+        while len(self._readers) > self._settings.reader_cache_size:
+            _, evicted = self._readers.popitem(last=False)
+            self._executor.submit(evicted.close)
+        return reader
+
+    def forget(self, topic: str) -> None:
+        """Close the readers of ``topic`` (deleted)."""
+        for key in [k for k in self._readers if k[0] == topic]:
+            self._executor.submit(self._readers.pop(key).close)
+
+    async def close(self) -> None:
+        readers = list(self._readers.values())
+        self._readers.clear()
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(self._executor, r.close) for r in readers))
+        self._executor.shutdown(wait=False)
+
+
+async def end_offsets(admin: Any, topic: str, partitions: int, timeout: float) -> dict[int, int]:
+    """Per partition, the high watermark: the offset after the last message acknowledged."""
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    return await _list_offsets(admin, topic, dict.fromkeys(range(partitions), latest), timeout)
+
+
+async def offset_at(
+    admin: Any, topic: str, partition: int, timestamp_ms: int, timeout: float
+) -> int | None:
+    """The first offset of ``partition`` whose timestamp is >= ``timestamp_ms``; None if none."""
+    spec = {partition: OffsetSpec.for_timestamp(timestamp_ms)}
+    offset = (await _list_offsets(admin, topic, spec, timeout))[partition]
+    return offset if offset >= 0 else None
+
+
+async def _list_offsets(
+    admin: Any, topic: str, specs: dict[int, Any], timeout: float
+) -> dict[int, int]:
+    request = {TopicPartition(topic, p): spec for p, spec in specs.items()}
+    futures = admin.list_offsets(
+        request, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout
+    )
+    what = f"list offsets of {topic}"
+    results = await asyncio.gather(
+        *(resolve(f, timeout=timeout, what=what) for f in futures.values())
+    )
+    return {tp.partition: int(r.offset) for tp, r in zip(futures, results, strict=True)}
+
+
+async def group_offsets(
+    admin: Any, group: str, topic: str, partitions: int, timeout: float
+) -> dict[int, int]:
+    """What ``group`` committed on ``topic``, per partition (never committed: absent)."""
+    request = ConsumerGroupTopicPartitions(
+        group, [TopicPartition(topic, p) for p in range(partitions)]
+    )
+    futures = admin.list_consumer_group_offsets([request], request_timeout=timeout)
+    what = f"list offsets of group {group} on {topic}"
+    got = await resolve(futures[group], timeout=timeout, what=what)
+    out: dict[int, int] = {}
+    for tp in got.topic_partitions or ():
+        if tp.error is not None:
+            raise translate(tp.error, what)
+        if tp.offset >= 0:
+            out[tp.partition] = int(tp.offset)
+    return out
+
+
+async def commit_offsets(
+    admin: Any, group: str, topic: str, positions: dict[int, int], timeout: float
+) -> None:
+    """Set the committed offsets of ``group`` on ``topic`` to ``positions``."""
+    if not positions:
+        return
+    request = ConsumerGroupTopicPartitions(
+        group, [TopicPartition(topic, p, off) for p, off in sorted(positions.items())]
+    )
+    futures = admin.alter_consumer_group_offsets([request], request_timeout=timeout)
+    what = f"commit offsets of group {group} on {topic}"
+    got = await resolve(futures[group], timeout=timeout, what=what)
+    for tp in got.topic_partitions or ():
+        if tp.error is not None:
+            raise translate(tp.error, what)

@@ -1,0 +1,154 @@
+"""The writer follows the produce pointer; the reader advances a subscription to the next
+segment only when the old one is sealed and fully committed (embedded backends)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from httpbus.core.errors import SegmentFenced, VersionConflict
+from httpbus.core.model import (
+    Backend,
+    Endpoint,
+    Project,
+    Segment,
+    SegmentState,
+    Subscription,
+    Topic,
+)
+from httpbus.metastore.catalog import Catalog
+from httpbus.metastore.embedded import EmbeddedMetaStore
+from httpbus.segments.config import EmbeddedClusterConfig
+from httpbus.segments.embedded import create_store
+from httpbus.segments.protocol import Record, SegmentStore
+from httpbus.segments.reader import SegmentReader, commit_group
+from httpbus.segments.writer import SegmentWriter
+
+HOUR_MS = 3_600_000
+
+
+@dataclass
+class World:
+    catalog: Catalog
+    store: SegmentStore
+    writer: SegmentWriter
+    reader: SegmentReader
+
+
+def _segment(segment_id: int, state: SegmentState) -> Segment:
+    return Segment(
+        id=segment_id,
+        cluster="embedded",
+        backend=Backend.EMBEDDED,
+        storage_topic=f"st.{segment_id}",
+        partitions=2,
+        state=state,
+    )
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    config = EmbeddedClusterConfig(path=str(tmp_path / "seg.db"))
+    async with EmbeddedMetaStore(str(tmp_path / "meta.db")) as meta, create_store(config) as store:
+        catalog = Catalog(meta)
+        await catalog.create_project(Project(name="p"))
+        await store.create_topic("st.1", 2, retention_ms=HOUR_MS)
+        await catalog.create_topic(Topic(project="p", name="t"), _segment(1, SegmentState.ACTIVE))
+        await catalog.create_subscription(
+            Subscription(
+                project="p",
+                name="s",
+                topic_project="p",
+                topic="t",
+                endpoint=Endpoint(url="http://127.0.0.1:9/x"),
+                signing_secret="x" * 32,
+            )
+        )
+        stores = {"embedded": store}
+        yield World(
+            catalog, store, SegmentWriter(stores, catalog.get_topic), SegmentReader(catalog, stores)
+        )
+
+
+async def _switch(world: World) -> Topic:
+    """Seal segment 1 and move the produce pointer to a new segment 2."""
+    await world.store.create_topic("st.2", 2, retention_ms=HOUR_MS)
+    await world.catalog.add_segment("p", "t", _segment(2, SegmentState.PENDING))
+    topic = await world.catalog.get_topic("p", "t")
+    ends = await world.store.seal("st.1")
+    sealed = _segment(1, SegmentState.SEALED).model_copy(
+        update={"end_positions": ends, "sealed_at": datetime.now(UTC)}
+    )
+    return await world.catalog.commit_segment_switch(
+        topic, sealed, _segment(2, SegmentState.ACTIVE)
+    )
+
+
+async def test_writer_follows_the_pointer_after_the_fence(world: World) -> None:
+    stale = await world.catalog.get_topic("p", "t")
+    first = await world.writer.write(stale, Record(b"a", key=b"g"))
+    assert first.segment_id == 1
+    await _switch(world)
+    # A producer still holding the old topic hits the fence, refreshes, lands on segment 2.
+    second = await world.writer.write(stale, Record(b"b", key=b"g"))
+    assert second.segment_id == 2
+    assert [m.value for m in await world.store.read("st.2", second.partition, 0)] == [b"b"]
+
+
+async def test_writer_refusal_stands_when_the_pointer_did_not_move(world: World) -> None:
+    topic = await world.catalog.get_topic("p", "t")
+    await world.store.seal("st.1")
+    with pytest.raises(SegmentFenced):
+        await world.writer.write(topic, Record(b"x"))
+
+
+async def test_switch_is_compare_and_set(world: World) -> None:
+    stale = await world.catalog.get_topic("p", "t")
+    await _switch(world)
+    with pytest.raises(VersionConflict):
+        await world.catalog.commit_segment_switch(
+            stale, _segment(1, SegmentState.SEALED), _segment(2, SegmentState.ACTIVE)
+        )
+
+
+async def test_reader_advances_only_when_sealed_and_fully_committed(world: World) -> None:
+    topic = await world.catalog.get_topic("p", "t")
+    written = [
+        await world.writer.write(topic, Record(f"{i}".encode(), key=f"g{i}".encode()))
+        for i in range(6)
+    ]
+    sub = await world.catalog.get_subscription("p", "s")
+    assert await world.reader.try_advance(sub) is None  # segment 1 is still active
+    await _switch(world)
+    _, segment = await world.reader.consume_segment(sub)
+    assert segment.state is SegmentState.SEALED and segment.end_positions is not None
+    # Commit all but the last message of one partition: must not advance.
+    last = written[-1]
+    partial = dict(segment.end_positions)
+    partial[last.partition] = last.position
+    await world.reader.commit(sub, segment, partial)
+    assert await world.reader.try_advance(sub) is None
+    await world.reader.commit(sub, segment, dict(segment.end_positions))
+    advanced = await world.reader.try_advance(sub)
+    assert advanced is not None and advanced.consume_pointer is not None
+    assert advanced.consume_pointer.segment_id == 2
+    # The stale view of the subscription loses the compare-and-set.
+    with pytest.raises(VersionConflict):
+        await world.catalog.move_consume_pointer(sub, 2)
+    assert commit_group(sub) == "httpbus.p.s"
+
+
+async def test_reader_resumes_from_committed_positions(world: World) -> None:
+    topic = await world.catalog.get_topic("p", "t")
+    done = [await world.writer.write(topic, Record(f"{i}".encode(), key=b"same")) for i in range(5)]
+    sub = await world.catalog.get_subscription("p", "s")
+    _, segment = await world.reader.consume_segment(sub)
+    part = done[0].partition
+    await world.reader.commit(sub, segment, {part: done[2].position})
+    start = (await world.reader.start_positions(sub, segment))[part]
+    back = await world.reader.read(sub, segment, part, start, timeout=1)
+    assert [m.value for m in back] == [b"2", b"3", b"4"]

@@ -1,15 +1,59 @@
-"""The control plane's ASGI application."""
+"""The control plane's ASGI application: health, OpenAPI and the admin API."""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+from fastapi import FastAPI, Request
 
 from httpbus import __version__
+from httpbus.core.errors import HttpbusError, MetaStoreUnavailable
+from httpbus.metastore.catalog import Catalog
+from httpbus.metastore.config import open_metastore
+from httpbus.metastore.protocol import MetaStore
+from httpbus.segments.protocol import SegmentStore
+from httpbus.segments.registry import open_store
+
+from . import api
+from .admin import Admin
+from .api import errors
+from .settings import ControlPlaneSettings
 
 
-def create_app() -> FastAPI:
-    """Build the control-plane app; later issues mount ``/v1`` and ``/ui`` on it."""
-    app = FastAPI(title="httpbus control plane", version=__version__)
+def create_app(
+    settings: ControlPlaneSettings,
+    *,
+    metastore: MetaStore | None = None,
+    stores: dict[str, SegmentStore] | None = None,
+) -> FastAPI:
+    """Build the control plane. ``metastore`` and ``stores`` are opened from ``settings``
+    at startup unless given (already started) by the caller."""
+    if settings.admin_token is None:
+        raise ValueError("admin_token is required (set HTTPBUS_ADMIN_TOKEN)")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            meta = metastore
+            if meta is None:
+                meta = await stack.enter_async_context(open_metastore(settings.metastore))
+            opened = dict(stores or {})
+            for name, config in settings.clusters.items():
+                if name not in opened:
+                    opened[name] = await stack.enter_async_context(open_store(config))
+            app.state.admin = Admin(
+                Catalog(meta),
+                settings.clusters,
+                opened,
+                settings.default_cluster,
+                settings.storage_topic_prefix,
+            )
+            yield
+
+    app = FastAPI(title="httpbus control plane", version=__version__, lifespan=lifespan)
+    errors.install(app)
 
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> dict[str, str]:
@@ -17,8 +61,14 @@ def create_app() -> FastAPI:
         return {"status": "ok", "service": "control-plane", "version": __version__}
 
     @app.get("/readyz", tags=["ops"])
-    async def readyz() -> dict[str, str]:
-        """Readiness: nothing to wait for yet; the metastore check joins with it."""
+    async def readyz(request: Request) -> dict[str, str]:
+        """Readiness: the metastore answers a read within two seconds."""
+        admin: Admin = request.app.state.admin
+        try:
+            await asyncio.wait_for(admin.catalog.list_projects(), timeout=2.0)
+        except (TimeoutError, HttpbusError) as exc:
+            raise MetaStoreUnavailable("the metastore does not answer", retry_after=5) from exc
         return {"status": "ready"}
 
+    app.include_router(api.router(settings.admin_token.get_secret_value()))
     return app

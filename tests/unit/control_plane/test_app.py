@@ -1,13 +1,31 @@
+from pathlib import Path
+
 import httpx
 
 from httpbus import __version__
 from httpbus.control_plane.app import create_app
+from httpbus.control_plane.cli import dev_settings
 
 
-async def test_healthz_readyz_and_openapi_answer() -> None:
-    transport = httpx.ASGITransport(app=create_app())
-    async with httpx.AsyncClient(transport=transport, base_url="http://cp") as client:
-        health = await client.get("/healthz")
-        assert health.json() == {"status": "ok", "service": "control-plane", "version": __version__}
-        assert (await client.get("/readyz")).status_code == 200
-        assert "/healthz" in (await client.get("/openapi.json")).json()["paths"]
+async def test_healthz_readyz_and_openapi_answer(tmp_path: Path) -> None:
+    app = create_app(dev_settings(None, tmp_path, "127.0.0.1", 8700))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://cp") as client:
+            health = await client.get("/healthz")
+            assert health.json() == {
+                "status": "ok",
+                "service": "control-plane",
+                "version": __version__,
+            }
+            assert (await client.get("/readyz")).json() == {"status": "ready"}
+            paths = (await client.get("/openapi.json")).json()["paths"]
+            assert "/v1/projects/{project}/topics/{topic}/segments" in paths
+
+
+def test_dev_settings_use_the_embedded_backends_in_the_data_dir(tmp_path: Path) -> None:
+    settings = dev_settings(None, tmp_path, "127.0.0.1", 8123)
+    assert settings.port == 8123 and settings.admin_token is not None
+    assert settings.metastore.kind == "embedded"
+    assert settings.metastore.path == str(tmp_path / "metastore.db")
+    assert settings.clusters["embedded"].backend == "embedded"

@@ -1,0 +1,34 @@
+"""Settings of the control plane (read once in ``main()``)."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr, model_validator
+
+from httpbus.core.settings import SettingsBase
+from httpbus.metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
+from httpbus.segments.config import ClusterConfig, EmbeddedClusterConfig
+
+
+def _embedded_only() -> dict[str, ClusterConfig]:
+    return {"embedded": EmbeddedClusterConfig()}
+
+
+class ControlPlaneSettings(SettingsBase):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8700, ge=1, le=65_535)
+    admin_token: SecretStr | None = Field(
+        default=None, description="bearer token of the admin API (HTTPBUS_ADMIN_TOKEN)"
+    )
+    metastore: MetaStoreConfig = EmbeddedMetaStoreConfig()
+    clusters: dict[str, ClusterConfig] = Field(default_factory=_embedded_only)
+    default_cluster: str = "embedded"
+    storage_topic_prefix: str = Field(default="httpbus", pattern=r"^[A-Za-z0-9_-]{1,32}$")
+
+    @model_validator(mode="after")
+    def _default_cluster_is_configured(self) -> ControlPlaneSettings:
+        if self.default_cluster not in self.clusters:
+            raise ValueError(
+                f"default_cluster {self.default_cluster!r} is not one of the configured "
+                f"clusters {sorted(self.clusters)}"
+            )
+        return self

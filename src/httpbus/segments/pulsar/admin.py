@@ -1,0 +1,153 @@
+"""A small async client of the Pulsar admin REST API (``/admin/v2/persistent/...``).
+
+Only the calls this backend needs: partitioned topics, retention, last message ids,
+termination, internal stats (cursor positions, sealed state), subscriptions and their
+cursors. Every answer other than 2xx becomes an httpbus error (``errors.from_admin_status``);
+every transport failure or timeout becomes ``StorageUnavailable``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from .errors import from_admin_status, from_transport
+
+Json = Any
+EARLIEST = (-1, -1)
+"""The (ledger, entry) Pulsar reads as "before the first message" in cursor calls."""
+
+
+class PulsarAdmin:
+    """The admin API of one tenant/namespace. Inject ``http`` to share a connection pool;
+    otherwise the admin owns (and closes) its own ``httpx.AsyncClient``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        tenant: str,
+        namespace: str,
+        timeout_s: float,
+        token: str | None = None,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._base = f"{base_url.rstrip('/')}/admin/v2/persistent/{tenant}/{namespace}"
+        self._owns_http = http is None
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = http or httpx.AsyncClient(timeout=timeout_s)
+        self._headers = headers
+        self._timeout = timeout_s
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def _call(
+        self,
+        method: str,
+        topic: str,
+        suffix: str = "",
+        *,
+        json: Json = None,
+        params: dict[str, str] | None = None,
+    ) -> httpx.Response:
+        url = f"{self._base}/{quote(topic, safe='')}{suffix}"
+        what = f"{method} {topic}{suffix}"
+        try:
+            resp = await self._http.request(
+                method,
+                url,
+                json=json,
+                params=params,
+                headers=self._headers,
+                timeout=self._timeout,
+            )
+        except httpx.HTTPError as exc:
+            raise from_transport(exc, what) from exc
+        if resp.status_code >= 300:
+            raise from_admin_status(resp.status_code, _reason(resp), what)
+        return resp
+
+    # -- partitioned topics ---------------------------------------------------------------
+
+    async def create_partitioned_topic(self, topic: str, partitions: int) -> None:
+        """``AlreadyExists`` if the topic exists."""
+        await self._call("PUT", topic, "/partitions", json=partitions)
+
+    async def delete_partitioned_topic(self, topic: str) -> None:
+        """Force delete: producers, readers and subscriptions are dropped. ``NotFound``."""
+        await self._call("DELETE", topic, "/partitions", params={"force": "true"})
+
+    async def partition_count(self, topic: str) -> int:
+        """The partition count (0 for a non-partitioned topic); ``NotFound`` if absent."""
+        resp = await self._call("GET", topic, "/partitions")
+        return int(resp.json().get("partitions", 0))
+
+    async def set_retention(self, topic: str, minutes: int) -> None:
+        """A topic-level retention policy (needs ``topicLevelPoliciesEnabled``): acknowledged
+        or not, messages are kept ``minutes`` (-1: forever), with no size bound."""
+        body = {"retentionTimeInMinutes": minutes, "retentionSizeInMB": -1}
+        await self._call("POST", topic, "/retention", json=body)
+
+    async def partitioned_internal_stats(self, topic: str) -> dict[str, Json]:
+        """Per partition topic URL, its managed-ledger internal stats (state, cursors)."""
+        resp = await self._call("GET", topic, "/partitioned-internalStats")
+        partitions: dict[str, Json] = resp.json().get("partitions", {})
+        return partitions
+
+    # -- one partition topic --------------------------------------------------------------
+
+    async def last_message_id(self, partition_topic: str) -> tuple[int, int]:
+        """(ledger, entry) of the last stored entry; entry -1 if there is none."""
+        resp = await self._call("GET", partition_topic, "/lastMessageId")
+        return _ledger_entry(resp.json())
+
+    async def terminate(self, partition_topic: str) -> tuple[int, int]:
+        """Terminate the topic (idempotent); (ledger, entry) of its last entry."""
+        resp = await self._call("POST", partition_topic, "/terminate")
+        return _ledger_entry(resp.json())
+
+    async def batch_size(self, partition_topic: str, ledger: int, entry: int) -> int:
+        """How many messages entry (ledger, entry) holds (1 if it is not a batch)."""
+        resp = await self._call("GET", partition_topic, f"/ledger/{ledger}/entry/{entry}")
+        return int(resp.headers.get("x-pulsar-num-batch-message", "1"))
+
+    async def create_subscription(
+        self, partition_topic: str, subscription: str, at: tuple[int, int]
+    ) -> None:
+        """A durable subscription whose next entry to read is ``at``. ``AlreadyExists``."""
+        await self._call(
+            "PUT",
+            partition_topic,
+            f"/subscription/{quote(subscription, safe='')}",
+            json={"ledgerId": at[0], "entryId": at[1]},
+        )
+
+    async def reset_cursor(
+        self, partition_topic: str, subscription: str, at: tuple[int, int]
+    ) -> None:
+        """Move the subscription's cursor so that ``at`` is the next entry to read (every
+        entry before it marked deleted). ``NotFound`` if the subscription is absent."""
+        await self._call(
+            "POST",
+            partition_topic,
+            f"/subscription/{quote(subscription, safe='')}/resetcursor",
+            json={"ledgerId": at[0], "entryId": at[1], "isExcluded": False},
+        )
+
+
+def _ledger_entry(body: dict[str, Json]) -> tuple[int, int]:
+    return int(body["ledgerId"]), int(body["entryId"])
+
+
+def _reason(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:200]
+    if isinstance(body, dict):
+        return str(body.get("reason", body))[:200]
+    return str(body)[:200]

@@ -9,6 +9,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from fastapi import FastAPI, Request
 
 from httpbus import __version__
+from httpbus.core import http_errors
 from httpbus.core.errors import HttpbusError, MetaStoreUnavailable
 from httpbus.metastore.catalog import Catalog
 from httpbus.metastore.config import open_metastore
@@ -18,7 +19,6 @@ from httpbus.segments.registry import open_store
 
 from . import api
 from .admin import Admin
-from .api import errors
 from .settings import ControlPlaneSettings
 
 
@@ -53,7 +53,7 @@ def create_app(
             yield
 
     app = FastAPI(title="httpbus control plane", version=__version__, lifespan=lifespan)
-    errors.install(app)
+    http_errors.install(app)
 
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> dict[str, str]:

@@ -1,14 +1,21 @@
-"""Render every error as ``{"code", "message", "details"}`` with its stable status."""
+"""The one renderer of errors for every HTTP service of httpbus.
+
+Every error answers ``{"code", "message", "details"}`` with the status its ``ErrorCode``
+names, whether it was raised as an ``HttpbusError`` or found by request validation. It lives
+in ``core`` because all three deployables use it and may not import each other; it does no
+I/O of its own.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from httpbus.core.errors import ErrorCode, HttpbusError
+from .errors import ErrorCode, HttpbusError, Malformed, ValidationFailed
 
 
 def _field(loc: tuple[Any, ...]) -> str:
@@ -38,14 +45,19 @@ async def _httpbus_error(request: Request, exc: Exception) -> JSONResponse:
     return _error(exc.code, exc.message, exc.details, headers)
 
 
-async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
-    errors = exc.errors()
+def from_validation(errors: Sequence[Any]) -> HttpbusError:
+    """The httpbus error for pydantic validation errors: 400 for JSON that does not parse,
+    else 422 naming every field and what is wrong with it."""
     if any(e.get("type") == "json_invalid" for e in errors):
-        return _error(ErrorCode.MALFORMED, "the request body is not valid JSON")
+        return Malformed("the request body is not valid JSON")
     fields = [{"field": _field(tuple(e["loc"])), "problem": e["msg"]} for e in errors]
     summary = "; ".join(f"{f['field']}: {f['problem']}" for f in fields)
-    return _error(ErrorCode.VALIDATION_FAILED, summary, {"fields": fields})
+    return ValidationFailed(summary, details={"fields": fields})
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return await _httpbus_error(request, from_validation(exc.errors()))
 
 
 def install(app: FastAPI) -> None:

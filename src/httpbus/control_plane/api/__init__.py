@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from . import projects, subscriptions, topics
+from . import projects, subscriptions, tokens, topics
 from .auth import admin_guard
 
 
 def router(admin_token: str) -> APIRouter:
     api = APIRouter(dependencies=[Depends(admin_guard(admin_token))])
-    for module in (projects, topics, subscriptions):
+    for module in (projects, topics, subscriptions, tokens):
         api.include_router(module.router)
     return api

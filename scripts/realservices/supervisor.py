@@ -74,6 +74,9 @@ class Supervisor:
         self.ports = ports or Ports()
         self.servers = all_servers(self.ports)
         self.state_file = run_dir / "state.json"
+        # Popen objects of the children this instance started: waited for on stop, so they
+        # are reaped and never reported as still running when collected.
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
 
     # ------------------------------------------------------------ state
     def _load(self) -> dict[str, Started]:
@@ -140,6 +143,7 @@ class Supervisor:
                 start_new_session=True,
                 preexec_fn=_die_with_parent if die_with_parent else None,
             )
+        self._children[proc.pid] = proc
         starttime = _proc_starttime(proc.pid)
         if starttime is None:
             raise RuntimeError(f"{server.name} exited at once:\n{tail(log)}")
@@ -175,6 +179,12 @@ class Supervisor:
         for proc in procs.values():
             if _alive(proc):
                 _signal_group(proc.pid, signal.SIGKILL)
+        for child in self._children.values():
+            try:
+                child.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        self._children.clear()
         if self.state_file.exists():
             self.state_file.unlink()
         return sorted(procs)

@@ -174,3 +174,18 @@ class Subscription(SubscriptionSettings):
     created_at: datetime = Field(default_factory=utcnow)
     consume_pointer: Pointer | None = None
     version: int = -1
+
+
+class ProduceToken(Model):
+    """A bearer token that may publish to some topics of one project. Only its SHA-256 is
+    kept; the token itself is shown once, when it is made."""
+
+    id: str = Field(pattern=r"^[a-f0-9]{12}$")
+    project: Name
+    topics: tuple[Name | Literal["*"], ...] = Field(default=("*",), min_length=1, max_length=1000)
+    sha256: str = Field(pattern=r"^[a-f0-9]{64}$")
+    description: str = Field(default="", max_length=1_000)
+    created_at: datetime = Field(default_factory=utcnow)
+
+    def covers(self, project: str, topic: str) -> bool:
+        return project == self.project and ("*" in self.topics or topic in self.topics)

@@ -14,7 +14,7 @@ import json
 from pydantic import BaseModel
 
 from httpbus.core.errors import AlreadyExists, InUse, NotFound, VersionConflict
-from httpbus.core.model import Pointer, Project, Segment, Subscription, Topic
+from httpbus.core.model import Pointer, ProduceToken, Project, Segment, Subscription, Topic
 
 from . import paths
 from .protocol import Check, Create, Delete, MetaStore, Node, Op, Update
@@ -248,6 +248,26 @@ class Catalog:
         if await self.store.get(marker) is not None:
             ops.append(Delete(marker))
         await self.store.transaction(ops)
+
+    # ------------------------------------------------------------ produce tokens
+    async def create_token(self, token: ProduceToken) -> ProduceToken:
+        await self.get_project(token.project)
+        await self._ensure(paths.tokens(token.project))
+        await self.store.create(paths.token(token.project, token.id), _dump(token))
+        return token
+
+    async def get_token(self, project: str, token_id: str) -> ProduceToken:
+        node = await self._require(paths.token(project, token_id), f"token {token_id}")
+        return ProduceToken.model_validate_json(node.data)
+
+    async def list_tokens(self, project: str) -> list[ProduceToken]:
+        await self.get_project(project)
+        ids = await self.store.children(paths.tokens(project))
+        return [await self.get_token(project, i) for i in ids]
+
+    async def delete_token(self, project: str, token_id: str) -> None:
+        await self.get_token(project, token_id)
+        await self.store.delete(paths.token(project, token_id))
 
     async def move_consume_pointer(self, sub: Subscription, segment_id: int) -> Pointer:
         """Advance ``sub``'s consume pointer by CAS on the version it was read at."""

@@ -8,6 +8,7 @@ The tree (relative to the store's root)::
     /projects/{p}/topics/{t}/produce-pointer        {"segment_id": n}; version = znode version
     /projects/{p}/subscriptions/{s}                 Subscription (without consume pointer)
     /projects/{p}/subscriptions/{s}/consume-pointer {"segment_id": n}
+    /projects/{p}/tokens/{id}                       ProduceToken (a hash, never the secret)
     /subscribers/{p}/{t}/{project}:{s}              marks a subscription of topic p/t
     /members/{group}/{member}                       ephemeral process membership
 """
@@ -62,6 +63,15 @@ def subscription(p: str, s: str) -> str:
 
 def consume_pointer(p: str, s: str) -> str:
     return f"{subscription(p, s)}/consume-pointer"
+
+
+def tokens(p: str) -> str:
+    return f"{project(p)}/tokens"
+
+
+def token(p: str, token_id: str) -> str:
+    (token_id,) = _n(token_id)
+    return f"{tokens(p)}/{token_id}"
 
 
 def topic_subscribers(p: str, t: str) -> str:

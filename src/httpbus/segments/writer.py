@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from httpbus.core.errors import NotFound, SegmentFenced, StorageUnavailable
 from httpbus.core.model import Topic
 
-from .protocol import Record, SegmentStore
+from .protocol import Produced, Record, SegmentStore
 
 
 @dataclass(frozen=True)
@@ -56,3 +56,30 @@ class SegmentWriter:
             segment_id, name, store = self._target(fresh)
             done = await store.produce(name, record)
         return Written(segment_id, done.partition, done.position, done.timestamp_ms)
+
+    async def write_many(
+        self, topic: Topic, records: Sequence[Record]
+    ) -> list[Written | Exception]:
+        """Write many records, a result per record. Records the fence refused are written
+        again, in order, to the new segment if the produce pointer moved: the fence refuses
+        everything after the seal, so the refused ones are a suffix per key and order holds."""
+        segment_id, name, store = self._target(topic)
+        results = await store.produce_many(name, records)
+        out: list[Written | Exception] = [_written(segment_id, r) for r in results]
+        fenced = [i for i, r in enumerate(results) if isinstance(r, SegmentFenced)]
+        if not fenced:
+            return out
+        fresh = await self.refresh(topic.project, topic.name)
+        if fresh.produce_pointer is None or fresh.produce_pointer.segment_id == segment_id:
+            return out
+        segment_id, name, store = self._target(fresh)
+        again = await store.produce_many(name, [records[i] for i in fenced])
+        for i, result in zip(fenced, again, strict=True):
+            out[i] = _written(segment_id, result)
+        return out
+
+
+def _written(segment_id: int, result: Produced | Exception) -> Written | Exception:
+    if isinstance(result, Exception):
+        return result
+    return Written(segment_id, result.partition, result.position, result.timestamp_ms)

@@ -1,0 +1,135 @@
+"""Publishing: validate, limit, write durably, audit. HTTP-free, so it is easy to test."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from httpbus.core.audit import AuditEvent, AuditType
+from httpbus.core.errors import HttpbusError, StorageUnavailable, TooLarge
+from httpbus.core.model import Topic
+from httpbus.segments.audit import AuditSink
+from httpbus.segments.protocol import Record
+from httpbus.segments.writer import SegmentWriter, Written
+
+from . import headers
+from .limits import TopicLimits
+from .metadata import TopicCache
+
+
+@dataclass(frozen=True)
+class Accepted:
+    message_id: str
+    segment: int
+    partition: int
+    position: int
+
+
+@dataclass(frozen=True)
+class Draft:
+    """One message of a request, before validation."""
+
+    payload: bytes
+    headers: Sequence[tuple[str, str]]
+    content_type: str | None
+
+
+class Publisher:
+    def __init__(
+        self,
+        cache: TopicCache,
+        writer: SegmentWriter,
+        audit: AuditSink | None,
+        *,
+        max_carried: int = 64,
+    ) -> None:
+        self.cache = cache
+        self.writer = writer
+        self.audit = audit
+        self.limits = TopicLimits()
+        self.max_carried = max_carried
+
+    def _record(self, topic: Topic, draft: Draft, now_ms: int) -> tuple[Record, headers.Parsed]:
+        if len(draft.payload) > topic.max_message_bytes:
+            raise TooLarge(
+                f"the message has {len(draft.payload)} bytes; topic "
+                f"{topic.project}/{topic.name} takes at most {topic.max_message_bytes}"
+            )
+        parsed = headers.parse(
+            draft.headers,
+            draft.content_type,
+            grouped=topic.grouped,
+            max_carried=self.max_carried,
+            now_ms=now_ms,
+        )
+        key = parsed.group_id.encode() if parsed.group_id is not None else None
+        return Record(draft.payload, key=key, headers=parsed.headers, timestamp_ms=now_ms), parsed
+
+    async def publish(self, project: str, name: str, draft: Draft) -> Accepted:
+        """Store one message durably, or raise (nothing acknowledged, nothing half-done)."""
+        topic = await self.cache.topic(project, name)
+        now_ms = int(time.time() * 1000)
+        record, parsed = self._record(topic, draft, now_ms)
+        self.limits.check(topic, 1, len(draft.payload))
+        written = await self.writer.write(topic, record)
+        return self._accepted(topic, parsed, written, len(draft.payload), now_ms)
+
+    async def publish_many(
+        self, project: str, name: str, drafts: Sequence[Draft]
+    ) -> list[Accepted | HttpbusError]:
+        """Store many messages; a result per message, in order."""
+        topic = await self.cache.topic(project, name)
+        now_ms = int(time.time() * 1000)
+        results: list[Accepted | HttpbusError] = []
+        valid: list[tuple[int, Record, headers.Parsed, int]] = []
+        for index, draft in enumerate(drafts):
+            try:
+                record, parsed = self._record(topic, draft, now_ms)
+            except HttpbusError as exc:
+                results.append(exc)
+                continue
+            # Replaced below by the write's outcome; stands if the write itself raises.
+            results.append(StorageUnavailable("not written"))
+            valid.append((index, record, parsed, len(draft.payload)))
+        self.limits.check(topic, len(valid), sum(size for *_, size in valid))
+        written = await self.writer.write_many(topic, [record for _, record, _, _ in valid])
+        for (index, _, parsed, size), outcome in zip(valid, written, strict=True):
+            results[index] = (
+                self._accepted(topic, parsed, outcome, size, now_ms)
+                if isinstance(outcome, Written)
+                else _as_error(outcome)
+            )
+        return results
+
+    def _accepted(
+        self, topic: Topic, parsed: headers.Parsed, written: Written, size: int, now_ms: int
+    ) -> Accepted:
+        if self.audit is not None:
+            self.audit.emit(
+                AuditEvent(
+                    type=AuditType.ACCEPTED,
+                    message_id=parsed.message_id,
+                    project=topic.project,
+                    topic=topic.name,
+                    segment=written.segment_id,
+                    partition=written.partition,
+                    position=written.position,
+                    group=parsed.group_id,
+                    at_ms=now_ms,
+                    produced_at_ms=now_ms,
+                    size=size,
+                )
+            )
+        return Accepted(parsed.message_id, written.segment_id, written.partition, written.position)
+
+
+def _as_error(exc: Exception) -> HttpbusError:
+    if isinstance(exc, HttpbusError):
+        return exc
+    return StorageUnavailable(f"the storage refused the message: {exc}")
+
+
+def request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    """ASGI raw headers as (lower-case name, value) strings."""
+    return [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw]

@@ -1,0 +1,74 @@
+"""Run the producer service as a real process for tests, on a free port."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+import yaml
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ProducerProcess:
+    """``python -m httpbus.producer_api`` with ``settings`` (a dict written as YAML)."""
+
+    def __init__(self, settings: dict[str, Any], workdir: Path) -> None:
+        self.port = free_port()
+        self.config = workdir / f"producer-{self.port}.yaml"
+        self.config.write_text(yaml.safe_dump({**settings, "port": self.port}))
+        self.log = workdir / f"producer-{self.port}.log"
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 30) -> None:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "httpbus.producer_api", "--config", str(self.config)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"producer exited: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"producer not ready in {timeout}s: {self.log.read_text()[-2000:]}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

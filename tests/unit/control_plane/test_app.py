@@ -4,7 +4,7 @@ import httpx
 
 from httpbus import __version__
 from httpbus.control_plane.app import create_app
-from httpbus.control_plane.cli import dev_settings
+from httpbus.control_plane.cli.dev import dev_settings
 
 
 async def test_healthz_readyz_and_openapi_answer(tmp_path: Path) -> None:

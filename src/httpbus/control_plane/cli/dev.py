@@ -1,22 +1,24 @@
-"""The ``httpbus`` command line."""
+"""``httpbus dev``: the whole platform on this machine, on the embedded backends."""
 
 from __future__ import annotations
 
+import os
 import secrets
+import subprocess
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 import uvicorn
+import yaml
 
 from httpbus import __version__
 from httpbus.metastore.config import EmbeddedMetaStoreConfig
 from httpbus.segments.config import EmbeddedClusterConfig
 
-from .app import create_app
-from .settings import ControlPlaneSettings
-
-cli = typer.Typer(help="httpbus: an HTTP asynchronous message bus.", no_args_is_help=True)
+from ..app import create_app
+from ..settings import ControlPlaneSettings
 
 ConfigOption = Annotated[
     Path | None,
@@ -28,15 +30,6 @@ ConfigOption = Annotated[
         dir_okay=False,
     ),
 ]
-
-
-@cli.callback(invoke_without_command=True)
-def _root(
-    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
-) -> None:
-    if version:
-        typer.echo(__version__)
-        raise typer.Exit()
 
 
 def dev_settings(config: Path | None, data_dir: Path, host: str, port: int) -> ControlPlaneSettings:
@@ -56,10 +49,10 @@ def dev_settings(config: Path | None, data_dir: Path, host: str, port: int) -> C
     return ControlPlaneSettings.load(config, **overrides)
 
 
-@cli.command()
 def dev(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Control-plane port.")] = 8700,
+    producer_port: Annotated[int, typer.Option(help="Producer port.")] = 8701,
     data_dir: Annotated[Path, typer.Option(help="Where the embedded stores live.")] = Path(
         ".httpbus"
     ),
@@ -74,8 +67,36 @@ def dev(
     typer.echo(f"  admin token    {token}")
     typer.echo(f"  data           {data_dir.resolve()}")
     typer.echo(f"  try: curl -H 'Authorization: Bearer {token}' http://{host}:{port}/v1/projects")
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    typer.echo(f"  producer       http://{host}:{producer_port}")
+    producer = _start_producer(settings, data_dir, host, producer_port, token)
+    try:
+        uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    finally:
+        producer.terminate()
+        try:
+            producer.wait(15)
+        except subprocess.TimeoutExpired:
+            producer.kill()
 
 
-def main() -> None:
-    cli()
+def _start_producer(
+    settings: ControlPlaneSettings, data_dir: Path, host: str, port: int, token: str
+) -> subprocess.Popen[bytes]:
+    """The producer service as a child process on the same embedded stores (deployables
+    never import each other: each runs as its own process, as in production)."""
+    config = data_dir / "producer.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "host": host,
+                "port": port,
+                "metastore": settings.metastore.model_dump(),
+                "clusters": {n: c.model_dump() for n, c in settings.clusters.items()},
+                "audit": {"cluster": settings.default_cluster},
+            }
+        )
+    )
+    env = {**os.environ, "HTTPBUS_ADMIN_TOKEN": token}
+    return subprocess.Popen(
+        [sys.executable, "-m", "httpbus.producer_api", "--config", str(config)], env=env
+    )

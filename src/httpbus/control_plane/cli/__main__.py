@@ -1,0 +1,5 @@
+"""``python -m httpbus.control_plane.cli`` is the ``httpbus`` command."""
+
+from . import main
+
+main()

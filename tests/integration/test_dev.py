@@ -56,6 +56,15 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
         proc.terminate()
         proc.wait(20)
         log.close()
+    # The producer child ends with dev (uvicorn re-raises SIGTERM, so no finally runs).
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"{urls[1]}/healthz", timeout=0.5)
+        except httpx.HTTPError:
+            return
+        time.sleep(0.2)
+    raise AssertionError("the producer outlived httpbus dev")
 
 
 def _cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import secrets
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -98,5 +100,14 @@ def _start_producer(
     )
     env = {**os.environ, "HTTPBUS_ADMIN_TOKEN": token}
     return subprocess.Popen(
-        [sys.executable, "-m", "httpbus.producer_api", "--config", str(config)], env=env
+        [sys.executable, "-m", "httpbus.producer_api", "--config", str(config)],
+        env=env,
+        preexec_fn=_end_with_parent,
     )
+
+
+def _end_with_parent() -> None:
+    """Runs in the child before exec: the kernel sends it SIGTERM when ``httpbus dev`` dies.
+    uvicorn re-raises the SIGTERM it handled, so ``dev`` may end without its ``finally``."""
+    if sys.platform == "linux":
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG

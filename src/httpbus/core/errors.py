@@ -24,6 +24,7 @@ class ErrorCode(Enum):
     UNAUTHORIZED = ("unauthorized", 401)
     FORBIDDEN = ("forbidden", 403)
     NOT_FOUND = ("not_found", 404)
+    METHOD_NOT_ALLOWED = ("method_not_allowed", 405)
     ALREADY_EXISTS = ("already_exists", 409)
     VERSION_CONFLICT = ("version_conflict", 409)
     IN_USE = ("in_use", 409)

@@ -8,12 +8,14 @@ I/O of its own.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .errors import ErrorCode, HttpbusError, Malformed, ValidationFailed
 
@@ -35,14 +37,38 @@ def _error(
     return JSONResponse(body, status_code=code.status, headers=headers)
 
 
-async def _httpbus_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, HttpbusError)
+def error_headers(exc: HttpbusError) -> dict[str, str]:
+    """The headers an error answers with: ``Retry-After``, ``WWW-Authenticate``."""
     headers = {}
     if exc.retry_after is not None:
         headers["Retry-After"] = str(max(1, round(exc.retry_after)))
     if exc.code is ErrorCode.UNAUTHORIZED:
         headers["WWW-Authenticate"] = "Bearer"
-    return _error(exc.code, exc.message, exc.details, headers)
+    return headers
+
+
+def render(exc: HttpbusError) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and JSON body of an error, for handlers that answer in raw ASGI."""
+    return exc.code.status, error_headers(exc), json.dumps(exc.to_body()).encode()
+
+
+async def _httpbus_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HttpbusError)
+    return _error(exc.code, exc.message, exc.details, error_headers(exc))
+
+
+async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's own errors (no such route, method not allowed) in our format."""
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 404:
+        return _error(ErrorCode.NOT_FOUND, f"no such endpoint: {request.method} {request.url.path}")
+    if exc.status_code == 405:
+        return _error(
+            ErrorCode.METHOD_NOT_ALLOWED,
+            f"{request.method} is not allowed on {request.url.path}",
+            headers=dict(exc.headers or {}),
+        )
+    return _error(ErrorCode.MALFORMED, str(exc.detail))
 
 
 def from_validation(errors: Sequence[Any]) -> HttpbusError:
@@ -63,4 +89,5 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 def install(app: FastAPI) -> None:
     """Install the handlers: httpbus errors and request validation."""
     app.add_exception_handler(HttpbusError, _httpbus_error)
+    app.add_exception_handler(StarletteHTTPException, _http_exception)
     app.add_exception_handler(RequestValidationError, _validation_error)

@@ -35,12 +35,14 @@ class _Monotonic:
 _GEN = _Monotonic()
 
 
+# Two base32 digits per table entry: 13 lookups for the 26 digits of an id.
+_PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]
+
+
 def encode(value: int) -> str:
-    out = []
-    for _ in range(26):
-        out.append(_ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(out))
+    """26 Crockford base32 digits of a value below 2**130, most significant first."""
+    pairs = _PAIRS
+    return "".join([pairs[(value >> shift) & 1023] for shift in range(120, -1, -10)])
 
 
 def new_message_id(now_ms: int | None = None) -> str:

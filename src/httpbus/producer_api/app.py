@@ -9,7 +9,6 @@ import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
@@ -17,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from httpbus import __version__
 from httpbus.core import http_errors
-from httpbus.core.errors import HttpbusError, Malformed, MetaStoreUnavailable, TooLarge
+from httpbus.core.errors import HttpbusError, Malformed, MetaStoreUnavailable
 from httpbus.metastore.catalog import Catalog
 from httpbus.metastore.config import open_metastore
 from httpbus.metastore.protocol import MetaStore
@@ -27,21 +26,15 @@ from httpbus.segments.registry import open_store
 from httpbus.segments.writer import SegmentWriter
 
 from .auth import Authorizer
+from .fastpath import ProducerASGI, produce_one, read_body
 from .metadata import TopicCache
 from .metrics import ProducerMetrics
-from .publish import Accepted, Draft, Publisher, request_headers
+from .publish import Accepted, Draft, Publisher
+from .service import Service
 from .settings import ProducerSettings
 
 MAX_BATCH = 1_000
 MAX_BATCH_BYTES = 16 * 1024 * 1024
-
-
-@dataclass
-class Service:
-    publisher: Publisher
-    authorizer: Authorizer
-    cache: TopicCache
-    metrics: ProducerMetrics
 
 
 class BatchMessage(BaseModel):
@@ -75,20 +68,6 @@ class Batch(BaseModel):
     messages: list[BatchMessage] = Field(min_length=1, max_length=MAX_BATCH)
 
 
-async def _body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it is known to exceed ``limit``."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise TooLarge(f"the body has {declared} bytes; at most {limit} are taken here")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise TooLarge(f"the body has more than {limit} bytes, the most taken here")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def _accepted_body(accepted: Accepted) -> dict[str, Any]:
     return {
         "message_id": accepted.message_id,
@@ -103,7 +82,7 @@ def create_app(
     *,
     metastore: MetaStore | None = None,
     stores: dict[str, SegmentStore] | None = None,
-) -> FastAPI:
+) -> ProducerASGI:
     """Build the producer service; ``metastore`` and ``stores`` are opened from
     ``settings`` unless given (already started) by the caller."""
 
@@ -153,7 +132,7 @@ def create_app(
     app = FastAPI(title="httpbus producer", version=__version__, lifespan=lifespan)
     http_errors.install(app)
     _routes(app)
-    return app
+    return ProducerASGI(app)
 
 
 def _routes(app: FastAPI) -> None:
@@ -164,33 +143,12 @@ def _routes(app: FastAPI) -> None:
         openapi_extra={"requestBody": {"content": {"*/*": {}}, "required": True}},
     )
     async def produce(project: str, topic: str, request: Request) -> Response:
-        """Publish the body as one message; 201 only once the storage stored it durably."""
-        service: Service = request.app.state.service
-        t0 = time.perf_counter()
-        try:
-            await service.authorizer.check(request, project, topic)
-            found = await service.cache.topic(project, topic)
-            payload = await _body(request, found.max_message_bytes)
-            draft = Draft(
-                payload,
-                request_headers(request.scope["headers"]),
-                request.headers.get("content-type"),
-            )
-            accepted = await service.publisher.publish(project, topic, draft)
-        except HttpbusError as exc:
-            service.metrics.requests.labels(project, topic, exc.code.code).inc()
-            raise
-        service.metrics.latency.observe(time.perf_counter() - t0)
-        service.metrics.requests.labels(project, topic, "accepted").inc()
-        service.metrics.messages.labels(project, topic).inc()
-        service.metrics.bytes.labels(project, topic).inc(len(payload))
-        body = json.dumps(_accepted_body(accepted)).encode()
-        return Response(
-            body,
-            status_code=201,
-            media_type="application/json",
-            headers={"X-Message-Id": accepted.message_id},
+        """Publish the body as one message; 201 only once the storage stored it durably.
+        (Served by the fast path of ``fastpath.ProducerASGI``; this route documents it.)"""
+        status, headers, body = await produce_one(
+            request.app.state.service, project, topic, request.scope["headers"], request.receive
         )
+        return Response(body, status_code=status, media_type="application/json", headers=headers)
 
     @app.post(
         "/v1/projects/{project}/topics/{topic}/produce/batch",
@@ -205,9 +163,12 @@ def _routes(app: FastAPI) -> None:
     async def produce_batch(project: str, topic: str, request: Request) -> Response:
         """Publish many messages; a result per message (200 all stored, 207 some failed)."""
         service: Service = request.app.state.service
-        await service.authorizer.check(request, project, topic)
+        await service.authorizer.check(request.headers.get("authorization", ""), project, topic)
+        declared = request.headers.get("content-length")
         try:
-            batch = Batch.model_validate_json(await _body(request, MAX_BATCH_BYTES))
+            batch = Batch.model_validate_json(
+                await read_body(request.receive, declared, MAX_BATCH_BYTES)
+            )
         except ValidationError as exc:
             raise http_errors.from_validation(exc.errors()) from None
         drafts = [m.draft() for m in batch.messages]
@@ -220,7 +181,7 @@ def _routes(app: FastAPI) -> None:
                 failed += 1
                 out.append({"index": index, "status": result.code.status, **result.to_body()})
         accepted = len(results) - failed
-        service.metrics.messages.labels(project, topic).inc(accepted)
+        service.metrics.accepted(project, topic, 0, 0.0, messages=accepted)
         body = {"accepted": accepted, "failed": failed, "results": out}
         return Response(
             json.dumps(body).encode(),

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hmac
 
-from starlette.requests import Request
-
 from httpbus.core import tokens
 from httpbus.core.errors import Forbidden, Unauthorized
 
@@ -17,9 +15,10 @@ class Authorizer:
         self.cache = cache
         self.admin = admin_token.encode() if admin_token else None
 
-    async def check(self, request: Request, project: str, topic: str) -> None:
-        """Return if the request may publish to ``project/topic``; else 401 or 403."""
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    async def check(self, authorization: str, project: str, topic: str) -> None:
+        """Return if the ``Authorization`` header may publish to ``project/topic``; else
+        raise 401 or 403."""
+        scheme, _, given = authorization.partition(" ")
         given = given.strip()
         if scheme.lower() != "bearer" or not given:
             raise Unauthorized("send a produce token as 'Authorization: Bearer <token>'")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -9,6 +11,7 @@ BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.
 
 class ProducerMetrics:
     def __init__(self) -> None:
+        self._children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "httpbus_produce_requests",
@@ -37,3 +40,25 @@ class ProducerMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def accepted(
+        self, project: str, topic: str, size: int, latency_s: float, messages: int = 1
+    ) -> None:
+        """Count accepted messages (label children are cached: this is the hot path)."""
+        key = (project, topic)
+        children = self._children.get(key)
+        if children is None:
+            children = (
+                self.requests.labels(project, topic, "accepted"),
+                self.messages.labels(project, topic),
+                self.bytes.labels(project, topic),
+            )
+            self._children[key] = children
+        requests, messages_c, bytes_c = children
+        requests.inc()
+        messages_c.inc(messages)
+        bytes_c.inc(size)
+        self.latency.observe(latency_s)
+
+    def refused(self, project: str, topic: str, code: str) -> None:
+        self.requests.labels(project, topic, code).inc()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from httpbus.core.audit import AuditEvent, AuditType
@@ -128,8 +128,3 @@ def _as_error(exc: Exception) -> HttpbusError:
     if isinstance(exc, HttpbusError):
         return exc
     return StorageUnavailable(f"the storage refused the message: {exc}")
-
-
-def request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
-    """ASGI raw headers as (lower-case name, value) strings."""
-    return [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw]

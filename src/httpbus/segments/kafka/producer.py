@@ -48,6 +48,8 @@ class DurableProducer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._also_poll: Callable[[float], object] | None = None
+        # Delivery reports of the current poll, filled and drained on the poll thread only.
+        self._reports: list[tuple[asyncio.Future[Outcome], Outcome]] = []
 
     def start(
         self, loop: asyncio.AbstractEventLoop, also_poll: Callable[[float], object] | None = None
@@ -127,13 +129,9 @@ class DurableProducer:
             outcome = unavailable(f"produce to {msg.topic()}", "acknowledged after the timeout")
         else:
             outcome = Produced(msg.partition(), msg.offset(), msg.timestamp()[1])
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        try:
-            loop.call_soon_threadsafe(_settle, future, outcome)
-        except RuntimeError:  # the loop closed meanwhile: nobody is waiting any more
-            pass
+        # Collected here and handed to the loop once per poll: one cross-thread wake-up
+        # for a whole batch of reports instead of one per message.
+        self._reports.append((future, outcome))
 
     def _poll(self) -> None:
         while not self._stop.is_set():
@@ -143,6 +141,19 @@ class DurableProducer:
                     self._also_poll(0)
             except Exception:  # a bug in a callback must not stop deliveries
                 log.exception("kafka producer poll failed")
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        if not self._reports:
+            return
+        reports, self._reports = self._reports, []
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(_settle_all, reports)
+        except RuntimeError:  # the loop closed meanwhile: nobody is waiting any more
+            pass
 
     async def close(self) -> None:
         """Stop polling; records still unacknowledged after a short flush are purged (their
@@ -162,9 +173,10 @@ def _shutdown(thread: threading.Thread, producer: Any) -> None:
     producer.close()
 
 
-def _settle(future: asyncio.Future[Outcome], outcome: Outcome) -> None:
-    if not future.done():
-        future.set_result(outcome)
+def _settle_all(reports: list[tuple[asyncio.Future[Outcome], Outcome]]) -> None:
+    for future, outcome in reports:
+        if not future.done():
+            future.set_result(outcome)
 
 
 def probe_until_refused(

@@ -1,0 +1,456 @@
+"""The producer benchmark: our produce path beside the baselines it is measured against.
+
+In one run, against the real ZooKeeper, Kafka and Pulsar on 127.0.0.1, it starts the control
+plane and the producer service as processes of their own, creates a project and a topic per
+backend through the admin API, and loads the producer with wrk (another process):
+
+- the *bare handler* (Starlette on uvicorn, reads the body, answers 201): the ceiling of
+  Python HTTP on this machine; and the same on FastAPI, the framework's own share;
+- single-message and batch produce on each backend, as fast as the service answers;
+- single-message produce at a fixed, moderate rate: half the bare handler's ceiling (and half
+  our own maximum too, when the first is more than the service can take);
+- the raw clients (confluent-kafka acks=all + idempotence; pulsar-client send_async with
+  batching) writing as many messages straight to a storage topic as our batch run stored.
+
+It prints msgs/s, latency percentiles and CPU use per scenario and the ratios to the
+baselines; it never asserts timings. Every run ends by itself; everything it starts is stopped
+and everything it creates is deleted at the end, also on Ctrl-C. Usage::
+
+    .venv/bin/python bench/produce.py --backend both --seconds 10 --connections 64 --size 1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import platform
+import random
+import secrets
+import string
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import _support as s
+import httpx
+import yaml
+from _support import Cpu, Endpoints, LoadResult, LoadSpec, Server
+
+BENCH_DIR = Path(__file__).resolve().parent
+CLUSTERS = {"kafka": "kafka-main", "pulsar": "pulsar-main"}
+# The benchmark measures the produce path, not the topic's quota (429 past 5,000 msg/s).
+UNTHROTTLED = {"max_qps": 1_000_000, "max_bytes_per_second": 1024**3}
+
+
+@dataclass
+class Row:
+    """One line of the table; ``result`` is None for the raw-client baselines."""
+
+    scenario: str
+    msgs_per_s: float
+    result: LoadResult | None = None
+    note: str = ""
+    cpu: float = math.nan  # the Python process that produces (server or raw client); 1 = a core
+    host_cpu: float = math.nan  # the whole machine; 1 = every core
+
+
+class Bench:
+    """One benchmark run: its names, its processes, its figures."""
+
+    def __init__(self, args: argparse.Namespace, endpoints: Endpoints, workdir: Path) -> None:
+        self.args = args
+        self.endpoints = endpoints
+        self.workdir = workdir
+        self.tag = f"bench-{secrets.token_hex(4)}"  # ZooKeeper root, project, storage topics
+        self.token = secrets.token_urlsafe(24)
+        alphabet = string.ascii_letters + string.digits
+        self.payload = "".join(random.Random(1).choices(alphabet, k=args.size))
+        self.batch_body = json.dumps({"messages": [{"payload": self.payload}] * args.batch})
+        self.backends = list(CLUSTERS) if args.backend == "both" else [args.backend]
+        self.rows: list[Row] = []
+        self.wrk = None if args.load == "httpx" else s.ensure_wrk()
+        if self.wrk is None:
+            print("NOTE: wrk is unusable: the (much slower) httpx load generator is used.")
+        self.kafka_topics = [f"{self.tag}.audit"]
+        self.pulsar_topics: list[str] = []
+
+    # ------------------------------------------------------------ services
+
+    def configs(self) -> tuple[Path, Path]:
+        """The control plane's and the producer's settings files (one schema each)."""
+        e = self.endpoints
+        common: dict[str, Any] = {
+            "admin_token": self.token,
+            "metastore": {"kind": "zookeeper", "hosts": e.zookeeper, "root": f"/{self.tag}"},
+            "clusters": {
+                "kafka-main": {"backend": "kafka", "bootstrap_servers": e.kafka},
+                "pulsar-main": {
+                    "backend": "pulsar",
+                    "service_url": e.pulsar,
+                    "admin_url": e.pulsar_admin,
+                },
+            },
+        }
+        control = {**common, "default_cluster": "kafka-main", "storage_topic_prefix": self.tag}
+        producer = {**common, "audit": {"cluster": "kafka-main", "topic": f"{self.tag}.audit"}}
+        paths = self.workdir / "control-plane.yaml", self.workdir / "producer.yaml"
+        for path, settings in zip(paths, (control, producer), strict=True):
+            path.write_text(yaml.safe_dump(settings))
+        return paths
+
+    def server(self, name: str, *argv: str | Path) -> Server:
+        """``python *argv --port P`` (not started), logging to the work dir."""
+        port = s.free_port()
+        command = [sys.executable, *map(str, argv), "--port", str(port)]
+        return Server(name, command, port, self.workdir / f"{name}.log")
+
+    @contextlib.contextmanager
+    def services(self) -> Iterator[Server]:
+        """The control plane and the producer service, our topics made; on the way out the
+        topics are deleted, the services stopped, then what is left in storage deleted."""
+        control_yaml, producer_yaml = self.configs()
+        with contextlib.ExitStack() as stack:
+            stack.callback(self.drop_storage)
+            control = stack.enter_context(
+                self.server(
+                    "control-plane", "-m", "httpbus.control_plane", "--config", control_yaml
+                )
+            )
+            producer = stack.enter_context(
+                self.server("producer", "-m", "httpbus.producer_api", "--config", producer_yaml)
+            )
+            admin = stack.enter_context(
+                httpx.Client(
+                    base_url=control.url,
+                    headers={"Authorization": f"Bearer {self.token}"},
+                    timeout=60,
+                )
+            )
+            stack.callback(self.drop_catalog, admin)
+            _expect(admin.post("/v1/projects", json={"name": self.tag}), 201)
+            for backend in self.backends:
+                topic = {"name": backend, "cluster": CLUSTERS[backend], "capacity": UNTHROTTLED}
+                topic["partitions"] = self.args.partitions
+                _expect(admin.post(f"/v1/projects/{self.tag}/topics", json=topic), 201)
+            yield producer
+
+    def drop_catalog(self, admin: httpx.Client) -> None:
+        """Delete our topics (the control plane deletes their storage topics) and project."""
+        with s.warn_on_error("delete the benchmark's topics"):
+            for backend in self.backends:
+                admin.delete(f"/v1/projects/{self.tag}/topics/{backend}", params={"force": True})
+            admin.delete(f"/v1/projects/{self.tag}")
+
+    def drop_storage(self) -> None:
+        """Delete our ZooKeeper root, the audit and raw Kafka topics, the raw Pulsar topics."""
+        from confluent_kafka.admin import AdminClient
+        from kazoo.client import KazooClient
+
+        with s.warn_on_error(f"delete ZooKeeper /{self.tag}"):
+            zk = KazooClient(hosts=self.endpoints.zookeeper, timeout=10)
+            zk.start(timeout=10)
+            try:
+                zk.delete(f"/{self.tag}", recursive=True)
+            finally:
+                zk.stop()
+                zk.close()
+        with s.warn_on_error("delete the Kafka topics"):
+            admin = AdminClient({"bootstrap.servers": self.endpoints.kafka})
+            for future in admin.delete_topics(self.kafka_topics, operation_timeout=30).values():
+                with contextlib.suppress(Exception):  # one never created: nothing to delete
+                    future.result(timeout=30)
+        for topic in self.pulsar_topics:
+            with s.warn_on_error(f"delete Pulsar topic {topic}"):
+                url = _pulsar_partitions_url(self.endpoints, topic)
+                httpx.delete(url, params={"force": True}, timeout=30)
+
+    # ------------------------------------------------------------ load
+
+    def spec(self, url: str, *, batch: bool = False, rate: float | None = None) -> LoadSpec:
+        content_type = "application/json" if batch else "application/octet-stream"
+        return LoadSpec(
+            url=url,
+            body=(self.batch_body if batch else self.payload).encode(),
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": content_type},
+            connections=self.args.connections,
+            threads=self.args.threads,
+            seconds=self.args.seconds,
+            rate=rate,
+        )
+
+    def load(self, name: str, server: Server, spec: LoadSpec, per_request: int = 1) -> Row:
+        """Once the server is idle, a warm-up, then the measured run (profiled with --py-spy);
+        a row of the table."""
+        if (waited := server.settle()) > 1:
+            print(f"  ({server.name} was busy for {waited:.1f}s after the previous run)")
+        if self.args.warmup > 0:
+            self._generate(f"{name} warm-up", dataclasses.replace(spec, seconds=self.args.warmup))
+        profile = self.workdir / f"profile-{s.slug(name)}.txt"
+        spy = s.py_spy(server.pid, spec.seconds, profile) if self.args.py_spy else None
+        try:
+            with Cpu(server.cpu_seconds) as cpu:
+                result = self._generate(name, spec)
+        finally:
+            if spy is not None:
+                spy.wait(spec.seconds + 30)
+        msgs_per_s = result.ok * per_request / result.seconds
+        return self.add(
+            Row(name, msgs_per_s, result, result.describe_errors(), cpu.process, cpu.host)
+        )
+
+    def add(self, row: Row) -> Row:
+        self.rows.append(row)
+        p99 = f", p99 {s.fmt(row.result.p99_ms, 2)} ms" if row.result else ""
+        print(f"  {row.scenario}: {s.fmt(row.msgs_per_s, 0)} msgs/s{p99} {row.note}")
+        return row
+
+    def _generate(self, name: str, spec: LoadSpec) -> LoadResult:
+        if self.wrk is not None:
+            try:
+                result = s.run_wrk(self.wrk, spec, self.workdir)
+            except RuntimeError as exc:
+                print(f"NOTE: wrk failed, the httpx load generator takes over: {exc}")
+                self.wrk = None
+            else:
+                (self.workdir / f"wrk-{s.slug(name)}.txt").write_text(result.raw)
+                return result
+        return s.run_httpx(spec)
+
+
+def _expect(response: httpx.Response, status: int) -> None:
+    if response.status_code != status:
+        request = response.request
+        raise RuntimeError(
+            f"{request.method} {request.url}: {response.status_code} {response.text}"
+        )
+
+
+def _pulsar_partitions_url(endpoints: Endpoints, topic: str) -> str:
+    return f"{endpoints.pulsar_admin}/admin/v2/persistent/public/default/{topic}/partitions"
+
+
+# ---------------------------------------------------------------- raw client baselines
+
+
+def raw_kafka(bench: Bench, count: int) -> Row:
+    """confluent-kafka straight to a topic: acks=all, idempotent, our linger.ms."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    topic = f"{bench.tag}.raw"
+    bench.kafka_topics.append(topic)
+    admin = AdminClient({"bootstrap.servers": bench.endpoints.kafka})
+    admin.create_topics([NewTopic(topic, bench.args.partitions, 1)])[topic].result(timeout=30)
+    config = {"acks": "all", "enable.idempotence": True, "linger.ms": 1}
+    producer = Producer({"bootstrap.servers": bench.endpoints.kafka, **config})
+    value, outcomes = bench.payload.encode(), Counter[str]()
+
+    def delivered(err: Any, msg: Any) -> None:
+        outcomes["failed" if err is not None else "acked"] += 1
+
+    def send() -> bool:
+        try:
+            producer.produce(topic, value, on_delivery=delivered)
+        except BufferError:  # the local queue is full: let librdkafka drain it
+            producer.poll(0.01)
+            return False
+        producer.poll(0)
+        return True
+
+    producer.produce(topic, value)  # warm: metadata and producer id before the clock starts
+    producer.flush(30)
+    name = "raw confluent-kafka (acks=all, idempotent)"
+    return _timed(bench, name, count, send, lambda left, _: producer.flush(left), outcomes)
+
+
+def raw_pulsar(bench: Bench, count: int) -> Row:
+    """pulsar-client straight to a partitioned topic: send_async with batching."""
+    import pulsar
+
+    name = f"{bench.tag}-raw"
+    bench.pulsar_topics.append(name)
+    url = _pulsar_partitions_url(bench.endpoints, name)
+    httpx.put(url, json=bench.args.partitions, timeout=30).raise_for_status()
+    quiet = pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
+    client = pulsar.Client(bench.endpoints.pulsar, operation_timeout_seconds=30, logger=quiet)
+    value, outcomes = bench.payload.encode(), Counter[str]()
+
+    def delivered(result: Any, msg_id: Any) -> None:
+        outcomes["acked" if result == pulsar.Result.Ok else "failed"] += 1
+
+    def send() -> bool:
+        producer.send_async(value, delivered)  # blocks while the client's queue is full
+        return True
+
+    def finish(left: float, sent: int) -> None:
+        producer.flush()
+        deadline = time.monotonic() + left
+        while outcomes.total() < sent and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    try:
+        producer = client.create_producer(
+            f"persistent://public/default/{name}",
+            batching_enabled=True,
+            batching_max_messages=1000,
+            batching_max_publish_delay_ms=1,
+            block_if_queue_full=True,
+            send_timeout_millis=30_000,
+        )
+        producer.send(value)  # warm: every partition's producer is connected by now
+        row = _timed(
+            bench, "raw pulsar-client (send_async, batching)", count, send, finish, outcomes
+        )
+        producer.close()
+        return row
+    finally:
+        client.close()
+
+
+def _timed(
+    bench: Bench,
+    name: str,
+    count: int,
+    send: Callable[[], bool],
+    finish: Callable[[float, int], object],
+    outcomes: Counter[str],
+) -> Row:
+    """``send`` ``count`` messages, ``finish`` (await their acks), within a time budget."""
+    deadline = time.monotonic() + 3 * bench.args.seconds + 30
+    sent = 0
+    with Cpu() as cpu:
+        t0 = time.perf_counter()
+        while sent < count and time.monotonic() < deadline:
+            sent += send()
+        finish(max(1.0, deadline - time.monotonic()), sent)
+        elapsed = time.perf_counter() - t0
+    missing = sent - outcomes.total()
+    notes = [f"{sent:,} msgs"]
+    notes += [f"{outcomes['failed']} failed"] if outcomes["failed"] else []
+    notes += [f"{missing} unacknowledged"] if missing else []
+    msgs_per_s = outcomes["acked"] / elapsed
+    return bench.add(Row(name, msgs_per_s, None, ", ".join(notes), cpu.process, cpu.host))
+
+
+# ---------------------------------------------------------------- the run
+
+
+def run(bench: Bench) -> None:
+    """Every scenario, in an order that lets later ones use earlier figures."""
+    args = bench.args
+    print("bare handlers (uvicorn + uvloop + httptools)")
+    bare_rows = {}
+    for framework in ("starlette", "fastapi"):
+        argv = (BENCH_DIR / "_support.py", "bare", "--framework", framework)
+        with bench.server(f"bare-{framework}", *argv) as bare:
+            name = f"bare {framework} handler"
+            bare_rows[framework] = bench.load(name, bare, bench.spec(f"{bare.url}/p"))
+    ceiling = bare_rows["starlette"].msgs_per_s
+    with bench.services() as producer:
+        for backend in bench.backends:
+            url = f"{producer.url}/v1/projects/{bench.tag}/topics/{backend}/produce"
+            print(f"{backend} (topic of {args.partitions} partitions)")
+            single = bench.load(f"{backend} single", producer, bench.spec(url))
+            batch_spec = bench.spec(f"{url}/batch", batch=True)
+            batch = bench.load(f"{backend} batch x{args.batch}", producer, batch_spec, args.batch)
+            moderate(bench, producer, backend, url, ceiling / 2, single.msgs_per_s)
+            count = max(10_000, round(batch.msgs_per_s * args.seconds))
+            (raw_kafka if backend == "kafka" else raw_pulsar)(bench, count)
+        if any(row.result is not None and row.result.describe_errors() for row in bench.rows):
+            print(f"\nproducer service log (tail of {producer.log}):\n{producer.tail(30)}")
+
+
+def moderate(
+    bench: Bench, producer: Server, backend: str, url: str, rate: float, our_max: float
+) -> None:
+    """Single-message latency at a fixed rate; also at half our own maximum when ``rate``
+    is close to or beyond what the service can take (then it measures an overload)."""
+    targets = [("half bare ceiling", rate)]
+    if rate > 0.8 * our_max:
+        targets.append(("half our max", our_max / 2))
+    for label, target in targets:
+        name = f"{backend} single @ {s.fmt(target, 0)}/s ({label})"
+        row = bench.load(name, producer, bench.spec(url, rate=max(1.0, target)))
+        row.note = ", ".join(x for x in (f"target {s.fmt(target, 0)}/s", row.note) if x)
+
+
+def report(bench: Bench) -> None:
+    """The table and the ratios to the baselines."""
+    a = bench.args
+    load = bench.wrk or "httpx, the fallback (slow: it is the bottleneck when py CPU is low)"
+    print(
+        f"\n== produce: {a.seconds:g}s per run, {a.connections} connections, {a.threads} load "
+        f"threads, {a.size} B messages, batches of {a.batch}, {a.partitions} partitions; "
+        f"load: {load}; {os.cpu_count()} CPUs; Python {platform.python_version()}\n"
+    )
+    table = []
+    for row in bench.rows:
+        r = row.result
+        latencies = [s.fmt(x, 2) for x in (r.p50_ms, r.p99_ms, r.p999_ms)] if r else ["-"] * 3
+        cpu = [f"{s.fmt(100 * x, 0)}%" for x in (row.cpu, row.host_cpu)]
+        table.append([row.scenario, s.fmt(row.msgs_per_s, 0), *latencies, *cpu, row.note])
+    headers = ["scenario", "msgs/s", "p50 ms", "p99 ms", "p99.9 ms", "py CPU", "host CPU"]
+    s.print_table([*headers, "errors / notes"], table)
+    print(
+        "\npy CPU: the Python process that produces (the server, or the raw client), 100% = "
+        "one core; host CPU: the whole machine (wrk and the brokers too), 100% = every core.\n"
+    )
+    found = {row.scenario.split(" (")[0]: row.msgs_per_s for row in bench.rows}
+    ratios = []
+    for backend in bench.backends:
+        raw = "raw confluent-kafka" if backend == "kafka" else "raw pulsar-client"
+        for ours, baseline in (("single", "bare starlette handler"), (f"batch x{a.batch}", raw)):
+            ratio = found[f"{backend} {ours}"] / found[baseline]
+            ratios.append([f"{backend} {ours} / {baseline}", f"{ratio:.1%}"])
+    s.print_table(["ratio of msgs/s", "ours"], ratios)
+    print(f"\nlogs, configs, wrk outputs{' and profiles' * a.py_spy}: {bench.workdir}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--backend", choices=["kafka", "pulsar", "both"], default="both")
+    p.add_argument("--seconds", type=float, default=10.0, help="length of each measured run")
+    p.add_argument("--warmup", type=float, default=2.0, help="unmeasured run before each")
+    p.add_argument("--connections", type=int, default=64)
+    p.add_argument("--threads", type=int, default=2, help="load generator threads")
+    p.add_argument("--size", type=int, default=1024, help="message size in bytes")
+    p.add_argument("--batch", type=int, default=100, help="messages per batch request")
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--load", choices=["wrk", "httpx"], default="wrk", help="load generator")
+    p.add_argument("--py-spy", action="store_true", help="profile every run (py-spy)")
+    p.add_argument(
+        "--services-file",
+        type=Path,
+        default=Path("/tmp/httpbus-services/state.json"),
+        help="endpoints of the running servers (written by scripts.realservices)",
+    )
+    p.add_argument("--workdir", type=Path, help="for logs and outputs (default: a new temp dir)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    s.interrupt_on_sigterm()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="httpbus-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    bench = Bench(args, Endpoints.read(args.services_file), workdir)
+    try:
+        run(bench)
+    except KeyboardInterrupt:
+        print("\ninterrupted: every process started here has been stopped")
+        return 130
+    report(bench)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,375 @@
+"""The HTTP sender against a real endpoint: uvicorn on 127.0.0.1 in a thread, real sockets,
+no mock of httpx. The endpoint records every request and answers as each test scripts it."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from httpbus.core.model import Endpoint, RetryPolicy, Subscription
+from httpbus.core.signing import sign, verify
+from httpbus.delivery_workers.result import Outcome
+from httpbus.delivery_workers.sender import (
+    Delivery,
+    EndpointSender,
+    HttpxSender,
+    build_request,
+)
+from httpbus.segments.protocol import Stored
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+PRODUCED_MS = 1614265330123  # 2021-02-25T15:02:10.123Z
+
+
+@dataclass
+class Script:
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    body: bytes = b""
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+    client: tuple[str, int]
+
+    def header(self, name: str) -> str | None:
+        found = [v for k, v in self.headers if k == name.lower().encode()]
+        assert len(found) <= 1, f"{name} sent {len(found)} times"
+        return found[0].decode("latin-1") if found else None
+
+
+class Recorder:
+    """A raw ASGI app: answers each path as scripted, records what arrived."""
+
+    def __init__(self) -> None:
+        self.scripts: dict[str, Script] = {}
+        self.seen: list[Seen] = []
+        self.lock = threading.Lock()
+        self.port = 0
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def requests(self, path: str) -> list[Seen]:
+        with self.lock:
+            return [s for s in self.seen if s.path == path]
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        seen = Seen(scope["method"], scope["path"], list(scope["headers"]), body, scope["client"])
+        with self.lock:
+            self.seen.append(seen)
+        script = self.scripts.get(scope["path"], Script())
+        if script.delay:
+            await asyncio.sleep(script.delay)
+        headers = [(k.encode(), v.encode()) for k, v in script.headers.items()]
+        await send({"type": "http.response.start", "status": script.status, "headers": headers})
+        await send({"type": "http.response.body", "body": script.body})
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[Recorder]:
+    app = Recorder()
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        http="h11",
+        ws="none",
+        lifespan="off",
+        log_level="warning",
+        timeout_graceful_shutdown=1,
+        backlog=2048,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.01)
+    app.port = server.servers[0].sockets[0].getsockname()[1]
+    yield app
+    server.should_exit = True
+    thread.join(10)
+
+
+def _path() -> str:
+    return f"/hook/{uuid.uuid4().hex[:10]}"
+
+
+def _subscription(url: str, **endpoint: Any) -> Subscription:
+    retry_4xx = endpoint.pop("retry_4xx", False)
+    return Subscription(
+        project="shop",
+        name="billing",
+        topic_project="shop",
+        topic="orders",
+        endpoint=Endpoint(url=url, **endpoint),
+        retry=RetryPolicy(retry_4xx=retry_4xx),
+        signing_secret=SECRET,
+    )
+
+
+def _stored(value: bytes = b'{"order": 1}', *extra: tuple[str, bytes]) -> Stored:
+    headers = (
+        ("x-message-id", b"01JD3ZK6Q7M2X9C4V8B1N5R0TT"),
+        ("x-produced-at", str(PRODUCED_MS).encode()),
+        *extra,
+    )
+    return Stored(
+        partition=1, position=42, timestamp_ms=PRODUCED_MS + 5, value=value, headers=headers
+    )
+
+
+def _delivery(url: str, *, attempt: int = 1, **endpoint: Any) -> Delivery:
+    return Delivery(_subscription(url, **endpoint), "shop/orders", _stored(), attempt)
+
+
+# --- build_request: pure ---------------------------------------------------------------------
+
+
+def test_build_request_carries_the_message_and_signs_it() -> None:
+    payload = bytes(range(256))
+    stored = _stored(
+        payload,
+        ("x-group-id", b"customer-7"),
+        ("x-deliver-at", b"1614265399000"),
+        ("content-type", b"application/vnd.order+json; charset=utf-8"),
+        ("x-trace-id", b"abc-123"),
+        ("x-latin", "café".encode("latin-1")),
+    )
+    sub = _subscription("http://hooks.example/in?x=1", method="PUT", headers={"Authorization": "k"})
+    method, url, headers, body = build_request(
+        Delivery(sub, "shop/orders", stored, 3), 1_700_000_000
+    )
+    sent = dict(headers)
+    assert (method, url, body) == ("PUT", "http://hooks.example/in?x=1", payload)
+    assert sent == {
+        "User-Agent": "httpbus",
+        "Accept-Encoding": "identity",
+        "x-trace-id": "abc-123",
+        "x-latin": "café",
+        "Authorization": "k",
+        "Content-Type": "application/vnd.order+json; charset=utf-8",
+        "X-Message-Id": "01JD3ZK6Q7M2X9C4V8B1N5R0TT",
+        "X-Group-Id": "customer-7",
+        "X-Topic": "shop/orders",
+        "X-Produced-At": "2021-02-25T15:02:10.123Z",
+        "X-Attempt": "3",
+        "webhook-id": "01JD3ZK6Q7M2X9C4V8B1N5R0TT",
+        "webhook-timestamp": "1700000000",
+        "webhook-signature": sign(SECRET, "01JD3ZK6Q7M2X9C4V8B1N5R0TT", 1_700_000_000, payload),
+    }
+    assert len(headers) == len(sent)
+    assert verify(SECRET, sent, payload, now=1_700_000_000)
+
+
+def test_build_request_defaults() -> None:
+    stored = Stored(partition=2, position=9, timestamp_ms=PRODUCED_MS, value=b"")
+    _, url, headers, body = build_request(Delivery(_subscription("http://h:81"), "p/t", stored), 5)
+    sent = dict(headers)
+    assert url == "http://h:81/" and body == b""
+    assert sent["Content-Type"] == "application/octet-stream"
+    assert "X-Group-Id" not in sent
+    assert sent["X-Attempt"] == "1"
+    assert sent["X-Produced-At"] == "2021-02-25T15:02:10.123Z"  # the store's timestamp
+    assert sent["X-Message-Id"] == sent["webhook-id"] == "p/t/2/9"  # stable across attempts
+
+
+def test_precedence_carried_then_static_then_our_own() -> None:
+    stored = _stored(
+        b"x",
+        ("x-topic", b"forged"),
+        ("x-attempt", b"99"),
+        ("x-tenant", b"from-producer"),
+        ("x-other", b"kept"),
+    )
+    static = {
+        "X-Tenant": "from-operator",
+        "X-Message-Id": "forged",
+        "Webhook-Signature": "v1,forged",
+        "Content-Length": "1",
+        "Host": "evil",
+        "User-Agent": "acme-relay",
+    }
+    _, _, headers, _ = build_request(
+        Delivery(_subscription("http://h/", headers=static), "p/t", stored, 2), 7
+    )
+    lower = {name.lower(): value for name, value in headers}
+    assert len(lower) == len(headers), "a header name is sent twice"
+    assert lower["x-topic"] == "p/t" and lower["x-attempt"] == "2"
+    assert lower["x-tenant"] == "from-operator" and lower["x-other"] == "kept"
+    assert lower["x-message-id"] == "01JD3ZK6Q7M2X9C4V8B1N5R0TT"
+    assert lower["webhook-signature"] == sign(SECRET, "01JD3ZK6Q7M2X9C4V8B1N5R0TT", 7, b"x")
+    assert lower["user-agent"] == "acme-relay"
+    assert "content-length" not in lower and "host" not in lower
+
+
+# --- HttpxSender against a real endpoint -----------------------------------------------------
+
+
+async def test_payload_and_headers_arrive_exactly_as_built(endpoint: Recorder) -> None:
+    path = _path()
+    payload = b"\x00\x01binary\r\n\xff" * 100
+    stored = _stored(payload, ("content-type", b"application/x-thing"), ("x-latin", b"caf\xe9"))
+    delivery = Delivery(
+        _subscription(endpoint.url(path) + "?q=1", method="PUT", headers={"X-Key": "s3cr3t"}),
+        "shop/orders",
+        stored,
+        2,
+    )
+    async with HttpxSender(clock=lambda: 1_700_000_000.0) as sender:
+        assert isinstance(sender, EndpointSender)
+        result = await sender.send(delivery)
+    assert result.succeeded and result.status == 200 and result.latency_s > 0
+    [seen] = endpoint.requests(path)
+    assert (seen.method, seen.body) == ("PUT", payload)
+    _, _, built, _ = build_request(delivery, 1_700_000_000)
+    for name, value in built:
+        assert seen.header(name) == value, name
+    assert seen.header("content-length") == str(len(payload))
+    received = {k.decode("latin-1"): v.decode("latin-1") for k, v in seen.headers}
+    assert verify(SECRET, received, seen.body, now=1_700_000_000)
+    assert not verify(SECRET, received, seen.body + b"!", now=1_700_000_000)
+
+
+async def test_the_signature_is_made_when_sent(endpoint: Recorder) -> None:
+    path = _path()
+    async with HttpxSender() as sender:
+        assert (await sender.send(_delivery(endpoint.url(path)))).succeeded
+    [seen] = endpoint.requests(path)
+    received = {k.decode(): v.decode() for k, v in seen.headers}
+    assert abs(int(received["webhook-timestamp"]) - time.time()) < 5
+    assert verify(SECRET, received, seen.body)
+
+
+@pytest.mark.parametrize("status", [200, 204])
+async def test_2xx_is_delivered(endpoint: Recorder, status: int) -> None:
+    path = _path()
+    endpoint.scripts[path] = Script(status)
+    async with HttpxSender() as sender:
+        result = await sender.send(_delivery(endpoint.url(path)))
+    assert result.outcome is Outcome.DELIVERED and result.status == status
+
+
+async def test_503_with_retry_after_is_retryable_after_that_long(endpoint: Recorder) -> None:
+    path = _path()
+    endpoint.scripts[path] = Script(503, {"Retry-After": "3"}, body=b"down for maintenance")
+    async with HttpxSender() as sender:
+        result = await sender.send(_delivery(endpoint.url(path)))
+    assert result.retryable and result.status == 503 and result.retry_after == 3
+    assert result.error == "HTTP 503: down for maintenance"
+
+
+async def test_429_without_retry_after_is_retryable(endpoint: Recorder) -> None:
+    path = _path()
+    endpoint.scripts[path] = Script(429)
+    async with HttpxSender() as sender:
+        result = await sender.send(_delivery(endpoint.url(path)))
+    assert result.retryable and result.status == 429 and result.retry_after is None
+
+
+async def test_400_is_rejected_unless_the_policy_retries_4xx(endpoint: Recorder) -> None:
+    path = _path()
+    endpoint.scripts[path] = Script(400, body=b'{"error": "unknown order"}')
+    async with HttpxSender() as sender:
+        rejected = await sender.send(_delivery(endpoint.url(path)))
+        retried = await sender.send(_delivery(endpoint.url(path), retry_4xx=True))
+    assert rejected.outcome is Outcome.REJECTED and rejected.status == 400
+    assert rejected.error == 'HTTP 400: {"error": "unknown order"}'
+    assert retried.outcome is Outcome.RETRYABLE and retried.status == 400
+    assert len(endpoint.requests(path)) == 2
+
+
+async def test_301_is_rejected_and_not_followed(endpoint: Recorder) -> None:
+    path, elsewhere = _path(), _path()
+    endpoint.scripts[path] = Script(301, {"Location": endpoint.url(elsewhere)})
+    client = httpx.AsyncClient(follow_redirects=True)  # even a client that would follow
+    async with client, HttpxSender(client) as sender:
+        result = await sender.send(_delivery(endpoint.url(path)))
+    assert result.outcome is Outcome.REJECTED and result.status == 301
+    assert result.error is not None and endpoint.url(elsewhere) in result.error
+    assert len(endpoint.requests(path)) == 1
+    assert endpoint.requests(elsewhere) == []
+
+
+async def test_a_slow_endpoint_times_out_retryably(endpoint: Recorder) -> None:
+    path = _path()
+    endpoint.scripts[path] = Script(delay=3.0)
+    async with HttpxSender() as sender:
+        started = time.monotonic()
+        result = await sender.send(_delivery(endpoint.url(path), timeout_ms=300))
+        elapsed = time.monotonic() - started
+    assert result.retryable and result.status is None
+    assert result.error is not None and result.error.startswith("timeout after")
+    assert 0.3 <= elapsed < 0.8
+    assert len(endpoint.requests(path)) == 1
+
+
+async def test_a_closed_port_is_a_retryable_connection_error() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    async with HttpxSender() as sender:
+        result = await sender.send(_delivery(f"http://127.0.0.1:{port}/hook"))
+    assert result.retryable and result.status is None
+    assert result.error is not None and result.error.startswith("connection error: ConnectError")
+
+
+async def test_a_secret_that_cannot_sign_is_rejected_without_a_request(endpoint: Recorder) -> None:
+    path = _path()
+    delivery = _delivery(endpoint.url(path))
+    bad = delivery.subscription.model_copy(update={"signing_secret": "whsec_not base64 at all!"})
+    async with HttpxSender() as sender:
+        result = await sender.send(Delivery(bad, "shop/orders", delivery.message))
+    assert result.outcome is Outcome.REJECTED
+    assert result.error is not None and "whsec_" in result.error
+    assert endpoint.requests(path) == []
+
+
+async def test_concurrent_sends_share_a_bounded_pool_of_kept_alive_connections(
+    endpoint: Recorder,
+) -> None:
+    path = _path()
+    endpoint.scripts[path] = Script(delay=0.02)
+    async with HttpxSender(max_connections=10) as sender:
+        first = await asyncio.gather(
+            *(sender.send(_delivery(endpoint.url(path))) for _ in range(200))
+        )
+        after_first = {s.client for s in endpoint.requests(path)}
+        second = await asyncio.gather(
+            *(sender.send(_delivery(endpoint.url(path))) for _ in range(200))
+        )
+    assert all(r.succeeded for r in first + second)
+    connections = {s.client for s in endpoint.requests(path)}
+    assert len(endpoint.requests(path)) == 400
+    assert 1 <= len(after_first) <= 10
+    assert connections == after_first, "the second wave opened new connections"
+
+
+async def test_an_injected_client_stays_open_after_aclose(endpoint: Recorder) -> None:
+    async with httpx.AsyncClient() as client:
+        async with HttpxSender(client) as sender:
+            assert (await sender.send(_delivery(endpoint.url(_path())))).succeeded
+        assert not client.is_closed

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator
 
+from .filters import FilterError, compile_filter
 from .names import Name
 
 MAX_PARTITIONS = 512
@@ -161,6 +162,15 @@ class SubscriptionSettings(Model):
     delay_ms: int = Field(default=0, ge=0, le=7 * 24 * 3_600_000)
     paused: bool = False
     description: str = Field(default="", max_length=1_000)
+
+    @field_validator("filter")
+    @classmethod
+    def _filter_compiles(cls, expression: str | None) -> str | None:
+        try:
+            compile_filter(expression)
+        except FilterError as exc:
+            raise ValueError(exc.message) from None
+        return expression
 
 
 class Subscription(SubscriptionSettings):

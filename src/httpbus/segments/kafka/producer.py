@@ -48,8 +48,8 @@ class DurableProducer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._also_poll: Callable[[float], object] | None = None
-        # Delivery reports of the current poll, filled and drained on the poll thread only.
-        self._reports: list[tuple[asyncio.Future[Outcome], Outcome]] = []
+        # Batches completed during the current poll, filled and drained on the poll thread.
+        self._reports: list[asyncio.Future[None]] = []
 
     def start(
         self, loop: asyncio.AbstractEventLoop, also_poll: Callable[[float], object] | None = None
@@ -78,30 +78,31 @@ class DurableProducer:
         return outcome
 
     async def send_many(self, topic: str, items: Sequence[tuple[int, Record]]) -> list[Outcome]:
-        """Enqueue every record, then await every report; an outcome per record, in order."""
+        """Enqueue every record, then await every report; an outcome per record, in order.
+        One future per call, completed by the poll thread when the last report is in."""
+        assert self._loop is not None, "start() the store first"
         deadline = time.monotonic() + self._settings.produce_timeout_s
-        waiting: list[asyncio.Future[Outcome] | HttpbusError] = [
-            self._enqueue(topic, partition, record, deadline) for partition, record in items
-        ]
-        futures = [w for w in waiting if isinstance(w, asyncio.Future)]
-        if futures:
-            await asyncio.wait(futures, timeout=max(0.0, deadline - time.monotonic()))
-        return [self._outcome_of(w, topic) for w in waiting]
-
-    def _outcome_of(self, waiting: asyncio.Future[Outcome] | HttpbusError, topic: str) -> Outcome:
-        if not isinstance(waiting, asyncio.Future):
-            return waiting
-        if waiting.done():
-            return waiting.result()
-        waiting.cancel()
+        batch = _Batch(self._loop.create_future(), len(items), deadline)
+        for index, (partition, record) in enumerate(items):
+            refused = self._enqueue(topic, partition, record, batch, index)
+            if refused is not None:
+                batch.outcomes[index] = refused
+        if batch.enqueued_all():
+            batch.future.set_result(None)
+        if not batch.future.done():
+            try:
+                await asyncio.wait_for(
+                    asyncio.shield(batch.future), max(0.0, deadline - time.monotonic())
+                )
+            except TimeoutError:
+                pass
         timeout = self._settings.produce_timeout_s
-        return unavailable(f"produce to {topic}", f"not acknowledged within {timeout:g}s")
+        late = unavailable(f"produce to {topic}", f"not acknowledged within {timeout:g}s")
+        return [late if outcome is None else outcome for outcome in batch.snapshot()]
 
     def _enqueue(
-        self, topic: str, partition: int, record: Record, deadline: float
-    ) -> asyncio.Future[Outcome] | HttpbusError:
-        assert self._loop is not None, "start() the store first"
-        future: asyncio.Future[Outcome] = self._loop.create_future()
+        self, topic: str, partition: int, record: Record, batch: _Batch, index: int
+    ) -> HttpbusError | None:
         try:
             self._producer.produce(
                 topic,
@@ -110,28 +111,27 @@ class DurableProducer:
                 partition=partition,
                 headers=list(record.headers) or None,
                 timestamp=record.timestamp_ms or 0,
-                on_delivery=functools.partial(self._delivered, future, deadline),
+                on_delivery=functools.partial(self._delivered, batch, index),
             )
         except BufferError as exc:
             return unavailable(f"produce to {topic}", f"refused: local queue full ({exc})")
         except KafkaException as exc:
             return translate(exc, f"produce to {topic}")
-        return future
+        batch.sent()
+        return None
 
-    def _delivered(
-        self, future: asyncio.Future[Outcome], deadline: float, err: KafkaError | None, msg: Any
-    ) -> None:
-        # Runs on the poll thread: never raise here, only hand the outcome to the loop.
+    def _delivered(self, batch: _Batch, index: int, err: KafkaError | None, msg: Any) -> None:
+        # Runs on the poll thread: never raise here, only record the outcome.
         outcome: Outcome
         if err is not None:
             outcome = translate(err, f"produce to {msg.topic()}")
-        elif time.monotonic() > deadline:
+        elif time.monotonic() > batch.deadline:
             outcome = unavailable(f"produce to {msg.topic()}", "acknowledged after the timeout")
         else:
             outcome = Produced(msg.partition(), msg.offset(), msg.timestamp()[1])
-        # Collected here and handed to the loop once per poll: one cross-thread wake-up
-        # for a whole batch of reports instead of one per message.
-        self._reports.append((future, outcome))
+        if batch.report(index, outcome):
+            # Handed to the loop once per poll: one cross-thread wake-up for many batches.
+            self._reports.append(batch.future)
 
     def _poll(self) -> None:
         while not self._stop.is_set():
@@ -151,7 +151,7 @@ class DurableProducer:
         if loop is None or loop.is_closed():
             return
         try:
-            loop.call_soon_threadsafe(_settle_all, reports)
+            loop.call_soon_threadsafe(_complete_all, reports)
         except RuntimeError:  # the loop closed meanwhile: nobody is waiting any more
             pass
 
@@ -173,10 +173,48 @@ def _shutdown(thread: threading.Thread, producer: Any) -> None:
     producer.close()
 
 
-def _settle_all(reports: list[tuple[asyncio.Future[Outcome], Outcome]]) -> None:
-    for future, outcome in reports:
+def _complete_all(futures: list[asyncio.Future[None]]) -> None:
+    for future in futures:
         if not future.done():
-            future.set_result(outcome)
+            future.set_result(None)
+
+
+class _Batch:
+    """The outcomes of one ``send_many``, filled in by the poll thread. ``sent`` (loop
+    thread) and ``report`` (poll thread) count under a lock: a report can arrive before the
+    loop has finished enqueueing the rest."""
+
+    __slots__ = ("_done", "_lock", "_sent", "_total", "deadline", "future", "outcomes")
+
+    def __init__(self, future: asyncio.Future[None], size: int, deadline: float) -> None:
+        self.future = future
+        self.deadline = deadline
+        self.outcomes: list[Outcome | None] = [None] * size
+        self._lock = threading.Lock()
+        self._sent = 0
+        self._done = 0
+        self._total: int | None = None  # known once every record was enqueued
+
+    def sent(self) -> None:
+        with self._lock:
+            self._sent += 1
+
+    def enqueued_all(self) -> bool:
+        """Mark the enqueueing done; True if every report is already in."""
+        with self._lock:
+            self._total = self._sent
+            return self._done == self._total
+
+    def report(self, index: int, outcome: Outcome) -> bool:
+        """Record one report; True when it completes a fully enqueued batch."""
+        with self._lock:
+            self.outcomes[index] = outcome
+            self._done += 1
+            return self._done == self._total
+
+    def snapshot(self) -> list[Outcome | None]:
+        with self._lock:
+            return list(self.outcomes)
 
 
 def probe_until_refused(

@@ -15,7 +15,7 @@ from httpbus.metastore.catalog import Catalog
 from httpbus.metastore.config import open_metastore
 from httpbus.metastore.protocol import MetaStore
 from httpbus.segments.protocol import SegmentStore
-from httpbus.segments.registry import open_store
+from httpbus.segments.registry import open_stores
 
 from . import api
 from .admin import Admin
@@ -39,10 +39,7 @@ def create_app(
             meta = metastore
             if meta is None:
                 meta = await stack.enter_async_context(open_metastore(settings.metastore))
-            opened = dict(stores or {})
-            for name, config in settings.clusters.items():
-                if name not in opened:
-                    opened[name] = await stack.enter_async_context(open_store(config))
+            opened = await open_stores(stack, settings.clusters, stores)
             app.state.admin = Admin(
                 Catalog(meta),
                 settings.clusters,

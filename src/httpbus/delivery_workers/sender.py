@@ -24,6 +24,7 @@ from typing import NamedTuple, Protocol, Self, runtime_checkable
 
 import httpx
 
+from httpbus.core.lifecycle import AsyncResource
 from httpbus.core.model import Subscription
 from httpbus.core.signing import sign
 from httpbus.segments.protocol import Stored
@@ -161,7 +162,7 @@ async def _read_capped(response: httpx.Response) -> bytes:
     return bytes(body[:MAX_RESPONSE_BYTES])
 
 
-class HttpxSender:
+class HttpxSender(AsyncResource):
     """An :class:`EndpointSender` on one shared ``httpx.AsyncClient`` with keep-alive pools.
 
     Redirects are never followed (see :mod:`.result`). Each attempt is bounded, from start to
@@ -202,18 +203,6 @@ class HttpxSender:
     async def aclose(self) -> None:
         if self._owns_client:
             await self._client.aclose()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def send(self, delivery: Delivery) -> DeliveryResult:
         """One attempt; every failure of the endpoint or the network is a result."""

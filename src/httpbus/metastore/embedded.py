@@ -28,8 +28,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 from httpbus.core.errors import (
     AlreadyExists,
@@ -40,6 +39,7 @@ from httpbus.core.errors import (
     NotFound,
     VersionConflict,
 )
+from httpbus.core.lifecycle import AsyncResource
 from httpbus.metastore import paths
 from httpbus.metastore._support import WatchHub, WatchIterator, ancestors, check_path, parent_of
 from httpbus.metastore.protocol import Check, Create, Delete, Node, Op, Update
@@ -210,7 +210,7 @@ class _Db:
         self.conn.execute("DELETE FROM sessions WHERE id = ?", (owner,))
 
 
-class EmbeddedMetaStore:
+class EmbeddedMetaStore(AsyncResource):
     """A :class:`~httpbus.metastore.protocol.MetaStore` in a SQLite file (see the module doc).
 
     Example::
@@ -272,18 +272,6 @@ class EmbeddedMetaStore:
         await self._run(db.conn.close)
         self._closed = True
         self._executor.shutdown(wait=False)
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

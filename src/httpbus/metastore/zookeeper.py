@@ -28,8 +28,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -53,6 +52,7 @@ from httpbus.core.errors import (
     NotFound,
     VersionConflict,
 )
+from httpbus.core.lifecycle import AsyncResource
 from httpbus.metastore import paths
 from httpbus.metastore._support import WatchHub, WatchIterator, ancestors, check_path
 from httpbus.metastore.protocol import Check, Create, Delete, Node, Op, Update
@@ -79,7 +79,7 @@ def _translate(exc: Exception, path: str) -> HttpbusError:
     return MetaStoreUnavailable(f"zookeeper failed on {path}: {type(exc).__name__} {exc}")
 
 
-class ZooKeeperMetaStore:
+class ZooKeeperMetaStore(AsyncResource):
     """A :class:`~httpbus.metastore.protocol.MetaStore` on ZooKeeper (see the module doc)."""
 
     def __init__(
@@ -138,18 +138,6 @@ class ZooKeeperMetaStore:
         with contextlib.suppress(Exception):  # closing is best effort
             await asyncio.wait_for(stopping, self._request_timeout_s + 10)
             self._client.close()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def _on_state(self, state: str) -> None:
         """kazoo's connection listener: runs on a kazoo thread, so it only hands over."""

@@ -22,7 +22,7 @@ from httpbus.metastore.config import open_metastore
 from httpbus.metastore.protocol import MetaStore
 from httpbus.segments.audit import AuditSink
 from httpbus.segments.protocol import SegmentStore
-from httpbus.segments.registry import open_store
+from httpbus.segments.registry import open_stores
 from httpbus.segments.writer import SegmentWriter
 
 from .auth import Authorizer
@@ -92,10 +92,7 @@ def create_app(
             meta = metastore
             if meta is None:
                 meta = await stack.enter_async_context(open_metastore(settings.metastore))
-            opened = dict(stores or {})
-            for name, config in settings.clusters.items():
-                if name not in opened:
-                    opened[name] = await stack.enter_async_context(open_store(config))
+            opened = await open_stores(stack, settings.clusters, stores)
             audit = None
             if settings.audit.cluster is not None:
                 audit = AuditSink(

@@ -43,8 +43,8 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from types import TracebackType
-from typing import Self
+
+from httpbus.core.lifecycle import AsyncResource
 
 from ..core.audit import AuditEvent
 from ..core.errors import (
@@ -75,7 +75,7 @@ def audit_record(event: AuditEvent) -> Record:
     )
 
 
-class AuditSink:
+class AuditSink(AsyncResource):
     """Buffers audit events and writes them in batches to the audit storage topic ``topic``.
 
     ``clock`` (seconds) times the retry backoff; ``close_timeout_s`` bounds the final flush of
@@ -178,18 +178,6 @@ class AuditSink:
             self.dropped += self.pending
             self._pending.clear()
             self._retry.clear()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def _create_topic(self) -> None:
         try:

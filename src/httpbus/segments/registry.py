@@ -8,6 +8,8 @@ base stays free of backend imports and a deployment loads only the clients it us
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
 from typing import cast
 
 from .config import ClusterConfig
@@ -18,3 +20,17 @@ def open_store(config: ClusterConfig) -> SegmentStore:
     """A new, not yet started store for ``config`` (``async with`` it, or call ``start``)."""
     backend = importlib.import_module(f"{__package__}.{config.backend}")
     return cast(SegmentStore, backend.create_store(config))
+
+
+async def open_stores(
+    stack: AsyncExitStack,
+    clusters: Mapping[str, ClusterConfig],
+    given: Mapping[str, SegmentStore] | None = None,
+) -> dict[str, SegmentStore]:
+    """A started store per configured cluster, closed with ``stack``; the ``given`` ones
+    (already started by the caller, as tests do) are used as they are."""
+    opened = dict(given or {})
+    for name, config in clusters.items():
+        if name not in opened:
+            opened[name] = await stack.enter_async_context(open_store(config))
+    return opened

@@ -32,8 +32,9 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from types import TracebackType
-from typing import Self, TypeVar
+from typing import TypeVar
+
+from httpbus.core.lifecycle import AsyncResource
 
 from ...core.errors import AlreadyExists, HttpbusError, NotFound, ValidationFailed
 from ..protocol import Produced, Record, Stored
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class EmbeddedSegmentStore:
+class EmbeddedSegmentStore(AsyncResource):
     """The embedded ``SegmentStore``: durable, fenced, group-committed, on one SQLite file."""
 
     def __init__(self, settings: EmbeddedSettings, *, clock: Callable[[], float] = time.time):
@@ -97,18 +98,6 @@ class EmbeddedSegmentStore:
         await self._consumer.close()
         await self._writer.close(timeout=self._settings.produce_timeout_s)
         await self._reader.close(timeout=self._settings.produce_timeout_s)
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def create_topic(self, name: str, partitions: int, *, retention_ms: int) -> None:
         if partitions < 1:

@@ -60,8 +60,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Callable, Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
@@ -71,6 +70,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigResource,
     NewTopic,
 )
+
+from httpbus.core.lifecycle import AsyncResource
 
 from ...core.errors import HttpbusError, NotFound, SegmentFenced, TooLarge, ValidationFailed
 from ..protocol import Produced, Record, Stored, partition_for
@@ -82,7 +83,7 @@ from .producer import DurableProducer, probe_until_refused
 _FENCE = "max.message.bytes"
 
 
-class KafkaSegmentStore:
+class KafkaSegmentStore(AsyncResource):
     """The Kafka ``SegmentStore``: durable (``acks=all``, idempotent), fenced by topic config."""
 
     def __init__(self, settings: KafkaSettings) -> None:
@@ -113,18 +114,6 @@ class KafkaSegmentStore:
         self._started = False
         await self._producer.close()
         await self._readers.close()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def create_topic(self, name: str, partitions: int, *, retention_ms: int) -> None:
         """Create the topic and return once every partition has a leader."""

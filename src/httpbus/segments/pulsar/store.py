@@ -41,13 +41,13 @@ import itertools
 import math
 import re
 from collections.abc import AsyncIterator, Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import httpx
 import pulsar.asyncio as pulsar_asyncio
 
 from httpbus.core.errors import AlreadyExists, HttpbusError, NotFound, ValidationFailed
+from httpbus.core.lifecycle import AsyncResource
 from httpbus.segments.config import PulsarClusterConfig
 from httpbus.segments.protocol import Produced, Record, Stored, partition_for
 
@@ -60,7 +60,7 @@ from .producer import Inflight, PartitionProducers, end_after, now_ms, pack, unp
 _CURSOR = re.compile(r"^(-?\d+):(-?\d+)")
 
 
-class PulsarSegmentStore:
+class PulsarSegmentStore(AsyncResource):
     """The storage topics of one Pulsar cluster (tenant and namespace from the config).
 
     ``http`` (optional) is the ``httpx.AsyncClient`` used for the admin API; by default
@@ -121,18 +121,6 @@ class PulsarSegmentStore:
             )
         if self._admin_client is not None:
             await self._admin_client.aclose()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     # -- topics -----------------------------------------------------------------------
 

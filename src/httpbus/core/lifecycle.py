@@ -1,0 +1,32 @@
+"""The ``start()`` / ``aclose()`` shape every long-lived component of httpbus has.
+
+Subclass :class:`AsyncResource` and implement both; ``async with`` then starts and closes it::
+
+    async with KafkaSegmentStore(config) as store:
+        await store.produce(...)
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Self
+
+
+class AsyncResource:
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

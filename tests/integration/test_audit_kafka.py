@@ -1,26 +1,27 @@
 """The audit sink on the real Kafka broker: it creates the audit topic, writes every emitted
-event exactly as ``to_bytes`` made it, keyed by message id (one partition per message, in emit
-order), and ``aclose`` writes what is still pending.
+event exactly as ``to_bytes`` made it, packed many per record (no key, spread over the
+partitions) within the size bound Kafka's 1 MiB limit needs, drops an event Kafka refuses as
+too large without blocking the others, and ``aclose`` writes what is still pending.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
 from httpbus.core.audit import AuditEvent, AuditType
-from httpbus.segments.audit import AuditSink
+from httpbus.segments.audit import AuditSink, decode_audit_record
 from httpbus.segments.config import KafkaClusterConfig
-from httpbus.segments.protocol import SegmentStore, Stored, partition_for
+from httpbus.segments.protocol import SegmentStore, Stored
 from httpbus.segments.registry import open_store
 from tests.conftest import RealServices
 
 pytestmark = pytest.mark.kafka
 
 TYPES = list(AuditType)
+KIB = 1024
 
 
 @pytest.fixture
@@ -38,7 +39,7 @@ async def topic(store: SegmentStore, unique: str) -> AsyncIterator[str]:
         await store.delete_topic(name)
 
 
-def _event(i: int) -> AuditEvent:
+def _event(i: int, error: str | None = None) -> AuditEvent:
     return AuditEvent(
         type=TYPES[i % len(TYPES)],
         message_id=f"msg-{i % 250}",
@@ -48,7 +49,7 @@ def _event(i: int) -> AuditEvent:
         position=i,
         at_ms=1_700_000_000_000 + i,
         status=200 if i % 3 else 503,
-        error="é\x00" if i % 11 == 0 else None,
+        error=error if error is not None else ("é\x00\n" if i % 11 == 0 else None),
     )
 
 
@@ -64,11 +65,12 @@ async def _read_all(store: SegmentStore, topic: str) -> list[Stored]:
     return out
 
 
-def _by_message(events: Sequence[AuditEvent]) -> dict[str, list[AuditEvent]]:
-    out: dict[str, list[AuditEvent]] = defaultdict(list)
-    for event in events:
-        out[event.message_id].append(event)
-    return out
+def _lines(records: Sequence[Stored]) -> list[bytes]:
+    return sorted(line for record in records for line in record.value.split(b"\n"))
+
+
+def _sorted_bytes(events: Sequence[AuditEvent]) -> list[bytes]:
+    return sorted(event.to_bytes() for event in events)
 
 
 async def test_every_event_reaches_kafka_byte_identical(store: SegmentStore, topic: str) -> None:
@@ -83,14 +85,32 @@ async def test_every_event_reaches_kafka_byte_identical(store: SegmentStore, top
         assert (sink.emitted, sink.dropped, sink.pending) == (5_000, 0, 0)
     assert await store.partitions(topic) == 4
     back = await _read_all(store, topic)
-    assert len(back) == 5_000
-    assert sorted(r.value for r in back) == sorted(e.to_bytes() for e in events)
+    assert len(back) == 10  # batches of 1 000 events, 500 per record
+    assert _lines(back) == _sorted_bytes(events)  # byte identical, none lost, none twice
     for record in back:
-        assert record.headers == (("v", b"1"),)
-        assert record.key == AuditEvent.from_bytes(record.value).message_id.encode()
-        assert record.partition == partition_for(record.key, 4)
-    read_events = [AuditEvent.from_bytes(r.value) for r in back]
-    assert _by_message(read_events) == _by_message(events)  # emit order per message id
+        assert record.key is None
+        assert record.headers == (("v", b"1"), ("n", b"500"))
+    assert {r.partition for r in back} == {0, 1, 2, 3}  # spread round-robin
+    decoded = sorted((e for r in back for e in decode_audit_record(r.value)), key=lambda e: e.at_ms)
+    assert decoded == events  # ordered by at_ms, the trail is what was emitted
+
+
+async def test_large_events_fit_kafka_and_one_too_large_is_dropped_alone(
+    store: SegmentStore, topic: str
+) -> None:
+    sizes = [(i * 7919) % (60 * KIB) + 1 for i in range(120)]  # up to 60 KiB of error each
+    sizes[7] = 1_200 * KIB  # beyond Kafka's default 1 MiB message size: refused, TooLarge
+    events = [_event(i, error="z" * size) for i, size in enumerate(sizes)]
+    async with AuditSink(store, topic, partitions=2, flush_interval_s=60) as sink:
+        for event in events:
+            sink.emit(event)
+        for _ in range(6):  # the refused record is tried five times, then dropped
+            await sink.flush()
+        assert (sink.written, sink.dropped, sink.pending) == (119, 1, 0)
+    back = await _read_all(store, topic)
+    assert max(len(r.value) for r in back) <= 512 * KIB
+    assert len(back) < 120 // 4  # packed: about 3.5 MiB in records of up to 512 KiB
+    assert _lines(back) == _sorted_bytes(events[:7] + events[8:])
 
 
 async def test_aclose_flushes_to_kafka_and_the_topic_is_reused(
@@ -110,4 +130,4 @@ async def test_aclose_flushes_to_kafka_and_the_topic_is_reused(
     assert second.written == 1
     assert await store.partitions(topic) == 2
     back = await _read_all(store, topic)
-    assert sorted(r.value for r in back) == sorted(_event(i).to_bytes() for i in range(301))
+    assert _lines(back) == _sorted_bytes([_event(i) for i in range(301)])

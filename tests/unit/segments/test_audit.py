@@ -1,7 +1,8 @@
 """The audit sink on the embedded store: everything emitted is written and read back byte for
-byte, ``emit`` never waits (a full buffer drops and counts), a failing store loses nothing once
-it recovers and keeps the order per message id, retries back off on the injected clock, and
-``aclose`` writes what is pending.
+byte, packed many events per record within both bounds (events and bytes), ``emit`` never
+waits (a full buffer drops and counts), a failing store loses nothing once it recovers and
+retries a failed record whole, first, with the same bytes, retries back off on the injected
+clock, and ``aclose`` writes what is pending.
 """
 
 from __future__ import annotations
@@ -9,8 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections import defaultdict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +18,16 @@ import pytest
 
 from httpbus.core.audit import AuditEvent, AuditType
 from httpbus.core.errors import StorageUnavailable, TooLarge
-from httpbus.segments.audit import AuditSink, audit_record
+from httpbus.segments.audit import AuditSink, decode_audit_record
 from httpbus.segments.embedded import EmbeddedSegmentStore, EmbeddedSettings
-from httpbus.segments.protocol import Produced, Record, SegmentStore, Stored, partition_for
+from httpbus.segments.protocol import Produced, Record, SegmentStore, Stored
 
 TOPIC = "__httpbus.audit"
 TYPES = list(AuditType)
+KIB = 1024
 
 
-def _event(i: int, messages: int = 100) -> AuditEvent:
+def _event(i: int, messages: int = 100, error: str | None = None) -> AuditEvent:
     """The i-th event: 100 messages, each with a run of events of every type."""
     return AuditEvent(
         type=TYPES[i % len(TYPES)],
@@ -39,7 +40,7 @@ def _event(i: int, messages: int = 100) -> AuditEvent:
         position=i,
         at_ms=1_700_000_000_000 + i,
         attempt=i,
-        error="boom ✓" if i % 7 == 0 else None,
+        error=error if error is not None else ("boom ✓\nline 2" if i % 7 == 0 else None),
     )
 
 
@@ -52,13 +53,15 @@ class FakeClock:
 
 
 class FlakyStore:
-    """The embedded store, but ``produce_many`` fails as the test says (a fake *around* it)."""
+    """The embedded store, but ``produce_many`` fails as the test says (a fake *around* it),
+    and every call is logged: the records asked for and what each got."""
 
     def __init__(self, inner: SegmentStore, whole_failures: int = 0) -> None:
         self.inner = inner
         self.whole_failures = whole_failures  # calls that raise StorageUnavailable
-        self.failing_keys: dict[bytes, Exception] = {}  # records that fail one by one
+        self.fail: Callable[[Record], Exception | None] = lambda record: None  # one by one
         self.calls = 0
+        self.log: list[tuple[list[Record], list[Produced | Exception]]] = []
         self.stuck: asyncio.Event | None = None  # set: produce_many hangs until it is set
 
     def __getattr__(self, name: str) -> Any:
@@ -71,13 +74,34 @@ class FlakyStore:
         if self.stuck is not None:
             await self.stuck.wait()
         if self.calls <= self.whole_failures:
+            self.log.append((list(records), [StorageUnavailable("down")] * len(records)))
             raise StorageUnavailable("audit test: storage down")
-        passing = [r for r in records if r.key not in self.failing_keys]
+        failures = [self.fail(r) for r in records]
+        passing = [r for r, failure in zip(records, failures, strict=True) if failure is None]
         written = iter(await self.inner.produce_many(name, passing))
+        results = [failure or next(written) for failure in failures]
+        self.log.append((list(records), results))
+        return results
+
+    def written_in_order(self) -> list[AuditEvent]:
+        """The events of every record written, in the order they were produced."""
         return [
-            self.failing_keys[r.key] if r.key in self.failing_keys else next(written)
-            for r in records
+            event
+            for records, results in self.log
+            for record, result in zip(records, results, strict=True)
+            if not isinstance(result, Exception)
+            for event in decode_audit_record(record.value)
         ]
+
+
+def _has_position(*positions: int, error: Exception) -> Callable[[Record], Exception | None]:
+    """Fail the records holding an event at one of ``positions``."""
+
+    def fail(record: Record) -> Exception | None:
+        held = {e.position for e in decode_audit_record(record.value)}
+        return error if held & set(positions) else None
+
+    return fail
 
 
 @pytest.fixture
@@ -100,19 +124,16 @@ async def _read_all(store: SegmentStore, topic: str = TOPIC) -> list[Stored]:
     return out
 
 
-def _by_message(records: Sequence[Stored]) -> dict[str, list[AuditEvent]]:
-    events: dict[str, list[AuditEvent]] = defaultdict(list)
-    for record in records:
-        event = AuditEvent.from_bytes(record.value)
-        events[event.message_id].append(event)
-    return events
+def _lines(records: Sequence[Stored | Record]) -> list[bytes]:
+    return [line for record in records for line in record.value.split(b"\n")]
 
 
-def _emitted_by_message(events: Sequence[AuditEvent]) -> dict[str, list[AuditEvent]]:
-    out: dict[str, list[AuditEvent]] = defaultdict(list)
-    for event in events:
-        out[event.message_id].append(event)
-    return out
+def _sorted_bytes(events: Sequence[AuditEvent]) -> list[bytes]:
+    return sorted(event.to_bytes() for event in events)
+
+
+def _balanced(sink: AuditSink) -> bool:
+    return sink.emitted == sink.written + sink.dropped + sink.pending
 
 
 async def test_every_event_is_written_and_read_back_byte_identical(
@@ -126,14 +147,25 @@ async def test_every_event_is_written_and_read_back_byte_identical(
         assert (sink.emitted, sink.written, sink.dropped, sink.pending) == (5_000, 5_000, 0, 0)
     assert await store.partitions(TOPIC) == 4
     back = await _read_all(store)
-    assert len(back) == 5_000
-    assert sorted(r.value for r in back) == sorted(e.to_bytes() for e in events)
+    assert len(back) == 7 * 2 + 1  # batches of 700 = 500 + 200 events; the last 100 in one
+    assert sorted(_lines(back)) == _sorted_bytes(events)  # byte identical, none twice
+    assert sorted(e.at_ms for r in back for e in decode_audit_record(r.value)) == [
+        e.at_ms for e in events
+    ]
     for record in back:
-        event = AuditEvent.from_bytes(record.value)
-        assert record.key == event.message_id.encode()
-        assert record.headers == (("v", b"1"),)
-        assert record.partition == partition_for(record.key, 4)
-    assert _by_message(back) == _emitted_by_message(events)  # emit order per message id
+        count = len(decode_audit_record(record.value))
+        assert record.key is None
+        assert record.headers == (("v", b"1"), ("n", str(count).encode()))
+        assert 1 <= count <= 500
+    assert {r.partition for r in back} == {0, 1, 2, 3}  # no key: spread round-robin
+
+
+async def test_a_value_splits_on_newlines_even_when_events_hold_some() -> None:
+    events = [_event(i, error="a\nb\r\n\x00\\n ✓") for i in range(3)]
+    value = b"\n".join(e.to_bytes() for e in events)
+    assert value.count(b"\n") == 2  # JSON escaped the newlines inside the strings
+    assert decode_audit_record(value) == events
+    assert decode_audit_record(b"") == []
 
 
 async def test_the_background_task_writes_without_flush(store: EmbeddedSegmentStore) -> None:
@@ -143,7 +175,7 @@ async def test_the_background_task_writes_without_flush(store: EmbeddedSegmentSt
         async with asyncio.timeout(5):
             while sink.written < 50:
                 await asyncio.sleep(0.01)
-    assert len(await _read_all(store)) == 50
+    assert sorted(_lines(await _read_all(store))) == _sorted_bytes([_event(i) for i in range(50)])
 
 
 async def test_an_existing_topic_is_reused(store: EmbeddedSegmentStore) -> None:
@@ -152,7 +184,41 @@ async def test_an_existing_topic_is_reused(store: EmbeddedSegmentStore) -> None:
         sink.emit(_event(1))
     assert await store.partitions(TOPIC) == 2
     [record] = await _read_all(store)
-    assert record.partition == partition_for(b"msg-1", 2)
+    assert decode_audit_record(record.value) == [_event(1)]
+
+
+async def test_records_respect_the_size_bound_with_large_events(
+    store: EmbeddedSegmentStore,
+) -> None:
+    flaky = FlakyStore(store)  # only to see the records in the order they were produced
+    sizes = [(i * 7919) % (40 * KIB) + 1 for i in range(300)]  # 1 B to 40 KiB of error
+    sizes[100] = sizes[250] = 700 * KIB  # larger than a record may be: each goes alone
+    events = [_event(i, error="x" * size) for i, size in enumerate(sizes)]
+    async with AuditSink(flaky, TOPIC, max_batch=1_000, flush_interval_s=60) as sink:
+        for event in events:
+            sink.emit(event)
+        await sink.flush()
+        assert (sink.written, sink.pending, flaky.calls) == (300, 0, 1)  # one produce_many
+    [(records, _)] = flaky.log
+    assert _lines(records) == [e.to_bytes() for e in events]  # packed in emit order
+    for record, after in zip(records, [*records[1:], None], strict=True):
+        count = len(decode_audit_record(record.value))
+        assert record.headers[1] == ("n", str(count).encode())
+        assert len(record.value) <= 512 * KIB or count == 1
+        if after is not None:  # full: the next event would not have fit
+            assert len(record.value) + 1 + len(after.value.split(b"\n")[0]) > 512 * KIB
+    huge = [r for r in records if len(r.value) > 512 * KIB]
+    assert [decode_audit_record(r.value) for r in huge] == [[events[100]], [events[250]]]
+    assert len(await _read_all(store)) == len(records)
+
+
+async def test_records_hold_at_most_events_per_record(store: EmbeddedSegmentStore) -> None:
+    async with AuditSink(store, TOPIC, events_per_record=64, flush_interval_s=60) as sink:
+        for i in range(1_000):
+            sink.emit(_event(i))
+    back = await _read_all(store)
+    assert sorted(len(decode_audit_record(r.value)) for r in back) == [40] + [64] * 15
+    assert sorted(_lines(back)) == _sorted_bytes([_event(i) for i in range(1_000)])
 
 
 def test_emit_is_a_plain_function_that_needs_no_event_loop(tmp_path: Path) -> None:
@@ -174,9 +240,7 @@ async def test_a_full_buffer_drops_and_counts(store: EmbeddedSegmentStore) -> No
         sink.emit(_event(99))  # room again
     assert (sink.emitted, sink.written, sink.dropped) == (26, 11, 15)
     back = await _read_all(store)
-    assert sorted(r.value for r in back) == sorted(
-        e.to_bytes() for e in [*map(_event, range(10)), _event(99)]
-    )
+    assert sorted(_lines(back)) == _sorted_bytes([*map(_event, range(10)), _event(99)])
 
 
 async def test_emit_does_not_wait_for_a_stuck_store(store: EmbeddedSegmentStore) -> None:
@@ -208,6 +272,7 @@ async def test_a_failing_store_loses_nothing_and_keeps_order(
         async with asyncio.timeout(5):
             while sink.failed_batches < 1:
                 await asyncio.sleep(0.01)
+        assert _balanced(sink)
         for event in events[1_000:]:  # emitted while the storage is down
             sink.emit(event)
         async with asyncio.timeout(10):
@@ -215,26 +280,37 @@ async def test_a_failing_store_loses_nothing_and_keeps_order(
                 clock.now += 1.0  # past any backoff
                 await asyncio.sleep(0.01)
         assert (sink.failed_batches, sink.dropped, sink.pending) == (2, 0, 0)
+    assert flaky.written_in_order() == events  # the failed record went first: emit order
+    failed = [r.value for records, _ in flaky.log[:2] for r in records]
+    assert failed[0] == failed[1] == flaky.log[2][0][0].value  # retried whole, same bytes
     back = await _read_all(store)
-    assert len(back) == 3_000  # no loss and no duplicate
-    assert _by_message(back) == _emitted_by_message(events)
+    assert sorted(_lines(back)) == _sorted_bytes(events)  # no loss and no duplicate
 
 
-async def test_records_that_fail_alone_are_retried_in_order(store: EmbeddedSegmentStore) -> None:
+async def test_a_record_that_fails_alone_is_retried_whole_and_first(
+    store: EmbeddedSegmentStore,
+) -> None:
     flaky = FlakyStore(store)
-    flaky.failing_keys = {b"msg-3": StorageUnavailable("x"), b"msg-8": StorageUnavailable("y")}
+    flaky.fail = _has_position(30, 80, error=StorageUnavailable("partition down"))
     events = [_event(i, messages=10) for i in range(200)]
-    async with AuditSink(flaky, TOPIC, flush_interval_s=60) as sink:
+    kw: dict[str, Any] = {"events_per_record": 10, "flush_interval_s": 60}
+    async with AuditSink(flaky, TOPIC, **kw) as sink:
         for event in events[:100]:
             sink.emit(event)
         await sink.flush()
         assert (sink.written, sink.pending, sink.failed_batches) == (80, 20, 1)
+        assert _balanced(sink)
         for event in events[100:]:
             sink.emit(event)
-        flaky.failing_keys = {}
+        flaky.fail = lambda record: None
         await sink.flush()
-        assert (sink.written, sink.pending) == (200, 0)
-    assert _by_message(await _read_all(store)) == _emitted_by_message(events)
+        assert (sink.written, sink.pending, sink.dropped) == (200, 0, 0)
+    (first, results), (second, _) = flaky.log
+    failed = [r for r, result in zip(first, results, strict=True) if isinstance(result, Exception)]
+    assert [decode_audit_record(r.value) for r in failed] == [events[30:40], events[80:90]]
+    assert second[:2] == failed  # whole (same value and headers), in order, before new events
+    assert _lines(second[2:]) == [e.to_bytes() for e in events[100:]]
+    assert sorted(_lines(await _read_all(store))) == _sorted_bytes(events)
 
 
 async def test_retries_back_off_on_the_clock(store: EmbeddedSegmentStore) -> None:
@@ -255,18 +331,26 @@ async def test_retries_back_off_on_the_clock(store: EmbeddedSegmentStore) -> Non
                 await asyncio.sleep(0.01)
 
 
-async def test_an_event_failing_for_good_is_dropped_not_blocking(
+async def test_a_record_failing_for_good_is_dropped_not_blocking(
     store: EmbeddedSegmentStore,
 ) -> None:
     flaky = FlakyStore(store)
-    flaky.failing_keys = {b"msg-5": TooLarge("audit test: too large")}
-    async with AuditSink(flaky, TOPIC, flush_interval_s=60) as sink:
-        for i in range(20):
-            sink.emit(_event(i, messages=10))
+
+    def too_large(record: Record) -> Exception | None:  # a broker with a 100 KiB limit
+        return TooLarge("audit test: too large") if len(record.value) > 100 * KIB else None
+
+    flaky.fail = too_large
+    events = [_event(i, error="y" * (200 * KIB) if i == 5 else None) for i in range(20)]
+    async with AuditSink(flaky, TOPIC, max_record_bytes=50 * KIB, flush_interval_s=60) as sink:
+        for event in events:
+            sink.emit(event)
         for _ in range(10):
             await sink.flush()
-        assert (sink.written, sink.dropped, sink.pending) == (18, 2, 0)
-    assert b"msg-5" not in {r.key for r in await _read_all(store)}
+        assert (sink.written, sink.dropped, sink.pending) == (19, 1, 0)
+    tried = [r for records, _ in flaky.log for r in records if len(r.value) > 100 * KIB]
+    assert [decode_audit_record(r.value) for r in tried] == [[events[5]]] * 5  # then dropped
+    back = await _read_all(store)
+    assert sorted(_lines(back)) == _sorted_bytes(events[:5] + events[6:])
 
 
 async def test_a_deleted_topic_is_created_again(store: EmbeddedSegmentStore) -> None:
@@ -294,7 +378,7 @@ async def test_aclose_writes_what_is_pending_and_later_emits_are_dropped(
     sink.emit(_event(5_000))  # no exception
     await sink.aclose()  # idempotent
     assert (sink.emitted, sink.written, sink.dropped) == (1_235, 1_234, 1)
-    assert sorted(r.value for r in await _read_all(store)) == sorted(e.to_bytes() for e in events)
+    assert sorted(_lines(await _read_all(store))) == _sorted_bytes(events)
 
 
 async def test_aclose_is_bounded_when_the_storage_stays_down(
@@ -310,15 +394,4 @@ async def test_aclose_is_bounded_when_the_storage_stays_down(
     assert time.monotonic() - started < 3.0
     assert flaky.calls > 1  # it kept retrying until the deadline
     assert (sink.written, sink.dropped, sink.pending) == (0, 100, 0)
-    assert sink.emitted == sink.written + sink.dropped + sink.pending
-
-
-def test_audit_record_shape() -> None:
-    event = _event(3)
-    record = audit_record(event)
-    assert (record.key, record.value, record.headers) == (
-        b"msg-3",
-        event.to_bytes(),
-        (("v", b"1"),),
-    )
-    assert record.timestamp_ms is None  # the storage stamps the write time
+    assert _balanced(sink)

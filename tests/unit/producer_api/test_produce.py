@@ -18,6 +18,7 @@ from httpbus.metastore.catalog import Catalog
 from httpbus.metastore.embedded import EmbeddedMetaStore
 from httpbus.producer_api.app import create_app
 from httpbus.producer_api.settings import AuditConfig, ProducerSettings
+from httpbus.segments.audit import decode_audit_record
 from httpbus.segments.config import EmbeddedClusterConfig
 from httpbus.segments.embedded import create_store
 from httpbus.segments.protocol import SegmentStore
@@ -239,8 +240,6 @@ async def test_bad_batches(env: Env, body: bytes, code: str) -> None:
 
 
 async def test_accepted_messages_are_audited(env: Env) -> None:
-    from httpbus.segments.audit import decode_audit_record
-
     r = await env.client.post(
         URL.format("orders"), content=b"abc", headers={"X-Message-Id": "aud-1"}
     )

@@ -1,5 +1,7 @@
-"""The HTTP sender against a real endpoint: uvicorn on 127.0.0.1 in a thread, real sockets,
-no mock of httpx. The endpoint records every request and answers as each test scripts it."""
+"""The HTTP senders against a real endpoint: uvicorn on 127.0.0.1 in a thread, real sockets,
+no mock of httpx or aiohttp. The endpoint records every request and answers as each test
+scripts it. Every sender test runs once per implementation (the ``sender`` fixture), so
+:class:`HttpxSender` and :class:`AiohttpSender` meet the same contract."""
 
 from __future__ import annotations
 
@@ -9,15 +11,18 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 import uvicorn
 
 from httpbus.core.model import Endpoint, RetryPolicy, Subscription
 from httpbus.core.signing import sign, verify
+from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
 from httpbus.delivery_workers.result import Outcome
 from httpbus.delivery_workers.sender import (
     Delivery,
@@ -37,6 +42,7 @@ class Script:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     body: bytes = b""
+    body_delay: float = 0.0  # between the status line and the body
 
 
 @dataclass
@@ -84,6 +90,11 @@ class Recorder:
             await asyncio.sleep(script.delay)
         headers = [(k.encode(), v.encode()) for k, v in script.headers.items()]
         await send({"type": "http.response.start", "status": script.status, "headers": headers})
+        if script.body_delay:
+            await send({"type": "http.response.body", "body": script.body[:1], "more_body": True})
+            await asyncio.sleep(script.body_delay)
+            await send({"type": "http.response.body", "body": script.body[1:]})
+            return
         await send({"type": "http.response.body", "body": script.body})
 
 
@@ -112,6 +123,37 @@ def endpoint() -> Iterator[Recorder]:
     yield app
     server.should_exit = True
     thread.join(10)
+
+
+class SenderKind:
+    """Makes senders of one implementation, and clients of its library to inject into one."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, client: Any = None, **options: Any) -> HttpxSender | AiohttpSender:
+        if self.name == "httpx":
+            return HttpxSender(client, **options)
+        return AiohttpSender(client, **options)
+
+    def client(self) -> AbstractAsyncContextManager[Any]:
+        """A client of the sender's library that would follow redirects if asked to."""
+        if self.name == "httpx":
+            return httpx.AsyncClient(follow_redirects=True)
+        return aiohttp.ClientSession()  # follows redirects by default
+
+    def is_closed(self, client: Any) -> bool:
+        return bool(client.is_closed if self.name == "httpx" else client.closed)
+
+    @property
+    def connect_error(self) -> str:
+        """The name of the library's error for a refused connection."""
+        return "ConnectError" if self.name == "httpx" else "ClientConnectorError"
+
+
+@pytest.fixture(params=["httpx", "aiohttp"])
+def sender(request: pytest.FixtureRequest) -> SenderKind:
+    return SenderKind(request.param)
 
 
 def _path() -> str:
@@ -226,10 +268,12 @@ def test_precedence_carried_then_static_then_our_own() -> None:
     assert "content-length" not in lower and "host" not in lower
 
 
-# --- HttpxSender against a real endpoint -----------------------------------------------------
+# --- each sender against a real endpoint ----------------------------------------------------
 
 
-async def test_payload_and_headers_arrive_exactly_as_built(endpoint: Recorder) -> None:
+async def test_payload_and_headers_arrive_exactly_as_built(
+    endpoint: Recorder, sender: SenderKind
+) -> None:
     path = _path()
     payload = b"\x00\x01binary\r\n\xff" * 100
     stored = _stored(payload, ("content-type", b"application/x-thing"), ("x-latin", b"caf\xe9"))
@@ -239,9 +283,9 @@ async def test_payload_and_headers_arrive_exactly_as_built(endpoint: Recorder) -
         stored,
         2,
     )
-    async with HttpxSender(clock=lambda: 1_700_000_000.0) as sender:
-        assert isinstance(sender, EndpointSender)
-        result = await sender.send(delivery)
+    async with sender(clock=lambda: 1_700_000_000.0) as s:
+        assert isinstance(s, EndpointSender)
+        result = await s.send(delivery)
     assert result.succeeded and result.status == 200 and result.latency_s > 0
     [seen] = endpoint.requests(path)
     assert (seen.method, seen.body) == ("PUT", payload)
@@ -254,10 +298,27 @@ async def test_payload_and_headers_arrive_exactly_as_built(endpoint: Recorder) -
     assert not verify(SECRET, received, seen.body + b"!", now=1_700_000_000)
 
 
-async def test_the_signature_is_made_when_sent(endpoint: Recorder) -> None:
+async def test_ascii_headers_arrive_exactly_as_built(
+    endpoint: Recorder, sender: SenderKind
+) -> None:
     path = _path()
-    async with HttpxSender() as sender:
-        assert (await sender.send(_delivery(endpoint.url(path)))).succeeded
+    stored = _stored(b"", ("x-trace-id", b"a b\tc"), ("x-empty", b""))
+    delivery = Delivery(_subscription(endpoint.url(path)), "shop/orders", stored)
+    async with sender(clock=lambda: 1_700_000_000.0) as s:
+        assert (await s.send(delivery)).succeeded
+    [seen] = endpoint.requests(path)
+    assert (seen.method, seen.body) == ("POST", b"")
+    _, _, built, _ = build_request(delivery, 1_700_000_000)
+    for name, value in built:
+        assert seen.header(name) == value, name
+    assert seen.header("content-length") == "0"
+    assert seen.header("x-empty") == ""
+
+
+async def test_the_signature_is_made_when_sent(endpoint: Recorder, sender: SenderKind) -> None:
+    path = _path()
+    async with sender() as s:
+        assert (await s.send(_delivery(endpoint.url(path)))).succeeded
     [seen] = endpoint.requests(path)
     received = {k.decode(): v.decode() for k, v in seen.headers}
     assert abs(int(received["webhook-timestamp"]) - time.time()) < 5
@@ -265,61 +326,79 @@ async def test_the_signature_is_made_when_sent(endpoint: Recorder) -> None:
 
 
 @pytest.mark.parametrize("status", [200, 204])
-async def test_2xx_is_delivered(endpoint: Recorder, status: int) -> None:
+async def test_2xx_is_delivered(endpoint: Recorder, sender: SenderKind, status: int) -> None:
     path = _path()
     endpoint.scripts[path] = Script(status)
-    async with HttpxSender() as sender:
-        result = await sender.send(_delivery(endpoint.url(path)))
+    async with sender() as s:
+        result = await s.send(_delivery(endpoint.url(path)))
     assert result.outcome is Outcome.DELIVERED and result.status == status
 
 
-async def test_503_with_retry_after_is_retryable_after_that_long(endpoint: Recorder) -> None:
+async def test_503_with_retry_after_is_retryable_after_that_long(
+    endpoint: Recorder, sender: SenderKind
+) -> None:
     path = _path()
     endpoint.scripts[path] = Script(503, {"Retry-After": "3"}, body=b"down for maintenance")
-    async with HttpxSender() as sender:
-        result = await sender.send(_delivery(endpoint.url(path)))
+    async with sender() as s:
+        result = await s.send(_delivery(endpoint.url(path)))
     assert result.retryable and result.status == 503 and result.retry_after == 3
     assert result.error == "HTTP 503: down for maintenance"
 
 
-async def test_429_without_retry_after_is_retryable(endpoint: Recorder) -> None:
+async def test_429_without_retry_after_is_retryable(endpoint: Recorder, sender: SenderKind) -> None:
     path = _path()
     endpoint.scripts[path] = Script(429)
-    async with HttpxSender() as sender:
-        result = await sender.send(_delivery(endpoint.url(path)))
+    async with sender() as s:
+        result = await s.send(_delivery(endpoint.url(path)))
     assert result.retryable and result.status == 429 and result.retry_after is None
 
 
-async def test_400_is_rejected_unless_the_policy_retries_4xx(endpoint: Recorder) -> None:
+async def test_400_is_rejected_unless_the_policy_retries_4xx(
+    endpoint: Recorder, sender: SenderKind
+) -> None:
     path = _path()
     endpoint.scripts[path] = Script(400, body=b'{"error": "unknown order"}')
-    async with HttpxSender() as sender:
-        rejected = await sender.send(_delivery(endpoint.url(path)))
-        retried = await sender.send(_delivery(endpoint.url(path), retry_4xx=True))
+    async with sender() as s:
+        rejected = await s.send(_delivery(endpoint.url(path)))
+        retried = await s.send(_delivery(endpoint.url(path), retry_4xx=True))
     assert rejected.outcome is Outcome.REJECTED and rejected.status == 400
     assert rejected.error == 'HTTP 400: {"error": "unknown order"}'
     assert retried.outcome is Outcome.RETRYABLE and retried.status == 400
     assert len(endpoint.requests(path)) == 2
 
 
-async def test_301_is_rejected_and_not_followed(endpoint: Recorder) -> None:
+async def test_301_is_rejected_and_not_followed(endpoint: Recorder, sender: SenderKind) -> None:
     path, elsewhere = _path(), _path()
     endpoint.scripts[path] = Script(301, {"Location": endpoint.url(elsewhere)})
-    client = httpx.AsyncClient(follow_redirects=True)  # even a client that would follow
-    async with client, HttpxSender(client) as sender:
-        result = await sender.send(_delivery(endpoint.url(path)))
+    async with sender.client() as client, sender(client) as s:  # even a client that would follow
+        result = await s.send(_delivery(endpoint.url(path)))
     assert result.outcome is Outcome.REJECTED and result.status == 301
     assert result.error is not None and endpoint.url(elsewhere) in result.error
     assert len(endpoint.requests(path)) == 1
     assert endpoint.requests(elsewhere) == []
 
 
-async def test_a_slow_endpoint_times_out_retryably(endpoint: Recorder) -> None:
+async def test_only_the_start_of_a_huge_answer_is_read(
+    endpoint: Recorder, sender: SenderKind
+) -> None:
+    path = _path()
+    endpoint.scripts[path] = Script(500, body=b"e" * 1_000_000)
+    async with sender() as s:
+        result = await s.send(_delivery(endpoint.url(path)))
+        again = await s.send(_delivery(endpoint.url(path)))
+    assert result.retryable and result.status == 500
+    assert result.error == "HTTP 500: " + "e" * 200
+    assert again.retryable and again.status == 500, "the half-read connection was reused"
+    first, second = endpoint.requests(path)
+    assert first.client != second.client
+
+
+async def test_a_slow_endpoint_times_out_retryably(endpoint: Recorder, sender: SenderKind) -> None:
     path = _path()
     endpoint.scripts[path] = Script(delay=3.0)
-    async with HttpxSender() as sender:
+    async with sender() as s:
         started = time.monotonic()
-        result = await sender.send(_delivery(endpoint.url(path), timeout_ms=300))
+        result = await s.send(_delivery(endpoint.url(path), timeout_ms=300))
         elapsed = time.monotonic() - started
     assert result.retryable and result.status is None
     assert result.error is not None and result.error.startswith("timeout after")
@@ -327,49 +406,130 @@ async def test_a_slow_endpoint_times_out_retryably(endpoint: Recorder) -> None:
     assert len(endpoint.requests(path)) == 1
 
 
-async def test_a_closed_port_is_a_retryable_connection_error() -> None:
+async def test_a_slow_answer_body_counts_in_the_timeout(
+    endpoint: Recorder, sender: SenderKind
+) -> None:
+    path = _path()
+    endpoint.scripts[path] = Script(500, body=b"oops, slowly", body_delay=3.0)
+    async with sender() as s:
+        started = time.monotonic()
+        result = await s.send(_delivery(endpoint.url(path), timeout_ms=300))
+        elapsed = time.monotonic() - started
+    assert result.retryable and result.status is None
+    assert result.error is not None and result.error.startswith("timeout after")
+    assert 0.3 <= elapsed < 0.8
+
+
+async def test_waiting_for_a_pooled_connection_counts_in_the_timeout(
+    endpoint: Recorder, sender: SenderKind
+) -> None:
+    slow, queued = _path(), _path()
+    endpoint.scripts[slow] = Script(delay=1.5)
+    async with sender(max_connections=1) as s:
+        holder = asyncio.create_task(s.send(_delivery(endpoint.url(slow), timeout_ms=5_000)))
+        await asyncio.sleep(0.2)  # the only connection is taken
+        started = time.monotonic()
+        result = await s.send(_delivery(endpoint.url(queued), timeout_ms=300))
+        elapsed = time.monotonic() - started
+        assert (await holder).succeeded
+    assert result.retryable and result.status is None
+    assert result.error is not None and result.error.startswith("timeout after")
+    assert 0.3 <= elapsed < 0.8
+    assert endpoint.requests(queued) == []
+
+
+async def test_a_closed_port_is_a_retryable_connection_error(sender: SenderKind) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    async with HttpxSender() as sender:
-        result = await sender.send(_delivery(f"http://127.0.0.1:{port}/hook"))
+    async with sender() as s:
+        result = await s.send(_delivery(f"http://127.0.0.1:{port}/hook"))
     assert result.retryable and result.status is None
-    assert result.error is not None and result.error.startswith("connection error: ConnectError")
+    assert result.error is not None
+    assert result.error.startswith(f"connection error: {sender.connect_error}")
 
 
-async def test_a_secret_that_cannot_sign_is_rejected_without_a_request(endpoint: Recorder) -> None:
+async def test_a_secret_that_cannot_sign_is_rejected_without_a_request(
+    endpoint: Recorder, sender: SenderKind
+) -> None:
     path = _path()
     delivery = _delivery(endpoint.url(path))
     bad = delivery.subscription.model_copy(update={"signing_secret": "whsec_not base64 at all!"})
-    async with HttpxSender() as sender:
-        result = await sender.send(Delivery(bad, "shop/orders", delivery.message))
+    async with sender() as s:
+        result = await s.send(Delivery(bad, "shop/orders", delivery.message))
     assert result.outcome is Outcome.REJECTED
     assert result.error is not None and "whsec_" in result.error
     assert endpoint.requests(path) == []
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "refused"),
+    [
+        ("X-Split", "a\r\nX-Injected: 1", "Illegal header value"),
+        ("X-Padded", " a", "Illegal header value"),
+        ("X Spaced", "a", "Illegal header name"),
+    ],
+)
+async def test_a_header_the_client_refuses_is_rejected_without_a_request(
+    endpoint: Recorder, sender: SenderKind, name: str, value: str, refused: str
+) -> None:
+    path = _path()
+    async with sender() as s:
+        result = await s.send(_delivery(endpoint.url(path), headers={name: value}))
+    assert result.outcome is Outcome.REJECTED and result.status is None
+    assert result.error is not None and result.error.startswith("invalid request: ")
+    assert refused in result.error
+    assert endpoint.requests(path) == []
+
+
 async def test_concurrent_sends_share_a_bounded_pool_of_kept_alive_connections(
-    endpoint: Recorder,
+    endpoint: Recorder, sender: SenderKind
 ) -> None:
     path = _path()
     endpoint.scripts[path] = Script(delay=0.02)
-    async with HttpxSender(max_connections=10) as sender:
-        first = await asyncio.gather(
-            *(sender.send(_delivery(endpoint.url(path))) for _ in range(200))
-        )
-        after_first = {s.client for s in endpoint.requests(path)}
-        second = await asyncio.gather(
-            *(sender.send(_delivery(endpoint.url(path))) for _ in range(200))
-        )
+    async with sender(max_connections=10) as s:
+        first = await asyncio.gather(*(s.send(_delivery(endpoint.url(path))) for _ in range(200)))
+        after_first = {seen.client for seen in endpoint.requests(path)}
+        second = await asyncio.gather(*(s.send(_delivery(endpoint.url(path))) for _ in range(200)))
     assert all(r.succeeded for r in first + second)
-    connections = {s.client for s in endpoint.requests(path)}
+    connections = {seen.client for seen in endpoint.requests(path)}
     assert len(endpoint.requests(path)) == 400
     assert 1 <= len(after_first) <= 10
     assert connections == after_first, "the second wave opened new connections"
 
 
-async def test_an_injected_client_stays_open_after_aclose(endpoint: Recorder) -> None:
-    async with httpx.AsyncClient() as client:
-        async with HttpxSender(client) as sender:
-            assert (await sender.send(_delivery(endpoint.url(_path())))).succeeded
-        assert not client.is_closed
+async def test_an_injected_client_stays_open_after_aclose(
+    endpoint: Recorder, sender: SenderKind
+) -> None:
+    async with sender.client() as client:
+        async with sender(client) as s:
+            assert (await s.send(_delivery(endpoint.url(_path())))).succeeded
+        assert not sender.is_closed(client)
+
+
+async def test_aiohttp_sends_before_start_are_a_programming_error() -> None:
+    with pytest.raises(RuntimeError, match="start"):
+        await AiohttpSender().send(_delivery("http://127.0.0.1:9/"))
+
+
+async def test_aiohttp_sends_plain_headers_itself_and_obs_text_through_httpx(
+    endpoint: Recorder,
+) -> None:
+    started: list[str] = []
+
+    async def on_start(_: Any, __: Any, params: aiohttp.TraceRequestStartParams) -> None:
+        started.append(params.url.path)
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_start.append(on_start)
+    plain, latin = _path(), _path()
+    latin_delivery = Delivery(
+        _subscription(endpoint.url(latin)), "shop/orders", _stored(b"x", ("x-n", b"\xe9t\xe9"))
+    )
+    async with aiohttp.ClientSession(trace_configs=[trace]) as session:
+        async with AiohttpSender(session) as s:
+            assert (await s.send(_delivery(endpoint.url(plain)))).succeeded
+            assert (await s.send(latin_delivery)).succeeded
+    assert started == [plain]
+    [seen] = endpoint.requests(latin)
+    assert seen.header("x-n") == "été" and (b"x-n", b"\xe9t\xe9") in seen.headers

@@ -1,0 +1,285 @@
+"""The subscription runner end to end on the embedded backends and a real local endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from httpbus.core.model import (
+    Backend,
+    Endpoint,
+    Project,
+    RetryPolicy,
+    Segment,
+    SegmentState,
+    Subscription,
+    Topic,
+)
+from httpbus.core.signing import verify
+from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
+from httpbus.delivery_workers.commit import CommitPolicy
+from httpbus.delivery_workers.runner import SubscriptionRunner
+from httpbus.metastore.catalog import Catalog
+from httpbus.metastore.embedded import EmbeddedMetaStore
+from httpbus.segments.config import EmbeddedClusterConfig
+from httpbus.segments.embedded import create_store
+from httpbus.segments.protocol import Record, SegmentStore
+from httpbus.segments.reader import SegmentReader, commit_group
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+HOUR_MS = 3_600_000
+
+
+@dataclass
+class Endpoint_:
+    url: str
+    received: list[tuple[str, str, bytes]] = field(default_factory=list)  # (group, id, body)
+    fail_first: int = 0
+    attempts: dict[str, int] = field(default_factory=dict)
+    bad_signatures: int = 0
+    reject: set[str] = field(default_factory=set)
+
+
+@dataclass
+class World:
+    catalog: Catalog
+    store: SegmentStore
+    reader: SegmentReader
+    endpoint: Endpoint_
+
+
+def _segment(segment_id: int, state: SegmentState) -> Segment:
+    return Segment(
+        id=segment_id,
+        cluster="embedded",
+        backend=Backend.EMBEDDED,
+        storage_topic=f"st.{segment_id}",
+        partitions=3,
+        state=state,
+    )
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    endpoint = Endpoint_(url="")
+
+    async def hook(request: web.Request) -> web.Response:
+        body = await request.read()
+        if not verify(SECRET, dict(request.headers), body):
+            endpoint.bad_signatures += 1
+        mid = request.headers["X-Message-Id"]
+        endpoint.attempts[mid] = endpoint.attempts.get(mid, 0) + 1
+        await asyncio.sleep(random.uniform(0, 0.01))
+        if mid in endpoint.reject:
+            return web.Response(status=400, text="no such order")
+        if endpoint.attempts[mid] <= endpoint.fail_first:
+            return web.Response(status=503, headers={"Retry-After": "0"})
+        endpoint.received.append((request.headers.get("X-Group-Id", ""), mid, body))
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    endpoint.url = f"http://127.0.0.1:{port}/hook"
+    config = EmbeddedClusterConfig(path=str(tmp_path / "seg.db"))
+    try:
+        async with (
+            EmbeddedMetaStore(str(tmp_path / "meta.db")) as meta,
+            create_store(config) as store,
+        ):
+            catalog = Catalog(meta)
+            await catalog.create_project(Project(name="p"))
+            await store.create_topic("st.1", 3, retention_ms=HOUR_MS)
+            await catalog.create_topic(
+                Topic(project="p", name="t", grouped=True), _segment(1, SegmentState.ACTIVE)
+            )
+            yield World(catalog, store, SegmentReader(catalog, {"embedded": store}), endpoint)
+    finally:
+        await runner.cleanup()
+
+
+async def _subscribe(world: World, **fields: object) -> Subscription:
+    sub = Subscription(
+        project="p",
+        name="s",
+        topic_project="p",
+        topic="t",
+        endpoint=Endpoint(url=world.endpoint.url),
+        signing_secret=SECRET,
+        **fields,
+    )  # type: ignore[arg-type]
+    return await world.catalog.create_subscription(sub)
+
+
+async def _produce(
+    store: SegmentStore,
+    name: str,
+    groups: int,
+    per_group: int,
+    extra: dict[str, bytes] | None = None,
+    first_seq: int = 0,
+) -> list[str]:
+    ids = []
+    for seq in range(first_seq, first_seq + per_group):
+        for g in range(groups):
+            mid = f"{name}-g{g}-{seq}"
+            headers = (
+                ("x-message-id", mid.encode()),
+                ("x-group-id", f"g{g}".encode()),
+                ("x-seq", str(seq).encode()),
+                *(extra or {}).items(),
+            )
+            await store.produce(
+                name, Record(f"{g}:{seq}".encode(), key=f"g{g}".encode(), headers=tuple(headers))
+            )
+            ids.append(mid)
+    return ids
+
+
+async def _until(condition: object, timeout: float = 20) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():  # type: ignore[operator]
+            await asyncio.sleep(0.05)
+
+
+def _in_group_order(received: list[tuple[str, str, bytes]]) -> bool:
+    seqs: dict[str, list[int]] = {}
+    for group, _, body in received:
+        seqs.setdefault(group, []).append(int(body.split(b":")[1]))
+    return all(s == sorted(s) for s in seqs.values())
+
+
+async def _run(
+    world: World, sub: Subscription
+) -> tuple[SubscriptionRunner, asyncio.Task[None], AiohttpSender]:
+    sender = AiohttpSender()
+    await sender.start()
+    runner = SubscriptionRunner(
+        sub, world.reader, sender, commit_policy=CommitPolicy(every_n=50, every_s=0.2)
+    )
+    return runner, asyncio.create_task(runner.run()), sender
+
+
+async def _stop(task: asyncio.Task[None], sender: AiohttpSender) -> None:
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await sender.aclose()
+
+
+async def test_every_message_once_in_group_order_signed_and_committed(world: World) -> None:
+    sub = await _subscribe(world, max_in_flight=8)
+    ids = await _produce(world.store, "st.1", groups=10, per_group=20)
+    runner, task, sender = await _run(world, sub)
+    try:
+        await _until(lambda: len(world.endpoint.received) >= 200)
+        ends = await world.store.end_positions("st.1")
+        await _until(lambda: runner.stats.in_flight == 0)
+        await asyncio.sleep(0.5)  # one commit interval
+        committed = await world.store.committed("st.1", commit_group(sub))
+    finally:
+        await _stop(task, sender)
+    assert sorted(mid for _, mid, _ in world.endpoint.received) == sorted(ids)
+    assert _in_group_order(world.endpoint.received)
+    assert world.endpoint.bad_signatures == 0
+    assert committed == {p: e for p, e in ends.items() if e > 0}
+    assert runner.stats.delivered == 200
+
+
+async def test_filter_lets_through_exactly_the_matching(world: World) -> None:
+    sub = await _subscribe(world, filter='headers["x-region"] == "eu"')
+    eu = await _produce(world.store, "st.1", 3, 5, {"x-region": b"eu"})
+    await _produce(world.store, "st.1", 3, 5, {"x-region": b"us"})
+    runner, task, sender = await _run(world, sub)
+    try:
+        await _until(lambda: runner.stats.filtered == 15 and len(world.endpoint.received) == 15)
+        await asyncio.sleep(0.3)
+    finally:
+        await _stop(task, sender)
+    assert sorted(mid for _, mid, _ in world.endpoint.received) == sorted(eu)
+
+
+async def test_failures_are_retried_in_place_and_order_holds(world: World) -> None:
+    world.endpoint.fail_first = 2
+    policy = RetryPolicy(initial_delay_ms=10, max_delay_ms=50, jitter=0)
+    sub = await _subscribe(world, retry=policy, max_in_flight=4)
+    ids = await _produce(world.store, "st.1", groups=4, per_group=5)
+    runner, task, sender = await _run(world, sub)
+    try:
+        await _until(lambda: len(world.endpoint.received) >= 20)
+    finally:
+        await _stop(task, sender)
+    assert sorted(mid for _, mid, _ in world.endpoint.received) == sorted(ids)
+    assert _in_group_order(world.endpoint.received)
+    assert all(n == 3 for n in world.endpoint.attempts.values())
+    assert runner.stats.failed_attempts == 40
+
+
+async def test_moves_to_the_next_segment_after_the_seal(world: World) -> None:
+    sub = await _subscribe(world)
+    first = await _produce(world.store, "st.1", 2, 3)
+    runner, task, sender = await _run(world, sub)
+    try:
+        await _until(lambda: len(world.endpoint.received) == 6)
+        await world.store.create_topic("st.2", 3, retention_ms=HOUR_MS)
+        await world.catalog.add_segment("p", "t", _segment(2, SegmentState.PENDING))
+        topic = await world.catalog.get_topic("p", "t")
+        ends = await world.store.seal("st.1")
+        sealed = _segment(1, SegmentState.SEALED).model_copy(
+            update={"end_positions": ends, "sealed_at": datetime.now(UTC)}
+        )
+        await world.catalog.commit_segment_switch(topic, sealed, _segment(2, SegmentState.ACTIVE))
+        second = await _produce(world.store, "st.2", 2, 3, first_seq=3)
+        await _until(lambda: len(world.endpoint.received) == 12)
+        await _until(
+            lambda: (
+                runner.sub.consume_pointer is not None
+                and runner.sub.consume_pointer.segment_id == 2
+            )
+        )
+    finally:
+        await _stop(task, sender)
+    got = [mid for _, mid, _ in world.endpoint.received]
+    assert sorted(got) == sorted(first + second)
+    assert _in_group_order(world.endpoint.received)
+    stored = await world.catalog.get_subscription("p", "s")
+    assert stored.consume_pointer is not None and stored.consume_pointer.segment_id == 2
+
+
+async def test_a_refused_message_is_parked_not_skipped(world: World) -> None:
+    """Until the DLQ exists, a 400 keeps its message (and its group) waiting: nothing is
+    committed past it, other groups go on."""
+    world.endpoint.reject = {"st.1-g0-1"}
+    policy = RetryPolicy(initial_delay_ms=10, max_delay_ms=100, jitter=0)
+    sub = await _subscribe(world, retry=policy)
+    await _produce(world.store, "st.1", groups=3, per_group=3)
+    runner, task, sender = await _run(world, sub)
+    try:
+        await _until(lambda: len(world.endpoint.received) == 7 and runner.stats.parked == 1)
+        await asyncio.sleep(0.5)
+        committed = await world.store.committed("st.1", commit_group(sub))
+        delivered = {mid for _, mid, _ in world.endpoint.received}
+    finally:
+        await _stop(task, sender)
+    assert "st.1-g0-1" not in delivered and "st.1-g0-2" not in delivered  # its group waits
+    assert {f"st.1-g{g}-{s}" for g in (1, 2) for s in range(3)} <= delivered
+    assert world.endpoint.attempts["st.1-g0-1"] >= 2  # retried at the longest delay
+    partition = [
+        m
+        for m in await world.store.read("st.1", 0, 0, timeout=0.1)
+        + await world.store.read("st.1", 1, 0, timeout=0.1)
+        + await world.store.read("st.1", 2, 0, timeout=0.1)
+        if dict(m.headers)["x-message-id"] == b"st.1-g0-1"
+    ][0]
+    assert committed.get(partition.partition, 0) <= partition.position

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from httpbus.core.audit import AuditEvent, AuditType
 from httpbus.core.errors import HttpbusError, StorageUnavailable, TooLarge
@@ -52,10 +53,7 @@ class Publisher:
 
     def _record(self, topic: Topic, draft: Draft, now_ms: int) -> tuple[Record, headers.Parsed]:
         if len(draft.payload) > topic.max_message_bytes:
-            raise TooLarge(
-                f"the message has {len(draft.payload)} bytes; topic "
-                f"{topic.project}/{topic.name} takes at most {topic.max_message_bytes}"
-            )
+            raise _too_large(topic, len(draft.payload))
         parsed = headers.parse(
             draft.headers,
             draft.content_type,
@@ -81,26 +79,41 @@ class Publisher:
         """Store many messages; a result per message, in order."""
         topic = await self.cache.topic(project, name)
         now_ms = int(time.time() * 1000)
-        results: list[Accepted | HttpbusError] = []
-        valid: list[tuple[int, Record, headers.Parsed, int]] = []
+        parser = headers.BatchParser(
+            grouped=topic.grouped, max_carried=self.max_carried, now_ms=now_ms
+        )
+        limit = topic.max_message_bytes
+        # The refused ones now; each valid one's slot is filled below from its write's outcome.
+        results: list[Accepted | HttpbusError | None] = []
+        valid: list[tuple[int, headers.Parsed, int]] = []
+        records: list[Record] = []
+        total = 0
         for index, draft in enumerate(drafts):
-            try:
-                record, parsed = self._record(topic, draft, now_ms)
-            except HttpbusError as exc:
-                results.append(exc)
+            size = len(draft.payload)
+            parsed = (
+                _too_large(topic, size)
+                if size > limit
+                else parser.parse(draft.headers, draft.content_type)
+            )
+            if isinstance(parsed, HttpbusError):
+                results.append(parsed)
                 continue
-            # Replaced below by the write's outcome; stands if the write itself raises.
-            results.append(StorageUnavailable("not written"))
-            valid.append((index, record, parsed, len(draft.payload)))
-        self.limits.check(topic, len(valid), sum(size for *_, size in valid))
-        written = await self.writer.write_many(topic, [record for _, record, _, _ in valid])
-        for (index, _, parsed, size), outcome in zip(valid, written, strict=True):
+            results.append(None)
+            valid.append((index, parsed, size))
+            key = parsed.group_id.encode() if parsed.group_id is not None else None
+            records.append(
+                Record(draft.payload, key=key, headers=parsed.headers, timestamp_ms=now_ms)
+            )
+            total += size
+        self.limits.check(topic, len(valid), total)
+        written = await self.writer.write_many(topic, records)
+        for (index, parsed, size), outcome in zip(valid, written, strict=True):
             results[index] = (
                 self._accepted(topic, parsed, outcome, size, now_ms)
                 if isinstance(outcome, Written)
                 else _as_error(outcome)
             )
-        return results
+        return cast("list[Accepted | HttpbusError]", results)
 
     def _accepted(
         self, topic: Topic, parsed: headers.Parsed, written: Written, size: int, now_ms: int
@@ -122,6 +135,13 @@ class Publisher:
                 )
             )
         return Accepted(parsed.message_id, written.segment_id, written.partition, written.position)
+
+
+def _too_large(topic: Topic, size: int) -> TooLarge:
+    return TooLarge(
+        f"the message has {size} bytes; topic "
+        f"{topic.project}/{topic.name} takes at most {topic.max_message_bytes}"
+    )
 
 
 def _as_error(exc: Exception) -> HttpbusError:

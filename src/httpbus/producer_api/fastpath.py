@@ -14,7 +14,6 @@ body off the common shape is left to the :class:`Batch` model, so refusals are p
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import re
 import time
@@ -65,7 +64,7 @@ class BatchMessage(BaseModel):
         else:
             try:
                 data = base64.b64decode(self.payload_base64 or "", validate=True)
-            except binascii.Error:
+            except ValueError:  # binascii.Error, or characters outside ASCII
                 raise Malformed("payload_base64 is not valid base64") from None
         return Draft(data, [(k.lower(), v) for k, v in self.headers.items()], self.content_type)
 

@@ -92,7 +92,7 @@ def _shape(
         if name in OWN:
             own[name] = value
         elif name.startswith("x-") and not name.startswith(_HOP):
-            carried.append((name, value.encode("latin-1")))
+            carried.append((name, _wire(value)))
     if len(carried) > max_carried:
         raise Malformed(f"at most {max_carried} X- headers are carried; got {len(carried)}")
     message_id = _checked_id(own.get("x-message-id"), "X-Message-Id")
@@ -108,7 +108,7 @@ def _shape(
     if deliver_at is not None:
         rest.append(("x-deliver-at", str(deliver_at).encode()))
     if content_type:
-        rest.append(("content-type", content_type.encode("latin-1")))
+        rest.append(("content-type", _wire(content_type)))
     return _Shape(message_id, group, deliver_at, tuple(rest + carried))
 
 
@@ -161,3 +161,12 @@ class BatchParser:
         if isinstance(shape, Malformed):
             return shape
         return shape.parsed(self._now_ms)
+
+
+def _wire(value: str) -> bytes:
+    """Header text as stored: latin-1 gives back the bytes an HTTP request carried; text
+    beyond it (only a JSON batch can hold that) is stored as UTF-8."""
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value.encode()

@@ -285,3 +285,27 @@ async def test_fast_and_fastapi_routes_answer_alike(
         assert answers[0].json()["results"][0]["message_id"] == "m1"
     refused = await fast.post(url, content=content, headers={"Authorization": "Bearer nope"})
     assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize(
+    ("message", "status"),
+    [
+        ({"payload": "x", "headers": {"X-City": "Kraków ☃"}}, 201),
+        ({"payload": "x", "content_type": "text/plain; charset=☃"}, 201),
+        ({"payload_base64": "aGk☃"}, None),  # the whole request: 400 malformed
+    ],
+)
+async def test_batch_text_beyond_latin1_is_never_a_500(
+    apps: tuple[httpx.AsyncClient, httpx.AsyncClient],
+    message: dict[str, object],
+    status: int | None,
+) -> None:
+    for client in apps:
+        r = await client.post(
+            "/v1/projects/shop/topics/small/produce/batch", json={"messages": [message]}
+        )
+        if status is None:
+            assert (r.status_code, r.json()["code"]) == (400, "malformed")
+        else:
+            assert r.status_code in (200, 207), r.text
+            assert r.json()["results"][0]["status"] == status

@@ -19,6 +19,7 @@ from httpbus.segments.registry import open_stores
 
 from . import api
 from .admin import Admin
+from .assigner import Assigner
 from .settings import ControlPlaneSettings
 
 
@@ -40,6 +41,8 @@ def create_app(
             if meta is None:
                 meta = await stack.enter_async_context(open_metastore(settings.metastore))
             opened = await open_stores(stack, settings.clusters, stores)
+            assigner = Assigner(meta, Catalog(meta), settings.member_id, settings.assign_interval_s)
+            app.state.assigner = await stack.enter_async_context(assigner)
             app.state.admin = Admin(
                 Catalog(meta),
                 settings.clusters,

@@ -11,6 +11,9 @@ The tree (relative to the store's root)::
     /projects/{p}/tokens/{id}                       ProduceToken (a hash, never the secret)
     /subscribers/{p}/{t}/{project}:{s}              marks a subscription of topic p/t
     /members/{group}/{member}                       ephemeral process membership
+    /leader/{role}                                  ephemeral: the elected leader of a role
+    /assignments/{worker}                           ["project/subscription", ...] (by the leader)
+    /locks/subscriptions/{project}:{s}              ephemeral: the worker running subscription s
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from httpbus.core.names import check_name
 PROJECTS = "/projects"
 MEMBERS = "/members"
 SUBSCRIBERS = "/subscribers"
+LEADER = "/leader"
+ASSIGNMENTS = "/assignments"
+SUBSCRIPTION_LOCKS = "/locks/subscriptions"
 
 
 def _n(*names: str) -> tuple[str, ...]:
@@ -92,3 +98,18 @@ def members(group: str) -> str:
 def member(group: str, member_id: str) -> str:
     (member_id,) = _n(member_id)
     return f"{members(group)}/{member_id}"
+
+
+def leader(role: str) -> str:
+    (role,) = _n(role)
+    return f"{LEADER}/{role}"
+
+
+def assignment(worker: str) -> str:
+    (worker,) = _n(worker)
+    return f"{ASSIGNMENTS}/{worker}"
+
+
+def subscription_lock(p: str, s: str) -> str:
+    p, s = _n(p, s)
+    return f"{SUBSCRIPTION_LOCKS}/{p}:{s}"

@@ -55,6 +55,7 @@ def dev(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Control-plane port.")] = 8700,
     producer_port: Annotated[int, typer.Option(help="Producer port.")] = 8701,
+    worker_port: Annotated[int, typer.Option(help="Worker health/metrics port.")] = 8702,
     data_dir: Annotated[Path, typer.Option(help="Where the embedded stores live.")] = Path(
         ".httpbus"
     ),
@@ -70,15 +71,21 @@ def dev(
     typer.echo(f"  data           {data_dir.resolve()}")
     typer.echo(f"  try: curl -H 'Authorization: Bearer {token}' http://{host}:{port}/v1/projects")
     typer.echo(f"  producer       http://{host}:{producer_port}")
-    producer = _start_producer(settings, data_dir, host, producer_port, token)
+    typer.echo(f"  worker         http://{host}:{worker_port}/metrics")
+    children = [
+        _start_producer(settings, data_dir, host, producer_port, token),
+        _start_worker(settings, data_dir, host, worker_port),
+    ]
     try:
         uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
     finally:
-        producer.terminate()
-        try:
-            producer.wait(15)
-        except subprocess.TimeoutExpired:
-            producer.kill()
+        for child in children:
+            child.terminate()
+        for child in children:
+            try:
+                child.wait(15)
+            except subprocess.TimeoutExpired:
+                child.kill()
 
 
 def _start_producer(
@@ -102,6 +109,28 @@ def _start_producer(
     return subprocess.Popen(
         [sys.executable, "-m", "httpbus.producer_api", "--config", str(config)],
         env=env,
+        preexec_fn=_end_with_parent,
+    )
+
+
+def _start_worker(
+    settings: ControlPlaneSettings, data_dir: Path, host: str, port: int
+) -> subprocess.Popen[bytes]:
+    """One delivery worker as a child process on the same embedded stores."""
+    config = data_dir / "worker.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "host": host,
+                "port": port,
+                "metastore": settings.metastore.model_dump(),
+                "clusters": {n: c.model_dump() for n, c in settings.clusters.items()},
+                "audit": {"cluster": settings.default_cluster},
+            }
+        )
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "httpbus.delivery_workers", "--config", str(config)],
         preexec_fn=_end_with_parent,
     )
 

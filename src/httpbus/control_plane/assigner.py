@@ -1,0 +1,203 @@
+"""Assignment of subscriptions to delivery workers, by one elected leader.
+
+Every control-plane process runs an :class:`Assigner`; the one that creates the ephemeral
+node ``/leader/assigner`` is the leader, the others watch that node and stand for election
+again when it vanishes (its owner closed, or its session expired).
+
+The leader gives every subscription to one live member of the group ``workers`` by
+rendezvous (highest-random-weight) hashing: a subscription goes to the worker whose hash of
+``(worker, subscription)`` is highest, so a worker joining or leaving moves only the
+subscriptions it wins or held, and every leader computes the same plan. It writes each
+worker's sorted list of ``"project/subscription"`` to ``/assignments/{worker}`` (only when it
+changed, by compare-and-set) and deletes the lists of workers that are gone. It recomputes
+when the membership changes and every ``interval_s`` (subscriptions created or deleted).
+
+The assignment says who *should* run a subscription; the ephemeral lock
+``/locks/subscriptions/{project}:{s}`` held by the worker that runs it says who *does*, so two
+workers never deliver one subscription at once while an assignment moves.
+
+Partitions of one subscription are not spread over several workers (yet): a subscription is
+the unit of assignment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+from collections.abc import Iterable
+
+from httpbus.core.errors import AlreadyExists, HttpbusError, NotFound, VersionConflict
+from httpbus.core.lifecycle import AsyncResource
+from httpbus.metastore import paths
+from httpbus.metastore.catalog import Catalog
+from httpbus.metastore.protocol import MetaStore
+
+log = logging.getLogger(__name__)
+
+WORKERS = "workers"
+ROLE = "assigner"
+_RETRY_S = 1.0
+
+
+def _weight(worker: str, key: str) -> int:
+    digest = hashlib.blake2b(f"{worker}\x00{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def rendezvous(keys: Iterable[str], workers: Iterable[str]) -> dict[str, list[str]]:
+    """Each key given to the worker of highest weight; every worker listed, keys sorted.
+
+    >>> rendezvous(["p/a"], ["w1"])
+    {'w1': ['p/a']}
+    """
+    members = sorted(set(workers))
+    plan: dict[str, list[str]] = {w: [] for w in members}
+    if not members:
+        return plan
+    for key in sorted(set(keys)):
+        plan[max(members, key=lambda w: _weight(w, key))].append(key)
+    return plan
+
+
+class Assigner(AsyncResource):
+    """Leader election plus the assignment loop (see the module doc).
+
+    Example::
+
+        async with Assigner(metastore, Catalog(metastore), "cp-1"):
+            ...  # while this runs, workers receive their subscriptions
+    """
+
+    def __init__(
+        self,
+        metastore: MetaStore,
+        catalog: Catalog,
+        member_id: str,
+        interval_s: float = 2.0,
+        *,
+        group: str = WORKERS,
+    ) -> None:
+        self.metastore = metastore
+        self.catalog = catalog
+        self.member_id = member_id
+        self.interval_s = interval_s
+        self.group = group
+        self.is_leader = False
+        self._path = paths.leader(ROLE)
+        self._identity = json.dumps({"member": member_id}).encode()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Stand for election in the background; returns at once."""
+        self._task = asyncio.create_task(self._run(), name=f"assigner-{self.member_id}")
+
+    async def aclose(self) -> None:
+        """Stop; a leader gives up its node so another control plane takes over at once."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.is_leader:
+            self.is_leader = False
+            with contextlib.suppress(HttpbusError):
+                node = await self.metastore.get(self._path)
+                if node is not None and node.data == self._identity:
+                    await self.metastore.delete(self._path, expected_version=node.version)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._elect()
+                log.info("%s leads the assignment of subscriptions", self.member_id)
+                await self._lead()
+            except HttpbusError as exc:
+                log.warning("assigner %s: %s; retrying", self.member_id, exc)
+                await asyncio.sleep(_RETRY_S)
+            finally:
+                self.is_leader = False
+
+    async def _elect(self) -> None:
+        """Return once this process holds the leader node."""
+        while True:
+            try:
+                await self.metastore.create(self._path, self._identity, ephemeral=True)
+                self.is_leader = True
+                return
+            except AlreadyExists:
+                pass
+            async for node in self.metastore.watch(self._path):
+                if node is None:
+                    break  # the leader is gone: stand again
+                if node.data == self._identity:  # ours, left from a failed round
+                    self.is_leader = True
+                    return
+
+    async def _lead(self) -> None:
+        """Assign until the leader node is no longer ours."""
+        lost, dirty = asyncio.Event(), asyncio.Event()
+        watchers = [
+            asyncio.create_task(self._watch_members(dirty)),
+            asyncio.create_task(self._watch_leadership(lost)),
+        ]
+        try:
+            while not lost.is_set():
+                dirty.clear()
+                await self.rebalance()
+                await _first(dirty, lost, self.interval_s)
+        finally:
+            for task in watchers:
+                task.cancel()
+            await asyncio.gather(*watchers, return_exceptions=True)
+
+    async def _watch_members(self, dirty: asyncio.Event) -> None:
+        async for _ in self.metastore.watch_children(paths.members(self.group)):
+            dirty.set()
+
+    async def _watch_leadership(self, lost: asyncio.Event) -> None:
+        async for node in self.metastore.watch(self._path):
+            if node is None or node.data != self._identity:
+                log.warning("%s lost the assigner leadership", self.member_id)
+                lost.set()
+                return
+
+    async def subscriptions(self) -> list[str]:
+        """Every subscription as ``"project/subscription"``."""
+        projects = await self.catalog.list_projects()
+        names = await asyncio.gather(*(self.catalog.list_subscriptions(p) for p in projects))
+        return [f"{p}/{s}" for p, subs in zip(projects, names, strict=True) for s in subs]
+
+    async def rebalance(self) -> dict[str, list[str]]:
+        """Compute the plan and write what changed; return the plan."""
+        workers = await self.metastore.members(self.group)
+        plan = rendezvous(await self.subscriptions(), workers)
+        for worker, keys in plan.items():
+            await self._write(worker, json.dumps(keys).encode())
+        for gone in set(await self.metastore.children(paths.ASSIGNMENTS)) - set(plan):
+            with contextlib.suppress(NotFound):
+                await self.metastore.delete(paths.assignment(gone))
+        return plan
+
+    async def _write(self, worker: str, data: bytes) -> None:
+        path = paths.assignment(worker)
+        node = await self.metastore.get(path)
+        # A lost race is settled by the next round (interval_s later, or sooner).
+        with contextlib.suppress(AlreadyExists, VersionConflict, NotFound):
+            if node is None:
+                await self.metastore.create(path, data)
+            elif node.data != data:
+                await self.metastore.update(path, data, expected_version=node.version)
+
+
+async def _first(a: asyncio.Event, b: asyncio.Event, timeout: float) -> None:
+    """Wait until ``a`` or ``b`` is set, or ``timeout`` passes."""
+    waits = [asyncio.create_task(a.wait()), asyncio.create_task(b.wait())]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waits:
+            task.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)

@@ -45,6 +45,28 @@ TOTAL = 2_000
 SESSION_S = 4.0
 
 
+async def _diagnosis(workers: list[WorkerProcess], meta: Any, got: dict[str, list[str]]) -> str:
+    """What a stalled run looked like: locks, deliveries, each worker's metrics and log."""
+    lines = [
+        f"holders: {await _holders(meta)}",
+        f"delivered: { {s: len(v) for s, v in got.items()} }",
+    ]
+    async with httpx.AsyncClient() as client:
+        for w in workers:
+            try:
+                text = (await client.get(f"http://127.0.0.1:{w.port}/metrics", timeout=2)).text
+            except httpx.HTTPError as exc:
+                text = f"(no metrics: {exc})"
+            metrics = [m for m in text.splitlines() if m.startswith("httpbus_")]
+            lines += [
+                f"--- {w.member} metrics",
+                *metrics[:40],
+                f"--- {w.member} log",
+                w.log.read_text()[-3000:],
+            ]
+    return "\n".join(lines)
+
+
 class WorkerProcess:
     def __init__(self, settings: dict[str, Any], workdir: Path, member: str) -> None:
         self.member, self.port = member, free_port()
@@ -186,9 +208,12 @@ async def test_sigkilled_worker_hands_over_and_nothing_is_lost(
                         await asyncio.sleep(0.1)
 
                 producing = asyncio.create_task(produce())
-                async with asyncio.timeout(60):
-                    while min(len(set(got.get(s, []))) for s in moved) < TOTAL // 4:
-                        await asyncio.sleep(0.02)
+                try:
+                    async with asyncio.timeout(90):
+                        while min(len(set(got.get(s, []))) for s in moved) < TOTAL // 4:
+                            await asyncio.sleep(0.02)
+                except TimeoutError:
+                    raise AssertionError(await _diagnosis(workers, meta, got)) from None
                 victim.proc.send_signal(signal.SIGKILL)
                 killed_at = time.monotonic()
                 before = {s: len(set(got.get(s, []))) for s in moved}

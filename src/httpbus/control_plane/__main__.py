@@ -2,31 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
-import os
-from pathlib import Path
-
 import uvicorn
+
+from httpbus.core.settings import service_args
 
 from .app import create_app
 from .settings import ControlPlaneSettings
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m httpbus.control_plane", description="The httpbus control plane."
+    config, overrides = service_args(
+        "python -m httpbus.control_plane", "The httpbus control plane.", argv
     )
-    parser.add_argument(
-        "--config",
-        type=Path,
-        default=os.environ.get("HTTPBUS_CONFIG"),
-        help="YAML or TOML settings file (default: $HTTPBUS_CONFIG)",
-    )
-    parser.add_argument("--host")
-    parser.add_argument("--port", type=int)
-    args = parser.parse_args(argv)
-    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
-    settings = ControlPlaneSettings.load(args.config, **overrides)
+    settings = ControlPlaneSettings.load(config, **overrides)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning")
 
 

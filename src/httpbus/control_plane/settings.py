@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import socket
-
 from pydantic import Field, SecretStr, model_validator
 
-from httpbus.core.settings import SettingsBase
+from httpbus.core.settings import SettingsBase, default_member_id
 from httpbus.metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
 from httpbus.segments.config import ClusterConfig, EmbeddedClusterConfig
 
 
 def _embedded_only() -> dict[str, ClusterConfig]:
     return {"embedded": EmbeddedClusterConfig()}
-
-
-def _member_id() -> str:
-    host = "".join(c if c.isalnum() else "-" for c in socket.gethostname())[:40].strip("-")
-    return f"control-plane-{host or 'host'}-{os.getpid()}"
 
 
 class ControlPlaneSettings(SettingsBase):
@@ -31,7 +23,10 @@ class ControlPlaneSettings(SettingsBase):
     clusters: dict[str, ClusterConfig] = Field(default_factory=_embedded_only)
     default_cluster: str = "embedded"
     storage_topic_prefix: str = Field(default="httpbus", pattern=r"^[A-Za-z0-9_-]{1,32}$")
-    member_id: str = Field(default_factory=_member_id, pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+    member_id: str = Field(
+        default_factory=lambda: default_member_id("control-plane"),
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
+    )
     assign_interval_s: float = Field(
         default=2.0, gt=0, le=300, description="how often the leader re-reads the subscriptions"
     )

@@ -10,6 +10,9 @@ Only a service's ``main()`` calls :meth:`SettingsBase.load`; this module defines
 
 from __future__ import annotations
 
+import argparse
+import os
+import socket
 from pathlib import Path
 from typing import Any, ClassVar, Self, cast
 
@@ -56,3 +59,28 @@ class SettingsBase(BaseSettings):
             raise FileNotFoundError(f"config file {config_file} does not exist")
         bound = type(cls.__name__, (cls,), {"config_file": config_file})
         return cast(Self, bound(**overrides))
+
+
+def default_member_id(role: str) -> str:
+    """``<role>-<host>-<pid>``: the name a process joins its metastore group under."""
+    host = "".join(c if c.isalnum() else "-" for c in socket.gethostname())[:40].strip("-")
+    return f"{role}-{host or 'host'}-{os.getpid()}"
+
+
+def service_args(
+    prog: str, description: str, argv: list[str] | None = None
+) -> tuple[Path | None, dict[str, Any]]:
+    """The command line every service's ``__main__`` takes: ``--config`` (default
+    ``$HTTPBUS_CONFIG``), ``--host``, ``--port``; returns the file and the overrides."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=os.environ.get("HTTPBUS_CONFIG"),
+        help="YAML or TOML settings file (default: $HTTPBUS_CONFIG)",
+    )
+    parser.add_argument("--host")
+    parser.add_argument("--port", type=int)
+    args = parser.parse_args(argv)
+    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    return args.config, overrides

@@ -2,32 +2,21 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
-from pathlib import Path
 
 import uvicorn
+
+from httpbus.core.settings import service_args
 
 from .app import create_app
 from .settings import WorkerSettings
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m httpbus.delivery_workers", description="The httpbus delivery worker."
+    config, overrides = service_args(
+        "python -m httpbus.delivery_workers", "The httpbus delivery worker.", argv
     )
-    parser.add_argument(
-        "--config",
-        type=Path,
-        default=os.environ.get("HTTPBUS_CONFIG"),
-        help="YAML or TOML settings file (default: $HTTPBUS_CONFIG)",
-    )
-    parser.add_argument("--host")
-    parser.add_argument("--port", type=int)
-    args = parser.parse_args(argv)
-    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
-    settings = WorkerSettings.load(args.config, **overrides)
+    settings = WorkerSettings.load(config, **overrides)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     uvicorn.run(
         create_app(settings),

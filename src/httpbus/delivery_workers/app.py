@@ -21,7 +21,7 @@ from httpbus import __version__
 from httpbus.core.errors import HttpbusError
 from httpbus.metastore.config import open_metastore
 from httpbus.metastore.protocol import MetaStore
-from httpbus.segments.audit import AuditSink
+from httpbus.segments.audit import open_audit
 from httpbus.segments.protocol import SegmentStore
 from httpbus.segments.registry import open_stores
 
@@ -87,14 +87,7 @@ def create_app(
             if meta is None:
                 meta = await stack.enter_async_context(open_metastore(settings.metastore))
             opened = await open_stores(stack, settings.clusters, stores)
-            audit = None
-            if settings.audit.cluster is not None:
-                audit = AuditSink(
-                    opened[settings.audit.cluster],
-                    settings.audit.topic,
-                    partitions=settings.audit.partitions,
-                )
-                await stack.enter_async_context(audit)
+            audit = await open_audit(stack, opened, settings.audit)
             sender = AiohttpSender(max_connections=settings.max_connections)
             await stack.enter_async_context(sender)
             worker = Worker(

@@ -2,33 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import socket
+from pydantic import Field
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from httpbus.core.settings import SettingsBase
+from httpbus.core.settings import SettingsBase, default_member_id
 from httpbus.metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
-from httpbus.segments.config import ClusterConfig, EmbeddedClusterConfig
+from httpbus.segments.config import AuditConfig, ClusterConfig, EmbeddedClusterConfig
 
 
 def _embedded_only() -> dict[str, ClusterConfig]:
     return {"embedded": EmbeddedClusterConfig()}
-
-
-def _member_id() -> str:
-    host = "".join(c if c.isalnum() else "-" for c in socket.gethostname())[:40].strip("-")
-    return f"worker-{host or 'host'}-{os.getpid()}"
-
-
-class AuditConfig(BaseModel):
-    """Where the worker appends its audit events (as the producer's ``audit`` section)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    cluster: str | None = Field(default=None, description="None: no audit trail")
-    topic: str = "httpbus.audit"
-    partitions: int = Field(default=4, ge=1, le=512)
 
 
 class WorkerSettings(SettingsBase):
@@ -37,7 +19,10 @@ class WorkerSettings(SettingsBase):
     metastore: MetaStoreConfig = EmbeddedMetaStoreConfig()
     clusters: dict[str, ClusterConfig] = Field(default_factory=_embedded_only)
     audit: AuditConfig = AuditConfig()
-    member_id: str = Field(default_factory=_member_id, pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+    member_id: str = Field(
+        default_factory=lambda: default_member_id("worker"),
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
+    )
     max_connections: int = Field(default=1_000, ge=1, le=100_000, description="to endpoints")
     commit_every_n: int = Field(default=500, ge=1, le=1_000_000)
     commit_every_s: float = Field(default=1.0, ge=0, le=60)

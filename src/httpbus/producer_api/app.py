@@ -16,7 +16,7 @@ from httpbus.core.errors import HttpbusError, MetaStoreUnavailable
 from httpbus.metastore.catalog import Catalog
 from httpbus.metastore.config import open_metastore
 from httpbus.metastore.protocol import MetaStore
-from httpbus.segments.audit import AuditSink
+from httpbus.segments.audit import open_audit
 from httpbus.segments.protocol import SegmentStore
 from httpbus.segments.registry import open_stores
 from httpbus.segments.writer import SegmentWriter
@@ -46,14 +46,7 @@ def create_app(
             if meta is None:
                 meta = await stack.enter_async_context(open_metastore(settings.metastore))
             opened = await open_stores(stack, settings.clusters, stores)
-            audit = None
-            if settings.audit.cluster is not None:
-                audit = AuditSink(
-                    opened[settings.audit.cluster],
-                    settings.audit.topic,
-                    partitions=settings.audit.partitions,
-                )
-                await stack.enter_async_context(audit)
+            audit = await open_audit(stack, opened, settings.audit)
             cache = TopicCache(Catalog(meta), settings.unknown_topic_cache_s)
             stack.push_async_callback(cache.aclose)
             writer = SegmentWriter(opened, cache.refresh)

@@ -2,31 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import socket
+from pydantic import Field, SecretStr
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
-
-from httpbus.core.settings import SettingsBase
+from httpbus.core.settings import SettingsBase, default_member_id
 from httpbus.metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
-from httpbus.segments.config import ClusterConfig, EmbeddedClusterConfig
+from httpbus.segments.config import AuditConfig, ClusterConfig, EmbeddedClusterConfig
 
 
 def _embedded_only() -> dict[str, ClusterConfig]:
     return {"embedded": EmbeddedClusterConfig()}
-
-
-def _member_id() -> str:
-    host = "".join(c if c.isalnum() else "-" for c in socket.gethostname())[:40].strip("-")
-    return f"producer-{host or 'host'}-{os.getpid()}"
-
-
-class AuditConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    cluster: str | None = Field(default=None, description="None: no audit trail")
-    topic: str = "httpbus.audit"
-    partitions: int = Field(default=4, ge=1, le=512)
 
 
 class ProducerSettings(SettingsBase):
@@ -36,6 +20,9 @@ class ProducerSettings(SettingsBase):
     metastore: MetaStoreConfig = EmbeddedMetaStoreConfig()
     clusters: dict[str, ClusterConfig] = Field(default_factory=_embedded_only)
     audit: AuditConfig = AuditConfig()
-    member_id: str = Field(default_factory=_member_id, pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+    member_id: str = Field(
+        default_factory=lambda: default_member_id("producer"),
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
+    )
     max_carried_headers: int = Field(default=64, ge=0, le=1_000)
     unknown_topic_cache_s: float = Field(default=1.0, ge=0, le=60)

@@ -57,7 +57,8 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 from httpbus.core.lifecycle import AsyncResource
@@ -70,6 +71,7 @@ from ..core.errors import (
     StorageUnavailable,
     ValidationFailed,
 )
+from .config import AuditConfig
 from .protocol import Produced, Record, SegmentStore
 
 log = logging.getLogger(__name__)
@@ -348,3 +350,14 @@ class AuditSink(AsyncResource):
     def _backoff_s(self) -> float:
         """Doubles with every consecutive failed batch, from twice the flush interval."""
         return float(min(_MAX_BACKOFF_S, self._interval * 2 ** min(self._failures, 30)))
+
+
+async def open_audit(
+    stack: AsyncExitStack, stores: Mapping[str, SegmentStore], config: AuditConfig
+) -> AuditSink | None:
+    """The started sink ``config`` asks for (closed with ``stack``), or None when it names
+    no cluster."""
+    if config.cluster is None:
+        return None
+    sink = AuditSink(stores[config.cluster], config.topic, partitions=config.partitions)
+    return await stack.enter_async_context(sink)

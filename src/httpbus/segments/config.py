@@ -51,3 +51,13 @@ ClusterConfig = Annotated[
     KafkaClusterConfig | PulsarClusterConfig | EmbeddedClusterConfig,
     Field(discriminator="backend"),
 ]
+
+
+class AuditConfig(BaseModel):
+    """Where a service appends its audit events; no cluster, no audit trail."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cluster: str | None = Field(default=None, description="None: no audit trail")
+    topic: str = "httpbus.audit"
+    partitions: int = Field(default=4, ge=1, le=512)

@@ -6,65 +6,20 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from tests.integration.producer_process import free_port
+from tests.integration.dev_process import run_dev
 
 TOKEN = "dev-test-token-0123456789"
 
 
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    data = tmp_path_factory.mktemp("dev")
-    cp, producer = free_port(), free_port()
-    env = {**os.environ, "HTTPBUS_ADMIN_TOKEN": TOKEN}
-    log = (data / "dev.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "httpbus.control_plane.cli",
-            "dev",
-            "--port",
-            str(cp),
-            "--producer-port",
-            str(producer),
-            "--data-dir",
-            str(data / "state"),
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    urls = (f"http://127.0.0.1:{cp}", f"http://127.0.0.1:{producer}")
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if all(httpx.get(f"{u}/readyz", timeout=1).status_code == 200 for u in urls):
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        else:
-            raise RuntimeError((data / "dev.log").read_text()[-3000:])
-        yield urls
-    finally:
-        proc.terminate()
-        proc.wait(20)
-        log.close()
-    # The producer child ends with dev (uvicorn re-raises SIGTERM, so no finally runs).
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"{urls[1]}/healthz", timeout=0.5)
-        except httpx.HTTPError:
-            return
-        time.sleep(0.2)
-    raise AssertionError("the producer outlived httpbus dev")
+    with run_dev(tmp_path_factory.mktemp("dev"), TOKEN) as running:
+        yield running.control_plane, running.producer
 
 
 def _cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:

@@ -3,9 +3,6 @@ a subscription to an endpoint in this test process receives every message publis
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,60 +11,15 @@ from threading import Thread
 import httpx
 import pytest
 
-from tests.integration.producer_process import free_port
+from tests.integration.dev_process import run_dev
 
 TOKEN = "dev-delivery-token-0123456789"
 
 
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, str]]:
-    data = tmp_path_factory.mktemp("dev-delivery")
-    cp, producer, worker = free_port(), free_port(), free_port()
-    env = {**os.environ, "HTTPBUS_ADMIN_TOKEN": TOKEN}
-    log = (data / "dev.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "httpbus.control_plane.cli",
-            "dev",
-            "--port",
-            str(cp),
-            "--producer-port",
-            str(producer),
-            "--worker-port",
-            str(worker),
-            "--data-dir",
-            str(data / "state"),
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    urls = tuple(f"http://127.0.0.1:{p}" for p in (cp, producer, worker))
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if all(httpx.get(f"{u}/readyz", timeout=1).status_code == 200 for u in urls):
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        else:
-            raise RuntimeError((data / "dev.log").read_text()[-3000:])
-        yield urls[0], urls[1], urls[2]
-    finally:
-        proc.terminate()
-        proc.wait(20)
-        log.close()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"{urls[2]}/healthz", timeout=0.5)
-        except httpx.HTTPError:
-            return
-        time.sleep(0.2)
-    raise AssertionError("the worker outlived httpbus dev")
+    with run_dev(tmp_path_factory.mktemp("dev-delivery"), TOKEN) as running:
+        yield running.urls
 
 
 @pytest.fixture

@@ -19,12 +19,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from types import TracebackType
-from typing import NamedTuple, Protocol, Self, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import httpx
 
-from httpbus.core.lifecycle import AsyncResource
+from httpbus.core.lifecycle import AsyncResource, Lifecycle
 from httpbus.core.model import Subscription
 from httpbus.core.signing import sign
 from httpbus.segments.protocol import Stored
@@ -123,23 +122,10 @@ def build_request(delivery: Delivery, now_s: int) -> OutgoingRequest:
 
 
 @runtime_checkable
-class EndpointSender(Protocol):
+class EndpointSender(Lifecycle, Protocol):
     """Pushes deliveries to endpoints. One per worker process, shared by every
     subscription of it; ``send`` is safe to call concurrently and never raises for an
     endpoint's failure."""
-
-    async def start(self) -> None: ...
-
-    async def aclose(self) -> None: ...
-
-    async def __aenter__(self) -> Self: ...
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None: ...
 
     async def send(self, delivery: Delivery) -> DeliveryResult:
         """Make one attempt and say how it went."""

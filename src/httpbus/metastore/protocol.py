@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Protocol, Self, runtime_checkable
+from typing import Protocol, runtime_checkable
+
+from httpbus.core.lifecycle import Lifecycle
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ Op = Create | Update | Delete | Check
 
 
 @runtime_checkable
-class MetaStore(Protocol):
+class MetaStore(Lifecycle, Protocol):
     """Versioned metadata, watches and ephemeral membership.
 
     Errors are values of the httpbus exception tree: ``NotFound``, ``AlreadyExists``,
@@ -71,15 +72,6 @@ class MetaStore(Protocol):
 
     async def aclose(self) -> None:
         """Close the session: this store's ephemeral nodes vanish."""
-
-    async def __aenter__(self) -> Self: ...
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None: ...
 
     async def get(self, path: str) -> Node | None:
         """The node at ``path``, or None."""

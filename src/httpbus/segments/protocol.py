@@ -22,8 +22,9 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Protocol, Self, runtime_checkable
+from typing import Protocol, runtime_checkable
+
+from httpbus.core.lifecycle import Lifecycle
 
 Headers = tuple[tuple[str, bytes], ...]
 
@@ -66,21 +67,8 @@ def partition_for(key: bytes | None, partitions: int, counter: int = 0) -> int:
 
 
 @runtime_checkable
-class SegmentStore(Protocol):
+class SegmentStore(Lifecycle, Protocol):
     """One storage cluster (``kafka-main``, ``pulsar-main``, ``embedded``)."""
-
-    async def start(self) -> None: ...
-
-    async def aclose(self) -> None: ...
-
-    async def __aenter__(self) -> Self: ...
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None: ...
 
     async def create_topic(self, name: str, partitions: int, *, retention_ms: int) -> None:
         """Create the storage topic; ``AlreadyExists`` if it exists."""

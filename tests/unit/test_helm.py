@@ -445,6 +445,10 @@ def test_service_monitor_scrapes_the_services_that_serve_metrics(rendered: Rende
         (["--set", "auditTrail.cluster=pulsar-main"], 'auditTrail.cluster "pulsar-main"'),
         (["--set", "kafka.enabled=false"], "enable at least one storage cluster"),
         (["--set", "kafka.enabled=false,pulsar.enabled=true"], 'defaultCluster "kafka-main"'),
+        # values.schema.json: a misspelt key, a wrong type, a missing limit
+        (["--set", "kafka.bootstrapServer=k:9092"], "'bootstrapServer' not allowed"),
+        (["--set-string", "kafka.replicationFactor=3"], "want integer"),
+        (["--set", "worker.resources.limits=null"], "missing property 'limits'"),
     ],
 )
 def test_inconsistent_values_are_refused_at_render(

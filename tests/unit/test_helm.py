@@ -35,7 +35,7 @@ FULLNAME = "rel-httpbus"
 
 pytestmark = pytest.mark.timeout(1_500)
 
-# Deployment component -> (image role, settings class, config file in the ConfigMap).
+# Deployment component -> (image role, settings class); the role names its config file too.
 SERVICES: dict[str, tuple[str, type[SettingsBase]]] = {
     "control-plane": ("control-plane", ControlPlaneSettings),
     "producer": ("producer", ProducerSettings),
@@ -287,7 +287,7 @@ def test_secret_settings_reach_the_services_through_the_environment(
         "secret.adminToken=admin-789",
     )
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    rendered = Rendered("secrets", values | {"secret": values["secret"]}, docs)
+    rendered = Rendered("secrets", values, docs)
     assert "jwt-123" not in yaml.safe_dump(rendered.of_kind("ConfigMap"))
     for component in ("producer", "worker"):
         settings: Any = _load_service(rendered, component, tmp_path, clean_env)

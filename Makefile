@@ -24,7 +24,9 @@ run: install
 	$(VENV)/bin/httpbus dev
 
 ## The whole suite against real ZooKeeper, Kafka and Pulsar, started and stopped here.
+## Helm, for the chart tests, is built once from Go modules into ~/.cache/httpbus (scripts/tools/helm.sh).
 test: install
+	@$(PHASE) tools sh -c 'scripts/tools/helm.sh >/dev/null'
 	@$(PHASE) fetch $(SERVICES) fetch
 	@$(PHASE) tests $(SERVICES) run -- $(PY) -m pytest $(PYTEST_ARGS)
 

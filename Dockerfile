@@ -1,0 +1,44 @@
+# syntax=docker/dockerfile:1
+# One image for every httpbus role; the first argument picks it:
+#   IMAGE control-plane --config /etc/httpbus/control-plane.yaml    admin API on 8700
+#   IMAGE producer      --config /etc/httpbus/producer.yaml         produce API on 8701
+#   IMAGE worker        --config /etc/httpbus/worker.yaml           health and metrics on 8702
+#   IMAGE audit [spark-submit options] /opt/httpbus/run_module.py httpbus.spark [job arguments]
+# Settings: the file given with --config (or $HTTPBUS_CONFIG), then HTTPBUS_ environment
+# overrides (docs/configuration.md). On Kubernetes: helm/httpbus and docs/deploy.md.
+#
+#   docker build -t httpbus:0.1.0 .
+
+ARG PYTHON_VERSION=3.11
+
+# ---- build: the httpbus wheel, then a virtualenv holding it and its dependencies.
+FROM python:${PYTHON_VERSION}-slim-bookworm AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY src ./src
+RUN pip wheel --no-deps --wheel-dir /dist . \
+ && python -m venv /opt/httpbus \
+ && /opt/httpbus/bin/pip install /dist/httpbus-*.whl
+
+# ---- runtime: the virtualenv, a JRE for spark-submit (audit role; pyspark 4 needs Java 17+),
+# and an unprivileged user. The chart runs it with a read-only root filesystem and /tmp as
+# an emptyDir, hence no bytecode writes.
+FROM python:${PYTHON_VERSION}-slim-bookworm
+RUN mkdir -p /usr/share/man/man1 \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --system --gid 10001 httpbus \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /tmp --shell /usr/sbin/nologin httpbus
+COPY --from=build /opt/httpbus /opt/httpbus
+COPY scripts/tools/container/run_module.py /opt/httpbus/run_module.py
+COPY scripts/tools/container/entrypoint.sh /usr/local/bin/httpbus-entrypoint
+ENV PATH=/opt/httpbus/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+USER 10001:10001
+WORKDIR /tmp
+EXPOSE 8700 8701 8702
+ENTRYPOINT ["httpbus-entrypoint"]
+CMD ["--help"]

@@ -1,0 +1,167 @@
+{{/* Names and labels. */}}
+{{- define "httpbus.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "httpbus.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "httpbus.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "httpbus.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: httpbus
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Labels that select one component's pods: (dict "root" $ "component" "producer"). */}}
+{{- define "httpbus.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "httpbus.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "httpbus.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "httpbus.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "httpbus.secretName" -}}
+{{- default (include "httpbus.fullname" .) .Values.secret.existingSecret -}}
+{{- end -}}
+
+{{- define "httpbus.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/*
+The storage clusters, as the services' settings read them (ClusterConfig in
+httpbus.segments.config). Rendered as YAML; callers parse it back with fromYaml.
+*/}}
+{{- define "httpbus.clusters" -}}
+{{- $clusters := dict -}}
+{{- with .Values.kafka -}}
+{{- if .enabled -}}
+{{- $client := dict -}}
+{{- range $k, $v := .client -}}
+{{- $_ := set $client $k (toString $v) -}}
+{{- end -}}
+{{- $_ := set $clusters .name (dict
+      "backend" "kafka"
+      "bootstrap_servers" .bootstrapServers
+      "replication_factor" (int .replicationFactor)
+      "min_insync_replicas" (int .minInsyncReplicas)
+      "linger_ms" (int .lingerMs)
+      "produce_timeout_s" .produceTimeoutSeconds
+      "client" $client) -}}
+{{- end -}}
+{{- end -}}
+{{- with .Values.pulsar -}}
+{{- if .enabled -}}
+{{- $_ := set $clusters .name (dict
+      "backend" "pulsar"
+      "service_url" .serviceUrl
+      "admin_url" .adminUrl
+      "tenant" .tenant
+      "namespace" .namespace
+      "batching" .batching
+      "produce_timeout_s" .produceTimeoutSeconds) -}}
+{{- end -}}
+{{- end -}}
+{{- if not $clusters -}}
+{{- fail "enable at least one storage cluster: kafka.enabled or pulsar.enabled" -}}
+{{- end -}}
+{{- if not (hasKey $clusters .Values.defaultCluster) -}}
+{{- fail (printf "defaultCluster %q is not an enabled cluster (%s)" .Values.defaultCluster (keys $clusters | sortAlpha | join ", ")) -}}
+{{- end -}}
+{{- if and .Values.auditTrail.cluster (not (hasKey $clusters .Values.auditTrail.cluster)) -}}
+{{- fail (printf "auditTrail.cluster %q is not an enabled cluster (%s)" .Values.auditTrail.cluster (keys $clusters | sortAlpha | join ", ")) -}}
+{{- end -}}
+{{- toYaml $clusters -}}
+{{- end -}}
+
+{{- define "httpbus.metastore" -}}
+{{- with .Values.metastore.zookeeper -}}
+kind: zookeeper
+hosts: {{ .hosts | quote }}
+root: {{ .root | quote }}
+session_timeout_s: {{ .sessionTimeoutSeconds }}
+{{- end -}}
+{{- end -}}
+
+{{- define "httpbus.auditTrail" -}}
+cluster: {{ with .Values.auditTrail.cluster }}{{ . | quote }}{{ else }}null{{ end }}
+topic: {{ .Values.auditTrail.topic | quote }}
+partitions: {{ int .Values.auditTrail.partitions }}
+{{- end -}}
+
+{{/*
+One settings file per service: what its settings class reads, from the shared values, then the
+component's `config` map on top. Keys are exactly the settings fields (snake_case).
+*/}}
+{{- define "httpbus.config.controlPlane" -}}
+{{- $c := dict
+    "host" "0.0.0.0"
+    "port" (int .Values.controlPlane.port)
+    "metastore" (include "httpbus.metastore" . | fromYaml)
+    "clusters" (include "httpbus.clusters" . | fromYaml)
+    "default_cluster" .Values.defaultCluster
+    "storage_topic_prefix" .Values.storageTopicPrefix -}}
+{{- toYaml (mergeOverwrite $c (deepCopy .Values.controlPlane.config)) -}}
+{{- end -}}
+
+{{- define "httpbus.config.producer" -}}
+{{- $c := dict
+    "host" "0.0.0.0"
+    "port" (int .Values.producer.port)
+    "metastore" (include "httpbus.metastore" . | fromYaml)
+    "clusters" (include "httpbus.clusters" . | fromYaml)
+    "audit" (include "httpbus.auditTrail" . | fromYaml) -}}
+{{- toYaml (mergeOverwrite $c (deepCopy .Values.producer.config)) -}}
+{{- end -}}
+
+{{- define "httpbus.config.worker" -}}
+{{- $c := dict
+    "host" "0.0.0.0"
+    "port" (int .Values.worker.port)
+    "metastore" (include "httpbus.metastore" . | fromYaml)
+    "clusters" (include "httpbus.clusters" . | fromYaml)
+    "audit" (include "httpbus.auditTrail" . | fromYaml) -}}
+{{- toYaml (mergeOverwrite $c (deepCopy .Values.worker.config)) -}}
+{{- end -}}
+
+{{- define "httpbus.config.auditJob" -}}
+{{- $c := dict
+    "clusters" (include "httpbus.clusters" . | fromYaml)
+    "audit" (include "httpbus.auditTrail" . | fromYaml) -}}
+{{- toYaml (mergeOverwrite $c (deepCopy .Values.audit.config)) -}}
+{{- end -}}
+
+{{/* Secret settings every service gets as HTTPBUS_ environment overrides. */}}
+{{- define "httpbus.secretEnv" -}}
+{{- $secret := include "httpbus.secretName" . -}}
+{{- range $name := keys .Values.secret.env | sortAlpha }}
+- name: {{ $name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $name }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,19 @@
+#!/bin/sh
+# The image's entrypoint (see the Dockerfile): the first argument names the role, the rest is
+# passed to it. Anything else is run as a command (e.g. `httpbus --help`, `sh`).
+set -eu
+role="${1:-}"
+[ "$#" -gt 0 ] && shift
+case "$role" in
+    control-plane) exec python -m httpbus.control_plane "$@" ;;
+    producer)      exec python -m httpbus.producer_api "$@" ;;
+    worker)        exec python -m httpbus.delivery_workers "$@" ;;
+    # spark-submit [options] /opt/httpbus/run_module.py httpbus.spark [job arguments]
+    audit)         exec spark-submit "$@" ;;
+    "" | -h | --help)
+        echo "usage: IMAGE control-plane|producer|worker [--config FILE] [--host H] [--port P]"
+        echo "       IMAGE audit [spark-submit options] /opt/httpbus/run_module.py MODULE [ARGS]"
+        echo "       IMAGE COMMAND [ARGS]"
+        exit 0 ;;
+    *)             exec "$role" "$@" ;;
+esac

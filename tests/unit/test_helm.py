@@ -1,0 +1,552 @@
+"""The Helm chart (helm/httpbus): ``helm lint`` and ``helm template`` with the default and the
+production values, then checks on what Kubernetes would receive.
+
+Helm is built from Go modules by scripts/tools/helm.sh the first time (about three minutes on
+two cores, then cached under ~/.cache/httpbus), hence the long timeout of this module.
+The rendered settings files are loaded with the services' own settings classes, with the
+environment the Deployments give them, so the chart cannot drift from what the services read.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from httpbus.control_plane.settings import ControlPlaneSettings
+from httpbus.core.settings import SettingsBase
+from httpbus.delivery_workers.settings import WorkerSettings
+from httpbus.producer_api.settings import ProducerSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "httpbus"
+PRODUCTION = CHART / "values-production.yaml"
+RELEASE = "rel"
+FULLNAME = "rel-httpbus"
+
+pytestmark = pytest.mark.timeout(1_500)
+
+# Deployment component -> (image role, settings class); the role names its config file too.
+SERVICES: dict[str, tuple[str, type[SettingsBase]]] = {
+    "control-plane": ("control-plane", ControlPlaneSettings),
+    "producer": ("producer", ProducerSettings),
+    "worker": ("worker", WorkerSettings),
+}
+VALUES_KEY = {"control-plane": "controlPlane", "producer": "producer", "worker": "worker"}
+MODULES = {
+    "control-plane": "httpbus.control_plane",
+    "producer": "httpbus.producer_api",
+    "worker": "httpbus.delivery_workers",
+}
+
+
+@pytest.fixture(scope="session")
+def helm() -> str:
+    """The helm binary, built from Go modules on first use (scripts/tools/helm.sh)."""
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "tools" / "helm.sh")],
+        capture_output=True,
+        text=True,
+        timeout=1_400,
+    )
+    assert done.returncode == 0, f"scripts/tools/helm.sh failed:\n{done.stderr[-3000:]}"
+    return done.stdout.strip()
+
+
+def _run_helm(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([helm, *args], capture_output=True, text=True, timeout=120)
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """The manifests of one `helm template`, and the values they were rendered from."""
+
+    name: str
+    values: dict[str, Any]
+    docs: list[dict[str, Any]]
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [d for d in self.docs if d["kind"] == kind]
+
+    def one(self, kind: str, name: str) -> dict[str, Any]:
+        found = [d for d in self.of_kind(kind) if d["metadata"]["name"] == name]
+        assert len(found) == 1, f"{kind}/{name}: {len(found)} rendered"
+        return found[0]
+
+    def deployment(self, component: str) -> dict[str, Any]:
+        return self.one("Deployment", f"{FULLNAME}-{component}")
+
+
+def render(helm: str, *args: str) -> list[dict[str, Any]]:
+    """`helm template` of the chart; the parsed documents."""
+    done = _run_helm(helm, "template", RELEASE, str(CHART), "--namespace", "bus", *args)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+VALUE_SETS = {"default": [], "production": [PRODUCTION]}
+
+
+@pytest.fixture(scope="module", params=sorted(VALUE_SETS))
+def rendered(request: pytest.FixtureRequest, helm: str) -> Rendered:
+    files: list[Path] = VALUE_SETS[request.param]
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for f in files:
+        values = _deep_merge(values, yaml.safe_load(f.read_text()))
+    args = [a for f in files for a in ("-f", str(f))]
+    return Rendered(request.param, values, render(helm, *args))
+
+
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_helm_lint_passes_strict(helm: str, values: str) -> None:
+    args = [a for f in VALUE_SETS[values] for a in ("-f", str(f))]
+    done = _run_helm(helm, "lint", "--strict", str(CHART), *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 chart(s) failed" in done.stdout
+
+
+def _containers(pod_spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(pod_spec["containers"]) + list(pod_spec.get("initContainers", []))
+
+
+def _assert_unprivileged(what: str, pod_spec: dict[str, Any]) -> None:
+    pod_sc = pod_spec.get("securityContext", {})
+    assert pod_sc.get("runAsNonRoot") is True, f"{what}: pod runAsNonRoot"
+    assert pod_sc.get("runAsUser", 0) != 0, f"{what}: pod runs as uid 0"
+    assert pod_spec.get("automountServiceAccountToken") is False, what
+    for c in _containers(pod_spec):
+        sc = c.get("securityContext", {})
+        assert sc.get("allowPrivilegeEscalation") is False, f"{what}/{c['name']}: escalation"
+        assert sc.get("readOnlyRootFilesystem") is True, f"{what}/{c['name']}: writable root"
+        assert sc.get("capabilities", {}).get("drop") == ["ALL"], f"{what}/{c['name']}: caps"
+        assert sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is True, what
+        assert sc.get("privileged") in (None, False), what
+        res = c.get("resources", {})
+        for kind in ("requests", "limits"):
+            assert {"cpu", "memory"} <= set(res.get(kind, {})), f"{what}/{c['name']}: {kind}"
+
+
+def test_every_deployment_has_probes_resources_and_no_privilege(rendered: Rendered) -> None:
+    deployments = rendered.of_kind("Deployment")
+    assert sorted(d["metadata"]["name"] for d in deployments) == sorted(
+        f"{FULLNAME}-{c}" for c in SERVICES
+    )
+    for dep in deployments:
+        name = dep["metadata"]["name"]
+        spec = dep["spec"]["template"]["spec"]
+        _assert_unprivileged(name, spec)
+        for c in spec["containers"]:
+            ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+            for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+                get = c[probe]["httpGet"]
+                assert get["path"] == path, f"{name}: {probe}"
+                assert get["port"] in ports or get["port"] in ports.values(), f"{name}: {probe}"
+        # /tmp is the only writable place and it is an emptyDir.
+        mounts = {m["mountPath"]: m["name"] for m in spec["containers"][0]["volumeMounts"]}
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert "emptyDir" in volumes[mounts["/tmp"]], name
+
+
+def _secret_values(rendered: Rendered) -> dict[str, str]:
+    """What the pods' secretKeyRefs resolve to: the rendered Secret, or made-up values standing
+    in for the existingSecret of the production example."""
+    secrets = rendered.of_kind("Secret")
+    if rendered.values["secret"]["existingSecret"]:
+        assert secrets == [], "existingSecret given: the chart must not create one"
+        keys = ["admin-token", "database-url", *rendered.values["secret"]["env"]]
+        return {k: f"from-existing-secret-{i}" for i, k in enumerate(keys)}
+    (secret,) = secrets
+    return {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+
+
+def _container_env(rendered: Rendered, container: dict[str, Any], pod_name: str) -> dict[str, str]:
+    """The container's environment as the kubelet would build it."""
+    secret_name = rendered.values["secret"]["existingSecret"] or FULLNAME
+    values = _secret_values(rendered)
+    env: dict[str, str] = {}
+    for e in container.get("env", []):
+        source = e.get("valueFrom")
+        if source is None:
+            env[e["name"]] = e["value"]
+        elif "secretKeyRef" in source:
+            assert source["secretKeyRef"]["name"] == secret_name, e
+            env[e["name"]] = values[source["secretKeyRef"]["key"]]
+        elif source.get("fieldRef", {}).get("fieldPath") == "metadata.name":
+            env[e["name"]] = pod_name
+    return env
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    for key in list(os.environ):
+        if key.upper().startswith("HTTPBUS_"):
+            monkeypatch.delenv(key)
+    yield monkeypatch
+
+
+def _load_service(
+    rendered: Rendered, component: str, tmp_path: Path, env: pytest.MonkeyPatch
+) -> SettingsBase:
+    """The settings the pod's process would read: its file from the ConfigMap (found through the
+    container's args and mount) and its environment."""
+    role, settings_cls = SERVICES[component]
+    dep = rendered.deployment(component)
+    spec = dep["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    args = container["args"]
+    assert args[0] == role and args[1] == "--config", args
+    config_path = Path(args[2])
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == str(config_path.parent))
+    volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+    configmap = rendered.one("ConfigMap", volume["configMap"]["name"])
+    file = tmp_path / config_path.name
+    file.write_text(configmap["data"][config_path.name])
+    pod_name = f"{FULLNAME}-{component}-5d9c7f8b6d-x7k2p"  # as a ReplicaSet names its pods
+    for key, value in _container_env(rendered, container, pod_name).items():
+        env.setenv(key, value)
+    return settings_cls.load(file)
+
+
+@pytest.mark.parametrize("component", sorted(SERVICES))
+def test_config_file_loads_with_the_service_settings_and_holds_the_values(
+    rendered: Rendered, component: str, tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    v = rendered.values
+    settings: Any = _load_service(rendered, component, tmp_path, clean_env)
+    container = rendered.deployment(component)["spec"]["template"]["spec"]["containers"][0]
+    assert settings.host == "0.0.0.0"
+    assert (
+        settings.port == container["ports"][0]["containerPort"] == v[VALUES_KEY[component]]["port"]
+    )
+    assert settings.member_id == f"{FULLNAME}-{component}-5d9c7f8b6d-x7k2p"
+    zk = v["metastore"]["zookeeper"]
+    assert settings.metastore.kind == "zookeeper"
+    assert (settings.metastore.hosts, settings.metastore.root) == (zk["hosts"], zk["root"])
+    assert settings.metastore.session_timeout_s == zk["sessionTimeoutSeconds"]
+    expected_clusters = {c["name"] for c in (v["kafka"], v["pulsar"]) if c["enabled"]}
+    assert set(settings.clusters) == expected_clusters
+    kafka = settings.clusters[v["kafka"]["name"]]
+    assert kafka.bootstrap_servers == v["kafka"]["bootstrapServers"]
+    assert (kafka.replication_factor, kafka.min_insync_replicas) == (
+        v["kafka"]["replicationFactor"],
+        v["kafka"]["minInsyncReplicas"],
+    )
+    assert (kafka.replication_factor, kafka.min_insync_replicas) == (3, 2)
+    if v["pulsar"]["enabled"]:
+        pulsar = settings.clusters[v["pulsar"]["name"]]
+        assert (pulsar.service_url, pulsar.admin_url) == (
+            v["pulsar"]["serviceUrl"],
+            v["pulsar"]["adminUrl"],
+        )
+        assert (pulsar.tenant, pulsar.namespace) == (
+            v["pulsar"]["tenant"],
+            v["pulsar"]["namespace"],
+        )
+    for key, value in v[VALUES_KEY[component]]["config"].items():
+        assert getattr(settings, key) == value, key
+    if component == "control-plane":
+        assert settings.default_cluster == v["defaultCluster"]
+        assert settings.admin_token.get_secret_value() == _secret_values(rendered)["admin-token"]
+    else:
+        assert settings.audit.cluster == v["auditTrail"]["cluster"]
+        assert settings.audit.topic == v["auditTrail"]["topic"]
+
+
+def test_secret_settings_reach_the_services_through_the_environment(
+    helm: str, tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    """Passwords stay out of the ConfigMap and still end up in the settings."""
+    docs = render(
+        helm,
+        "--set",
+        "pulsar.enabled=true",
+        "--set-string",
+        "secret.env.HTTPBUS_CLUSTERS__pulsar-main__ADMIN_TOKEN=jwt-123",
+        "--set-string",
+        "secret.env.HTTPBUS_CLUSTERS__kafka-main__CLIENT__sasl\\.password=pw-456",
+        "--set-string",
+        "secret.adminToken=admin-789",
+    )
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    rendered = Rendered("secrets", values, docs)
+    assert "jwt-123" not in yaml.safe_dump(rendered.of_kind("ConfigMap"))
+    for component in ("producer", "worker"):
+        settings: Any = _load_service(rendered, component, tmp_path, clean_env)
+        assert settings.clusters["pulsar-main"].admin_token == "jwt-123"
+        assert settings.clusters["kafka-main"].client["sasl.password"] == "pw-456"
+    cp: Any = _load_service(rendered, "control-plane", tmp_path, clean_env)
+    assert cp.admin_token.get_secret_value() == "admin-789"
+    worker_env = {
+        e["name"]
+        for e in rendered.deployment("worker")["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert "HTTPBUS_ADMIN_TOKEN" not in worker_env, "workers need no admin token"
+
+
+@pytest.mark.parametrize("component", sorted(SERVICES))
+def test_the_image_entrypoint_starts_the_service_the_chart_names(helm: str, component: str) -> None:
+    """The Deployment's first argument is a role the image's entrypoint maps to the module."""
+    docs = render(helm)
+    dep = Rendered("default", {}, docs).deployment(component)
+    role = dep["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    venv_bin = str(Path(sys.executable).parent)
+    done = subprocess.run(
+        ["sh", str(ROOT / "scripts/tools/container/entrypoint.sh"), role, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"python -m {MODULES[component]}" in done.stdout
+
+
+def test_control_plane_runs_two_replicas_and_producers_autoscale_on_cpu(
+    rendered: Rendered,
+) -> None:
+    assert rendered.deployment("control-plane")["spec"]["replicas"] == 2
+    producer = rendered.deployment("producer")
+    assert "replicas" not in producer["spec"], "the autoscaler owns the producer's replicas"
+    hpa = rendered.one("HorizontalPodAutoscaler", f"{FULLNAME}-producer")
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": producer["metadata"]["name"],
+    }
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["resource"]["name"] == "cpu"
+    auto = rendered.values["producer"]["autoscaling"]
+    assert (
+        metric["resource"]["target"]["averageUtilization"] == auto["targetCPUUtilizationPercentage"]
+    )
+    assert 1 <= hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"]
+
+
+def test_every_deployment_has_a_pdb_and_spreads_over_nodes_and_zones(rendered: Rendered) -> None:
+    pdbs = rendered.of_kind("PodDisruptionBudget")
+    for component in SERVICES:
+        dep = rendered.deployment(component)
+        pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+        matching = [
+            p for p in pdbs if p["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+        ]
+        assert len(matching) == 1, f"{component}: {len(matching)} PodDisruptionBudgets"
+        assert dep["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+        spread = dep["spec"]["template"]["spec"]["topologySpreadConstraints"]
+        assert {c["topologyKey"] for c in spread} == {
+            "kubernetes.io/hostname",
+            "topology.kubernetes.io/zone",
+        }
+        for c in spread:
+            assert c["labelSelector"]["matchLabels"].items() <= pod_labels.items()
+            assert c["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == component
+    control_plane_pdb = rendered.one("PodDisruptionBudget", f"{FULLNAME}-control-plane")
+    assert control_plane_pdb["spec"]["minAvailable"] == 1
+
+
+def test_services_select_their_deployments_pods(rendered: Rendered) -> None:
+    for component in SERVICES:
+        svc = rendered.one("Service", f"{FULLNAME}-{component}")
+        pod_labels = rendered.deployment(component)["spec"]["template"]["metadata"]["labels"]
+        assert svc["spec"]["selector"].items() <= pod_labels.items()
+        assert svc["spec"]["selector"]["app.kubernetes.io/component"] == component
+        assert svc["spec"]["ports"][0]["targetPort"] == "http"
+
+
+def test_audit_cronjob_runs_spark_submit_only_when_enabled(rendered: Rendered) -> None:
+    jobs = rendered.of_kind("CronJob")
+    audit = rendered.values["audit"]
+    if not audit["enabled"]:
+        assert jobs == []
+        return
+    (job,) = jobs
+    assert job["spec"]["schedule"] == audit["schedule"]
+    assert job["spec"]["concurrencyPolicy"] == "Forbid"
+    pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    _assert_unprivileged("audit", pod)
+    (c,) = pod["containers"]
+    args = c["args"]
+    assert args[0] == "audit"  # the entrypoint's spark-submit role
+    assert args[args.index("--master") + 1] == audit["spark"]["master"]
+    assert args[args.index("--deploy-mode") + 1] == "client"
+    assert args[-2 - len(audit["args"]) :][:2] == [audit["application"], audit["module"]]
+    assert f"spark.executor.memory={audit['spark']['conf']['spark.executor.memory']}" in args
+    env = {e["name"]: e for e in c["env"]}
+    assert env["HTTPBUS_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["key"] == "database-url"
+    config = env["HTTPBUS_CONFIG"]["value"]
+    configmap = rendered.one("ConfigMap", FULLNAME)
+    job_config = yaml.safe_load(configmap["data"][Path(config).name])
+    assert job_config["audit"]["topic"] == rendered.values["auditTrail"]["topic"]
+
+
+def test_audit_cronjob_with_default_values_needs_a_database(helm: str) -> None:
+    done = _run_helm(helm, "template", RELEASE, str(CHART), "--set", "audit.enabled=true")
+    assert done.returncode != 0 and "secret.databaseUrl" in done.stderr
+    docs = render(
+        helm,
+        "--set",
+        "audit.enabled=true",
+        "--set-string",
+        "secret.databaseUrl=postgresql+psycopg://u:p@db/httpbus",
+    )
+    (secret,) = [d for d in docs if d["kind"] == "Secret"]
+    assert base64.b64decode(secret["data"]["database-url"]).decode().endswith("@db/httpbus")
+    assert [d["kind"] for d in docs].count("CronJob") == 1
+
+
+def test_generated_admin_token_is_long_and_random(helm: str) -> None:
+    tokens = set()
+    for _ in range(2):
+        (secret,) = [d for d in render(helm) if d["kind"] == "Secret"]
+        tokens.add(base64.b64decode(secret["data"]["admin-token"]).decode())
+    assert len(tokens) == 2 and all(len(t) == 40 for t in tokens)
+
+
+def test_service_monitor_scrapes_the_services_that_serve_metrics(rendered: Rendered) -> None:
+    monitors = rendered.of_kind("ServiceMonitor")
+    if not rendered.values["serviceMonitor"]["enabled"]:
+        assert monitors == []
+        return
+    (monitor,) = monitors
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    scraped = {
+        s["metadata"]["labels"]["app.kubernetes.io/component"]
+        for s in rendered.of_kind("Service")
+        if selector.items() <= s["metadata"]["labels"].items()
+    }
+    assert scraped == {c for c in SERVICES if rendered.values[VALUES_KEY[c]]["metrics"]}
+    assert scraped >= {"producer", "worker"}
+    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--set", "defaultCluster=nowhere"], 'defaultCluster "nowhere"'),
+        (["--set", "auditTrail.cluster=pulsar-main"], 'auditTrail.cluster "pulsar-main"'),
+        (["--set", "kafka.enabled=false"], "enable at least one storage cluster"),
+        (["--set", "kafka.enabled=false,pulsar.enabled=true"], 'defaultCluster "kafka-main"'),
+        # values.schema.json: a misspelt key, a wrong type, a missing limit
+        (["--set", "kafka.bootstrapServer=k:9092"], "'bootstrapServer' not allowed"),
+        (["--set-string", "kafka.replicationFactor=3"], "want integer"),
+        (["--set", "worker.resources.limits=null"], "missing property 'limits'"),
+    ],
+)
+def test_inconsistent_values_are_refused_at_render(
+    helm: str, flags: list[str], message: str
+) -> None:
+    done = _run_helm(helm, "template", RELEASE, str(CHART), *flags)
+    assert done.returncode != 0
+    assert message in done.stderr
+
+
+def test_run_module_launcher_runs_a_module_as_main_with_its_arguments(tmp_path: Path) -> None:
+    """spark-submit takes a file; the image's launcher turns it into `python -m MODULE`."""
+    (tmp_path / "probe_mod.py").write_text("import sys\nprint('RAN', __name__, sys.argv[1:])\n")
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts/tools/container/run_module.py"),
+            "probe_mod",
+            "a",
+            "--b",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "RAN __main__ ['a', '--b']"
+
+
+_KEY = re.compile(r"^( *)([A-Za-z][\w.-]*):(.*)$")
+
+
+def _undocumented_values(text: str) -> list[str]:
+    """Leaf values with no comment above them, nor above their siblings' run, nor above any of
+    their parents (one comment may document a block)."""
+    lines = text.splitlines()
+    parents: list[tuple[int, bool]] = []  # (indent, documented)
+    missing = []
+    for i, line in enumerate(lines):
+        m = _KEY.match(line)
+        if not m:
+            continue
+        indent = len(m.group(1))
+        while parents and parents[-1][0] >= indent:
+            parents.pop()
+        commented, j = False, i - 1
+        while j >= 0 and lines[j].strip():
+            above = lines[j]
+            above_indent = len(above) - len(above.lstrip())
+            is_comment = above.lstrip().startswith("#")
+            if is_comment and above_indent == indent:
+                commented = True
+                break
+            if above_indent < indent and not is_comment:
+                break
+            j -= 1
+        documented = commented or (bool(parents) and parents[-1][1])
+        if m.group(3).strip() and not documented:
+            missing.append(f"line {i + 1}: {line.strip()}")
+        parents.append((indent, documented))
+    return missing
+
+
+def test_values_yaml_documents_every_value() -> None:
+    assert _undocumented_values((CHART / "values.yaml").read_text()) == []
+    assert _undocumented_values("a:\n  # doc\n  b: 1\n  c: 2\n\n  d: 3\n") == ["line 6: d: 3"]
+
+
+FREE_FORM = {"audit.spark.conf."}  # maps of any keys that have defaults
+
+
+def _unknown_keys(given: Any, defaults: Any, path: str = "") -> list[str]:
+    if not isinstance(given, dict) or not isinstance(defaults, dict) or not defaults:
+        return []  # a leaf, a list or a free-form map ({} by default): anything goes
+    if path in FREE_FORM:
+        return []
+    unknown = []
+    for key, value in given.items():
+        if key not in defaults:
+            unknown.append(f"{path}{key}")
+        else:
+            unknown += _unknown_keys(value, defaults[key], f"{path}{key}.")
+    return unknown
+
+
+def test_production_values_use_only_keys_the_chart_knows() -> None:
+    """Helm ignores a misspelt key silently; the example must not teach one."""
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    production = yaml.safe_load(PRODUCTION.read_text())
+    assert _unknown_keys(production, defaults) == []
+    assert _unknown_keys({"kafka": {"bootstrapServer": "x"}}, defaults) == ["kafka.bootstrapServer"]
+
+
+def test_producers_keep_serving_while_they_leave_the_endpoints(rendered: Rendered) -> None:
+    for component in ("producer", "control-plane"):
+        (c,) = rendered.deployment(component)["spec"]["template"]["spec"]["containers"]
+        command = c["lifecycle"]["preStop"]["exec"]["command"]
+        assert command[0] == "sleep" and int(command[1]) >= 1
+        grace = rendered.deployment(component)["spec"]["template"]["spec"]
+        assert grace["terminationGracePeriodSeconds"] > int(command[1])

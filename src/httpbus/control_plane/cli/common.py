@@ -26,7 +26,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .client import AdminClient, ApiError, NotAvailable, Unreachable
+from ..client import AdminClient, ApiError, NotAvailable, Unreachable
 
 T = TypeVar("T")
 

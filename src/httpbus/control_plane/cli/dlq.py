@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from .client import AdminClient, path
+from ..client import AdminClient, path
 from .common import DEFAULT_URL, EXIT_USAGE, Output, Token, Url, emit_json, fail, run, table
 
 app = typer.Typer(help="Dead-letter queue: list, unsideline, purge.", no_args_is_help=True)

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .client import AdminClient, path
+from ..client import AdminClient, path
 from .common import DEFAULT_URL, Output, Token, Url, emit_json, paged_footer, run, table
 
 app = typer.Typer(help="Projects: create, list.", no_args_is_help=True)

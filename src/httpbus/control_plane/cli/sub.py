@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from .client import AdminClient, path
+from ..client import AdminClient, path
 from .common import (
     DEFAULT_URL,
     EXIT_USAGE,

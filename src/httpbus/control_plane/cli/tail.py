@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .client import AdminClient, path
+from ..client import AdminClient, path
 from .common import DEFAULT_URL, Output, Token, Url, run
 
 COUNTED = ("delivered", "failed", "filtered", "dead_lettered")

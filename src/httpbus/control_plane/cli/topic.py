@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .client import AdminClient, path
+from ..client import AdminClient, path
 from .common import (
     DEFAULT_URL,
     EXIT_FAILED,

@@ -113,7 +113,7 @@ def _loop(url: str, token: str, verb: str, step: Step, output: str) -> int:
             BarColumn(),
             MofNCompleteColumn(),
             console=err,
-            disable=output == "json",
+            disable=output == "json" or not err.is_terminal,
         ) as progress:
             task = progress.add_task(verb, total=None)
             while True:

@@ -25,6 +25,7 @@ run: install
 
 ## The whole suite against real ZooKeeper, Kafka and Pulsar, started and stopped here.
 test: install
+	@$(PHASE) chromium scripts/ensure-chromium.sh
 	@$(PHASE) fetch $(SERVICES) fetch
 	@$(PHASE) tests $(SERVICES) run -- $(PY) -m pytest $(PYTEST_ARGS)
 

@@ -70,7 +70,7 @@ def test_dlq_list_unsideline_and_purge(fake: tuple[str, Any]) -> None:
         "shop",
         "s1",
         "--before",
-        "2030-01-01T00:00:00Z",
+        "now",
         "--batch",
         "1000",
     )

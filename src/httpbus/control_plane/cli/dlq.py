@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import typer
@@ -25,7 +25,8 @@ Name = Annotated[str, typer.Argument(help="Subscription name.")]
 Ids = Annotated[list[str] | None, typer.Option("--id", help="Message id (repeatable).")]
 Groups = Annotated[list[str] | None, typer.Option("--group", help="Group id (repeatable).")]
 Before = Annotated[
-    str | None, typer.Option("--before", help="Everything that failed before this RFC 3339 time.")
+    str | None,
+    typer.Option("--before", help="Everything failed before this RFC 3339 time (or 'now')."),
 ]
 Batch = Annotated[int, typer.Option(min=1, max=10_000, help="Messages per request.")]
 
@@ -34,13 +35,17 @@ def _messages(project: str, sub: str, *rest: str) -> str:
     return path("v1", "projects", project, "subscriptions", sub, "dlq", "messages", *rest)
 
 
-def _check_time(value: str | None, option: str) -> None:
+def _time(value: str | None, option: str) -> str | None:
+    """An RFC 3339 time as given, or ``now`` as the current UTC time."""
     if value is None:
-        return
+        return None
+    if value == "now":
+        return datetime.now(UTC).isoformat().replace("+00:00", "Z")
     try:
         datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise fail(f"{option} {value!r} is not an RFC 3339 time", EXIT_USAGE) from None
+        raise fail(f"{option} {value!r} is not an RFC 3339 time (or 'now')", EXIT_USAGE) from None
+    return value
 
 
 def preview(message: dict[str, Any], size: int = 60) -> str:
@@ -91,12 +96,14 @@ def list_(
         typer.echo(f"more: --cursor {page['next_cursor']}")
 
 
-def _selector(ids: list[str], groups: list[str], before: str | None, everything: bool) -> str:
+def _selector(
+    ids: list[str], groups: list[str], before: str | None, everything: bool
+) -> tuple[str, str | None]:
+    """Which selector was chosen (exactly one), and the ``--before`` time resolved."""
     chosen = [bool(ids), bool(groups), before is not None, everything]
     if sum(chosen) != 1:
         raise fail("choose exactly one of --id, --group, --before (or --all to purge)", EXIT_USAGE)
-    _check_time(before, "--before")
-    return ("ids", "groups", "before", "all")[chosen.index(True)]
+    return ("ids", "groups", "before", "all")[chosen.index(True)], _time(before, "--before")
 
 
 Step = Callable[[AdminClient], Awaitable[tuple[int, int]]]
@@ -139,7 +146,7 @@ def unsideline(
     output: Output = "text",
 ) -> None:
     """Replay dead-lettered messages: by ids, by groups, or all that failed before a time."""
-    kind = _selector(ids or [], groups or [], before, False)
+    kind, before = _selector(ids or [], groups or [], before, False)
     body: dict[str, Any]
     if kind == "ids":
         body = {"message_ids": ids}
@@ -172,7 +179,7 @@ def purge(
     output: Output = "text",
 ) -> None:
     """Delete dead-lettered messages for good (asks first unless --yes)."""
-    kind = _selector(ids or [], groups or [], before, everything)
+    kind, before = _selector(ids or [], groups or [], before, everything)
     params: list[tuple[str, Any]]
     if kind == "ids":
         params, what = [("message_id", i) for i in ids or []], f"{len(ids or [])} message(s)"

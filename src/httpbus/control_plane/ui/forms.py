@@ -84,7 +84,7 @@ def field_errors(problems: Mapping[str, str]) -> dict[str, str]:
     for field, problem in problems.items():
         name = field.replace(".", "_")
         if name.startswith(("retry_", "endpoint_")) or name in FORM_FIELDS:
-            out[name] = problem
+            out[name] = problem.removeprefix("Value error, ")
         else:
             out.setdefault("form", problem)
     return out

@@ -212,3 +212,13 @@ async def test_paging_links(browser: httpx.AsyncClient) -> None:
     assert 'href="/ui/projects?offset=0&limit=2" rel="prev"' in page.text
     assert 'href="/ui/projects?offset=4&limit=2" rel="next"' in page.text
     assert "p2" in page.text and ">p0<" not in page.text
+
+
+async def test_open_by_name_skips_the_paging(browser: httpx.AsyncClient) -> None:
+    await _project_and_topic(browser)
+    r = await browser.get("/ui/projects/shop/topics", params={"open": "orders"})
+    assert r.status_code == 303 and r.headers["location"] == "/ui/projects/shop/topics/orders"
+    r = await browser.get("/ui/projects/shop/subscriptions", params={"open": "s9"})
+    assert r.headers["location"] == "/ui/projects/shop/subscriptions/s9"
+    r = await browser.get("/ui/projects/shop/topics", params={"open": "../x"})
+    assert r.status_code == 200  # not a name: the list, no redirect

@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from ..client import AdminClient, ApiError, NotAvailable, path
 from .deps import ApiDep, Name, SessionDep, form_of
-from .render import paging, redirect, render
+from .render import opened, paging, redirect, render
 from .timeline import draw
 
 router = APIRouter()
@@ -50,6 +50,8 @@ async def project_home(project: Name, session: SessionDep, request: Request) -> 
 
 @router.get("/ui/projects/{project}/topics")
 async def topics(project: Name, request: Request, session: SessionDep, api: ApiDep) -> Response:
+    if wanted := opened(request):  # "open by name": no paging through 1 000 topics
+        return redirect(request, f"/ui/projects/{project}/topics/{wanted}")
     offset, limit = paging(request)
     page = await api.get(
         path("v1", "projects", project, "topics"), {"offset": offset, "limit": limit}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,12 @@ def paging(request: Request, default: int = 50) -> tuple[int, int]:
             return fallback
 
     return number("offset", 0, 0, 1_000_000), number("limit", default, 1, 500)
+
+
+def opened(request: Request) -> str | None:
+    """The name typed in a list page's "open" box, if it is a valid name."""
+    name = request.query_params.get("open", "").strip()
+    return name if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", name) else None
 
 
 def table_of(value: Any) -> tuple[list[str], list[dict[str, Any]]]:

@@ -14,7 +14,7 @@ from httpbus.core.filters import FilterError, compile_filter
 from ..client import AdminClient, ApiError, NotAvailable, path, update_body
 from .deps import ApiDep, Name, SessionDep, form_of
 from .forms import body_of, field_errors, values_of
-from .render import paging, redirect, render
+from .render import opened, paging, redirect, render
 
 router = APIRouter()
 
@@ -27,6 +27,8 @@ def _subs(project: str, *rest: str) -> str:
 async def subscriptions(
     project: Name, request: Request, session: SessionDep, api: ApiDep
 ) -> Response:
+    if wanted := opened(request):
+        return redirect(request, f"/ui/projects/{project}/subscriptions/{wanted}")
     offset, limit = paging(request)
     page = await api.get(_subs(project), {"offset": offset, "limit": limit})
     base = f"/ui/projects/{project}/subscriptions"

@@ -212,6 +212,53 @@ def fake_app(dlq_size: int = 25, cutover_end: str = "COMPLETE") -> FastAPI:
         state.dlq = [m for m in state.dlq if m not in done]
         return {"purged": len(done), "remaining": len(chosen) - len(done)}
 
+    segments = [
+        {
+            "id": 1,
+            "cluster": "kafka-main",
+            "backend": "kafka",
+            "storage_topic": "httpbus.shop.orders.s1",
+            "partitions": 4,
+            "state": "sealed",
+            "created_at": NOW,
+            "sealed_at": "2026-11-22T07:00:00Z",
+            "end_positions": {"0": 10, "1": 12, "2": 9, "3": 11},
+        },
+        {
+            "id": 2,
+            "cluster": "pulsar-main",
+            "backend": "pulsar",
+            "storage_topic": "httpbus.shop.orders.s2",
+            "partitions": 8,
+            "state": "active",
+            "created_at": "2026-11-22T07:00:00Z",
+            "sealed_at": None,
+            "end_positions": None,
+        },
+    ]
+
+    @app.get("/v1/projects/{p}/topics/{t}")
+    def topic(p: str, t: str) -> Any:
+        return {
+            "project": p,
+            "name": t,
+            "grouped": True,
+            "retention_hours": 168,
+            "max_message_bytes": 1048576,
+            "segments": segments,
+            "produce_pointer": {"segment_id": 2, "version": 4},
+            "version": 4,
+        }
+
+    @app.get("/v1/projects/{p}/topics/{t}/segments")
+    def timeline(p: str, t: str) -> Any:
+        return {
+            "project": p,
+            "topic": t,
+            "produce_pointer": {"segment_id": 2, "version": 4},
+            "segments": segments,
+        }
+
     cut = "/v1/projects/{p}/topics/{t}/cutover"
 
     @app.post(cut, status_code=202)

@@ -96,7 +96,7 @@ async def test_create_topic_through_the_form_and_see_its_timeline(
     svg = re.search(r"<svg id=\"timeline\".*?</svg>", page.text, re.S)
     assert svg and svg.group(0).count('class="segment"') == 1
     assert "#1 embedded · active" in svg.group(0) and "embedded · 3 partition(s)" in svg.group(0)
-    # With the cutover API the page offers the form; without it, it says so (both: test_ui_contracts).
+    # With the cutover API the form is offered; without it the page says so (see test_ui_contracts).
     assert 'id="migrate"' in page.text or "Cutover is not available" in page.text
     listing = await browser.get("/ui/projects/shop/topics")
     assert 'href="/ui/projects/shop/topics/orders"' in listing.text and "1–1 of 1" in listing.text

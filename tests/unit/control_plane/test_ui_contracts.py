@@ -178,3 +178,21 @@ async def test_without_those_apis_every_page_says_not_available(bare: httpx.Asyn
         data={"csrf": token, "cluster": "x", "partitions": "1"},
     )
     assert "not available" in (await bare.get(r.headers["location"])).text
+
+
+async def test_timeline_after_a_cutover_draws_two_segments_and_where_producers_write(
+    fake: tuple[httpx.AsyncClient, FastAPI],
+) -> None:
+    client, _ = fake
+    page = await client.get("/ui/projects/shop/topics/orders")
+    assert page.status_code == 200
+    svg = re.search(r'<svg id="timeline".*?</svg>', page.text, re.S)
+    assert svg
+    boxes = re.findall(r'<g class="segment" data-segment="(\d)">(.*?)</g>', svg.group(0), re.S)
+    assert [b[0] for b in boxes] == ["1", "2"]
+    assert "#1 kafka · sealed" in boxes[0][1] and "kafka-main · 4 partition(s)" in boxes[0][1]
+    assert "until 2026-11-22 07:00" in boxes[0][1]
+    assert "#2 pulsar · active" in boxes[1][1] and "until now" in boxes[1][1]
+    assert "producers write here" in boxes[1][1] and "producers write here" not in boxes[0][1]
+    assert svg.group(0).count("<line ") == 1  # one arrow from segment 1 to segment 2
+    assert 'id="migrate"' in page.text  # this control plane runs cutovers: the form is offered

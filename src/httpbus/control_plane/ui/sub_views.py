@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from starlette.responses import Response
 
 from httpbus.core.filters import FilterError, compile_filter
+from httpbus.core.model import Endpoint, RetryPolicy, SubscriptionSettings
 
 from ..client import AdminClient, ApiError, NotAvailable, path, update_body
 from .deps import ApiDep, Name, SessionDep, form_of
@@ -59,17 +60,18 @@ def _form(
 @router.get("/ui/projects/{project}/subscriptions/new")
 async def new(project: Name, request: Request, session: SessionDep, api: ApiDep) -> Response:
     await api.get(path("v1", "projects", project))
+    # The model's own defaults, so the form never disagrees with the API.
+    fields = SubscriptionSettings.model_fields
     defaults = {
-        "endpoint": {"url": "", "method": "POST", "timeout_ms": 10000},
-        "dlq_enabled": True,
-        "retry": {
-            "max_attempts": 10,
-            "backoff": "exponential",
-            "initial_delay_ms": 1000,
-            "max_delay_ms": 600000,
+        "endpoint": {
+            "url": "",
+            "method": "POST",
+            "timeout_ms": Endpoint.model_fields["timeout_ms"].default,
         },
-        "max_in_flight": 100,
-        "delay_ms": 0,
+        "retry": RetryPolicy().model_dump(),
+        "dlq_enabled": fields["dlq_enabled"].default,
+        "max_in_flight": fields["max_in_flight"].default,
+        "delay_ms": fields["delay_ms"].default,
     }
     values = values_of(defaults) | {"topic": request.query_params.get("topic", "")}
     return _form(request, session, project, values, {}, None)

@@ -27,6 +27,7 @@ run: install
 ## Helm, for the chart tests, is built once from Go modules into ~/.cache/httpbus (scripts/tools/helm.sh).
 test: install
 	@$(PHASE) tools sh -c 'scripts/tools/helm.sh >/dev/null'
+	@$(PHASE) chromium scripts/ensure-chromium.sh
 	@$(PHASE) fetch $(SERVICES) fetch
 	@$(PHASE) tests $(SERVICES) run -- $(PY) -m pytest $(PYTEST_ARGS)
 

@@ -17,7 +17,7 @@ from httpbus.metastore.protocol import MetaStore
 from httpbus.segments.protocol import SegmentStore
 from httpbus.segments.registry import open_stores
 
-from . import api
+from . import api, ui
 from .admin import Admin
 from .assigner import Assigner
 from .settings import ControlPlaneSettings
@@ -71,4 +71,10 @@ def create_app(
         return {"status": "ready"}
 
     app.include_router(api.router(settings.admin_token.get_secret_value()))
+    ui.install(
+        app,
+        settings.admin_token.get_secret_value(),
+        sorted(settings.clusters),
+        settings.default_cluster,
+    )
     return app

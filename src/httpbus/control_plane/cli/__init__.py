@@ -1,4 +1,6 @@
-"""The ``httpbus`` command line: ``dev`` runs the platform, the rest talk to its REST APIs."""
+"""The ``httpbus`` command line: ``dev`` runs the platform, the rest talk to its REST APIs.
+
+Exit codes: see :mod:`httpbus.control_plane.cli.common`."""
 
 from __future__ import annotations
 
@@ -8,11 +10,19 @@ import typer
 
 from httpbus import __version__
 
-from . import dev, produce
+from . import dev, dlq, produce, project, sub, tail, topic
+from .common import EXIT_CODES_HELP
 
-cli = typer.Typer(help="httpbus: an HTTP asynchronous message bus.", no_args_is_help=True)
+cli = typer.Typer(
+    help=f"httpbus: an HTTP asynchronous message bus. {EXIT_CODES_HELP}", no_args_is_help=True
+)
 cli.command()(dev.dev)
 cli.command()(produce.produce)
+cli.add_typer(project.app, name="project")
+cli.add_typer(topic.app, name="topic")
+cli.add_typer(sub.app, name="sub")
+cli.add_typer(dlq.app, name="dlq")
+cli.command()(tail.tail)
 
 
 @cli.callback(invoke_without_command=True)

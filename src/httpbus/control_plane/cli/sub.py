@@ -1,0 +1,213 @@
+"""``httpbus sub``: create, list, status, pause, resume, seek subscriptions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import typer
+
+from ..client import AdminClient, path
+from .common import (
+    DEFAULT_URL,
+    EXIT_USAGE,
+    Output,
+    Token,
+    Url,
+    emit_json,
+    fail,
+    paged_footer,
+    run,
+    table,
+)
+
+app = typer.Typer(
+    help="Subscriptions: create, list, status, pause, resume, seek.", no_args_is_help=True
+)
+
+Project = Annotated[str, typer.Argument(help="Project name.")]
+Name = Annotated[str, typer.Argument(help="Subscription name.")]
+
+
+def _subs(project: str, *rest: str) -> str:
+    return path("v1", "projects", project, "subscriptions", *rest)
+
+
+@app.command()
+def create(
+    project: Project,
+    name: Name,
+    topic: Annotated[str, typer.Option(help="Topic, or project/topic.")],
+    endpoint: Annotated[str, typer.Option(help="Webhook URL (http or https).")],
+    filter_: Annotated[str | None, typer.Option("--filter", help="CEL filter expression.")] = None,
+    max_attempts: Annotated[int | None, typer.Option(min=1, help="Delivery attempts.")] = None,
+    backoff: Annotated[
+        Literal["fixed", "linear", "exponential"] | None, typer.Option(help="Retry backoff.")
+    ] = None,
+    max_in_flight: Annotated[int | None, typer.Option(min=1, help="In-flight limit.")] = None,
+    rate_limit: Annotated[float | None, typer.Option(help="Messages per second.")] = None,
+    delay_ms: Annotated[int | None, typer.Option(min=0, help="Hold every message.")] = None,
+    dlq: Annotated[bool, typer.Option(help="Dead-letter what fails for good.")] = True,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    output: Output = "text",
+) -> None:
+    """Create a subscription that pushes a topic's messages to an endpoint."""
+    body: dict[str, Any] = {"name": name, "topic": topic, "endpoint": {"url": endpoint}}
+    retry = {"max_attempts": max_attempts, "backoff": backoff}
+    if any(v is not None for v in retry.values()):
+        body["retry"] = {k: v for k, v in retry.items() if v is not None}
+    optional = {
+        "filter": filter_,
+        "max_in_flight": max_in_flight,
+        "rate_limit_per_second": rate_limit,
+        "delay_ms": delay_ms,
+    }
+    body.update({k: v for k, v in optional.items() if v is not None})
+    body["dlq_enabled"] = dlq
+
+    async def work(api: AdminClient) -> Any:
+        return await api.post(_subs(project), body)
+
+    created = run(url, token, work)
+    if output == "json":
+        emit_json(created)
+    else:
+        typer.echo(f"created subscription {project}/{name} → {created['endpoint']['url']}")
+
+
+@app.command("list")
+def list_(
+    project: Project,
+    offset: Annotated[int, typer.Option(min=0, help="Skip this many.")] = 0,
+    limit: Annotated[int, typer.Option(min=1, max=500, help="Page size.")] = 100,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    output: Output = "text",
+) -> None:
+    """List the subscriptions of a project (a page at a time)."""
+
+    async def work(api: AdminClient) -> Any:
+        return await api.get(_subs(project), {"offset": offset, "limit": limit})
+
+    page = run(url, token, work)
+    if output == "json":
+        emit_json(page)
+        return
+    rows = [
+        (
+            s["name"],
+            f"{s['topic_project']}/{s['topic']}",
+            s["endpoint"]["url"],
+            "paused" if s.get("paused") else "active",
+            s.get("filter") or "",
+        )
+        for s in page["items"]
+    ]
+    table(f"subscriptions of {project}", ("name", "topic", "endpoint", "state", "filter"), rows)
+    paged_footer(page)
+
+
+def print_status(status: dict[str, Any]) -> None:
+    """A subscription's status as a few lines and a partition table."""
+    rates, totals = status.get("rates") or {}, status.get("totals") or {}
+    circuit = status.get("circuit") or {}
+    typer.echo(
+        f"{status['subscription']}: {status['state']}  worker {status.get('worker') or '-'}  "
+        f"segment {status.get('segment') or '-'}  circuit {circuit.get('state', '-')}"
+    )
+    typer.echo(f"lag {status['lag']}  in flight {status['in_flight']}")
+    typer.echo(
+        "rates/s  delivered {:.1f}  failed {:.1f}  filtered {:.1f}".format(
+            rates.get("delivered_per_s", 0),
+            rates.get("failed_per_s", 0),
+            rates.get("filtered_per_s", 0),
+        )
+    )
+    typer.echo("totals   " + "  ".join(f"{k} {v}" for k, v in totals.items()))
+    rows = [
+        (p["partition"], p["committed"], p["end"], p["lag"]) for p in status.get("partitions", [])
+    ]
+    if rows:
+        table(None, ("partition", "committed", "end", "lag"), rows)
+
+
+@app.command()
+def status(
+    project: Project,
+    name: Name,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    output: Output = "text",
+) -> None:
+    """Lag, in-flight, rates, totals and circuit state of a subscription."""
+
+    async def work(api: AdminClient) -> Any:
+        return await api.get(_subs(project, name, "status"))
+
+    found = run(url, token, work)
+    emit_json(found) if output == "json" else print_status(found)
+
+
+def _pause(project: str, name: str, paused: bool, url: str, token: str, output: str) -> None:
+    async def work(api: AdminClient) -> Any:
+        return await api.set_paused(project, name, paused)
+
+    sub = run(url, token, work)
+    if output == "json":
+        emit_json(sub)
+    else:
+        typer.echo(f"{project}/{name} {'paused' if sub.get('paused') else 'running'}")
+
+
+@app.command()
+def pause(
+    project: Project, name: Name, url: Url = DEFAULT_URL, token: Token = "", output: Output = "text"
+) -> None:
+    """Stop delivering (the position is kept)."""
+    _pause(project, name, True, url, token, output)
+
+
+@app.command()
+def resume(
+    project: Project, name: Name, url: Url = DEFAULT_URL, token: Token = "", output: Output = "text"
+) -> None:
+    """Start delivering again from the kept position."""
+    _pause(project, name, False, url, token, output)
+
+
+@app.command()
+def seek(
+    project: Project,
+    name: Name,
+    to: Annotated[
+        Literal["earliest", "latest"] | None, typer.Option(help="earliest or latest.")
+    ] = None,
+    timestamp: Annotated[
+        str | None, typer.Option(help="RFC 3339 time, e.g. 2026-01-31T12:00:00Z.")
+    ] = None,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    output: Output = "text",
+) -> None:
+    """Move a subscription's position to the earliest, the latest, or a time."""
+    if (to is None) == (timestamp is None):
+        raise fail("give exactly one of --to earliest|latest or --timestamp TIME", EXIT_USAGE)
+    if timestamp is not None:
+        try:
+            datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+        except ValueError:
+            raise fail(f"--timestamp {timestamp!r} is not an RFC 3339 time", EXIT_USAGE) from None
+    body = {"to": to} if to else {"timestamp": timestamp}
+
+    async def work(api: AdminClient) -> Any:
+        return await api.post(_subs(project, name, "seek"), body)
+
+    moved = run(url, token, work)
+    if output == "json":
+        emit_json(moved)
+    else:
+        where = ", ".join(f"p{k}@{v}" for k, v in sorted(moved["positions"].items()))
+        typer.echo(
+            f"{project}/{name} now at segment {moved['segment']}: {where or 'no partitions'}"
+        )

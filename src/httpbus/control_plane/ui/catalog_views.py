@@ -1,0 +1,127 @@
+"""Projects and topics: paged lists, creation forms, the segment timeline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from ..client import AdminClient, ApiError, NotAvailable, path
+from .deps import ApiDep, Name, SessionDep, form_of
+from .render import opened, paging, redirect, render
+from .timeline import draw
+
+router = APIRouter()
+
+
+@router.get("/ui/")
+@router.get("/ui")
+async def home(session: SessionDep, request: Request) -> Response:
+    return redirect(request, "/ui/projects")
+
+
+@router.get("/ui/projects")
+async def projects(request: Request, session: SessionDep, api: ApiDep) -> Response:
+    offset, limit = paging(request)
+    page = await api.get(path("v1", "projects"), {"offset": offset, "limit": limit})
+    return render(request, "projects.html", session, page=page, base="/ui/projects")
+
+
+@router.post("/ui/projects")
+async def create_project(request: Request, session: SessionDep, api: ApiDep) -> Response:
+    form = await form_of(request, session)
+    body = {"name": form.get("name", "").strip(), "description": form.get("description", "")}
+    try:
+        await api.post(path("v1", "projects"), body)
+    except ApiError as exc:
+        if exc.status in (0, 404) or exc.status >= 500:
+            raise
+        return redirect(request, "/ui/projects", f"not created: {exc.message}", "error")
+    return redirect(
+        request, f"/ui/projects/{body['name']}/topics", f"created project {body['name']}"
+    )
+
+
+@router.get("/ui/projects/{project}")
+async def project_home(project: Name, session: SessionDep, request: Request) -> Response:
+    return redirect(request, f"/ui/projects/{project}/topics")
+
+
+@router.get("/ui/projects/{project}/topics")
+async def topics(project: Name, request: Request, session: SessionDep, api: ApiDep) -> Response:
+    if wanted := opened(request):  # "open by name": no paging through 1 000 topics
+        return redirect(request, f"/ui/projects/{project}/topics/{wanted}")
+    offset, limit = paging(request)
+    page = await api.get(
+        path("v1", "projects", project, "topics"), {"offset": offset, "limit": limit}
+    )
+    return render(
+        request,
+        "topics.html",
+        session,
+        project=project,
+        page=page,
+        base=f"/ui/projects/{project}/topics",
+        clusters=request.app.state.ui_clusters,
+        default_cluster=request.app.state.ui_default_cluster,
+    )
+
+
+@router.post("/ui/projects/{project}/topics")
+async def create_topic(
+    project: Name, request: Request, session: SessionDep, api: ApiDep
+) -> Response:
+    form = await form_of(request, session)
+    name = form.get("name", "").strip()
+    back = f"/ui/projects/{project}/topics"
+    try:
+        body: dict[str, Any] = {
+            "name": name,
+            "partitions": int(form.get("partitions") or 1),
+            "grouped": form.get("grouped") == "on",
+        }
+    except ValueError:
+        return redirect(request, back, "not created: partitions must be a whole number", "error")
+    if form.get("cluster"):
+        body["cluster"] = form["cluster"]
+    try:
+        await api.post(path("v1", "projects", project, "topics"), body)
+    except ApiError as exc:
+        if exc.status == 0 or exc.status >= 500:
+            raise
+        return redirect(request, back, f"not created: {exc.message}", "error")
+    return redirect(request, f"{back}/{name}", f"created topic {name}")
+
+
+async def _latest_cutover(api: AdminClient, project: str, topic: str) -> tuple[Any, bool]:
+    """The latest cutover (or None) and whether this control plane runs cutovers at all."""
+    try:
+        return await api.get(path("v1", "projects", project, "topics", topic, "cutover")), True
+    except NotAvailable:
+        return None, False
+    except ApiError as exc:
+        if exc.status == 404:
+            return None, True
+        raise
+
+
+@router.get("/ui/projects/{project}/topics/{topic}")
+async def topic_page(
+    project: Name, topic: Name, request: Request, session: SessionDep, api: ApiDep
+) -> Response:
+    found = await api.get(path("v1", "projects", project, "topics", topic))
+    timeline = await api.get(path("v1", "projects", project, "topics", topic, "segments"))
+    cutover, cutovers = await _latest_cutover(api, project, topic)
+    return render(
+        request,
+        "topic.html",
+        session,
+        project=project,
+        topic=found,
+        timeline=timeline,
+        picture=draw(timeline),
+        cutover=cutover,
+        cutovers_available=cutovers,
+        clusters=request.app.state.ui_clusters,
+    )

@@ -1,0 +1,133 @@
+"""The cutover page: start a migration, watch its phases advance live, abort it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from ..client import ApiError, NotAvailable, path
+from .deps import ApiDep, Name, SessionDep, form_of
+from .render import redirect, render, templates
+
+router = APIRouter()
+
+PHASES = ("PREPARE", "SWITCH", "COMMIT", "COMPLETE")
+FINAL = ("COMPLETE", "ABORTED", "ROLLED_BACK")
+ACKS = (("prepared", "prepared_at"), ("switched", "switched_at"), ("committed", "committed_at"))
+
+
+def _cutover_path(project: str, topic: str) -> str:
+    return path("v1", "projects", project, "topics", topic, "cutover")
+
+
+def view_of(cutover: dict[str, Any]) -> dict[str, Any]:
+    """What the page draws: each phase done / current / to come, acks per producer."""
+    phase = str(cutover.get("phase", ""))
+    reached = PHASES.index(phase) if phase in PHASES else -1
+    if phase not in PHASES:  # aborted or rolled back: the phases it passed have times
+        reached = max(
+            (i for i, p in enumerate(PHASES) if p in cutover.get("phase_times", {})), default=-1
+        )
+    steps = [
+        {
+            "name": p,
+            "state": "done"
+            if i < reached or phase == "COMPLETE"
+            else "current"
+            if i == reached
+            else "todo",
+            "at": (cutover.get("phase_times") or {}).get(p),
+        }
+        for i, p in enumerate(PHASES)
+    ]
+    producers = [
+        {"member": member, **{label: acks.get(key) for label, key in ACKS}}
+        for member, acks in sorted((cutover.get("producers") or {}).items())
+    ]
+    return {
+        "steps": steps,
+        "producers": producers,
+        "final": phase in FINAL,
+        "failed": phase in FINAL[1:],
+    }
+
+
+@router.post("/ui/projects/{project}/topics/{topic}/cutover")
+async def start(
+    project: Name, topic: Name, request: Request, session: SessionDep, api: ApiDep
+) -> Response:
+    form = await form_of(request, session)
+    back = f"/ui/projects/{project}/topics/{topic}"
+    try:
+        partitions = int(form.get("partitions", ""))
+    except ValueError:
+        return redirect(request, back, "partitions must be a whole number", "error")
+    body = {"cluster": form.get("cluster", ""), "partitions": partitions}
+    try:
+        await api.post(_cutover_path(project, topic), body)
+    except NotAvailable:
+        return redirect(request, back, "cutover is not available on this control plane", "error")
+    except ApiError as exc:
+        if exc.status == 0 or exc.status >= 500:
+            raise
+        return redirect(request, back, f"cutover not started: {exc.message}", "error")
+    return redirect(request, f"{back}/cutover", "cutover started")
+
+
+@router.post("/ui/projects/{project}/topics/{topic}/cutover/abort")
+async def abort(
+    project: Name, topic: Name, request: Request, session: SessionDep, api: ApiDep
+) -> Response:
+    await form_of(request, session)
+    back = f"/ui/projects/{project}/topics/{topic}/cutover"
+    try:
+        await api.delete(_cutover_path(project, topic))
+    except ApiError as exc:
+        if exc.status == 0 or exc.status >= 500:
+            raise
+        return redirect(request, back, f"not aborted: {exc.message}", "error")
+    return redirect(request, back, "abort requested")
+
+
+async def _fetch(api: Any, project: str, topic: str) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        return await api.get(_cutover_path(project, topic)), None
+    except NotAvailable:
+        return None, "Cutover is not available on this control plane."
+    except ApiError as exc:
+        if exc.status == 404:
+            return None, "This topic has had no cutover yet."
+        raise
+
+
+@router.get("/ui/projects/{project}/topics/{topic}/cutover")
+async def page(
+    project: Name, topic: Name, request: Request, session: SessionDep, api: ApiDep
+) -> Response:
+    cutover, missing = await _fetch(api, project, topic)
+    view = view_of(cutover) if cutover else None
+    return render(
+        request,
+        "cutover.html",
+        session,
+        project=project,
+        topic=topic,
+        cutover=cutover,
+        view=view,
+        missing=missing,
+    )
+
+
+@router.get("/ui/projects/{project}/topics/{topic}/cutover/live")
+async def live(
+    project: Name, topic: Name, request: Request, session: SessionDep, api: ApiDep
+) -> Response:
+    """The changing part of the page, fetched again every second until the cutover ends."""
+    cutover, missing = await _fetch(api, project, topic)
+    view = view_of(cutover) if cutover else None
+    context = {"request": request, "cutover": cutover, "view": view, "missing": missing}
+    response = templates.TemplateResponse(request, "_cutover_live.html", context)
+    response.headers["Cache-Control"] = "no-store"
+    return response

@@ -1,0 +1,47 @@
+"""What the UI's routes share: the session, the in-process API client, name parameters."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+import httpx
+from fastapi import Depends, Path, Request
+
+from ..client import AdminClient
+from .session import Session, check_csrf, require_session
+
+NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+Name = Annotated[str, Path(pattern=NAME)]
+
+
+async def _api(request: Request) -> AsyncIterator[AdminClient]:
+    """The admin API of this very process, called in-process with the admin token: the UI
+    is a client of the same contract as the CLI, and sees a route that is not deployed
+    as "not available"."""
+    transport = httpx.ASGITransport(app=request.app)
+    token = request.app.state.ui_signer.admin_token.decode()
+    async with AdminClient("http://control-plane", token, transport=transport) as client:
+        yield client
+
+
+SessionDep = Annotated[Session, Depends(require_session)]
+ApiDep = Annotated[AdminClient, Depends(_api)]
+
+
+async def form_of(request: Request, session: Session) -> dict[str, str]:
+    """The posted form as text fields, after checking its CSRF token."""
+    form = await request.form()
+    check_csrf(session, form.get("csrf"))
+    return {k: v for k, v in form.items() if isinstance(v, str)}
+
+
+async def form_lists(request: Request, session: Session) -> dict[str, list[str]]:
+    """The posted form with repeated fields (checkboxes), after checking its CSRF token."""
+    form = await request.form()
+    check_csrf(session, form.get("csrf"))
+    out: dict[str, list[str]] = {}
+    for key, value in form.multi_items():
+        if isinstance(value, str):
+            out.setdefault(key, []).append(value)
+    return out

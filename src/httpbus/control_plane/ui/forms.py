@@ -1,0 +1,93 @@
+"""The subscription form: its fields, flattened values, and the API body it becomes.
+
+Form field names are the API's field paths with ``_`` for ``.`` (``endpoint.url`` is
+``endpoint_url``), so a 422 naming a field lands next to the input that caused it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+NUMBERS = {
+    "endpoint_timeout_ms": ("endpoint", "timeout_ms", int),
+    "retry_max_attempts": ("retry", "max_attempts", int),
+    "retry_initial_delay_ms": ("retry", "initial_delay_ms", int),
+    "retry_max_delay_ms": ("retry", "max_delay_ms", int),
+    "max_in_flight": (None, "max_in_flight", int),
+    "delay_ms": (None, "delay_ms", int),
+    "rate_limit_per_second": (None, "rate_limit_per_second", float),
+}
+TEXTS = {
+    "endpoint_url": ("endpoint", "url"),
+    "endpoint_method": ("endpoint", "method"),
+    "retry_backoff": ("retry", "backoff"),
+    "description": (None, "description"),
+}
+
+
+def values_of(sub: Mapping[str, Any]) -> dict[str, str]:
+    """A subscription (as the API returns it) as form values."""
+    values: dict[str, str] = {
+        "name": str(sub.get("name", "")),
+        "topic": str(sub.get("topic", "")),
+        "filter": str(sub.get("filter") or ""),
+        "dlq_enabled": "on" if sub.get("dlq_enabled", True) else "",
+    }
+    for field, (group, key, _) in NUMBERS.items():
+        source = sub.get(group, {}) if group else sub
+        value = source.get(key) if isinstance(source, Mapping) else None
+        values[field] = "" if value is None else str(value)
+    for field, (group, key) in TEXTS.items():
+        source = sub.get(group, {}) if group else sub
+        value = source.get(key) if isinstance(source, Mapping) else None
+        values[field] = "" if value is None else str(value)
+    return values
+
+
+def body_of(
+    form: Mapping[str, str], base: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The settings of ``form`` over ``base`` (the subscription being edited, or ``{}``),
+    and the problems found before asking the API (numbers that are not numbers)."""
+    body: dict[str, Any] = {
+        "endpoint": dict(base.get("endpoint") or {}),
+        "retry": dict(base.get("retry") or {}),
+    }
+    problems: dict[str, str] = {}
+    for field, (group, key) in TEXTS.items():
+        value = form.get(field, "").strip()
+        target = body[group] if group else body
+        if value:
+            target[key] = value
+    for field, (group, key, kind) in NUMBERS.items():
+        raw = form.get(field, "").strip()
+        target = body[group] if group else body
+        if not raw:
+            if field == "rate_limit_per_second":
+                target[key] = None  # empty means no limit
+            continue
+        try:
+            target[key] = kind(raw)
+        except ValueError:
+            problems[field] = "must be a number" if kind is float else "must be a whole number"
+    body["filter"] = form.get("filter", "").strip() or None
+    body["dlq_enabled"] = form.get("dlq_enabled") == "on"
+    if not body["endpoint"].get("url"):
+        problems["endpoint_url"] = "the endpoint URL is required"
+    return body, problems
+
+
+def field_errors(problems: Mapping[str, str]) -> dict[str, str]:
+    """API field paths (``endpoint.url``) as form field names (``endpoint_url``)."""
+    out: dict[str, str] = {}
+    for field, problem in problems.items():
+        name = field.replace(".", "_")
+        if name.startswith(("retry_", "endpoint_")) or name in FORM_FIELDS:
+            out[name] = problem.removeprefix("Value error, ")
+        else:
+            out.setdefault("form", problem)
+    return out
+
+
+FORM_FIELDS = {"name", "topic", "filter", "dlq_enabled", *NUMBERS, *TEXTS}

@@ -1,0 +1,91 @@
+"""Rendering of the UI's pages: the Jinja2 environment, flash messages, redirects, paging."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+from fastapi.templating import Jinja2Templates
+from starlette.responses import RedirectResponse, Response
+
+from . import session as sessions
+
+HERE = Path(__file__).parent
+templates = Jinja2Templates(directory=str(HERE / "templates"))
+PAGE_SIZES = (20, 50, 100, 200)
+
+
+def _compact(value: Any, size: int = 120) -> str:
+    """A cell of a table of unknown shape: scalars as they are, the rest as short JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, str | int | float | bool):
+        return str(value)
+    text = json.dumps(value, separators=(",", ":"), default=str)
+    return text if len(text) <= size else text[: size - 1] + "…"
+
+
+templates.env.filters["compact"] = _compact
+
+
+def render(
+    request: Request,
+    name: str,
+    session: sessions.Session | None,
+    status_code: int = 200,
+    **context: Any,
+) -> Response:
+    """A page, with the session's CSRF token for its forms and the pending flash message."""
+    flashed = sessions.take_flash(request)
+    context.update(csrf=session.csrf if session else "", flash=flashed, logged_in=bool(session))
+    response = templates.TemplateResponse(request, name, context, status_code=status_code)
+    if flashed:
+        response.delete_cookie(sessions.FLASH_COOKIE, path=sessions.COOKIE_PATH)
+    # Pages hold the session's CSRF token: never cache them, never frame them.
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Frame-Options"] = "DENY"
+    return response
+
+
+def redirect(
+    request: Request, url: str, message: str | None = None, kind: str = "info"
+) -> Response:
+    """303 to ``url`` (a GET), carrying ``message`` to the next page."""
+    response = RedirectResponse(url, status_code=303)
+    if message:
+        sessions.flash(request, response, message, kind)
+    return response
+
+
+def paging(request: Request, default: int = 50) -> tuple[int, int]:
+    """``offset`` and ``limit`` of a list page, from its query string (bounded)."""
+
+    def number(name: str, fallback: int, low: int, high: int) -> int:
+        try:
+            return max(low, min(high, int(request.query_params.get(name, fallback))))
+        except ValueError:
+            return fallback
+
+    return number("offset", 0, 0, 1_000_000), number("limit", default, 1, 500)
+
+
+def opened(request: Request) -> str | None:
+    """The name typed in a list page's "open" box, if it is a valid name."""
+    name = request.query_params.get("open", "").strip()
+    return name if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", name) else None
+
+
+def table_of(value: Any) -> tuple[list[str], list[dict[str, Any]]]:
+    """Columns and rows of a JSON list of objects (or of the one list inside an object), for
+    reports whose exact shape the page does not need to know."""
+    if isinstance(value, dict):
+        lists = [v for v in value.values() if isinstance(v, list)]
+        value = lists[0] if len(lists) == 1 else [value]
+    rows = [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []
+    columns: list[str] = []
+    for row in rows:
+        columns += [k for k in row if k not in columns]
+    return columns[:14], rows

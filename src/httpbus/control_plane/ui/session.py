@@ -1,0 +1,161 @@
+"""Login sessions and CSRF protection of the web UI.
+
+The session is a cookie the browser cannot read (HttpOnly), never sends from another site
+(SameSite=Strict) and nobody can forge: a JSON payload signed with HMAC-SHA256 under a key
+derived from the admin token, so rotating the admin token ends every session. The payload
+holds the expiry and the session's CSRF token, which every form posts back. The login form,
+shown before any session exists, is protected by a signed nonce cookie it must echo
+(double submit).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+from starlette.responses import Response
+
+SESSION_COOKIE = "httpbus_session"
+LOGIN_COOKIE = "httpbus_login"
+FLASH_COOKIE = "httpbus_flash"
+COOKIE_PATH = "/ui"
+SESSION_SECONDS = 8 * 3600
+
+
+class LoginRequired(Exception):
+    """No valid session: pages redirect to the login form, JSON answers 401."""
+
+
+class CsrfRejected(Exception):
+    """A form came without the session's CSRF token (or with another one)."""
+
+
+@dataclass(frozen=True)
+class Session:
+    csrf: str
+    expires: int
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class Signer:
+    """Signs and verifies the cookies' payloads with a key derived from the admin token."""
+
+    def __init__(self, admin_token: str) -> None:
+        self.admin_token = admin_token.encode()
+        self._key = hmac.new(self.admin_token, b"httpbus-ui-cookie-v1", hashlib.sha256).digest()
+
+    def token_ok(self, given: str) -> bool:
+        """Constant-time check of a token typed into the login form."""
+        return hmac.compare_digest(given.strip().encode(), self.admin_token)
+
+    def sign(self, payload: dict[str, Any]) -> str:
+        body = _b64(json.dumps(payload, separators=(",", ":")).encode())
+        mac = _b64(hmac.new(self._key, body.encode(), hashlib.sha256).digest())
+        return f"{body}.{mac}"
+
+    def verify(self, value: str | None) -> dict[str, Any] | None:
+        if not value or "." not in value:
+            return None
+        body, _, mac = value.partition(".")
+        expected = _b64(hmac.new(self._key, body.encode(), hashlib.sha256).digest())
+        if not hmac.compare_digest(mac, expected):
+            return None
+        try:
+            payload = json.loads(_unb64(body))
+        except ValueError:
+            return None
+        return payload if isinstance(payload, dict) else None
+
+
+def _set(request: Request, response: Response, name: str, value: str, max_age: int) -> None:
+    response.set_cookie(
+        name,
+        value,
+        max_age=max_age,
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+
+
+def signer(request: Request) -> Signer:
+    found: Signer = request.app.state.ui_signer
+    return found
+
+
+def current_session(request: Request) -> Session | None:
+    payload = signer(request).verify(request.cookies.get(SESSION_COOKIE))
+    if payload is None or payload.get("kind") != "session":
+        return None
+    expires = int(payload.get("exp", 0))
+    if expires < time.time():
+        return None
+    return Session(csrf=str(payload.get("csrf", "")), expires=expires)
+
+
+def require_session(request: Request) -> Session:
+    """The dependency of every page but the login form."""
+    session = current_session(request)
+    if session is None:
+        raise LoginRequired()
+    return session
+
+
+def start_session(request: Request, response: Response) -> None:
+    expires = int(time.time()) + SESSION_SECONDS
+    payload = {"kind": "session", "exp": expires, "csrf": secrets.token_urlsafe(24)}
+    _set(request, response, SESSION_COOKIE, signer(request).sign(payload), SESSION_SECONDS)
+    response.delete_cookie(LOGIN_COOKIE, path=COOKIE_PATH)
+
+
+def end_session(response: Response) -> None:
+    response.delete_cookie(SESSION_COOKIE, path=COOKIE_PATH)
+
+
+def new_login_nonce() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def set_login_nonce(request: Request, response: Response, nonce: str) -> None:
+    """The login form's nonce as a signed cookie the posted form must match."""
+    _set(request, response, LOGIN_COOKIE, signer(request).sign({"kind": "login", "n": nonce}), 900)
+
+
+def login_nonce_ok(request: Request, given: str) -> bool:
+    payload = signer(request).verify(request.cookies.get(LOGIN_COOKIE))
+    if payload is None or payload.get("kind") != "login":
+        return False
+    return hmac.compare_digest(str(payload.get("n", "")), given)
+
+
+def check_csrf(session: Session, given: object) -> None:
+    if not isinstance(given, str) or not hmac.compare_digest(given, session.csrf):
+        raise CsrfRejected()
+
+
+def flash(request: Request, response: Response, message: str, kind: str = "info") -> None:
+    """A message for the next page (after a redirect), signed so it cannot be injected."""
+    value = signer(request).sign({"kind": "flash", "m": message[:500], "k": kind})
+    _set(request, response, FLASH_COOKIE, value, 60)
+
+
+def take_flash(request: Request) -> tuple[str, str] | None:
+    payload = signer(request).verify(request.cookies.get(FLASH_COOKIE))
+    if payload is None or payload.get("kind") != "flash":
+        return None
+    return str(payload.get("m", "")), str(payload.get("k", "info"))

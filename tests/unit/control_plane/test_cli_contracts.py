@@ -1,0 +1,156 @@
+"""The commands whose APIs other branches build (``sub status|seek|pause``, ``dlq``,
+``topic migrate``, ``tail``) against a fake app with the contracts' shapes, and against a
+control plane without those routes (exit 5, "not available")."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from typer.testing import CliRunner, Result
+
+from httpbus.control_plane.cli import cli
+
+from .fake_contract_api import bare_app, dlq_message, fake_app, served
+from .test_cli import TOKEN, one_line_error
+
+
+def run(url: str, *args: str, input: str | None = None) -> Result:
+    env = {"HTTPBUS_URL": url, "HTTPBUS_ADMIN_TOKEN": TOKEN, "HTTPBUS_TOKEN": "", "COLUMNS": "200"}
+    return CliRunner().invoke(cli, list(args), env=env, input=input)
+
+
+@pytest.fixture
+def fake() -> Iterator[tuple[str, Any]]:
+    app = fake_app()
+    with served(app) as url:
+        yield url, app.state.fake
+
+
+def test_sub_status_text_and_json(fake: tuple[str, Any]) -> None:
+    url, _ = fake
+    r = run(url, "sub", "status", "shop", "s1")
+    assert r.exit_code == 0, r.stderr
+    assert "shop/s1: running  worker worker-1  segment 1  circuit open" in r.stdout
+    assert "lag 4  in flight 2" in r.stdout and "delivered 1.5" in r.stdout
+    status = json.loads(run(url, "sub", "status", "shop", "s1", "-o", "json").stdout)
+    assert status["totals"]["delivered"] == 20 and len(status["history"]) == 360
+    one_line_error(run(url, "sub", "status", "shop", "nope"), 3, "404")
+
+
+def test_seek_pause_resume_use_the_contract_routes(fake: tuple[str, Any]) -> None:
+    url, state = fake
+    r = run(url, "sub", "seek", "shop", "s1", "--to", "earliest")
+    assert r.exit_code == 0 and "now at segment 2: p0@5, p1@7" in r.stdout
+    assert (
+        run(url, "sub", "seek", "shop", "s1", "--timestamp", "2026-01-31T12:00:00Z").exit_code == 0
+    )
+    assert state.seeks == [{"to": "earliest"}, {"timestamp": "2026-01-31T12:00:00Z"}]
+    assert run(url, "sub", "pause", "shop", "s1").exit_code == 0 and state.paused is True
+    assert run(url, "sub", "resume", "shop", "s1").exit_code == 0 and state.paused is False
+
+
+def test_dlq_list_unsideline_and_purge(fake: tuple[str, Any]) -> None:
+    url, state = fake
+    r = run(url, "dlq", "list", "shop", "s1", "--limit", "10")
+    assert r.exit_code == 0 and "m000" in r.stdout and "more: --cursor 10" in r.stdout
+    page = json.loads(run(url, "dlq", "list", "shop", "s1", "-o", "json", "--cursor", "20").stdout)
+    assert [m["message_id"] for m in page["messages"]] == [f"m0{i}" for i in range(20, 25)]
+    r = run(url, "dlq", "unsideline", "shop", "s1", "--id", "m000", "--id", "m001")
+    assert r.exit_code == 0 and "unsidelined 2" in r.stdout and len(state.dlq) == 23
+
+    state.dlq = [dlq_message(i) for i in range(2500)]
+    r = run(
+        url,
+        "dlq",
+        "unsideline",
+        "shop",
+        "s1",
+        "--before",
+        "now",
+        "--batch",
+        "1000",
+    )
+    assert r.exit_code == 0 and "unsidelined 2500" in r.stdout and state.dlq == []
+
+    state.dlq = [dlq_message(i) for i in range(30)]
+    refused = run(url, "dlq", "purge", "shop", "s1", "--all", input="n\n")
+    assert refused.exit_code == 1 and len(state.dlq) == 30  # asked, answered no
+    r = run(url, "dlq", "purge", "shop", "s1", "--all", "--yes", "--batch", "7", "-o", "json")
+    assert r.exit_code == 0 and json.loads(r.stdout) == {"purged": 30} and state.dlq == []
+
+
+def test_dlq_bad_input(fake: tuple[str, Any]) -> None:
+    url, _ = fake
+    one_line_error(run(url, "dlq", "purge", "shop", "s1", "--yes"), 2, "choose exactly one")
+    one_line_error(
+        run(url, "dlq", "unsideline", "shop", "s1", "--id", "a", "--group", "g"), 2, "exactly one"
+    )
+    one_line_error(run(url, "dlq", "unsideline", "shop", "s1", "--before", "soon"), 2, "RFC 3339")
+    one_line_error(run(url, "dlq", "list", "shop", "nope"), 3, "404")
+    assert run(url, "dlq", "list", "shop", "s1", "--order", "sideways").exit_code == 2
+
+
+def test_migrate_shows_each_phase_and_the_acks(fake: tuple[str, Any]) -> None:
+    url, _ = fake
+    r = run(
+        url,
+        "topic",
+        "migrate",
+        "shop",
+        "orders",
+        "--cluster",
+        "pulsar-main",
+        "--partitions",
+        "8",
+        "--interval",
+        "0.05",
+    )
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "cutover c1: segment 1 → 2"
+    phases = [line.split()[1] for line in lines[1:]]
+    assert [p for i, p in enumerate(phases) if i == 0 or phases[i - 1] != p] == [
+        "PREPARE",
+        "SWITCH",
+        "COMMIT",
+        "COMPLETE",
+    ]
+    assert lines[-1].startswith("■■■■ COMPLETE") and "committed 2/2" in lines[-1]
+
+
+def test_migrate_that_rolls_back_exits_7_and_a_second_one_conflicts() -> None:
+    app: FastAPI = fake_app(cutover_end="ROLLED_BACK")
+    with served(app) as url:
+        args = ("topic", "migrate", "shop", "orders", "--cluster", "c", "--partitions", "1")
+        one_line_error(run(url, *args, "--interval", "0.05"), 7, "ROLLED_BACK", "did not switch")
+        app.state.fake.cutover["phase"] = "SWITCH"
+        one_line_error(run(url, *args, "--no-wait"), 4, "409 CUTOVER_IN_PROGRESS")
+
+
+def test_tail_prints_a_line_per_change(fake: tuple[str, Any]) -> None:
+    url, _ = fake
+    r = run(url, "tail", "shop", "s1", "--count", "3", "--interval", "0.05")
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 3
+    assert "delivered 10 (+0)" in lines[0] and "delivered 30 (+10)" in lines[2]
+    assert "circuit open" in lines[0] and "lag 4" in lines[0]
+    as_json = run(url, "tail", "shop", "s1", "--count", "2", "--interval", "0.05", "-o", "json")
+    assert [json.loads(x)["totals"]["delivered"] for x in as_json.stdout.splitlines()] == [40, 50]
+
+
+def test_without_those_apis_commands_exit_5() -> None:
+    with served(bare_app()) as url:
+        for args in (
+            ("sub", "status", "shop", "s1"),
+            ("sub", "seek", "shop", "s1", "--to", "latest"),
+            ("dlq", "list", "shop", "s1"),
+            ("dlq", "purge", "shop", "s1", "--all", "--yes"),
+            ("topic", "migrate", "shop", "orders", "--cluster", "c", "--partitions", "1"),
+            ("tail", "shop", "s1", "--count", "1"),
+        ):
+            one_line_error(run(url, *args), 5, "not available")

@@ -1,0 +1,224 @@
+"""The web UI on a real in-process control plane (embedded backends): no page without a
+session, forms refuse a missing CSRF token, topics and subscriptions are created through the
+forms, an invalid filter is shown next to the field and creates nothing, the timeline is drawn."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from httpbus.control_plane.app import create_app
+from httpbus.control_plane.settings import ControlPlaneSettings
+from httpbus.control_plane.ui.session import SESSION_COOKIE
+from httpbus.metastore.embedded import EmbeddedMetaStore
+from httpbus.segments.config import EmbeddedClusterConfig
+from httpbus.segments.embedded import create_store
+
+from .ui_helpers import TOKEN, csrf, login
+
+API = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+async def browser(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    """A cookie-keeping client of the UI, not yet logged in."""
+    cluster = EmbeddedClusterConfig(path=str(tmp_path / "segments.db"))
+    settings = ControlPlaneSettings(admin_token=TOKEN, clusters={"embedded": cluster})
+    async with EmbeddedMetaStore(str(tmp_path / "meta.db")) as meta, create_store(cluster) as st:
+        app = create_app(settings, metastore=meta, stores={"embedded": st})
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+                yield c
+
+
+async def test_no_page_without_login_and_a_wrong_token_is_refused(
+    browser: httpx.AsyncClient,
+) -> None:
+    for url in ("/ui/projects", "/ui/projects/shop/topics", "/ui/audit", "/ui/"):
+        r = await browser.get(url)
+        assert r.status_code == 303 and r.headers["location"].startswith("/ui/login?next="), url
+    r = await browser.get("/ui/projects/shop/subscriptions/s/status.json")
+    assert r.status_code == 401
+    bad = await login(browser, "not-the-token")
+    assert bad.status_code == 303 and bad.headers["location"].startswith("/ui/login")
+    assert SESSION_COOKIE not in browser.cookies
+    assert (await browser.get("/ui/projects")).status_code == 303
+
+
+async def test_login_sets_a_strict_httponly_signed_cookie(browser: httpx.AsyncClient) -> None:
+    r = await login(browser)
+    assert r.status_code == 303 and r.headers["location"] == "/ui/projects"
+    cookie = next(h for h in r.headers.get_list("set-cookie") if h.startswith(SESSION_COOKIE))
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/ui" in cookie
+    assert (await browser.get("/ui/projects")).status_code == 200
+    # A tampered cookie is no session.
+    value = browser.cookies[SESSION_COOKIE]
+    browser.cookies.set(
+        SESSION_COOKIE, value[:-2] + ("AA" if value[-2:] != "AA" else "BB"), path="/ui"
+    )
+    assert (await browser.get("/ui/projects")).status_code == 303
+
+
+async def test_a_form_without_the_csrf_token_is_refused(browser: httpx.AsyncClient) -> None:
+    await login(browser)
+    r = await browser.post("/ui/projects", data={"name": "shop"})
+    assert r.status_code == 403 and "stale" in r.text
+    r = await browser.post("/ui/projects", data={"name": "shop", "csrf": "forged"})
+    assert r.status_code == 403
+    api = await browser.get("/v1/projects", headers=API)
+    assert api.json()["items"] == []
+
+
+async def _project_and_topic(browser: httpx.AsyncClient) -> None:
+    await login(browser)
+    token = await csrf(browser)
+    r = await browser.post("/ui/projects", data={"name": "shop", "csrf": token})
+    assert r.status_code == 303, r.text
+    form = {"name": "orders", "cluster": "embedded", "partitions": "3", "csrf": token}
+    r = await browser.post("/ui/projects/shop/topics", data=form)
+    assert r.status_code == 303 and r.headers["location"] == "/ui/projects/shop/topics/orders"
+
+
+async def test_create_topic_through_the_form_and_see_its_timeline(
+    browser: httpx.AsyncClient,
+) -> None:
+    await _project_and_topic(browser)
+    topic = (await browser.get("/v1/projects/shop/topics/orders", headers=API)).json()
+    assert topic["segments"][0]["partitions"] == 3
+    page = await browser.get("/ui/projects/shop/topics/orders")
+    assert page.status_code == 200
+    assert "created topic orders" in page.text  # the flash message after the redirect
+    svg = re.search(r"<svg id=\"timeline\".*?</svg>", page.text, re.S)
+    assert svg and svg.group(0).count('class="segment"') == 1
+    assert "#1 embedded · active" in svg.group(0) and "embedded · 3 partition(s)" in svg.group(0)
+    # With the cutover API the form is offered; without it the page says so (see test_ui_contracts).
+    assert 'id="migrate"' in page.text or "Cutover is not available" in page.text
+    listing = await browser.get("/ui/projects/shop/topics")
+    assert 'href="/ui/projects/shop/topics/orders"' in listing.text and "1–1 of 1" in listing.text
+
+
+async def test_bad_topic_input_is_reported_and_creates_nothing(browser: httpx.AsyncClient) -> None:
+    await _project_and_topic(browser)
+    token = await csrf(browser)
+    for form in (
+        {"name": "orders", "partitions": "1"},  # exists
+        {"name": "x", "partitions": "9999"},  # too many partitions
+        {"name": "y", "partitions": "two"},
+    ):
+        r = await browser.post("/ui/projects/shop/topics", data={**form, "csrf": token})
+        assert r.status_code == 303
+        page = await browser.get(r.headers["location"])
+        assert "not created:" in page.text, form
+    names = [
+        t["name"]
+        for t in (await browser.get("/v1/projects/shop/topics", headers=API)).json()["items"]
+    ]
+    assert names == ["orders"]
+
+
+SUB_FORM = {
+    "name": "s1",
+    "topic": "orders",
+    "endpoint_url": "http://127.0.0.1:9/hook",
+    "endpoint_method": "POST",
+    "endpoint_timeout_ms": "5000",
+    "retry_max_attempts": "3",
+    "retry_backoff": "linear",
+    "retry_initial_delay_ms": "200",
+    "retry_max_delay_ms": "2000",
+    "max_in_flight": "7",
+    "rate_limit_per_second": "",
+    "delay_ms": "0",
+    "dlq_enabled": "on",
+}
+
+
+async def test_invalid_filter_is_shown_inline_and_creates_nothing(
+    browser: httpx.AsyncClient,
+) -> None:
+    await _project_and_topic(browser)
+    token = await csrf(browser, "/ui/projects/shop/subscriptions/new")
+    bad = {**SUB_FORM, "filter": 'headers["x"] ==', "csrf": token}
+    r = await browser.post("/ui/projects/shop/subscriptions/new", data=bad)
+    assert r.status_code == 422
+    error = re.search(r'id="error-filter"[^>]*>([^<]*)<', r.text)
+    assert error and "line 1, column 16" in error.group(1)
+    assert 'headers["x"] ==' in r.text.replace("&#34;", '"')  # the typed filter is kept
+    subs = (await browser.get("/v1/projects/shop/subscriptions", headers=API)).json()
+    assert subs["items"] == []
+    check = await browser.get("/ui/filter-check", params={"expression": 'headers["x"] =='})
+    assert check.json()["ok"] is False and "column 16" in check.json()["problem"]
+
+
+async def test_create_edit_pause_resume_a_subscription(browser: httpx.AsyncClient) -> None:
+    await _project_and_topic(browser)
+    token = await csrf(browser, "/ui/projects/shop/subscriptions/new")
+    form = {**SUB_FORM, "filter": 'headers["x-region"] == "eu"', "csrf": token}
+    r = await browser.post("/ui/projects/shop/subscriptions/new", data=form)
+    assert r.status_code == 303, r.text[:2000]
+    sub = (await browser.get("/v1/projects/shop/subscriptions/s1", headers=API)).json()
+    assert sub["retry"]["max_attempts"] == 3 and sub["retry"]["backoff"] == "linear"
+    assert sub["max_in_flight"] == 7 and sub["filter"] == 'headers["x-region"] == "eu"'
+    page = await browser.get("/ui/projects/shop/subscriptions/s1")
+    assert 'id="status"' in page.text or 'id="status-missing"' in page.text
+
+    edit = {**SUB_FORM, "max_in_flight": "not a number", "csrf": token}
+    r = await browser.post("/ui/projects/shop/subscriptions/s1/edit", data=edit)
+    assert r.status_code == 422 and "must be a whole number" in r.text
+    edit = {**SUB_FORM, "max_in_flight": "20000", "csrf": token}
+    r = await browser.post("/ui/projects/shop/subscriptions/s1/edit", data=edit)
+    assert r.status_code == 422 and 'id="error-max_in_flight"' in r.text
+    edit = {**SUB_FORM, "max_in_flight": "9", "filter": "", "csrf": token}
+    r = await browser.post("/ui/projects/shop/subscriptions/s1/edit", data=edit)
+    assert r.status_code == 303
+    sub = (await browser.get("/v1/projects/shop/subscriptions/s1", headers=API)).json()
+    assert sub["max_in_flight"] == 9 and sub["filter"] is None
+
+    r = await browser.post("/ui/projects/shop/subscriptions/s1/pause", data={"csrf": token})
+    assert r.status_code == 303
+    assert (await browser.get("/v1/projects/shop/subscriptions/s1", headers=API)).json()["paused"]
+    r = await browser.post("/ui/projects/shop/subscriptions/s1/resume", data={"csrf": token})
+    sub = (await browser.get("/v1/projects/shop/subscriptions/s1", headers=API)).json()
+    assert sub["paused"] is False
+    listing = await browser.get("/ui/projects/shop/subscriptions")
+    assert 'href="/ui/projects/shop/subscriptions/s1"' in listing.text
+
+
+async def test_unknown_entities_get_a_page_not_a_crash(
+    browser: httpx.AsyncClient,
+) -> None:
+    await _project_and_topic(browser)
+    r = await browser.get("/ui/projects/shop/topics/nope")
+    assert r.status_code == 404 and "Not found" in r.text
+    r = await browser.get("/ui/projects/nope/subscriptions")
+    assert r.status_code == 404
+    r = await browser.get("/ui/projects/shop/subscriptions/nope/dlq")
+    assert r.status_code in (200, 404) and "Traceback" not in r.text
+    assert (await browser.get("/ui/audit")).status_code == 200
+
+
+async def test_paging_links(browser: httpx.AsyncClient) -> None:
+    await login(browser)
+    for i in range(5):
+        r = await browser.post("/v1/projects", json={"name": f"p{i}"}, headers=API)
+        assert r.status_code == 201
+    page = await browser.get("/ui/projects?offset=2&limit=2")
+    assert "3–4 of 5" in page.text
+    assert 'href="/ui/projects?offset=0&limit=2" rel="prev"' in page.text
+    assert 'href="/ui/projects?offset=4&limit=2" rel="next"' in page.text
+    assert "p2" in page.text and ">p0<" not in page.text
+
+
+async def test_open_by_name_skips_the_paging(browser: httpx.AsyncClient) -> None:
+    await _project_and_topic(browser)
+    r = await browser.get("/ui/projects/shop/topics", params={"open": "orders"})
+    assert r.status_code == 303 and r.headers["location"] == "/ui/projects/shop/topics/orders"
+    r = await browser.get("/ui/projects/shop/subscriptions", params={"open": "s9"})
+    assert r.headers["location"] == "/ui/projects/shop/subscriptions/s9"
+    r = await browser.get("/ui/projects/shop/topics", params={"open": "../x"})
+    assert r.status_code == 200  # not a name: the list, no redirect

@@ -132,7 +132,7 @@ class Throttle:
         return cls(Governor(governor_config(sub), time.monotonic()), stats, on_transition)
 
     @property
-    def open(self) -> bool:
+    def is_open(self) -> bool:
         if self.governor is None:
             return False
         self._emit(self.governor.poll(self.clock()))
@@ -140,7 +140,7 @@ class Throttle:
 
     async def gate(self) -> None:
         """Return once the circuit is not OPEN (at once when it is not)."""
-        while self.open:
+        while self.is_open:
             await asyncio.sleep(MAX_SLEEP_S)
 
     async def admit(self) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
 
 from httpbus.circuit_breaker import CallError, CallOutcome, CircuitState, Governor
 from httpbus.core.audit import AuditEvent, AuditType
@@ -27,9 +28,10 @@ from httpbus.core.model import (
     Topic,
 )
 from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
+from httpbus.delivery_workers.app import WorkerCollector
 from httpbus.delivery_workers.commit import CommitPolicy
 from httpbus.delivery_workers.result import DeliveryResult, Outcome
-from httpbus.delivery_workers.runner import SubscriptionRunner
+from httpbus.delivery_workers.runner import RunnerStats, SubscriptionRunner
 from httpbus.delivery_workers.throttle import (
     UNLIMITED_PER_S,
     Throttle,
@@ -259,3 +261,23 @@ async def test_the_gate_holds_while_open_and_admit_waits_for_a_probe() -> None:
     now[0] = 1.5  # the cool-down is over: half-open
     await asyncio.wait_for(asyncio.gather(gate, second), 2.0)
     assert stats.circuit_state == "half_open"
+
+
+def test_metrics_show_state_and_rate_of_subscriptions_with_a_breaker() -> None:
+    class FakeWorker:
+        assigned: set[str] = {"p/a", "p/b"}
+        runners: dict[str, object] = {}
+
+        def stats(self) -> dict[str, RunnerStats]:
+            return {
+                "p/a": RunnerStats(circuit_state="open", circuit_rate=0.5),
+                "p/b": RunnerStats(),  # breaker disabled
+            }
+
+    registry = CollectorRegistry()
+    registry.register(WorkerCollector(FakeWorker()))  # type: ignore[arg-type]
+    text = generate_latest(registry).decode()
+    assert 'httpbus_circuit_state{state="open",subscription="p/a"} 1.0' in text
+    assert 'httpbus_circuit_state{state="closed",subscription="p/a"} 0.0' in text
+    assert 'httpbus_circuit_rate_per_second{subscription="p/a"} 0.5' in text
+    assert not [line for line in text.splitlines() if "circuit" in line and "p/b" in line]

@@ -39,6 +39,11 @@ class GovernorConfig:
     floor_per_s: float = 1.0
     max_per_s: float = 10_000.0
 
+    def __post_init__(self) -> None:
+        # An open circuit probing faster than a closed one may ever be throttled is nonsense.
+        if not self.breaker.probe_per_s <= self.floor_per_s <= self.max_per_s:
+            raise ValueError("need probe_per_s <= floor_per_s <= max_per_s")
+
     def limiter(self) -> LimiterConfig:
         return LimiterConfig(
             floor_per_s=self.floor_per_s,

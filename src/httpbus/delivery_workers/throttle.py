@@ -71,15 +71,18 @@ class CircuitStats(Protocol):
 def governor_config(sub: Subscription) -> GovernorConfig:
     """The governor settings of a subscription's :class:`CircuitBreakerPolicy`."""
     p = sub.circuit_breaker
+    ceiling = sub.rate_limit_per_second or UNLIMITED_PER_S
+    # The policy refuses probe > floor > rate limit; clamping still keeps a subscription
+    # stored before that check runnable.
+    floor = min(p.floor_per_second, ceiling)
     breaker = BreakerConfig(
         failure_rate_threshold=p.failure_rate_threshold,
         window_s=p.window_seconds,
         min_calls=p.min_calls,
         cooldown_s=p.cooldown_seconds,
-        probe_per_s=p.probe_per_second,
+        probe_per_s=min(p.probe_per_second, floor),
     )
-    ceiling = sub.rate_limit_per_second or UNLIMITED_PER_S
-    return GovernorConfig(breaker, floor_per_s=min(p.floor_per_second, ceiling), max_per_s=ceiling)
+    return GovernorConfig(breaker, floor_per_s=floor, max_per_s=ceiling)
 
 
 def call_outcome(result: DeliveryResult) -> CallOutcome | None:

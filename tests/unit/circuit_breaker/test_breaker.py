@@ -125,7 +125,7 @@ def test_the_limiter_paces_at_its_rate() -> None:
 
 
 def test_the_governor_throttles_trips_probes_and_ramps_back_up() -> None:
-    config = GovernorConfig(CONFIG, floor_per_s=1, max_per_s=50)
+    config = GovernorConfig(CONFIG, floor_per_s=2, max_per_s=50)
     gov = Governor(config, now=0)
     fail, ok = CallOutcome(status=500), CallOutcome(status=200)
     assert gov.snapshot(0).rate_per_s == 50
@@ -137,7 +137,7 @@ def test_the_governor_throttles_trips_probes_and_ramps_back_up() -> None:
     assert gov.poll(6.0)[0].to_state is CircuitState.HALF_OPEN
     closing = [c for i in range(3) for c in gov.record(ok, 6 + i * 0.5)]
     assert [c.to_state for c in closing] == [CircuitState.CLOSED]
-    assert gov.snapshot(7.0).rate_per_s == 1.0  # back at the floor ...
+    assert gov.snapshot(7.0).rate_per_s == 2.0  # back at the floor ...
     t = 7.0
     for _ in range(10):
         gov.record(ok, t)
@@ -146,7 +146,9 @@ def test_the_governor_throttles_trips_probes_and_ramps_back_up() -> None:
 
 
 def test_a_custom_classifier_decides_what_fails() -> None:
-    gov = Governor(GovernorConfig(CONFIG), now=0, classifier=lambda o: o.status == 404)
+    gov = Governor(
+        GovernorConfig(CONFIG, floor_per_s=2), now=0, classifier=lambda o: o.status == 404
+    )
     for i in range(4):
         gov.record(CallOutcome(status=503), i)
     assert gov.state is CircuitState.CLOSED
@@ -170,6 +172,8 @@ def test_nonsense_breaker_settings_are_refused(kwargs: dict[str, float]) -> None
         BreakerConfig(**kwargs)  # type: ignore[arg-type]
 
 
-def test_a_floor_above_the_max_is_refused() -> None:
+def test_a_floor_above_the_max_or_a_probe_above_the_floor_is_refused() -> None:
     with pytest.raises(ValueError, match="floor"):
         LimiterConfig(floor_per_s=10, max_per_s=5)
+    with pytest.raises(ValueError, match="probe_per_s <= floor_per_s"):
+        GovernorConfig(CONFIG, floor_per_s=1)  # probes at 2/s

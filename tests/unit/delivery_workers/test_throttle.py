@@ -281,3 +281,18 @@ def test_metrics_show_state_and_rate_of_subscriptions_with_a_breaker() -> None:
     assert 'httpbus_circuit_state{state="closed",subscription="p/a"} 0.0' in text
     assert 'httpbus_circuit_rate_per_second{subscription="p/a"} 0.5' in text
     assert not [line for line in text.splitlines() if "circuit" in line and "p/b" in line]
+
+
+def test_a_subscription_stored_before_the_checks_still_gets_a_valid_governor() -> None:
+    sub = Subscription.model_construct(  # skips validation, as an old stored one would have
+        project="p",
+        name="s",
+        topic_project="p",
+        topic="t",
+        rate_limit_per_second=0.5,
+        circuit_breaker=CircuitBreakerPolicy.model_construct(
+            **{**CircuitBreakerPolicy().model_dump(), "floor_per_second": 1.0}
+        ),
+    )
+    config = governor_config(sub)
+    assert (config.breaker.probe_per_s, config.floor_per_s, config.max_per_s) == (0.5, 0.5, 0.5)

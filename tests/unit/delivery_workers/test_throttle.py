@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -77,6 +79,17 @@ class Audit:
         self.events.append(event)
 
 
+class WatchedReader(SegmentReader):
+    """Notes the runner's circuit state each time a read starts."""
+
+    stats: RunnerStats | None = None
+    states: list[str | None]
+
+    async def read(self, *args: Any, **kwargs: Any) -> Any:
+        self.states.append(self.stats.circuit_state if self.stats else None)
+        return await super().read(*args, **kwargs)
+
+
 @pytest.fixture
 async def hook() -> AsyncIterator[Hook]:
     state = Hook()
@@ -135,13 +148,16 @@ async def _outage(tmp_path: Path, hook: Hook, breaker: CircuitBreakerPolicy) -> 
         for i in range(TOTAL):
             await store.produce("st.1", Record(b"x", headers=(("x-message-id", f"m{i}".encode()),)))
         async with AiohttpSender() as sender:
+            reader = WatchedReader(catalog, {"embedded": store})
+            reader.states = []
             runner = SubscriptionRunner(
                 sub,
-                SegmentReader(catalog, {"embedded": store}),
+                reader,
                 sender,
                 audit=audit,  # type: ignore[arg-type]
                 commit_policy=CommitPolicy(every_n=10, every_s=0.2),
             )
+            reader.stats = runner.stats
             task = asyncio.create_task(runner.run())
             states, parked = set(), 0
             try:
@@ -163,6 +179,7 @@ async def _outage(tmp_path: Path, hook: Hook, breaker: CircuitBreakerPolicy) -> 
         "outage_end": outage_end,
         "final": runner.stats.circuit_state,
         "events": [e for e in audit.events if e.type is AuditType.CIRCUIT],
+        "reads": Counter(reader.states),
     }
 
 
@@ -185,6 +202,8 @@ async def test_an_outage_opens_the_circuit_and_costs_no_retry_budget(
     assert moves[0] == ("closed", "open") and moves[-1] == ("half_open", "closed")
     assert ("open", "half_open") in moves
     assert seen["final"] == "closed"
+    reads = seen["reads"]
+    assert reads["closed"] > 0 and reads["open"] == 0, reads  # open: nothing is pulled
     first = seen["events"][0]  # type: ignore[index]
     assert first.subscription == "p/s" and first.reason and first.failure_rate >= 0.5
 

@@ -47,8 +47,9 @@ from httpbus.delivery_workers.worker import Worker
 from httpbus.metastore import paths
 from httpbus.metastore.catalog import Catalog
 from httpbus.metastore.config import ZooKeeperConfig, open_metastore
+from httpbus.metastore.protocol import MetaStore
 from httpbus.segments.config import KafkaClusterConfig
-from httpbus.segments.protocol import Record
+from httpbus.segments.protocol import Record, SegmentStore
 from httpbus.segments.registry import open_store
 from tests.conftest import RealServices
 
@@ -130,10 +131,10 @@ def _per_second(times: list[float], start: float, end: float) -> list[int]:
     return [counts.get(i, 0) for i in range(int(end - start))]
 
 
-async def _setup(meta: object, store: object, storage: str, url: str) -> None:
-    catalog = Catalog(meta)  # type: ignore[arg-type]
+async def _setup(meta: MetaStore, store: SegmentStore, storage: str, url: str) -> None:
+    catalog = Catalog(meta)
     await catalog.create_project(Project(name="shop"))
-    await store.create_topic(storage, 4, retention_ms=3_600_000)  # type: ignore[attr-defined]
+    await store.create_topic(storage, 4, retention_ms=3_600_000)
     segment = Segment(
         id=1,
         cluster="kafka-main",
@@ -163,8 +164,60 @@ async def _setup(meta: object, store: object, storage: str, url: str) -> None:
             Record(b"{}", headers=(("x-message-id", f"m{i}".encode()),))
             for i in range(start, min(start + 500, TOTAL))
         ]
-        results = await store.produce_many(storage, records)  # type: ignore[attr-defined]
+        results = await store.produce_many(storage, records)
         assert not [r for r in results if isinstance(r, Exception)]
+
+
+Sample = tuple[float, dict[str, tuple[str | None, float | None, int]]]
+
+
+@dataclass
+class Run:
+    """When each phase began (monotonic), what the worker showed along the way."""
+
+    t0: float = 0.0  # the first delivery of ``guarded``
+    outage: float = 0.0
+    healed: float = 0.0
+    done: float = 0.0  # ``guarded`` has every message
+    samples: list[Sample] = field(default_factory=list)  # (when, sub -> (state, rate, parked))
+    metrics: str = ""  # the worker's /metrics mid-outage
+
+
+async def _sample(worker: Worker, run: Run) -> None:
+    while True:
+        stats = worker.stats()
+        shown = {
+            k.split("/")[1]: (s.circuit_state, s.circuit_rate, s.parked) for k, s in stats.items()
+        }
+        run.samples.append((time.monotonic(), shown))
+        await asyncio.sleep(0.1)
+
+
+async def _scenario(worker: Worker, hook: Hook) -> Run:
+    run = Run()
+    sampler = asyncio.create_task(_sample(worker, run))
+    try:
+        async with asyncio.timeout(30):
+            while not hook.delivered("guarded"):
+                await asyncio.sleep(0.05)
+        run.t0 = time.monotonic()
+        await asyncio.sleep(NORMAL_S)
+        hook.failing = {"guarded", "unguarded"}
+        run.outage = time.monotonic()
+        await asyncio.sleep(OUTAGE_S / 2)
+        registry = CollectorRegistry()
+        registry.register(WorkerCollector(worker))
+        run.metrics = generate_latest(registry).decode()
+        await asyncio.sleep(OUTAGE_S / 2)
+        hook.failing = set()
+        run.healed = time.monotonic()
+        async with asyncio.timeout(100):
+            while len(hook.delivered("guarded")) < TOTAL:
+                await asyncio.sleep(0.2)
+        run.done = time.monotonic()
+    finally:
+        sampler.cancel()
+    return run
 
 
 async def test_outage_is_throttled_recovers_and_spares_the_retry_budget(
@@ -173,8 +226,6 @@ async def test_outage_is_throttled_recovers_and_spares_the_retry_budget(
     zk = ZooKeeperConfig(hosts=real_services.zookeeper, root=f"/cb-{unique}")
     kafka = KafkaClusterConfig(bootstrap_servers=real_services.kafka)
     storage, member, audit = f"it.{unique}.cb", f"w-{unique}", Audit()
-    samples: list[tuple[float, dict[str, tuple[str | None, float | None, int]]]] = []
-    metrics_text = ""
     async with open_metastore(zk) as meta, open_store(kafka) as store:
         try:
             await _setup(meta, store, storage, hook.url)
@@ -192,90 +243,55 @@ async def test_outage_is_throttled_recovers_and_spares_the_retry_budget(
             ):
                 keys = [f"shop/{s}" for s in SUBS]
                 await meta.create(paths.assignment(member), json.dumps(keys).encode())
-
-                async def sample() -> None:
-                    while True:
-                        stats = worker.stats()
-                        samples.append(
-                            (
-                                time.monotonic(),
-                                {
-                                    k.split("/")[1]: (s.circuit_state, s.circuit_rate, s.parked)
-                                    for k, s in stats.items()
-                                },
-                            )
-                        )
-                        await asyncio.sleep(0.1)
-
-                sampler = asyncio.create_task(sample())
-                try:
-                    async with asyncio.timeout(30):
-                        while not hook.delivered("guarded"):
-                            await asyncio.sleep(0.05)
-                    t0 = time.monotonic()
-                    await asyncio.sleep(NORMAL_S)
-                    hook.failing = {"guarded", "unguarded"}
-                    outage = time.monotonic()
-                    await asyncio.sleep(OUTAGE_S / 2)
-                    registry = CollectorRegistry()
-                    registry.register(WorkerCollector(worker))
-                    metrics_text = generate_latest(registry).decode()
-                    await asyncio.sleep(OUTAGE_S / 2)
-                    hook.failing = set()
-                    healed = time.monotonic()
-                    async with asyncio.timeout(100):
-                        while len(hook.delivered("guarded")) < TOTAL:
-                            await asyncio.sleep(0.2)
-                    done = time.monotonic()
-                finally:
-                    sampler.cancel()
+                run = await _scenario(worker, hook)
         finally:
             for child in await meta.children("/"):
                 await meta.delete(f"/{child}", recursive=True)
             await store.delete_topic(storage)
-    _report_and_check(hook, audit, samples, metrics_text, t0, outage, healed, done)
+    _report_and_check(hook, audit, run)
 
 
-def _report_and_check(
-    hook: Hook,
-    audit: Audit,
-    samples: list[tuple[float, dict[str, tuple[str | None, float | None, int]]]],
-    metrics_text: str,
-    t0: float,
-    outage: float,
-    healed: float,
-    done: float,
-) -> None:
-    def times(sub: str, delivered: bool | None = None) -> list[float]:
-        return [t for t, s, _, _, ok in hook.log if s == sub and delivered in (None, ok)]
-
-    attempts = {s: _per_second(times(s), t0, done) for s in SUBS}
-    delivered = {s: _per_second(times(s, True), t0, done) for s in SUBS}
-    state_at = {int(t - t0): subs.get("guarded", (None,))[0] for t, subs in samples if t >= t0}
+def _print_table(run: Run, attempts: dict[str, list[int]], delivered: dict[str, list[int]]) -> None:
+    t0 = run.t0
+    state_at = {int(t - t0): subs.get("guarded", (None,))[0] for t, subs in run.samples if t >= t0}
+    o, h = round(run.outage - t0), round(run.healed - t0)
     print(
         f"\n{'s':>4} {'phase':>7} | guarded: attempts delivered state | unguarded: attempts "
         f"| healthy: delivered"
     )
-    for i in range(int(done - t0)):
-        at = t0 + i
-        phase = "outage" if outage <= at < healed else ("healed" if at >= healed else "normal")
+    for i in range(int(run.done - t0)):
+        phase = "outage" if o <= i < h else ("healed" if i >= h else "normal")
         print(
             f"{i:>4} {phase:>7} | {attempts['guarded'][i]:>8} {delivered['guarded'][i]:>9} "
             f"{state_at.get(i) or '-':>9} | {attempts['unguarded'][i]:>8} "
             f"| {delivered['healthy'][i]:>8}"
         )
 
+
+def _report_and_check(hook: Hook, audit: Audit, run: Run) -> None:
+    t0, done, metrics_text = run.t0, run.done, run.metrics
+
+    def times(sub: str, delivered: bool | None = None) -> list[float]:
+        return [t for t, s, _, _, ok in hook.log if s == sub and delivered in (None, ok)]
+
+    attempts = {s: _per_second(times(s), t0, done) for s in SUBS}
+    delivered = {s: _per_second(times(s, True), t0, done) for s in SUBS}
+    o, h = round(run.outage - t0), round(run.healed - t0)
+    _print_table(run, attempts, delivered)
+    opened = next(t for t, v in run.samples if v.get("guarded", (None,))[0] == "open") - run.outage
+
     # Normal throughput: the first NORMAL_S seconds less two of warm-up.
     warm = slice(2, int(NORMAL_S))
     normal = {s: sum(delivered[s][warm]) / (warm.stop - warm.start) for s in SUBS}
-    o, h = int(outage - t0), int(healed - t0)
     # attempts of the guarded subscription from 10 s after the outage start to its end
     throttled = attempts["guarded"][o + 10 : h]
     exhausted = {
         s: len({mid for _, sub, mid, n, _ in hook.log if sub == s and n >= MAX_ATTEMPTS})
         for s in SUBS
     }
-    parked_peak = {s: max((v.get(s, (0, 0, 0))[2] for _, v in samples), default=0) for s in SUBS}
+    parked_peak = {
+        s: max((v.get(s, (0, 0, 0))[2] for _, v in run.samples), default=0) for s in SUBS
+    }
     recovered = next(
         (
             i - h
@@ -290,7 +306,8 @@ def _report_and_check(
     ]
     duplicates = {s: len(times(s, True)) - len(hook.delivered(s)) for s in SUBS}
     print(
-        f"normal throughput {normal} msg/s; guarded attempts/s from outage+10 s: {throttled} "
+        f"normal throughput {normal} msg/s; guarded circuit open {opened:.1f} s into the outage; "
+        f"guarded attempts/s from outage+10 s: {throttled} "
         f"(mean {sum(throttled) / max(1, len(throttled)):.2f}/s, probe rate {PROBE_PER_S}/s)\n"
         f"messages that reached {MAX_ATTEMPTS} attempts (would have been dead-lettered): "
         f"{exhausted}; peak parked {parked_peak}\n"

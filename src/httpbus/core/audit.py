@@ -22,6 +22,7 @@ class AuditType(StrEnum):
     RETRIED = "retried"
     DEAD_LETTERED = "dead_lettered"
     UNSIDELINED = "unsidelined"
+    CIRCUIT = "circuit"  # a subscription's circuit changed state; message_id is ""
 
 
 class AuditEvent(BaseModel):
@@ -43,6 +44,10 @@ class AuditEvent(BaseModel):
     status: int | None = None
     attempt: int | None = None
     error: str | None = None
+    circuit_from: str | None = None
+    circuit_to: str | None = None
+    reason: str | None = None
+    failure_rate: float | None = None
 
     def to_bytes(self) -> bytes:
         return self.model_dump_json(exclude_none=True).encode()

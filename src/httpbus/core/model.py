@@ -11,7 +11,15 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AnyHttpUrl,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from .filters import FilterError, compile_filter
 from .names import Name
@@ -140,6 +148,12 @@ class RetryPolicy(Model):
 
 
 class CircuitBreakerPolicy(Model):
+    """When a subscription's endpoint is failing: the circuit opens once
+    ``failure_rate_threshold`` of at least ``min_calls`` calls in the last ``window_seconds``
+    failed, then only probes go (``probe_per_second``); after ``cooldown_seconds`` without a
+    failure it half-opens and closes after a few successes. While closed, the dispatch rate
+    adapts between ``floor_per_second`` and the subscription's ``rate_limit_per_second``."""
+
     enabled: bool = True
     failure_rate_threshold: float = Field(default=0.5, gt=0.0, le=1.0, description="0 < x <= 1")
     window_seconds: int = Field(default=30, ge=1, le=3_600)
@@ -147,6 +161,16 @@ class CircuitBreakerPolicy(Model):
     cooldown_seconds: int = Field(default=10, ge=1, le=3_600)
     probe_per_second: float = Field(default=1.0, gt=0.0, le=100.0)
     floor_per_second: float = Field(default=1.0, gt=0.0, le=100_000.0)
+
+    @model_validator(mode="after")
+    def _probe_not_above_floor(self) -> CircuitBreakerPolicy:
+        # An open circuit probing faster than a closed one may ever be throttled is nonsense.
+        if self.probe_per_second > self.floor_per_second:
+            raise ValueError(
+                f"probe_per_second ({self.probe_per_second:g}) must not exceed "
+                f"floor_per_second ({self.floor_per_second:g})"
+            )
+        return self
 
 
 class SubscriptionSettings(Model):
@@ -162,6 +186,19 @@ class SubscriptionSettings(Model):
     delay_ms: int = Field(default=0, ge=0, le=7 * 24 * 3_600_000)
     paused: bool = False
     description: str = Field(default="", max_length=1_000)
+
+    @field_validator("circuit_breaker")
+    @classmethod
+    def _floor_within_the_rate_limit(
+        cls, policy: CircuitBreakerPolicy, info: ValidationInfo
+    ) -> CircuitBreakerPolicy:
+        limit = info.data.get("rate_limit_per_second")
+        if policy.enabled and limit is not None and policy.floor_per_second > limit:
+            raise ValueError(
+                f"floor_per_second ({policy.floor_per_second:g}) must not exceed "
+                f"rate_limit_per_second ({limit:g})"
+            )
+        return policy
 
     @field_validator("filter")
     @classmethod

@@ -6,7 +6,7 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -26,9 +26,11 @@ from httpbus.segments.protocol import SegmentStore
 from httpbus.segments.registry import open_stores
 
 from .aiohttp_sender import AiohttpSender
+from .runner import RunnerStats
 from .settings import WorkerSettings
 from .worker import COUNTERS, Worker
 
+CIRCUIT_STATES = ("closed", "open", "half_open")
 _HELP = {
     "delivered": "messages delivered (2xx)",
     "filtered": "messages filtered out",
@@ -59,6 +61,7 @@ class WorkerCollector(Collector):
         for key, s in sorted(stats.items()):
             in_flight.add_metric([key], s.in_flight)
         yield in_flight
+        yield from _circuit_metrics(stats)
         yield GaugeMetricFamily(
             "httpbus_worker_assigned_subscriptions",
             "subscriptions assigned to this worker",
@@ -69,6 +72,29 @@ class WorkerCollector(Collector):
             "subscriptions with a running runner",
             value=len(self.worker.runners),
         )
+
+
+def _circuit_metrics(stats: Mapping[str, RunnerStats]) -> Iterator[Metric]:
+    """Per subscription with a breaker: its state (one series per state, 1 for the current
+    one, the Prometheus way to show an enum) and the attempts a second it allows now."""
+    state = GaugeMetricFamily(
+        "httpbus_circuit_state",
+        "circuit breaker state (1 for the current one)",
+        labels=["subscription", "state"],
+    )
+    rate = GaugeMetricFamily(
+        "httpbus_circuit_rate_per_second",
+        "delivery attempts a second the circuit breaker allows now",
+        labels=["subscription"],
+    )
+    for key, s in sorted(stats.items()):
+        if s.circuit_state is None or s.circuit_rate is None:
+            continue  # breaker disabled
+        for name in CIRCUIT_STATES:
+            state.add_metric([key, name], float(s.circuit_state == name))
+        rate.add_metric([key], s.circuit_rate)
+    yield state
+    yield rate
 
 
 def create_app(

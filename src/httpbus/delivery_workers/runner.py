@@ -41,6 +41,7 @@ from .commit import CommitPolicy, CommitTracker
 from .groups import GroupScheduler, Outcome
 from .result import DeliveryResult
 from .sender import Delivery, EndpointSender
+from .throttle import Throttle
 
 log = logging.getLogger(__name__)
 IDLE_REFRESH_S = 1.0
@@ -56,6 +57,8 @@ class RunnerStats:
     parked: int = 0
     in_flight: int = 0
     segment: int = 0
+    circuit_state: str | None = None  # closed | open | half_open; None: no breaker
+    circuit_rate: float | None = None  # attempts a second the circuit allows now
 
 
 class SubscriptionRunner:
@@ -79,6 +82,7 @@ class SubscriptionRunner:
         self._policy = commit_policy or CommitPolicy()
         self._rate = TokenBucket(sub.rate_limit_per_second) if sub.rate_limit_per_second else None
         self._changed = asyncio.Event()  # something became ready, terminal or free
+        self._throttle = Throttle.for_subscription(sub, self.stats, audit)  # circuit breaker
 
     async def run(self) -> None:
         """Deliver until cancelled."""
@@ -159,6 +163,7 @@ class _Segment:
     async def _read(self, partition: int, position: int) -> None:
         last_refresh = time.monotonic()
         while True:
+            await self.r._throttle.gate()  # the circuit is open: stop pulling
             batch = await self.r.reader.read(
                 self.r.sub,
                 self.segment,
@@ -215,6 +220,7 @@ class _Segment:
     # ------------------------------------------------------------ delivering
     async def _dispatch(self) -> None:
         while True:
+            await self.r._throttle.gate()  # the circuit is open: start no new delivery
             msg = self.scheduler.next_ready()
             if msg is None:
                 await self._wait_change(1.0)
@@ -231,7 +237,9 @@ class _Segment:
         self.r.stats.in_flight += 1
         try:
             while True:
+                await self.r._throttle.admit()  # refused while open: waits, costs no attempt
                 result = await self.r.sender.send(Delivery(sub, self.name, msg, attempt))
+                self.r._throttle.record(result)
                 self.r.stats.attempts += 1
                 self.r._audit(
                     AuditType.ATTEMPTED, msg, self.segment, attempt=attempt, status=result.status

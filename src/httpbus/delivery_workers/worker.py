@@ -109,6 +109,8 @@ class Worker(AsyncResource):
             total.in_flight = runner.stats.in_flight if runner else 0
             total.parked = runner.stats.parked if runner else 0
             total.segment = runner.stats.segment if runner else 0
+            total.circuit_state = runner.stats.circuit_state if runner else None
+            total.circuit_rate = runner.stats.circuit_rate if runner else None
             out[key] = total
         return out
 

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from httpbus.core.model import (
     Backend,
+    CircuitBreakerPolicy,
     Endpoint,
     Project,
     RetryPolicy,
@@ -213,7 +214,9 @@ async def test_filter_lets_through_exactly_the_matching(world: World) -> None:
 async def test_failures_are_retried_in_place_and_order_holds(world: World) -> None:
     world.endpoint.fail_first = 2
     policy = RetryPolicy(initial_delay_ms=10, max_delay_ms=50, jitter=0)
-    sub = await _subscribe(world, retry=policy, max_in_flight=4)
+    # Two thirds of the attempts fail: a breaker would (rightly) open; this test is about retries.
+    no_breaker = CircuitBreakerPolicy(enabled=False)
+    sub = await _subscribe(world, retry=policy, max_in_flight=4, circuit_breaker=no_breaker)
     ids = await _produce(world.store, "st.1", groups=4, per_group=5)
     runner, task, sender = await _run(world, sub)
     try:

@@ -1,0 +1,317 @@
+"""The circuit breaker in the runner (embedded store, a real local endpoint): an outage opens
+the circuit, attempts fall to the probe rate, messages in hand keep their retry budget, and
+the subscription heals by itself; without the breaker the same outage exhausts attempts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+
+from httpbus.circuit_breaker import CallError, CallOutcome, CircuitState, Governor
+from httpbus.core.audit import AuditEvent, AuditType
+from httpbus.core.model import (
+    Backend,
+    CircuitBreakerPolicy,
+    Endpoint,
+    Project,
+    RetryPolicy,
+    Segment,
+    SegmentState,
+    Subscription,
+    Topic,
+)
+from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
+from httpbus.delivery_workers.app import WorkerCollector
+from httpbus.delivery_workers.commit import CommitPolicy
+from httpbus.delivery_workers.result import DeliveryResult, Outcome
+from httpbus.delivery_workers.runner import RunnerStats, SubscriptionRunner
+from httpbus.delivery_workers.throttle import (
+    UNLIMITED_PER_S,
+    Throttle,
+    call_outcome,
+    governor_config,
+)
+from httpbus.metastore.catalog import Catalog
+from httpbus.metastore.embedded import EmbeddedMetaStore
+from httpbus.segments.config import EmbeddedClusterConfig
+from httpbus.segments.embedded import create_store
+from httpbus.segments.protocol import Record
+from httpbus.segments.reader import SegmentReader
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+TOTAL = 60
+PROBE_PER_S = 5.0
+# Without a breaker this budget is gone 0.5 s into an outage.
+RETRY = RetryPolicy(max_attempts=6, backoff="fixed", initial_delay_ms=100, max_delay_ms=300)
+BREAKER = CircuitBreakerPolicy(
+    window_seconds=2,
+    min_calls=5,
+    cooldown_seconds=1,
+    probe_per_second=PROBE_PER_S,
+    floor_per_second=PROBE_PER_S,
+)
+
+
+@dataclass
+class Hook:
+    url: str = ""
+    failing: bool = True
+    attempts: list[tuple[float, str]] = field(default_factory=list)  # (when, message id)
+    delivered: set[str] = field(default_factory=set)
+
+
+class Audit:
+    """Stands in for the audit sink: keeps what is emitted."""
+
+    def __init__(self) -> None:
+        self.events: list[AuditEvent] = []
+
+    def emit(self, event: AuditEvent) -> None:
+        self.events.append(event)
+
+
+class WatchedReader(SegmentReader):
+    """Notes the runner's circuit state each time a read starts."""
+
+    stats: RunnerStats | None = None
+    states: list[str | None]
+
+    async def read(self, *args: Any, **kwargs: Any) -> Any:
+        self.states.append(self.stats.circuit_state if self.stats else None)
+        return await super().read(*args, **kwargs)
+
+
+@pytest.fixture
+async def hook() -> AsyncIterator[Hook]:
+    state = Hook()
+
+    async def receive(request: web.Request) -> web.Response:
+        mid = request.headers["X-Message-Id"]
+        state.attempts.append((time.monotonic(), mid))
+        if state.failing:
+            return web.Response(status=503, text="database down")
+        state.delivered.add(mid)
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook", receive)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    state.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/hook"  # type: ignore[union-attr]
+    try:
+        yield state
+    finally:
+        await runner.cleanup()
+
+
+async def _outage(tmp_path: Path, hook: Hook, breaker: CircuitBreakerPolicy) -> dict[str, object]:
+    """Deliver TOTAL messages through an outage of 2 s; what happened."""
+    config = EmbeddedClusterConfig(path=str(tmp_path / "seg.db"))
+    audit = Audit()
+    async with EmbeddedMetaStore(str(tmp_path / "meta.db")) as meta, create_store(config) as store:
+        catalog = Catalog(meta)
+        await catalog.create_project(Project(name="p"))
+        await store.create_topic("st.1", 1, retention_ms=3_600_000)
+        segment = Segment(
+            id=1,
+            cluster="embedded",
+            backend=Backend.EMBEDDED,
+            storage_topic="st.1",
+            partitions=1,
+            state=SegmentState.ACTIVE,
+        )
+        await catalog.create_topic(Topic(project="p", name="t"), segment)
+        sub = await catalog.create_subscription(
+            Subscription(
+                project="p",
+                name="s",
+                topic_project="p",
+                topic="t",
+                endpoint=Endpoint(url=hook.url),
+                signing_secret=SECRET,
+                max_in_flight=5,
+                retry=RETRY,
+                circuit_breaker=breaker,
+            )
+        )
+        for i in range(TOTAL):
+            await store.produce("st.1", Record(b"x", headers=(("x-message-id", f"m{i}".encode()),)))
+        async with AiohttpSender() as sender:
+            reader = WatchedReader(catalog, {"embedded": store})
+            reader.states = []
+            runner = SubscriptionRunner(
+                sub,
+                reader,
+                sender,
+                audit=audit,  # type: ignore[arg-type]
+                commit_policy=CommitPolicy(every_n=10, every_s=0.2),
+            )
+            reader.stats = runner.stats
+            task = asyncio.create_task(runner.run())
+            states, parked = set(), 0
+            try:
+                outage_end = time.monotonic() + 2.0
+                while time.monotonic() < outage_end:
+                    states.add(runner.stats.circuit_state)
+                    parked = max(parked, runner.stats.parked)
+                    await asyncio.sleep(0.02)
+                hook.failing = False
+                async with asyncio.timeout(20):
+                    while len(hook.delivered) < TOTAL or runner.stats.circuit_state == "half_open":
+                        await asyncio.sleep(0.05)
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+    return {
+        "states": states,
+        "parked": parked,
+        "outage_end": outage_end,
+        "final": runner.stats.circuit_state,
+        "events": [e for e in audit.events if e.type is AuditType.CIRCUIT],
+        "reads": Counter(reader.states),
+    }
+
+
+async def test_an_outage_opens_the_circuit_and_costs_no_retry_budget(
+    tmp_path: Path, hook: Hook
+) -> None:
+    seen = await _outage(tmp_path, hook, BREAKER)
+    assert "open" in seen["states"]  # type: ignore[operator]
+    assert seen["parked"] == 0  # no message ran out of attempts
+    assert hook.delivered == {f"m{i}" for i in range(TOTAL)}
+    tries: dict[str, int] = {}
+    for _, mid in hook.attempts:
+        tries[mid] = tries.get(mid, 0) + 1
+    assert max(tries.values()) < RETRY.max_attempts
+    # Once open, attempts come at the probe rate (the last second of the outage).
+    end = float(seen["outage_end"])  # type: ignore[arg-type]
+    late = [t for t, _ in hook.attempts if end - 1.0 <= t < end]
+    assert len(late) <= PROBE_PER_S + 1, late
+    moves = [(e.circuit_from, e.circuit_to) for e in seen["events"]]  # type: ignore[attr-defined]
+    assert moves[0] == ("closed", "open") and moves[-1] == ("half_open", "closed")
+    assert ("open", "half_open") in moves
+    assert seen["final"] == "closed"
+    reads = seen["reads"]
+    assert reads["closed"] > 0 and reads["open"] == 0, reads  # open: nothing is pulled
+    first = seen["events"][0]  # type: ignore[index]
+    assert first.subscription == "p/s" and first.reason and first.failure_rate >= 0.5
+
+
+async def test_without_the_breaker_the_same_outage_exhausts_attempts(
+    tmp_path: Path, hook: Hook
+) -> None:
+    seen = await _outage(tmp_path, hook, CircuitBreakerPolicy(enabled=False))
+    assert seen["states"] == {None} and seen["events"] == []
+    assert seen["parked"] == 5  # every message in hand ran out of attempts
+    assert hook.delivered == {f"m{i}" for i in range(TOTAL)}
+
+
+def test_what_the_breaker_hears_of_an_attempt() -> None:
+    assert call_outcome(DeliveryResult(Outcome.RETRYABLE, 503)) == CallOutcome(503)
+    assert call_outcome(DeliveryResult(Outcome.RETRYABLE, 429, 2.0)) == CallOutcome(429, 2.0)
+    timeout = DeliveryResult(Outcome.RETRYABLE, error="timeout after 100 ms (ReadTimeout)")
+    assert call_outcome(timeout) == CallOutcome(error=CallError.TIMEOUT)
+    refused = DeliveryResult(Outcome.RETRYABLE, error="connection error: refused")
+    assert call_outcome(refused) == CallOutcome(error=CallError.CONNECTION)
+    assert call_outcome(DeliveryResult.rejected("bad secret")) is None  # never sent
+
+
+def test_the_policy_maps_to_the_governor() -> None:
+    sub = Subscription(
+        project="p",
+        name="s",
+        topic_project="p",
+        topic="t",
+        endpoint=Endpoint(url="http://127.0.0.1:9/hook"),
+        signing_secret=SECRET,
+        circuit_breaker=BREAKER,
+    )
+    config = governor_config(sub)
+    assert (config.floor_per_s, config.max_per_s) == (PROBE_PER_S, UNLIMITED_PER_S)
+    assert config.breaker.window_s == 2 and config.breaker.probe_per_s == PROBE_PER_S
+    limited = governor_config(sub.model_copy(update={"rate_limit_per_second": 50.0}))
+    assert limited.max_per_s == 50.0
+
+
+async def test_the_gate_holds_while_open_and_admit_waits_for_a_probe() -> None:
+    now = [0.0]
+
+    @dataclass
+    class Stats:
+        circuit_state: str | None = None
+        circuit_rate: float | None = None
+
+    sub = Subscription(
+        project="p",
+        name="s",
+        topic_project="p",
+        topic="t",
+        endpoint=Endpoint(url="http://127.0.0.1:9/hook"),
+        signing_secret=SECRET,
+        circuit_breaker=BREAKER,
+    )
+    changes: list[object] = []
+    stats = Stats()
+    throttle = Throttle(Governor(governor_config(sub), 0.0), stats, changes.append, lambda: now[0])
+    assert stats.circuit_state == "closed"
+    for _ in range(5):
+        throttle.record(DeliveryResult(Outcome.RETRYABLE, 500))
+    assert stats.circuit_state == "open" and stats.circuit_rate == PROBE_PER_S
+    assert [c.to_state for c in changes] == [CircuitState.OPEN]
+    gate = asyncio.create_task(throttle.gate())
+    await asyncio.sleep(0.6)
+    assert not gate.done()  # open: nobody pulls
+    now[0] = 0.2  # the first probe is due
+    await asyncio.wait_for(throttle.admit(), 1.0)
+    second = asyncio.create_task(throttle.admit())
+    await asyncio.sleep(0.6)
+    assert not second.done()  # the clock stands still: no second probe
+    now[0] = 1.5  # the cool-down is over: half-open
+    await asyncio.wait_for(asyncio.gather(gate, second), 2.0)
+    assert stats.circuit_state == "half_open"
+
+
+def test_metrics_show_state_and_rate_of_subscriptions_with_a_breaker() -> None:
+    class FakeWorker:
+        assigned: set[str] = {"p/a", "p/b"}
+        runners: dict[str, object] = {}
+
+        def stats(self) -> dict[str, RunnerStats]:
+            return {
+                "p/a": RunnerStats(circuit_state="open", circuit_rate=0.5),
+                "p/b": RunnerStats(),  # breaker disabled
+            }
+
+    registry = CollectorRegistry()
+    registry.register(WorkerCollector(FakeWorker()))  # type: ignore[arg-type]
+    text = generate_latest(registry).decode()
+    assert 'httpbus_circuit_state{state="open",subscription="p/a"} 1.0' in text
+    assert 'httpbus_circuit_state{state="closed",subscription="p/a"} 0.0' in text
+    assert 'httpbus_circuit_rate_per_second{subscription="p/a"} 0.5' in text
+    assert not [line for line in text.splitlines() if "circuit" in line and "p/b" in line]
+
+
+def test_a_subscription_stored_before_the_checks_still_gets_a_valid_governor() -> None:
+    sub = Subscription.model_construct(  # skips validation, as an old stored one would have
+        project="p",
+        name="s",
+        topic_project="p",
+        topic="t",
+        rate_limit_per_second=0.5,
+        circuit_breaker=CircuitBreakerPolicy.model_construct(
+            **{**CircuitBreakerPolicy().model_dump(), "floor_per_second": 1.0}
+        ),
+    )
+    config = governor_config(sub)
+    assert (config.breaker.probe_per_s, config.floor_per_s, config.max_per_s) == (0.5, 0.5, 0.5)

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 
 from httpbus import __version__
 from httpbus.core import http_errors
@@ -14,12 +14,16 @@ from httpbus.core.errors import HttpbusError, MetaStoreUnavailable
 from httpbus.metastore.catalog import Catalog
 from httpbus.metastore.config import open_metastore
 from httpbus.metastore.protocol import MetaStore
+from httpbus.segments.cutover import Timeouts
 from httpbus.segments.protocol import SegmentStore
 from httpbus.segments.registry import open_stores
 
 from . import api
 from .admin import Admin
+from .api import cutover as cutover_api
+from .api.auth import admin_guard
 from .assigner import Assigner
+from .cutover import CutoverCoordinator, Cutovers
 from .settings import ControlPlaneSettings
 
 
@@ -43,6 +47,13 @@ def create_app(
             opened = await open_stores(stack, settings.clusters, stores)
             assigner = Assigner(meta, Catalog(meta), settings.member_id, settings.assign_interval_s)
             app.state.assigner = await stack.enter_async_context(assigner)
+            app.state.cutovers = cutovers = Cutovers(
+                meta, Catalog(meta), settings.clusters, _timeouts(settings),
+                settings.storage_topic_prefix,
+            )  # fmt: skip
+            await stack.enter_async_context(
+                CutoverCoordinator(cutovers, opened, settings.member_id)
+            )
             app.state.admin = Admin(
                 Catalog(meta),
                 settings.clusters,
@@ -71,4 +82,14 @@ def create_app(
         return {"status": "ready"}
 
     app.include_router(api.router(settings.admin_token.get_secret_value()))
+    guard = Depends(admin_guard(settings.admin_token.get_secret_value()))
+    app.include_router(cutover_api.router, dependencies=[guard])
     return app
+
+
+def _timeouts(settings: ControlPlaneSettings) -> Timeouts:
+    return Timeouts(
+        prepare_s=settings.cutover_prepare_timeout_s,
+        switch_s=settings.cutover_switch_timeout_s,
+        complete_s=settings.cutover_complete_timeout_s,
+    )

@@ -52,7 +52,11 @@ class Phase(StrEnum):
 
 TERMINAL = frozenset({Phase.COMPLETE, Phase.ABORTED, Phase.ROLLED_BACK})
 UNDONE = frozenset({Phase.ABORTED, Phase.ROLLED_BACK})
-_ACK_FIELD = {Phase.PREPARE: "prepared_at", Phase.SWITCH: "switched_at", Phase.COMMIT: "committed_at"}
+_ACK_FIELD = {
+    Phase.PREPARE: "prepared_at",
+    Phase.SWITCH: "switched_at",
+    Phase.COMMIT: "committed_at",
+}
 
 
 class Acks(BaseModel):

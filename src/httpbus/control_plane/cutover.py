@@ -221,14 +221,17 @@ class CutoverCoordinator(LeaderElection):
         live = frozenset(await self.cutovers.metastore.members(PRODUCERS))
         out = step(state, Restarted(live), self._clock())
         state, version = await self._persist(state, out.state, version)
-        for action in out.actions:
+        pending = list(out.actions)
+        while pending:  # an action's result may call for the next one (seal → move)
+            action = pending.pop(0)
             event = await self._act(state, version, action)
             if event is None:
                 break  # failed for now: the next round re-runs it
             if isinstance(event, PointerMoved):  # the commit transaction wrote the document
                 return False
-            nxt = step(state, event, self._clock()).state
-            state, version = await self._persist(state, nxt, version)
+            nxt = step(state, event, self._clock())
+            state, version = await self._persist(state, nxt.state, version)
+            pending.extend(nxt.actions)
         if state.phase in TERMINAL_PHASES and (state.cleaned or not cleanup(state)):
             await self.records.finish(project, topic)
             return True

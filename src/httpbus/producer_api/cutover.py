@@ -225,7 +225,11 @@ class CutoverParticipant(AsyncResource):
         if store is None:
             log.error("cutover %s: cluster %s is not configured here", state.id, state.cluster)
             return  # never acknowledged: the cutover rolls back at its deadline
-        await store.partitions(state.storage_topic)  # metadata (and connections) warmed up
+        opener = getattr(store, "open_producers", None)  # backends that can open ahead
+        if opener is not None:
+            await opener(state.storage_topic)
+        else:
+            await store.partitions(state.storage_topic)
 
     async def _ack(self, key: Key, state: Cutover, phase: Phase) -> None:
         await self.records.ack(*key, state.id, self.member_id, phase, self.now())

@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from httpbus.core.errors import CutoverTimeout, HttpbusError, MetaStoreUnavailable
 from httpbus.core.lifecycle import AsyncResource
 from httpbus.core.model import Topic
+from httpbus.metastore import paths
 from httpbus.metastore.protocol import MetaStore
 from httpbus.segments.cutover import TERMINAL, Cutover, Mode, Phase, producer_mode
 from httpbus.segments.cutover_store import CutoverRecords
@@ -146,25 +147,51 @@ class CutoverParticipant(AsyncResource):
         self.now = now
         self.gates: dict[Key, Gate] = {}
         self._followed: dict[Key, asyncio.Task[None]] = {}
+        self._first_reads: dict[Key, asyncio.Future[None]] = {}
         self._session: object = getattr(metastore, "session_id", None)
-        self._monitor: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._watch_active())]
         if hasattr(self.metastore, "session_id"):
-            self._monitor = asyncio.create_task(self._watch_session())
+            self._tasks.append(asyncio.create_task(self._watch_session()))
 
     async def aclose(self) -> None:
-        tasks = [*self._followed.values(), *([self._monitor] if self._monitor else [])]
+        tasks = [*self._followed.values(), *self._tasks]
         self._followed.clear()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    async def _watch_active(self) -> None:
+        """Take part in every cutover, also of topics this producer has not served yet:
+        the coordinator waits for every live producer."""
+        while True:
+            try:
+                async for names in self.metastore.watch_children(paths.ACTIVE_CUTOVERS):
+                    for name in names:
+                        project, _, topic = name.partition(":")
+                        await self.follow((project, topic))
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("watching the active cutovers: %s", exc)
+                await asyncio.sleep(0.5)
+
     async def follow(self, key: Key) -> None:
-        """Called by the topic cache when it loads a topic: read its cutover now (so the
-        first request already sees a gate), then follow it."""
-        if key in self._followed:
-            return
+        """Called by the topic cache when it loads a topic (and for every active cutover):
+        read its cutover now, so the first request already sees a gate, then follow it."""
+        first = self._first_reads.get(key)
+        if first is None:
+            first = self._first_reads[key] = asyncio.ensure_future(self._first_read(key))
+        try:
+            await asyncio.shield(first)
+        except HttpbusError:
+            self._first_reads.pop(key, None)  # the next caller tries again
+            raise
+
+    async def _first_read(self, key: Key) -> None:
         found = await self.records.get(*key)
         if found is not None:
             self._apply_mode(key, found[0])
@@ -202,7 +229,10 @@ class CutoverParticipant(AsyncResource):
         return gate
 
     async def _on_state(self, key: Key, state: Cutover) -> None:
-        if state.phase is Phase.COMPLETE or (state.phase is Phase.COMMIT and state.pointer_moved):
+        moved = state.phase is Phase.COMPLETE or (
+            state.phase is Phase.COMMIT and state.pointer_moved
+        )
+        if moved and self.cache.cached(*key):
             await self.cache.refresh(*key)  # the new pointer, before anyone is released
         gate = self._apply_mode(key, state)
         if gate is None:

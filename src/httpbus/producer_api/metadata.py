@@ -51,6 +51,10 @@ class TopicCache:
             pending.add_done_callback(lambda _: self._loading.pop(key, None))
         return await asyncio.shield(pending)
 
+    def cached(self, project: str, name: str) -> bool:
+        """Whether the topic is in memory (and watched)."""
+        return (project, name) in self._topics
+
     async def refresh(self, project: str, name: str) -> Topic:
         """Read the topic again now (the writer calls this when a fence refuses a write)."""
         return await self._reload((project, name))

@@ -332,7 +332,7 @@ async def test_producer_without_its_session_is_refused_by_the_fence(
     app = create_producer(settings, metastore=meta, stores=world.stores)
     load = start_load([p.url for p in producers])
     lost_acked: list[int] = []
-    lost_after_seal: list[int] = []
+    lost_after_seal: list[tuple[int, str]] = []
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         headers = {"Authorization": f"Bearer {ADMIN}", "X-Group-Id": "lost"}
@@ -353,7 +353,7 @@ async def test_producer_without_its_session_is_refused_by_the_fence(
                         lost_acked.append(seq)
                         seq += 1
                     elif state.sealed_ends is not None:
-                        lost_after_seal.append(r.status_code)
+                        lost_after_seal.append((r.status_code, r.json().get("code", "")))
                     if state.phase.value in DONE and len(lost_after_seal) >= 5:
                         break
                     await asyncio.sleep(0.02)
@@ -361,4 +361,4 @@ async def test_producer_without_its_session_is_refused_by_the_fence(
     await finish(world, load, {"lost": lost_acked})
     print(timeline(doc), f"\nlost producer: {len(lost_acked)} 2xx, then {lost_after_seal}")
     assert doc["phase"] == "COMPLETE" and "lost" not in doc["producers"]
-    assert lost_after_seal and all(s >= 400 for s in lost_after_seal)
+    assert lost_after_seal and all(s >= 400 for s, _ in lost_after_seal)

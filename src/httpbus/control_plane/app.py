@@ -52,7 +52,12 @@ def create_app(
                 settings.storage_topic_prefix,
             )  # fmt: skip
             await stack.enter_async_context(
-                CutoverCoordinator(cutovers, opened, settings.member_id)
+                CutoverCoordinator(
+                    cutovers,
+                    opened,
+                    settings.member_id,
+                    retire_interval_s=settings.segment_retire_interval_s,
+                )
             )
             app.state.admin = Admin(
                 Catalog(meta),

@@ -1,5 +1,8 @@
 """The cutover coordinator: the control plane's side of the protocol of ``segments.cutover``.
 
+The same leader retires segments no subscription needs (``retire``), every
+``retire_interval_s``.
+
 Any control plane may *start* or *abort* a cutover (:class:`Cutovers`): that is a
 compare-and-set on the topic's cutover document. Only the elected leader (``/leader/cutover``,
 elected like the assigner) *drives* them (:class:`CutoverCoordinator`): for every active
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -65,6 +69,7 @@ from httpbus.segments.protocol import SegmentStore
 
 from .cutover_actions import CutoverActions
 from .leader import LeaderElection
+from .retire import retire_segments
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +168,7 @@ class CutoverCoordinator(LeaderElection):
         member_id: str,
         *,
         interval_s: float = 0.2,
+        retire_interval_s: float = 300.0,
     ) -> None:
         super().__init__(cutovers.metastore, ROLE, member_id)
         self.cutovers = cutovers
@@ -171,12 +177,18 @@ class CutoverCoordinator(LeaderElection):
             cutovers.catalog, stores, cutovers.records, cutovers.now, cutovers.clusters
         )
         self.interval_s = interval_s
+        self.retire_interval_s = retire_interval_s
+        self._stores = stores
         self._drivers: dict[tuple[str, str], asyncio.Task[None]] = {}
 
     async def lead(self, lost: asyncio.Event) -> None:
         """Drive every active cutover until the leadership is lost."""
+        next_retire = 0.0
         try:
             while not lost.is_set():
+                if time.monotonic() >= next_retire:
+                    next_retire = time.monotonic() + self.retire_interval_s
+                    await retire_segments(self.cutovers.catalog, self._stores, self.cutovers.now())
                 for key in await self.records.active():
                     task = self._drivers.get(key)
                     if task is None or task.done():

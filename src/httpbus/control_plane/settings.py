@@ -42,6 +42,9 @@ class ControlPlaneSettings(SettingsBase):
     cutover_complete_timeout_s: float = Field(
         default=30.0, gt=0, le=3_600, description="how long to wait for producers to see the commit"
     )
+    segment_retire_interval_s: float = Field(
+        default=300.0, gt=0, le=86_400, description="how often the leader retires old segments"
+    )
 
     @model_validator(mode="after")
     def _default_cluster_is_configured(self) -> ControlPlaneSettings:

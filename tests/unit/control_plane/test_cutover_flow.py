@@ -149,8 +149,12 @@ async def test_cutover_under_load_keeps_every_message_in_order(env: Env) -> None
     assert set(doc["producers"]) == {"prod-0", "prod-1"}
     assert all(a["switched_at"] and a["committed_at"] for a in doc["producers"].values())
     assert (await env.cp.delete(CUTOVER)).status_code == 409
+    await _wait_active_cleared(env)
+    back = await env.cp.post(CUTOVER, json={"cluster": "embedded", "partitions": 2})
+    assert back.status_code == 202 and back.json()["to_segment"] == 3  # a rollback is new
+    await _wait_phase(env.cp, {"COMPLETE"})
     topic = await env.catalog.get_topic("shop", "orders")
-    assert topic.produce_pointer is not None and topic.produce_pointer.segment_id == 2
+    assert topic.produce_pointer is not None and topic.produce_pointer.segment_id == 3
     old = topic.segment(1)
     assert old is not None and old.state.value == "sealed" and old.end_positions is not None
     stored = await _stored(env)

@@ -120,6 +120,7 @@ async def consume_all(
         else:
             ends = await reader.store(seg).end_positions(seg.storage_topic)
         starts = await reader.start_positions(sub, seg)
+        done: dict[int, int] = {}  # like a worker: commit after the last message handled
         for p in range(seg.partitions):
             pos, end = starts[p], ends.get(p, 0)
             while pos < end:  # positions need not be dense (Pulsar): read until nothing comes
@@ -131,8 +132,10 @@ async def consume_all(
                         break  # past the sealed end: consumers never see it
                     group, seq = msg.value.decode().split(":")
                     out.setdefault(group, []).append(int(seq))
+                    done[p] = msg.position + 1
                 pos = batch[-1].position + 1
-        await reader.commit(sub, seg, {p: e for p, e in ends.items() if e > 0})
+        if done:
+            await reader.commit(sub, seg, done)
         if not sealed:
             return out
         advanced = await reader.try_advance(sub)

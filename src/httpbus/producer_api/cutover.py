@@ -240,8 +240,8 @@ class CutoverParticipant(AsyncResource):
         mine = state.producers.get(self.member_id)
         if state.phase is Phase.PREPARE and state.target_ready:
             if mine is None or mine.prepared_at is None:
-                await self._open_target(state)
-                await self._ack(key, state, Phase.PREPARE)
+                if await self._open_target(state):
+                    await self._ack(key, state, Phase.PREPARE)
         elif state.phase is Phase.SWITCH and (mine is None or mine.switched_at is None):
             if await gate.drained(self.drain_timeout_s):
                 await self._ack(key, state, Phase.SWITCH)
@@ -250,16 +250,19 @@ class CutoverParticipant(AsyncResource):
             if mine is None or mine.committed_at is None:
                 await self._ack(key, state, Phase.COMMIT)
 
-    async def _open_target(self, state: Cutover) -> None:
+    async def _open_target(self, state: Cutover) -> bool:
+        """Open the target's storage; False (never acknowledged, so the cutover rolls back
+        at its deadline) if this producer cannot write the target cluster."""
         store = self.stores.get(state.cluster)
         if store is None:
             log.error("cutover %s: cluster %s is not configured here", state.id, state.cluster)
-            return  # never acknowledged: the cutover rolls back at its deadline
+            return False
         opener = getattr(store, "open_producers", None)  # backends that can open ahead
         if opener is not None:
             await opener(state.storage_topic)
         else:
             await store.partitions(state.storage_topic)
+        return True
 
     async def _ack(self, key: Key, state: Cutover, phase: Phase) -> None:
         await self.records.ack(*key, state.id, self.member_id, phase, self.now())

@@ -188,7 +188,12 @@ class CutoverCoordinator(LeaderElection):
             while not lost.is_set():
                 if time.monotonic() >= next_retire:
                     next_retire = time.monotonic() + self.retire_interval_s
-                    await retire_segments(self.cutovers.catalog, self._stores, self.cutovers.now())
+                    try:
+                        await retire_segments(
+                            self.cutovers.catalog, self._stores, self.cutovers.now()
+                        )
+                    except HttpbusError as exc:  # retiring waits; cutovers must not
+                        log.warning("retiring segments: %s", exc)
                 for key in await self.records.active():
                     task = self._drivers.get(key)
                     if task is None or task.done():

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Request, status
 from pydantic import BaseModel, ConfigDict, Field
@@ -33,7 +34,29 @@ class CutoverStart(BaseModel):
     partitions: int = Field(ge=1, le=MAX_PARTITIONS, description=f"1 to {MAX_PARTITIONS}")
 
 
-@router.post("", status_code=status.HTTP_202_ACCEPTED)
+class ProducerAcks(BaseModel):
+    prepared_at: datetime | None
+    switched_at: datetime | None
+    committed_at: datetime | None
+
+
+class CutoverView(BaseModel):
+    """A cutover as the API shows it."""
+
+    id: str
+    phase: Literal["PREPARE", "SWITCH", "COMMIT", "COMPLETE", "ABORTED", "ROLLED_BACK"]
+    from_segment: int
+    to_segment: int
+    cluster: str
+    partitions: int
+    started_at: datetime
+    updated_at: datetime
+    phase_times: dict[str, datetime]
+    producers: dict[str, ProducerAcks]
+    error: str | None
+
+
+@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=CutoverView)
 async def start_cutover(
     project: ProjectName, topic: TopicName, body: CutoverStart, cutovers: CutoversDep
 ) -> dict[str, Any]:
@@ -42,7 +65,7 @@ async def start_cutover(
     return state.public()
 
 
-@router.get("")
+@router.get("", response_model=CutoverView)
 async def get_cutover(
     project: ProjectName, topic: TopicName, cutovers: CutoversDep
 ) -> dict[str, Any]:
@@ -50,7 +73,7 @@ async def get_cutover(
     return (await cutovers.get(project, topic)).public()
 
 
-@router.delete("")
+@router.delete("", response_model=CutoverView)
 async def abort_cutover(
     project: ProjectName, topic: TopicName, cutovers: CutoversDep
 ) -> dict[str, Any]:

@@ -270,10 +270,17 @@ class CutoverCoordinator(LeaderElection):
                 await self.actions.drop_target(state)
                 return Cleaned()
             if isinstance(action, SealOld):
-                return Sealed(await self.actions.seal_old(state))
+                t0 = time.perf_counter()
+                ends = await self.actions.seal_old(state)
+                log.info("cutover %s: sealed segment %s in %.0f ms", state.id,
+                         state.from_segment, 1000 * (time.perf_counter() - t0))  # fmt: skip
+                return Sealed(ends)
             if isinstance(action, MovePointer):
+                t0 = time.perf_counter()
                 after = step(state, PointerMoved(), self._clock()).state
                 await self.actions.move_pointer(state, version, action.ends, after)
+                log.info("cutover %s: produce pointer moved to %s in %.0f ms", state.id,
+                         state.to_segment, 1000 * (time.perf_counter() - t0))  # fmt: skip
                 return PointerMoved()
         except (StorageUnavailable, VersionConflict) as exc:
             log.warning("cutover %s: %s failed: %s", state.id, type(action).__name__, exc)

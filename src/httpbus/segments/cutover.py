@@ -367,7 +367,8 @@ def _commit(state: Cutover, event: Event, clock: Clock) -> Outcome:
     if isinstance(event, Sealed) and state.sealed_ends is None:
         state = state.model_copy(update={"sealed_ends": dict(event.ends), "updated_at": clock.now})
         return Outcome(state, (MovePointer(dict(event.ends)),))
-    if isinstance(event, PointerMoved) and not state.pointer_moved:
+    moved = isinstance(event, PointerMoved) and state.sealed_ends is not None
+    if moved and not state.pointer_moved:  # the pointer moves only past a sealed segment
         deadline = clock.now + timedelta(seconds=clock.timeouts.complete_s)
         state = state.model_copy(
             update={"pointer_moved": True, "deadline": deadline, "updated_at": clock.now}

@@ -5,12 +5,14 @@ live producer's SWITCH ack; after COMMIT never back)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from httpbus.segments.cutover import (
+    TERMINAL,
     AbortRequested,
     Acked,
     Cleaned,
@@ -249,3 +251,69 @@ def test_random_event_sequences_keep_the_invariants(seq: list[tuple[Event, float
             committed_once = True
         if committed_once:
             assert state.phase in (Phase.COMMIT, Phase.COMPLETE)
+
+
+# ----------------------------------------------------------------------------- the matrix
+# Two producers; "a" has acknowledged the current phase, the fault hits "b".
+def _at(phase: str) -> Cutover:
+    if phase == "PREPARE":
+        return run(started("a", "b"), TargetReady(), Acked("a", Phase.PREPARE)).state
+    if phase == "SWITCH":
+        return run(in_switch("a", "b"), Acked("a", Phase.SWITCH)).state
+    if phase == "COMMIT":  # decided, old segment not sealed yet
+        return in_commit("a", "b")
+    return run(committed("a", "b"), Acked("a", Phase.COMMIT)).state  # pointer moved
+
+
+_ACK_OF = {"PREPARE": Phase.PREPARE, "SWITCH": Phase.SWITCH, "COMMIT": Phase.COMMIT,
+           "MOVED": Phase.COMMIT}  # fmt: skip
+# fault -> (events, at which second); every deadline has passed at t=1000 s
+FAULTS: dict[str, Any] = {
+    "never answers": (lambda ph: [Tick()], 1_000),
+    "dies": (lambda ph: [Left("b")], 1),
+    "rejoins": (lambda ph: [Left("b"), Joined("b")], 1),
+    "answers late": (lambda ph: [Tick(), Acked("b", _ACK_OF[ph])], 1_000),
+    "coordinator restarts": (lambda ph: [Restarted(frozenset({"a", "b"}))], 1),
+}
+# (phase, fault) -> the phase that follows. A producer that left is not waited for: the
+# phase moves on at once, and when it rejoins it takes part from the next phase.
+EXPECTED = {
+    ("PREPARE", "never answers"): Phase.ROLLED_BACK,
+    ("PREPARE", "dies"): Phase.SWITCH,
+    ("PREPARE", "rejoins"): Phase.SWITCH,
+    ("PREPARE", "answers late"): Phase.ROLLED_BACK,
+    ("PREPARE", "coordinator restarts"): Phase.PREPARE,
+    ("SWITCH", "never answers"): Phase.ROLLED_BACK,
+    ("SWITCH", "dies"): Phase.COMMIT,
+    ("SWITCH", "rejoins"): Phase.COMMIT,
+    ("SWITCH", "answers late"): Phase.ROLLED_BACK,
+    ("SWITCH", "coordinator restarts"): Phase.SWITCH,
+    ("COMMIT", "never answers"): Phase.COMMIT,  # never back once decided
+    ("COMMIT", "dies"): Phase.COMMIT,
+    ("COMMIT", "rejoins"): Phase.COMMIT,
+    ("COMMIT", "answers late"): Phase.COMMIT,
+    ("COMMIT", "coordinator restarts"): Phase.COMMIT,
+    ("MOVED", "never answers"): Phase.COMPLETE,  # it is fenced: complete, with a note
+    ("MOVED", "dies"): Phase.COMPLETE,
+    ("MOVED", "rejoins"): Phase.COMPLETE,
+    ("MOVED", "answers late"): Phase.COMPLETE,
+    ("MOVED", "coordinator restarts"): Phase.COMMIT,
+}
+
+
+@pytest.mark.parametrize(("phase", "fault"), sorted(EXPECTED))
+def test_every_phase_against_every_fault(phase: str, fault: str) -> None:
+    state = _at(phase)
+    events, at = FAULTS[fault]
+    for event in events(phase):
+        state = step(state, event, clock(at)).state
+        assert len(writable(state)) <= 1
+    assert state.phase is EXPECTED[(phase, fault)]
+    if state.phase in (Phase.ROLLED_BACK,):
+        assert writable(state) == {1} and state.sealed_ends is None
+    if phase in ("COMMIT", "MOVED"):
+        assert state.phase in (Phase.COMMIT, Phase.COMPLETE)
+    if fault == "rejoins" and state.phase not in TERMINAL:
+        assert "b" in state.participants  # and is waited for in the phase it rejoined in
+    if (phase, fault) == ("COMMIT", "coordinator restarts"):
+        assert step(_at(phase), events(phase)[0], clock(at)).actions == (SealOld(),)

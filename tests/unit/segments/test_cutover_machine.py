@@ -247,6 +247,12 @@ def test_random_event_sequences_keep_the_invariants(seq: list[tuple[Event, float
             assert all(state.producers.get(m) and state.producers[m].switched_at for m in live)
         if state.pointer_moved:
             assert state.sealed_ends is not None
+        if state.sealed_ends is not None or state.phase is Phase.COMPLETE:
+            assert state.phase in (Phase.COMMIT, Phase.COMPLETE)
+        if state.phase is Phase.COMPLETE:
+            assert state.pointer_moved
+        if before.phase in TERMINAL:
+            assert state.phase is before.phase  # a finished cutover stays finished
         if before.phase in (Phase.COMMIT, Phase.COMPLETE):
             committed_once = True
         if committed_once:

@@ -325,25 +325,26 @@ def _membership(state: Cutover, event: Joined | Left) -> Cutover:
 
 
 def _ack(state: Cutover, event: Acked, clock: Clock) -> Cutover:
-    """Record an acknowledgement of the current phase; late or early ones change nothing
-    (a late PREPARE ack in SWITCH is stale, a COMMIT ack before the pointer moved is
-    impossible for an honest producer)."""
-    if event.phase is not state.phase:
-        return state
-    if event.phase is Phase.PREPARE and not state.target_ready:
-        return state
-    if event.phase is Phase.COMMIT and not state.pointer_moved:
-        return state
-    acks = state.producers.get(event.member, Acks())
-    if acks.has(event.phase):
-        return state
-    acks = acks.model_copy(update={_ACK_FIELD[event.phase]: clock.now})
-    update: dict[str, object] = {
-        "producers": {**state.producers, event.member: acks},
-        "updated_at": clock.now,
-    }
-    if event.member not in state.participants:  # an ack proves it is alive
-        update["participants"] = tuple(sorted({*state.participants, event.member}))
+    return record_ack(state, event.member, event.phase, clock.now) or state
+
+
+def record_ack(state: Cutover, member: str, phase: Phase, now: datetime) -> Cutover | None:
+    """``state`` with ``member``'s acknowledgement of ``phase``, or None if it changes
+    nothing: a late or early answer (a PREPARE ack in SWITCH is stale; a COMMIT ack before
+    the pointer moved, or a PREPARE ack before the target exists, counts for nothing)."""
+    if phase is not state.phase:
+        return None
+    if phase is Phase.PREPARE and not state.target_ready:
+        return None
+    if phase is Phase.COMMIT and not state.pointer_moved:
+        return None
+    acks = state.producers.get(member, Acks())
+    if acks.has(phase):
+        return None
+    acks = acks.model_copy(update={_ACK_FIELD[phase]: now})
+    update: dict[str, object] = {"producers": {**state.producers, member: acks}, "updated_at": now}
+    if member not in state.participants:  # an ack proves it is alive
+        update["participants"] = tuple(sorted({*state.participants, member}))
     return state.model_copy(update=update)
 
 

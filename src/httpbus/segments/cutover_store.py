@@ -16,7 +16,7 @@ from httpbus.core.errors import AlreadyExists, CutoverInProgress, NotFound, Vers
 from httpbus.metastore import paths
 from httpbus.metastore.protocol import Check, Create, Delete, MetaStore, Op, Update
 
-from .cutover import _ACK_FIELD, TERMINAL, Acks, Cutover, Phase
+from .cutover import TERMINAL, Acks, Cutover, Phase, record_ack
 
 _ACK_RETRIES = 50
 
@@ -102,21 +102,12 @@ class CutoverRecords:
             found = await self.get(project, topic)
             if found is None:
                 return None
-            state, version = found
-            if state.id != cutover_id or state.phase is not phase:
+            current, version = found
+            if current.id != cutover_id:
                 return None
-            acks = state.producers.get(member, Acks())
-            if acks.has(phase):
-                return state
-            acks = acks.model_copy(update={_ACK_FIELD[phase]: now})
-            members = tuple(sorted({*state.participants, member}))
-            state = state.model_copy(
-                update={
-                    "producers": {**state.producers, member: acks},
-                    "participants": members,
-                    "updated_at": now,
-                }
-            )
+            state = record_ack(current, member, phase, now)
+            if state is None:  # already recorded, or late: nothing to write
+                return current if current.producers.get(member, Acks()).has(phase) else None
             try:
                 await self.put(state, version)
                 return state

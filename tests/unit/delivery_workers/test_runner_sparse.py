@@ -63,7 +63,7 @@ class Sparse:
         return {p: c * GAP for p, c in (await self.inner.committed(name, group)).items()}
 
 
-async def test_moves_past_a_sealed_segment_with_sparse_positions(world: World) -> None:
+async def test_moves_past_a_sealed_segment_with_sparse_positions(world: World) -> None:  # noqa: F811
     sparse = Sparse(world.store)
     world = dataclasses.replace(
         world,

@@ -246,3 +246,58 @@ def _main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     _main(sys.argv[1:])
+
+
+class Worker:
+    """A real delivery runner for ``sub`` pushing to a local endpoint that records
+    ``group -> [seq, ...]`` in the order it received them."""
+
+    def __init__(self, catalog: Catalog, stores: dict[str, SegmentStore]) -> None:
+        self.catalog, self.stores = catalog, stores
+        self.received: dict[str, list[int]] = {}
+        self.url = ""
+        self._site: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self.runner: Any = None
+
+    async def endpoint(self) -> str:
+        from aiohttp import web
+
+        async def hook(request: web.Request) -> web.Response:
+            group, seq = (await request.read()).decode().split(":")
+            self.received.setdefault(group, []).append(int(seq))
+            return web.Response(status=204)
+
+        app = web.Application()
+        app.router.add_post("/hook", hook)
+        self._site = web.AppRunner(app)
+        await self._site.setup()
+        site = web.TCPSite(self._site, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}/hook"
+        return self.url
+
+    async def start(self, sub: Subscription) -> None:
+        from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
+        from httpbus.delivery_workers.commit import CommitPolicy
+        from httpbus.delivery_workers.runner import SubscriptionRunner
+
+        self.sender = AiohttpSender()
+        await self.sender.start()
+        reader = SegmentReader(self.catalog, self.stores)
+        self.runner = SubscriptionRunner(
+            sub, reader, self.sender, commit_policy=CommitPolicy(every_n=200, every_s=0.5)
+        )
+        self._task = asyncio.create_task(self.runner.run())
+
+    def count(self) -> int:
+        return sum(len(v) for v in self.received.values())
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            await self.sender.aclose()
+        if self._site is not None:
+            await self._site.cleanup()

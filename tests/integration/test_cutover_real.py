@@ -33,6 +33,7 @@ from tests.integration.cutover_harness import (
     ADMIN,
     Load,
     LoadProcess,
+    Worker,
     check_delivery,
     clusters,
     consume_all,
@@ -198,6 +199,19 @@ async def finish(
 async def test_kafka_to_pulsar_to_kafka_under_load(
     world: World, producers: list[ProducerProcess], start_load: Any
 ) -> None:
+    worker = Worker(world.catalog, world.stores)  # a real delivery runner, too
+    hook = await worker.endpoint()
+    hooked = await world.catalog.create_subscription(
+        Subscription(
+            project="shop",
+            name="hook",
+            topic_project="shop",
+            topic=TOPIC,
+            endpoint={"url": hook},  # type: ignore[arg-type]
+            signing_secret="whsec_" + "y" * 40,
+        )
+    )
+    await worker.start(hooked)
     load = start_load([p.url for p in producers])
     docs = []
     async with control_plane(world) as cp:
@@ -224,6 +238,17 @@ async def test_kafka_to_pulsar_to_kafka_under_load(
     per_segment = {s: sum(1 for x in result.samples if x[3] == s) for s in (1, 2, 3)}
     assert all(per_segment.values()), per_segment
     assert total > 300
+    try:  # the worker delivers the same, and walks Kafka -> Pulsar -> Kafka by itself
+        deadline = asyncio.get_running_loop().time() + 90
+        while worker.count() < total or worker.runner.sub.consume_pointer.segment_id != 3:
+            assert asyncio.get_running_loop().time() < deadline, (
+                f"worker: {worker.count()} of {total}, at {worker.runner.sub.consume_pointer}"
+            )
+            await asyncio.sleep(0.2)
+        check_delivery(result.acked, worker.received)
+    finally:
+        await worker.aclose()
+    print(f"worker delivered {worker.count()} messages over segments 1 -> 2 -> 3")
 
 
 async def _json(response: Any) -> dict[str, Any]:

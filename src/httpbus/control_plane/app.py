@@ -14,7 +14,6 @@ from httpbus.core.errors import HttpbusError, MetaStoreUnavailable
 from httpbus.metastore.catalog import Catalog
 from httpbus.metastore.config import open_metastore
 from httpbus.metastore.protocol import MetaStore
-from httpbus.segments.cutover import Timeouts
 from httpbus.segments.protocol import SegmentStore
 from httpbus.segments.registry import open_stores
 
@@ -23,7 +22,7 @@ from .admin import Admin
 from .api import cutover as cutover_api
 from .api.auth import admin_guard
 from .assigner import Assigner
-from .cutover import CutoverCoordinator, Cutovers
+from .cutover import open_cutovers
 from .settings import ControlPlaneSettings
 
 
@@ -47,18 +46,7 @@ def create_app(
             opened = await open_stores(stack, settings.clusters, stores)
             assigner = Assigner(meta, Catalog(meta), settings.member_id, settings.assign_interval_s)
             app.state.assigner = await stack.enter_async_context(assigner)
-            app.state.cutovers = cutovers = Cutovers(
-                meta, Catalog(meta), settings.clusters, _timeouts(settings),
-                settings.storage_topic_prefix,
-            )  # fmt: skip
-            await stack.enter_async_context(
-                CutoverCoordinator(
-                    cutovers,
-                    opened,
-                    settings.member_id,
-                    retire_interval_s=settings.segment_retire_interval_s,
-                )
-            )
+            app.state.cutovers = await open_cutovers(stack, meta, opened, settings)
             app.state.admin = Admin(
                 Catalog(meta),
                 settings.clusters,
@@ -90,11 +78,3 @@ def create_app(
     guard = Depends(admin_guard(settings.admin_token.get_secret_value()))
     app.include_router(cutover_api.router, dependencies=[guard])
     return app
-
-
-def _timeouts(settings: ControlPlaneSettings) -> Timeouts:
-    return Timeouts(
-        prepare_s=settings.cutover_prepare_timeout_s,
-        switch_s=settings.cutover_switch_timeout_s,
-        complete_s=settings.cutover_complete_timeout_s,
-    )

@@ -27,6 +27,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 
 from httpbus.core.errors import (
@@ -70,6 +71,7 @@ from httpbus.segments.protocol import SegmentStore
 from .cutover_actions import CutoverActions
 from .leader import LeaderElection
 from .retire import retire_segments
+from .settings import ControlPlaneSettings
 
 log = logging.getLogger(__name__)
 
@@ -296,3 +298,30 @@ class CutoverCoordinator(LeaderElection):
 
 
 __all__ = ["CutoverCoordinator", "Cutovers", "SegmentState"]
+
+
+async def open_cutovers(
+    stack: AsyncExitStack,
+    metastore: MetaStore,
+    stores: dict[str, SegmentStore],
+    settings: ControlPlaneSettings,
+) -> Cutovers:
+    """The control plane's cutovers, and its coordinator standing for election (closed with
+    ``stack``)."""
+    timeouts = Timeouts(
+        prepare_s=settings.cutover_prepare_timeout_s,
+        switch_s=settings.cutover_switch_timeout_s,
+        complete_s=settings.cutover_complete_timeout_s,
+    )
+    cutovers = Cutovers(
+        metastore,
+        Catalog(metastore),
+        settings.clusters,
+        timeouts,
+        settings.storage_topic_prefix,
+    )
+    coordinator = CutoverCoordinator(
+        cutovers, stores, settings.member_id, retire_interval_s=settings.segment_retire_interval_s
+    )
+    await stack.enter_async_context(coordinator)
+    return cutovers

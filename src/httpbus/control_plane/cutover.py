@@ -1,8 +1,5 @@
 """The cutover coordinator: the control plane's side of the protocol of ``segments.cutover``.
 
-The same leader retires segments no subscription needs (``retire``), every
-``retire_interval_s``.
-
 Any control plane may *start* or *abort* a cutover (:class:`Cutovers`): that is a
 compare-and-set on the topic's cutover document. Only the elected leader (``/leader/cutover``,
 elected like the assigner) *drives* them (:class:`CutoverCoordinator`): for every active
@@ -17,6 +14,9 @@ Each loop starts as if the coordinator had just taken over (``Restarted``): the 
 state alone decides what is re-run, and every action is idempotent, so a leader that dies
 between any two steps is replaced by one that resumes (before COMMIT, until the phase
 deadline rolls it back) or finishes the commit (after it).
+
+The same leader retires segments no subscription needs (``retire``), every
+``retire_interval_s``.
 """
 
 from __future__ import annotations

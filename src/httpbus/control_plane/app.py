@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 
 from httpbus import __version__
 from httpbus.core import http_errors
@@ -19,7 +19,10 @@ from httpbus.segments.registry import open_stores
 
 from . import api, ui
 from .admin import Admin
+from .api import cutover as cutover_api
+from .api.auth import admin_guard
 from .assigner import Assigner
+from .cutover import open_cutovers
 from .settings import ControlPlaneSettings
 
 
@@ -43,6 +46,7 @@ def create_app(
             opened = await open_stores(stack, settings.clusters, stores)
             assigner = Assigner(meta, Catalog(meta), settings.member_id, settings.assign_interval_s)
             app.state.assigner = await stack.enter_async_context(assigner)
+            app.state.cutovers = await open_cutovers(stack, meta, opened, settings)
             app.state.admin = Admin(
                 Catalog(meta),
                 settings.clusters,
@@ -71,6 +75,8 @@ def create_app(
         return {"status": "ready"}
 
     app.include_router(api.router(settings.admin_token.get_secret_value()))
+    guard = Depends(admin_guard(settings.admin_token.get_secret_value()))
+    app.include_router(cutover_api.router, dependencies=[guard])
     ui.install(
         app,
         settings.admin_token.get_secret_value(),

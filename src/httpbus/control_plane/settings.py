@@ -30,6 +30,21 @@ class ControlPlaneSettings(SettingsBase):
     assign_interval_s: float = Field(
         default=2.0, gt=0, le=300, description="how often the leader re-reads the subscriptions"
     )
+    cutover_prepare_timeout_s: float = Field(
+        default=30.0, gt=0, le=3_600, description="how long producers may take to open the target"
+    )
+    cutover_switch_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=600,
+        description="how long producers may take to drain (then rollback)",
+    )
+    cutover_complete_timeout_s: float = Field(
+        default=30.0, gt=0, le=3_600, description="how long to wait for producers to see the commit"
+    )
+    segment_retire_interval_s: float = Field(
+        default=300.0, gt=0, le=86_400, description="how often the leader retires old segments"
+    )
 
     @model_validator(mode="after")
     def _default_cluster_is_configured(self) -> ControlPlaneSettings:

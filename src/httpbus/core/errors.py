@@ -29,12 +29,15 @@ class ErrorCode(Enum):
     VERSION_CONFLICT = ("version_conflict", 409)
     IN_USE = ("in_use", 409)
     SEGMENT_FENCED = ("segment_fenced", 409)
+    CUTOVER_IN_PROGRESS = ("cutover_in_progress", 409)
+    CUTOVER_COMMITTED = ("cutover_committed", 409)
     TOO_LARGE = ("too_large", 413)
     VALIDATION_FAILED = ("validation_failed", 422)
     THROTTLED = ("throttled", 429)
     INTERNAL = ("internal", 500)
     STORAGE_UNAVAILABLE = ("storage_unavailable", 503)
     METASTORE_UNAVAILABLE = ("metastore_unavailable", 503)
+    CUTOVER_TIMEOUT = ("cutover_timeout", 503)
 
     def __init__(self, code: str, status: int) -> None:
         self.code = code
@@ -123,3 +126,21 @@ class StorageUnavailable(HttpbusError):
 
 class MetaStoreUnavailable(HttpbusError):
     code = ErrorCode.METASTORE_UNAVAILABLE
+
+
+class CutoverInProgress(HttpbusError):
+    """The topic is in a cutover already; wait for it to finish or abort it."""
+
+    code = ErrorCode.CUTOVER_IN_PROGRESS
+
+
+class CutoverCommitted(HttpbusError):
+    """The cutover has committed: it cannot be aborted (start another cutover instead)."""
+
+    code = ErrorCode.CUTOVER_COMMITTED
+
+
+class CutoverTimeout(HttpbusError):
+    """A producer held a request through a cutover's switch longer than it may."""
+
+    code = ErrorCode.CUTOVER_TIMEOUT

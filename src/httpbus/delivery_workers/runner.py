@@ -188,7 +188,14 @@ class _Segment:
             return False
         self.segment = fresh
         end = (fresh.end_positions or {}).get(partition, 0)
-        return position >= end
+        if position >= end:
+            return True
+        # Positions need not be dense (Pulsar's end is the next entry): the segment is sealed,
+        # so nothing is appended any more, and an empty read says this partition is done.
+        rest = await self.r.reader.read(
+            self.r.sub, fresh, partition, position, max_records=1, timeout=0.1
+        )
+        return not rest
 
     @property
     def topic_key(self) -> tuple[str, str]:

@@ -10,6 +10,7 @@ Every update is a compare-and-set on the version the caller read.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from pydantic import BaseModel
 
@@ -158,10 +159,13 @@ class Catalog:
                 f"segment {segment.id} of {project}/{topic} exists; segment ids are never reused"
             ) from None
 
-    async def commit_segment_switch(self, topic: Topic, sealed: Segment, active: Segment) -> Topic:
+    async def commit_segment_switch(
+        self, topic: Topic, sealed: Segment, active: Segment, extra: Sequence[Op] = ()
+    ) -> Topic:
         """In one transaction: record ``sealed`` (state SEALED, end positions), make
         ``active`` ACTIVE and move the produce pointer to it — a compare-and-set on the
-        pointer version ``topic`` was read at, so two coordinators never both switch."""
+        pointer version ``topic`` was read at, so two coordinators never both switch.
+        ``extra`` ops join the same transaction (the cutover records its commit there)."""
         if topic.produce_pointer is None or topic.produce_pointer.segment_id != sealed.id:
             raise VersionConflict(
                 f"{topic.project}/{topic.name} no longer writes segment {sealed.id}"
@@ -177,9 +181,19 @@ class Catalog:
                 _pointer_bytes(active.id),
                 topic.produce_pointer.version,
             ),
+            *extra,
         ]
         await self.store.transaction(ops)
         return await self.get_topic(p, t)
+
+    async def update_segment(self, project: str, topic: str, segment: Segment) -> None:
+        """Replace a segment's record (retiring it, say); its id and storage never change."""
+        node = await self._require(
+            paths.segment(project, topic, segment.id), f"segment {segment.id}"
+        )
+        await self.store.update(
+            paths.segment(project, topic, segment.id), _dump(segment), expected_version=node.version
+        )
 
     # ------------------------------------------------------------ subscriptions
     async def create_subscription(self, sub: Subscription) -> Subscription:

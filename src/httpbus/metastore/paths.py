@@ -6,6 +6,7 @@ The tree (relative to the store's root)::
     /projects/{p}/topics/{t}                        Topic (without segments and pointer)
     /projects/{p}/topics/{t}/segments/{id:010d}     Segment
     /projects/{p}/topics/{t}/produce-pointer        {"segment_id": n}; version = znode version
+    /projects/{p}/topics/{t}/cutover                the topic's latest cutover (its state)
     /projects/{p}/subscriptions/{s}                 Subscription (without consume pointer)
     /projects/{p}/subscriptions/{s}/consume-pointer {"segment_id": n}
     /projects/{p}/tokens/{id}                       ProduceToken (a hash, never the secret)
@@ -14,6 +15,7 @@ The tree (relative to the store's root)::
     /leader/{role}                                  ephemeral: the elected leader of a role
     /assignments/{worker}                           ["project/subscription", ...] (by the leader)
     /locks/subscriptions/{project}:{s}              ephemeral: the worker running subscription s
+    /cutovers/active/{p}:{t}                        marks a cutover the coordinator still drives
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ SUBSCRIBERS = "/subscribers"
 LEADER = "/leader"
 ASSIGNMENTS = "/assignments"
 SUBSCRIPTION_LOCKS = "/locks/subscriptions"
+ACTIVE_CUTOVERS = "/cutovers/active"
 
 
 def _n(*names: str) -> tuple[str, ...]:
@@ -113,3 +116,12 @@ def assignment(worker: str) -> str:
 def subscription_lock(p: str, s: str) -> str:
     p, s = _n(p, s)
     return f"{SUBSCRIPTION_LOCKS}/{p}:{s}"
+
+
+def cutover(p: str, t: str) -> str:
+    return f"{topic(p, t)}/cutover"
+
+
+def active_cutover(p: str, t: str) -> str:
+    p, t = _n(p, t)
+    return f"{ACTIVE_CUTOVERS}/{p}:{t}"

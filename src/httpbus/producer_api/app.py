@@ -22,6 +22,7 @@ from httpbus.segments.registry import open_stores
 from httpbus.segments.writer import SegmentWriter
 
 from .auth import Authorizer
+from .cutover import CutoverParticipant
 from .fastpath import Batch, ProducerASGI, produce_many, produce_one
 from .metadata import TopicCache
 from .metrics import ProducerMetrics
@@ -50,9 +51,24 @@ def create_app(
             cache = TopicCache(Catalog(meta), settings.unknown_topic_cache_s)
             stack.push_async_callback(cache.aclose)
             writer = SegmentWriter(opened, cache.refresh)
+            participant = CutoverParticipant(
+                meta,
+                settings.member_id,
+                opened,
+                cache,
+                hold_timeout_s=settings.cutover_hold_timeout_s,
+            )
+            await stack.enter_async_context(participant)
+            cache.on_load = participant.follow
             token = settings.admin_token.get_secret_value() if settings.admin_token else None
             app.state.service = Service(
-                Publisher(cache, writer, audit, max_carried=settings.max_carried_headers),
+                Publisher(
+                    cache,
+                    writer,
+                    audit,
+                    max_carried=settings.max_carried_headers,
+                    gates=participant.gates,
+                ),
                 Authorizer(cache, token),
                 cache,
                 ProducerMetrics(),

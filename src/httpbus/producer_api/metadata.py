@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from httpbus.core.errors import NotFound
 from httpbus.core.model import ProduceToken, Topic
@@ -27,6 +27,8 @@ Key = tuple[str, str]
 class TopicCache:
     def __init__(self, catalog: Catalog, unknown_ttl_s: float = 1.0) -> None:
         self.catalog = catalog
+        # Awaited when a topic is first loaded (the cutover participant reads its state).
+        self.on_load: Callable[[Key], Awaitable[None]] | None = None
         self.unknown_ttl_s = unknown_ttl_s
         self._topics: dict[Key, Topic] = {}
         self._unknown: dict[Key, float] = {}
@@ -49,6 +51,10 @@ class TopicCache:
             pending.add_done_callback(lambda _: self._loading.pop(key, None))
         return await asyncio.shield(pending)
 
+    def cached(self, project: str, name: str) -> bool:
+        """Whether the topic is in memory (and watched)."""
+        return (project, name) in self._topics
+
     async def refresh(self, project: str, name: str) -> Topic:
         """Read the topic again now (the writer calls this when a fence refuses a write)."""
         return await self._reload((project, name))
@@ -59,6 +65,8 @@ class TopicCache:
             self._watches[key] = [
                 asyncio.create_task(self._follow(key, it)) for it in self._iterators(key)
             ]
+            if self.on_load is not None:
+                await self.on_load(key)
         return topic
 
     def _iterators(self, key: Key) -> list[AsyncIterator[object]]:

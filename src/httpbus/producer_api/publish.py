@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from httpbus.core.audit import AuditEvent, AuditType
 from httpbus.core.errors import HttpbusError, StorageUnavailable, TooLarge
@@ -17,6 +17,9 @@ from httpbus.segments.writer import SegmentWriter, Written
 from . import headers
 from .limits import TopicLimits
 from .metadata import TopicCache
+
+if TYPE_CHECKING:
+    from .cutover import Gate
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,9 @@ class Publisher:
         audit: AuditSink | None,
         *,
         max_carried: int = 64,
+        gates: dict[tuple[str, str], Gate] | None = None,
     ) -> None:
+        self.gates: dict[tuple[str, str], Gate] = {} if gates is None else gates
         self.cache = cache
         self.writer = writer
         self.audit = audit
@@ -70,7 +75,11 @@ class Publisher:
         now_ms = int(time.time() * 1000)
         record, parsed = self._record(topic, draft, now_ms)
         self.limits.check(topic, 1, len(draft.payload))
-        written = await self.writer.write(topic, record)
+        gate = self.gates.get((project, name))  # only topics in a cutover have one
+        if gate is None:
+            written = await self.writer.write(topic, record)
+        else:
+            written = await gate.write(self.writer, topic, record)
         return self._accepted(topic, parsed, written, len(draft.payload), now_ms)
 
     async def publish_many(
@@ -106,7 +115,11 @@ class Publisher:
             )
             total += size
         self.limits.check(topic, len(valid), total)
-        written = await self.writer.write_many(topic, records)
+        gate = self.gates.get((project, name))
+        if gate is None:
+            written = await self.writer.write_many(topic, records)
+        else:
+            written = await gate.write_many(self.writer, topic, records)
         for (index, parsed, size), outcome in zip(valid, written, strict=True):
             results[index] = (
                 self._accepted(topic, parsed, outcome, size, now_ms)

@@ -26,3 +26,6 @@ class ProducerSettings(SettingsBase):
     )
     max_carried_headers: int = Field(default=64, ge=0, le=1_000)
     unknown_topic_cache_s: float = Field(default=1.0, ge=0, le=60)
+    cutover_hold_timeout_s: float = Field(
+        default=5.0, gt=0, le=120, description="longest a request waits through a cutover switch"
+    )

@@ -27,6 +27,13 @@ class KafkaClusterConfig(_Cluster):
     replication_factor: int = Field(default=1, ge=1, le=10)
     min_insync_replicas: int = Field(default=1, ge=1, le=10)
     linger_ms: int = Field(default=1, ge=0, le=1_000)
+    fence_settle_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=300,
+        description="how long a seal waits after the fence is in force before it reads the "
+        "ends; None: the produce timeout (strict, slow). Short keeps a cutover's pause short",
+    )
     client: dict[str, str] = Field(
         default_factory=dict, description="extra librdkafka settings, e.g. security.protocol"
     )

@@ -41,6 +41,9 @@ class KafkaSettings:
     reader_threads: int = 32
     # Added to the produce timeout before the seal reads the final end positions (see store).
     seal_slack_s: float = 0.5
+    # If set, the seal waits only this long after the fence is in force (see store, "Short
+    # settle"): what a cutover's pause needs, with a narrower guarantee.
+    fence_settle_s: float | None = None
 
     @classmethod
     def from_config(cls, config: KafkaClusterConfig) -> Self:
@@ -52,7 +55,15 @@ class KafkaSettings:
             min_insync_replicas=config.min_insync_replicas,
             linger_ms=config.linger_ms,
             client=dict(config.client),
+            fence_settle_s=config.fence_settle_s,
         )
+
+    @property
+    def settle_s(self) -> float:
+        """How long a seal waits after the fence is in force, before it reads the ends."""
+        if self.fence_settle_s is not None:
+            return self.fence_settle_s
+        return self.produce_timeout_s + self.seal_slack_s
 
     @property
     def timeout_ms(self) -> int:

@@ -34,6 +34,16 @@ that the partition leader checks on every append:
    broker drops them with the topic), so sealing again returns exactly the same positions at
    once. Should they expire (``offsets.retention.minutes``), a seal simply runs again.
 
+**Short settle** (``fence_settle_s``, what a cutover uses: its producers hold their requests
+during the seal, so the seal's length is their pause). The fence itself is in force within
+tens of milliseconds (alter + probes); only step 3's wait is long. With a short settle S the
+ends are read S after P, so the guarantee narrows to: a batch the leader validated before the
+swap is below the ends unless the broker took longer than S between validating it and
+appending it (normally microseconds: the size check and the append run in one request). Of
+the writers that could have such a batch in flight, a cutover leaves only producers that
+missed the switch (lost metastore session): every producer that took part drained its writes
+before it acknowledged SWITCH, so none is in flight at the seal.
+
 Rejected alternative: ``min.insync.replicas`` above the replication factor fences nothing, the
 broker uses ``min(min.insync.replicas, replication factor)`` (``Partition.effectiveMinIsr``).
 
@@ -178,6 +188,11 @@ class KafkaSegmentStore(AsyncResource):
             return [_fenced(name) if isinstance(o, TooLarge) else o for o in outcomes]
         return outcomes
 
+    async def open_producers(self, name: str) -> None:
+        """Learn the topic's partitions now, so the first writes do not pay for it (a
+        cutover's PREPARE calls this on the target segment)."""
+        await self._count(name, time.monotonic() + self._timeout)
+
     async def read(
         self,
         name: str,
@@ -214,7 +229,7 @@ class KafkaSegmentStore(AsyncResource):
         await self._alter(name, {_FENCE: "0"})
         self._sealed.add(name)
         await asyncio.to_thread(probe_until_refused, self._settings, name, count, self._timeout)
-        await asyncio.sleep(self._timeout + self._settings.seal_slack_s)
+        await asyncio.sleep(self._settings.settle_s)
         ends = await self._ends(name, count)
         await self._commit_offsets(SEAL_GROUP, name, ends)
         return ends

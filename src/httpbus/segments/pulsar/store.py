@@ -212,6 +212,16 @@ class PulsarSegmentStore(AsyncResource):
         ledger, entry, batch = await self._producers.send(producer, url, record, ts)
         return Produced(p, pack(ledger, entry, batch), ts)
 
+    async def open_producers(self, name: str) -> None:
+        """Open (and cache) a producer on every partition now, so the first writes do not
+        pay for it (a cutover's PREPARE calls this on the target segment)."""
+        async with self._within(f"open producers on {name}"):
+            count = await self._count(name)
+            for p, outcome in (await self._producers_for(name, set(range(count)))).items():
+                if isinstance(outcome, HttpbusError):
+                    raise outcome
+                del p
+
     # -- read -------------------------------------------------------------------------
 
     async def read(

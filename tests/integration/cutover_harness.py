@@ -1,0 +1,303 @@
+"""What the cutover integration tests share: the clusters, a grouped load, a consumer that
+walks the segments with ``SegmentReader``, the checks, and the pause and timeline reports."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from httpbus.core.model import SegmentState, Subscription
+from httpbus.metastore.catalog import Catalog
+from httpbus.segments.config import ClusterConfig, KafkaClusterConfig, PulsarClusterConfig
+from httpbus.segments.protocol import SegmentStore
+from httpbus.segments.reader import SegmentReader
+from tests.conftest import RealServices
+
+ADMIN = "cutover-admin-token-0123456789"
+SETTLE_S = 0.05
+
+
+def clusters(real: RealServices) -> dict[str, ClusterConfig]:
+    return {
+        "kafka-main": KafkaClusterConfig(
+            bootstrap_servers=real.kafka, produce_timeout_s=5.0, fence_settle_s=SETTLE_S
+        ),
+        "pulsar-main": PulsarClusterConfig(
+            service_url=real.pulsar, admin_url=real.pulsar_admin, produce_timeout_s=5.0
+        ),
+    }
+
+
+def producer_settings(real: RealServices, root: str, member: str) -> dict[str, Any]:
+    return {
+        "admin_token": ADMIN,
+        "metastore": {"kind": "zookeeper", "hosts": real.zookeeper, "root": root},
+        "clusters": {n: c.model_dump() for n, c in clusters(real).items()},
+        "member_id": member,
+        "cutover_hold_timeout_s": 5.0,
+    }
+
+
+@dataclass
+class Load:
+    """``groups`` groups; each sends its next sequence number once the previous one got a
+    2xx, about every ``interval_s``, spreading its messages over every producer."""
+
+    urls: Sequence[str]
+    path: str
+    groups: int = 200
+    interval_s: float = 2.0
+    acked: dict[str, list[int]] = field(default_factory=dict)
+    samples: list[tuple[float, float, int, int]] = field(default_factory=list)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def run(self) -> None:
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+        headers = {"Authorization": f"Bearer {ADMIN}"}
+        async with httpx.AsyncClient(limits=limits, headers=headers, timeout=15) as client:
+            await asyncio.gather(*(self._group(client, f"g{i}", i) for i in range(self.groups)))
+
+    async def _group(self, client: httpx.AsyncClient, group: str, index: int) -> None:
+        acked = self.acked.setdefault(group, [])
+        await asyncio.sleep(random.random() * self.interval_s)
+        seq, attempts = 0, itertools.count(index)
+        while not self.stop.is_set():
+            url = self.urls[next(attempts) % len(self.urls)]
+            start = time.time()
+            try:
+                r = await client.post(
+                    url + self.path,
+                    content=f"{group}:{seq}".encode(),
+                    headers={"X-Group-Id": group},
+                )
+                status, segment = (
+                    r.status_code,
+                    (r.json().get("segment", 0) if r.status_code == 201 else 0),
+                )
+            except httpx.HTTPError:
+                status, segment = 0, 0
+            self.samples.append((start, time.time() - start, status, segment))
+            if status == 201:
+                acked.append(seq)
+                seq += 1
+                await asyncio.sleep(self.interval_s * (0.5 + random.random()))
+            else:
+                await asyncio.sleep(0.1)
+
+    def refused(self) -> int:
+        return sum(1 for s in self.samples if s[2] != 201)
+
+
+async def consume_all(
+    catalog: Catalog, stores: dict[str, SegmentStore], sub: Subscription
+) -> dict[str, list[int]]:
+    """Read the subscription segment by segment, as a worker would: every partition to its
+    end, commit, and advance the consume pointer, which must succeed for a sealed segment."""
+    reader = SegmentReader(catalog, stores)
+    out: dict[str, list[int]] = {}
+    while True:
+        sub = await catalog.get_subscription(sub.project, sub.name)
+        _, seg = await reader.consume_segment(sub)
+        sealed = seg.state in (SegmentState.SEALED, SegmentState.RETIRED)
+        if sealed:
+            assert seg.end_positions is not None
+            ends = dict(seg.end_positions)
+        else:
+            ends = await reader.store(seg).end_positions(seg.storage_topic)
+        starts = await reader.start_positions(sub, seg)
+        done: dict[int, int] = {}  # like a worker: commit after the last message handled
+        for p in range(seg.partitions):
+            pos, end = starts[p], ends.get(p, 0)
+            while pos < end:  # positions need not be dense (Pulsar): read until nothing comes
+                batch = await reader.read(sub, seg, p, pos, max_records=1000, timeout=1)
+                if not batch:
+                    break
+                for msg in batch:
+                    if msg.position >= end:
+                        break  # past the sealed end: consumers never see it
+                    group, seq = msg.value.decode().split(":")
+                    out.setdefault(group, []).append(int(seq))
+                    done[p] = msg.position + 1
+                pos = batch[-1].position + 1
+        if done:
+            await reader.commit(sub, seg, done)
+        if not sealed:
+            return out
+        advanced = await reader.try_advance(sub)
+        assert advanced is not None, f"sealed segment {seg.id} read and committed, yet no advance"
+
+
+def check_delivery(acked: dict[str, list[int]], delivered: dict[str, list[int]]) -> int:
+    """Every 2xx'd message delivered, per group in sequence order; returns the count.
+    A message stored whose answer was lost is sent again by its client: the same number
+    twice in a row is a duplicate (at-least-once), never a reordering."""
+    total = 0
+    for group, seqs in acked.items():
+        got = delivered.get(group, [])
+        deduped = [s for i, s in enumerate(got) if i == 0 or got[i - 1] != s]
+        assert deduped == list(range(len(deduped))), f"group {group} out of order: {deduped[:50]}"
+        missing = set(seqs) - set(deduped)
+        assert not missing, f"group {group}: 2xx'd but not delivered: {sorted(missing)[:20]}"
+        total += len(seqs)
+    return total
+
+
+def _t(doc: dict[str, Any], phase: str) -> float | None:
+    value = doc["phase_times"].get(phase)
+    return None if value is None else datetime.fromisoformat(value).timestamp()
+
+
+def pause_report(load: Load, doc: dict[str, Any]) -> str:
+    """Publish latency of the requests that started inside the SWITCH window (SWITCH until
+    COMPLETE, or the rollback)."""
+    start = _t(doc, "SWITCH")
+    end = _t(doc, "COMPLETE") or _t(doc, "ROLLED_BACK") or _t(doc, "ABORTED")
+    if start is None or end is None:
+        return f"cutover {doc['id']}: no SWITCH window ({doc['phase']})"
+    lat = sorted(s[1] * 1000 for s in load.samples if start <= s[0] <= end)
+    if not lat:
+        return f"cutover {doc['id']}: SWITCH window {1000 * (end - start):.0f} ms, no request in it"
+    p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+    base = sorted(s[1] * 1000 for s in load.samples if s[0] < start - 1 and s[2] == 201)
+    base_txt = (
+        f"; before it p50 {statistics.median(base):.0f} ms / "
+        f"p99 {base[min(len(base) - 1, int(len(base) * 0.99))]:.0f} ms"
+        if base
+        else ""
+    )
+    return (
+        f"cutover {doc['from_segment']}->{doc['to_segment']} ({doc['cluster']}, "
+        f"{doc['partitions']}p): SWITCH window {1000 * (end - start):.0f} ms, {len(lat)} requests, "
+        f"publish latency p50 {statistics.median(lat):.0f} ms / p99 {p99:.0f} ms / "
+        f"max {lat[-1]:.0f} ms{base_txt}"
+    )
+
+
+def timeline(doc: dict[str, Any]) -> str:
+    t0 = _t(doc, "PREPARE") or 0.0
+    lines = [f"timeline of cutover {doc['id']} ({doc['phase']}), ms after PREPARE:"]
+    events: list[tuple[float, str]] = []
+    for phase, at in doc["phase_times"].items():
+        events.append((datetime.fromisoformat(at).timestamp(), f"phase {phase}"))
+    for member, acks in doc["producers"].items():
+        for key, at in acks.items():
+            if at:
+                events.append((datetime.fromisoformat(at).timestamp(), f"{member} {key}"))
+    for at, what in sorted(events):
+        lines.append(f"  {1000 * (at - t0):8.1f}  {what}")
+    if doc.get("error"):
+        lines.append(f"  error: {doc['error']}")
+    return "\n".join(lines)
+
+
+class LoadProcess:
+    """The :class:`Load` in a process of its own, so its clients do not slow down the
+    coordinator that runs in the test's event loop. ``stop`` returns what it measured."""
+
+    def __init__(self, urls: Sequence[str], path: str, workdir: Path, groups: int = 200) -> None:
+        self.out = workdir / f"load-{uuid.uuid4().hex[:6]}.json"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.cutover_harness", str(self.out), path,
+             str(groups), *urls],
+        )  # fmt: skip
+        self.result = Load(urls, path, groups)
+
+    def stop(self) -> Load:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(60)
+        data = json.loads(self.out.read_text())
+        self.result.acked = data["acked"]
+        self.result.samples = [tuple(s) for s in data["samples"]]  # type: ignore[misc]
+        return self.result
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def _main(argv: list[str]) -> None:
+    out, path, groups, *urls = argv
+    load = Load(urls, path, int(groups))
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, load.stop.set)
+        await load.run()
+
+    asyncio.run(run())
+    Path(out).write_text(json.dumps({"acked": load.acked, "samples": load.samples}))
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])
+
+
+class Worker:
+    """A real delivery runner for ``sub`` pushing to a local endpoint that records
+    ``group -> [seq, ...]`` in the order it received them."""
+
+    def __init__(self, catalog: Catalog, stores: dict[str, SegmentStore]) -> None:
+        self.catalog, self.stores = catalog, stores
+        self.received: dict[str, list[int]] = {}
+        self.url = ""
+        self._site: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self.runner: Any = None
+
+    async def endpoint(self) -> str:
+        from aiohttp import web
+
+        async def hook(request: web.Request) -> web.Response:
+            group, seq = (await request.read()).decode().split(":")
+            self.received.setdefault(group, []).append(int(seq))
+            return web.Response(status=204)
+
+        app = web.Application()
+        app.router.add_post("/hook", hook)
+        self._site = web.AppRunner(app)
+        await self._site.setup()
+        site = web.TCPSite(self._site, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}/hook"
+        return self.url
+
+    async def start(self, sub: Subscription) -> None:
+        from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
+        from httpbus.delivery_workers.commit import CommitPolicy
+        from httpbus.delivery_workers.runner import SubscriptionRunner
+
+        self.sender = AiohttpSender()
+        await self.sender.start()
+        reader = SegmentReader(self.catalog, self.stores)
+        self.runner = SubscriptionRunner(
+            sub, reader, self.sender, commit_policy=CommitPolicy(every_n=200, every_s=0.5)
+        )
+        self._task = asyncio.create_task(self.runner.run())
+
+    def count(self) -> int:
+        return sum(len(v) for v in self.received.values())
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            await self.sender.aclose()
+        if self._site is not None:
+            await self._site.cleanup()

@@ -1,0 +1,67 @@
+"""Retiring: only sealed segments past retention that every subscription has left."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from httpbus.control_plane.retire import retire_segments
+from httpbus.core.model import Backend, Project, Segment, SegmentState, Subscription, Topic
+from httpbus.metastore.catalog import Catalog
+from httpbus.metastore.embedded import EmbeddedMetaStore
+from httpbus.segments.config import EmbeddedClusterConfig
+from httpbus.segments.embedded import create_store
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+def _segment(i: int, state: SegmentState, sealed_days_ago: float | None = None) -> Segment:
+    return Segment(
+        id=i,
+        cluster="embedded",
+        backend=Backend.EMBEDDED,
+        storage_topic=f"st{i}",
+        partitions=1,
+        state=state,
+        sealed_at=None if sealed_days_ago is None else NOW - timedelta(days=sealed_days_ago),
+        end_positions=None if sealed_days_ago is None else {0: 0},
+    )
+
+
+async def test_retires_only_what_nobody_needs_past_retention(tmp_path: Path) -> None:
+    cluster = EmbeddedClusterConfig(path=str(tmp_path / "seg.db"))
+    async with EmbeddedMetaStore(str(tmp_path / "m.db")) as meta, create_store(cluster) as store:
+        catalog = Catalog(meta)
+        await catalog.create_project(Project(name="p"))
+        segs = [
+            _segment(1, SegmentState.SEALED, 10),  # old, left by the subscription: retired
+            _segment(2, SegmentState.SEALED, 10),  # old, but the subscription still reads it
+            _segment(3, SegmentState.SEALED, 0.5),  # within retention (24 h)
+            _segment(4, SegmentState.ACTIVE),
+        ]
+        for s in segs:
+            await store.create_topic(s.storage_topic, 1, retention_ms=0)
+        await catalog.create_topic(Topic(project="p", name="t", retention_hours=24), segs[0])
+        for s in segs[1:]:
+            await catalog.add_segment("p", "t", s)
+        sub = await catalog.create_subscription(
+            Subscription(
+                project="p",
+                name="s",
+                topic_project="p",
+                topic="t",
+                endpoint={"url": "http://127.0.0.1:9/x"},  # type: ignore[arg-type]
+                signing_secret="whsec_" + "x" * 40,
+            )
+        )
+        await catalog.move_consume_pointer(sub, 2)
+        assert await retire_segments(catalog, {"embedded": store}, NOW) == [("p", "t", 1)]
+        topic = await catalog.get_topic("p", "t")
+        assert [s.state for s in topic.segments] == [  # the timeline keeps the retired one
+            SegmentState.RETIRED,
+            SegmentState.SEALED,
+            SegmentState.SEALED,
+            SegmentState.ACTIVE,
+        ]
+        assert await store.partitions("st1") is None and await store.partitions("st2") == 1
+        assert await retire_segments(catalog, {"embedded": store}, NOW) == []

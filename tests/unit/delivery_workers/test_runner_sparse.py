@@ -1,0 +1,95 @@
+"""The runner moves past a sealed segment whose positions are not dense (as on Pulsar, where
+a position packs ledger, entry and batch index and the end is the next entry)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from httpbus.core.model import SegmentState
+from httpbus.segments.protocol import Produced, Record, SegmentStore, Stored
+from httpbus.segments.reader import SegmentReader
+from tests.unit.delivery_workers.test_runner import (  # noqa: F401  (world is a fixture)
+    HOUR_MS,
+    World,
+    _produce,
+    _run,
+    _segment,
+    _stop,
+    _subscribe,
+    _until,
+    world,
+)
+
+GAP = 10
+
+
+def _up(position: int) -> int:
+    return -(-position // GAP)  # the first inner position at or after an outer one
+
+
+class Sparse:
+    """A store whose positions are the inner ones times ten, its ends the next "entry"."""
+
+    def __init__(self, inner: SegmentStore) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def produce(self, name: str, record: Record, *, partition: int | None = None) -> Produced:
+        done = await self.inner.produce(name, record, partition=partition)
+        return dataclasses.replace(done, position=done.position * GAP)
+
+    async def produce_many(self, name: str, records: Sequence[Record]) -> list[Any]:
+        raise NotImplementedError
+
+    async def read(self, name: str, partition: int, start: int, **kw: Any) -> list[Stored]:
+        got = await self.inner.read(name, partition, _up(start), **kw)
+        return [dataclasses.replace(m, position=m.position * GAP) for m in got]
+
+    async def end_positions(self, name: str) -> dict[int, int]:
+        return {p: e * GAP for p, e in (await self.inner.end_positions(name)).items()}
+
+    async def seal(self, name: str) -> dict[int, int]:
+        return {p: e * GAP for p, e in (await self.inner.seal(name)).items()}
+
+    async def commit(self, name: str, group: str, positions: dict[int, int]) -> None:
+        await self.inner.commit(name, group, {p: _up(pos) for p, pos in positions.items()})
+
+    async def committed(self, name: str, group: str) -> dict[int, int]:
+        return {p: c * GAP for p, c in (await self.inner.committed(name, group)).items()}
+
+
+async def test_moves_past_a_sealed_segment_with_sparse_positions(world: World) -> None:  # noqa: F811
+    sparse = Sparse(world.store)
+    world = dataclasses.replace(
+        world,
+        reader=SegmentReader(world.catalog, {"embedded": sparse}),  # type: ignore[dict-item]
+    )
+    sub = await _subscribe(world)
+    first = await _produce(world.store, "st.1", 2, 3)
+    runner, task, sender = await _run(world, sub)
+    try:
+        await _until(lambda: len(world.endpoint.received) == 6)
+        await world.store.create_topic("st.2", 3, retention_ms=HOUR_MS)
+        await world.catalog.add_segment("p", "t", _segment(2, SegmentState.PENDING))
+        topic = await world.catalog.get_topic("p", "t")
+        ends = await sparse.seal("st.1")
+        sealed = _segment(1, SegmentState.SEALED).model_copy(
+            update={"end_positions": ends, "sealed_at": datetime.now(UTC)}
+        )
+        await world.catalog.commit_segment_switch(topic, sealed, _segment(2, SegmentState.ACTIVE))
+        second = await _produce(world.store, "st.2", 2, 3, first_seq=3)
+        await _until(lambda: len(world.endpoint.received) == 12)
+        await _until(
+            lambda: (
+                runner.sub.consume_pointer is not None
+                and runner.sub.consume_pointer.segment_id == 2
+            )
+        )
+    finally:
+        await _stop(task, sender)
+    assert sorted(mid for _, mid, _ in world.endpoint.received) == sorted(first + second)

@@ -14,6 +14,8 @@ The tree (relative to the store's root)::
     /leader/{role}                                  ephemeral: the elected leader of a role
     /assignments/{worker}                           ["project/subscription", ...] (by the leader)
     /locks/subscriptions/{project}:{s}              ephemeral: the worker running subscription s
+    /internal/subscriptions/{project}:{s}           the internal storage topics of subscription s
+                                                    (delay levels, hold, replay, DLQ)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ SUBSCRIBERS = "/subscribers"
 LEADER = "/leader"
 ASSIGNMENTS = "/assignments"
 SUBSCRIPTION_LOCKS = "/locks/subscriptions"
+INTERNAL_SUBSCRIPTIONS = "/internal/subscriptions"
 
 
 def _n(*names: str) -> tuple[str, ...]:
@@ -113,3 +116,10 @@ def assignment(worker: str) -> str:
 def subscription_lock(p: str, s: str) -> str:
     p, s = _n(p, s)
     return f"{SUBSCRIPTION_LOCKS}/{p}:{s}"
+
+
+def internal_topics(p: str, s: str) -> str:
+    """Where a subscription's internal storage topics are recorded (not under the
+    subscription's node, so deleting the subscription stays one transaction)."""
+    p, s = _n(p, s)
+    return f"{INTERNAL_SUBSCRIPTIONS}/{p}:{s}"

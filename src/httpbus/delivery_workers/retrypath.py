@@ -1,0 +1,502 @@
+"""The durable retry path of one subscription: delay levels, hold topic, replay, DLQ.
+
+Where a message goes (:meth:`RetryPath.admit`, :meth:`retry`, :meth:`dead_letter`):
+
+- a message that must wait *d* (a retry's backoff or ``Retry-After``, a producer's
+  ``X-Deliver-At`` / ``X-Delay-Ms``, a subscription's ``delay_ms``) goes to the largest delay
+  level not longer than *d*, with its due time; shorter waits are held in memory while the
+  source position stays uncommitted. Each level's reader waits for its head: when the
+  level's delay has passed the message is re-routed to the level that fits what is left,
+  or, with less left than the smallest level, delivered at its due time;
+- on a grouped topic a message waiting in a level is its group's *head*; the group's later
+  messages go to the hold topic behind it and are released, in order, after it;
+- a message past its attempts, or refused for good, goes to the DLQ; on a grouped topic the
+  group's followers follow it there, and the group is *sidelined* (its new messages go to
+  the DLQ too) until its entries are unsidelined or purged (see :mod:`.groupstate`);
+- unsidelined entries come back through the replay topic with their attempts reset.
+
+Every hand-off goes through one :class:`HandOff` in order, and the source message becomes
+terminal (committable) only when the storage acknowledged the hand-off. Each subscription
+has its own readers and writer, so one subscription's retry traffic never holds up another's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from httpbus.core.audit import AuditType
+from httpbus.core.model import Subscription
+from httpbus.core.retry import level_for
+from httpbus.metastore.protocol import MetaStore
+from httpbus.segments import dlq
+from httpbus.segments.internal import (
+    Layout,
+    RetryMeta,
+    base_name,
+    ensure_layout,
+    header,
+    internal_record,
+    load_layout,
+)
+from httpbus.segments.protocol import Produced, SegmentStore, Stored
+from httpbus.segments.reader import commit_group
+
+from .commit import CommitPolicy
+from .groupstate import GroupStates
+from .handoff import HandOff
+from .items import Item, Kind, Source
+from .result import DeliveryResult
+
+log = logging.getLogger(__name__)
+_READ_TIMEOUT_S = 1.0
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def sleep_until(epoch_ms: int) -> None:
+    wait = (epoch_ms - now_ms()) / 1000
+    if wait > 0:
+        await asyncio.sleep(wait)
+
+
+@dataclass(eq=False)
+class Held:
+    """A follower in the hold topic: ``item`` until the hold acknowledged it, then
+    ``stored`` (the hold record). ``dead`` once it followed its head into the DLQ."""
+
+    item: Item
+    stored: Stored | None = None
+    dead: bool = False
+
+
+Offer = Callable[[Item], Awaitable[None]]
+Audit = Callable[..., None]
+
+
+class RetryPath:
+    """See the module doc. ``offer`` queues an item for delivery (waiting for room);
+    ``audit(kind, msg, **extra)`` records an event."""
+
+    def __init__(
+        self,
+        sub: Subscription,
+        meta: MetaStore,
+        stores: dict[str, SegmentStore],
+        layout: Layout,
+        created: bool,
+        offer: Offer,
+        audit: Audit,
+        policy: CommitPolicy,
+    ) -> None:
+        self.sub = sub
+        self.meta = meta
+        self.stores = stores
+        self.layout = layout
+        self.store = stores[layout.cluster]
+        self.created = created
+        self.offer = offer
+        self.audit = audit
+        self.policy = policy
+        self.groups: GroupStates[Held] = GroupStates()
+        self.handoff = HandOff(self.store)
+        self.handoff.prepare = self._create
+        self.sources: dict[str, Source] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._dlq_end = 0
+        self.counts = {"retried": 0, "dead_lettered": 0, "delayed": 0, "held": 0}
+
+    @classmethod
+    async def open(
+        cls,
+        sub: Subscription,
+        meta: MetaStore,
+        stores: dict[str, SegmentStore],
+        cluster: str,
+        offer: Offer,
+        audit: Audit,
+        policy: CommitPolicy,
+    ) -> RetryPath:
+        """Load the subscription's internal topics (made on first need) and rebuild the
+        state of its groups from them."""
+        layout = await load_layout(meta, sub)
+        created = layout is not None
+        if layout is None:
+            layout = Layout(cluster, base_name(sub), tuple(sub.retry.delay_levels_ms))
+        elif not set(sub.retry.delay_levels_ms) <= set(layout.levels_ms):
+            layout = await ensure_layout(meta, stores, sub, cluster)
+        path = cls(sub, meta, stores, layout, created, offer, audit, policy)
+        if created:
+            await path._open_sources()
+            await path._rebuild()
+        return path
+
+    # ------------------------------------------------------------ lifecycle
+    async def _create(self) -> None:
+        """Before the first hand-off: create the internal topics and start their readers."""
+        if self.created:
+            return
+        self.layout = await ensure_layout(self.meta, self.stores, self.sub, self.layout.cluster)
+        self.created = True
+        await self._open_sources()
+        self.start_readers()
+
+    async def _open_sources(self) -> None:
+        group = commit_group(self.sub)
+        names = [self.layout.hold, self.layout.replay, *map(self.layout.level, self.levels)]
+        for name in names:
+            committed = (await self.store.committed(name, group)).get(0, 0)
+            self.sources[name] = Source(self.store, name, group, {0: committed}, self.policy)
+
+    @property
+    def levels(self) -> tuple[int, ...]:
+        return self.layout.levels_ms
+
+    def start(self) -> None:
+        """Start the writer, and the readers if the internal topics exist."""
+        self._spawn(self.handoff.run())
+        if self.created:
+            self.start_readers()
+
+    def start_readers(self) -> None:
+        for ms in self.levels:
+            self._spawn(self._level_loop(ms, self.sources[self.layout.level(ms)]))
+        self._spawn(self._replay_loop(self.sources[self.layout.replay]))
+        self._spawn(self._dlq_tail())
+        for group in self.groups:
+            self._release(group)
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def aclose(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def commit(self) -> None:
+        for source in list(self.sources.values()):
+            await source.commit()
+
+    # ------------------------------------------------------------ rebuild
+    async def _rebuild(self) -> None:
+        """Group state from the storage: heads from the levels, followers from the hold
+        topic, sidelined groups from the DLQ (see :mod:`.groupstate`)."""
+        for ms in self.levels:
+            source = self.sources[self.layout.level(ms)]
+            for msg in await dlq.read_all(self.store, source.name, source.tracker.committed(0)):
+                group = header(msg.headers, "x-group-id")
+                if group is not None:
+                    self.groups.add_head(group, RetryMeta.of(msg.headers).origin)
+        hold = self.sources[self.layout.hold]
+        for msg in await dlq.read_all(self.store, hold.name, hold.tracker.committed(0)):
+            hold.track(msg)
+            group = header(msg.headers, "x-group-id")
+            meta = RetryMeta.of(msg.headers)
+            if group is None:  # cannot happen (only grouped messages are held): deliver
+                self._spawn(self.offer(Item(msg, hold, Kind.RELEASED, None, meta)))
+                continue
+            item = Item(msg, hold, Kind.RELEASED, group, meta)
+            self.groups.follow(group, Held(item, stored=msg))
+        view = await dlq.scan(self.store, self.layout)
+        for position, msg in view.entries.items():
+            group = header(msg.headers, "x-group-id")
+            if group is not None:
+                self.groups.dead_seen(group, position)
+        self._dlq_end = view.end
+
+    # ------------------------------------------------------------ readers
+    async def _level_loop(self, ms: int, source: Source) -> None:
+        position = source.tracker.committed(0)
+        while True:
+            batch = await self.store.read(
+                source.name, 0, position, max_records=200, timeout=_READ_TIMEOUT_S
+            )
+            for msg in batch:
+                position = msg.position + 1
+                source.track(msg)
+                meta = RetryMeta.of(msg.headers)
+                await sleep_until(min(meta.entered_ms + ms, meta.due_ms))  # FIFO: the head
+                await self._level_due(msg, source, meta)
+
+    async def _level_due(self, msg: Stored, source: Source, meta: RetryMeta) -> None:
+        level = level_for(self.sub.retry.delay_levels_ms, meta.due_ms - now_ms())
+        if level is not None:  # re-route: what is left still fills a level
+            record = internal_record(msg, replace(meta, entered_ms=now_ms()))
+            self.handoff.submit(self.layout.level(level), record, lambda _: source.done(msg))
+            return
+        group = header(msg.headers, "x-group-id")
+        await self.offer(Item(msg, source, Kind.DUE, group, meta, not_before_ms=meta.due_ms))
+
+    async def _replay_loop(self, source: Source) -> None:
+        position = source.tracker.committed(0)
+        while True:
+            batch = await self.store.read(
+                source.name, 0, position, max_records=200, timeout=_READ_TIMEOUT_S
+            )
+            for msg in batch:
+                position = msg.position + 1
+                source.track(msg)
+                group = header(msg.headers, "x-group-id")
+                item = Item(msg, source, Kind.REPLAY, group, RetryMeta.of(msg.headers))
+                self.audit(AuditType.UNSIDELINED, msg)
+                await self.admit(item)
+
+    async def _dlq_tail(self) -> None:
+        position = self._dlq_end
+        while True:
+            batch = await self.store.read(
+                self.layout.dlq, 0, position, max_records=500, timeout=_READ_TIMEOUT_S
+            )
+            for msg in batch:
+                position = msg.position + 1
+                if dlq.is_removal(msg):
+                    self.groups.dead_removed(dlq.removed_positions(msg))
+                    continue
+                group = header(msg.headers, "x-group-id")
+                if group is not None:
+                    self.groups.dead_seen(group, msg.position)
+
+    # ------------------------------------------------------------ routing
+    async def admit(self, item: Item) -> None:
+        """Route a fresh or replayed message: behind its blocked group, into the DLQ behind
+        its sidelined group, into a delay level, or on to delivery."""
+        group = item.group
+        if group is not None:
+            if item.kind is Kind.FRESH and self.groups.sidelined(group):
+                self._to_dlq(
+                    item, item.meta, f"group {group} is sidelined (its head is in the DLQ)"
+                )
+                return
+            if self.groups.blocked(group):
+                self._hold(item)
+                return
+        await self._route(item, self._due(item))
+
+    async def _route(self, item: Item, due: int) -> None:
+        wait = due - now_ms()
+        level = level_for(self.sub.retry.delay_levels_ms, wait) if wait > 0 else None
+        if level is None:
+            item.not_before_ms = max(due, 0)
+            await self.offer(item)
+            return
+        self.counts["delayed"] += 1
+        meta = replace(item.meta, due_ms=due, entered_ms=now_ms())
+        if item.group is not None:
+            self.groups.add_head(item.group, item.origin)
+        source, msg = item.source, item.msg
+        self.handoff.submit(
+            self.layout.level(level), internal_record(msg, meta), lambda _: source.done(msg)
+        )
+
+    def _due(self, item: Item) -> int:
+        """When a message not yet attempted may be delivered: its ``X-Deliver-At``, and for
+        a delayed subscription its production time plus the delay."""
+        if item.kind not in (Kind.FRESH, Kind.RELEASED) or item.meta.attempts:
+            return 0
+        headers = item.msg.headers
+        at = header(headers, "x-deliver-at")
+        due = int(at) if at and at.isdigit() else 0
+        if self.sub.delay_ms:
+            produced = header(headers, "x-produced-at")
+            base = int(produced) if produced and produced.isdigit() else item.msg.timestamp_ms
+            due = max(due, base + self.sub.delay_ms)
+        return due
+
+    def _hold(self, item: Item) -> None:
+        assert item.group is not None
+        group, held = item.group, Held(item)
+        self.groups.follow(group, held)
+        self.counts["held"] += 1
+        record = internal_record(item.msg, replace(item.meta, entered_ms=now_ms()))
+        hold = self.sources[self.layout.hold] if self.created else None
+
+        def stored(produced: Produced) -> None:
+            source = hold or self.sources[self.layout.hold]
+            held.stored = _as_stored(record.value, record.key, record.headers, produced)
+            source.track(held.stored)
+            item.source.done(item.msg)
+            self._release(group)
+
+        self.handoff.submit(self.layout.hold, record, stored)
+
+    def _release(self, group: str) -> None:
+        """Let the group's next follower go, if its turn has come."""
+        held = self.groups.next_follower(group)
+        if held is None or held.stored is None:
+            return
+        self.groups.take_follower(group)
+        stored = held.stored
+        meta = RetryMeta.of(stored.headers)
+        item = Item(stored, self.sources[self.layout.hold], Kind.RELEASED, group, meta)
+        self._spawn(self._route_released(item))
+
+    async def _route_released(self, item: Item) -> None:
+        assert item.group is not None
+        due = self._due(item)
+        if level_for(self.sub.retry.delay_levels_ms, due - now_ms()) is not None:
+            self.groups.released(item.group)  # it becomes the group's head
+        await self._route(item, due)
+
+    # ------------------------------------------------------------ outcomes
+    def delivered(self, item: Item) -> None:
+        item.source.done(item.msg)
+        self._settle(item)
+
+    def _settle(self, item: Item) -> None:
+        """The item left the group's blocking: a head is done, a release is over."""
+        group = item.group
+        if group is None:
+            return
+        if item.kind is Kind.DUE:
+            self.groups.drop_head(group, item.origin)
+        elif item.kind is Kind.RELEASED:
+            self.groups.released(group)
+        self._release(group)
+
+    def retry(
+        self, item: Item, result: DeliveryResult, attempt: int, wait_ms: int, drained: list[Item]
+    ) -> None:
+        """Hand ``item`` to the delay level for ``wait_ms``; ``drained`` (its group's items
+        queued behind it) follow it into the hold topic."""
+        now = now_ms()
+        meta = replace(
+            _failed(item.meta, result, attempt, now), due_ms=now + wait_ms, entered_ms=now
+        )
+        level = level_for(self.sub.retry.delay_levels_ms, wait_ms) or self.levels[0]
+        if item.group is not None:
+            if item.kind is Kind.RELEASED:
+                self.groups.released(item.group)
+            self.groups.add_head(item.group, item.origin)
+        source, msg = item.source, item.msg
+        self.handoff.submit(
+            self.layout.level(level), internal_record(msg, meta), lambda _: source.done(msg)
+        )
+        self.counts["retried"] += 1
+        self.audit(
+            AuditType.RETRIED, msg, attempt=attempt, status=result.status, error=result.error
+        )
+        for follower in drained:
+            self._hold(follower)
+
+    def dead_letter(
+        self, item: Item, result: DeliveryResult, attempt: int, drained: list[Item]
+    ) -> None:
+        """``item`` failed for good: to the DLQ, and on a grouped topic its group's held and
+        queued messages after it, in order."""
+        meta = _failed(item.meta, result, attempt, now_ms())
+        group = item.group
+        if group is not None:
+            if item.kind is Kind.DUE:
+                self.groups.drop_head(group, item.origin)
+            elif item.kind is Kind.RELEASED:
+                self.groups.released(group)
+        if not self.sub.dlq_enabled:  # the operator chose to drop: say so, go on
+            item.source.done(item.msg)
+            self.audit(
+                AuditType.DEAD_LETTERED,
+                item.msg,
+                attempt=attempt,
+                status=result.status,
+                error=f"discarded (the subscription has no DLQ): {result.error}",
+            )
+            if group is not None:
+                self._release(group)
+            for follower in drained:
+                self._spawn(self.admit(follower))
+            return
+        self._to_dlq(item, meta, None)
+        if group is None:
+            return
+        why = f"follows {header(item.msg.headers, 'x-message-id')} of group {group} to the DLQ"
+        for held in self.groups.take_all_followers(group):
+            self._follower_to_dlq(held, why)
+        for follower in drained:
+            self._to_dlq(follower, follower.meta, why)
+
+    def _to_dlq(self, item: Item, meta: RetryMeta, why: str | None) -> None:
+        now = now_ms()
+        if why is not None:  # never attempted here: it follows its group
+            meta = replace(
+                meta,
+                first_failed_ms=meta.first_failed_ms or now,
+                last_failed_ms=now,
+                last_error=why,
+            )
+        group, source, msg = item.group, item.source, item.msg
+        if group is not None:
+            self.groups.dead_letter_started(group)
+
+        def stored(produced: Produced) -> None:
+            if group is not None:
+                self.groups.dead_lettered(group, produced.position)
+            source.done(msg)
+
+        self.handoff.submit(self.layout.dlq, internal_record(msg, meta), stored)
+        self.counts["dead_lettered"] += 1
+        self.audit(
+            AuditType.DEAD_LETTERED,
+            msg,
+            attempt=meta.attempts,
+            status=meta.last_status,
+            error=meta.last_error,
+        )
+
+    def _follower_to_dlq(self, held: Held, why: str) -> None:
+        """A held follower (acknowledged by the hold topic or not yet: the hold write is
+        ahead in the hand-off order, so it is stored before this one)."""
+        held.dead = True
+        item = held.item
+        if held.stored is not None:
+            item = Item(
+                held.stored,
+                self.sources[self.layout.hold],
+                Kind.RELEASED,
+                item.group,
+                RetryMeta.of(held.stored.headers),
+            )
+            self._to_dlq(item, item.meta, why)
+            return
+        now = now_ms()
+        meta = replace(item.meta, first_failed_ms=now, last_failed_ms=now, last_error=why)
+        group = item.group
+        assert group is not None
+        self.groups.dead_letter_started(group)
+
+        def stored(produced: Produced) -> None:
+            self.groups.dead_lettered(group, produced.position)
+            assert held.stored is not None  # the hold write was acknowledged before
+            self.sources[self.layout.hold].done(held.stored)
+
+        self.handoff.submit(self.layout.dlq, internal_record(item.msg, meta), stored)
+        self.counts["dead_lettered"] += 1
+        self.audit(AuditType.DEAD_LETTERED, item.msg, attempt=0, error=why)
+
+
+def _failed(meta: RetryMeta, result: DeliveryResult, attempt: int, now: int) -> RetryMeta:
+    return replace(
+        meta,
+        attempts=attempt,
+        first_failed_ms=meta.first_failed_ms or now,
+        last_failed_ms=now,
+        last_status=result.status,
+        last_error=result.error,
+    )
+
+
+def _as_stored(value: bytes, key: bytes | None, headers: Any, produced: Produced) -> Stored:
+    return Stored(
+        produced.partition, produced.position, produced.timestamp_ms, value, key, tuple(headers)
+    )

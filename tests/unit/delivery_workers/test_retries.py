@@ -12,8 +12,16 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from httpbus.core.model import Backend, Endpoint, Project, RetryPolicy, Segment, SegmentState
-from httpbus.core.model import Subscription, Topic
+from httpbus.core.model import (
+    Backend,
+    Endpoint,
+    Project,
+    RetryPolicy,
+    Segment,
+    SegmentState,
+    Subscription,
+    Topic,
+)
 from httpbus.core.retry import level_for
 from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
 from httpbus.delivery_workers.commit import CommitPolicy

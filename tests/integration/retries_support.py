@@ -16,7 +16,6 @@ from aiohttp import web
 
 from httpbus.control_plane.app import create_app
 from httpbus.control_plane.settings import ControlPlaneSettings
-
 from httpbus.core.model import (
     Backend,
     Endpoint,

@@ -119,10 +119,10 @@ def cluster_config(kind: str, real: RealServices) -> ClusterConfig:
 
 @asynccontextmanager
 async def real_world(
-    kind: str, real: RealServices, unique: str, partitions: int = 2
+    kind: str, real: RealServices, unique: str, partitions: int = 2, grouped: bool = True
 ) -> AsyncIterator[RealWorld]:
     """A project ``p`` with a grouped topic ``t`` on ``kind``; everything is removed after."""
-    zk = ZooKeeperConfig(hosts=real.zookeeper, root=f"/retries-{unique}")
+    zk = ZooKeeperConfig(hosts=real.zookeeper, root=f"/retries-{unique}", session_timeout_s=4.0)
     config = cluster_config(kind, real)
     cluster = f"{kind}-main"
     storage = f"it.{unique}.retries"
@@ -155,7 +155,7 @@ async def real_world(
                 partitions=partitions,
                 state=SegmentState.ACTIVE,
             )
-            await catalog.create_topic(Topic(project="p", name="t", grouped=True), segment)
+            await catalog.create_topic(Topic(project="p", name="t", grouped=grouped), segment)
             yield world
         finally:
             for name in world.subs:
@@ -179,14 +179,15 @@ async def subscribe(world: RealWorld, name: str = "s", **fields: object) -> Subs
     return await world.catalog.create_subscription(sub)
 
 
-def record(mid: str, group: str, **extra: bytes) -> Record:
+def record(mid: str, group: str | None, **extra: bytes) -> Record:
+    """A message as the producer service stores it (``group`` None: ungrouped)."""
     headers = (
         ("x-message-id", mid.encode()),
-        ("x-group-id", group.encode()),
+        *((("x-group-id", group.encode()),) if group is not None else ()),
         ("x-produced-at", str(int(time.time() * 1000)).encode()),
         *extra.items(),
     )
-    return Record(mid.encode(), key=group.encode(), headers=headers)
+    return Record(mid.encode(), key=group.encode() if group else None, headers=headers)
 
 
 async def produce(world: RealWorld, mid: str, group: str, **extra: bytes) -> str:

@@ -97,8 +97,10 @@ async def test_sigkill_with_messages_in_the_delay_levels(
         f"missing={len(missing)}"
     )
     assert not missing
-    assert dead == {m for m in ids if m.endswith("0")}
-    assert delivered == {m for m in ids if not m.endswith("0")}
+    # Only the 400s are dead-lettered; a 400 whose hand-off was not committed before the kill
+    # is attempted again after the takeover, and this endpoint accepts second attempts.
+    assert dead <= {m for m in ids if m.endswith("0")}
+    assert {m for m in ids if not m.endswith("0")} <= delivered
 
 
 async def _holders_of(meta: MetaStore) -> str | None:

@@ -2,10 +2,11 @@
 
 A message handed to a delay level, the hold topic or the DLQ becomes terminal for its source
 only when the storage has acknowledged the write (``on_stored`` runs then). One
-:class:`HandOff` per subscription writes its records strictly in submission order, batching
-consecutive records of one topic into one ``produce_many``; a failed write is tried again
-(after ``retry_s``) before anything submitted later is written. That order is what keeps a
-group's head ahead of the followers handed off behind it, across a crash.
+:class:`HandOff` per subscription writes its records in batches, one ``produce_many`` per
+topic, the topics of a batch at once; per topic, records keep their submission order. The
+hold topic is never written in the same batch as the others, so a group's followers are
+stored only after the head they follow — that order is what keeps a group in order across
+a crash. A failed write is tried again (after ``retry_s``), ahead of what came later.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ class HandOff:
     handoff.submit(layout.level(5_000), record, lambda produced: source.done(item))
     """
 
-    def __init__(self, store: SegmentStore, retry_s: float = 0.5) -> None:
+    def __init__(self, store: SegmentStore, hold_topic: str, retry_s: float = 0.5) -> None:
         self.store = store
+        self.hold_topic = hold_topic
         self.retry_s = retry_s
         self._queue: deque[_Job] = deque()
         self._wake = asyncio.Event()
@@ -71,29 +73,51 @@ class HandOff:
                     log.warning("cannot create the internal topics: %s; trying again", exc)
                     await asyncio.sleep(self.retry_s)
                     continue
-            run = self._next_run()
-            try:
-                results = await self.store.produce_many(run[0].topic, [j.record for j in run])
-            except HttpbusError as exc:
-                results = [exc] * len(run)
-            failed = False
-            for job, result in zip(run, results, strict=True):
-                if isinstance(result, Exception) or failed:
-                    failed = True  # keep it (and all after it) at the front, in order
-                    continue
-                self._queue.popleft()
-                job.on_stored(result)
+            batch = self._next_batch()
+            failed = await self._write(batch)
             if failed:
                 self.failures += 1
-                log.warning("hand-off to %s failed; trying again", run[0].topic)
+                log.warning("hand-off of %d records failed; trying again", len(failed))
+                self._queue.extendleft(reversed(failed))  # at the front, in order
                 await asyncio.sleep(self.retry_s)
 
-    def _next_run(self) -> list[_Job]:
-        """The longest prefix of the queue that goes to one topic (at most MAX_BATCH)."""
-        first = self._queue[0]
-        run: list[_Job] = []
-        for job in self._queue:
-            if job.topic != first.topic or len(run) >= MAX_BATCH:
+    async def _write(self, batch: list[_Job]) -> list[_Job]:
+        """Write ``batch`` (one ``produce_many`` per topic, the topics at once); run the
+        callbacks of the stored records in submission order; return the failed jobs."""
+        by_topic: dict[str, list[_Job]] = {}
+        for job in batch:
+            by_topic.setdefault(job.topic, []).append(job)
+        outcomes = await asyncio.gather(
+            *(self._produce(topic, jobs) for topic, jobs in by_topic.items())
+        )
+        result: dict[int, Produced | Exception] = {}
+        for jobs, results in zip(by_topic.values(), outcomes, strict=True):
+            for job, outcome in zip(jobs, results, strict=True):
+                result[id(job)] = outcome
+        failed = []
+        for job in batch:
+            outcome = result[id(job)]
+            if isinstance(outcome, Exception):
+                failed.append(job)
+            else:
+                job.on_stored(outcome)
+        return failed
+
+    async def _produce(self, topic: str, jobs: list[_Job]) -> list[Produced | Exception]:
+        try:
+            return await self.store.produce_many(topic, [j.record for j in jobs])
+        except HttpbusError as exc:
+            return [exc] * len(jobs)
+
+    def _next_batch(self) -> list[_Job]:
+        """Take the next records to write together: up to MAX_BATCH, either all for the hold
+        topic or none. Records of one topic keep their order in any case; the boundary keeps
+        a group's followers (hold) from being stored before the head they follow (a delay
+        level or the DLQ) was, and a follower's hold write ahead of its DLQ write."""
+        holding = self._queue[0].topic == self.hold_topic
+        batch: list[_Job] = []
+        while self._queue and len(batch) < MAX_BATCH:
+            if (self._queue[0].topic == self.hold_topic) != holding:
                 break
-            run.append(job)
-        return run
+            batch.append(self._queue.popleft())
+        return batch

@@ -106,7 +106,7 @@ class RetryPath:
         self.audit = audit
         self.policy = policy
         self.groups: GroupStates[Held] = GroupStates()
-        self.handoff = HandOff(self.store)
+        self.handoff = HandOff(self.store, layout.hold)
         self.handoff.prepare = self._create
         self.sources: dict[str, Source] = {}
         self._tasks: set[asyncio.Task[None]] = set()

@@ -111,6 +111,7 @@ class RetryPath:
         self.sources: dict[str, Source] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._dlq_end = 0
+        self._skip: set[tuple[str, int]] = set()  # stale level copies (see _rebuild)
         self.counts = {"retried": 0, "dead_lettered": 0, "delayed": 0, "held": 0}
 
     @classmethod
@@ -171,6 +172,10 @@ class RetryPath:
         self._spawn(self._replay_loop(self.sources[self.layout.replay]))
         self._spawn(self._dlq_tail())
         for group in self.groups:
+            if self.groups.sidelined(group) and not self.groups.has_head(group):
+                why = f"follows the dead-lettered messages of group {group}"
+                for held in self.groups.take_all_followers(group):
+                    self._follower_to_dlq(held, why)
             self._release(group)
 
     def _spawn(self, coro: Awaitable[None]) -> None:
@@ -192,30 +197,43 @@ class RetryPath:
 
     # ------------------------------------------------------------ rebuild
     async def _rebuild(self) -> None:
-        """Group state from the storage: heads from the levels, followers from the hold
-        topic, sidelined groups from the DLQ (see :mod:`.groupstate`)."""
-        for ms in self.levels:
-            source = self.sources[self.layout.level(ms)]
-            for msg in await dlq.read_all(self.store, source.name, source.tracker.committed(0)):
-                group = header(msg.headers, "x-group-id")
-                if group is not None:
-                    self.groups.add_head(group, RetryMeta.of(msg.headers).origin)
-        hold = self.sources[self.layout.hold]
-        for msg in await dlq.read_all(self.store, hold.name, hold.tracker.committed(0)):
-            hold.track(msg)
-            group = header(msg.headers, "x-group-id")
-            meta = RetryMeta.of(msg.headers)
-            if group is None:  # cannot happen (only grouped messages are held): deliver
-                self._spawn(self.offer(Item(msg, hold, Kind.RELEASED, None, meta)))
-                continue
-            item = Item(msg, hold, Kind.RELEASED, group, meta)
-            self.groups.follow(group, Held(item, stored=msg))
+        """Group state from the storage: sidelined groups from the DLQ, heads from the
+        levels, followers from the hold topic (see :mod:`.groupstate`).
+
+        A crash can leave a message both in the DLQ and, uncommitted, in a level or the hold
+        topic (its hand-off was stored, the commit of where it came from was not): the live
+        DLQ entry wins, the stale copy is skipped, so a dead-lettered head is not delivered
+        behind its group's back."""
         view = await dlq.scan(self.store, self.layout)
+        dead = {RetryMeta.of(m.headers).origin for m in view.live()}
         for position, msg in view.entries.items():
             group = header(msg.headers, "x-group-id")
             if group is not None:
                 self.groups.dead_seen(group, position)
         self._dlq_end = view.end
+        for ms in self.levels:
+            source = self.sources[self.layout.level(ms)]
+            for msg in await dlq.read_all(self.store, source.name, source.tracker.committed(0)):
+                origin = RetryMeta.of(msg.headers).origin
+                if origin in dead:
+                    self._skip.add((source.name, msg.position))
+                    continue
+                group = header(msg.headers, "x-group-id")
+                if group is not None:
+                    self.groups.add_head(group, origin)
+        hold = self.sources[self.layout.hold]
+        for msg in await dlq.read_all(self.store, hold.name, hold.tracker.committed(0)):
+            hold.track(msg)
+            group = header(msg.headers, "x-group-id")
+            meta = RetryMeta.of(msg.headers)
+            if meta.origin in dead:
+                hold.done(msg)
+                continue
+            if group is None:  # cannot happen (only grouped messages are held): deliver
+                self._spawn(self.offer(Item(msg, hold, Kind.RELEASED, None, meta)))
+                continue
+            item = Item(msg, hold, Kind.RELEASED, group, meta)
+            self.groups.follow(group, Held(item, stored=msg))
 
     # ------------------------------------------------------------ readers
     async def _level_loop(self, ms: int, source: Source) -> None:
@@ -227,6 +245,9 @@ class RetryPath:
             for msg in batch:
                 position = msg.position + 1
                 source.track(msg)
+                if (source.name, msg.position) in self._skip:
+                    source.done(msg)
+                    continue
                 meta = RetryMeta.of(msg.headers)
                 await sleep_until(min(meta.entered_ms + ms, meta.due_ms))  # FIFO: the head
                 await self._level_due(msg, source, meta)
@@ -284,6 +305,10 @@ class RetryPath:
                 self._hold(item)
                 return
         await self._route(item, self._due(item))
+
+    async def _admit_all(self, items: list[Item]) -> None:
+        for item in items:
+            await self.admit(item)
 
     async def _route(self, item: Item, due: int) -> None:
         wait = due - now_ms()
@@ -414,8 +439,7 @@ class RetryPath:
             )
             if group is not None:
                 self._release(group)
-            for follower in drained:
-                self._spawn(self.admit(follower))
+            self._spawn(self._admit_all(drained))
             return
         self._to_dlq(item, meta, None)
         if group is None:

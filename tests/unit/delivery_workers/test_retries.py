@@ -172,8 +172,10 @@ async def _until(condition: Callable[[], bool], timeout: float = 20) -> None:
 
 
 async def _layout(world: World, sub: Subscription) -> Layout:
-    layout = await load_layout(world.catalog.store, sub)
-    assert layout is not None
+    """The internal topics (made by the first hand-off, which runs on its own)."""
+    async with asyncio.timeout(5):
+        while (layout := await load_layout(world.catalog.store, sub)) is None:
+            await asyncio.sleep(0.02)
     return layout
 
 

@@ -272,8 +272,9 @@ async def test_a_refused_message_goes_to_the_dlq_and_its_group_follows(world: Wo
         await asyncio.sleep(0.6)
         committed = await world.store.committed("st.1", commit_group(sub))
         ends = await world.store.end_positions("st.1")
-        layout = await load_layout(world.catalog.store, sub)
-        assert layout is not None
+        async with asyncio.timeout(5):
+            while (layout := await load_layout(world.catalog.store, sub)) is None:
+                await asyncio.sleep(0.02)
         view = await dlq.scan(world.store, layout)
     finally:
         await _stop(task, sender)

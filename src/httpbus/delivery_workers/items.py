@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 from enum import Enum
 
@@ -74,3 +76,23 @@ class Item:
     @property
     def origin(self) -> str:
         return self.meta.origin
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def sleep_until(epoch_ms: int) -> None:
+    wait = (epoch_ms - now_ms()) / 1000
+    if wait > 0:
+        await asyncio.sleep(wait)
+
+
+@dataclass(eq=False)
+class Held:
+    """A follower in the hold topic: ``item`` until the hold acknowledged it, then
+    ``stored`` (the hold record). ``dead`` once it followed its head into the DLQ."""
+
+    item: Item
+    stored: Stored | None = None
+    dead: bool = False

@@ -45,9 +45,9 @@ from httpbus.segments.reader import SegmentReader, commit_group
 
 from .commit import CommitPolicy
 from .groups import GroupScheduler, Outcome
-from .items import Item, Kind, Source
+from .items import Item, Kind, Source, sleep_until
 from .result import DeliveryResult
-from .retrypath import RetryPath, sleep_until
+from .retrypath import RetryPath
 from .sender import Delivery, EndpointSender
 
 log = logging.getLogger(__name__)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from httpbus.core.audit import AuditEvent, AuditType
 from httpbus.core.model import (
     Backend,
     Endpoint,
@@ -21,6 +22,7 @@ from httpbus.core.model import (
     SegmentState,
     Subscription,
     Topic,
+    utcnow,
 )
 from httpbus.core.retry import level_for
 from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
@@ -317,3 +319,80 @@ async def test_attempts_exhausted_go_to_the_dlq_with_their_story(world: World) -
     assert meta.first_failed_ms is not None and meta.last_failed_ms is not None
     assert meta.last_failed_ms - meta.first_failed_ms >= 550
     assert len(world.hook.tries[mid]) == 3
+
+
+class Recorder:
+    """Stands in for the AuditSink: keeps the events."""
+
+    def __init__(self) -> None:
+        self.events: list[AuditEvent] = []
+
+    def emit(self, event: AuditEvent) -> None:
+        self.events.append(event)
+
+
+async def test_retried_dead_lettered_and_unsidelined_are_audited(world: World) -> None:
+    world.hook.behaviour = lambda mid, n: (
+        (503, {}) if n == 1 else (400, {}) if n == 2 else (204, {})
+    )
+    sub = await _subscribe(world, retry=FAST)
+    mid = await _produce(world, "a", 0)
+    recorder = Recorder()
+    sender = AiohttpSender()
+    async with sender:
+        runner = SubscriptionRunner(sub, world.reader, sender, audit=recorder)  # type: ignore[arg-type]
+        task = asyncio.create_task(runner.run())
+        try:
+            await _until(lambda: runner.stats.dead_lettered == 1)
+            layout = await _layout(world, sub)
+            await asyncio.sleep(0.3)
+            view = await dlq.scan(world.store, layout)
+            await dlq.replay(world.store, layout, view.live())
+            await _until(lambda: world.hook.delivered() == [mid])
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+    kinds = [(e.type, e.attempt, e.status) for e in recorder.events if e.message_id == mid]
+    assert (AuditType.RETRIED, 1, 503) in kinds
+    assert (AuditType.DEAD_LETTERED, 2, 400) in kinds
+    assert AuditType.UNSIDELINED in [k for k, _, _ in kinds]
+    assert kinds[-1] == (AuditType.DELIVERED, 1, 204)  # attempts reset by the replay
+
+
+async def test_a_blocked_group_stays_blocked_across_a_segment_change(world: World) -> None:
+    """A's head waits in a level while the segment is sealed and a new one takes over: A's
+    messages of the new segment still come after it, in order."""
+    world.hook.behaviour = lambda mid, n: (503, {}) if mid == "A-0" and n <= 2 else (204, {})
+    sub = await _subscribe(world, retry=FAST.model_copy(update={"initial_delay_ms": 1_000}))
+    first = [await _produce(world, "A", i) for i in range(3)]
+    async with Running(world, sub) as runner:
+        await _until(lambda: runner.stats.retried == 1)
+        await world.store.create_topic("st.2", 2, retention_ms=HOUR_MS)
+        second = Segment(
+            id=2,
+            cluster="embedded",
+            backend=Backend.EMBEDDED,
+            storage_topic="st.2",
+            partitions=2,
+            state=SegmentState.PENDING,
+        )
+        await world.catalog.add_segment("p", "t", second)
+        topic = await world.catalog.get_topic("p", "t")
+        ends = await world.store.seal("st.1")
+        sealed = topic.segment(1)
+        assert sealed is not None
+        sealed = sealed.model_copy(
+            update={"state": SegmentState.SEALED, "end_positions": ends, "sealed_at": utcnow()}
+        )
+        active = second.model_copy(update={"state": SegmentState.ACTIVE})
+        await world.catalog.commit_segment_switch(topic, sealed, active)
+        later = []
+        for i in range(3, 6):
+            mid = f"A-{i}"
+            headers = (("x-message-id", mid.encode()), ("x-group-id", b"A"))
+            await world.store.produce("st.2", Record(mid.encode(), key=b"A", headers=headers))
+            later.append(mid)
+        await _until(lambda: runner.stats.segment == 2)
+        await _until(lambda: len(world.hook.got) == 6)
+    assert world.hook.of_group("A") == [*first, *later]

@@ -158,6 +158,13 @@ class Worker(AsyncResource):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for key in keys:  # unassigned because it was deleted: its internal topics go too
+            project, name = key.split("/", 1)
+            try:
+                if await self.metastore.get(paths.subscription(project, name)) is None:
+                    await drop_layout(self.metastore, self.stores, project, name)
+            except HttpbusError as exc:  # orphans cost storage only; say so
+                log.warning("could not drop the internal topics of %s: %s", key, exc)
 
     async def _own(self, key: str) -> None:
         """Hold subscription ``key`` until cancelled (unassigned or the worker closes)."""

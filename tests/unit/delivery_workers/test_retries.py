@@ -199,7 +199,7 @@ async def test_retries_go_through_the_levels_on_schedule(world: World) -> None:
         assert runner.stats.retried == 2
     tries = world.hook.tries[mid]
     gaps = [b - a for a, b in zip(tries, tries[1:], strict=False)]
-    assert all(0.29 <= gap <= 0.6 for gap in gaps), gaps
+    assert all(0.29 <= gap <= 1.3 for gap in gaps), gaps
     assert world.hook.got[0][3] == 3  # X-Attempt
 
 
@@ -210,7 +210,7 @@ async def test_retry_after_overrides_the_backoff(world: World) -> None:
     async with Running(world, sub):
         await _until(lambda: world.hook.delivered() == [mid])
     first, second = world.hook.tries[mid]
-    assert 1.0 <= second - first <= 1.5
+    assert 1.0 <= second - first <= 2.0
 
 
 async def test_a_blocked_group_keeps_its_order_and_others_go_on(world: World) -> None:
@@ -264,7 +264,7 @@ async def test_delayed_messages_keep_their_group_place(world: World) -> None:
     assert world.hook.of_group("D") == [first, *rest]
     assert world.hook.delivered()[0] == other
     arrived = world.hook.got[1][2] * 1000
-    assert due <= arrived <= due + 400
+    assert due <= arrived <= due + 1_000
 
 
 async def test_a_delayed_subscription_holds_every_message(world: World) -> None:

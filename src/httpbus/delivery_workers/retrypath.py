@@ -234,7 +234,15 @@ class RetryPath(Outcomes):
             self.handoff.submit(self.layout.level(level), record, lambda _: source.done(msg))
             return
         group = header(msg.headers, "x-group-id")
-        await self.offer(Item(msg, source, Kind.DUE, group, meta, not_before_ms=meta.due_ms))
+        item = Item(msg, source, Kind.DUE, group, meta)
+        if meta.due_ms <= now_ms():
+            await self.offer(item)
+        else:  # its group is blocked by it already: wait outside the delivery slots
+            self._spawn(self._offer_at(item, meta.due_ms))
+
+    async def _offer_at(self, item: Item, due_ms: int) -> None:
+        await sleep_until(due_ms)
+        await self.offer(item)
 
     async def _replay_loop(self, source: Source) -> None:
         position = source.tracker.committed(0)

@@ -396,3 +396,20 @@ async def test_a_blocked_group_stays_blocked_across_a_segment_change(world: Worl
         await _until(lambda: runner.stats.segment == 2)
         await _until(lambda: len(world.hook.got) == 6)
     assert world.hook.of_group("A") == [*first, *later]
+
+
+async def test_without_a_dlq_a_failed_message_is_dropped_and_its_group_goes_on(
+    world: World,
+) -> None:
+    world.hook.behaviour = lambda mid, n: (400, {}) if mid == "A-0" else (204, {})
+    sub = await _subscribe(world, retry=FAST, dlq_enabled=False)
+    ids = [await _produce(world, "A", i) for i in range(3)]
+    async with Running(world, sub) as runner:
+        await _until(lambda: len(world.hook.got) == 2)
+        await asyncio.sleep(0.3)
+        assert runner.stats.dead_lettered == 1
+    assert world.hook.of_group("A") == ids[1:]
+    assert await load_layout(world.catalog.store, sub) is None  # nothing was stored
+    ends = await world.store.end_positions("st.1")
+    committed = await world.store.committed("st.1", commit_group(sub))
+    assert committed == {p: e for p, e in ends.items() if e > 0}

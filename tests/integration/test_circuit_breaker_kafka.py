@@ -179,7 +179,9 @@ class Run:
     outage: float = 0.0
     healed: float = 0.0
     done: float = 0.0  # ``guarded`` has every message
-    samples: list[Sample] = field(default_factory=list)  # (when, sub -> (state, rate, parked))
+    samples: list[Sample] = field(
+        default_factory=list
+    )  # (when, sub -> (state, rate, dead-lettered))
     metrics: str = ""  # the worker's /metrics mid-outage
 
 
@@ -187,7 +189,8 @@ async def _sample(worker: Worker, run: Run) -> None:
     while True:
         stats = worker.stats()
         shown = {
-            k.split("/")[1]: (s.circuit_state, s.circuit_rate, s.parked) for k, s in stats.items()
+            k.split("/")[1]: (s.circuit_state, s.circuit_rate, s.dead_lettered)
+            for k, s in stats.items()
         }
         run.samples.append((time.monotonic(), shown))
         await asyncio.sleep(0.1)
@@ -310,7 +313,7 @@ def _report_and_check(hook: Hook, audit: Audit, run: Run) -> None:
         f"guarded attempts/s from outage+10 s: {throttled} "
         f"(mean {sum(throttled) / max(1, len(throttled)):.2f}/s, probe rate {PROBE_PER_S}/s)\n"
         f"messages that reached {MAX_ATTEMPTS} attempts (would have been dead-lettered): "
-        f"{exhausted}; peak parked {parked_peak}\n"
+        f"{exhausted}; peak dead-lettered {parked_peak}\n"
         f"guarded back to >= 90 % of normal {recovered} s after healing; "
         f"healthy during the outage {healthy_outage:.1f} msg/s vs normal {normal['healthy']:.1f}\n"
         f"guarded delivered {len(hook.delivered('guarded'))}/{TOTAL} "

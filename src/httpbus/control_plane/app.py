@@ -20,6 +20,7 @@ from httpbus.segments.registry import open_stores
 from . import api, ui
 from .admin import Admin
 from .api import cutover as cutover_api
+from .api import dlq as dlq_api
 from .api.auth import admin_guard
 from .assigner import Assigner
 from .cutover import open_cutovers
@@ -83,4 +84,5 @@ def create_app(
         sorted(settings.clusters),
         settings.default_cluster,
     )
+    app.include_router(dlq_api.router(settings.admin_token.get_secret_value()))
     return app

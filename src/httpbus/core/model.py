@@ -137,7 +137,12 @@ class Endpoint(Model):
         return url
 
 
+DEFAULT_DELAY_LEVELS_MS = (1_000, 5_000, 30_000, 120_000, 600_000, 3_600_000)
+
+
 class RetryPolicy(Model):
+    """How a failed delivery is retried (see ``core.retry`` and DESIGN "Delivery semantics")."""
+
     max_attempts: int = Field(default=10, ge=1, le=1_000)
     backoff: Literal["fixed", "linear", "exponential"] = "exponential"
     initial_delay_ms: int = Field(default=1_000, ge=0, le=24 * 3_600_000)
@@ -145,6 +150,38 @@ class RetryPolicy(Model):
     multiplier: float = Field(default=2.0, ge=1.0, le=100.0)
     jitter: float = Field(default=0.2, ge=0.0, le=1.0, description="fraction of the delay")
     retry_4xx: bool = Field(default=False, description="retry 4xx other than 408 and 429")
+    retry_statuses: tuple[int, ...] | None = Field(
+        default=None,
+        max_length=200,
+        description="HTTP statuses that retry (400 to 599); None: 408, 429 and every 5xx",
+    )
+    retry_timeouts: bool = Field(default=True, description="retry attempts that timed out")
+    retry_connection_errors: bool = Field(
+        default=True, description="retry attempts that could not connect or lost the connection"
+    )
+    delay_levels_ms: tuple[int, ...] = Field(
+        default=DEFAULT_DELAY_LEVELS_MS,
+        min_length=1,
+        max_length=12,
+        description="the delay queues (ms, increasing, 10 ms to 24 h): a message that must "
+        "wait d goes to the largest level <= d; shorter waits are kept in memory",
+    )
+
+    @field_validator("retry_statuses")
+    @classmethod
+    def _statuses(cls, statuses: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if statuses is not None and any(not 400 <= s <= 599 for s in statuses):
+            raise ValueError("retry statuses must be HTTP error statuses from 400 to 599")
+        return statuses
+
+    @field_validator("delay_levels_ms")
+    @classmethod
+    def _levels(cls, levels: tuple[int, ...]) -> tuple[int, ...]:
+        if any(not 10 <= level <= 24 * 3_600_000 for level in levels):
+            raise ValueError("every delay level must lie between 10 ms and 24 h")
+        if any(b <= a for a, b in zip(levels, levels[1:], strict=False)):
+            raise ValueError("delay levels must be strictly increasing")
+        return levels
 
 
 class CircuitBreakerPolicy(Model):

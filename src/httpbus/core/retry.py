@@ -34,3 +34,25 @@ def delay_ms(
     spread = base * policy.jitter
     chosen = base + (rng or random).uniform(-spread, spread) if spread else base
     return max(0, min(int(chosen), policy.max_delay_ms))
+
+
+def status_retries(policy: RetryPolicy, status: int) -> bool:
+    """Whether an attempt answered with ``status`` (not 2xx) may be retried by ``policy``:
+    the listed statuses (default 408, 429 and every 5xx), and any other 4xx when
+    ``retry_4xx`` is set."""
+    if policy.retry_statuses is None:
+        listed = status in (408, 429) or 500 <= status <= 599
+    else:
+        listed = status in policy.retry_statuses
+    return listed or (policy.retry_4xx and 400 <= status <= 499)
+
+
+def level_for(levels: tuple[int, ...], wait_ms: int) -> int | None:
+    """The delay level a message that must wait ``wait_ms`` goes to: the largest level not
+    longer than the wait, or None when the wait is shorter than every level (it is then
+    waited out in memory, with its source position still uncommitted)."""
+    chosen = None
+    for level in levels:
+        if level <= wait_ms:
+            chosen = level
+    return chosen

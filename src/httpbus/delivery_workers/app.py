@@ -37,6 +37,8 @@ _HELP = {
     "filter_errors": "messages whose filter could not be evaluated",
     "attempts": "delivery attempts",
     "failed_attempts": "delivery attempts that failed",
+    "retried": "messages handed to a delay level for a later attempt",
+    "dead_lettered": "messages handed to the dead-letter queue",
 }
 
 

@@ -1,23 +1,28 @@
 """One subscription's delivery loop: read → filter → order → push → retry → commit.
 
-A :class:`SubscriptionRunner` delivers its subscription segment by segment. Per segment:
+A :class:`SubscriptionRunner` delivers its subscription segment by segment, and runs the
+subscription's durable retry path (:mod:`.retrypath`) alongside, across segment changes:
 
-- a *reader* task per partition reads from the committed position, tracks every message in
-  the :class:`CommitTracker`, commits filtered-out messages at once, and offers the rest to
-  the :class:`GroupScheduler` (back-pressure: it stops reading while the scheduler is full);
-- the *dispatcher* starts a delivery for each message the scheduler lets go: one in flight
-  per group, in produce order, up to ``max_in_flight``, and at most ``rate_limit_per_second``;
-- a *delivery* pushes through the shared :class:`EndpointSender` and, while it fails, waits
-  out the retry schedule (or ``Retry-After``) and tries again **in place**: its group waits
-  behind it. A message past its attempts, or refused with a 4xx, is *parked*: retried at the
-  schedule's longest delay and reported in ``stats.parked``, never skipped — the durable
-  retry levels and the DLQ (the retries issue) replace parking, so nothing is committed past
-  a message that has not reached a terminal state;
-- the *committer* commits, in batches, the highest position below which every message is
-  terminal.
+- a *reader* task per partition of the consume segment reads from the committed position,
+  tracks every message, commits filtered-out messages at once, and hands the rest to the
+  retry path's :meth:`~.retrypath.RetryPath.admit` — which queues it for delivery, or routes
+  it into a delay level (a delayed message), behind its blocked group (hold topic), or into
+  the DLQ behind its sidelined group. Back-pressure: it stops reading while the scheduler
+  is full;
+- the retry path's readers (delay levels, hold, replay) feed the same scheduler;
+- the *dispatcher* starts a delivery for each message the :class:`GroupScheduler` lets go:
+  one in flight per group, in order, up to ``max_in_flight``, and at most
+  ``rate_limit_per_second``;
+- a *delivery* pushes through the shared :class:`EndpointSender`. A failure that must wait
+  less than the smallest delay level is retried in place (its group waits behind it); a
+  longer wait goes to a delay level (the group's later messages follow it into the hold
+  topic); a failure for good goes to the DLQ (see :func:`retryable`);
+- the *committer* commits, in batches, per source, the highest position below which every
+  message is terminal: delivered, filtered, or durably handed to a level, hold or DLQ.
 
 When the segment is sealed and every partition is committed to its end, the runner moves
-the subscription's consume pointer to the next segment (by compare-and-set) and goes on.
+the subscription's consume pointer to the next segment (by compare-and-set) and goes on;
+the group state lives in the retry path, so it survives the change.
 """
 
 from __future__ import annotations
@@ -30,16 +35,19 @@ from dataclasses import dataclass
 
 from httpbus.core.audit import AuditEvent, AuditType
 from httpbus.core.filters import FilterOutcome, compile_filter
-from httpbus.core.model import Segment, SegmentState, Subscription, Topic
-from httpbus.core.retry import delay_ms
+from httpbus.core.model import RetryPolicy, Segment, SegmentState, Subscription, Topic
+from httpbus.core.retry import delay_ms, level_for, status_retries
 from httpbus.core.token_bucket import TokenBucket
 from httpbus.segments.audit import AuditSink
+from httpbus.segments.internal import RetryMeta
 from httpbus.segments.protocol import Stored
-from httpbus.segments.reader import SegmentReader
+from httpbus.segments.reader import SegmentReader, commit_group
 
-from .commit import CommitPolicy, CommitTracker
+from .commit import CommitPolicy
 from .groups import GroupScheduler, Outcome
+from .items import Item, Kind, Source, sleep_until
 from .result import DeliveryResult
+from .retrypath import RetryPath
 from .sender import Delivery, EndpointSender
 from .throttle import Throttle
 
@@ -54,11 +62,26 @@ class RunnerStats:
     filter_errors: int = 0
     attempts: int = 0
     failed_attempts: int = 0
-    parked: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    delayed: int = 0
     in_flight: int = 0
+    held: int = 0
+    blocked_groups: int = 0
     segment: int = 0
     circuit_state: str | None = None  # closed | open | half_open; None: no breaker
     circuit_rate: float | None = None  # attempts a second the circuit allows now
+
+
+def retryable(policy: RetryPolicy, result: DeliveryResult) -> bool:
+    """Whether a failed attempt may be tried again under ``policy`` (attempts aside)."""
+    if result.status is not None:
+        return status_retries(policy, result.status)
+    if not result.retryable:  # a request that cannot be sent as configured
+        return False
+    if (result.error or "").startswith("timeout"):
+        return policy.retry_timeouts
+    return policy.retry_connection_errors
 
 
 class SubscriptionRunner:
@@ -78,25 +101,58 @@ class SubscriptionRunner:
         self.audit = audit
         self.read_batch = read_batch
         self.stats = RunnerStats()
+        self.name = f"{sub.topic_project}/{sub.topic}"
         self._filter = compile_filter(sub.filter)
         self._policy = commit_policy or CommitPolicy()
         self._rate = TokenBucket(sub.rate_limit_per_second) if sub.rate_limit_per_second else None
         self._changed = asyncio.Event()  # something became ready, terminal or free
         self._throttle = Throttle.for_subscription(sub, self.stats, audit)  # circuit breaker
+        self.scheduler: GroupScheduler[Item] = GroupScheduler(
+            max_in_flight=sub.max_in_flight, max_buffered=max(1_000, 4 * sub.max_in_flight)
+        )
+        self.deliveries: set[asyncio.Task[None]] = set()
+        self.path: RetryPath | None = None
+        self._segment_id = 0
+        self._main: Source | None = None
 
     async def run(self) -> None:
         """Deliver until cancelled."""
-        while True:
-            topic, segment = await self.reader.consume_segment(self.sub)
-            self.stats.segment = segment.id
-            await _Segment(self, topic, segment).run()
-            advanced = await self.reader.try_advance(self.sub)
-            if advanced is None:
-                await asyncio.sleep(IDLE_REFRESH_S)
-            else:
-                self.sub = advanced
+        _, segment = await self.reader.consume_segment(self.sub)
+        self.path = await RetryPath.open(
+            self.sub,
+            self.reader.catalog.store,
+            dict(self.reader.stores),
+            segment.cluster,
+            self.offer,
+            self._audit_msg,
+            self._policy,
+        )
+        self.path.start()
+        tasks = [asyncio.create_task(self._dispatch()), asyncio.create_task(self._commit_loop())]
+        try:
+            while True:
+                topic, segment = await self.reader.consume_segment(self.sub)
+                self.stats.segment = self._segment_id = segment.id
+                await _Segment(self, topic, segment).run()
+                advanced = await self.reader.try_advance(self.sub)
+                if advanced is None:
+                    await asyncio.sleep(IDLE_REFRESH_S)
+                else:
+                    self.sub = advanced
+        finally:
+            for task in [*tasks, *self.deliveries]:
+                task.cancel()
+            for task in [*tasks, *self.deliveries]:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await self.path.aclose()
 
-    def _audit(self, kind: AuditType, msg: Stored, segment: Segment, **extra: object) -> None:
+    def _audit_msg(self, kind: AuditType, msg: Stored, **extra: object) -> None:
+        self._audit(kind, msg, None, **extra)
+
+    def _audit(
+        self, kind: AuditType, msg: Stored, segment: Segment | None, **extra: object
+    ) -> None:
         if self.audit is None:
             return
         headers = dict(msg.headers)
@@ -108,59 +164,148 @@ class SubscriptionRunner:
                 project=self.sub.topic_project,
                 topic=self.sub.topic,
                 subscription=f"{self.sub.project}/{self.sub.name}",
-                segment=segment.id,
-                partition=msg.partition,
-                position=msg.position,
+                segment=segment.id if segment is not None else None,
+                partition=msg.partition if segment is not None else None,
+                position=msg.position if segment is not None else None,
                 group=group.decode() if group else None,
                 at_ms=int(time.time() * 1000),
                 **extra,
             )
         )
 
+    async def wait_change(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._changed.wait()
+        self._changed.clear()
+
+    # ------------------------------------------------------------ delivering
+    async def offer(self, item: Item) -> None:
+        """Queue ``item`` behind its group, waiting while the scheduler is full."""
+        while not self.scheduler.offer(item.group, item):
+            await self.wait_change(1.0)
+        self._changed.set()
+
+    async def _dispatch(self) -> None:
+        while True:
+            await self._throttle.gate()  # the circuit is open: start no new delivery
+            item = self.scheduler.next_ready()
+            if item is None:
+                await self.wait_change(1.0)
+                continue
+            if self._rate is not None:
+                while (wait := self._rate.take()) > 0:
+                    await asyncio.sleep(wait)
+            task = asyncio.create_task(self._deliver(item))
+            self.deliveries.add(task)
+            task.add_done_callback(self.deliveries.discard)
+
+    async def _deliver(self, item: Item) -> None:
+        sub, policy = self.sub, self.sub.retry
+        assert self.path is not None
+        self.stats.in_flight += 1
+        try:
+            await sleep_until(item.not_before_ms)
+            attempt = item.meta.attempts + 1
+            while True:
+                await self._throttle.admit()  # refused while open: waits, costs no attempt
+                result = await self.sender.send(Delivery(sub, self.name, item.msg, attempt))
+                self._throttle.record(result)
+                self.stats.attempts += 1
+                self._audit_attempt(item, attempt, result)
+                if result.succeeded:
+                    break
+                self.stats.failed_attempts += 1
+                if not retryable(policy, result) or attempt >= policy.max_attempts:
+                    self.stats.dead_lettered += 1
+                    self.path.dead_letter(item, result, attempt, self._stop_group(item))
+                    return
+                wait = delay_ms(policy, attempt, result.retry_after)
+                if level_for(policy.delay_levels_ms, wait) is not None:
+                    self.stats.retried += 1
+                    self.path.retry(item, result, attempt, wait, self._stop_group(item))
+                    return
+                await asyncio.sleep(wait / 1000)  # shorter than every level: in place
+                attempt += 1
+        finally:
+            self.stats.in_flight -= 1
+            self._changed.set()
+        self.stats.delivered += 1
+        self._audit_event(AuditType.DELIVERED, item, attempt=attempt, status=result.status)
+        self.scheduler.completed(item, Outcome.DONE)
+        self.path.delivered(item)
+
+    def _stop_group(self, item: Item) -> list[Item]:
+        """``item`` leaves for a level or the DLQ: free its slot and return the items of its
+        group queued behind it (in order), which must follow it."""
+        if item.group is None:
+            self.scheduler.completed(item, Outcome.DONE)
+            return []
+        self.scheduler.completed(item, Outcome.BLOCKED)
+        drained = self.scheduler.drain(item.group)
+        self.scheduler.release(item.group)
+        return drained
+
+    def _audit_attempt(self, item: Item, attempt: int, result: DeliveryResult) -> None:
+        self._audit_event(
+            AuditType.ATTEMPTED, item, attempt=attempt, status=result.status, error=result.error
+        )
+
+    def _audit_event(self, kind: AuditType, item: Item, **extra: object) -> None:
+        segment = self._main_segment if item.kind is Kind.FRESH else None
+        self._audit(kind, item.msg, segment, **extra)
+
+    _main_segment: Segment | None = None
+
+    # ------------------------------------------------------------ committing
+    async def _commit_loop(self) -> None:
+        while True:
+            wait = self._policy.wait_s()
+            await asyncio.sleep(0.2 if wait is None else max(wait, 0.01))
+            if self._policy.due():
+                await self.commit()
+
+    async def commit(self) -> None:
+        if self._main is not None:
+            await self._main.commit()
+        if self.path is not None:
+            await self.path.commit()
+            self.stats.held = self.path.groups.held()
+            self.stats.blocked_groups = len(self.path.groups.blocked_groups)
+            self.stats.delayed = self.path.counts["delayed"]
+        self._policy.flushed()
+
 
 class _Segment:
-    """The tasks that deliver one segment; :meth:`run` returns once it is finished."""
+    """The readers of one consume segment; :meth:`run` returns once it is finished: every
+    message read is terminal and committed, and the sealed segment is read to its end."""
 
     def __init__(self, runner: SubscriptionRunner, topic: Topic, segment: Segment) -> None:
         self.r = runner
         self.topic = topic
         self.segment = segment
-        self.name = f"{topic.project}/{topic.name}"
-        sub = runner.sub
-        self.tracker = CommitTracker()
-        self.scheduler: GroupScheduler[Stored] = GroupScheduler(
-            max_in_flight=sub.max_in_flight, max_buffered=max(1_000, 4 * sub.max_in_flight)
-        )
-        self.reading = set(range(segment.partitions))
-        self.deliveries: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
         starts = await self.r.reader.start_positions(self.r.sub, self.segment)
-        for partition, position in starts.items():
-            self.tracker.start(partition, position)
-        tasks = [asyncio.create_task(self._read(p, pos)) for p, pos in starts.items()]
-        tasks.append(asyncio.create_task(self._dispatch()))
-        committer = asyncio.create_task(self._commit_loop())
+        store = self.r.reader.store(self.segment)
+        source = Source(
+            store, self.segment.storage_topic, commit_group(self.r.sub), starts, self.r._policy
+        )
+        self.r._main, self.r._main_segment = source, self.segment
+        tasks = [asyncio.create_task(self._read(source, p, pos)) for p, pos in starts.items()]
         try:
-            await asyncio.gather(*tasks[:-1])  # the readers end when the sealed segment is read
-            while self.tracker.pending() or self.deliveries:
-                await self._wait_change(1.0)
-            await self._commit()
+            await asyncio.gather(*tasks)  # the readers end when the sealed segment is read
+            while source.pending():
+                await self.r.wait_change(1.0)
+            await self.r.commit()
         finally:
-            for task in [*tasks, committer, *self.deliveries]:
+            for task in tasks:
                 task.cancel()
-            for task in [*tasks, committer, *self.deliveries]:
+            for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    async def _wait_change(self, timeout: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self.r._changed.wait()
-        self.r._changed.clear()
-
-    # ------------------------------------------------------------ reading
-    async def _read(self, partition: int, position: int) -> None:
+    async def _read(self, source: Source, partition: int, position: int) -> None:
         last_refresh = time.monotonic()
         while True:
             await self.r._throttle.gate()  # the circuit is open: stop pulling
@@ -173,7 +318,7 @@ class _Segment:
                 timeout=1.0,
             )
             for msg in batch:
-                await self._take(msg)
+                await self._take(source, msg)
                 position = msg.position + 1
             if batch or time.monotonic() - last_refresh < IDLE_REFRESH_S:
                 continue
@@ -183,7 +328,8 @@ class _Segment:
 
     async def _finished(self, partition: int, position: int) -> bool:
         """Idle: has the segment been sealed, and is this partition read to its end?"""
-        fresh = (await self.r.reader.catalog.get_topic(*self.topic_key)).segment(self.segment.id)
+        topic = await self.r.reader.catalog.get_topic(self.topic.project, self.topic.name)
+        fresh = topic.segment(self.segment.id)
         if fresh is None or fresh.state not in (SegmentState.SEALED, SegmentState.RETIRED):
             return False
         self.segment = fresh
@@ -197,104 +343,26 @@ class _Segment:
         )
         return not rest
 
-    @property
-    def topic_key(self) -> tuple[str, str]:
-        return self.topic.project, self.topic.name
-
-    async def _take(self, msg: Stored) -> None:
-        self.tracker.track(msg.partition, msg.position)
-        headers = msg.headers
-        named = dict(headers)
+    async def _take(self, source: Source, msg: Stored) -> None:
+        source.track(msg)
+        named = dict(msg.headers)
         group = named.get("x-group-id")
         content_type = named.get("content-type")
         verdict = self.r._filter.matches(
-            headers,
+            msg.headers,
             group=group.decode() if group else None,
-            topic=self.name,
+            topic=self.r.name,
             content_type=content_type.decode() if content_type else None,
         )
         if verdict.outcome is not FilterOutcome.MATCH:
             self.r.stats.filtered += 1
             self.r.stats.filter_errors += verdict.outcome is FilterOutcome.ERROR
             self.r._audit(AuditType.FILTERED, msg, self.segment)
-            self._terminal(msg)
+            source.done(msg)
+            self.r._changed.set()
             return
+        origin = f"{self.segment.id}:{msg.partition}:{msg.position}"
+        meta = RetryMeta(origin=origin, topic=self.r.name)
         key = group.decode() if group is not None else None
-        while not self.scheduler.offer(key, msg):  # full: stop reading (back-pressure)
-            await self._wait_change(1.0)
-        self.r._changed.set()
-
-    # ------------------------------------------------------------ delivering
-    async def _dispatch(self) -> None:
-        while True:
-            await self.r._throttle.gate()  # the circuit is open: start no new delivery
-            msg = self.scheduler.next_ready()
-            if msg is None:
-                await self._wait_change(1.0)
-                continue
-            if self.r._rate is not None:
-                while (wait := self.r._rate.take()) > 0:
-                    await asyncio.sleep(wait)
-            task = asyncio.create_task(self._deliver(msg))
-            self.deliveries.add(task)
-            task.add_done_callback(self.deliveries.discard)
-
-    async def _deliver(self, msg: Stored) -> None:
-        sub, attempt, parked = self.r.sub, 1, False
-        self.r.stats.in_flight += 1
-        try:
-            while True:
-                await self.r._throttle.admit()  # refused while open: waits, costs no attempt
-                result = await self.r.sender.send(Delivery(sub, self.name, msg, attempt))
-                self.r._throttle.record(result)
-                self.r.stats.attempts += 1
-                self.r._audit(
-                    AuditType.ATTEMPTED, msg, self.segment, attempt=attempt, status=result.status
-                )
-                if result.succeeded:
-                    break
-                self.r.stats.failed_attempts += 1
-                if not parked and not _may_retry(sub, result, attempt):
-                    parked = True
-                    self.r.stats.parked += 1
-                wait = (
-                    sub.retry.max_delay_ms
-                    if parked
-                    else delay_ms(sub.retry, attempt, result.retry_after)
-                )
-                await asyncio.sleep(wait / 1000)
-                attempt += 1
-        finally:
-            self.r.stats.in_flight -= 1
-            self.r.stats.parked -= parked
-        self.r.stats.delivered += 1
-        self.r._audit(AuditType.DELIVERED, msg, self.segment, attempt=attempt, status=result.status)
-        self.scheduler.completed(msg, Outcome.DONE)
-        self._terminal(msg)
-
-    def _terminal(self, msg: Stored) -> None:
-        self.tracker.done(msg.partition, msg.position)
-        self.r._policy.record()
-        self.r._changed.set()
-
-    # ------------------------------------------------------------ committing
-    async def _commit_loop(self) -> None:
-        while True:
-            wait = self.r._policy.wait_s()
-            await asyncio.sleep(0.2 if wait is None else max(wait, 0.01))
-            if self.r._policy.due():
-                await self._commit()
-
-    async def _commit(self) -> None:
-        positions = self.tracker.committable_all()
-        if positions:
-            await self.r.reader.commit(self.r.sub, self.segment, positions)
-            self.tracker.mark_all_committed(positions)
-        self.r._policy.flushed()
-
-
-def _may_retry(sub: Subscription, result: DeliveryResult, attempt: int) -> bool:
-    retryable = result.retryable or (
-        sub.retry.retry_4xx and result.status is not None and 400 <= result.status < 500
-    )
-    return retryable and attempt < sub.retry.max_attempts
+        assert self.r.path is not None
+        await self.r.path.admit(Item(msg, source, Kind.FRESH, key, meta))

@@ -43,6 +43,8 @@ _RESERVED = {
     "x-topic",
     "x-attempt",
 }
+# The retry path's own headers (delay levels, DLQ): never sent to an endpoint.
+_INTERNAL = "x-httpbus-"
 # Framing is the HTTP client's business; a static header must not contradict it.
 _FRAMING = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "te"}
 
@@ -98,7 +100,7 @@ def build_request(delivery: Delivery, now_s: int) -> OutgoingRequest:
     put("User-Agent", USER_AGENT)
     put("Accept-Encoding", "identity")
     for name, raw in msg.headers:
-        if name.startswith("x-") and name not in _RESERVED:
+        if name.startswith("x-") and name not in _RESERVED and not name.startswith(_INTERNAL):
             put(name, raw.decode("latin-1"))
     for name, value in sub.endpoint.headers.items():
         if name.lower() not in _FRAMING:

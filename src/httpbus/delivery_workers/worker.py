@@ -37,6 +37,7 @@ from httpbus.metastore import paths
 from httpbus.metastore.catalog import Catalog
 from httpbus.metastore.protocol import MetaStore
 from httpbus.segments.audit import AuditSink
+from httpbus.segments.internal import drop_layout
 from httpbus.segments.protocol import SegmentStore
 from httpbus.segments.reader import SegmentReader
 
@@ -47,7 +48,15 @@ from .sender import EndpointSender
 log = logging.getLogger(__name__)
 
 GROUP = "workers"
-COUNTERS = ("delivered", "filtered", "filter_errors", "attempts", "failed_attempts")
+COUNTERS = (
+    "delivered",
+    "filtered",
+    "filter_errors",
+    "attempts",
+    "failed_attempts",
+    "retried",
+    "dead_lettered",
+)
 _RELEASE_TIMEOUT_S = 5.0
 
 
@@ -76,6 +85,7 @@ class Worker(AsyncResource):
     ) -> None:
         self.metastore = metastore
         self.catalog = Catalog(metastore)
+        self.stores = stores
         self.reader = SegmentReader(self.catalog, stores)
         self.sender = sender
         self.member_id = member_id
@@ -107,7 +117,8 @@ class Worker(AsyncResource):
                         setattr(total, name, getattr(total, name) + getattr(part, name))
             runner = self.runners.get(key)
             total.in_flight = runner.stats.in_flight if runner else 0
-            total.parked = runner.stats.parked if runner else 0
+            total.held = runner.stats.held if runner else 0
+            total.blocked_groups = runner.stats.blocked_groups if runner else 0
             total.segment = runner.stats.segment if runner else 0
             total.circuit_state = runner.stats.circuit_state if runner else None
             total.circuit_rate = runner.stats.circuit_rate if runner else None
@@ -149,6 +160,13 @@ class Worker(AsyncResource):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for key in keys:  # unassigned because it was deleted: its internal topics go too
+            project, name = key.split("/", 1)
+            try:
+                if await self.metastore.get(paths.subscription(project, name)) is None:
+                    await drop_layout(self.metastore, self.stores, project, name)
+            except HttpbusError as exc:  # orphans cost storage only; say so
+                log.warning("could not drop the internal topics of %s: %s", key, exc)
 
     async def _own(self, key: str) -> None:
         """Hold subscription ``key`` until cancelled (unassigned or the worker closes)."""
@@ -219,6 +237,9 @@ class Worker(AsyncResource):
         try:
             async for node in self.metastore.watch(paths.subscription(project, name)):
                 if node is None:
+                    await self._stop_runner(key)
+                    if current is not None:  # deleted while we held it: drop its topics
+                        await drop_layout(self.metastore, self.stores, project, name)
                     return
                 if node.data == current:
                     continue

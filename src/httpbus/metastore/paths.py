@@ -16,6 +16,8 @@ The tree (relative to the store's root)::
     /assignments/{worker}                           ["project/subscription", ...] (by the leader)
     /locks/subscriptions/{project}:{s}              ephemeral: the worker running subscription s
     /cutovers/active/{p}:{t}                        marks a cutover the coordinator still drives
+    /internal/subscriptions/{project}:{s}           the internal storage topics of subscription s
+                                                    (delay levels, hold, replay, DLQ)
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ LEADER = "/leader"
 ASSIGNMENTS = "/assignments"
 SUBSCRIPTION_LOCKS = "/locks/subscriptions"
 ACTIVE_CUTOVERS = "/cutovers/active"
+INTERNAL_SUBSCRIPTIONS = "/internal/subscriptions"
 
 
 def _n(*names: str) -> tuple[str, ...]:
@@ -125,3 +128,10 @@ def cutover(p: str, t: str) -> str:
 def active_cutover(p: str, t: str) -> str:
     p, t = _n(p, t)
     return f"{ACTIVE_CUTOVERS}/{p}:{t}"
+
+
+def internal_topics(p: str, s: str) -> str:
+    """Where a subscription's internal storage topics are recorded (not under the
+    subscription's node, so deleting the subscription stays one transaction)."""
+    p, s = _n(p, s)
+    return f"{INTERNAL_SUBSCRIPTIONS}/{p}:{s}"

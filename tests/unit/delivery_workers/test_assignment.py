@@ -30,6 +30,7 @@ from httpbus.metastore.catalog import Catalog
 from httpbus.metastore.embedded import EmbeddedMetaStore
 from httpbus.segments.config import EmbeddedClusterConfig
 from httpbus.segments.embedded import create_store
+from httpbus.segments.internal import load_layout
 from httpbus.segments.protocol import Record, SegmentStore
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -231,3 +232,23 @@ async def test_pause_stops_deliveries_and_resume_skips_nothing(world: World) -> 
     await world.catalog.update_subscription(sub.model_copy(update={"paused": False}))
     await _until(lambda: world.hook.ids("s0") >= set(produced))
     assert len(world.hook.ids("s0")) == len(produced)
+
+
+async def test_deleting_a_subscription_deletes_its_internal_topics(world: World) -> None:
+    await world.subscribe("s0")
+    worker = await world.worker("w1")
+    await _until(lambda: "p/s0" in worker.runners)
+    due = str(int(time.time() * 1000) + 60_000).encode()
+    headers = (("x-message-id", b"later"), ("x-deliver-at", due))
+    await world.store.produce("st.1", Record(b"x", key=None, headers=headers))
+    sub = await world.catalog.get_subscription("p", "s0")
+    async with asyncio.timeout(10):
+        while (layout := await load_layout(world.catalog.store, sub)) is None:
+            await asyncio.sleep(0.05)
+    assert await world.store.partitions(layout.level(30_000)) == 1
+    await world.catalog.delete_subscription("p", "s0")
+    async with asyncio.timeout(10):
+        while await world.catalog.store.get(paths.internal_topics("p", "s0")) is not None:
+            await asyncio.sleep(0.05)
+    for name in layout.topics():
+        assert await world.store.partitions(name) is None, name

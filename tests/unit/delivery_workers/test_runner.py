@@ -29,8 +29,10 @@ from httpbus.delivery_workers.commit import CommitPolicy
 from httpbus.delivery_workers.runner import SubscriptionRunner
 from httpbus.metastore.catalog import Catalog
 from httpbus.metastore.embedded import EmbeddedMetaStore
+from httpbus.segments import dlq
 from httpbus.segments.config import EmbeddedClusterConfig
 from httpbus.segments.embedded import create_store
+from httpbus.segments.internal import RetryMeta, load_layout
 from httpbus.segments.protocol import Record, SegmentStore
 from httpbus.segments.reader import SegmentReader, commit_group
 
@@ -260,29 +262,31 @@ async def test_moves_to_the_next_segment_after_the_seal(world: World) -> None:
     assert stored.consume_pointer is not None and stored.consume_pointer.segment_id == 2
 
 
-async def test_a_refused_message_is_parked_not_skipped(world: World) -> None:
-    """Until the DLQ exists, a 400 keeps its message (and its group) waiting: nothing is
-    committed past it, other groups go on."""
+async def test_a_refused_message_goes_to_the_dlq_and_its_group_follows(world: World) -> None:
+    """A 400 is dead-lettered at once (one attempt); the later messages of its group follow
+    it into the DLQ in order; other groups go on; the source is committed past all of it."""
     world.endpoint.reject = {"st.1-g0-1"}
     policy = RetryPolicy(initial_delay_ms=10, max_delay_ms=100, jitter=0)
     sub = await _subscribe(world, retry=policy)
     await _produce(world.store, "st.1", groups=3, per_group=3)
     runner, task, sender = await _run(world, sub)
     try:
-        await _until(lambda: len(world.endpoint.received) == 7 and runner.stats.parked == 1)
-        await asyncio.sleep(0.5)
+        await _until(lambda: len(world.endpoint.received) == 7 and runner.stats.dead_lettered == 1)
+        await asyncio.sleep(0.6)
         committed = await world.store.committed("st.1", commit_group(sub))
-        delivered = {mid for _, mid, _ in world.endpoint.received}
+        ends = await world.store.end_positions("st.1")
+        async with asyncio.timeout(5):
+            while (layout := await load_layout(world.catalog.store, sub)) is None:
+                await asyncio.sleep(0.02)
+        view = await dlq.scan(world.store, layout)
     finally:
         await _stop(task, sender)
-    assert "st.1-g0-1" not in delivered and "st.1-g0-2" not in delivered  # its group waits
+    delivered = {mid for _, mid, _ in world.endpoint.received}
+    assert "st.1-g0-1" not in delivered and "st.1-g0-2" not in delivered
     assert {f"st.1-g{g}-{s}" for g in (1, 2) for s in range(3)} <= delivered
-    assert world.endpoint.attempts["st.1-g0-1"] >= 2  # retried at the longest delay
-    partition = [
-        m
-        for m in await world.store.read("st.1", 0, 0, timeout=0.1)
-        + await world.store.read("st.1", 1, 0, timeout=0.1)
-        + await world.store.read("st.1", 2, 0, timeout=0.1)
-        if dict(m.headers)["x-message-id"] == b"st.1-g0-1"
-    ][0]
-    assert committed.get(partition.partition, 0) <= partition.position
+    assert world.endpoint.attempts["st.1-g0-1"] == 1  # no retry of a 400
+    in_dlq = [dict(m.headers)["x-message-id"].decode() for m in view.live()]
+    assert in_dlq == ["st.1-g0-1", "st.1-g0-2"]
+    first = RetryMeta.of(view.live()[0].headers)
+    assert first.last_status == 400 and first.attempts == 1
+    assert committed == {p: e for p, e in ends.items() if e > 0}

@@ -14,6 +14,8 @@ The tree (relative to the store's root)::
     /leader/{role}                                  ephemeral: the elected leader of a role
     /assignments/{worker}                           ["project/subscription", ...] (by the leader)
     /locks/subscriptions/{project}:{s}              ephemeral: the worker running subscription s
+    /seeks/{project}:{s}                            a seek of s in progress (by the control plane)
+    /status/{project}:{s}                           ephemeral: s's figures, by the worker running it
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ SUBSCRIBERS = "/subscribers"
 LEADER = "/leader"
 ASSIGNMENTS = "/assignments"
 SUBSCRIPTION_LOCKS = "/locks/subscriptions"
+SEEKS = "/seeks"
+STATUS = "/status"
 
 
 def _n(*names: str) -> tuple[str, ...]:
@@ -113,3 +117,14 @@ def assignment(worker: str) -> str:
 def subscription_lock(p: str, s: str) -> str:
     p, s = _n(p, s)
     return f"{SUBSCRIPTION_LOCKS}/{p}:{s}"
+
+
+def seek_request(p: str, s: str) -> str:
+    """While it exists, no worker runs subscription s: the control plane is moving it."""
+    p, s = _n(p, s)
+    return f"{SEEKS}/{p}:{s}"
+
+
+def subscription_status(p: str, s: str) -> str:
+    p, s = _n(p, s)
+    return f"{STATUS}/{p}:{s}"

@@ -45,11 +45,11 @@ from httpbus.metastore.catalog import Catalog
 from httpbus.metastore.protocol import MetaStore
 from httpbus.segments.audit import AuditSink
 from httpbus.segments.protocol import SegmentStore
-from httpbus.segments.reader import SegmentReader
 
 from .commit import CommitPolicy
 from .runner import RunnerStats, SubscriptionRunner
 from .sender import EndpointSender
+from .shared_reads import SharedSegmentReader
 from .status import StatusPublisher
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,8 @@ class Worker(AsyncResource):
     ) -> None:
         self.metastore = metastore
         self.catalog = Catalog(metastore)
-        self.reader = SegmentReader(self.catalog, stores)
+        # One read per storage partition for every subscription at its tail (shared_reads).
+        self.reader = SharedSegmentReader(self.catalog, stores)
         self.sender = sender
         self.member_id = member_id
         self.audit = audit

@@ -247,15 +247,15 @@ class Bench:
         return storage
 
     def latency(self, backend: str) -> None:
-        """Produce at ``--rate`` for ``--seconds`` while delivering; end-to-end percentiles."""
+        """Produce at ``--rate`` for ``--warmup`` + ``--seconds`` while delivering; end-to-end
+        percentiles of the messages after the warm-up (connections to the receiver and the
+        partitions' readers are made during it)."""
         assert self.worker is not None
         sub, _ = self.setup(backend, "latency", grouped=False, paused=False)
         time.sleep(2.0)  # the worker takes the new subscription
-        self.produce(sub, ["warm-up"], 0)
-        self.wait_for(sub, 1, 30)
-        rate, seconds = self.args.rate, self.args.seconds
-        per_batch = 10
+        rate, seconds, per_batch = self.args.rate, self.args.seconds, 10
         interval = per_batch / rate
+        warm = int(rate * self.args.warmup / per_batch)
         accepted: dict[str, float] = {}
         lock = threading.Lock()
         url = f"{self.producer_url}/v1/projects/{self.tag}/topics/{sub}/produce/batch"
@@ -266,36 +266,35 @@ class Bench:
             messages = [{"payload": self.payload, "headers": {"X-Message-Id": m}} for m in ids]
             r = client.post(url, json={"messages": messages}, headers=auth)
             now = time.time()
-            if r.status_code in (200, 201):
+            if r.status_code in (200, 201) and batch_no >= warm:
                 with lock:
                     accepted.update(dict.fromkeys(ids, now))
 
-        with Cpu(self.worker.cpu_seconds) as cpu:
-            with httpx.Client(timeout=30) as client, ThreadPoolExecutor(8) as pool:
-                start = time.monotonic()
-                batches = int(rate * seconds / per_batch)
-                for b in range(batches):
-                    delay = start + b * interval - time.monotonic()
-                    if delay > 0:
-                        time.sleep(delay)
-                    pool.submit(send, b, client)
-            self.wait_for(sub, len(accepted) + 1, timeout=60)
+        batches = warm + int(rate * seconds / per_batch)
+        with httpx.Client(timeout=30) as client, ThreadPoolExecutor(8) as pool:
+            start = time.monotonic()
+            for b in range(batches):
+                if b == warm:
+                    cpu = Cpu(self.worker.cpu_seconds).__enter__()
+                delay = start + b * interval - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                pool.submit(send, b, client)
+        self.wait_for(sub, batches * per_batch, timeout=60)
+        cpu.__exit__()
         arrivals = self.arrivals(sub)
+        (self.workdir / f"latency-{backend}.json").write_text(
+            json.dumps({m: [t, arrivals.get(m)] for m, t in accepted.items()})
+        )
         lat = sorted((arrivals[m] - t) * 1000 for m, t in accepted.items() if m in arrivals)
         missing = len(accepted) - len(lat)
-        note = f"{len(accepted):,} msgs at {rate:g}/s" + (f", {missing} missing" if missing else "")
-        self.add(
-            Row(
-                f"{backend} latency at {rate:g} msgs/s",
-                len(lat) / seconds,
-                s.percentile(lat, 50),
-                s.percentile(lat, 99),
-                s.percentile(lat, 99.9),
-                cpu.process,
-                cpu.host,
-                note,
-            )
-        )
+        note = f"{len(accepted):,} msgs at {rate:g}/s after {self.args.warmup:g}s warm-up"
+        note += f", {missing} missing" if missing else ""
+        row = Row(f"{backend} latency at {rate:g} msgs/s", len(lat) / seconds)
+        row.p50_ms, row.p99_ms = s.percentile(lat, 50), s.percentile(lat, 99)
+        row.p999_ms, row.worker_cpu, row.host_cpu = s.percentile(lat, 99.9), cpu.process, cpu.host
+        row.note = note
+        self.add(row)
 
     def add(self, row: Row) -> None:
         self.rows.append(row)
@@ -462,6 +461,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--groups", type=int, default=1_000)
     p.add_argument("--rate", type=float, default=1_000.0, help="msgs/s of the latency run")
     p.add_argument("--seconds", type=float, default=10.0, help="length of the latency run")
+    p.add_argument("--warmup", type=float, default=3.0, help="unmeasured start of it")
     p.add_argument("--size", type=int, default=256, help="payload bytes")
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--in-flight", type=int, default=200, help="the subscription's max in-flight")

@@ -25,8 +25,9 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Mapping
 
-from httpbus.core.model import Segment, Subscription
+from httpbus.core.model import Segment, Subscription, Topic
 from httpbus.metastore.catalog import Catalog
+from httpbus.metastore.protocol import MetaStore
 from httpbus.segments.protocol import SegmentStore, Stored
 from httpbus.segments.reader import SegmentReader
 
@@ -112,8 +113,40 @@ class Tail:
             self._fetch = None
 
 
+class TopicCache(Catalog):
+    """A :class:`Catalog` whose ``get_topic`` answers from a read at most ``ttl_s`` old, one
+    read at a time per topic. Idle runners ask for their topic every second (is the segment
+    sealed yet?): 500 subscriptions of a topic would make 2,000 metastore reads a second.
+    A stale answer only delays a segment advance by ``ttl_s``: the topic's timeline only grows
+    and its segments only move forward."""
+
+    def __init__(self, store: MetaStore, ttl_s: float = 0.5) -> None:
+        super().__init__(store)
+        self.ttl_s = ttl_s
+        self._topics: dict[tuple[str, str], tuple[float, asyncio.Task[Topic]]] = {}
+
+    async def get_topic(self, project: str, name: str) -> Topic:
+        key, now = (project, name), time.monotonic()
+        found = self._topics.get(key)
+        if (
+            found is None
+            or now - found[0] > self.ttl_s
+            or (found[1].done() and found[1].exception() is not None)
+        ):
+            task = asyncio.ensure_future(super().get_topic(project, name))
+            task.add_done_callback(_retrieved)
+            found = self._topics[key] = (now, task)
+        return await asyncio.shield(found[1])
+
+
+def _retrieved(task: asyncio.Task[Topic]) -> None:
+    if not task.cancelled():
+        task.exception()  # read: a failed read nobody awaits is not logged as lost
+
+
 class SharedSegmentReader(SegmentReader):
-    """A :class:`SegmentReader` whose reads go through one :class:`Tail` per partition."""
+    """A :class:`SegmentReader` whose reads go through one :class:`Tail` per partition and
+    whose topics come from a :class:`TopicCache`."""
 
     def __init__(
         self,
@@ -123,7 +156,7 @@ class SharedSegmentReader(SegmentReader):
         keep: int = 2_000,
         max_tails: int = 2_000,
     ) -> None:
-        super().__init__(catalog, stores)
+        super().__init__(TopicCache(catalog.store), stores)
         self.keep = keep
         self.max_tails = max_tails
         self._tails: OrderedDict[tuple[str, str, int], Tail] = OrderedDict()

@@ -10,8 +10,11 @@ from typing import Any
 
 import pytest
 
+from httpbus.core.model import Backend, Project, Segment, Topic
 from httpbus.delivery_workers import shared_reads
-from httpbus.delivery_workers.shared_reads import Tail
+from httpbus.delivery_workers.shared_reads import Tail, TopicCache
+from httpbus.metastore.catalog import Catalog
+from httpbus.metastore.embedded import EmbeddedMetaStore
 from httpbus.segments.config import EmbeddedClusterConfig
 from httpbus.segments.embedded import create_store
 from httpbus.segments.protocol import Record, SegmentStore, Stored
@@ -78,3 +81,29 @@ async def test_a_tail_nobody_follows_moves_to_the_next_start(
     assert tail.end == 3
     got = await tail.read(7, 500, 1.0)  # ahead, and the tail is idle: it moves to 7
     assert [m.value for m in got] == [b"m7", b"m8", b"m9"] and tail.end == 10
+
+
+async def test_topic_cache_reads_once_per_ttl(tmp_path: Path) -> None:
+    async with EmbeddedMetaStore(str(tmp_path / "m.db")) as meta:
+        catalog = Catalog(meta)
+        await catalog.create_project(Project(name="p"))
+        seg = Segment(id=1, cluster="c", backend=Backend.EMBEDDED, storage_topic="s", partitions=1)
+        await catalog.create_topic(Topic(project="p", name="t"), seg)
+        cache = TopicCache(meta, ttl_s=0.3)
+        calls = 0
+        real_get = meta.get
+
+        async def counting_get(path: str) -> Any:
+            nonlocal calls
+            calls += 1
+            return await real_get(path)
+
+        meta.get = counting_get  # type: ignore[method-assign]
+        topics = await asyncio.gather(*(cache.get_topic("p", "t") for _ in range(100)))
+        first = calls
+        assert all(t.name == "t" for t in topics) and 0 < first <= 4
+        await cache.get_topic("p", "t")
+        assert calls == first  # within the ttl: no read
+        await asyncio.sleep(0.35)
+        await cache.get_topic("p", "t")
+        assert calls > first

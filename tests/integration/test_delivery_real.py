@@ -133,6 +133,8 @@ async def test_pause_resume_seek_and_status(world: DeliveryWorld) -> None:
     assert status["state"] == "running" and status["worker"] == world.worker.member_id
     assert status["segment"] == 1 and len(status["partitions"]) == 2
     assert sum(b["delivered"] for b in status["history"]) == status["totals"]["delivered"]
+    assert status["rates"]["delivered_per_s"] > 0  # the resumed backlog, within the last 10 s
+    assert status["in_flight"] == 0 and status["updated_at"] is not None
     print(f"{world.cluster}: status {status['totals']} rates {status['rates']}")
 
     # Seek to a timestamp between two batches: the second is delivered again, the first not.

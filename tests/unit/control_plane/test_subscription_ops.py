@@ -18,9 +18,11 @@ from aiohttp import web
 
 from httpbus.control_plane.app import create_app
 from httpbus.control_plane.settings import ControlPlaneSettings
+from httpbus.core.model import SegmentState
 from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
 from httpbus.delivery_workers.worker import Worker
 from httpbus.metastore import paths
+from httpbus.metastore.catalog import Catalog
 from httpbus.metastore.embedded import EmbeddedMetaStore
 from httpbus.segments.config import EmbeddedClusterConfig
 from httpbus.segments.embedded import create_store
@@ -221,3 +223,41 @@ async def test_a_bad_seek_is_422_and_an_unknown_subscription_404(
         assert (await env.client.request(method, f"{missing}/{suffix}")).status_code == 404
     r = await env.client.post(f"{missing}/seek", json={"to": "latest"})
     assert r.status_code == 404
+
+
+async def test_seek_back_into_a_sealed_segment_reads_the_later_one_again(env: Env) -> None:
+    catalog = Catalog(env.meta)
+    base = int(time.time() * 1000) - 600_000
+    old = [f"old{i}" for i in range(20)]
+    await env.produce(old, timestamp_ms=base)
+    await _until(lambda: set(env.ids()) == set(old))
+    # A cutover by hand: seal segment 1, make segment 2 active.
+    topic = await catalog.get_topic("shop", "orders")
+    first = topic.segments[0]
+    second_name = f"{env.storage}.next"
+    await env.store.create_topic(second_name, 2, retention_ms=3_600_000)
+    pending = first.model_copy(
+        update={"id": 2, "storage_topic": second_name, "state": SegmentState.PENDING}
+    )
+    await catalog.add_segment("shop", "orders", pending)
+    ends = await env.store.seal(env.storage)
+    sealed = first.model_copy(
+        update={"state": SegmentState.SEALED, "end_positions": ends, "sealed_at": datetime.now(UTC)}
+    )
+    active = pending.model_copy(update={"state": SegmentState.ACTIVE})
+    await catalog.commit_segment_switch(topic, sealed, active)
+    env.storage = second_name
+    new = [f"new{i}" for i in range(10)]
+    await env.produce(new)
+    await _until(lambda: set(new) <= set(env.ids()))
+    await _status_until(env, lambda s: s["segment"] == 2 and s["lag"] == 0)
+
+    at = datetime.fromtimestamp((base + 10) / 1000, UTC).isoformat()
+    r = await env.client.post(f"{SUB}/seek", json={"timestamp": at})
+    assert r.status_code == 200, r.text
+    assert r.json()["segment"] == 1
+    await _until(lambda: all(env.ids()[m] == 2 for m in old[10:] + new))
+    await _status_until(env, lambda s: s["segment"] == 2 and s["lag"] == 0)
+    assert all(env.ids()[m] == 1 for m in old[:10])
+    r = await env.client.post(f"{SUB}/seek", json={"to": "latest"})
+    assert r.json()["segment"] == 2

@@ -244,12 +244,15 @@ class SubscriptionOps:
         }
 
     async def _partitions(self, sub: Subscription, segment: Segment) -> list[dict[str, int]]:
-        store, group = self._store(segment), commit_group(sub)
-        committed, ends, backlog = await asyncio.gather(
-            store.committed(segment.storage_topic, group),
-            store.end_positions(segment.storage_topic),
-            store.backlog(segment.storage_topic, group),
-        )
+        try:
+            store, group = self._store(segment), commit_group(sub)
+            committed, ends, backlog = await asyncio.gather(
+                store.committed(segment.storage_topic, group),
+                store.end_positions(segment.storage_topic),
+                store.backlog(segment.storage_topic, group),
+            )
+        except HttpbusError:  # storage away or the segment gone: the worker's figures remain
+            return []
         return [
             {
                 "partition": p,

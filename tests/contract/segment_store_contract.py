@@ -176,6 +176,26 @@ class SegmentStoreContract:
         await store.commit(name, "sub-a", {0: end})
         assert await store.committed(name, "sub-a") == {0: end}
 
+    async def test_commit_moves_back_for_a_seek(self, store: SegmentStore) -> None:
+        name = _name()
+        await store.create_topic(name, 1, retention_ms=RETENTION_MS)
+        produced = [await store.produce(name, Record(b"m"), partition=0) for _ in range(3)]
+        end = (await store.end_positions(name))[0]
+        await store.commit(name, "sub-a", {0: end})
+        await store.commit(name, "sub-a", {0: produced[1].position})
+        assert await store.committed(name, "sub-a") == {0: produced[1].position}
+
+    async def test_backlog_counts_messages_not_committed(self, store: SegmentStore) -> None:
+        name = _name()
+        await store.create_topic(name, 2, retention_ms=RETENTION_MS)
+        produced = [await store.produce(name, Record(b"m"), partition=0) for _ in range(5)]
+        assert await store.backlog(name, "sub-a") == {0: 5, 1: 0}
+        await store.commit(name, "sub-a", {0: produced[2].position})
+        assert await store.backlog(name, "sub-a") == {0: 3, 1: 0}
+        end = (await store.end_positions(name))[0]
+        await store.commit(name, "sub-a", {0: end})
+        assert await store.backlog(name, "sub-a") == {0: 0, 1: 0}
+
 
 async def _read_all(store: SegmentStore, name: str, partition: int, start: int, n: int) -> list:  # type: ignore[type-arg]
     out = []

@@ -46,12 +46,18 @@ def signing_key(secret: str) -> bytes:
 
 def _digest(key: bytes, msg_id: str, timestamp_s: int, body: bytes) -> str:
     signed = b"%s.%d.%s" % (msg_id.encode(), timestamp_s, body)
-    return base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+    # hmac.digest is the one-shot C path: a third of the cost of an hmac.new object.
+    return base64.b64encode(hmac.digest(key, signed, hashlib.sha256)).decode()
 
 
 def sign(secret: str, msg_id: str, timestamp_s: int, body: bytes) -> str:
     """The ``webhook-signature`` value: ``v1,<base64 HMAC-SHA256>``."""
-    return f"{VERSION},{_digest(signing_key(secret), msg_id, timestamp_s, body)}"
+    return sign_with_key(signing_key(secret), msg_id, timestamp_s, body)
+
+
+def sign_with_key(key: bytes, msg_id: str, timestamp_s: int, body: bytes) -> str:
+    """:func:`sign` with the key already decoded (:func:`signing_key`), for a hot path."""
+    return f"{VERSION},{_digest(key, msg_id, timestamp_s, body)}"
 
 
 def _lower(headers: Mapping[str, str]) -> dict[str, str]:

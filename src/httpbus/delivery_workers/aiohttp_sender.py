@@ -20,6 +20,7 @@ import math
 import re
 import time
 from collections.abc import Callable
+from functools import lru_cache
 
 import aiohttp
 from yarl import URL
@@ -39,6 +40,16 @@ _PLAIN_HEADERS = re.compile(rf"(?:{_TOKEN}:{_VALUE}\n)*")
 # sending, and every read of the answer (an outer asyncio.timeout would cost 5 % of a send).
 # It rounds timeouts of at least ``ceil_threshold`` up to a whole second; never, here.
 _NEVER = math.inf
+
+
+@lru_cache(maxsize=4096)  # a URL parse per delivery is a visible share of a send
+def _yarl(url: str) -> URL:
+    return URL(url, encoded=True)
+
+
+@lru_cache(maxsize=64)
+def _timeout(total_s: float) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(total=total_s, ceil_threshold=_NEVER)
 
 
 def _plain(out: OutgoingRequest) -> bool:
@@ -152,12 +163,12 @@ class AiohttpSender(AsyncResource):
                 out.method,
                 # Encoded: the endpoint's URL is validated and normalised already, and must
                 # not be re-quoted.
-                URL(out.url, encoded=True),
+                _yarl(out.url),
                 headers=out.headers,
                 data=out.body,
                 allow_redirects=False,
                 auto_decompress=False,
-                timeout=aiohttp.ClientTimeout(total=timeout_s, ceil_threshold=_NEVER),
+                timeout=_timeout(timeout_s),
             ) as response:
                 body = await _read_capped(response)
         except Exception as exc:

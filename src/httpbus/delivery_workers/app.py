@@ -128,6 +128,7 @@ def create_app(
                 commit_every_n=settings.commit_every_n,
                 commit_every_s=settings.commit_every_s,
                 lock_retry_s=settings.lock_retry_s,
+                status_interval_s=settings.status_interval_s,
             )
             await stack.enter_async_context(worker)
             registry = CollectorRegistry()

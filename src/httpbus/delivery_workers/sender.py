@@ -19,13 +19,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import NamedTuple, Protocol, runtime_checkable
 
 import httpx
 
 from httpbus.core.lifecycle import AsyncResource, Lifecycle
 from httpbus.core.model import Subscription
-from httpbus.core.signing import sign
+from httpbus.core.signing import sign_with_key, signing_key
 from httpbus.segments.protocol import Stored
 
 from .result import DeliveryResult
@@ -80,9 +81,21 @@ class OutgoingRequest(NamedTuple):
     body: bytes
 
 
+@lru_cache(maxsize=256)  # messages come in bursts of the same second
+def _rfc3339_s(epoch_s: int) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+
+
 def _rfc3339_ms(epoch_ms: int) -> str:
-    when = datetime.fromtimestamp(epoch_ms / 1000, UTC)
-    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{epoch_ms % 1000:03d}Z"
+    return f"{_rfc3339_s(epoch_ms // 1000)}{epoch_ms % 1000:03d}Z"
+
+
+@lru_cache(maxsize=4096)  # one base64 decode per subscription, not per delivery
+def _key(secret: str) -> bytes:
+    return signing_key(secret)
+
+
+_OWN = {"x-message-id", "x-group-id", "x-produced-at", "content-type"}
 
 
 def build_request(delivery: Delivery, now_s: int) -> OutgoingRequest:
@@ -99,18 +112,21 @@ def build_request(delivery: Delivery, now_s: int) -> OutgoingRequest:
     # body is only ever read as far as its first bytes (see ``_read_capped``).
     put("User-Agent", USER_AGENT)
     put("Accept-Encoding", "identity")
+    own: dict[str, str] = {}  # one pass over the stored headers (this is the hot path)
     for name, raw in msg.headers:
+        if name in _OWN:
+            own.setdefault(name, raw.decode("latin-1"))
         if name.startswith("x-") and name not in _RESERVED and not name.startswith(_INTERNAL):
             put(name, raw.decode("latin-1"))
     for name, value in sub.endpoint.headers.items():
         if name.lower() not in _FRAMING:
             put(name, value)
-    message_id = delivery.message_id
-    produced = delivery.header("x-produced-at")
+    message_id = own.get("x-message-id") or delivery.message_id
+    produced = own.get("x-produced-at")
     produced_ms = int(produced) if produced and produced.isdigit() else msg.timestamp_ms
-    put("Content-Type", delivery.header("content-type") or DEFAULT_CONTENT_TYPE)
+    put("Content-Type", own.get("content-type") or DEFAULT_CONTENT_TYPE)
     put("X-Message-Id", message_id)
-    group = delivery.header("x-group-id")
+    group = own.get("x-group-id")
     if group is not None:
         put("X-Group-Id", group)
     put("X-Topic", delivery.topic)
@@ -118,7 +134,7 @@ def build_request(delivery: Delivery, now_s: int) -> OutgoingRequest:
     put("X-Attempt", str(delivery.attempt))
     put("webhook-id", message_id)
     put("webhook-timestamp", str(now_s))
-    put("webhook-signature", sign(sub.signing_secret, message_id, now_s, msg.value))
+    put("webhook-signature", sign_with_key(_key(sub.signing_secret), message_id, now_s, msg.value))
     method = sub.endpoint.method
     return OutgoingRequest(method, str(sub.endpoint.url), tuple(headers.values()), msg.value)
 

@@ -27,3 +27,6 @@ class WorkerSettings(SettingsBase):
     commit_every_n: int = Field(default=500, ge=1, le=1_000_000)
     commit_every_s: float = Field(default=1.0, ge=0, le=60)
     lock_retry_s: float = Field(default=0.5, gt=0, le=60)
+    status_interval_s: float = Field(
+        default=1.0, gt=0, le=60, description="how often subscription figures are published"
+    )

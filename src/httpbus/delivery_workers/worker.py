@@ -16,6 +16,13 @@ holds:
 3. it watches its lock: if the lock vanishes (a ZooKeeper session expired while the process
    stalled) it stops the runner at once and takes the lock again before going on.
 
+While a seek request ``/seeks/{project}:{s}`` exists (the control plane is moving the
+subscription's positions), the worker stops the runner, releases the lock and waits for the
+request to go before taking the lock again; the control plane holds the lock meanwhile, so
+the runner restarts from the positions the seek committed. A paused subscription keeps its
+lock but runs no runner. A :class:`StatusPublisher` writes each held subscription's figures
+to ``/status/{project}:{s}`` for the control plane's status endpoint.
+
 When a subscription is unassigned the runner is stopped and the lock deleted. Stopping a
 runner cancels its in-flight deliveries without a last commit: the next owner delivers again
 what was delivered but not committed yet (at-least-once).
@@ -39,11 +46,12 @@ from httpbus.metastore.protocol import MetaStore
 from httpbus.segments.audit import AuditSink
 from httpbus.segments.internal import drop_layout
 from httpbus.segments.protocol import SegmentStore
-from httpbus.segments.reader import SegmentReader
 
 from .commit import CommitPolicy
 from .runner import RunnerStats, SubscriptionRunner
 from .sender import EndpointSender
+from .shared_reads import SharedSegmentReader
+from .status import StatusPublisher
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +90,13 @@ class Worker(AsyncResource):
         commit_every_s: float = 1.0,
         lock_retry_s: float = 0.5,
         error_retry_s: float = 1.0,
+        status_interval_s: float = 1.0,
     ) -> None:
         self.metastore = metastore
         self.catalog = Catalog(metastore)
         self.stores = stores
-        self.reader = SegmentReader(self.catalog, stores)
+        # One read per storage partition for every subscription at its tail (shared_reads).
+        self.reader = SharedSegmentReader(self.catalog, stores)
         self.sender = sender
         self.member_id = member_id
         self.audit = audit
@@ -100,11 +110,19 @@ class Worker(AsyncResource):
         self._running: dict[str, asyncio.Task[None]] = {}
         self._totals: dict[str, RunnerStats] = {}
         self._follow: asyncio.Task[None] | None = None
+        self._holding: set[str] = set()  # subscriptions whose lock this worker holds
+        self.status = StatusPublisher(
+            metastore, member_id, self.stats, self.holding, interval_s=status_interval_s
+        )
 
     @property
     def assigned(self) -> set[str]:
         """The subscriptions assigned to this worker (held or waiting for their lock)."""
         return set(self._owned)
+
+    def holding(self) -> set[str]:
+        """The subscriptions whose lock this worker holds (running, or paused)."""
+        return set(self._holding)
 
     def stats(self) -> dict[str, RunnerStats]:
         """Counters per subscription since this worker started, over all its runners."""
@@ -133,6 +151,7 @@ class Worker(AsyncResource):
         """Join the group ``workers`` and follow this worker's assignment."""
         await self.metastore.join(GROUP, self.member_id, self.member_data)
         self._follow = asyncio.create_task(self._follow_assignment())
+        await self.status.start()
 
     async def aclose(self) -> None:
         """Stop every runner and release every lock (the membership ends with the store)."""
@@ -142,6 +161,7 @@ class Worker(AsyncResource):
                 await self._follow
             self._follow = None
         await self._disown(list(self._owned))
+        await self.status.aclose()
 
     # ------------------------------------------------------------ assignment
     async def _follow_assignment(self) -> None:
@@ -175,10 +195,13 @@ class Worker(AsyncResource):
         while True:
             try:
                 await self._until_exists(project, name)
+                await self._until_absent(paths.seek_request(project, name))
                 token = await self._acquire(lock)
+                self._holding.add(key)
                 try:
                     await self._serve(key, project, name, lock, token)
                 finally:
+                    self._holding.discard(key)
                     with contextlib.suppress(HttpbusError, TimeoutError):
                         await asyncio.wait_for(self._release(lock, token), _RELEASE_TIMEOUT_S)
             except Exception:  # the metastore is down, a bug: keep the subscription owned
@@ -188,6 +211,17 @@ class Worker(AsyncResource):
     async def _until_exists(self, project: str, name: str) -> None:
         async for node in self.metastore.watch(paths.subscription(project, name)):
             if node is not None:
+                return
+
+    async def _until_absent(self, path: str) -> None:
+        async for node in self.metastore.watch(path):
+            if node is None:
+                return
+
+    async def _until_present(self, path: str) -> None:
+        async for node in self.metastore.watch(path):
+            if node is not None:
+                log.info("worker %s: %s; stepping aside", self.member_id, path)
                 return
 
     async def _acquire(self, lock: str) -> bytes:
@@ -210,10 +244,11 @@ class Worker(AsyncResource):
             await self.metastore.delete(lock, expected_version=node.version)
 
     async def _serve(self, key: str, project: str, name: str, lock: str, token: bytes) -> None:
-        """Run the subscription until it is deleted or the lock is lost."""
+        """Run the subscription until it is deleted, the lock is lost or a seek begins."""
         tasks = [
             asyncio.create_task(self._follow_subscription(key, project, name)),
             asyncio.create_task(self._until_lost(lock, token)),
+            asyncio.create_task(self._until_present(paths.seek_request(project, name))),
         ]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)

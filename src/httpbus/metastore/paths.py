@@ -18,6 +18,8 @@ The tree (relative to the store's root)::
     /cutovers/active/{p}:{t}                        marks a cutover the coordinator still drives
     /internal/subscriptions/{project}:{s}           the internal storage topics of subscription s
                                                     (delay levels, hold, replay, DLQ)
+    /seeks/{project}:{s}                            a seek of s in progress (by the control plane)
+    /status/{project}:{s}                           ephemeral: s's figures, by the worker running it
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ ASSIGNMENTS = "/assignments"
 SUBSCRIPTION_LOCKS = "/locks/subscriptions"
 ACTIVE_CUTOVERS = "/cutovers/active"
 INTERNAL_SUBSCRIPTIONS = "/internal/subscriptions"
+SEEKS = "/seeks"
+STATUS = "/status"
 
 
 def _n(*names: str) -> tuple[str, ...]:
@@ -135,3 +139,14 @@ def internal_topics(p: str, s: str) -> str:
     subscription's node, so deleting the subscription stays one transaction)."""
     p, s = _n(p, s)
     return f"{INTERNAL_SUBSCRIPTIONS}/{p}:{s}"
+
+
+def seek_request(p: str, s: str) -> str:
+    """While it exists, no worker runs subscription s: the control plane is moving it."""
+    p, s = _n(p, s)
+    return f"{SEEKS}/{p}:{s}"
+
+
+def subscription_status(p: str, s: str) -> str:
+    p, s = _n(p, s)
+    return f"{STATUS}/{p}:{s}"

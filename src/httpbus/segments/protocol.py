@@ -117,3 +117,8 @@ class SegmentStore(Lifecycle, Protocol):
 
     async def committed(self, name: str, group: str) -> dict[int, int]:
         """What ``group`` committed, per partition (partitions never committed: absent)."""
+
+    async def backlog(self, name: str, group: str) -> dict[int, int]:
+        """Per partition (every one), how many stored messages ``group`` has not committed:
+        those at or after its committed position (all retained ones if it never committed).
+        A count of messages, not a difference of positions (positions need not be dense)."""

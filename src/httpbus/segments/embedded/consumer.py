@@ -132,6 +132,9 @@ class Consumer:
     async def committed(self, name: str, group: str) -> dict[int, int]:
         return await self._run(lambda conn: _committed(conn, name, group), "committed")
 
+    async def backlog(self, name: str, group: str) -> dict[int, int]:
+        return await self._run(lambda conn: _backlog(conn, name, group), "backlog")
+
     async def _run(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
         return await self._db.run(fn, timeout=self._settings.produce_timeout_s, what=what)
 
@@ -198,6 +201,19 @@ def _committed(conn: sqlite3.Connection, name: str, group: str) -> dict[int, int
         "SELECT partition, position FROM commits WHERE topic = ? AND grp = ?", (name, group)
     ).fetchall()
     return {int(p): int(pos) for p, pos in rows}
+
+
+def _backlog(conn: sqlite3.Connection, name: str, group: str) -> dict[int, int]:
+    partitions, _ = _topic(conn, name)
+    committed = _committed(conn, name, group)
+    out = {}
+    for p in range(partitions):
+        row = conn.execute(
+            "SELECT COUNT(*) FROM messages WHERE topic = ? AND partition = ? AND position >= ?",
+            (name, p, committed.get(p, 0)),
+        ).fetchone()
+        out[p] = int(row[0])
+    return out
 
 
 def _data_version(conn: sqlite3.Connection) -> int:

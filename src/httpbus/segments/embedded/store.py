@@ -148,6 +148,9 @@ class EmbeddedSegmentStore(AsyncResource):
     async def committed(self, name: str, group: str) -> dict[int, int]:
         return await self._consumer.committed(name, group)
 
+    async def backlog(self, name: str, group: str) -> dict[int, int]:
+        return await self._consumer.backlog(name, group)
+
     async def enforce_retention(self) -> int:
         """Delete the expired messages of every topic now; the number deleted."""
         now_ms = int(self._clock() * 1000)

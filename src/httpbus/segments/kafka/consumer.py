@@ -184,6 +184,12 @@ async def end_offsets(admin: Any, topic: str, partitions: int, timeout: float) -
     return await _list_offsets(admin, topic, dict.fromkeys(range(partitions), latest), timeout)
 
 
+async def start_offsets(admin: Any, topic: str, partitions: int, timeout: float) -> dict[int, int]:
+    """Per partition, the log start: the first offset retention still holds."""
+    earliest = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+    return await _list_offsets(admin, topic, dict.fromkeys(range(partitions), earliest), timeout)
+
+
 async def offset_at(
     admin: Any, topic: str, partition: int, timestamp_ms: int, timeout: float
 ) -> int | None:

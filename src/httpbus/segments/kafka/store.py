@@ -86,7 +86,14 @@ from httpbus.core.lifecycle import AsyncResource
 from ...core.errors import HttpbusError, NotFound, SegmentFenced, TooLarge, ValidationFailed
 from ..protocol import Produced, Record, Stored, partition_for
 from .config import MAX_FUTURE_TIMESTAMP_MS, SEAL_GROUP, KafkaSettings
-from .consumer import PartitionReaders, commit_offsets, end_offsets, group_offsets, offset_at
+from .consumer import (
+    PartitionReaders,
+    commit_offsets,
+    end_offsets,
+    group_offsets,
+    offset_at,
+    start_offsets,
+)
 from .errors import resolve, retrying, translate, unavailable
 from .producer import DurableProducer, probe_until_refused
 
@@ -271,6 +278,24 @@ class KafkaSegmentStore(AsyncResource):
         _check_group(group)
         count = await self._count(name, time.monotonic() + self._timeout)
         return await self._group_offsets(group, name, count)
+
+    async def backlog(self, name: str, group: str) -> dict[int, int]:
+        """End offset minus the committed one (or the log start, if later or never
+        committed): like Kafka's consumer lag, transaction markers count as messages."""
+        _check_group(group)
+        count = await self._count(name, time.monotonic() + self._timeout)
+        ends, starts, committed = await asyncio.gather(
+            self._ends(name, count),
+            retrying(
+                lambda: start_offsets(self._admin, name, count, self._timeout),
+                timeout=self._timeout,
+                what=f"start positions of {name}",
+            ),
+            self._group_offsets(group, name, count),
+        )
+        return {
+            p: max(0, ends[p] - max(committed.get(p, 0), starts.get(p, 0))) for p in range(count)
+        }
 
     async def _count(self, name: str, deadline: float, *, fresh: bool = False) -> int:
         """The partition count of an existing topic (cached); ``NotFound`` if absent."""

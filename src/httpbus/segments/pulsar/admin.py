@@ -98,6 +98,12 @@ class PulsarAdmin:
         partitions: dict[str, Json] = resp.json().get("partitions", {})
         return partitions
 
+    async def partitioned_stats(self, topic: str) -> dict[str, Json]:
+        """Per partition topic URL, its stats (subscriptions with their ``msgBacklog``)."""
+        resp = await self._call("GET", topic, "/partitioned-stats", params={"perPartition": "true"})
+        partitions: dict[str, Json] = resp.json().get("partitions", {})
+        return partitions
+
     # -- one partition topic --------------------------------------------------------------
 
     async def last_message_id(self, partition_topic: str) -> tuple[int, int]:

@@ -284,6 +284,23 @@ class PulsarSegmentStore(AsyncResource):
                 out[p] = _read_position(str(cursor[group].get("readPosition", "")))
         return out
 
+    async def backlog(self, name: str, group: str) -> dict[int, int]:
+        """The broker's ``msgBacklog`` of ``group``'s cursor per partition; where ``group``
+        never committed, the entries the managed ledger holds (a batch counts once there)."""
+        count = await self._count(name)
+        stats, internal = await asyncio.gather(
+            self._admin.partitioned_stats(name), self._admin.partitioned_internal_stats(name)
+        )
+        out: dict[int, int] = {}
+        for p in range(count):
+            url = self._settings.partition_url(name, p)
+            sub = stats.get(url, {}).get("subscriptions", {}).get(group)
+            if sub is not None:
+                out[p] = int(sub.get("msgBacklog", 0))
+            else:
+                out[p] = int(internal.get(url, {}).get("numberOfEntries", 0))
+        return out
+
     async def _commit_one(self, topic: str, group: str, position: int) -> None:
         at = await self._cursor_target(topic, position)
         try:

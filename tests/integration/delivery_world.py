@@ -1,0 +1,219 @@
+"""A delivery setup on the real servers for the integration tests: ZooKeeper (a root of its
+own), one storage cluster (Kafka or Pulsar), the producer service as a process, the control
+plane in-process (its own ZooKeeper session, its Assigner), a Worker in-process on another
+session, and a recording endpoint (aiohttp) whose answer time a test can set."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from aiohttp import web
+
+from httpbus.control_plane.app import create_app
+from httpbus.control_plane.settings import ControlPlaneSettings
+from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
+from httpbus.delivery_workers.worker import Worker
+from httpbus.metastore.config import ZooKeeperConfig, open_metastore
+from httpbus.segments.config import ClusterConfig, KafkaClusterConfig, PulsarClusterConfig
+from httpbus.segments.registry import open_store
+from tests.conftest import RealServices
+from tests.integration.producer_process import ProducerProcess
+
+ADMIN = "integration-delivery-admin-token"
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+AUTH = {"Authorization": f"Bearer {ADMIN}"}
+
+
+@dataclass
+class Received:
+    at: float  # time.time() when the endpoint got it
+    path: str
+    headers: Mapping[str, str]  # case-insensitive
+    body: bytes
+
+
+@dataclass
+class Hook:
+    url: str = ""
+    got: list[Received] = field(default_factory=list)
+    delay: Callable[[str], float] = lambda path: 0.0  # seconds to wait before answering
+    concurrent: int = 0
+    max_concurrent: int = 0
+
+    def on(self, path: str) -> list[Received]:
+        return [r for r in self.got if r.path == path]
+
+    def ids(self, path: str) -> list[str]:
+        return [r.headers["X-Message-Id"] for r in self.on(path)]
+
+
+@dataclass
+class DeliveryWorld:
+    cluster: str
+    cp: httpx.AsyncClient
+    producer: httpx.AsyncClient
+    hook: Hook
+    worker: Worker
+
+    async def topic(self, name: str, partitions: int = 4, **fields: Any) -> dict[str, Any]:
+        body = {"name": name, "partitions": partitions, "cluster": self.cluster, **fields}
+        body.setdefault("capacity", {"max_qps": 1_000_000, "max_bytes_per_second": 1024**3})
+        r = await self.cp.post("/v1/projects/shop/topics", json=body)
+        assert r.status_code == 201, r.text
+        topic: dict[str, Any] = r.json()
+        return topic
+
+    async def subscribe(self, name: str, topic: str, **fields: Any) -> None:
+        body = {
+            "name": name,
+            "topic": topic,
+            "endpoint": {"url": f"{self.hook.url}/{name}"},
+            "signing_secret": SECRET,
+            **fields,
+        }
+        r = await self.cp.post("/v1/projects/shop/subscriptions", json=body)
+        assert r.status_code == 201, r.text
+
+    async def running(self, name: str, timeout: float = 30) -> None:
+        async with asyncio.timeout(timeout):
+            while f"shop/{name}" not in self.worker.runners:
+                await asyncio.sleep(0.05)
+
+    async def produce(self, topic: str, body: bytes, headers: dict[str, str]) -> float:
+        """Produce one message; the time it was accepted (time.time())."""
+        r = await self.producer.post(
+            f"/v1/projects/shop/topics/{topic}/produce", content=body, headers=headers
+        )
+        assert r.status_code in (200, 201, 202), r.text
+        return time.time()
+
+
+async def until(condition: Callable[[], bool], timeout: float = 60, what: str = "") -> None:
+    try:
+        async with asyncio.timeout(timeout):
+            while not condition():
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}") from None
+
+
+def clusters(real: RealServices) -> dict[str, ClusterConfig]:
+    return {
+        "kafka-main": KafkaClusterConfig(bootstrap_servers=real.kafka),
+        "pulsar-main": PulsarClusterConfig(service_url=real.pulsar, admin_url=real.pulsar_admin),
+    }
+
+
+async def _hook(hook: Hook) -> web.AppRunner:
+    async def receive(request: web.Request) -> web.Response:
+        body = await request.read()
+        hook.concurrent += 1
+        hook.max_concurrent = max(hook.max_concurrent, hook.concurrent)
+        try:
+            path = request.match_info["sub"]
+            hook.got.append(Received(time.time(), path, request.headers.copy(), body))
+            wait = hook.delay(path)
+            if wait:
+                await asyncio.sleep(wait)
+        finally:
+            hook.concurrent -= 1
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook/{sub}", receive)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    hook.url = f"http://127.0.0.1:{port}/hook"
+    return runner
+
+
+@asynccontextmanager
+async def delivery_world(
+    real: RealServices, unique: str, tmp_path: Path, cluster: str, **worker_options: Any
+) -> AsyncIterator[DeliveryWorld]:
+    """Everything above, torn down (and the ZooKeeper root deleted) on exit."""
+    root = f"/delivery-{unique}"
+    zk = ZooKeeperConfig(hosts=real.zookeeper, root=root)
+    configured = clusters(real)
+    settings = ControlPlaneSettings(
+        admin_token=ADMIN,
+        metastore=zk,
+        clusters={cluster: configured[cluster]},
+        default_cluster=cluster,
+        storage_topic_prefix=f"it-{unique}",
+        assign_interval_s=0.3,
+    )
+    hook = Hook()
+    producer_settings = {
+        "admin_token": ADMIN,
+        "metastore": {"kind": "zookeeper", "hosts": real.zookeeper, "root": root},
+        "clusters": {cluster: configured[cluster].model_dump()},
+    }
+    stack = AsyncExitStack()
+    try:
+        runner = await _hook(hook)
+        stack.push_async_callback(runner.cleanup)
+        cp_meta = await stack.enter_async_context(open_metastore(zk))
+        stack.push_async_callback(_wipe, cp_meta)
+        store = await stack.enter_async_context(open_store(configured[cluster]))
+        app = create_app(settings, metastore=cp_meta, stores={cluster: store})
+        await stack.enter_async_context(app.router.lifespan_context(app))
+        cp = await stack.enter_async_context(
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://cp", headers=AUTH
+            )
+        )
+        r = await cp.post("/v1/projects", json={"name": "shop"})
+        assert r.status_code == 201, r.text
+        producer = stack.enter_context(ProducerProcess(producer_settings, tmp_path))
+        producer_client = await stack.enter_async_context(
+            httpx.AsyncClient(base_url=producer.url, headers=AUTH, timeout=30)
+        )
+        worker_meta = await stack.enter_async_context(open_metastore(zk))
+        worker_store = await stack.enter_async_context(open_store(configured[cluster]))
+        sender = await stack.enter_async_context(AiohttpSender())
+        options = {"commit_every_s": 0.2, "lock_retry_s": 0.1, "status_interval_s": 0.5}
+        worker = Worker(
+            worker_meta,
+            {cluster: worker_store},
+            sender,
+            f"w-{unique}",
+            **{**options, **worker_options},
+        )
+        await stack.enter_async_context(worker)
+        yield DeliveryWorld(cluster, cp, producer_client, hook, worker)
+        await _drop_topics(cp)
+    finally:
+        try:
+            async with asyncio.timeout(90):
+                await stack.aclose()
+        except TimeoutError:
+            tasks = "\n".join(repr(t) for t in asyncio.all_tasks())
+            raise AssertionError(f"teardown hung; tasks:\n{tasks}") from None
+
+
+async def _drop_topics(cp: httpx.AsyncClient) -> None:
+    r = await cp.get("/v1/projects/shop/topics", params={"limit": 500})
+    for name in [t["name"] for t in r.json().get("items", [])]:
+        await cp.delete(f"/v1/projects/shop/topics/{name}", params={"force": "true"})
+
+
+async def _wipe(meta: Any) -> None:
+    for child in await meta.children("/"):
+        await meta.delete(f"/{child}", recursive=True)
+
+
+def jitter(low: float, high: float) -> Callable[[str], float]:
+    rng = random.Random(7)
+    return lambda path: rng.uniform(low, high)

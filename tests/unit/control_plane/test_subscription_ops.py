@@ -1,0 +1,263 @@
+"""Stop / start, seek and status through the admin API, on the embedded backends, with a real
+Worker (the control plane's own Assigner gives it the subscription) and a local endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from aiohttp import web
+
+from httpbus.control_plane.app import create_app
+from httpbus.control_plane.settings import ControlPlaneSettings
+from httpbus.core.model import SegmentState
+from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
+from httpbus.delivery_workers.worker import Worker
+from httpbus.metastore import paths
+from httpbus.metastore.catalog import Catalog
+from httpbus.metastore.embedded import EmbeddedMetaStore
+from httpbus.segments.config import EmbeddedClusterConfig
+from httpbus.segments.embedded import create_store
+from httpbus.segments.protocol import Record, SegmentStore
+
+TOKEN = "test-admin-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+SUB = "/v1/projects/shop/subscriptions/s1"
+
+
+@dataclass
+class Env:
+    client: httpx.AsyncClient
+    store: SegmentStore
+    meta: EmbeddedMetaStore
+    storage: str
+    got: list[tuple[float, str]] = field(default_factory=list)
+
+    def ids(self) -> Counter[str]:
+        return Counter(mid for _, mid in self.got)
+
+    async def produce(self, names: list[str], timestamp_ms: int | None = None) -> None:
+        for i, mid in enumerate(names):
+            headers = (("x-message-id", mid.encode()),)
+            ts = None if timestamp_ms is None else timestamp_ms + i
+            await self.store.produce(self.storage, Record(mid.encode(), None, headers, ts))
+
+
+async def _until(condition: Callable[[], bool], timeout: float = 20) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
+    got: list[tuple[float, str]] = []
+
+    async def receive(request: web.Request) -> web.Response:
+        got.append((time.monotonic(), request.headers["X-Message-Id"]))
+        return web.Response(status=204)
+
+    hook = web.Application()
+    hook.router.add_post("/hook", receive)
+    runner = web.AppRunner(hook)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    cluster = EmbeddedClusterConfig(path=str(tmp_path / "segments.db"))
+    settings = ControlPlaneSettings(
+        admin_token=TOKEN, clusters={"embedded": cluster}, assign_interval_s=0.2
+    )
+    try:
+        async with (
+            EmbeddedMetaStore(str(tmp_path / "meta.db")) as meta,
+            create_store(cluster) as store,
+        ):
+            app = create_app(settings, metastore=meta, stores={"embedded": store})
+            async with app.router.lifespan_context(app):
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(
+                    transport=transport, base_url="http://cp", headers=AUTH
+                ) as client:
+                    await client.post("/v1/projects", json={"name": "shop"})
+                    topic = {"name": "orders", "partitions": 2}
+                    r = await client.post("/v1/projects/shop/topics", json=topic)
+                    storage = r.json()["segments"][0]["storage_topic"]
+                    sub = {
+                        "name": "s1",
+                        "topic": "orders",
+                        "endpoint": {"url": f"http://127.0.0.1:{port}/hook"},
+                    }
+                    assert (await client.post(SUB.rsplit("/", 1)[0], json=sub)).status_code == 201
+                    async with (
+                        AiohttpSender() as sender,
+                        Worker(
+                            meta,
+                            {"embedded": store},
+                            sender,
+                            "w1",
+                            commit_every_s=0.1,
+                            lock_retry_s=0.1,
+                            status_interval_s=0.2,
+                        ),
+                    ):
+                        yield Env(client, store, meta, storage, got)
+    finally:
+        await runner.cleanup()
+
+
+async def _status(env: Env) -> dict[str, Any]:
+    r = await env.client.get(f"{SUB}/status")
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+async def _status_until(env: Env, condition: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    async with asyncio.timeout(20):
+        while not condition(status := await _status(env)):
+            await asyncio.sleep(0.1)
+    return status
+
+
+async def test_status_shows_figures_lag_and_history(env: Env) -> None:
+    names = [f"m{i}" for i in range(30)]
+    await env.produce(names)
+    await _until(lambda: set(env.ids()) == set(names))
+    status = await _status_until(env, lambda s: s["totals"]["delivered"] == 30 and s["lag"] == 0)
+    assert status["state"] == "running" and status["worker"] == "w1"
+    assert status["segment"] == 1 and status["subscription"] == "shop/s1"
+    assert [p["partition"] for p in status["partitions"]] == [0, 1]
+    assert sum(p["end"] for p in status["partitions"]) == 30
+    assert all(p["committed"] == p["end"] and p["lag"] == 0 for p in status["partitions"])
+    assert len(status["history"]) == 360
+    assert sum(b["delivered"] for b in status["history"]) == 30
+    assert status["updated_at"] is not None and status["in_flight"] == 0
+    await env.client.post(f"{SUB}/stop")
+    await env.produce(["late-1", "late-2"])
+    status = await _status_until(env, lambda s: s["lag"] == 2)
+    assert status["state"] == "paused"
+
+
+async def test_stop_stops_within_a_second_and_start_skips_nothing(env: Env) -> None:
+    produced: list[str] = []
+    stop = asyncio.Event()
+
+    async def keep_producing() -> None:
+        for i in range(10_000):
+            if stop.is_set():
+                return
+            await env.produce([f"m{i}"])
+            produced.append(f"m{i}")
+            await asyncio.sleep(0.01)
+
+    producing = asyncio.create_task(keep_producing())
+    await _until(lambda: len(env.got) >= 20)
+    r = await env.client.post(f"{SUB}/stop")
+    assert r.status_code == 200 and r.json()["paused"] is True
+    stopped_at = time.monotonic()
+    await asyncio.sleep(2.0)
+    assert max(at for at, _ in env.got) - stopped_at < 1.0
+    stop.set()
+    await producing
+    assert set(env.ids()) < set(produced)
+    assert (await env.client.post(f"{SUB}/stop")).json()["paused"] is True  # idempotent
+    r = await env.client.post(f"{SUB}/start")
+    assert r.status_code == 200 and r.json()["paused"] is False
+    await _until(lambda: set(env.ids()) == set(produced))
+
+
+async def test_seek_to_a_timestamp_earliest_and_latest(env: Env) -> None:
+    base = int(time.time() * 1000) - 600_000
+    old = [f"old{i}" for i in range(20)]
+    await env.produce(old, timestamp_ms=base)  # old_i at base + i
+    await _until(lambda: set(env.ids()) == set(old))
+    await _status_until(env, lambda s: s["lag"] == 0)
+    at = datetime.fromtimestamp((base + 10) / 1000, UTC).isoformat()
+    r = await env.client.post(f"{SUB}/seek", json={"timestamp": at})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["segment"] == 1 and set(body["positions"]) == {"0", "1"}
+    await _until(lambda: all(env.ids()[m] == 2 for m in old[10:]))
+    await asyncio.sleep(0.5)
+    assert all(env.ids()[m] == 1 for m in old[:10])  # before the timestamp: not again
+
+    r = await env.client.post(f"{SUB}/seek", json={"to": "earliest"})
+    assert r.status_code == 200, r.text
+    await _until(lambda: all(env.ids()[m] >= 2 for m in old))
+    await _status_until(env, lambda s: s["lag"] == 0)
+    await env.client.post(f"{SUB}/stop")
+    await env.produce(["skipped"])
+    r = await env.client.post(f"{SUB}/seek", json={"to": "latest"})
+    assert r.status_code == 200, r.text
+    assert sum(r.json()["positions"].values()) == 21
+    assert (await env.meta.get(paths.seek_request("shop", "s1"))) is None
+    await env.client.post(f"{SUB}/start")
+    await env.produce(["after"])
+    await _until(lambda: "after" in env.ids())
+    assert "skipped" not in env.ids()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{}, {"to": "middle"}, {"to": "earliest", "timestamp": "2026-01-01T00:00:00Z"}],
+)
+async def test_a_bad_seek_is_422_and_an_unknown_subscription_404(
+    env: Env, body: dict[str, str]
+) -> None:
+    r = await env.client.post(f"{SUB}/seek", json=body)
+    assert r.status_code == 422, r.text
+    assert r.json()["code"] == "validation_failed"
+    r = await env.client.post(f"{SUB}/seek", json={"timestamp": "2026-01-01T00:00:00"})
+    assert r.status_code == 422  # no offset: ambiguous
+    missing = "/v1/projects/shop/subscriptions/nope"
+    for method, suffix in (("POST", "stop"), ("POST", "start"), ("GET", "status")):
+        assert (await env.client.request(method, f"{missing}/{suffix}")).status_code == 404
+    r = await env.client.post(f"{missing}/seek", json={"to": "latest"})
+    assert r.status_code == 404
+
+
+async def test_seek_back_into_a_sealed_segment_reads_the_later_one_again(env: Env) -> None:
+    catalog = Catalog(env.meta)
+    base = int(time.time() * 1000) - 600_000
+    old = [f"old{i}" for i in range(20)]
+    await env.produce(old, timestamp_ms=base)
+    await _until(lambda: set(env.ids()) == set(old))
+    # A cutover by hand: seal segment 1, make segment 2 active.
+    topic = await catalog.get_topic("shop", "orders")
+    first = topic.segments[0]
+    second_name = f"{env.storage}.next"
+    await env.store.create_topic(second_name, 2, retention_ms=3_600_000)
+    pending = first.model_copy(
+        update={"id": 2, "storage_topic": second_name, "state": SegmentState.PENDING}
+    )
+    await catalog.add_segment("shop", "orders", pending)
+    ends = await env.store.seal(env.storage)
+    sealed = first.model_copy(
+        update={"state": SegmentState.SEALED, "end_positions": ends, "sealed_at": datetime.now(UTC)}
+    )
+    active = pending.model_copy(update={"state": SegmentState.ACTIVE})
+    await catalog.commit_segment_switch(topic, sealed, active)
+    env.storage = second_name
+    new = [f"new{i}" for i in range(10)]
+    await env.produce(new)
+    await _until(lambda: set(new) <= set(env.ids()))
+    await _status_until(env, lambda s: s["segment"] == 2 and s["lag"] == 0)
+
+    at = datetime.fromtimestamp((base + 10) / 1000, UTC).isoformat()
+    r = await env.client.post(f"{SUB}/seek", json={"timestamp": at})
+    assert r.status_code == 200, r.text
+    assert r.json()["segment"] == 1
+    await _until(lambda: all(env.ids()[m] == 2 for m in old[10:] + new))
+    await _status_until(env, lambda s: s["segment"] == 2 and s["lag"] == 0)
+    assert all(env.ids()[m] == 1 for m in old[:10])
+    r = await env.client.post(f"{SUB}/seek", json={"to": "latest"})
+    assert r.json()["segment"] == 2

@@ -1,0 +1,109 @@
+"""The shared tail: one storage read for many readers at the end, memory for readers inside the
+window, storage for readers elsewhere; on a real embedded store."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from httpbus.core.model import Backend, Project, Segment, Topic
+from httpbus.delivery_workers import shared_reads
+from httpbus.delivery_workers.shared_reads import Tail, TopicCache
+from httpbus.metastore.catalog import Catalog
+from httpbus.metastore.embedded import EmbeddedMetaStore
+from httpbus.segments.config import EmbeddedClusterConfig
+from httpbus.segments.embedded import create_store
+from httpbus.segments.protocol import Record, SegmentStore, Stored
+
+
+class Counting:
+    """Counts the reads that reach the store."""
+
+    def __init__(self, inner: SegmentStore) -> None:
+        self.inner, self.reads = inner, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def read(self, *args: Any, **kwargs: Any) -> list[Stored]:
+        self.reads += 1
+        return await self.inner.read(*args, **kwargs)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Counting]:
+    async with create_store(EmbeddedClusterConfig(path=str(tmp_path / "s.db"))) as inner:
+        await inner.create_topic("t", 1, retention_ms=3_600_000)
+        yield Counting(inner)
+
+
+async def _produce(store: Counting, n: int, prefix: str = "m") -> None:
+    for i in range(n):
+        await store.inner.produce("t", Record(f"{prefix}{i}".encode()), partition=0)
+
+
+async def test_readers_at_the_tail_share_one_storage_read(store: Counting) -> None:
+    tail = Tail(store, "t", 0, keep=100)  # type: ignore[arg-type]
+    waiting = [asyncio.create_task(tail.read(0, 500, 5.0)) for _ in range(50)]
+    await asyncio.sleep(0.05)
+    records = [Record(f"m{i}".encode()) for i in range(3)]
+    await store.inner.produce_many("t", records)  # one transaction: seen at once
+    got = await asyncio.gather(*waiting)
+    assert all([m.value for m in batch] == [b"m0", b"m1", b"m2"] for batch in got)
+    assert store.reads == 1
+    assert [m.value for m in await tail.read(1, 500, 1.0)] == [b"m1", b"m2"]  # from memory
+    assert store.reads == 1
+
+
+async def test_window_bounds_and_a_reader_behind_it(store: Counting) -> None:
+    await _produce(store, 10)
+    tail = Tail(store, "t", 0, keep=4)  # type: ignore[arg-type]
+    assert len(await tail.read(0, 500, 1.0)) == 10
+    assert list(tail.positions) == [6, 7, 8, 9]
+    behind = await tail.read(2, 3, 1.0)  # outside the window: read from storage
+    assert [m.value for m in behind] == [b"m2", b"m3", b"m4"]
+    assert [m.value for m in await tail.read(8, 500, 1.0)] == [b"m8", b"m9"]
+    assert await tail.read(10, 500, 0.1) == []
+
+
+async def test_a_tail_nobody_follows_moves_to_the_next_start(
+    store: Counting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shared_reads, "IDLE_S", 0.0)
+    await _produce(store, 10)
+    tail = Tail(store, "t", 0, keep=100)  # type: ignore[arg-type]
+    await tail.read(0, 2, 1.0)  # the tail now stands at 10 (it fetched everything)
+    tail._anchor(3)
+    assert tail.end == 3
+    got = await tail.read(7, 500, 1.0)  # ahead, and the tail is idle: it moves to 7
+    assert [m.value for m in got] == [b"m7", b"m8", b"m9"] and tail.end == 10
+
+
+async def test_topic_cache_reads_once_per_ttl(tmp_path: Path) -> None:
+    async with EmbeddedMetaStore(str(tmp_path / "m.db")) as meta:
+        catalog = Catalog(meta)
+        await catalog.create_project(Project(name="p"))
+        seg = Segment(id=1, cluster="c", backend=Backend.EMBEDDED, storage_topic="s", partitions=1)
+        await catalog.create_topic(Topic(project="p", name="t"), seg)
+        cache = TopicCache(meta, ttl_s=0.3)
+        calls = 0
+        real_get = meta.get
+
+        async def counting_get(path: str) -> Any:
+            nonlocal calls
+            calls += 1
+            return await real_get(path)
+
+        meta.get = counting_get  # type: ignore[method-assign]
+        topics = await asyncio.gather(*(cache.get_topic("p", "t") for _ in range(100)))
+        first = calls
+        assert all(t.name == "t" for t in topics) and 0 < first <= 4
+        await cache.get_topic("p", "t")
+        assert calls == first  # within the ttl: no read
+        await asyncio.sleep(0.35)
+        await cache.get_topic("p", "t")
+        assert calls > first

@@ -105,7 +105,11 @@ class Supervisor:
 
     # ------------------------------------------------------------ fetch / start
     def fetch(self, names: Iterable[str]) -> dict[str, str]:
-        return {name: maven.classpath(name, self.cache) for name in names}
+        return {name: self._resolve(name) for name in names}
+
+    def _resolve(self, name: str) -> str:
+        resolve = self.servers[name].resolve
+        return resolve() if resolve is not None else maven.classpath(name, self.cache)
 
     def start(self, names: list[str], die_with_parent: bool = False) -> None:
         """Start ``names`` on fresh data folders and wait until every one answers."""

@@ -87,7 +87,13 @@ class ReportStore:
 
     # ------------------------------------------------------------ writes
     def save_reconciliation(
-        self, result: Reconciliation, *, mode: str, source: str, started_at_ms: int, duration_ms: int
+        self,
+        result: Reconciliation,
+        *,
+        mode: str,
+        source: str,
+        started_at_ms: int,
+        duration_ms: int,
     ) -> int:
         """Store a run and its findings; its id."""
         run = ReconciliationRunRow(
@@ -138,9 +144,7 @@ class ReportStore:
                     )
                 )
             session.flush()
-            session.add_all(
-                HourlyReportRow(**row.model_dump(), updated_at_ms=now) for row in rows
-            )
+            session.add_all(HourlyReportRow(**row.model_dump(), updated_at_ms=now) for row in rows)
 
     def save_cutovers(self, checks: Sequence[CutoverCheck]) -> None:
         now = self._clock_ms()

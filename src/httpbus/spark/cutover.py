@@ -78,7 +78,10 @@ def _verify(events: DataFrame, c: AuditCutover, skew_ms: int, window_ms: int) ->
         )
         for r in misplaced_rows
     ]
-    counts = {r["segment"]: r["n"] for r in accepted.groupBy("segment").count().withColumnRenamed("count", "n").collect()}
+    counts = {
+        r["segment"]: r["n"]
+        for r in accepted.groupBy("segment").count().withColumnRenamed("count", "n").collect()
+    }
     groups = (
         accepted.where(F.col("group").isNotNull())
         .groupBy("group")

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from httpbus.core.audit import AuditType, HourlyRow
 
@@ -60,18 +60,15 @@ def _aggregate(rows: DataFrame) -> DataFrame:
     def count(cond: Column, name: str) -> Column:
         return F.sum(cond.cast("int")).alias(name)
 
-    return (
-        rows.groupBy(F.window("ts", WINDOW).alias("w"), "subscription")
-        .agg(
-            count(_is(AuditType.ACCEPTED), "accepted"),
-            count(_is(AuditType.ATTEMPTED), "attempted"),
-            count(_is(AuditType.DELIVERED), "delivered"),
-            count(_is(AuditType.FILTERED), "filtered"),
-            count(_is(AuditType.RETRIED), "retried"),
-            count(_is(AuditType.DEAD_LETTERED), "dead_lettered"),
-            count(_is(AuditType.ATTEMPTED) & ~F.coalesce(ok, F.lit(False)), "failed_attempts"),
-            F.percentile_approx(latency, PERCENTILES, 10_000).alias("latency"),
-        )
+    return rows.groupBy(F.window("ts", WINDOW).alias("w"), "subscription").agg(
+        count(_is(AuditType.ACCEPTED), "accepted"),
+        count(_is(AuditType.ATTEMPTED), "attempted"),
+        count(_is(AuditType.DELIVERED), "delivered"),
+        count(_is(AuditType.FILTERED), "filtered"),
+        count(_is(AuditType.RETRIED), "retried"),
+        count(_is(AuditType.DEAD_LETTERED), "dead_lettered"),
+        count(_is(AuditType.ATTEMPTED) & ~F.coalesce(ok, F.lit(False)), "failed_attempts"),
+        F.percentile_approx(latency, PERCENTILES, 10_000).alias("latency"),
     )
 
 

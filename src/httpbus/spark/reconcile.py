@@ -20,8 +20,9 @@ finding: the trail is best effort (a crashed producer loses the events it had no
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from httpbus.core.audit import (
@@ -132,7 +133,7 @@ def reconcile(
 
 
 def _tallies(judged: DataFrame) -> list[SubscriptionTally]:
-    def count(status: str) -> F.Column:
+    def count(status: str) -> Column:
         return F.sum((F.col("status") == status).cast("int")).alias(status)
 
     statuses = ["delivered", "filtered", "dead_lettered", "late", "lost", "pending"]
@@ -162,15 +163,17 @@ def _findings(judged: DataFrame) -> list[Finding]:
         for kind in kinds:
             if len(out[kind]) < MAX_LISTED:
                 out[kind].append(_finding(kind, row))
-    return [f for kind in (FindingKind.LOST, FindingKind.LATE, FindingKind.DUPLICATE) for f in out[kind]]
+    return [
+        f for kind in (FindingKind.LOST, FindingKind.LATE, FindingKind.DUPLICATE) for f in out[kind]
+    ]
 
 
-def _finding(kind: FindingKind, row: dict[str, object]) -> Finding:
+def _finding(kind: FindingKind, row: dict[str, Any]) -> Finding:
     return Finding(
         kind=kind,
         subscription=str(row["subscription"]),
         message_id=str(row["message_id"]),
-        accepted_at_ms=row["accepted_at"],  # type: ignore[arg-type]
-        terminal_at_ms=row["terminal_at"],  # type: ignore[arg-type]
-        count=int(row["deliveries"] or 1) if kind is FindingKind.DUPLICATE else 1,  # type: ignore[call-overload]
+        accepted_at_ms=row["accepted_at"],
+        terminal_at_ms=row["terminal_at"],
+        count=int(row["deliveries"] or 1) if kind is FindingKind.DUPLICATE else 1,
     )

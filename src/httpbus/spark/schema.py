@@ -63,7 +63,9 @@ def read_files(spark: SparkSession, path: str) -> DataFrame:
     return _valid(lines.select(parse_lines(F.col("value")).alias("e")).select("e.*"))
 
 
-def kafka_options(bootstrap: str, topic: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def kafka_options(
+    bootstrap: str, topic: str, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """Options of the Kafka source for the audit topic (``extra`` wins)."""
     return {
         "kafka.bootstrap.servers": bootstrap,

@@ -69,7 +69,10 @@ def test_runs_round_trip(store: ReportStore) -> None:
 
 def _row(sub: str, start: int, delivered: int) -> HourlyRow:
     return HourlyRow(
-        window_start_ms=start, window_end_ms=start + 3_600_000, subscription=sub, delivered=delivered
+        window_start_ms=start,
+        window_end_ms=start + 3_600_000,
+        subscription=sub,
+        delivered=delivered,
     )
 
 

@@ -51,7 +51,9 @@ def _trail() -> list[Any]:
 
 
 def test_planted_faults_are_named_exactly(spark: Any) -> None:
-    subs = subscriptions_frame(spark, [AuditSubscription(name=SUB, topic_project="shop", topic="orders")])
+    subs = subscriptions_frame(
+        spark, [AuditSubscription(name=SUB, topic_project="shop", topic="orders")]
+    )
     result = reconcile(
         frame(spark, _trail()),
         subs,

@@ -38,7 +38,9 @@ def upgrade() -> None:
         sa.Column("unaccepted", sa.BigInteger(), nullable=False),
         sa.Column("tallies", sa.Text(), nullable=False),
     )
-    op.create_index("ix_reconciliation_runs_started_at_ms", "reconciliation_runs", ["started_at_ms"])
+    op.create_index(
+        "ix_reconciliation_runs_started_at_ms", "reconciliation_runs", ["started_at_ms"]
+    )
     op.create_table(
         "reconciliation_findings",
         sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),

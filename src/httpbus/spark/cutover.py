@@ -31,11 +31,12 @@ def verify_cutovers(
     *,
     skew_ms: int = 1_000,
     switch_window_ms: int = 30_000,
+    dedupe: bool = True,
 ) -> list[CutoverCheck]:
     """One check per cutover of ``cutovers``."""
     if not cutovers:
         return []
-    events = distinct_events(events).cache()
+    events = (distinct_events(events) if dedupe else events).cache()
     try:
         return [_verify(events, c, skew_ms, switch_window_ms) for c in cutovers]
     finally:

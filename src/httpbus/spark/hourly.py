@@ -111,10 +111,15 @@ def to_rows(aggregated: DataFrame) -> list[HourlyRow]:
 
 
 def hourly_report(
-    events: DataFrame, subs: DataFrame, since_ms: int | None = None, until_ms: int | None = None
+    events: DataFrame,
+    subs: DataFrame,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    *,
+    dedupe: bool = True,
 ) -> list[HourlyRow]:
     """The report of ``events`` (batch), windows of events in ``[since_ms, until_ms)``."""
-    events = distinct_events(events)
+    events = distinct_events(events) if dedupe else events
     if since_ms is not None:
         events = events.where(F.col("at_ms") >= since_ms)
     if until_ms is not None:

@@ -84,10 +84,11 @@ def reconcile(
     until_ms: int,
     as_of_ms: int,
     horizon_ms: int,
+    dedupe: bool = True,
 ) -> Reconciliation:
     """Reconcile ``events`` (audit events, any source) against ``subs``
     (:func:`subscriptions_frame`) for messages accepted in ``[since_ms, until_ms)``."""
-    events = distinct_events(events).cache()
+    events = (distinct_events(events) if dedupe else events).cache()
     try:
         terminal = _terminal(events)
         expected = _expected(events, subs, since_ms, until_ms)

@@ -8,11 +8,13 @@ import typer
 
 from httpbus import __version__
 
-from . import dev, produce
+from . import audit, db, dev, produce
 
 cli = typer.Typer(help="httpbus: an HTTP asynchronous message bus.", no_args_is_help=True)
 cli.command()(dev.dev)
 cli.command()(produce.produce)
+cli.add_typer(audit.app, name="audit")
+cli.add_typer(db.app, name="db")
 
 
 @cli.callback(invoke_without_command=True)

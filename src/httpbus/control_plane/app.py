@@ -19,6 +19,7 @@ from httpbus.segments.registry import open_stores
 
 from . import api
 from .admin import Admin
+from .api import audit as audit_api
 from .assigner import Assigner
 from .settings import ControlPlaneSettings
 
@@ -71,4 +72,7 @@ def create_app(
         return {"status": "ready"}
 
     app.include_router(api.router(settings.admin_token.get_secret_value()))
+    app.include_router(
+        audit_api.router(settings.admin_token.get_secret_value(), settings.database_url)
+    )
     return app

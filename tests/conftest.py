@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,6 +91,39 @@ def postgres_database(postgres_server: str, unique: str) -> Iterator[str]:
     finally:
         with psycopg.connect(postgres_server, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] SparkSession for the whole test run (a JVM start costs seconds), with the
+    Kafka connector's jars when they resolve (``scripts.realservices fetch``), so the unit and
+    the integration tests share it. Stopped at the end of the run."""
+    pytest.importorskip("pyspark")
+    from httpbus.spark.session import build_session
+    from scripts.realservices.maven import spark_jars
+
+    try:
+        jars = spark_jars(DEFAULT_CACHE)
+    except Exception:  # no Maven here: the unit tests need no connector
+        jars = []
+    session = build_session(
+        "local[2]",
+        jars=jars,
+        app_name="httpbus-tests",
+        config={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # py4j leaves the sockets of collected results to the garbage collector (a pyspark trait,
+    # not ours): their ResourceWarning must not fail the tests that use Spark.
+    mark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(mark)
 
 
 @pytest.fixture

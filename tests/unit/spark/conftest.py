@@ -1,8 +1,8 @@
-"""One local[2] SparkSession for the whole test session: starting a JVM costs seconds."""
+"""Helpers of the Spark job tests; the shared session is the ``spark`` fixture of
+tests/conftest.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -10,21 +10,6 @@ import pytest
 from httpbus.core.audit import AuditEvent, AuditType
 
 pyspark = pytest.importorskip("pyspark")
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    from httpbus.spark.session import build_session
-
-    session = build_session(
-        "local[2]",
-        app_name="httpbus-unit-tests",
-        config={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    # Left running on purpose: other test modules of the session (integration) reuse it, and
-    # the JVM ends with the process.
 
 
 T0 = 1_700_000_000_000  # ms
@@ -47,11 +32,3 @@ def frame(spark: Any, events: list[AuditEvent], records_of: int = 7) -> Any:
     values = [(b"\n".join(lines[i : i + records_of]),) for i in range(0, len(lines), records_of)]
     return events_from_values(spark.createDataFrame(values, "value binary"))
 
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # py4j leaves the sockets of collected results to the garbage collector (a known pyspark
-    # trait, not ours): their ResourceWarning must not fail the Spark tests.
-    mark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-    for item in items:
-        if "/unit/spark/" in str(item.fspath):
-            item.add_marker(mark)

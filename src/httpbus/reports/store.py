@@ -83,7 +83,9 @@ class ReportStore:
             with self._sessions.begin() as session:
                 yield session
         except SQLAlchemyError as exc:
-            raise StorageUnavailable(f"the report database failed: {exc}") from exc
+            raise StorageUnavailable(
+                f"the report database failed (is it migrated? httpbus db upgrade): {exc}"
+            ) from exc
 
     # ------------------------------------------------------------ writes
     def save_reconciliation(

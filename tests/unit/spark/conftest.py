@@ -31,4 +31,3 @@ def frame(spark: Any, events: list[AuditEvent], records_of: int = 7) -> Any:
     lines = [e.to_bytes() for e in events]
     values = [(b"\n".join(lines[i : i + records_of]),) for i in range(0, len(lines), records_of)]
     return events_from_values(spark.createDataFrame(values, "value binary"))
-

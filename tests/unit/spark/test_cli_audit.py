@@ -113,3 +113,25 @@ def test_audit_run_on_the_embedded_trail(tmp_path: Path, spark: Any) -> None:
     down = runner.invoke(cli, ["db", "downgrade", "base", *url])
     assert "base (empty)" in down.output, down.output
     assert "at 0001" in runner.invoke(cli, ["db", "upgrade", *url]).output
+
+
+def test_durations_and_instants() -> None:
+    import pytest
+    import typer
+
+    from httpbus.control_plane.cli.audit import duration_ms, instant_ms
+
+    assert [duration_ms(t) for t in ("90", "90s", "15m", "2h", "1d", "500ms")] == [
+        90_000,
+        90_000,
+        900_000,
+        7_200_000,
+        86_400_000,
+        500,
+    ]
+    assert instant_ms("2h", 10_000_000) == 2_800_000
+    assert instant_ms("2026-11-22T00:00:00Z", 0) == 1_795_305_600_000
+    with pytest.raises(typer.BadParameter, match="duration"):
+        duration_ms("soon")
+    with pytest.raises(typer.BadParameter, match="time zone"):
+        instant_ms("2026-11-22T00:00:00", 0)

@@ -36,6 +36,7 @@ from httpbus.core.audit import (
 
 from .schema import distinct_events
 
+COLUMNS = ["type", "message_id", "project", "topic", "subscription", "at_ms"]
 MAX_LISTED = 10_000
 """Findings listed per kind (the counts stay exact beyond it)."""
 
@@ -88,7 +89,7 @@ def reconcile(
 ) -> Reconciliation:
     """Reconcile ``events`` (audit events, any source) against ``subs``
     (:func:`subscriptions_frame`) for messages accepted in ``[since_ms, until_ms)``."""
-    events = (distinct_events(events) if dedupe else events).cache()
+    events = (distinct_events(events, COLUMNS) if dedupe else events.select(*COLUMNS)).cache()
     try:
         terminal = _terminal(events)
         expected = _expected(events, subs, since_ms, until_ms)

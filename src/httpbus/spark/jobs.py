@@ -21,7 +21,6 @@ from .hourly import hourly_report
 from .reconcile import reconcile, subscriptions_frame
 from .schema import distinct_events
 
-
 JOB_COLUMNS = [
     "type",
     "message_id",

@@ -96,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
             sup.fetch(names)
             for extra in FETCH_ONLY:
                 maven.classpath(extra, args.cache)
-            _timed(f"fetched {', '.join(names)} (cache {args.cache}, jars in ~/.m2)", t0)
+            _timed(
+                f"fetched {', '.join(names + FETCH_ONLY)} (cache {args.cache}, jars in ~/.m2)", t0
+            )
         elif args.command == "up":
             t0 = time.monotonic()
             sup.start(names)

@@ -135,3 +135,39 @@ def test_durations_and_instants() -> None:
         duration_ms("soon")
     with pytest.raises(typer.BadParameter, match="time zone"):
         instant_ms("2026-11-22T00:00:00", 0)
+
+
+def test_the_spark_submit_flow_job_submit_load(tmp_path: Path, spark: Any) -> None:
+    """``audit job`` writes the job from the metastore, the spark-submit entry point runs it on
+    exported files, ``audit load`` stores the result: the same findings as ``audit run``."""
+    from httpbus.control_plane.cli.audit import export_trail
+    from httpbus.spark.__main__ import main as submit
+
+    settings = asyncio.run(_setup(tmp_path, int(time.time() * 1000)))
+    config = tmp_path / "cp.yaml"
+    config.write_text(yaml.safe_dump(settings))
+    runner = CliRunner()
+    job = tmp_path / "job.json"
+    made = runner.invoke(cli, ["audit", "job", "--config", str(config), "--out", str(job)])
+    assert made.exit_code == 0 and "1 subscriptions" in made.output, made.output
+    files = tmp_path / "trail"
+    files.mkdir()
+
+    async def export() -> int:
+        async with open_store(EmbeddedClusterConfig(**settings["clusters"]["embedded"])) as s:
+            return await export_trail(s, "httpbus.audit", files)
+
+    assert asyncio.run(export()) >= 1
+    result = tmp_path / "result.json"
+    assert submit(["--job", str(job), "--files", str(files), "--out", str(result)]) == 0
+    loaded = runner.invoke(cli, ["audit", "load", str(result), "--config", str(config)])
+    assert loaded.exit_code == 0, loaded.output
+    assert "lost (1): shop/billing:m7" in loaded.output
+    store = ReportStore.from_url(settings["database_url"])
+    (run,) = store.runs()
+    assert (run.source, run.lost, run.duplicates) == ("spark-submit:result.json", 1, 1)
+    store.close()
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    refused = runner.invoke(cli, ["audit", "load", str(bad), "--config", str(config)])
+    assert refused.exit_code == 2 and "not an audit result" in refused.output

@@ -38,7 +38,7 @@ from ..settings import ControlPlaneSettings
 from .dev import ConfigOption
 
 app = typer.Typer(help="The audit pipeline: reconciliation, hourly report, cutover checks.")
-console = Console()
+console = Console(soft_wrap=True)  # ids stay on one line, for grep
 _UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 SHOWN = 20  # ids printed per kind; the store keeps them all
 
@@ -118,8 +118,7 @@ async def _gather(
     settings: ControlPlaneSettings, folder: Path
 ) -> tuple[list[AuditSubscription], list[AuditCutover], dict[str, str]]:
     """Subscriptions, cutovers and where Spark finds the trail."""
-    async with open_metastore(settings.metastore) as meta:
-        subs, cutovers = await _metadata(Catalog(meta))
+    subs, cutovers = await _read_metadata(settings)
     cluster = settings.audit.cluster or settings.default_cluster
     config = settings.clusters[cluster]
     topic = settings.audit.topic
@@ -199,11 +198,7 @@ def run(
     if mode not in ("batch", "streaming"):
         raise typer.BadParameter("batch or streaming", param_hint="--mode")
     settings = ControlPlaneSettings.load(config)
-    now = int(time.time() * 1000)
-    since_ms, until_ms = instant_ms(since, now), instant_ms(until, now)
-    horizon_ms = duration_ms(horizon)
-    if since_ms >= until_ms or horizon_ms <= 0:
-        raise typer.BadParameter("--since must be before --until, and --horizon > 0")
+    now, since_ms, until_ms, horizon_ms = _window(since, until, horizon)
     migrate.upgrade(settings.database_url)
     store = ReportStore.from_url(settings.database_url)
     try:
@@ -224,22 +219,93 @@ def run(
                 horizon_ms=horizon_ms,
             )
             out = run_batch(spark, _events(spark, source), job)
-        run_id = store.save_reconciliation(
-            out.reconciliation,
-            mode="batch",
-            source=",".join(f"{k}={v}" for k, v in source.items() if k != "files") or "files",
-            started_at_ms=now,
-            duration_ms=int(out.seconds * 1000),
-        )
-        store.upsert_hourly(out.hourly)
-        store.save_cutovers(out.cutovers)
+        where = ",".join(f"{k}={v}" for k, v in source.items() if k != "files") or "files"
+        _store_output(store, out, where, now)
     finally:
         store.close()
+
+
+def _store_output(store: ReportStore, out: Any, source: str, started_ms: int) -> None:
+    """Store an ``AuditOutput`` and print its summary."""
+    run_id = store.save_reconciliation(
+        out.reconciliation,
+        mode="batch",
+        source=source,
+        started_at_ms=started_ms,
+        duration_ms=int(out.seconds * 1000),
+    )
+    store.upsert_hourly(out.hourly)
+    store.save_cutovers(out.cutovers)
     print_summary(run_id, out.reconciliation, out.seconds)
     for check in out.cutovers:
         c = check.cutover
         verdict = "[green]ok[/green]" if check.ok else f"[red]{len(check.findings)} findings[/red]"
         console.print(f"cutover {c.project}/{c.topic} {c.from_segment}→{c.to_segment}: {verdict}")
+
+
+def _window(since: str, until: str, horizon: str) -> tuple[int, int, int, int]:
+    """now, since, until and horizon in ms, checked."""
+    now = int(time.time() * 1000)
+    since_ms, until_ms = instant_ms(since, now), instant_ms(until, now)
+    horizon_ms = duration_ms(horizon)
+    if since_ms >= until_ms or horizon_ms <= 0:
+        raise typer.BadParameter("--since must be before --until, and --horizon > 0")
+    return now, since_ms, until_ms, horizon_ms
+
+
+async def _read_metadata(
+    settings: ControlPlaneSettings,
+) -> tuple[list[AuditSubscription], list[AuditCutover]]:
+    async with open_metastore(settings.metastore) as meta:
+        return await _metadata(Catalog(meta))
+
+
+@app.command()
+def job(
+    out: Annotated[Path, typer.Option(help="Where to write the job (JSON).")],
+    since: Annotated[str, typer.Option(help="Start of the window.")] = "24h",
+    until: Annotated[str, typer.Option(help="End of the window.")] = "0s",
+    horizon: Annotated[str, typer.Option(help="Time to reach a terminal outcome.")] = "5m",
+    config: ConfigOption = None,
+) -> None:
+    """Write the job for ``spark-submit src/httpbus/spark/__main__.py --job``: the
+    subscriptions and cutovers of the metastore and the window."""
+    from httpbus.spark.jobs import AuditJob
+
+    settings = ControlPlaneSettings.load(config)
+    now, since_ms, until_ms, horizon_ms = _window(since, until, horizon)
+    subs, cutovers = asyncio.run(_read_metadata(settings))
+    spec = AuditJob(
+        subscriptions=subs,
+        cutovers=cutovers,
+        since_ms=since_ms,
+        until_ms=until_ms,
+        as_of_ms=now,
+        horizon_ms=horizon_ms,
+    )
+    out.write_text(spec.model_dump_json(indent=2))
+    console.print(f"{out}: {len(subs)} subscriptions, {len(cutovers)} cutovers")
+
+
+@app.command()
+def load(
+    result: Annotated[Path, typer.Argument(help="The --out of a spark-submit run.", exists=True)],
+    config: ConfigOption = None,
+) -> None:
+    """Store the result of a ``spark-submit`` run and print its summary."""
+    from httpbus.spark.jobs import AuditOutput
+
+    settings = ControlPlaneSettings.load(config)
+    try:
+        out = AuditOutput.model_validate_json(result.read_bytes())
+    except ValueError:
+        raise typer.BadParameter("not an audit result (AuditOutput JSON)") from None
+    migrate.upgrade(settings.database_url)
+    store = ReportStore.from_url(settings.database_url)
+    try:
+        _store_output(store, out, f"spark-submit:{result.name}", int(time.time() * 1000))
+    finally:
+        store.close()
 
 
 def _stream(

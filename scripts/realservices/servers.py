@@ -11,6 +11,7 @@ import glob
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import urllib.request
@@ -72,6 +73,7 @@ class Server:
     start_timeout: float
     # What ``prepare`` gets as its second argument; None: the classpath of ``poms/<name>``.
     resolve: Callable[[], str] | None = None
+    stop_signal: signal.Signals = signal.SIGTERM
 
 
 def _write(path: Path, text: str) -> Path:
@@ -354,7 +356,15 @@ def postgres(ports: Ports) -> Server:
         except psycopg.Error:
             return False
 
-    return Server("postgres", prepare, ready, start_timeout=60, resolve=postgres_bin)
+    # SIGINT is PostgreSQL's fast shutdown; SIGTERM (smart) would wait for every client.
+    return Server(
+        "postgres",
+        prepare,
+        ready,
+        start_timeout=60,
+        resolve=postgres_bin,
+        stop_signal=signal.SIGINT,
+    )
 
 
 def _pg_url(ports: Ports) -> str:

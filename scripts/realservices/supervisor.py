@@ -175,8 +175,9 @@ class Supervisor:
     def stop(self, grace: float = 20.0) -> list[str]:
         """Stop the processes this run folder started (TERM, then KILL); return their names."""
         procs = self.running()
-        for proc in procs.values():
-            _signal_group(proc.pid, signal.SIGTERM)
+        for name, proc in procs.items():
+            server = self.servers.get(name)
+            _signal_group(proc.pid, server.stop_signal if server else signal.SIGTERM)
         deadline = time.monotonic() + grace
         while any(_alive(p) for p in procs.values()) and time.monotonic() < deadline:
             time.sleep(0.2)

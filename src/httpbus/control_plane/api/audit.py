@@ -19,7 +19,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 
 from httpbus.core.errors import NotFound, ValidationFailed
-from httpbus.reports.models import HourlyReportRow, ReconciliationRunRow
+from httpbus.reports.models import (
+    CutoverVerificationRow,
+    HourlyReportRow,
+    ReconciliationRunRow,
+)
 from httpbus.reports.store import ReportStore
 
 from .auth import admin_guard
@@ -74,6 +78,39 @@ def _hourly(row: HourlyReportRow) -> dict[str, Any]:
     }
 
 
+def _detail(run: ReconciliationRunRow) -> dict[str, Any]:
+    findings: dict[str, list[dict[str, Any]]] = {"lost": [], "late": [], "duplicates": []}
+    for f in run.findings:
+        key = "duplicates" if f.kind == "duplicate" else f.kind
+        findings.setdefault(key, []).append(
+            {
+                "subscription": f.subscription,
+                "message_id": f.message_id,
+                "accepted_at": rfc3339(f.accepted_at_ms),
+                "terminal_at": rfc3339(f.terminal_at_ms),
+                "deliveries": f.count if key == "duplicates" else None,
+            }
+        )
+    return {**_summary(run), "subscriptions": json.loads(run.tallies), **findings}
+
+
+def _cutover(c: CutoverVerificationRow) -> dict[str, Any]:
+    return {
+        "id": c.id,
+        "project": c.project,
+        "topic": c.topic,
+        "from_segment": c.from_segment,
+        "to_segment": c.to_segment,
+        "sealed_at": rfc3339(c.sealed_at_ms),
+        "verified_at": rfc3339(c.verified_at_ms),
+        "old_segment_messages": c.old_segment_messages,
+        "new_segment_messages": c.new_segment_messages,
+        "groups_across": c.groups_across,
+        "ok": c.ok,
+        "findings": json.loads(c.findings),
+    }
+
+
 def _since_ms(since: str | None) -> int | None:
     if since is None:
         return None
@@ -109,19 +146,7 @@ def router(admin_token: str, database_url: str) -> APIRouter:
         run = store().run(run_id)
         if run is None:
             raise NotFound(f"reconciliation run {run_id} does not exist")
-        findings: dict[str, list[dict[str, Any]]] = {"lost": [], "late": [], "duplicates": []}
-        for f in run.findings:
-            key = "duplicates" if f.kind == "duplicate" else f.kind
-            findings.setdefault(key, []).append(
-                {
-                    "subscription": f.subscription,
-                    "message_id": f.message_id,
-                    "accepted_at": rfc3339(f.accepted_at_ms),
-                    "terminal_at": rfc3339(f.terminal_at_ms),
-                    "deliveries": f.count if key == "duplicates" else None,
-                }
-            )
-        return {**_summary(run), "subscriptions": json.loads(run.tallies), **findings}
+        return _detail(run)
 
     @api.get("/hourly")
     def hourly(
@@ -145,24 +170,6 @@ def router(admin_token: str, database_url: str) -> APIRouter:
     @api.get("/cutovers")
     def cutovers(limit: Annotated[int, Query(ge=1, le=500)] = 100) -> dict[str, Any]:
         """Cutover verifications, newest first."""
-        return {
-            "cutovers": [
-                {
-                    "id": c.id,
-                    "project": c.project,
-                    "topic": c.topic,
-                    "from_segment": c.from_segment,
-                    "to_segment": c.to_segment,
-                    "sealed_at": rfc3339(c.sealed_at_ms),
-                    "verified_at": rfc3339(c.verified_at_ms),
-                    "old_segment_messages": c.old_segment_messages,
-                    "new_segment_messages": c.new_segment_messages,
-                    "groups_across": c.groups_across,
-                    "ok": c.ok,
-                    "findings": json.loads(c.findings),
-                }
-                for c in store().cutovers(limit)
-            ]
-        }
+        return {"cutovers": [_cutover(c) for c in store().cutovers(limit)]}
 
     return api

@@ -152,12 +152,22 @@ def _events(spark: Any, source: dict[str, str]) -> Any:
 def print_summary(run_id: int, rec: Reconciliation, seconds: float) -> None:
     """The reconciliation as a Rich table, then the ids it names."""
     table = Table(title=f"reconciliation run {run_id} ({rec.events} events, {seconds:.1f}s)")
-    cols = ["expected", "delivered", "filtered", "dead_lettered", "late", "lost", "pending"]
-    table.add_column("subscription")
-    for col in [*cols, "duplicates"]:
-        table.add_column(col.replace("_", "-"), justify="right")
+    # Short headers: the subscription names keep the width of an 80-column terminal.
+    cols = {
+        "expected": "expect",
+        "delivered": "deliv",
+        "filtered": "filter",
+        "dead_lettered": "dlq",
+        "late": "late",
+        "lost": "lost",
+        "pending": "pend",
+        "duplicates": "dups",
+    }
+    table.add_column("subscription", no_wrap=True)
+    for header in cols.values():
+        table.add_column(header, justify="right")
     for t in rec.tallies:
-        table.add_row(t.subscription, *(str(getattr(t, c)) for c in [*cols, "duplicates"]))
+        table.add_row(t.subscription, *(str(getattr(t, c)) for c in cols))
     console.print(table)
     for kind in (FindingKind.LOST, FindingKind.LATE, FindingKind.DUPLICATE):
         found = [f for f in rec.findings if f.kind is kind]

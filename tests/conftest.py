@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +31,7 @@ class RealServices:
     kafka: str
     pulsar: str
     pulsar_admin: str
+    postgres: str = ""  # libpq URL; "" when the state file predates PostgreSQL
 
 
 def _load(path: Path) -> RealServices:
@@ -49,6 +52,78 @@ def real_services() -> Iterator[RealServices]:
         yield _load(sup.state_file)
     finally:
         sup.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server(real_services: RealServices) -> Iterator[str]:
+    """The URL of a real PostgreSQL: the one of ``real_services``, or (when its state file has
+    none) one started here on a free port, on a run folder of its own, stopped at the end."""
+    if real_services.postgres:
+        yield real_services.postgres
+        return
+    import socket
+
+    from scripts.realservices.servers import Ports
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    run_dir = Path(tempfile.mkdtemp(prefix="httpbus-pytest-postgres-"))
+    sup = Supervisor(run_dir, DEFAULT_CACHE, Ports(postgres=port))
+    sup.start(["postgres"], die_with_parent=True)
+    try:
+        yield _load(sup.state_file).postgres
+    finally:
+        sup.stop()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_database(postgres_server: str, unique: str) -> Iterator[str]:
+    """A fresh database of its own on the real PostgreSQL (dropped after the test)."""
+    import psycopg
+
+    name = f"t_{unique}"
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield postgres_server.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with psycopg.connect(postgres_server, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] SparkSession for the whole test run (a JVM start costs seconds), with the
+    Kafka connector's jars when they resolve (``scripts.realservices fetch``), so the unit and
+    the integration tests share it. Stopped at the end of the run."""
+    pytest.importorskip("pyspark")
+    from httpbus.spark.session import build_session
+    from scripts.realservices.maven import spark_jars
+
+    try:
+        jars = spark_jars(DEFAULT_CACHE)
+    except Exception:  # no Maven here: the unit tests need no connector
+        jars = []
+    session = build_session(
+        "local[2]",
+        jars=jars,
+        app_name="httpbus-tests",
+        config={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # py4j leaves the sockets of collected results to the garbage collector (a pyspark trait,
+    # not ours): their ResourceWarning must not fail the tests that use Spark.
+    mark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(mark)
 
 
 @pytest.fixture

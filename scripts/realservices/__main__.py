@@ -17,10 +17,13 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from . import maven
 from .maven import MissingTool
 from .supervisor import Supervisor, tail
 
-NAMES = ["zookeeper", "kafka", "pulsar"]
+NAMES = ["zookeeper", "kafka", "pulsar", "postgres"]
+# Fetched with the servers, never started: jars other processes load (the Spark audit jobs).
+FETCH_ONLY = ["spark"]
 DEFAULT_DIR = Path(tempfile.gettempdir()) / "httpbus-services"
 DEFAULT_CACHE = Path.home() / ".cache" / "httpbus" / "realservices"
 
@@ -91,7 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "fetch":
             t0 = time.monotonic()
             sup.fetch(names)
-            _timed(f"fetched {', '.join(names)} (cache {args.cache}, jars in ~/.m2)", t0)
+            for extra in FETCH_ONLY:
+                maven.classpath(extra, args.cache)
+            _timed(
+                f"fetched {', '.join(names + FETCH_ONLY)} (cache {args.cache}, jars in ~/.m2)", t0
+            )
         elif args.command == "up":
             t0 = time.monotonic()
             sup.start(names)

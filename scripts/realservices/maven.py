@@ -54,3 +54,9 @@ def classpath(server: str, cache: Path) -> str:
         raise RuntimeError(f"mvn could not resolve the {server} jars:\n{tail}")
     tmp.replace(out)
     return out.read_text().strip()
+
+
+def spark_jars(cache: Path) -> list[str]:
+    """The jars the Spark audit jobs pass as ``spark.jars`` (the Kafka connector, from
+    ``poms/spark``), resolved once like a server's classpath."""
+    return classpath("spark", cache).split(":")

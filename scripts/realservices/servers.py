@@ -7,8 +7,13 @@ request, a Pulsar admin call that only succeeds once the default namespace exist
 from __future__ import annotations
 
 import base64
+import glob
 import json
+import os
+import shutil
+import signal
 import socket
+import subprocess
 import urllib.request
 import uuid
 from collections.abc import Callable
@@ -47,6 +52,7 @@ class Ports:
     pulsar: int = 6650
     pulsar_web: int = 8080
     bookie: int = 3181
+    postgres: int = 5439  # not 5432: a system PostgreSQL may hold that one
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,9 @@ class Server:
     prepare: Callable[[Path, str], Launch]
     ready: Callable[[], bool]
     start_timeout: float
+    # What ``prepare`` gets as its second argument; None: the classpath of ``poms/<name>``.
+    resolve: Callable[[], str] | None = None
+    stop_signal: signal.Signals = signal.SIGTERM
 
 
 def _write(path: Path, text: str) -> Path:
@@ -280,8 +289,91 @@ def pulsar(ports: Ports) -> Server:
     return Server("pulsar", prepare, ready, start_timeout=180)
 
 
+# ---------------------------------------------------------------- PostgreSQL (Debian package)
+
+PG_USER = "httpbus"
+PG_DATABASE = "postgres"
+
+
+def postgres_bin() -> str:
+    """The folder of Debian's PostgreSQL binaries, installed with apt-get when missing (as
+    root; otherwise the error says what to install)."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
+    if not found:
+        if os.geteuid() != 0 or shutil.which("apt-get") is None:
+            raise RuntimeError(
+                "PostgreSQL not found: install it with 'apt-get install -y postgresql'"
+            )
+        for argv in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "postgresql"]):
+            env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+            done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(
+                    f"{' '.join(argv)} failed:\n{(done.stdout + done.stderr)[-2000:]}"
+                )
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
+    return str(Path(found[-1]).parent)
+
+
+def _as_postgres_user(argv: list[str]) -> list[str]:
+    """PostgreSQL refuses to run as root: as root, drop to the ``postgres`` user of the Debian
+    package. ``setpriv`` execs (no child in between) and ``--pdeathsig keep`` re-arms the
+    parent-death signal the credential change would clear."""
+    if os.geteuid() != 0:
+        return argv
+    return [
+        "setpriv",
+        "--reuid=postgres",
+        "--regid=postgres",
+        "--init-groups",
+        "--pdeathsig=keep",
+        "--",
+        *argv,
+    ]
+
+
+def postgres(ports: Ports) -> Server:
+    def prepare(data: Path, bindir: str) -> Launch:
+        pgdata = data / "pgdata"
+        if os.geteuid() == 0:
+            shutil.chown(data, "postgres", "postgres")
+            for parent in (data.parent, *data.parent.parents):  # let it reach its folder
+                if parent.stat().st_mode & 0o001 == 0:
+                    parent.chmod(parent.stat().st_mode | 0o001)
+        initdb = [f"{bindir}/initdb", "-D", str(pgdata), "-U", PG_USER, "--auth=trust"]
+        initdb += ["-E", "UTF8", "--no-sync", "--no-instructions"]
+        server = [f"{bindir}/postgres", "-D", str(pgdata), "-h", HOST, "-p", str(ports.postgres)]
+        server += ["-c", "unix_socket_directories=", "-c", "fsync=off"]  # tests only: no fsync
+        server += ["-c", "max_connections=200"]
+        return Launch(_as_postgres_user(server), pre=[_as_postgres_user(initdb)])
+
+    def ready() -> bool:
+        import psycopg  # the venv has it; PostgreSQL itself does not need it
+
+        try:
+            with psycopg.connect(_pg_url(ports), connect_timeout=2) as conn:
+                return conn.execute("select 1").fetchone() == (1,)
+        except psycopg.Error:
+            return False
+
+    # SIGINT is PostgreSQL's fast shutdown; SIGTERM (smart) would wait for every client.
+    return Server(
+        "postgres",
+        prepare,
+        ready,
+        start_timeout=60,
+        resolve=postgres_bin,
+        stop_signal=signal.SIGINT,
+    )
+
+
+def _pg_url(ports: Ports) -> str:
+    return f"postgresql://{PG_USER}@{HOST}:{ports.postgres}/{PG_DATABASE}"
+
+
 def all_servers(ports: Ports) -> dict[str, Server]:
-    return {s.name: s for s in (zookeeper(ports), kafka(ports), pulsar(ports))}
+    servers = (zookeeper(ports), kafka(ports), pulsar(ports), postgres(ports))
+    return {s.name: s for s in servers}
 
 
 def endpoints(ports: Ports) -> dict[str, str]:
@@ -291,4 +383,5 @@ def endpoints(ports: Ports) -> dict[str, str]:
         "kafka": f"{HOST}:{ports.kafka}",
         "pulsar": f"pulsar://{HOST}:{ports.pulsar}",
         "pulsar_admin": f"http://{HOST}:{ports.pulsar_web}",
+        "postgres": _pg_url(ports),
     }

@@ -105,7 +105,11 @@ class Supervisor:
 
     # ------------------------------------------------------------ fetch / start
     def fetch(self, names: Iterable[str]) -> dict[str, str]:
-        return {name: maven.classpath(name, self.cache) for name in names}
+        return {name: self._resolve(name) for name in names}
+
+    def _resolve(self, name: str) -> str:
+        resolve = self.servers[name].resolve
+        return resolve() if resolve is not None else maven.classpath(name, self.cache)
 
     def start(self, names: list[str], die_with_parent: bool = False) -> None:
         """Start ``names`` on fresh data folders and wait until every one answers."""
@@ -171,8 +175,9 @@ class Supervisor:
     def stop(self, grace: float = 20.0) -> list[str]:
         """Stop the processes this run folder started (TERM, then KILL); return their names."""
         procs = self.running()
-        for proc in procs.values():
-            _signal_group(proc.pid, signal.SIGTERM)
+        for name, proc in procs.items():
+            server = self.servers.get(name)
+            _signal_group(proc.pid, server.stop_signal if server else signal.SIGTERM)
         deadline = time.monotonic() + grace
         while any(_alive(p) for p in procs.values()) and time.monotonic() < deadline:
             time.sleep(0.2)

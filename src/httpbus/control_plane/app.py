@@ -19,6 +19,7 @@ from httpbus.segments.registry import open_stores
 
 from . import api, ui
 from .admin import Admin
+from .api import audit as audit_api
 from .api import cutover as cutover_api
 from .api import dlq as dlq_api
 from .api.auth import admin_guard
@@ -85,4 +86,7 @@ def create_app(
         settings.default_cluster,
     )
     app.include_router(dlq_api.router(settings.admin_token.get_secret_value()))
+    app.include_router(
+        audit_api.router(settings.admin_token.get_secret_value(), settings.database_url)
+    )
     return app

@@ -6,7 +6,7 @@ from pydantic import Field, SecretStr, model_validator
 
 from httpbus.core.settings import SettingsBase, default_member_id
 from httpbus.metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
-from httpbus.segments.config import ClusterConfig, EmbeddedClusterConfig
+from httpbus.segments.config import AuditConfig, ClusterConfig, EmbeddedClusterConfig
 
 
 def _embedded_only() -> dict[str, ClusterConfig]:
@@ -44,6 +44,19 @@ class ControlPlaneSettings(SettingsBase):
     )
     segment_retire_interval_s: float = Field(
         default=300.0, gt=0, le=86_400, description="how often the leader retires old segments"
+    )
+    # The audit pipeline (docs/audit.md): where the trail is, the report database, Spark.
+    audit: AuditConfig = Field(
+        default_factory=AuditConfig, description="the audit topic; no cluster: default_cluster"
+    )
+    database_url: str = Field(
+        default="sqlite:///.httpbus/reports.db",
+        description="relational store of the audit reports (sqlite:/// or postgresql://)",
+    )
+    spark_master: str = "local[*]"
+    spark_jars: list[str] = Field(
+        default_factory=list,
+        description="jars for spark.jars: the Kafka connector (scripts.realservices fetch)",
     )
 
     @model_validator(mode="after")

@@ -55,3 +55,127 @@ class AuditEvent(BaseModel):
     @classmethod
     def from_bytes(cls, data: bytes) -> AuditEvent:
         return cls.model_validate_json(data)
+
+
+# ---------------------------------------------------------------- what the audit jobs report
+# Shared by the Spark jobs (which compute them), the relational store (which keeps them) and the
+# control plane (which serves them): plain values, so neither side imports the other.
+
+TERMINAL_TYPES = frozenset({AuditType.DELIVERED, AuditType.FILTERED, AuditType.DEAD_LETTERED})
+"""The outcomes that end a message's trail for one subscription."""
+
+
+class FindingKind(StrEnum):
+    LOST = "lost"  # no terminal event, and the horizon has passed
+    LATE = "late"  # a terminal event, but after the horizon
+    DUPLICATE = "duplicate"  # delivered more than once
+    MISPLACED = "misplaced"  # cutover: accepted on the wrong side of the seal
+    ORDER = "order"  # cutover: a group delivered out of its produce order across the boundary
+
+
+class AuditSubscription(BaseModel):
+    """A subscription as the reconciliation sees it: ``name`` is ``project/subscription`` (as
+    in the events), it expects every message accepted on its topic from ``created_at_ms`` on."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    topic_project: str
+    topic: str
+    created_at_ms: int = 0
+
+
+class AuditCutover(BaseModel):
+    """A sealed segment and its successor: the boundary a cutover verification checks."""
+
+    model_config = ConfigDict(frozen=True)
+
+    project: str
+    topic: str
+    from_segment: int
+    to_segment: int
+    sealed_at_ms: int
+    end_positions: dict[int, int] = Field(default_factory=dict)
+
+
+class Finding(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    kind: FindingKind
+    subscription: str | None
+    message_id: str
+    accepted_at_ms: int | None = None
+    terminal_at_ms: int | None = None
+    count: int = 1  # deliveries, for a duplicate
+    detail: str = ""
+
+
+class SubscriptionTally(BaseModel):
+    """One subscription's reconciliation counts."""
+
+    model_config = ConfigDict(frozen=True)
+
+    subscription: str
+    expected: int = 0
+    delivered: int = 0
+    filtered: int = 0
+    dead_lettered: int = 0
+    late: int = 0
+    lost: int = 0
+    pending: int = 0  # no terminal event yet, still inside the horizon
+    duplicates: int = 0  # deliveries beyond the first
+
+
+class Reconciliation(BaseModel):
+    """A reconciliation run: counts per subscription, and the findings (ids listed)."""
+
+    since_ms: int
+    until_ms: int
+    as_of_ms: int
+    horizon_ms: int
+    events: int = 0  # distinct events read
+    unaccepted: int = 0  # terminal outcomes of messages with no accepted event in the trail
+    tallies: list[SubscriptionTally] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
+
+    def total(self, field: str) -> int:
+        return sum(int(getattr(t, field)) for t in self.tallies)
+
+
+class HourlyRow(BaseModel):
+    """One subscription in one tumbling window."""
+
+    model_config = ConfigDict(frozen=True)
+
+    window_start_ms: int
+    window_end_ms: int
+    subscription: str
+    accepted: int = 0
+    attempted: int = 0
+    delivered: int = 0
+    filtered: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    failed_attempts: int = 0
+    latency_p50_ms: float | None = None
+    latency_p95_ms: float | None = None
+    latency_p99_ms: float | None = None
+
+    @property
+    def failure_rate(self) -> float | None:
+        """Failed attempts over attempts (None when nothing was attempted)."""
+        return self.failed_attempts / self.attempted if self.attempted else None
+
+
+class CutoverCheck(BaseModel):
+    """The verification of one cutover boundary."""
+
+    cutover: AuditCutover
+    old_segment_messages: int = 0
+    new_segment_messages: int = 0
+    groups_across: int = 0  # groups with messages on both sides
+    findings: list[Finding] = Field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings

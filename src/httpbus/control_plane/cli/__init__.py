@@ -10,7 +10,7 @@ import typer
 
 from httpbus import __version__
 
-from . import dev, dlq, produce, project, sub, tail, topic
+from . import audit, db, dev, dlq, produce, project, sub, tail, topic
 from .common import EXIT_CODES_HELP
 
 cli = typer.Typer(
@@ -23,6 +23,8 @@ cli.add_typer(topic.app, name="topic")
 cli.add_typer(sub.app, name="sub")
 cli.add_typer(dlq.app, name="dlq")
 cli.command()(tail.tail)
+cli.add_typer(audit.app, name="audit")
+cli.add_typer(db.app, name="db")
 
 
 @cli.callback(invoke_without_command=True)

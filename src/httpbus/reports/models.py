@@ -1,0 +1,122 @@
+"""The tables of the relational store as SQLAlchemy 2 typed models.
+
+Times are integers of milliseconds since the epoch, like the audit events: no time zone
+ambiguity between SQLite and PostgreSQL. The migration ``0001`` creates exactly these tables
+(a unit test compares them).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class ReconciliationRunRow(Base):
+    """One run of the reconciliation and its totals."""
+
+    __tablename__ = "reconciliation_runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    started_at_ms: Mapped[int] = mapped_column(BigInteger, index=True)
+    duration_ms: Mapped[int] = mapped_column(BigInteger)
+    mode: Mapped[str] = mapped_column(String(16))
+    source: Mapped[str] = mapped_column(String(256))
+    since_ms: Mapped[int] = mapped_column(BigInteger)
+    until_ms: Mapped[int] = mapped_column(BigInteger)
+    as_of_ms: Mapped[int] = mapped_column(BigInteger)
+    horizon_ms: Mapped[int] = mapped_column(BigInteger)
+    events: Mapped[int] = mapped_column(BigInteger)
+    expected: Mapped[int] = mapped_column(BigInteger)
+    lost: Mapped[int] = mapped_column(BigInteger)
+    late: Mapped[int] = mapped_column(BigInteger)
+    pending: Mapped[int] = mapped_column(BigInteger)
+    duplicates: Mapped[int] = mapped_column(BigInteger)
+    unaccepted: Mapped[int] = mapped_column(BigInteger)
+    tallies: Mapped[str] = mapped_column(Text, doc="JSON: the per-subscription counts")
+
+    findings: Mapped[list[FindingRow]] = relationship(
+        back_populates="run", cascade="all, delete-orphan", order_by="FindingRow.id"
+    )
+
+
+class FindingRow(Base):
+    """A message a reconciliation named: lost, late or delivered more than once."""
+
+    __tablename__ = "reconciliation_findings"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(
+        ForeignKey("reconciliation_runs.id", ondelete="CASCADE"), index=True
+    )
+    kind: Mapped[str] = mapped_column(String(16))
+    subscription: Mapped[str | None] = mapped_column(String(300))
+    message_id: Mapped[str] = mapped_column(String(300))
+    accepted_at_ms: Mapped[int | None] = mapped_column(BigInteger)
+    terminal_at_ms: Mapped[int | None] = mapped_column(BigInteger)
+    count: Mapped[int] = mapped_column(Integer, default=1)
+
+    run: Mapped[ReconciliationRunRow] = relationship(back_populates="findings")
+
+
+class HourlyReportRow(Base):
+    """One subscription in one window (upserted: streaming mode rewrites open windows)."""
+
+    __tablename__ = "hourly_reports"
+    __table_args__ = (
+        UniqueConstraint("subscription", "window_start_ms", name="uq_hourly_sub_window"),
+        Index("ix_hourly_window", "window_start_ms"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    subscription: Mapped[str] = mapped_column(String(300))
+    window_start_ms: Mapped[int] = mapped_column(BigInteger)
+    window_end_ms: Mapped[int] = mapped_column(BigInteger)
+    accepted: Mapped[int] = mapped_column(BigInteger)
+    attempted: Mapped[int] = mapped_column(BigInteger)
+    delivered: Mapped[int] = mapped_column(BigInteger)
+    filtered: Mapped[int] = mapped_column(BigInteger)
+    retried: Mapped[int] = mapped_column(BigInteger)
+    dead_lettered: Mapped[int] = mapped_column(BigInteger)
+    failed_attempts: Mapped[int] = mapped_column(BigInteger)
+    latency_p50_ms: Mapped[float | None] = mapped_column(Float)
+    latency_p95_ms: Mapped[float | None] = mapped_column(Float)
+    latency_p99_ms: Mapped[float | None] = mapped_column(Float)
+    updated_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class CutoverVerificationRow(Base):
+    """The verification of one cutover boundary, with its findings as JSON."""
+
+    __tablename__ = "cutover_verifications"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    verified_at_ms: Mapped[int] = mapped_column(BigInteger, index=True)
+    project: Mapped[str] = mapped_column(String(128))
+    topic: Mapped[str] = mapped_column(String(128))
+    from_segment: Mapped[int] = mapped_column(Integer)
+    to_segment: Mapped[int] = mapped_column(Integer)
+    sealed_at_ms: Mapped[int] = mapped_column(BigInteger)
+    old_segment_messages: Mapped[int] = mapped_column(BigInteger)
+    new_segment_messages: Mapped[int] = mapped_column(BigInteger)
+    groups_across: Mapped[int] = mapped_column(BigInteger)
+    ok: Mapped[bool] = mapped_column()
+    findings: Mapped[str] = mapped_column(Text, doc="JSON list of findings")
+
+
+class ProduceTokenRow(Base):
+    """A produce token (mirrors ``core.model.ProduceToken``: only the SHA-256 is kept). Not
+    used yet: tokens live in the metastore; this table is where they move to."""
+
+    __tablename__ = "produce_tokens"
+    __table_args__ = (Index("ix_tokens_project", "project"),)
+
+    id: Mapped[str] = mapped_column(String(12), primary_key=True)
+    project: Mapped[str] = mapped_column(String(128))
+    topics: Mapped[str] = mapped_column(Text, doc="JSON list of topic names or '*'")
+    sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)

@@ -1,0 +1,104 @@
+"""The reconciliation on a trail with planted faults names exactly those messages: lost (no
+terminal event past the horizon), late (terminal after it), duplicate deliveries with their
+count; in-flight ones are pending, not lost; filtered and dead-lettered are terminal; exact
+copies of an event (a record written twice) are no duplicate; a terminal outcome without an
+accepted event counts as unaccepted; a subscription created later expects only later messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from httpbus.core.audit import AuditSubscription, AuditType, FindingKind
+from httpbus.spark.reconcile import reconcile, subscriptions_frame
+from httpbus.spark.schema import EVENT_SCHEMA
+
+from .conftest import SUB, T0, ev, frame
+
+A, D, F, DL, AT = (
+    AuditType.ACCEPTED,
+    AuditType.DELIVERED,
+    AuditType.FILTERED,
+    AuditType.DEAD_LETTERED,
+    AuditType.ATTEMPTED,
+)
+HORIZON = 60_000
+
+
+def test_the_schema_has_every_field_of_the_event() -> None:
+    from httpbus.core.audit import AuditEvent
+
+    assert EVENT_SCHEMA.fieldNames() == list(AuditEvent.model_fields)
+
+
+def _trail() -> list[Any]:
+    events = []
+    for i in range(100):  # 100 healthy messages
+        mid = f"ok-{i}"
+        events += [ev(A, mid, i), ev(AT, mid, i + 5, attempt=1, status=200), ev(D, mid, i + 10)]
+    events += [ev(A, "filt", 1), ev(F, "filt", 3)]
+    events += [ev(A, "dead", 1), ev(DL, "dead", 50_000)]
+    events += [ev(A, "lost-1", 2), ev(AT, "lost-1", 4, status=503)]  # attempted, never terminal
+    events += [ev(A, "lost-2", 3)]
+    events += [ev(A, "late-1", 4), ev(D, "late-1", 4 + HORIZON + 1)]
+    events += [ev(A, "dup-1", 5), ev(D, "dup-1", 6), ev(D, "dup-1", 900)]
+    events += [ev(A, "dup-3", 5), ev(D, "dup-3", 6), ev(D, "dup-3", 7), ev(D, "dup-3", 8)]
+    copy = ev(D, "copy", 7)
+    events += [ev(A, "copy", 6), copy, copy]  # the same event twice: the sink wrote it twice
+    events += [ev(A, "inflight", 200_000 - 1_000)]  # accepted a second before as_of
+    events += [ev(D, "orphan", 10)]  # its accepted event was lost with a crashed producer
+    events += [ev(A, "other-topic", 10, topic="payments")]  # no subscription reads it
+    return events
+
+
+def test_planted_faults_are_named_exactly(spark: Any) -> None:
+    subs = subscriptions_frame(
+        spark, [AuditSubscription(name=SUB, topic_project="shop", topic="orders")]
+    )
+    result = reconcile(
+        frame(spark, _trail()),
+        subs,
+        since_ms=T0,
+        until_ms=T0 + 300_000,
+        as_of_ms=T0 + 200_000,
+        horizon_ms=HORIZON,
+    )
+    by_kind = {k: sorted(f.message_id for f in result.findings if f.kind is k) for k in FindingKind}
+    assert by_kind[FindingKind.LOST] == ["lost-1", "lost-2"]
+    assert by_kind[FindingKind.LATE] == ["late-1"]
+    assert by_kind[FindingKind.DUPLICATE] == ["dup-1", "dup-3"]
+    counts = {f.message_id: f.count for f in result.findings if f.kind is FindingKind.DUPLICATE}
+    assert counts == {"dup-1": 2, "dup-3": 3}
+    (tally,) = result.tallies
+    assert tally.subscription == SUB
+    assert tally.expected == 100 + 9
+    assert (tally.delivered, tally.filtered, tally.dead_lettered) == (103, 1, 1)
+    assert (tally.lost, tally.late, tally.pending, tally.duplicates) == (2, 1, 1, 3)
+    assert result.unaccepted == 1
+    lost = next(f for f in result.findings if f.message_id == "lost-2")
+    assert (lost.subscription, lost.accepted_at_ms, lost.terminal_at_ms) == (SUB, T0 + 3, None)
+
+
+def test_a_later_subscription_and_the_window_bound_what_is_expected(spark: Any) -> None:
+    subs = subscriptions_frame(
+        spark,
+        [
+            AuditSubscription(name=SUB, topic_project="shop", topic="orders"),
+            AuditSubscription(
+                name="shop/late-sub", topic_project="shop", topic="orders", created_at_ms=T0 + 100
+            ),
+        ],
+    )
+    events = [ev(A, "early", 0), ev(D, "early", 1), ev(A, "after", 150), ev(D, "after", 151)]
+    events += [ev(D, "after", 152, subscription="shop/late-sub"), ev(A, "outside", 5_000)]
+    result = reconcile(
+        frame(spark, events),
+        subs,
+        since_ms=T0,
+        until_ms=T0 + 1_000,
+        as_of_ms=T0 + 10_000_000,
+        horizon_ms=HORIZON,
+    )
+    tallies = {t.subscription: t for t in result.tallies}
+    assert (tallies[SUB].expected, tallies[SUB].lost) == (2, 0)
+    assert (tallies["shop/late-sub"].expected, tallies["shop/late-sub"].lost) == (1, 0)
+    assert result.findings == []

@@ -157,6 +157,8 @@ class SubscriptionRunner:
             return
         headers = dict(msg.headers)
         group = headers.get("x-group-id")
+        if segment is not None:  # a record of a retry level carries its hand-off time instead
+            extra.setdefault("produced_at_ms", msg.timestamp_ms)
         self.audit.emit(
             AuditEvent(
                 type=kind,

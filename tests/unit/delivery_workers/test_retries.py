@@ -358,6 +358,9 @@ async def test_retried_dead_lettered_and_unsidelined_are_audited(world: World) -
     assert (AuditType.DEAD_LETTERED, 2, 400) in kinds
     assert AuditType.UNSIDELINED in [k for k, _, _ in kinds]
     assert kinds[-1] == (AuditType.DELIVERED, 1, 204)  # attempts reset by the replay
+    first = next(e for e in recorder.events if e.message_id == mid)
+    # read from the segment: the produce time rides along, for the latency report
+    assert first.produced_at_ms is not None and 0 < first.at_ms - first.produced_at_ms < 60_000
 
 
 async def test_a_blocked_group_stays_blocked_across_a_segment_change(world: World) -> None:

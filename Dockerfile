@@ -3,7 +3,10 @@
 #   IMAGE control-plane --config /etc/httpbus/control-plane.yaml    admin API on 8700
 #   IMAGE producer      --config /etc/httpbus/producer.yaml         produce API on 8701
 #   IMAGE worker        --config /etc/httpbus/worker.yaml           health and metrics on 8702
+#   IMAGE httpbus audit run --mode batch --config /etc/httpbus/audit-job.yaml    the audit job
 #   IMAGE audit [spark-submit options] /opt/httpbus/run_module.py httpbus.spark [job arguments]
+# The Kafka connector of the audit job (spark_jars) is in /opt/httpbus/jars, resolved at build
+# time from scripts/realservices/poms/spark/pom.xml (the jars the tests use).
 # Settings: the file given with --config (or $HTTPBUS_CONFIG), then HTTPBUS_ environment
 # overrides (docs/configuration.md). On Kubernetes: helm/httpbus and docs/deploy.md.
 #
@@ -21,7 +24,16 @@ RUN pip wheel --no-deps --wheel-dir /dist . \
  && python -m venv /opt/httpbus \
  && /opt/httpbus/bin/pip install /dist/httpbus-*.whl
 
-# ---- runtime: the virtualenv, a JRE for spark-submit (audit role; pyspark 4 needs Java 17+),
+# ---- jars: the Spark Kafka connector and the few jars it needs that pyspark does not ship, from
+# the POM the tests resolve (versions pinned there to pyspark's). Each file is
+# <artifactId>-<version>.jar; helm/httpbus/values.yaml (audit.spark.jars) names them.
+FROM maven:3.9.9-eclipse-temurin-17 AS jars
+COPY scripts/realservices/poms/settings.xml scripts/realservices/poms/spark/pom.xml /poms/
+RUN mvn -B -q -s /poms/settings.xml -f /poms/pom.xml \
+        org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
+        -DoutputDirectory=/opt/httpbus/jars
+
+# ---- runtime: the virtualenv, a JRE for Spark (the audit job; pyspark 4 needs Java 17+),
 # and an unprivileged user. The chart runs it with a read-only root filesystem and /tmp as
 # an emptyDir, hence no bytecode writes.
 FROM python:${PYTHON_VERSION}-slim-bookworm
@@ -32,6 +44,7 @@ RUN mkdir -p /usr/share/man/man1 \
  && groupadd --system --gid 10001 httpbus \
  && useradd --system --uid 10001 --gid 10001 --home-dir /tmp --shell /usr/sbin/nologin httpbus
 COPY --from=build /opt/httpbus /opt/httpbus
+COPY --from=jars /opt/httpbus/jars /opt/httpbus/jars
 COPY scripts/tools/container/run_module.py /opt/httpbus/run_module.py
 COPY scripts/tools/container/entrypoint.sh /usr/local/bin/httpbus-entrypoint
 ENV PATH=/opt/httpbus/bin:$PATH \

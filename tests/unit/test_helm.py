@@ -12,16 +12,21 @@ from __future__ import annotations
 import base64
 import os
 import re
+import shlex
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from httpbus.control_plane.cli import audit, cli
 from httpbus.control_plane.settings import ControlPlaneSettings
 from httpbus.core.settings import SettingsBase
 from httpbus.delivery_workers.settings import WorkerSettings
@@ -32,6 +37,9 @@ CHART = ROOT / "helm" / "httpbus"
 PRODUCTION = CHART / "values-production.yaml"
 RELEASE = "rel"
 FULLNAME = "rel-httpbus"
+POD_IP = "10.42.7.19"
+AUDIT_DB = "postgresql+psycopg://audit:pw@db:5432/httpbus"
+AUDIT_ON = ["--set", "audit.enabled=true", "--set-string", f"secret.databaseUrl={AUDIT_DB}"]
 
 pytestmark = pytest.mark.timeout(1_500)
 
@@ -192,6 +200,10 @@ def _container_env(rendered: Rendered, container: dict[str, Any], pod_name: str)
             env[e["name"]] = values[source["secretKeyRef"]["key"]]
         elif source.get("fieldRef", {}).get("fieldPath") == "metadata.name":
             env[e["name"]] = pod_name
+        elif source.get("fieldRef", {}).get("fieldPath") == "status.podIP":
+            env[e["name"]] = POD_IP
+        if e["name"] in env:  # $(NAME) of a variable defined above is expanded
+            env[e["name"]] = re.sub(r"\$\((\w+)\)", lambda m: env.get(m[1], m[0]), env[e["name"]])
     return env
 
 
@@ -372,30 +384,142 @@ def test_services_select_their_deployments_pods(rendered: Rendered) -> None:
         assert svc["spec"]["ports"][0]["targetPort"] == "http"
 
 
-def test_audit_cronjob_runs_spark_submit_only_when_enabled(rendered: Rendered) -> None:
+# The audit CronJob with the production example, and with the defaults switched on.
+AUDIT_SETS = {
+    "production": ["-f", str(PRODUCTION)],
+    "default": AUDIT_ON,
+}
+
+
+@pytest.fixture(scope="module", params=sorted(AUDIT_SETS))
+def audit_rendered(request: pytest.FixtureRequest, helm: str) -> Rendered:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    if request.param == "production":
+        values = _deep_merge(values, yaml.safe_load(PRODUCTION.read_text()))
+    else:
+        values["audit"]["enabled"], values["secret"]["databaseUrl"] = True, AUDIT_DB
+    return Rendered(request.param, values, render(helm, *AUDIT_SETS[request.param]))
+
+
+def test_audit_cronjob_only_when_enabled(rendered: Rendered) -> None:
     jobs = rendered.of_kind("CronJob")
-    audit = rendered.values["audit"]
-    if not audit["enabled"]:
-        assert jobs == []
-        return
-    (job,) = jobs
-    assert job["spec"]["schedule"] == audit["schedule"]
+    assert len(jobs) == (1 if rendered.values["audit"]["enabled"] else 0)
+
+
+def _audit_container(rendered: Rendered) -> tuple[dict[str, Any], dict[str, Any]]:
+    (job,) = rendered.of_kind("CronJob")
+    assert job["spec"]["schedule"] == rendered.values["audit"]["schedule"]
     assert job["spec"]["concurrencyPolicy"] == "Forbid"
     pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     _assert_unprivileged("audit", pod)
-    (c,) = pod["containers"]
-    args = c["args"]
-    assert args[0] == "audit"  # the entrypoint's spark-submit role
-    assert args[args.index("--master") + 1] == audit["spark"]["master"]
-    assert args[args.index("--deploy-mode") + 1] == "client"
-    assert args[-2 - len(audit["args"]) :][:2] == [audit["application"], audit["module"]]
-    assert f"spark.executor.memory={audit['spark']['conf']['spark.executor.memory']}" in args
-    env = {e["name"]: e for e in c["env"]}
-    assert env["HTTPBUS_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["key"] == "database-url"
-    config = env["HTTPBUS_CONFIG"]["value"]
-    configmap = rendered.one("ConfigMap", FULLNAME)
-    job_config = yaml.safe_load(configmap["data"][Path(config).name])
-    assert job_config["audit"]["topic"] == rendered.values["auditTrail"]["topic"]
+    (container,) = pod["containers"]
+    return pod, container
+
+
+class _StopAtDatabase(Exception):
+    """Raised where ``audit run`` first touches the report database."""
+
+
+def _run_audit_cli(args: list[str], monkeypatch: pytest.MonkeyPatch) -> ControlPlaneSettings:
+    """``httpbus ARGS`` through the real Typer app up to where the job first touches the
+    database: the command line is parsed (unknown flags, bad values and missing files fail as
+    they would in the pod), the settings loaded and the window checked. Returns the settings
+    the command loaded."""
+    loaded: list[ControlPlaneSettings] = []
+
+    def load(config: Path | None) -> ControlPlaneSettings:
+        loaded.append(ControlPlaneSettings.load(config))
+        return loaded[-1]
+
+    def upgrade(url: str) -> None:
+        raise _StopAtDatabase(url)
+
+    monkeypatch.setattr(audit, "ControlPlaneSettings", SimpleNamespace(load=load))
+    monkeypatch.setattr(audit.migrate, "upgrade", upgrade)
+    result = CliRunner().invoke(cli, args)
+    assert isinstance(result.exception, _StopAtDatabase), f"{result.exit_code}: {result.output}"
+    (settings,) = loaded
+    assert str(result.exception) == settings.database_url
+    return settings
+
+
+def test_audit_cronjob_runs_httpbus_audit_run_with_settings_from_the_values(
+    audit_rendered: Rendered, tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    """The job's command line runs the real CLI, and the settings it loads (the mounted file
+    plus the pod's environment) name the values' Spark, trail and database."""
+    v, (spec, container) = audit_rendered.values, _audit_container(audit_rendered)
+    args = container["args"]
+    assert args[:4] == ["httpbus", "audit", "run", "--mode"], args  # run by the entrypoint
+    assert args[args.index("--mode") + 1] == "batch"
+    assert args[args.index("--since") + 1] == v["audit"]["since"]
+    assert args[args.index("--horizon") + 1] == v["audit"]["horizon"]
+    assert "--master" not in args and "--jar" not in args, "Spark comes from the settings"
+    config_path = Path(args[args.index("--config") + 1])
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == str(config_path.parent))
+    volume = next(vol for vol in spec["volumes"] if vol["name"] == mount["name"])
+    configmap = audit_rendered.one("ConfigMap", volume["configMap"]["name"])
+    file = tmp_path / config_path.name
+    file.write_text(configmap["data"][config_path.name])
+    env = _container_env(audit_rendered, container, f"{FULLNAME}-audit-29384551-qk5tz")
+    for key, value in env.items():
+        clean_env.setenv(key, value)
+    pod_args = [str(file) if a == str(config_path) else a for a in args[1:]]
+    settings = _run_audit_cli(pod_args, clean_env)
+    assert settings.database_url == _secret_values(audit_rendered)["database-url"]
+    assert settings.spark_master == v["audit"]["spark"]["master"]
+    assert settings.spark_jars == v["audit"]["spark"]["jars"]
+    assert (settings.audit.cluster, settings.audit.topic) == (
+        v["auditTrail"]["cluster"],
+        v["auditTrail"]["topic"],
+    )
+    assert settings.audit.cluster in settings.clusters
+    assert settings.metastore.kind == "zookeeper"
+    assert settings.metastore.hosts == v["metastore"]["zookeeper"]["hosts"]
+
+    # pyspark appends PYSPARK_SUBMIT_ARGS, split like a shell line, to its spark-submit.
+    submit = shlex.split(env["PYSPARK_SUBMIT_ARGS"])
+    assert submit[-1] == "pyspark-shell" and submit[:-1:2] == ["--conf"] * (len(submit) // 2)
+    conf = dict(kv.split("=", 1) for kv in submit[1:-1:2])
+    assert conf["spark.driver.host"] == POD_IP, "executors call the driver back on the pod IP"
+    for key, value in v["audit"]["spark"]["conf"].items():
+        assert conf[key] == str(value), key
+
+
+def test_audit_command_is_run_by_the_image_entrypoint(audit_rendered: Rendered) -> None:
+    """The CronJob's first argument is no role: the entrypoint runs it as a command."""
+    _, container = _audit_container(audit_rendered)
+    venv_bin = str(Path(sys.executable).parent)
+    done = subprocess.run(
+        ["sh", str(ROOT / "scripts/tools/container/entrypoint.sh"), *container["args"], "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Run the audit jobs and store their results" in done.stdout
+
+
+def test_spark_jars_are_the_ones_the_image_resolves_from_the_pom() -> None:
+    """values.yaml names the jars the Dockerfile copies from the realservices POM."""
+    pom = ROOT / "scripts/realservices/poms/spark/pom.xml"
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    deps = ET.parse(pom).getroot().findall("m:dependencies/m:dependency", ns)
+    names = {
+        f"{d.findtext('m:artifactId', namespaces=ns)}-{d.findtext('m:version', namespaces=ns)}.jar"
+        for d in deps
+    }
+    jars = yaml.safe_load((CHART / "values.yaml").read_text())["audit"]["spark"]["jars"]
+    assert {Path(j).name for j in jars} == names and len(jars) == len(names) == 4
+    (folder,) = {str(Path(j).parent) for j in jars}
+    # the Dockerfile's instructions, continuation lines joined and blanks squeezed
+    dockerfile = " ".join((ROOT / "Dockerfile").read_text().replace("\\\n", " ").split())
+    assert "scripts/realservices/poms/spark/pom.xml" in dockerfile
+    let_in = (ROOT / ".dockerignore").read_text().splitlines()
+    assert "!scripts/realservices/poms/spark/pom.xml" in let_in, "the build context needs it"
+    assert f"copy-dependencies -DoutputDirectory={folder}" in dockerfile
+    assert f"COPY --from=jars {folder} {folder}" in dockerfile
 
 
 def test_audit_cronjob_with_default_values_needs_a_database(helm: str) -> None:
@@ -449,6 +573,14 @@ def test_service_monitor_scrapes_the_services_that_serve_metrics(rendered: Rende
         (["--set", "kafka.bootstrapServer=k:9092"], "'bootstrapServer' not allowed"),
         (["--set-string", "kafka.replicationFactor=3"], "want integer"),
         (["--set", "worker.resources.limits=null"], "missing property 'limits'"),
+        # the audit job: no trail to read, a Pulsar trail for remote executors, a bad window
+        ([*AUDIT_ON, "--set", "auditTrail.cluster="], "audit.enabled needs auditTrail.cluster"),
+        (
+            [*AUDIT_ON, "--set", "pulsar.enabled=true,auditTrail.cluster=pulsar-main"]
+            + ["--set", "audit.spark.master=spark://m:7077"],
+            "cannot read an audit trail on Pulsar",
+        ),
+        ([*AUDIT_ON, "--set", "audit.since=yesterday"], "does not match pattern"),
     ],
 )
 def test_inconsistent_values_are_refused_at_render(

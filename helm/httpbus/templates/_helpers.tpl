@@ -147,11 +147,37 @@ component's `config` map on top. Keys are exactly the settings fields (snake_cas
 {{- toYaml (mergeOverwrite $c (deepCopy .Values.worker.config)) -}}
 {{- end -}}
 
+{{/*
+The audit job's settings file, read by `httpbus audit run` as ControlPlaneSettings: the
+metastore (subscriptions, cutovers), the clusters with the audit trail, Spark's master and the
+Kafka connector jars (in the image, see the Dockerfile); database_url comes from the Secret.
+*/}}
 {{- define "httpbus.config.auditJob" -}}
 {{- $c := dict
+    "metastore" (include "httpbus.metastore" . | fromYaml)
     "clusters" (include "httpbus.clusters" . | fromYaml)
-    "audit" (include "httpbus.auditTrail" . | fromYaml) -}}
+    "default_cluster" .Values.defaultCluster
+    "storage_topic_prefix" .Values.storageTopicPrefix
+    "audit" (include "httpbus.auditTrail" . | fromYaml)
+    "spark_master" .Values.audit.spark.master
+    "spark_jars" .Values.audit.spark.jars -}}
 {{- toYaml (mergeOverwrite $c (deepCopy .Values.audit.config)) -}}
+{{- end -}}
+
+{{/*
+PYSPARK_SUBMIT_ARGS of the audit job (split like a shell line by pyspark, which appends them to
+its spark-submit command): the driver's address for the executors, then audit.spark.conf.
+*/}}
+{{- define "httpbus.audit.submitArgs" -}}
+{{- $args := list "--conf" "spark.driver.host=$(POD_IP)" "--conf" "spark.driver.bindAddress=0.0.0.0" -}}
+{{- range $k, $v := .Values.audit.spark.conf -}}
+{{- $kv := printf "%s=%v" $k $v -}}
+{{- if contains "'" $kv -}}
+{{- fail (printf "audit.spark.conf %s: a value may not hold a single quote" $k) -}}
+{{- end -}}
+{{- $args = append (append $args "--conf") (squote $kv) -}}
+{{- end -}}
+{{- append $args "pyspark-shell" | join " " -}}
 {{- end -}}
 
 {{/* Secret settings every service gets as HTTPBUS_ environment overrides. */}}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -14,6 +15,7 @@ from httpbus.core.errors import HttpbusError, MetaStoreUnavailable
 from httpbus.metastore.catalog import Catalog
 from httpbus.metastore.config import open_metastore
 from httpbus.metastore.protocol import MetaStore
+from httpbus.reports import migrate
 from httpbus.segments.protocol import SegmentStore
 from httpbus.segments.registry import open_stores
 
@@ -26,6 +28,8 @@ from .api.auth import admin_guard
 from .assigner import Assigner
 from .cutover import open_cutovers
 from .settings import ControlPlaneSettings
+
+log = logging.getLogger(__name__)
 
 
 def create_app(
@@ -46,6 +50,8 @@ def create_app(
             if meta is None:
                 meta = await stack.enter_async_context(open_metastore(settings.metastore))
             opened = await open_stores(stack, settings.clusters, stores)
+            if settings.migrate_reports_on_start:
+                await _migrate_reports(settings.database_url)
             assigner = Assigner(meta, Catalog(meta), settings.member_id, settings.assign_interval_s)
             app.state.assigner = await stack.enter_async_context(assigner)
             app.state.cutovers = await open_cutovers(stack, meta, opened, settings)
@@ -90,3 +96,13 @@ def create_app(
         audit_api.router(settings.admin_token.get_secret_value(), settings.database_url)
     )
     return app
+
+
+async def _migrate_reports(url: str) -> None:
+    """Bring the report database to the newest schema, so the audit pages work on a fresh
+    install. A failure (the database is down, a replica migrating at the same moment) is
+    logged, not fatal: the audit routes answer 503 until ``httpbus db upgrade`` succeeds."""
+    try:
+        await asyncio.to_thread(migrate.upgrade, url)
+    except Exception as exc:  # any failure leaves the control plane serving
+        log.warning("report database not migrated (%s): %s", url.split("@")[-1], exc)

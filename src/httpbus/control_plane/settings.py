@@ -53,6 +53,10 @@ class ControlPlaneSettings(SettingsBase):
         default="sqlite:///.httpbus/reports.db",
         description="relational store of the audit reports (sqlite:/// or postgresql://)",
     )
+    migrate_reports_on_start: bool = Field(
+        default=True,
+        description="run the report database's migrations when the control plane starts",
+    )
     spark_master: str = "local[*]"
     spark_jars: list[str] = Field(
         default_factory=list,

@@ -29,3 +29,16 @@ def test_dev_settings_use_the_embedded_backends_in_the_data_dir(tmp_path: Path) 
     assert settings.metastore.kind == "embedded"
     assert settings.metastore.path == str(tmp_path / "metastore.db")
     assert settings.clusters["embedded"].backend == "embedded"
+
+
+async def test_the_report_database_is_migrated_at_start(tmp_path: Path) -> None:
+    settings = dev_settings(None, tmp_path, "127.0.0.1", 8700).model_copy(
+        update={"database_url": f"sqlite:///{tmp_path}/fresh/reports.db"}
+    )
+    app = create_app(settings)
+    token = settings.admin_token.get_secret_value()  # type: ignore[union-attr]
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://cp") as client:
+            runs = await client.get("/v1/audit/runs", headers={"Authorization": f"Bearer {token}"})
+    assert runs.status_code == 200 and runs.json() == {"runs": []}

@@ -1,7 +1,8 @@
 """A tiny in-memory FastAPI app that answers the API contracts the UI and the CLI consume
 before their real implementations are merged (subscription status / stop / start / seek,
-the DLQ, the cutover, audit reports), with the exact JSON shapes of the contracts. Unit
-tests only: the real APIs get their own tests, and the UI/CLI are tested on them in round two.
+the DLQ, the cutover), with the exact JSON shapes of the contracts, and the real audit routes
+on a report database. Unit tests only: the real APIs get their own tests, and the UI and CLI
+are tested on them in tests/integration (test_ui_operations, test_cli_real).
 
 ``served(app)`` runs any ASGI app on a free port in a thread, for the CLI (a real HTTP client).
 """
@@ -19,6 +20,7 @@ import uvicorn
 from fastapi import Body, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
+from httpbus.control_plane.api import audit as audit_api
 from httpbus.core import http_errors
 
 NOW = "2026-11-22T06:00:00Z"
@@ -93,8 +95,14 @@ class State:
 PHASES = ["PREPARE", "SWITCH", "COMMIT", "COMPLETE"]
 
 
-def fake_app(dlq_size: int = 25, cutover_end: str = "COMPLETE") -> FastAPI:
-    """The contract routes, in memory. ``cutover_end``: COMPLETE or ROLLED_BACK."""
+def fake_app(
+    dlq_size: int = 25,
+    cutover_end: str = "COMPLETE",
+    reports_url: str | None = None,
+    admin_token: str = "",
+) -> FastAPI:
+    """The contract routes, in memory. ``cutover_end``: COMPLETE or ROLLED_BACK. With
+    ``reports_url``, the real audit routes on that report database."""
     app = FastAPI()
     http_errors.install(app)
     state = State(dlq_size)
@@ -315,40 +323,8 @@ def fake_app(dlq_size: int = 25, cutover_end: str = "COMPLETE") -> FastAPI:
         c["phase"] = "ABORTED"
         return c
 
-    @app.get("/v1/audit/runs")
-    def runs() -> Any:
-        return [{"id": "r1", "started_at": NOW, "accepted": 1000, "lost": 1, "duplicates": 2}]
-
-    @app.get("/v1/audit/runs/{run_id}")
-    def run(run_id: str) -> Any:
-        if run_id != "r1":
-            raise _not_found("no such run")
-        return {
-            "id": "r1",
-            "started_at": NOW,
-            "lost": ["m-lost-1"],
-            "late": [],
-            "duplicates": ["m7", "m9"],
-        }
-
-    @app.get("/v1/audit/hourly")
-    def hourly(project: str = "", subscription: str = "", since: str = "") -> Any:
-        return {
-            "rows": [
-                {
-                    "hour": NOW,
-                    "project": project or "shop",
-                    "subscription": "s1",
-                    "delivered": 3600,
-                    "p99_ms": 41.5,
-                }
-            ]
-        }
-
-    @app.get("/v1/audit/cutovers")
-    def cutovers() -> Any:
-        return [{"cutover": "c0", "topic": "shop/orders", "verified": True, "misplaced": 0}]
-
+    if reports_url is not None:  # the audit API is the real one, on a report database
+        app.include_router(audit_api.router(admin_token, reports_url))
     return app
 
 

@@ -7,12 +7,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
 from fastapi import FastAPI
 
 from httpbus.control_plane import ui
+from httpbus.core.audit import Finding, FindingKind, HourlyRow, Reconciliation, SubscriptionTally
+from httpbus.reports import migrate
+from httpbus.reports.store import ReportStore
 
 from .fake_contract_api import bare_app, dlq_message, fake_app
 from .ui_helpers import TOKEN, csrf, login
@@ -147,19 +151,65 @@ async def test_cutover_page_follows_the_phases_and_the_producer_acks(
     assert again.status_code == 303  # a finished cutover does not block the next one
 
 
-async def test_audit_reports_render_whatever_their_columns(
-    fake: tuple[httpx.AsyncClient, FastAPI],
-) -> None:
-    client, _ = fake
-    page = await client.get("/ui/audit?project=shop")
-    assert page.status_code == 200
-    assert (
-        'href="/ui/audit/runs/r1"' in page.text
-        and "p99_ms" in page.text
-        and "misplaced" in page.text
+def _reports(url: str) -> int:
+    """A run with a lost and a duplicate id and an hourly row, through the report store."""
+    migrate.upgrade(url)
+    result = Reconciliation(
+        since_ms=0,
+        until_ms=3_600_000,
+        as_of_ms=3_600_000,
+        horizon_ms=60_000,
+        events=40,
+        tallies=[SubscriptionTally(subscription="shop/s1", expected=20, delivered=19, lost=1)],
+        findings=[
+            Finding(kind=FindingKind.LOST, subscription="shop/s1", message_id="m-lost-1"),
+            Finding(kind=FindingKind.DUPLICATE, subscription="shop/s1", message_id="m7", count=2),
+        ],
     )
-    run = await client.get("/ui/audit/runs/r1")
-    assert "m-lost-1" in run.text and "duplicates (2)" in run.text
+    store = ReportStore.from_url(url)
+    try:
+        store.upsert_hourly(
+            [
+                HourlyRow(
+                    window_start_ms=0,
+                    window_end_ms=3_600_000,
+                    subscription="shop/s1",
+                    attempted=3,
+                    delivered=2,
+                    failed_attempts=1,
+                    latency_p99_ms=41.5,
+                )
+            ]
+        )
+        return store.save_reconciliation(
+            result, mode="batch", source="files", started_at_ms=3_600_000, duration_ms=900
+        )
+    finally:
+        store.close()
+
+
+async def test_audit_reports_from_the_real_audit_api(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'reports.db'}"
+    run_id = _reports(url)
+    async for client in _client(fake_app(reports_url=url, admin_token=TOKEN)):
+        page = await client.get("/ui/audit?project=shop")
+        assert page.status_code == 200
+        assert f'href="/ui/audit/runs/{run_id}"' in page.text
+        assert "<th>p99 ms</th>" in page.text and "<td>41.5</td>" in page.text
+        assert "<td>0.3333</td>" in page.text  # failure rate, 4 significant digits
+        assert "1970-01-01 01:00:00" in page.text  # RFC 3339 shown to the second
+        run = await client.get(f"/ui/audit/runs/{run_id}")
+        assert "m-lost-1" in run.text and "duplicates (1)" in run.text and "lost (1)" in run.text
+        assert (await client.get("/ui/audit/runs/999")).status_code == 404
+
+
+async def test_an_unmigrated_report_database_is_said_in_its_section(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    async for client in _client(fake_app(reports_url=url, admin_token=TOKEN)):
+        page = await client.get("/ui/audit")
+        assert page.status_code == 200
+        assert page.text.count("is it migrated? httpbus db upgrade") == 3
+        assert "[SQL" not in page.text
 
 
 async def test_without_those_apis_every_page_says_not_available(bare: httpx.AsyncClient) -> None:
@@ -167,7 +217,7 @@ async def test_without_those_apis_every_page_says_not_available(bare: httpx.Asyn
         f"{SUB}/dlq",
         "/ui/projects/shop/topics/orders/cutover",
         "/ui/audit",
-        "/ui/audit/runs/r1",
+        "/ui/audit/runs/1",
     ):
         r = await bare.get(url)
         assert r.status_code == 200 and "not available" in r.text.lower(), url

@@ -131,6 +131,8 @@ def show(
 
 def _acks(cutover: dict[str, Any]) -> str:
     producers = cutover.get("producers") or {}
+    if not producers:  # the coordinator lists the live producers as it prepares them
+        return "none joined yet"
     counts = []
     for phase, key in (
         ("prepared", "prepared_at"),

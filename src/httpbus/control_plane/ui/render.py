@@ -18,17 +18,33 @@ templates = Jinja2Templates(directory=str(HERE / "templates"))
 PAGE_SIZES = (20, 50, 100, 200)
 
 
+_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|\+00:00)")
+
+
 def _compact(value: Any, size: int = 120) -> str:
     """A cell of a table of unknown shape: scalars as they are, the rest as short JSON."""
     if value is None:
         return ""
-    if isinstance(value, str | int | float | bool):
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, str) and _STAMP.fullmatch(value):
+        return value[:19].replace("T", " ")  # RFC 3339 in UTC, to the second
+    if isinstance(value, str | int | bool):
         return str(value)
     text = json.dumps(value, separators=(",", ":"), default=str)
     return text if len(text) <= size else text[: size - 1] + "…"
 
 
+def _heading(column: str) -> str:
+    """A column's heading: words, not identifiers (``latency_ms.p99`` → ``p99 ms``)."""
+    head, dot, tail = column.partition(".")
+    if dot and head.endswith("_ms"):
+        return f"{tail} ms"
+    return column.replace(".", " ").replace("_", " ")
+
+
 templates.env.filters["compact"] = _compact
+templates.env.filters["heading"] = _heading
 
 
 def render(
@@ -78,14 +94,29 @@ def opened(request: Request) -> str | None:
     return name if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", name) else None
 
 
-def table_of(value: Any) -> tuple[list[str], list[dict[str, Any]]]:
+def _flat(row: dict[str, Any]) -> dict[str, Any]:
+    """One level of nested objects as their own columns (``latency_ms.p99``)."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if isinstance(value, dict) and value and len(value) <= 6:
+            out.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            out[key] = value
+    return out
+
+
+def table_of(
+    value: Any, prefer: tuple[str, ...] = (), limit: int = 14
+) -> tuple[list[str], list[dict[str, Any]]]:
     """Columns and rows of a JSON list of objects (or of the one list inside an object), for
-    reports whose exact shape the page does not need to know."""
+    reports whose exact shape the page does not need to know. Columns named in ``prefer``
+    come first, in that order; a new field still shows, after them."""
     if isinstance(value, dict):
         lists = [v for v in value.values() if isinstance(v, list)]
         value = lists[0] if len(lists) == 1 else [value]
-    rows = [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []
-    columns: list[str] = []
+    rows = [_flat(r) for r in value if isinstance(r, dict)] if isinstance(value, list) else []
+    seen: list[str] = []
     for row in rows:
-        columns += [k for k in row if k not in columns]
-    return columns[:14], rows
+        seen += [k for k in row if k not in seen]
+    columns = [c for c in prefer if c in seen] + [c for c in seen if c not in prefer]
+    return columns[:limit], rows

@@ -51,12 +51,20 @@ window.httpbus = (function () {
       axes: [{}, { label: "msg/s" }],
     };
     const chart = new uPlot(opts, series(status), holder);
+    function plotted() {  // what the chart holds, for people and tests: messages in the hour
+      const h = status.history || [];
+      ["delivered", "failed", "filtered"].forEach(function (k) {
+        holder.dataset[k] = h.reduce(function (n, b) { return n + b[k]; }, 0);
+      });
+    }
+    plotted();
     function paint() {
       section.querySelectorAll("[data-k]").forEach(function (el) {
         let v = el.dataset.k === "circuit" ? (status.circuit ? status.circuit.state : "—") : get(status, el.dataset.k);
         el.textContent = v == null ? "—" : v;
       });
       chart.setData(series(status));
+      plotted();
     }
     setInterval(async function () {
       try {

@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> None:
         http="httptools",
         log_level="warning",
         access_log=False,
+        # The service does not use the client's address: no per-request X-Forwarded-* work.
+        proxy_headers=False,
     )
 
 

@@ -519,6 +519,7 @@ def main(argv: list[str] | None = None) -> None:
         http="httptools",
         log_level="warning",
         access_log=False,
+        proxy_headers=False,  # as the producer service
     )
 
 

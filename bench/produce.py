@@ -397,22 +397,33 @@ def report(bench: Bench) -> None:
         r = row.result
         latencies = [s.fmt(x, 2) for x in (r.p50_ms, r.p99_ms, r.p999_ms)] if r else ["-"] * 3
         cpu = [f"{s.fmt(100 * x, 0)}%" for x in (row.cpu, row.host_cpu)]
-        table.append([row.scenario, s.fmt(row.msgs_per_s, 0), *latencies, *cpu, row.note])
+        per = s.fmt(_cpu_us(row), 1)
+        table.append([row.scenario, s.fmt(row.msgs_per_s, 0), *latencies, *cpu, per, row.note])
     headers = ["scenario", "msgs/s", "p50 ms", "p99 ms", "p99.9 ms", "py CPU", "host CPU"]
+    headers.append("py µs/msg")
     s.print_table([*headers, "errors / notes"], table)
     print(
         "\npy CPU: the Python process that produces (the server, or the raw client), 100% = "
-        "one core; host CPU: the whole machine (wrk and the brokers too), 100% = every core.\n"
+        "one core; host CPU: the whole machine (wrk and the brokers too), 100% = every core; "
+        "py µs/msg: CPU of that process per message, the figure least moved by other load on "
+        "a shared machine.\n"
     )
     found = {row.scenario.split(" (")[0]: row.msgs_per_s for row in bench.rows}
+    per_msg = {row.scenario.split(" (")[0]: _cpu_us(row) for row in bench.rows}
     ratios = []
     for backend in bench.backends:
         raw = "raw confluent-kafka" if backend == "kafka" else "raw pulsar-client"
         for ours, baseline in (("single", "bare starlette handler"), (f"batch x{a.batch}", raw)):
             ratio = found[f"{backend} {ours}"] / found[baseline]
-            ratios.append([f"{backend} {ours} / {baseline}", f"{ratio:.1%}"])
-    s.print_table(["ratio of msgs/s", "ours"], ratios)
+            cpu = per_msg[baseline] / per_msg[f"{backend} {ours}"]
+            ratios.append([f"{backend} {ours} / {baseline}", f"{ratio:.1%}", f"{cpu:.1%}"])
+    s.print_table(["ratio", "of msgs/s", "of CPU per msg (inverse)"], ratios)
     print(f"\nlogs, configs, wrk outputs{' and profiles' * a.py_spy}: {bench.workdir}")
+
+
+def _cpu_us(row: Row) -> float:
+    """Microseconds of the producing process's CPU per message (NaN if not measured)."""
+    return 1e6 * row.cpu / row.msgs_per_s if row.msgs_per_s > 0 else math.nan
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -7,7 +7,7 @@ random part is incremented, so ids made by one producer also sort in the order m
 
 from __future__ import annotations
 
-import os
+import random
 import threading
 import time
 
@@ -22,14 +22,24 @@ class _Monotonic:
         self._last_rand = 0
 
     def next(self, now_ms: int) -> int:
+        return self.reserve(1, now_ms)
+
+    def reserve(self, count: int, now_ms: int) -> int:
+        """The first of ``count`` consecutive values, as ``count`` calls of ``next`` would
+        give them (one lock for a whole batch)."""
         with self._lock:
             if now_ms <= self._last_ms:
                 now_ms = self._last_ms
                 self._last_rand += 1
             else:
                 self._last_ms = now_ms
-                self._last_rand = int.from_bytes(os.urandom(10)) >> 1  # room to increment
-            return (now_ms << _RANDOM_BITS) | self._last_rand
+                # Room to increment. The random module, not os.urandom: ids need uniqueness,
+                # not secrecy, and a getrandom syscall per millisecond showed in the produce
+                # profile. It is seeded from os.urandom, and again in a forked child.
+                self._last_rand = random.getrandbits(_RANDOM_BITS - 1)
+            first = (now_ms << _RANDOM_BITS) | self._last_rand
+            self._last_rand += count - 1
+            return first
 
 
 _GEN = _Monotonic()
@@ -48,6 +58,25 @@ def encode(value: int) -> str:
 def new_message_id(now_ms: int | None = None) -> str:
     """A new id, e.g. ``01JD3ZK6Q7M2X9C4V8B1N5R0TT``."""
     return encode(_GEN.next(int(time.time() * 1000) if now_ms is None else now_ms))
+
+
+def new_message_ids(count: int, now_ms: int) -> list[str]:
+    """``count`` new ids made at ``now_ms``, in order: what ``count`` calls of
+    :func:`new_message_id` would give, for the price of one lock and of one full encoding
+    per 2**20 ids (the ids of a batch share all but their last digits)."""
+    if count < 1:
+        return []
+    first = _GEN.reserve(count, now_ms)
+    pairs = _PAIRS
+    out: list[str] = []
+    high = -1
+    prefix = ""
+    for value in range(first, first + count):
+        if value >> 20 != high:
+            high = value >> 20
+            prefix = encode(value)[:22]
+        out.append(prefix + pairs[(value >> 10) & 1023] + pairs[value & 1023])
+    return out
 
 
 def id_time_ms(message_id: str) -> int:

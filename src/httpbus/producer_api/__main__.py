@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import uvicorn
 
 from httpbus.core.settings import service_args
@@ -15,14 +17,23 @@ def main(argv: list[str] | None = None) -> None:
         "python -m httpbus.producer_api", "The httpbus producer service.", argv
     )
     settings = ProducerSettings.load(config, **overrides)
+    app = create_app(settings)
+    # A batch makes a dozen short-lived objects per message, so the default GC ran a young
+    # collection every few hundred messages and full ones over every module and class:
+    # a quarter of the batch path's CPU (measured). Startup objects are frozen out of the
+    # collector and the young generation is collected less often; cycles still get collected.
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 1_000)
     uvicorn.run(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         loop="uvloop",
         http="httptools",
         log_level="warning",
         access_log=False,
+        # The service does not use the client's address: no per-request X-Forwarded-* work.
+        proxy_headers=False,
     )
 
 

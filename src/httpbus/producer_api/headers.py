@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 from httpbus.core.errors import Malformed
 from httpbus.core.ids import new_message_id
@@ -28,8 +29,9 @@ _ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MAX_DELAY_MS = 366 * 24 * 3_600_000
 
 
-@dataclass(frozen=True)
-class Parsed:
+class Parsed(NamedTuple):
+    """A message's validated headers; a tuple, as there is one per message of a batch."""
+
     message_id: str
     group_id: str | None
     deliver_at_ms: int | None
@@ -73,8 +75,9 @@ class _Shape:
     deliver_at_ms: int | None
     rest: tuple[tuple[str, bytes], ...]  # the stored headers after x-message-id
 
-    def parsed(self, now_ms: int) -> Parsed:
-        message_id = self.message_id or new_message_id(now_ms)
+    def parsed(self, now_ms: int, new_id: str | None = None) -> Parsed:
+        """The parsed headers, with the client's id, else ``new_id``, else a new one."""
+        message_id = self.message_id or new_id or new_message_id(now_ms)
         stored = (("x-message-id", message_id.encode()), *self.rest)
         return Parsed(message_id, self.group_id, self.deliver_at_ms, stored)
 
@@ -146,21 +149,21 @@ class BatchParser:
         self._shapes: dict[object, _Shape | Malformed] = {}
 
     def parse(
-        self, items: Sequence[tuple[str, str]], content_type: str | None
+        self, items: Sequence[tuple[str, str]], content_type: str | None, new_id: str | None = None
     ) -> Parsed | Malformed:
-        """The parsed headers of one message, or why they are refused."""
-        pairs = tuple(items)
-        key = (pairs, content_type)
+        """The parsed headers of one message, or why they are refused; ``new_id`` is its id
+        unless it sent one (see :func:`httpbus.core.ids.new_message_ids`)."""
+        key = (items if type(items) is tuple else tuple(items), content_type)
         shape = self._shapes.get(key)
         if shape is None:
             try:
-                shape = _shape(pairs, content_type, self._grouped, self._max_carried, self._now_ms)
+                shape = _shape(key[0], content_type, self._grouped, self._max_carried, self._now_ms)
             except Malformed as exc:
                 shape = exc
             self._shapes[key] = shape
         if isinstance(shape, Malformed):
             return shape
-        return shape.parsed(self._now_ms)
+        return shape.parsed(self._now_ms, new_id)
 
 
 def _wire(value: str) -> bytes:

@@ -18,7 +18,7 @@ class TopicLimits:
     def check(self, topic: Topic, messages: int, size: int) -> None:
         key = (topic.project, topic.name)
         entry = self._buckets.get(key)
-        if entry is None or entry[0] != topic.capacity:
+        if entry is None or (entry[0] is not topic.capacity and entry[0] != topic.capacity):
             cap = topic.capacity
             entry = (cap, TokenBucket(cap.max_qps), TokenBucket(cap.max_bytes_per_second))
             self._buckets[key] = entry

@@ -79,59 +79,49 @@ class DurableProducer:
 
     async def send_many(self, topic: str, items: Sequence[tuple[int, Record]]) -> list[Outcome]:
         """Enqueue every record, then await every report; an outcome per record, in order.
-        One future per call, completed by the poll thread when the last report is in."""
-        assert self._loop is not None, "start() the store first"
-        deadline = time.monotonic() + self._settings.produce_timeout_s
-        batch = _Batch(self._loop.create_future(), len(items), deadline)
+        One future and one timer per call, completed by the poll thread when the last report
+        is in; per record only ``produce`` and one small callback."""
+        loop = self._loop
+        assert loop is not None, "start() the store first"
+        timeout = self._settings.produce_timeout_s
+        batch = _Batch(
+            loop.create_future(), len(items), time.monotonic() + timeout, self._delivered
+        )
+        produce = self._producer.produce
+        refused = 0
         for index, (partition, record) in enumerate(items):
-            refused = self._enqueue(topic, partition, record, batch, index)
-            if refused is not None:
-                batch.outcomes[index] = refused
-        if batch.enqueued_all():
+            try:
+                produce(
+                    topic,
+                    value=record.value,
+                    key=record.key,
+                    partition=partition,
+                    headers=list(record.headers) or None,
+                    timestamp=record.timestamp_ms or 0,
+                    on_delivery=functools.partial(batch.report, index),
+                )
+            except BufferError as exc:
+                batch.outcomes[index] = unavailable(
+                    f"produce to {topic}", f"refused: local queue full ({exc})"
+                )
+                refused += 1
+            except KafkaException as exc:
+                batch.outcomes[index] = translate(exc, f"produce to {topic}")
+                refused += 1
+        if batch.expect(len(items) - refused):
             batch.future.set_result(None)
         if not batch.future.done():
+            # A timer, not wait_for + shield: two fewer futures and a task per request.
+            timer = loop.call_later(timeout, _expire, batch.future)
             try:
-                await asyncio.wait_for(
-                    asyncio.shield(batch.future), max(0.0, deadline - time.monotonic())
-                )
-            except TimeoutError:
-                pass
-        timeout = self._settings.produce_timeout_s
-        late = unavailable(f"produce to {topic}", f"not acknowledged within {timeout:g}s")
-        return [late if outcome is None else outcome for outcome in batch.snapshot()]
+                await batch.future
+            finally:
+                timer.cancel()
+        return batch.results(topic, timeout)
 
-    def _enqueue(
-        self, topic: str, partition: int, record: Record, batch: _Batch, index: int
-    ) -> HttpbusError | None:
-        try:
-            self._producer.produce(
-                topic,
-                value=record.value,
-                key=record.key,
-                partition=partition,
-                headers=list(record.headers) or None,
-                timestamp=record.timestamp_ms or 0,
-                on_delivery=functools.partial(self._delivered, batch, index),
-            )
-        except BufferError as exc:
-            return unavailable(f"produce to {topic}", f"refused: local queue full ({exc})")
-        except KafkaException as exc:
-            return translate(exc, f"produce to {topic}")
-        batch.sent()
-        return None
-
-    def _delivered(self, batch: _Batch, index: int, err: KafkaError | None, msg: Any) -> None:
-        # Runs on the poll thread: never raise here, only record the outcome.
-        outcome: Outcome
-        if err is not None:
-            outcome = translate(err, f"produce to {msg.topic()}")
-        elif time.monotonic() > batch.deadline:
-            outcome = unavailable(f"produce to {msg.topic()}", "acknowledged after the timeout")
-        else:
-            outcome = Produced(msg.partition(), msg.offset(), msg.timestamp()[1])
-        if batch.report(index, outcome):
-            # Handed to the loop once per poll: one cross-thread wake-up for many batches.
-            self._reports.append(batch.future)
+    def _delivered(self, batch: _Batch) -> None:
+        # Runs on the poll thread, after a report completed ``batch``.
+        self._reports.append(batch.future)
 
     def _poll(self) -> None:
         while not self._stop.is_set():
@@ -179,42 +169,68 @@ def _complete_all(futures: list[asyncio.Future[None]]) -> None:
             future.set_result(None)
 
 
+def _expire(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class _Batch:
-    """The outcomes of one ``send_many``, filled in by the poll thread. ``sent`` (loop
-    thread) and ``report`` (poll thread) count under a lock: a report can arrive before the
-    loop has finished enqueueing the rest."""
+    """The outcomes of one ``send_many``. The poll thread stores each report as it comes
+    (``report``: no lock, no object but the report itself) and counts them; the loop thread,
+    once done enqueueing, says how many reports to ``expect``. Each side writes its own
+    counter and then reads the other's (the GIL orders them), so at least one of the two sees
+    the batch complete; completing twice is harmless (the future is checked)."""
 
-    __slots__ = ("_done", "_lock", "_sent", "_total", "deadline", "future", "outcomes")
+    __slots__ = ("_expected", "_reported", "deadline", "done", "future", "outcomes")
 
-    def __init__(self, future: asyncio.Future[None], size: int, deadline: float) -> None:
+    def __init__(
+        self,
+        future: asyncio.Future[None],
+        size: int,
+        deadline: float,
+        done: Callable[[_Batch], None],
+    ) -> None:
         self.future = future
         self.deadline = deadline
-        self.outcomes: list[Outcome | None] = [None] * size
-        self._lock = threading.Lock()
-        self._sent = 0
-        self._done = 0
-        self._total: int | None = None  # known once every record was enqueued
+        # A report's message (acknowledged in time), or an error; None while unreported.
+        self.outcomes: list[Any] = [None] * size
+        self._reported = 0  # written by the poll thread only
+        self._expected = -1  # written by the loop thread only: unknown while enqueueing
+        self.done = done  # called on the poll thread by the report that completes the batch
 
-    def sent(self) -> None:
-        with self._lock:
-            self._sent += 1
+    def expect(self, count: int) -> bool:
+        """Every record is enqueued and ``count`` reports are due; True if all are in."""
+        self._expected = count
+        return self._reported == count
 
-    def enqueued_all(self) -> bool:
-        """Mark the enqueueing done; True if every report is already in."""
-        with self._lock:
-            self._total = self._sent
-            return self._done == self._total
+    def report(self, index: int, err: KafkaError | None, msg: Any) -> None:
+        """The delivery callback (poll thread): never raises, does the least it can."""
+        if err is not None:
+            self.outcomes[index] = translate(err, f"produce to {msg.topic()}")
+        elif time.monotonic() > self.deadline:
+            self.outcomes[index] = unavailable(
+                f"produce to {msg.topic()}", "acknowledged after the timeout"
+            )
+        else:
+            self.outcomes[index] = msg
+        self._reported += 1
+        if self._reported == self._expected:
+            self.done(self)
 
-    def report(self, index: int, outcome: Outcome) -> bool:
-        """Record one report; True when it completes a fully enqueued batch."""
-        with self._lock:
-            self.outcomes[index] = outcome
-            self._done += 1
-            return self._done == self._total
-
-    def snapshot(self) -> list[Outcome | None]:
-        with self._lock:
-            return list(self.outcomes)
+    def results(self, topic: str, timeout: float) -> list[Outcome]:
+        """An outcome per record (loop thread); those still unreported are late. Read once:
+        a report coming later is not seen by the caller, who has its answer."""
+        out: list[Outcome] = []
+        for outcome in list(self.outcomes):
+            if outcome is None:
+                out.append(
+                    unavailable(f"produce to {topic}", f"not acknowledged within {timeout:g}s")
+                )
+            elif isinstance(outcome, HttpbusError):
+                out.append(outcome)
+            else:
+                out.append(Produced(outcome.partition(), outcome.offset(), outcome.timestamp()[1]))
+        return out
 
 
 def probe_until_refused(

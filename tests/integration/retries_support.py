@@ -18,6 +18,7 @@ from httpbus.control_plane.app import create_app
 from httpbus.control_plane.settings import ControlPlaneSettings
 from httpbus.core.model import (
     Backend,
+    CircuitBreakerPolicy,
     Endpoint,
     Project,
     Segment,
@@ -166,6 +167,10 @@ async def real_world(
 
 
 async def subscribe(world: RealWorld, name: str = "s", **fields: object) -> Subscription:
+    # These tests measure the retry schedule against endpoints that fail most attempts; the
+    # circuit breaker (on by default) would rightly slow such a subscription down to its probe
+    # rate. test_circuit_breaker_kafka.py tests the two together.
+    fields.setdefault("circuit_breaker", CircuitBreakerPolicy(enabled=False))
     sub = Subscription(
         project="p",
         name=name,

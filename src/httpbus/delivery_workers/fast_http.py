@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import re
 from functools import lru_cache
-from typing import NamedTuple
+from typing import NamedTuple, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -41,8 +41,9 @@ from .sender import MAX_RESPONSE_BYTES, OutgoingRequest
 _TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 # A field value (RFC 9110): visible ASCII and obs-text, inner spaces and tabs, no outer ones.
 _VALUE = r"(?:[\x21-\x7e\x80-\xff](?:[\t\x20-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)?"
-# One match over all the headers ("name:value\n" each) is cheaper than one per header.
-_PLAIN_HEADERS = re.compile(rf"(?:{_TOKEN}:{_VALUE}\n)*")
+# One match over all the headers ("name NUL value LF" each: neither may hold a NUL or a LF, so
+# the split is unambiguous) is cheaper than one per header.
+_PLAIN_HEADERS = re.compile(rf"(?:{_TOKEN}\x00{_VALUE}\n)*")
 _NAME = re.compile(_TOKEN)
 _FIELD_VALUE = re.compile(_VALUE)
 _WANTED = {b"retry-after": "retry-after", b"location": "location"}
@@ -98,7 +99,7 @@ def encode_request(out: OutgoingRequest, origin: Origin) -> bytes:
     block = []
     for name, value in out.headers:
         lines.append(f"{name}: {value}\r\n")
-        block.append(f"{name}:{value}\n")
+        block.append(f"{name}\x00{value}\n")
     if _PLAIN_HEADERS.fullmatch("".join(block)) is None:
         raise InvalidRequest(_refusal(out.headers))
     lines.append(f"Content-Length: {len(out.body)}\r\n\r\n")
@@ -147,8 +148,8 @@ class Connection(asyncio.Protocol):
 
     # --- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport (uvloop's are not asyncio.Transport subclasses).
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         if self._waiter is None:  # bytes nobody asked for: this connection cannot be trusted

@@ -41,9 +41,11 @@ from .sender import MAX_RESPONSE_BYTES, OutgoingRequest
 _TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 # A field value (RFC 9110): visible ASCII and obs-text, inner spaces and tabs, no outer ones.
 _VALUE = r"(?:[\x21-\x7e\x80-\xff](?:[\t\x20-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)?"
-# One match over all the headers ("name NUL value LF" each: neither may hold a NUL or a LF, so
-# the split is unambiguous) is cheaper than one per header.
-_PLAIN_HEADERS = re.compile(rf"(?:{_TOKEN}\x00{_VALUE}\n)*")
+# One match over the whole header section as written ("name: value\r\n" each) is cheaper than
+# one per header. A name holds no ":" or space and a value no CR or LF, so with exactly one
+# CRLF per header (a value with an inner CRLF would pass as two headers) the split is the
+# one intended.
+_HEADER_SECTION = re.compile(rf"(?:{_TOKEN}: {_VALUE}\r\n)*")
 _NAME = re.compile(_TOKEN)
 _FIELD_VALUE = re.compile(_VALUE)
 _WANTED = {b"retry-after": "retry-after", b"location": "location"}
@@ -95,19 +97,17 @@ def _refusal(headers: tuple[tuple[str, str], ...]) -> str:
 def encode_request(out: OutgoingRequest, origin: Origin) -> bytes:
     """The request as written on the wire; :class:`InvalidRequest` for a header HTTP cannot
     carry as given."""
-    lines = [f"{out.method} {origin.target} HTTP/1.1\r\nHost: {origin.host_header}\r\n"]
-    block = []
-    for name, value in out.headers:
-        lines.append(f"{name}: {value}\r\n")
-        block.append(f"{name}\x00{value}\n")
-    if _PLAIN_HEADERS.fullmatch("".join(block)) is None:
+    section = "".join([f"{name}: {value}\r\n" for name, value in out.headers])
+    if _HEADER_SECTION.fullmatch(section) is None or section.count("\r\n") != len(out.headers):
         raise InvalidRequest(_refusal(out.headers))
-    lines.append(f"Content-Length: {len(out.body)}\r\n\r\n")
+    head = (
+        f"{out.method} {origin.target} HTTP/1.1\r\nHost: {origin.host_header}\r\n{section}"
+        f"Content-Length: {len(out.body)}\r\n\r\n"
+    )
     try:
-        head = "".join(lines).encode("latin-1")
+        return head.encode("latin-1") + out.body
     except UnicodeEncodeError:
         raise InvalidRequest(_refusal(out.headers)) from None
-    return head + out.body
 
 
 class Answer(NamedTuple):

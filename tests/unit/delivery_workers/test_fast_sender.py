@@ -253,6 +253,8 @@ def test_encoding_refuses_what_http_cannot_carry() -> None:
     for headers, refused in [
         ((("X-Wide", "\u20ac"),), "Illegal header"),
         ((("X-Split", "a\nb"),), "Illegal header value"),
+        ((("X-Split", "a\r\nX-Injected: 1"),), "Illegal header value"),
+        ((("X-Ok", "a"), ("X-Padded", "b ")), "Illegal header value 'b '"),
         ((("Bad:Name", "a"),), "Illegal header name"),
     ]:
         with pytest.raises(InvalidRequest, match=refused):

@@ -111,7 +111,7 @@ class Bench:
             "assign_interval_s": 0.5,
         }
         producer = {**common, "admin_token": self.token}
-        worker = {**common, "member_id": f"{self.tag}-w1"}
+        worker = {**common, "member_id": f"{self.tag}-w1", "sender": self.args.sender}
         with contextlib.ExitStack() as stack:
             stack.callback(self.drop_metadata)
             receiver = stack.enter_context(
@@ -414,7 +414,10 @@ def serve_receiver(port: int) -> None:
 def run(bench: Bench) -> None:
     with bench.services():
         for backend in bench.backends:
-            print(f"{backend} ({bench.args.partitions} partitions, {bench.args.size} B payloads)")
+            print(
+                f"{backend} ({bench.args.partitions} partitions, {bench.args.size} B payloads, "
+                f"{bench.args.sender} sender)"
+            )
             storage = bench.throughput(backend, groups=0)
             bench.throughput(backend, groups=bench.args.groups)
             bench.latency(backend)
@@ -465,6 +468,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--size", type=int, default=256, help="payload bytes")
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--in-flight", type=int, default=200, help="the subscription's max in-flight")
+    p.add_argument(
+        "--sender",
+        choices=["fast", "aiohttp", "httpx"],
+        default="fast",
+        help="the worker's HTTP sender (its setting 'sender')",
+    )
     p.add_argument("--py-spy", action="store_true", help="profile the worker's drains")
     p.add_argument("--profile-s", type=float, default=5.0)
     p.add_argument(

@@ -16,12 +16,16 @@ from pathlib import Path
 
 import pytest
 import uvloop
+from pydantic import ValidationError
 
 from httpbus.core.model import Endpoint, Subscription
+from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
 from httpbus.delivery_workers.fast_http import InvalidRequest, encode_request, parse_origin
 from httpbus.delivery_workers.fast_sender import FastSender
 from httpbus.delivery_workers.result import Outcome
-from httpbus.delivery_workers.sender import Delivery, OutgoingRequest
+from httpbus.delivery_workers.sender import Delivery, HttpxSender, OutgoingRequest
+from httpbus.delivery_workers.senders import make_sender
+from httpbus.delivery_workers.settings import WorkerSettings
 from httpbus.segments.protocol import Stored
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -315,3 +319,19 @@ def test_on_uvloop_as_the_worker_runs() -> None:
         return results, raw.connections
 
     assert uvloop.run(main()) == ([True, True, True], 1)
+
+
+@pytest.mark.parametrize(
+    ("kind", "made"), [(None, FastSender), ("aiohttp", AiohttpSender), ("httpx", HttpxSender)]
+)
+def test_the_worker_setting_chooses_the_sender(kind: str | None, made: type) -> None:
+    options = {} if kind is None else {"sender": kind}
+    sender = make_sender(WorkerSettings(max_connections=7, **options))
+    assert type(sender) is made
+    if isinstance(sender, FastSender):
+        assert sender.pool.max_connections == 7
+
+
+def test_an_unknown_sender_setting_is_refused() -> None:
+    with pytest.raises(ValidationError, match="sender"):
+        WorkerSettings(sender="curl")

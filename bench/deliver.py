@@ -2,7 +2,7 @@
 
 In one run, against the real ZooKeeper, Kafka and Pulsar on 127.0.0.1, it starts as processes
 of their own the control plane, the producer service, one delivery worker and the receiver
-(raw ASGI on uvicorn + uvloop + httptools: it notes the arrival time of each message id and
+(asyncio Protocols on uvloop + httptools: it notes the arrival time of each message id and
 answers 204). Per backend:
 
 - *throughput, ungrouped*: N messages are produced (batch produce) to a paused subscription,
@@ -111,7 +111,7 @@ class Bench:
             "assign_interval_s": 0.5,
         }
         producer = {**common, "admin_token": self.token}
-        worker = {**common, "member_id": f"{self.tag}-w1"}
+        worker = {**common, "member_id": f"{self.tag}-w1", "sender": self.args.sender}
         with contextlib.ExitStack() as stack:
             stack.callback(self.drop_metadata)
             receiver = stack.enter_context(
@@ -359,53 +359,83 @@ def raw_pulsar(bench: Bench, topic: str, count: int) -> Row:
 # ---------------------------------------------------------------- the receiver
 
 
-def receiver_app() -> Any:
-    """POST /{sub}: note (message id -> arrival time), answer 204. GET /count/{sub},
-    /dump/{sub} (JSON), /healthz. Raw ASGI: the least a Python endpoint can do."""
-    seen: dict[str, dict[str, float]] = {}
-    counts: dict[str, int] = {}
+class _ReceiverProtocol:
+    """One connection of the receiver: HTTP/1.1 keep-alive, parsed with httptools. A POST
+    notes the arrival time of its ``X-Message-Id`` under the path's subscription and gets a
+    204; ``GET /count/{sub}`` and ``GET /dump/{sub}`` read the figures. No ASGI layer: the
+    receiver must cost the machine far less than the worker it measures."""
 
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        path: str = scope["path"]
-        if scope["method"] == "POST":
-            more = True
-            while more:
-                more = (await receive()).get("more_body", False)
-            now = time.time()
+    def __init__(self, seen: dict[str, dict[str, float]], counts: dict[str, int]) -> None:
+        import httptools
+
+        self.seen, self.counts = seen, counts
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: Any = None
+        self.url = b""
+        self.mid = b""
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except Exception:  # not HTTP: hang up
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+
+    def eof_received(self) -> None:
+        return None
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() == b"x-message-id":
+            self.mid = value
+
+    def on_message_complete(self) -> None:
+        path, self.url = self.url.decode(), b""
+        mid, self.mid = self.mid.decode(), b""
+        if self.parser.get_method() == b"POST":
             sub = path.strip("/")
-            mid = next((v for k, v in scope["headers"] if k == b"x-message-id"), b"").decode()
-            seen.setdefault(sub, {}).setdefault(mid, now)
-            counts[sub] = counts.get(sub, 0) + 1
-            await send({"type": "http.response.start", "status": 204, "headers": []})
-            await send({"type": "http.response.body", "body": b""})
+            self.seen.setdefault(sub, {}).setdefault(mid, time.time())
+            self.counts[sub] = self.counts.get(sub, 0) + 1
+            self.transport.write(b"HTTP/1.1 204 No Content\r\n\r\n")
             return
         if path.startswith("/count/"):
-            body = str(counts.get(path[7:], 0)).encode()
+            body = str(self.counts.get(path[7:], 0)).encode()
         elif path.startswith("/dump/"):
-            body = json.dumps(seen.get(path[6:], {})).encode()
+            body = json.dumps(self.seen.get(path[6:], {})).encode()
         else:
             body = b'{"status": "ok"}'
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": body})
-
-    return app
+        head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body)
+        self.transport.write(head + body)
 
 
 def serve_receiver(port: int) -> None:
-    import uvicorn
+    import asyncio
 
-    uvicorn.run(
-        receiver_app(),
-        host="127.0.0.1",
-        port=port,
-        loop="uvloop",
-        http="httptools",
-        log_level="warning",
-        access_log=False,
-        lifespan="off",
-    )
+    import uvloop
+
+    seen: dict[str, dict[str, float]] = {}
+    counts: dict[str, int] = {}
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: _ReceiverProtocol(seen, counts),  # type: ignore[arg-type,return-value]
+            "127.0.0.1",
+            port,
+            backlog=2048,
+        )
+        async with server:
+            await server.serve_forever()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        uvloop.run(serve())
 
 
 # ---------------------------------------------------------------- the run
@@ -414,7 +444,10 @@ def serve_receiver(port: int) -> None:
 def run(bench: Bench) -> None:
     with bench.services():
         for backend in bench.backends:
-            print(f"{backend} ({bench.args.partitions} partitions, {bench.args.size} B payloads)")
+            print(
+                f"{backend} ({bench.args.partitions} partitions, {bench.args.size} B payloads, "
+                f"{bench.args.sender} sender)"
+            )
             storage = bench.throughput(backend, groups=0)
             bench.throughput(backend, groups=bench.args.groups)
             bench.latency(backend)
@@ -465,6 +498,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--size", type=int, default=256, help="payload bytes")
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--in-flight", type=int, default=200, help="the subscription's max in-flight")
+    p.add_argument(
+        "--sender",
+        choices=["fast", "aiohttp", "httpx"],
+        default="fast",
+        help="the worker's HTTP sender (its setting 'sender')",
+    )
     p.add_argument("--py-spy", action="store_true", help="profile the worker's drains")
     p.add_argument("--profile-s", type=float, default=5.0)
     p.add_argument(

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from httpbus.control_plane.app import create_app
 from httpbus.control_plane.settings import ControlPlaneSettings
-from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
+from httpbus.delivery_workers.fast_sender import FastSender
 from httpbus.delivery_workers.worker import Worker
 from httpbus.metastore.config import ZooKeeperConfig, open_metastore
 from httpbus.segments.config import ClusterConfig, KafkaClusterConfig, PulsarClusterConfig
@@ -182,7 +182,7 @@ async def delivery_world(
         )
         worker_meta = await stack.enter_async_context(open_metastore(zk))
         worker_store = await stack.enter_async_context(open_store(configured[cluster]))
-        sender = await stack.enter_async_context(AiohttpSender())
+        sender = await stack.enter_async_context(FastSender())  # the worker's default
         options = {"commit_every_s": 0.2, "lock_retry_s": 0.1, "status_interval_s": 0.5}
         worker = Worker(
             worker_meta,

@@ -25,8 +25,8 @@ from httpbus.segments.audit import open_audit
 from httpbus.segments.protocol import SegmentStore
 from httpbus.segments.registry import open_stores
 
-from .aiohttp_sender import AiohttpSender
 from .runner import RunnerStats
+from .senders import make_sender
 from .settings import WorkerSettings
 from .worker import COUNTERS, Worker
 
@@ -116,7 +116,7 @@ def create_app(
                 meta = await stack.enter_async_context(open_metastore(settings.metastore))
             opened = await open_stores(stack, settings.clusters, stores)
             audit = await open_audit(stack, opened, settings.audit)
-            sender = AiohttpSender(max_connections=settings.max_connections)
+            sender = make_sender(settings)
             await stack.enter_async_context(sender)
             worker = Worker(
                 meta,

@@ -96,6 +96,18 @@ def _key(secret: str) -> bytes:
 
 
 _OWN = {"x-message-id", "x-group-id", "x-produced-at", "content-type"}
+# Carried headers: stored "x-" headers that are neither httpbus's own nor the retry path's.
+# Decided once per header name (names repeat from message to message).
+_CARRIED: dict[str, bool] = {}
+
+
+def _carried(name: str) -> bool:
+    found = _CARRIED.get(name)
+    if found is None:
+        found = name.startswith("x-") and name not in _RESERVED and not name.startswith(_INTERNAL)
+        if len(_CARRIED) < 10_000:  # bounded: producers choose the names
+            _CARRIED[name] = found
+    return found
 
 
 def build_request(delivery: Delivery, now_s: int) -> OutgoingRequest:
@@ -103,40 +115,48 @@ def build_request(delivery: Delivery, now_s: int) -> OutgoingRequest:
     latin-1 text, as HTTP carries them. ``ValueError`` if the subscription's signing secret is
     not a Standard Webhooks secret."""
     sub, msg = delivery.subscription, delivery.message
-    headers: dict[str, tuple[str, str]] = {}  # lower-case name -> (name as sent, value)
-
-    def put(name: str, value: str) -> None:
-        headers[name.lower()] = (name, value)
-
+    endpoint = sub.endpoint
+    # Lower-case name -> (name as sent, value); a later source replaces an earlier one. This
+    # is the hot path of every delivery: plain dict stores, no helper calls.
     # Lowest precedence: a static header may replace these. No compression, so a response
     # body is only ever read as far as its first bytes (see ``_read_capped``).
-    put("User-Agent", USER_AGENT)
-    put("Accept-Encoding", "identity")
-    own: dict[str, str] = {}  # one pass over the stored headers (this is the hot path)
+    headers: dict[str, tuple[str, str]] = {
+        "user-agent": ("User-Agent", USER_AGENT),
+        "accept-encoding": ("Accept-Encoding", "identity"),
+    }
+    own: dict[str, str] = {}  # one pass over the stored headers
     for name, raw in msg.headers:
         if name in _OWN:
-            own.setdefault(name, raw.decode("latin-1"))
-        if name.startswith("x-") and name not in _RESERVED and not name.startswith(_INTERNAL):
-            put(name, raw.decode("latin-1"))
-    for name, value in sub.endpoint.headers.items():
-        if name.lower() not in _FRAMING:
-            put(name, value)
+            if name not in own:
+                own[name] = raw.decode("latin-1")
+        elif _carried(name):
+            headers[name] = (name, raw.decode("latin-1"))
+    if endpoint.headers:
+        for name, value in endpoint.headers.items():
+            lower = name.lower()
+            if lower not in _FRAMING:
+                headers[lower] = (name, value)
     message_id = own.get("x-message-id") or delivery.message_id
     produced = own.get("x-produced-at")
     produced_ms = int(produced) if produced and produced.isdigit() else msg.timestamp_ms
-    put("Content-Type", own.get("content-type") or DEFAULT_CONTENT_TYPE)
-    put("X-Message-Id", message_id)
+    headers["content-type"] = ("Content-Type", own.get("content-type") or DEFAULT_CONTENT_TYPE)
+    headers["x-message-id"] = ("X-Message-Id", message_id)
     group = own.get("x-group-id")
     if group is not None:
-        put("X-Group-Id", group)
-    put("X-Topic", delivery.topic)
-    put("X-Produced-At", _rfc3339_ms(produced_ms))
-    put("X-Attempt", str(delivery.attempt))
-    put("webhook-id", message_id)
-    put("webhook-timestamp", str(now_s))
-    put("webhook-signature", sign_with_key(_key(sub.signing_secret), message_id, now_s, msg.value))
-    method = sub.endpoint.method
-    return OutgoingRequest(method, str(sub.endpoint.url), tuple(headers.values()), msg.value)
+        headers["x-group-id"] = ("X-Group-Id", group)
+    headers["x-topic"] = ("X-Topic", delivery.topic)
+    headers["x-produced-at"] = ("X-Produced-At", _rfc3339_ms(produced_ms))
+    headers["x-attempt"] = ("X-Attempt", str(delivery.attempt))
+    headers["webhook-id"] = ("webhook-id", message_id)
+    headers["webhook-timestamp"] = ("webhook-timestamp", str(now_s))
+    signature = sign_with_key(_key(sub.signing_secret), message_id, now_s, msg.value)
+    headers["webhook-signature"] = ("webhook-signature", signature)
+    return OutgoingRequest(endpoint.method, _url(endpoint.url), tuple(headers.values()), msg.value)
+
+
+@lru_cache(maxsize=4096)
+def _url(url: object) -> str:
+    return str(url)
 
 
 @runtime_checkable

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from httpbus.core.settings import SettingsBase, default_member_id
@@ -24,6 +26,13 @@ class WorkerSettings(SettingsBase):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
     )
     max_connections: int = Field(default=1_000, ge=1, le=100_000, description="to endpoints")
+    sender: Literal["fast", "aiohttp", "httpx"] = Field(
+        default="fast",
+        description=(
+            "the HTTP client pushing deliveries: fast (HTTP/1.1 on asyncio + httptools, the "
+            "leanest), aiohttp (HTTP/1.1), httpx (HTTP/2 where the endpoint offers it)"
+        ),
+    )
     commit_every_n: int = Field(default=500, ge=1, le=1_000_000)
     commit_every_s: float = Field(default=1.0, ge=0, le=60)
     lock_retry_s: float = Field(default=0.5, gt=0, le=60)

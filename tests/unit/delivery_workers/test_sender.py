@@ -1,11 +1,12 @@
 """The HTTP senders against a real endpoint: uvicorn on 127.0.0.1 in a thread, real sockets,
 no mock of httpx or aiohttp. The endpoint records every request and answers as each test
 scripts it. Every sender test runs once per implementation (the ``sender`` fixture), so
-:class:`HttpxSender` and :class:`AiohttpSender` meet the same contract."""
+:class:`HttpxSender`, :class:`AiohttpSender` and :class:`FastSender` meet the same contract."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 import time
@@ -23,6 +24,7 @@ import uvicorn
 from httpbus.core.model import Endpoint, RetryPolicy, Subscription
 from httpbus.core.signing import sign, verify
 from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
+from httpbus.delivery_workers.fast_sender import FastSender
 from httpbus.delivery_workers.result import Outcome
 from httpbus.delivery_workers.sender import (
     Delivery,
@@ -131,10 +133,19 @@ class SenderKind:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def __call__(self, client: Any = None, **options: Any) -> HttpxSender | AiohttpSender:
+    def __call__(
+        self, client: Any = None, **options: Any
+    ) -> HttpxSender | AiohttpSender | FastSender:
         if self.name == "httpx":
             return HttpxSender(client, **options)
+        if self.name == "fast":
+            assert client is None, "FastSender has no client library to inject"
+            return FastSender(**options)
         return AiohttpSender(client, **options)
+
+    @property
+    def injectable(self) -> bool:
+        return self.name != "fast"
 
     def client(self) -> AbstractAsyncContextManager[Any]:
         """A client of the sender's library that would follow redirects if asked to."""
@@ -148,10 +159,12 @@ class SenderKind:
     @property
     def connect_error(self) -> str:
         """The name of the library's error for a refused connection."""
-        return "ConnectError" if self.name == "httpx" else "ClientConnectorError"
+        return {"httpx": "ConnectError", "aiohttp": "ClientConnectorError"}.get(
+            self.name, "ConnectionRefusedError"
+        )
 
 
-@pytest.fixture(params=["httpx", "aiohttp"])
+@pytest.fixture(params=["httpx", "aiohttp", "fast"])
 def sender(request: pytest.FixtureRequest) -> SenderKind:
     return SenderKind(request.param)
 
@@ -370,7 +383,10 @@ async def test_400_is_rejected_unless_the_policy_retries_4xx(
 async def test_301_is_rejected_and_not_followed(endpoint: Recorder, sender: SenderKind) -> None:
     path, elsewhere = _path(), _path()
     endpoint.scripts[path] = Script(301, {"Location": endpoint.url(elsewhere)})
-    async with sender.client() as client, sender(client) as s:  # even a client that would follow
+    async with contextlib.AsyncExitStack() as stack:
+        # Even a client that would follow (FastSender has no client to inject, and never does).
+        client = await stack.enter_async_context(sender.client()) if sender.injectable else None
+        s = await stack.enter_async_context(sender(client))
         result = await s.send(_delivery(endpoint.url(path)))
     assert result.outcome is Outcome.REJECTED and result.status == 301
     assert result.error is not None and endpoint.url(elsewhere) in result.error
@@ -501,6 +517,8 @@ async def test_concurrent_sends_share_a_bounded_pool_of_kept_alive_connections(
 async def test_an_injected_client_stays_open_after_aclose(
     endpoint: Recorder, sender: SenderKind
 ) -> None:
+    if not sender.injectable:
+        pytest.skip("FastSender has no client library to inject")
     async with sender.client() as client:
         async with sender(client) as s:
             assert (await s.send(_delivery(endpoint.url(_path())))).succeeded

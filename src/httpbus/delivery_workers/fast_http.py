@@ -1,0 +1,243 @@
+"""The wire side of :class:`.fast_sender.FastSender`: one HTTP/1.1 keep-alive connection as an
+asyncio Protocol with an httptools parser, and the request encoded as one ``bytes``.
+
+A delivery is one small request and one small answer. aiohttp spends most of a send in its
+general machinery (request and response objects, multidict headers, stream readers, timers);
+here a send is: take an idle connection of the endpoint's origin (or open one), write the
+request as one ``bytes``, and wait for one future that the parser's callbacks resolve with
+the status, the two answer headers httpbus reads (``Retry-After``, ``Location``) and the start
+of the body. The same request (:func:`.sender.build_request`) is sent, byte for byte (header
+values are latin-1, so a carried obs-text value goes out as it came in), and classified the
+same way (:class:`.result.DeliveryResult`) as by the other senders:
+
+- each attempt is bounded, from the wait for a connection to the end of the answer, by the
+  endpoint's ``timeout_ms``; a timeout is ``timeout after N ms (TimeoutError)``;
+- a refused or lost connection is ``connection error: ...`` (retryable). A request written on
+  a *reused* connection that the endpoint closed before answering a byte (it closed the idle
+  connection as the request went out) is sent once more on a new connection: at least once,
+  as always, and receivers dedupe on ``webhook-id``;
+- a header name that is not a token, or a value with control characters or outer
+  whitespace, is refused before anything is sent (``invalid request: Illegal header ...``);
+- at most :data:`.sender.MAX_RESPONSE_BYTES` of an answer is kept; a connection whose answer
+  was longer is closed, not read to its end;
+- redirects are never followed, nothing is compressed or decompressed, no cookies, no proxy.
+
+HTTPS goes through the ``ssl`` context given (default: the system's trust store, hostnames
+checked). HTTP/2 is not spoken: use :class:`.sender.HttpxSender` for that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from functools import lru_cache
+from typing import NamedTuple, cast
+from urllib.parse import urlsplit
+
+import httptools
+
+from .sender import MAX_RESPONSE_BYTES, OutgoingRequest
+
+_TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+# A field value (RFC 9110): visible ASCII and obs-text, inner spaces and tabs, no outer ones.
+_VALUE = r"(?:[\x21-\x7e\x80-\xff](?:[\t\x20-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)?"
+# One match over the whole header section as written ("name: value\r\n" each) is cheaper than
+# one per header. A name holds no ":" or space and a value no CR or LF, so with exactly one
+# CRLF per header (a value with an inner CRLF would pass as two headers) the split is the
+# one intended.
+_HEADER_SECTION = re.compile(rf"(?:{_TOKEN}: {_VALUE}\r\n)*")
+_NAME = re.compile(_TOKEN)
+_FIELD_VALUE = re.compile(_VALUE)
+_WANTED = {b"retry-after": "retry-after", b"location": "location"}
+_FRAMING = {b"content-length", b"transfer-encoding"}
+
+
+class InvalidRequest(ValueError):
+    """A request this sender refuses to write (the delivery is rejected, nothing is sent)."""
+
+
+class Origin(NamedTuple):
+    """Where a URL's requests go, and what its request line and ``Host`` header say."""
+
+    scheme: str
+    host: str
+    port: int
+    host_header: str
+    target: str
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.scheme, self.host, self.port)
+
+
+@lru_cache(maxsize=4096)  # one parse per endpoint, not per delivery
+def parse_origin(url: str) -> Origin:
+    """The origin of an endpoint URL (already validated and normalised by the model)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidRequest(f"not an http(s) URL with a host: {url!r}")
+    default = 443 if parts.scheme == "https" else 80
+    port = parts.port or default
+    host = parts.hostname
+    shown = f"[{host}]" if ":" in host else host
+    host_header = shown if port == default else f"{shown}:{port}"
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return Origin(parts.scheme, host, port, host_header, target)
+
+
+def _refusal(headers: tuple[tuple[str, str], ...]) -> str:
+    for name, value in headers:
+        if _NAME.fullmatch(name) is None:
+            return f"Illegal header name {name!r}"
+        if _FIELD_VALUE.fullmatch(value) is None:
+            return f"Illegal header value {value!r}"
+    return "Illegal header"  # only a value outside latin-1 gets here
+
+
+def encode_request(out: OutgoingRequest, origin: Origin) -> bytes:
+    """The request as written on the wire; :class:`InvalidRequest` for a header HTTP cannot
+    carry as given."""
+    section = "".join([f"{name}: {value}\r\n" for name, value in out.headers])
+    if _HEADER_SECTION.fullmatch(section) is None or section.count("\r\n") != len(out.headers):
+        raise InvalidRequest(_refusal(out.headers))
+    head = (
+        f"{out.method} {origin.target} HTTP/1.1\r\nHost: {origin.host_header}\r\n{section}"
+        f"Content-Length: {len(out.body)}\r\n\r\n"
+    )
+    try:
+        return head.encode("latin-1") + out.body
+    except UnicodeEncodeError:
+        raise InvalidRequest(_refusal(out.headers)) from None
+
+
+class Answer(NamedTuple):
+    """What came back: the status, the headers httpbus reads (lower-case) and the start of
+    the body."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+class ConnectionLost(ConnectionError):
+    """The endpoint closed the connection (or broke HTTP) before answering in full.
+    ``answered``: some of the answer had arrived."""
+
+    def __init__(self, message: str, *, answered: bool) -> None:
+        super().__init__(message)
+        self.answered = answered
+
+
+class Connection(asyncio.Protocol):
+    """One HTTP/1.1 connection: one request at a time, keep-alive unless told otherwise."""
+
+    def __init__(self, origin_key: tuple[str, str, int]) -> None:
+        self.origin_key = origin_key
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.reused = False
+        self.idle_since = 0.0
+        self._parser = httptools.HttpResponseParser(self)
+        self._waiter: asyncio.Future[Answer] | None = None
+        self._status = 0
+        self._headers: dict[str, str] = {}
+        self._body = bytearray()
+        self._started = False
+        self._framed = False
+        self._keep_alive = True
+
+    # --- asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream transport (uvloop's are not asyncio.Transport subclasses).
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self._waiter is None:  # bytes nobody asked for: this connection cannot be trusted
+            self.close()
+            return
+        self._started = True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(ConnectionLost(f"not HTTP/1.1: {exc}", answered=True))
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._waiter is None or self._waiter.done():
+            return
+        if self._status >= 200 and not self._framed:
+            # An answer without a length ends with the connection: that was all of it.
+            self._keep_alive = False
+            self._finish()
+            return
+        reason = f": {exc}" if exc else ""
+        self._fail(
+            ConnectionLost(f"the endpoint closed the connection{reason}", answered=self._started)
+        )
+
+    # --- httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        lower = name.lower()
+        if lower in _FRAMING:
+            self._framed = True
+        wanted = _WANTED.get(lower)
+        if wanted is not None:
+            self._headers[wanted] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        self._status = self._parser.get_status_code()
+
+    def on_body(self, body: bytes) -> None:
+        if self._status < 200:
+            return
+        self._body += body
+        if len(self._body) >= MAX_RESPONSE_BYTES:  # enough: keep the start, drop the connection
+            self._keep_alive = False
+            self._finish()
+            self.close()
+
+    def on_message_complete(self) -> None:
+        if self._status < 200:  # an interim answer (100 Continue...): the real one follows
+            self._status, self._headers, self._framed = 0, {}, False
+            return
+        self._keep_alive = self._keep_alive and self._parser.should_keep_alive()
+        self._finish()
+
+    # --- the sender's side
+    def request(self, data: bytes) -> asyncio.Future[Answer]:
+        """Write a request; the future is the answer (or :class:`ConnectionLost`)."""
+        assert self.transport is not None
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiter = waiter
+        self._status, self._headers, self._body = 0, {}, bytearray()
+        self._started, self._framed, self._keep_alive = False, False, True
+        self.transport.write(data)
+        return waiter
+
+    @property
+    def reusable(self) -> bool:
+        """Whether the last exchange ended cleanly on a connection the endpoint keeps."""
+        return not self.closed and self._keep_alive and self._waiter is None
+
+    def close(self) -> None:
+        """Close now (also mid-answer: a timeout, a long answer)."""
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def _finish(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(
+                Answer(self._status, self._headers, bytes(self._body[:MAX_RESPONSE_BYTES]))
+            )
+
+    def _fail(self, exc: Exception) -> None:
+        waiter, self._waiter = self._waiter, None
+        self._keep_alive = False
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+        self.close()

@@ -29,17 +29,17 @@ import json
 import logging
 from collections.abc import Iterable
 
-from httpbus.core.errors import AlreadyExists, HttpbusError, NotFound, VersionConflict
-from httpbus.core.lifecycle import AsyncResource
+from httpbus.core.errors import AlreadyExists, NotFound, VersionConflict
 from httpbus.metastore import paths
 from httpbus.metastore.catalog import Catalog
 from httpbus.metastore.protocol import MetaStore
+
+from .leader import LeaderElection
 
 log = logging.getLogger(__name__)
 
 WORKERS = "workers"
 ROLE = "assigner"
-_RETRY_S = 1.0
 
 
 def _weight(worker: str, key: str) -> int:
@@ -62,7 +62,7 @@ def rendezvous(keys: Iterable[str], workers: Iterable[str]) -> dict[str, list[st
     return plan
 
 
-class Assigner(AsyncResource):
+class Assigner(LeaderElection):
     """Leader election plus the assignment loop (see the module doc).
 
     Example::
@@ -80,89 +80,27 @@ class Assigner(AsyncResource):
         *,
         group: str = WORKERS,
     ) -> None:
-        self.metastore = metastore
+        super().__init__(metastore, ROLE, member_id)
         self.catalog = catalog
-        self.member_id = member_id
         self.interval_s = interval_s
         self.group = group
-        self.is_leader = False
-        self._path = paths.leader(ROLE)
-        self._identity = json.dumps({"member": member_id}).encode()
-        self._task: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        """Stand for election in the background; returns at once."""
-        self._task = asyncio.create_task(self._run(), name=f"assigner-{self.member_id}")
-
-    async def aclose(self) -> None:
-        """Stop; a leader gives up its node so another control plane takes over at once."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        if self.is_leader:
-            self.is_leader = False
-            with contextlib.suppress(HttpbusError):
-                node = await self.metastore.get(self._path)
-                if node is not None and node.data == self._identity:
-                    await self.metastore.delete(self._path, expected_version=node.version)
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self._elect()
-                log.info("%s leads the assignment of subscriptions", self.member_id)
-                await self._lead()
-            except HttpbusError as exc:
-                log.warning("assigner %s: %s; retrying", self.member_id, exc)
-                await asyncio.sleep(_RETRY_S)
-            finally:
-                self.is_leader = False
-
-    async def _elect(self) -> None:
-        """Return once this process holds the leader node."""
-        while True:
-            try:
-                await self.metastore.create(self._path, self._identity, ephemeral=True)
-                self.is_leader = True
-                return
-            except AlreadyExists:
-                pass
-            async for node in self.metastore.watch(self._path):
-                if node is None:
-                    break  # the leader is gone: stand again
-                if node.data == self._identity:  # ours, left from a failed round
-                    self.is_leader = True
-                    return
-
-    async def _lead(self) -> None:
+    async def lead(self, lost: asyncio.Event) -> None:
         """Assign until the leader node is no longer ours."""
-        lost, dirty = asyncio.Event(), asyncio.Event()
-        watchers = [
-            asyncio.create_task(self._watch_members(dirty)),
-            asyncio.create_task(self._watch_leadership(lost)),
-        ]
+        dirty = asyncio.Event()
+        watcher = asyncio.create_task(self._watch_members(dirty))
         try:
             while not lost.is_set():
                 dirty.clear()
                 await self.rebalance()
                 await _first(dirty, lost, self.interval_s)
         finally:
-            for task in watchers:
-                task.cancel()
-            await asyncio.gather(*watchers, return_exceptions=True)
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
 
     async def _watch_members(self, dirty: asyncio.Event) -> None:
         async for _ in self.metastore.watch_children(paths.members(self.group)):
             dirty.set()
-
-    async def _watch_leadership(self, lost: asyncio.Event) -> None:
-        async for node in self.metastore.watch(self._path):
-            if node is None or node.data != self._identity:
-                log.warning("%s lost the assigner leadership", self.member_id)
-                lost.set()
-                return
 
     async def subscriptions(self) -> list[str]:
         """Every subscription as ``"project/subscription"``."""

@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import httpx
+import pytest
 
 from httpbus import __version__
 from httpbus.control_plane.app import create_app
@@ -42,3 +43,13 @@ async def test_the_report_database_is_migrated_at_start(tmp_path: Path) -> None:
         async with httpx.AsyncClient(transport=transport, base_url="http://cp") as client:
             runs = await client.get("/v1/audit/runs", headers={"Authorization": f"Bearer {token}"})
     assert runs.status_code == 200 and runs.json() == {"runs": []}
+
+
+def test_dev_keeps_reports_in_its_data_dir_unless_told_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = dev_settings(None, tmp_path, "127.0.0.1", 8700)
+    assert settings.database_url == f"sqlite:///{tmp_path.absolute() / 'reports.db'}"
+    monkeypatch.setenv("HTTPBUS_DATABASE_URL", "sqlite:////elsewhere/reports.db")
+    settings = dev_settings(None, tmp_path, "127.0.0.1", 8700)
+    assert settings.database_url == "sqlite:////elsewhere/reports.db"

@@ -46,6 +46,7 @@ def dev_settings(config: Path | None, data_dir: Path, host: str, port: int) -> C
             "embedded": EmbeddedClusterConfig(path=str(data_dir / "segments.db"))
         }
         overrides["default_cluster"] = "embedded"
+    if "database_url" not in base.model_fields_set:  # not set by the file or HTTPBUS_DATABASE_URL
         overrides["database_url"] = f"sqlite:///{(data_dir / 'reports.db').absolute()}"
     if base.admin_token is None:
         overrides["admin_token"] = secrets.token_urlsafe(24)

@@ -124,10 +124,12 @@ async def test_pause_resume_seek_and_status(world: DeliveryWorld) -> None:
     await until(lambda: set(world.hook.ids("ops")) == set(produced), what="resume, none skipped")
 
     # Status: figures from the worker, lag from storage.
-    async with asyncio.timeout(30):
+    # Totals count since this worker took the subscription (docs/operations.md), so only the
+    # lag is waited for; it comes from storage and must reach 0 once the backlog is delivered.
+    async with asyncio.timeout(60):
         while True:
             status = (await world.cp.get(f"{base}/status")).json()
-            if status["lag"] == 0 and status["totals"]["delivered"] >= len(produced):
+            if status["lag"] == 0 and status["totals"]["delivered"] > 0:
                 break
             await asyncio.sleep(0.2)
     assert status["state"] == "running" and status["worker"] == world.worker.member_id

@@ -61,6 +61,8 @@ Output = Annotated[
     Literal["text", "json"],
     typer.Option("--output", "-o", help="text for people, json for scripts."),
 ]
+Offset = Annotated[int, typer.Option(min=0, help="Skip this many.")]
+Limit = Annotated[int, typer.Option(min=1, max=500, help="Page size.")]
 DEFAULT_URL = "http://127.0.0.1:8700"
 
 console = Console(highlight=False, soft_wrap=True)

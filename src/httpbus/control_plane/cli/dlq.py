@@ -16,7 +16,18 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from ..client import AdminClient, path
-from .common import DEFAULT_URL, EXIT_USAGE, Output, Token, Url, emit_json, fail, run, table
+from .common import (
+    DEFAULT_URL,
+    EXIT_USAGE,
+    Limit,
+    Output,
+    Token,
+    Url,
+    emit_json,
+    fail,
+    run,
+    table,
+)
 
 app = typer.Typer(help="Dead-letter queue: list, unsideline, purge.", no_args_is_help=True)
 
@@ -60,7 +71,7 @@ def list_(
     project: Project,
     name: Name,
     order: Annotated[Literal["newest", "oldest"], typer.Option(help="Order.")] = "newest",
-    limit: Annotated[int, typer.Option(min=1, max=500, help="Page size.")] = 50,
+    limit: Limit = 50,
     cursor: Annotated[str | None, typer.Option(help="next_cursor of the previous page.")] = None,
     group: Annotated[str | None, typer.Option(help="Only this group.")] = None,
     status: Annotated[int | None, typer.Option(help="Only this last HTTP status.")] = None,

@@ -7,7 +7,18 @@ from typing import Annotated, Any
 import typer
 
 from ..client import AdminClient, path
-from .common import DEFAULT_URL, Output, Token, Url, emit_json, paged_footer, run, table
+from .common import (
+    DEFAULT_URL,
+    Limit,
+    Offset,
+    Output,
+    Token,
+    Url,
+    emit_json,
+    paged_footer,
+    run,
+    table,
+)
 
 app = typer.Typer(help="Projects: create, list.", no_args_is_help=True)
 
@@ -34,8 +45,8 @@ def create(
 
 @app.command("list")
 def list_(
-    offset: Annotated[int, typer.Option(min=0, help="Skip this many.")] = 0,
-    limit: Annotated[int, typer.Option(min=1, max=500, help="Page size.")] = 100,
+    offset: Offset = 0,
+    limit: Limit = 100,
     url: Url = DEFAULT_URL,
     token: Token = "",
     output: Output = "text",

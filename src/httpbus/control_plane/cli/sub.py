@@ -11,6 +11,8 @@ from ..client import AdminClient, path
 from .common import (
     DEFAULT_URL,
     EXIT_USAGE,
+    Limit,
+    Offset,
     Output,
     Token,
     Url,
@@ -79,8 +81,8 @@ def create(
 @app.command("list")
 def list_(
     project: Project,
-    offset: Annotated[int, typer.Option(min=0, help="Skip this many.")] = 0,
-    limit: Annotated[int, typer.Option(min=1, max=500, help="Page size.")] = 100,
+    offset: Offset = 0,
+    limit: Limit = 100,
     url: Url = DEFAULT_URL,
     token: Token = "",
     output: Output = "text",

@@ -12,6 +12,8 @@ from ..client import AdminClient, path
 from .common import (
     DEFAULT_URL,
     EXIT_FAILED,
+    Limit,
+    Offset,
     Output,
     Token,
     Url,
@@ -67,8 +69,8 @@ def create(
 @app.command("list")
 def list_(
     project: Project,
-    offset: Annotated[int, typer.Option(min=0, help="Skip this many.")] = 0,
-    limit: Annotated[int, typer.Option(min=1, max=500, help="Page size.")] = 100,
+    offset: Offset = 0,
+    limit: Limit = 100,
     url: Url = DEFAULT_URL,
     token: Token = "",
     output: Output = "text",

@@ -92,7 +92,11 @@ class Bench:
             "admin_token": self.token,
             "metastore": {"kind": "zookeeper", "hosts": e.zookeeper, "root": f"/{self.tag}"},
             "clusters": {
-                "kafka-main": {"backend": "kafka", "bootstrap_servers": e.kafka},
+                "kafka-main": {
+                    "backend": "kafka",
+                    "bootstrap_servers": e.kafka,
+                    "linger_ms": self.args.linger_ms,
+                },
                 "pulsar-main": {
                     "backend": "pulsar",
                     "service_url": e.pulsar,
@@ -437,6 +441,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=100, help="messages per batch request")
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--load", choices=["wrk", "httpx"], default="wrk", help="load generator")
+    p.add_argument("--linger-ms", type=int, default=1, help="the Kafka cluster's linger_ms")
     p.add_argument("--py-spy", action="store_true", help="profile every run (py-spy)")
     p.add_argument(
         "--services-file",

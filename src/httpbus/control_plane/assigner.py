@@ -16,8 +16,10 @@ The assignment says who *should* run a subscription; the ephemeral lock
 ``/locks/subscriptions/{project}:{s}`` held by the worker that runs it says who *does*, so two
 workers never deliver one subscription at once while an assignment moves.
 
-Partitions of one subscription are not spread over several workers (yet): a subscription is
-the unit of assignment.
+A subscription of N > 1 shards (:mod:`httpbus.core.shards`) is N units, ``"project/sub#k"``,
+each placed on its own by the same hashing, so its shards spread over the workers. The shard
+count is fixed when a subscription is created; the leader reads it again every
+``SHARDS_TTL_S`` (a subscription deleted and made again with another count is noticed then).
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ import contextlib
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Iterable
 
 from httpbus.core.errors import AlreadyExists, NotFound, VersionConflict
+from httpbus.core.shards import shards, unit_key
 from httpbus.metastore import paths
 from httpbus.metastore.catalog import Catalog
 from httpbus.metastore.protocol import MetaStore
@@ -40,6 +44,7 @@ log = logging.getLogger(__name__)
 
 WORKERS = "workers"
 ROLE = "assigner"
+SHARDS_TTL_S = 30.0
 
 
 def _weight(worker: str, key: str) -> int:
@@ -84,6 +89,7 @@ class Assigner(LeaderElection):
         self.catalog = catalog
         self.interval_s = interval_s
         self.group = group
+        self._shards: dict[str, tuple[int, float]] = {}  # "p/s" -> (shard count, read at)
 
     async def lead(self, lost: asyncio.Event) -> None:
         """Assign until the leader node is no longer ours."""
@@ -103,10 +109,32 @@ class Assigner(LeaderElection):
             dirty.set()
 
     async def subscriptions(self) -> list[str]:
-        """Every subscription as ``"project/subscription"``."""
+        """Every unit of assignment: ``"project/subscription"``, or one
+        ``"project/subscription#k"`` per shard of a sharded one."""
         projects = await self.catalog.list_projects()
         names = await asyncio.gather(*(self.catalog.list_subscriptions(p) for p in projects))
-        return [f"{p}/{s}" for p, subs in zip(projects, names, strict=True) for s in subs]
+        pairs = [(p, s) for p, subs in zip(projects, names, strict=True) for s in subs]
+        counts = await asyncio.gather(*(self._shard_count(p, s) for p, s in pairs))
+        self._shards = {
+            k: v for k, v in self._shards.items() if k in {f"{p}/{s}" for p, s in pairs}
+        }
+        return [
+            unit_key(p, s, shard)
+            for (p, s), count in zip(pairs, counts, strict=True)
+            for shard in shards(count)
+        ]
+
+    async def _shard_count(self, project: str, name: str) -> int:
+        key, now = f"{project}/{name}", time.monotonic()
+        cached = self._shards.get(key)
+        if cached is not None and now - cached[1] < SHARDS_TTL_S:
+            return cached[0]
+        try:
+            count = (await self.catalog.get_subscription(project, name)).shards
+        except NotFound:  # deleted meanwhile: the next round drops it
+            count = 1
+        self._shards[key] = (count, now)
+        return count
 
     async def rebalance(self) -> dict[str, list[str]]:
         """Compute the plan and write what changed; return the plan."""

@@ -30,6 +30,10 @@ its end. ``earliest`` is the oldest readable segment from its first retained mes
 **Status** combines the figures the worker publishes (``/status/{p}:{s}``, see
 ``delivery_workers.status``) with the committed positions, end positions and backlog of the
 consume segment, read from storage.
+
+A sharded subscription (``docs/shards.md``) is sought with every shard's lock taken and
+every shard's commit group written; its status adds up the shards (:mod:`.shard_status`)
+and lists each shard with its worker, state and lag.
 """
 
 from __future__ import annotations
@@ -46,10 +50,13 @@ from typing import Any, Literal
 
 from httpbus.core.errors import AlreadyExists, HttpbusError, InUse, NotFound, VersionConflict
 from httpbus.core.model import Segment, SegmentState, Subscription, Topic
+from httpbus.core.shards import Shard, shards, unit_key
 from httpbus.metastore import paths
 from httpbus.metastore.catalog import Catalog
 from httpbus.segments.protocol import SegmentStore
 from httpbus.segments.reader import commit_group
+
+from .shard_status import merge_figures, merge_partitions
 
 LOCK_WAIT_S = 15.0
 LOCK_POLL_S = 0.1
@@ -119,15 +126,16 @@ class SubscriptionOps:
             await self.meta.create(request, stamp, ephemeral=True)
         except AlreadyExists:
             raise InUse(f"a seek of {project}/{name} is in progress; try again") from None
-        lock = paths.subscription_lock(project, name)
-        token: bytes | None = None
+        taken: dict[str, bytes] = {}
         try:
-            token = await self._take_lock(lock, f"{project}/{name}")
+            for shard in shards(sub.shards):
+                lock = paths.subscription_lock(project, name, _index(shard))
+                taken[lock] = await self._take_lock(lock, unit_key(project, name, shard))
             return await self._seek_locked(sub, target)
         finally:
             with contextlib.suppress(HttpbusError):
                 await self.meta.delete(request)
-            if token is not None:
+            for lock, token in taken.items():
                 with contextlib.suppress(HttpbusError):
                     node = await self.meta.get(lock)
                     if node is not None and node.data == token:
@@ -156,10 +164,10 @@ class SubscriptionOps:
         if not readable:
             raise NotFound(f"topic {topic.project}/{topic.name} has no readable segment")
         segment, positions = await self._locate(topic, readable, target)
-        group = commit_group(sub)
-        await self._commit_checked(segment, group, positions)
+        groups = [commit_group(sub, shard) for shard in shards(sub.shards)]
+        await self._commit_checked(segment, groups, positions)
         for later in (s for s in readable if s.id > segment.id):
-            await self._commit_checked(later, group, await self._earliest(later))
+            await self._commit_checked(later, groups, await self._earliest(later))
         fresh = await self.catalog.get_subscription(sub.project, sub.name)
         if fresh.consume_pointer is None or fresh.consume_pointer.segment_id != segment.id:
             await self.catalog.move_consume_pointer(fresh, segment.id)
@@ -200,29 +208,32 @@ class SubscriptionOps:
         return dict(enumerate(found))
 
     async def _commit_checked(
-        self, segment: Segment, group: str, positions: dict[int, int]
+        self, segment: Segment, groups: list[str], positions: dict[int, int]
     ) -> None:
         store = self._store(segment)
-        await store.commit(segment.storage_topic, group, positions)
+        for group in groups:
+            await store.commit(segment.storage_topic, group, positions)
         # A cancelled runner's last commit was sent before it let the lock go, so it lands
         # within moments: committing once more after a pause overwrites it if it came late.
         await asyncio.sleep(STALE_COMMIT_S)
-        await store.commit(segment.storage_topic, group, positions)
+        for group in groups:
+            await store.commit(segment.storage_topic, group, positions)
 
     # ------------------------------------------------------------ status
     async def status(self, project: str, name: str) -> dict[str, Any]:
         sub = await self.catalog.get_subscription(project, name)
         topic = await self.catalog.get_topic(sub.topic_project, sub.topic)
-        published = await self.meta.get(paths.subscription_status(project, name))
-        lock = await self.meta.get(paths.subscription_lock(project, name))
-        figures: dict[str, Any] = json.loads(published.data) if published else {}
-        holder = json.loads(lock.data).get("member") if lock else None
-        state = "paused" if sub.paused else "running" if lock or published else "unassigned"
         segment_id = sub.consume_pointer.segment_id if sub.consume_pointer else None
         segment = topic.segment(segment_id) if segment_id is not None else None
-        partitions = await self._partitions(sub, segment) if segment is not None else []
+        units = await asyncio.gather(
+            *(self._shard_status(sub, shard, segment) for shard in shards(sub.shards))
+        )
+        figures = merge_figures([u.figures for u in units])
+        partitions = merge_partitions([u.partitions for u in units])
+        holder = next((u.worker for u in units if u.worker), None)
+        state = _state(sub, [u.state for u in units])
         totals = figures.get("totals", {})
-        return {
+        body = {
             "subscription": f"{project}/{name}",
             "state": state,
             "worker": figures.get("worker") or holder,
@@ -242,10 +253,28 @@ class SubscriptionOps:
             "history": _history(figures.get("history", []), time.time()),
             "updated_at": figures.get("updated_at"),
         }
+        if sub.shards > 1:
+            body["shards"] = [u.row() for u in units]
+        return body
 
-    async def _partitions(self, sub: Subscription, segment: Segment) -> list[dict[str, int]]:
+    async def _shard_status(
+        self, sub: Subscription, shard: Shard, segment: Segment | None
+    ) -> _Unit:
+        """What the metastore and the storage say of one shard (or the whole)."""
+        index = _index(shard)
+        published = await self.meta.get(paths.subscription_status(sub.project, sub.name, index))
+        lock = await self.meta.get(paths.subscription_lock(sub.project, sub.name, index))
+        figures: dict[str, Any] = json.loads(published.data) if published else {}
+        holder = json.loads(lock.data).get("member") if lock else None
+        state = "paused" if sub.paused else "running" if lock or published else "unassigned"
+        rows = await self._partitions(sub, segment, shard) if segment is not None else []
+        return _Unit(shard, figures.get("worker") or holder, state, figures, rows)
+
+    async def _partitions(
+        self, sub: Subscription, segment: Segment, shard: Shard
+    ) -> list[dict[str, int]]:
         try:
-            store, group = self._store(segment), commit_group(sub)
+            store, group = self._store(segment), commit_group(sub, shard)
             committed, ends, backlog = await asyncio.gather(
                 store.committed(segment.storage_topic, group),
                 store.end_positions(segment.storage_topic),
@@ -261,7 +290,38 @@ class SubscriptionOps:
                 "lag": backlog.get(p, 0),
             }
             for p in range(segment.partitions)
+            if shard.reads(p, segment.partitions)
         ]
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """One shard's part of a status."""
+
+    shard: Shard
+    worker: str | None
+    state: str
+    figures: dict[str, Any]
+    partitions: list[dict[str, int]]
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "shard": self.shard.index,
+            "worker": self.worker,
+            "state": self.state,
+            "lag": sum(p["lag"] for p in self.partitions),
+        }
+
+
+def _index(shard: Shard) -> int | None:
+    return None if shard.whole else shard.index
+
+
+def _state(sub: Subscription, states: list[str]) -> str:
+    """paused, running (some shard runs), or unassigned (none does)."""
+    if sub.paused:
+        return "paused"
+    return "running" if "running" in states else "unassigned"
 
 
 def _ms(at: datetime | None) -> int | None:

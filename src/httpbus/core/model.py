@@ -23,6 +23,7 @@ from pydantic import (
 
 from .filters import FilterError, compile_filter
 from .names import Name
+from .shards import MAX_SHARDS
 
 MAX_PARTITIONS = 512
 MiB = 1024 * 1024
@@ -255,6 +256,7 @@ class Subscription(SubscriptionSettings):
     topic_project: Name
     topic: Name
     signing_secret: str = Field(min_length=24, max_length=256)
+    shards: int = Field(default=1, ge=1, le=MAX_SHARDS)
     created_at: datetime = Field(default_factory=utcnow)
     consume_pointer: Pointer | None = None
     version: int = -1

@@ -32,6 +32,7 @@ from typing import Any
 from httpbus.core.audit import AuditType
 from httpbus.core.model import Subscription
 from httpbus.core.retry import level_for
+from httpbus.core.shards import WHOLE, Shard
 from httpbus.metastore.protocol import MetaStore
 from httpbus.segments import dlq
 from httpbus.segments.internal import (
@@ -42,6 +43,7 @@ from httpbus.segments.internal import (
     header,
     internal_record,
     load_layout,
+    origin_partition,
 )
 from httpbus.segments.protocol import Produced, SegmentStore, Stored
 from httpbus.segments.reader import commit_group
@@ -74,8 +76,10 @@ class RetryPath(Outcomes):
         offer: Offer,
         audit: Audit,
         policy: CommitPolicy,
+        shard: Shard = WHOLE,
     ) -> None:
         self.sub = sub
+        self.shard = shard  # every shard reads the shared internal topics, keeps its own
         self.meta = meta
         self.stores = stores
         self.layout = layout
@@ -103,6 +107,7 @@ class RetryPath(Outcomes):
         offer: Offer,
         audit: Audit,
         policy: CommitPolicy,
+        shard: Shard = WHOLE,
     ) -> RetryPath:
         """Load the subscription's internal topics (made on first need) and rebuild the
         state of its groups from them."""
@@ -112,7 +117,7 @@ class RetryPath(Outcomes):
             layout = Layout(cluster, base_name(sub), tuple(sub.retry.delay_levels_ms))
         elif not set(sub.retry.delay_levels_ms) <= set(layout.levels_ms):
             layout = await ensure_layout(meta, stores, sub, cluster)
-        path = cls(sub, meta, stores, layout, created, offer, audit, policy)
+        path = cls(sub, meta, stores, layout, created, offer, audit, policy, shard)
         if created:
             await path._open_sources()
             await path._rebuild()
@@ -129,7 +134,7 @@ class RetryPath(Outcomes):
         self.start_readers()
 
     async def _open_sources(self) -> None:
-        group = commit_group(self.sub)
+        group = commit_group(self.sub, self.shard)
         names = [self.layout.hold, self.layout.replay, *map(self.layout.level, self.levels)]
         for name in names:
             committed = (await self.store.committed(name, group)).get(0, 0)
@@ -183,14 +188,14 @@ class RetryPath(Outcomes):
         dead = {RetryMeta.of(m.headers).origin for m in view.live()}
         for position, msg in view.entries.items():
             group = header(msg.headers, "x-group-id")
-            if group is not None:
+            if group is not None and self._mine(msg):
                 self.groups.dead_seen(group, position)
         self._dlq_end = view.end
         for ms in self.levels:
             source = self.sources[self.layout.level(ms)]
             for msg in await dlq.read_all(self.store, source.name, source.tracker.committed(0)):
                 origin = RetryMeta.of(msg.headers).origin
-                if origin in dead:
+                if origin in dead or not self._mine(msg):
                     self._skip.add((source.name, msg.position))
                     continue
                 group = header(msg.headers, "x-group-id")
@@ -201,7 +206,7 @@ class RetryPath(Outcomes):
             hold.track(msg)
             group = header(msg.headers, "x-group-id")
             meta = RetryMeta.of(msg.headers)
-            if meta.origin in dead:
+            if meta.origin in dead or not self._mine(msg):
                 hold.done(msg)
                 continue
             if group is None:  # cannot happen (only grouped messages are held): deliver
@@ -220,7 +225,7 @@ class RetryPath(Outcomes):
             for msg in batch:
                 position = msg.position + 1
                 source.track(msg)
-                if (source.name, msg.position) in self._skip:
+                if (source.name, msg.position) in self._skip or not self._mine(msg):
                     source.done(msg)
                     continue
                 meta = RetryMeta.of(msg.headers)
@@ -253,6 +258,9 @@ class RetryPath(Outcomes):
             for msg in batch:
                 position = msg.position + 1
                 source.track(msg)
+                if not self._mine(msg):  # another shard's
+                    source.done(msg)
+                    continue
                 group = header(msg.headers, "x-group-id")
                 item = Item(msg, source, Kind.REPLAY, group, RetryMeta.of(msg.headers))
                 self.audit(AuditType.UNSIDELINED, msg)
@@ -270,8 +278,16 @@ class RetryPath(Outcomes):
                     self.groups.dead_removed(dlq.removed_positions(msg))
                     continue
                 group = header(msg.headers, "x-group-id")
-                if group is not None:
+                if group is not None and self._mine(msg):
                     self.groups.dead_seen(group, msg.position)
+
+    def _mine(self, msg: Stored) -> bool:
+        """Whether an internal record belongs to this runner's shard: by its group, else by
+        the partition it was first read from."""
+        if self.shard.whole:
+            return True
+        group = header(msg.headers, "x-group-id")
+        return self.shard.owns(group, origin_partition(RetryMeta.of(msg.headers).origin))
 
     # ------------------------------------------------------------ routing
     async def admit(self, item: Item) -> None:

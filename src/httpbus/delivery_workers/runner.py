@@ -37,6 +37,7 @@ from httpbus.core.audit import AuditEvent, AuditType
 from httpbus.core.filters import FilterOutcome, compile_filter
 from httpbus.core.model import RetryPolicy, Segment, SegmentState, Subscription, Topic
 from httpbus.core.retry import delay_ms, level_for, status_retries
+from httpbus.core.shards import WHOLE, Shard
 from httpbus.core.token_bucket import TokenBucket
 from httpbus.segments.audit import AuditSink
 from httpbus.segments.internal import RetryMeta
@@ -94,8 +95,10 @@ class SubscriptionRunner:
         audit: AuditSink | None = None,
         commit_policy: CommitPolicy | None = None,
         read_batch: int = 500,
+        shard: Shard = WHOLE,
     ) -> None:
         self.sub = sub
+        self.shard = shard  # the slice of the subscription this runner delivers
         self.reader = reader
         self.sender = sender
         self.audit = audit
@@ -126,6 +129,7 @@ class SubscriptionRunner:
             self.offer,
             self._audit_msg,
             self._policy,
+            self.shard,
         )
         self.path.start()
         tasks = [asyncio.create_task(self._dispatch()), asyncio.create_task(self._commit_loop())]
@@ -288,11 +292,11 @@ class _Segment:
         self.segment = segment
 
     async def run(self) -> None:
-        starts = await self.r.reader.start_positions(self.r.sub, self.segment)
+        shard = self.r.shard
+        starts = await self.r.reader.start_positions(self.r.sub, self.segment, shard)
         store = self.r.reader.store(self.segment)
-        source = Source(
-            store, self.segment.storage_topic, commit_group(self.r.sub), starts, self.r._policy
-        )
+        group = commit_group(self.r.sub, shard)
+        source = Source(store, self.segment.storage_topic, group, starts, self.r._policy)
         self.r._main, self.r._main_segment = source, self.segment
         tasks = [asyncio.create_task(self._read(source, p, pos)) for p, pos in starts.items()]
         try:
@@ -349,6 +353,9 @@ class _Segment:
         source.track(msg)
         named = dict(msg.headers)
         group = named.get("x-group-id")
+        if not self.r.shard.owns(group, msg.partition):  # another shard's to deliver
+            source.done(msg)
+            return
         content_type = named.get("content-type")
         verdict = self.r._filter.matches(
             msg.headers,

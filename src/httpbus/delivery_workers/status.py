@@ -178,7 +178,7 @@ class StatusPublisher(AsyncResource):
     async def _write(self, key: str, series: _Series, body: str, wall: float) -> None:
         stamp = datetime.fromtimestamp(wall, UTC).isoformat().replace("+00:00", "Z")
         data = (body[:-1] + f',"updated_at":"{stamp}"}}').encode()
-        path = paths.subscription_status(*key.split("/", 1))
+        path = paths.unit_status(key)
         if series.version is not None:
             with contextlib.suppress(VersionConflict, NotFound):
                 series.version = (
@@ -201,7 +201,7 @@ class StatusPublisher(AsyncResource):
         if series is None or series.version is None:
             return
         version, series.version, series.written = series.version, None, ""
-        path = paths.subscription_status(*key.split("/", 1))
+        path = paths.unit_status(key)
         # Only our own write: a newer owner's node has another version.
         with contextlib.suppress(HttpbusError):
             await self.metastore.delete(path, expected_version=version)

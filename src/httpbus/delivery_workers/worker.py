@@ -23,6 +23,10 @@ the runner restarts from the positions the seek committed. A paused subscription
 lock but runs no runner. A :class:`StatusPublisher` writes each held subscription's figures
 to ``/status/{project}:{s}`` for the control plane's status endpoint.
 
+A sharded subscription (:mod:`httpbus.core.shards`) is assigned shard by shard: a key
+``"project/subscription#k"`` is held the same way, with its own lock and status node, and
+runs a runner for that shard only; pause, settings changes and seeks apply to every shard.
+
 When a subscription is unassigned the runner is stopped and the lock deleted. Stopping a
 runner cancels its in-flight deliveries without a last commit: the next owner delivers again
 what was delivered but not committed yet (at-least-once).
@@ -40,6 +44,7 @@ from collections.abc import Mapping
 from httpbus.core.errors import AlreadyExists, HttpbusError
 from httpbus.core.lifecycle import AsyncResource
 from httpbus.core.model import Subscription
+from httpbus.core.shards import WHOLE, Shard, parse_unit_key
 from httpbus.metastore import paths
 from httpbus.metastore.catalog import Catalog
 from httpbus.metastore.protocol import MetaStore
@@ -181,7 +186,7 @@ class Worker(AsyncResource):
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         for key in keys:  # unassigned because it was deleted: its internal topics go too
-            project, name = key.split("/", 1)
+            project, name, _ = parse_unit_key(key)
             try:
                 if await self.metastore.get(paths.subscription(project, name)) is None:
                     await drop_layout(self.metastore, self.stores, project, name)
@@ -189,9 +194,10 @@ class Worker(AsyncResource):
                 log.warning("could not drop the internal topics of %s: %s", key, exc)
 
     async def _own(self, key: str) -> None:
-        """Hold subscription ``key`` until cancelled (unassigned or the worker closes)."""
-        project, name = key.split("/", 1)
-        lock = paths.subscription_lock(project, name)
+        """Hold subscription (shard) ``key`` until cancelled (unassigned or the worker
+        closes)."""
+        project, name, _ = parse_unit_key(key)
+        lock = paths.unit_lock(key)
         while True:
             try:
                 await self._until_exists(project, name)
@@ -303,6 +309,7 @@ class Worker(AsyncResource):
                     self.sender,
                     audit=self.audit,
                     commit_policy=CommitPolicy(self.commit_every_n, self.commit_every_s),
+                    shard=_shard_of(sub, parse_unit_key(key)[2]),
                 )
                 self.runners[key] = runner
                 await runner.run()
@@ -320,3 +327,16 @@ class Worker(AsyncResource):
         total = self._totals.setdefault(key, RunnerStats())
         for name in COUNTERS:
             setattr(total, name, getattr(total, name) + getattr(runner.stats, name))
+
+
+def _shard_of(sub: Subscription, index: int | None) -> Shard:
+    """The shard an assignment key names; an error if the subscription has no such shard
+    (an assignment older than the subscription: the next one fixes it)."""
+    if index is None and sub.shards == 1:
+        return WHOLE
+    if index is None or index >= sub.shards:
+        raise HttpbusError(
+            f"assignment of shard {index} does not match {sub.project}/{sub.name}, "
+            f"which has {sub.shards} shards"
+        )
+    return Shard(index, sub.shards)

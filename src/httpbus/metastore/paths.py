@@ -25,6 +25,7 @@ The tree (relative to the store's root)::
 from __future__ import annotations
 
 from httpbus.core.names import check_name
+from httpbus.core.shards import SEPARATOR, parse_unit_key
 
 PROJECTS = "/projects"
 MEMBERS = "/members"
@@ -120,9 +121,24 @@ def assignment(worker: str) -> str:
     return f"{ASSIGNMENTS}/{worker}"
 
 
-def subscription_lock(p: str, s: str) -> str:
+def subscription_lock(p: str, s: str, shard: int | None = None) -> str:
+    """Held by the worker that runs subscription s (or its shard ``shard``)."""
     p, s = _n(p, s)
-    return f"{SUBSCRIPTION_LOCKS}/{p}:{s}"
+    return f"{SUBSCRIPTION_LOCKS}/{p}:{s}{_shard(shard)}"
+
+
+def _shard(index: int | None) -> str:
+    return "" if index is None else f"{SEPARATOR}{index}"
+
+
+def unit_lock(key: str) -> str:
+    """The lock of an assignment key (``p/s`` or ``p/s#k``, see :mod:`httpbus.core.shards`)."""
+    return subscription_lock(*parse_unit_key(key))
+
+
+def unit_status(key: str) -> str:
+    """The status node of an assignment key."""
+    return subscription_status(*parse_unit_key(key))
 
 
 def cutover(p: str, t: str) -> str:
@@ -147,6 +163,7 @@ def seek_request(p: str, s: str) -> str:
     return f"{SEEKS}/{p}:{s}"
 
 
-def subscription_status(p: str, s: str) -> str:
+def subscription_status(p: str, s: str, shard: int | None = None) -> str:
+    """A worker's figures of subscription s (or of its shard ``shard``)."""
     p, s = _n(p, s)
-    return f"{STATUS}/{p}:{s}"
+    return f"{STATUS}/{p}:{s}{_shard(shard)}"

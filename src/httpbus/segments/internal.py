@@ -205,6 +205,12 @@ class RetryMeta:
         )
 
 
+def origin_partition(origin: str) -> int:
+    """The partition of an ``origin`` (``"segment:partition:position"``); 0 if unreadable."""
+    parts = origin.split(":")
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else 0
+
+
 def own_headers(headers: Headers) -> Headers:
     """The message's stored headers without httpbus's internal ones."""
     return tuple((k, v) for k, v in headers if not k.startswith(PREFIX))

@@ -12,14 +12,17 @@ from collections.abc import Mapping
 
 from httpbus.core.errors import NotFound, StorageUnavailable
 from httpbus.core.model import Segment, SegmentState, Subscription, Topic
+from httpbus.core.shards import WHOLE, Shard, shards
 from httpbus.metastore.catalog import Catalog
 
 from .protocol import SegmentStore, Stored
 
 
-def commit_group(sub: Subscription) -> str:
-    """The consumer-group / subscription name a subscription commits under, in storage."""
-    return f"httpbus.{sub.project}.{sub.name}"
+def commit_group(sub: Subscription, shard: Shard = WHOLE) -> str:
+    """The consumer-group / subscription name a subscription (one shard of it) commits
+    under, in storage."""
+    base = f"httpbus.{sub.project}.{sub.name}"
+    return base if shard.whole else f"{base}.shard{shard.index}"
 
 
 class SegmentReader:
@@ -45,10 +48,15 @@ class SegmentReader:
             )
         return topic, segment
 
-    async def start_positions(self, sub: Subscription, segment: Segment) -> dict[int, int]:
-        """Where to resume each partition: the committed position, else the beginning."""
-        committed = await self.store(segment).committed(segment.storage_topic, commit_group(sub))
-        return {p: committed.get(p, 0) for p in range(segment.partitions)}
+    async def start_positions(
+        self, sub: Subscription, segment: Segment, shard: Shard = WHOLE
+    ) -> dict[int, int]:
+        """Where to resume each partition the shard reads: the committed position, else the
+        beginning."""
+        group = commit_group(sub, shard)
+        committed = await self.store(segment).committed(segment.storage_topic, group)
+        n = segment.partitions
+        return {p: committed.get(p, 0) for p in range(n) if shard.reads(p, n)}
 
     async def read(
         self,
@@ -64,8 +72,15 @@ class SegmentReader:
             segment.storage_topic, partition, start, max_records=max_records, timeout=timeout
         )
 
-    async def commit(self, sub: Subscription, segment: Segment, positions: dict[int, int]) -> None:
-        await self.store(segment).commit(segment.storage_topic, commit_group(sub), positions)
+    async def commit(
+        self,
+        sub: Subscription,
+        segment: Segment,
+        positions: dict[int, int],
+        shard: Shard = WHOLE,
+    ) -> None:
+        group = commit_group(sub, shard)
+        await self.store(segment).commit(segment.storage_topic, group, positions)
 
     async def try_advance(self, sub: Subscription) -> Subscription | None:
         """Move ``sub`` to the next segment if it has finished its sealed consume segment;
@@ -75,8 +90,7 @@ class SegmentReader:
             return None
         if segment.end_positions is None:
             return None
-        committed = await self.store(segment).committed(segment.storage_topic, commit_group(sub))
-        if any(committed.get(p, 0) < end for p, end in segment.end_positions.items() if end > 0):
+        if not await self._finished(sub, segment, segment.end_positions):
             return None
         following = [
             s for s in topic.segments if s.id > segment.id and s.state is not SegmentState.PENDING
@@ -85,3 +99,17 @@ class SegmentReader:
             return None
         await self.catalog.move_consume_pointer(sub, following[0].id)
         return await self.catalog.get_subscription(sub.project, sub.name)
+
+    async def _finished(self, sub: Subscription, segment: Segment, ends: dict[int, int]) -> bool:
+        """Whether every shard has committed every partition it reads up to ``ends``: the
+        shards that finish first wait for the others (the segment barrier)."""
+        store, n = self.store(segment), segment.partitions
+        for shard in shards(sub.shards):
+            committed = await store.committed(segment.storage_topic, commit_group(sub, shard))
+            if any(
+                committed.get(p, 0) < end
+                for p, end in ends.items()
+                if end > 0 and shard.reads(p, n)
+            ):
+                return False
+        return True

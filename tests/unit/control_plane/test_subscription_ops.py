@@ -261,3 +261,37 @@ async def test_seek_back_into_a_sealed_segment_reads_the_later_one_again(env: En
     assert all(env.ids()[m] == 1 for m in old[:10])
     r = await env.client.post(f"{SUB}/seek", json={"to": "latest"})
     assert r.json()["segment"] == 2
+
+
+async def test_a_sharded_subscription_sums_its_shards_and_seeks_them_all(env: Env) -> None:
+    base = SUB.rsplit("/", 1)[0]
+    hook = (await env.client.get(SUB)).json()["endpoint"]
+    body = {"name": "big", "topic": "orders", "endpoint": hook, "shards": 2}
+    r = await env.client.post(base, json=body)
+    assert r.status_code == 201 and r.json()["shards"] == 2
+    await env.client.post(f"{SUB}/stop")  # only "big" delivers from now on
+    names = [f"b{i}" for i in range(40)]
+    await env.produce(names)
+    await _until(lambda: set(env.ids()) >= set(names))
+    url = f"{base}/big/status"
+
+    async def status() -> dict[str, Any]:
+        return (await env.client.get(url)).json()  # type: ignore[no-any-return]
+
+    async with asyncio.timeout(20):
+        while (s := await status())["totals"]["delivered"] != 40 or s["lag"] != 0:
+            await asyncio.sleep(0.1)
+    assert [row["shard"] for row in s["shards"]] == [0, 1]
+    assert all(row["worker"] == "w1" and row["state"] == "running" for row in s["shards"])
+    assert [p["partition"] for p in s["partitions"]] == [0, 1]  # 2 | 2: one reader each
+    assert sum(p["end"] for p in s["partitions"]) == 40
+    r = await env.client.post(f"{base}/big/seek", json={"to": "earliest"})
+    assert r.status_code == 200, r.text
+    await _until(lambda: all(env.ids()[n] == 2 for n in names))  # both shards went back
+    current = (await env.client.get(f"{base}/big")).json()
+    update = {k: current[k] for k in ("endpoint", "max_in_flight")} | {
+        "version": current["version"],
+        "shards": 3,
+    }
+    r = await env.client.put(f"{base}/big", json=update)
+    assert r.status_code == 422 and "shards" in r.text

@@ -14,6 +14,7 @@ from httpbus.core.model import (
     TopicSettings,
 )
 from httpbus.core.names import Name
+from httpbus.core.shards import MAX_SHARDS
 
 T = TypeVar("T")
 
@@ -51,6 +52,12 @@ class SubscriptionCreate(SubscriptionSettings):
     )
     signing_secret: str | None = Field(
         default=None, min_length=24, max_length=256, description="generated (whsec_…) when absent"
+    )
+    shards: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_SHARDS,
+        description="workers that share the delivery (see docs/shards.md); fixed at creation",
     )
 
 

@@ -1,0 +1,63 @@
+"""The status of a sharded subscription: the figures of its shards, added up.
+
+Each shard's worker publishes its own document (``/status/{p}:{s}#k``, the same shape as an
+unsharded subscription's). The subscription's figures are their sums: in flight, rates,
+totals and every history bucket; the circuit shown is the least healthy one (open, then
+half open, then closed); ``updated_at`` the latest. Per partition, the committed position is
+the lowest over the shards that read the partition and the lag the highest: the partition
+is as far behind as its slowest reader.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Doc = dict[str, Any]
+_SEVERITY = {"open": 2, "half_open": 1, "closed": 0}
+
+
+def merge_figures(docs: list[Doc]) -> Doc:
+    """One document with the sums of the shards' documents (see the module doc)."""
+    if len(docs) == 1:
+        return docs[0]
+    history: dict[int, list[int]] = {}
+    for doc in docs:
+        for row in doc.get("history", []):
+            if len(row) == 4:
+                into = history.setdefault(int(row[0]), [0, 0, 0])
+                for i in range(3):
+                    into[i] += int(row[i + 1])
+    circuits = [d["circuit"] for d in docs if d.get("circuit")]
+    stamps = [d["updated_at"] for d in docs if d.get("updated_at")]
+    return {
+        "worker": next((d["worker"] for d in docs if d.get("worker")), None),
+        "in_flight": sum(int(d.get("in_flight", 0)) for d in docs),
+        "rates": _sum_maps([d.get("rates", {}) for d in docs]),
+        "totals": _sum_maps([d.get("totals", {}) for d in docs]),
+        "circuit": max(circuits, key=lambda c: _SEVERITY.get(c.get("state"), 0), default=None),
+        "history": [[t, *history[t]] for t in sorted(history)],
+        "updated_at": max(stamps, default=None),
+    }
+
+
+def _sum_maps(maps: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for figures in maps:
+        for name, value in figures.items():
+            out[name] = out.get(name, 0) + value
+    return out
+
+
+def merge_partitions(per_shard: list[list[dict[str, int]]]) -> list[dict[str, int]]:
+    """Per partition: the lowest committed position and the highest lag over the shards
+    that read it (each shard lists only the partitions it reads)."""
+    merged: dict[int, dict[str, int]] = {}
+    for rows in per_shard:
+        for row in rows:
+            seen = merged.get(row["partition"])
+            if seen is None:
+                merged[row["partition"]] = dict(row)
+                continue
+            seen["committed"] = min(seen["committed"], row["committed"])
+            seen["lag"] = max(seen["lag"], row["lag"])
+    return [merged[p] for p in sorted(merged)]

@@ -154,3 +154,22 @@ def test_without_those_apis_commands_exit_5() -> None:
             ("tail", "shop", "s1", "--count", "1"),
         ):
             one_line_error(run(url, *args), 5, "not available")
+
+
+def test_sub_status_lists_the_shards_of_a_sharded_subscription(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from httpbus.control_plane.cli.sub import print_status
+
+    shards = [
+        {"shard": 0, "worker": "w-a", "state": "running", "lag": 3},
+        {"shard": 1, "worker": None, "state": "unassigned", "lag": 9},
+    ]
+    status = {"subscription": "shop/big", "state": "running", "lag": 12, "in_flight": 0}
+    print_status({**status, "partitions": [], "shards": shards})
+    cells = [
+        [c for c in line.replace("│", " ").replace("┃", " ").split()]
+        for line in capsys.readouterr().out.splitlines()
+    ]
+    assert ["0", "w-a", "running", "3"] in cells
+    assert ["1", "-", "unassigned", "9"] in cells

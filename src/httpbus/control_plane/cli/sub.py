@@ -50,6 +50,9 @@ def create(
     rate_limit: Annotated[float | None, typer.Option(help="Messages per second.")] = None,
     delay_ms: Annotated[int | None, typer.Option(min=0, help="Hold every message.")] = None,
     dlq: Annotated[bool, typer.Option(help="Dead-letter what fails for good.")] = True,
+    shards: Annotated[
+        int | None, typer.Option(min=1, max=64, help="Workers sharing the delivery (fixed).")
+    ] = None,
     url: Url = DEFAULT_URL,
     token: Token = "",
     output: Output = "text",
@@ -64,6 +67,7 @@ def create(
         "max_in_flight": max_in_flight,
         "rate_limit_per_second": rate_limit,
         "delay_ms": delay_ms,
+        "shards": shards,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     body["dlq_enabled"] = dlq
@@ -132,6 +136,11 @@ def print_status(status: dict[str, Any]) -> None:
     ]
     if rows:
         table(None, ("partition", "committed", "end", "lag"), rows)
+    shard_rows = [
+        (u["shard"], u.get("worker") or "-", u["state"], u["lag"]) for u in status.get("shards", [])
+    ]
+    if shard_rows:
+        table(None, ("shard", "worker", "state", "lag"), shard_rows)
 
 
 @app.command()

@@ -136,3 +136,38 @@ def test_shards_are_bounded() -> None:
         _sub("x", shards=0)
     with pytest.raises(ValueError, match="shards"):
         _sub("x", shards=65)
+
+
+async def test_groups_keep_their_order_across_a_segment_change(world: World) -> None:  # noqa: F811
+    """3 partitions, then 2: a group's messages move partition but not shard, and the
+    consume pointer waits for both shards, so nothing of segment 1 is skipped."""
+    await world.catalog.create_subscription(_sub("big", shards=2, url=f"{world.hook.url}/big"))
+    await world.worker("w1")
+    await world.worker("w2")
+    sent: dict[str, list[str]] = defaultdict(list)
+
+    async def produce(storage: str, prefix: str) -> None:
+        for i in range(120):
+            group, mid = f"g{i % 12}", f"{prefix}{i}"
+            sent[group].append(mid)
+            headers = (("x-message-id", mid.encode()), ("x-group-id", group.encode()))
+            await world.store.produce(storage, Record(b"x", key=group.encode(), headers=headers))
+
+    await produce("st.1", "a")
+    await world.store.create_topic("st.2", 2, retention_ms=3_600_000)
+    ends = await world.store.seal("st.1")
+    topic = await world.catalog.get_topic("p", "t")
+    [first] = topic.segments
+    second = first.model_copy(update={"id": 2, "storage_topic": "st.2", "partitions": 2})
+    await world.catalog.add_segment(
+        "p", "t", second.model_copy(update={"state": SegmentState.PENDING})
+    )
+    sealed = first.model_copy(update={"state": SegmentState.SEALED, "end_positions": ends})
+    await world.catalog.commit_segment_switch(topic, sealed, second)
+    await produce("st.2", "b")
+    await _until(lambda: len(world.hook.ids("big")) == 240, timeout=30)
+    got = [mid for _, mid in world.hook.got["big"]]
+    for group, ids in sent.items():
+        assert list(dict.fromkeys(m for m in got if m in set(ids))) == ids, group
+    sub = await world.catalog.get_subscription("p", "big")
+    assert sub.consume_pointer is not None and sub.consume_pointer.segment_id == 2

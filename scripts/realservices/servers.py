@@ -237,6 +237,9 @@ def pulsar(ports: Ports) -> Server:
                     "loadManagerClassName": "org.apache.pulsar.broker.loadbalance.NoopLoadManager",
                     "brokerDeleteInactiveTopicsEnabled": "false",
                     "allowAutoTopicCreation": "false",
+                    # A reader at the tail hears of a new entry at once, not 10 ms later (the
+                    # default): that delay is most of a delivery's latency (docs/deploy.md).
+                    "managedLedgerNewEntriesCheckDelayInMillis": 0,
                     # Tests only: the bookie journal is not fsynced.
                     "journalSyncData": "false",
                     # Bookie settings are read from the same file.

@@ -161,8 +161,8 @@ class CommitPolicy:
         policy = CommitPolicy(every_n=500, every_s=1.0)
         policy.record()               # a message became terminal
         if policy.due():
+            policy.flushed()          # first: what ends during the write waits for the next
             await store.commit(name, group, tracker.committable_all())  # then mark them
-            policy.flushed()
         await asyncio.sleep(policy.wait_s() or idle_s)
 
     Counting from the last flush (not from the first waiting message) lets a quiet stream
@@ -203,6 +203,6 @@ class CommitPolicy:
         return max(0.0, self.every_s - (self._clock() - self._flushed_at))
 
     def flushed(self) -> None:
-        """The commit was written: start a new batch."""
+        """A commit starts: a new batch begins (call it before taking the positions)."""
         self._count = 0
         self._flushed_at = self._clock()

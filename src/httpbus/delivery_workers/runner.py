@@ -54,6 +54,7 @@ from .throttle import Throttle
 
 log = logging.getLogger(__name__)
 IDLE_REFRESH_S = 1.0
+COMMIT_DRAIN_S = 5.0  # how long a stopping runner waits for the commit it has under way
 
 
 @dataclass
@@ -117,6 +118,7 @@ class SubscriptionRunner:
         self.path: RetryPath | None = None
         self._segment_id = 0
         self._main: Source | None = None
+        self._committing: asyncio.Future[None] | None = None
 
     async def run(self) -> None:
         """Deliver until cancelled."""
@@ -149,6 +151,7 @@ class SubscriptionRunner:
             for task in [*tasks, *self.deliveries]:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            await self._drain_commit()
             await self.path.aclose()
 
     def _audit_msg(self, kind: AuditType, msg: Stored, **extra: object) -> None:
@@ -272,14 +275,47 @@ class SubscriptionRunner:
                 await self.commit()
 
     async def commit(self) -> None:
-        if self._main is not None:
-            await self._main.commit()
-        if self.path is not None:
-            await self.path.commit()
-            self.stats.held = self.path.groups.held()
-            self.stats.blocked_groups = len(self.path.groups.blocked_groups)
-            self.stats.delayed = self.path.counts["delayed"]
+        """Commit what is terminal. The commit runs on even if the caller is cancelled, and a
+        stopping runner waits for it (:meth:`_drain_commit`): a commit that reached the
+        storage after the next owner had started would move its position back (the storage
+        does not order two clients' commits), leaving a lag that nothing commits away."""
+        self._committing = asyncio.ensure_future(self._commit_now())
+        self._committing.add_done_callback(_retrieved)
+        await asyncio.shield(self._committing)
+
+    async def _drain_commit(self) -> None:
+        pending = self._committing
+        if pending is None or pending.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(pending), COMMIT_DRAIN_S)
+        except Exception as exc:  # the storage is away: the next owner commits again
+            log.warning("%s: the last commit did not finish: %r", self.name, exc)
+
+    async def _commit_now(self) -> None:
+        # A new batch starts before the positions are taken: what becomes terminal while
+        # this commit is on the wire waits for the next one. (Starting it after the write
+        # left the last messages of a burst uncommitted until more came: the lag that never
+        # reached 0 on Pulsar, whose commits are slow REST calls.)
         self._policy.flushed()
+        try:
+            if self._main is not None:
+                await self._main.commit()
+            if self.path is not None:
+                await self.path.commit()
+                self.stats.held = self.path.groups.held()
+                self.stats.blocked_groups = len(self.path.groups.blocked_groups)
+                self.stats.delayed = self.path.counts["delayed"]
+        except BaseException:
+            self._policy.record()  # not written: due again at the next round
+            raise
+
+
+def _retrieved(future: asyncio.Future[None]) -> None:
+    # Its caller may be gone (cancelled while it ran): the error is the caller's or the
+    # drain's to report, never the loop's "exception was never retrieved".
+    if not future.cancelled():
+        future.exception()
 
 
 class _Segment:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
 import pytest
 from aiohttp import web
@@ -290,3 +291,47 @@ async def test_a_refused_message_goes_to_the_dlq_and_its_group_follows(world: Wo
     first = RetryMeta.of(view.live()[0].headers)
     assert first.last_status == 400 and first.attempts == 1
     assert committed == {p: e for p, e in ends.items() if e > 0}
+
+
+class _SlowCommits:
+    """The store, with every commit taking ``delay_s`` (a Pulsar commit is a REST call)."""
+
+    def __init__(self, store: SegmentStore, delay_s: float) -> None:
+        self._store = store
+        self._delay_s = delay_s
+        self.started = asyncio.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    async def commit(self, name: str, group: str, positions: dict[int, int]) -> None:
+        self.started.set()
+        await asyncio.sleep(self._delay_s)
+        await self._store.commit(name, group, positions)
+
+
+async def test_what_ends_during_a_slow_commit_is_committed_by_the_next(world: World) -> None:
+    sub = await _subscribe(world, max_in_flight=1)
+    await _produce(world.store, "st.1", groups=4, per_group=1)
+    slow = _SlowCommits(world.store, delay_s=1.0)
+    sender = AiohttpSender()
+    await sender.start()
+    reader = SegmentReader(world.catalog, {"embedded": cast(SegmentStore, slow)})
+    runner = SubscriptionRunner(
+        sub, reader, sender, commit_policy=CommitPolicy(every_n=1_000, every_s=0.1)
+    )
+    task = asyncio.create_task(runner.run())
+    try:
+        await asyncio.wait_for(slow.started.wait(), 10)  # the first commit is on the wire:
+        await _produce(world.store, "st.1", groups=4, per_group=4, first_seq=1)  # these end
+        await _until(lambda: len(world.endpoint.received) == 20)  # during it
+        ends = {p: e for p, e in (await world.store.end_positions("st.1")).items() if e > 0}
+
+        async def committed() -> dict[int, int]:
+            return await world.store.committed("st.1", commit_group(sub))
+
+        async with asyncio.timeout(5):  # the first commit took the positions of the first few
+            while await committed() != ends:
+                await asyncio.sleep(0.1)
+    finally:
+        await _stop(task, sender)

@@ -150,6 +150,10 @@ class Throttle:
         """Wait for the governor's permit for one attempt (first come, first served)."""
         if self.governor is None:
             return
+        now = self.clock()
+        if not self._turn.locked() and self.governor.permit(now) <= 0:
+            self._emit(self.governor.poll(now))  # nobody waits and a permit is free: no lock
+            return
         async with self._turn:
             while (wait := self.governor.permit(self.clock())) > 0:
                 self._emit(self.governor.poll(self.clock()))

@@ -225,4 +225,7 @@ def internal_record(msg: Stored, meta: RetryMeta, extra: Headers = ()) -> Record
 
 def header(headers: Headers, name: str) -> str | None:
     """One stored header, decoded as latin-1 (as HTTP carried it)."""
-    return next((v.decode("latin-1") for k, v in headers if k == name), None)
+    for key, value in headers:  # a loop, not next(genexpr): this runs for every delivery
+        if key == name:
+            return value.decode("latin-1")
+    return None

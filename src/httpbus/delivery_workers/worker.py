@@ -40,6 +40,7 @@ import json
 import logging
 import uuid
 from collections.abc import Mapping
+from typing import Any
 
 from httpbus.core.errors import AlreadyExists, HttpbusError
 from httpbus.core.lifecycle import AsyncResource
@@ -116,6 +117,7 @@ class Worker(AsyncResource):
         self._totals: dict[str, RunnerStats] = {}
         self._follow: asyncio.Task[None] | None = None
         self._holding: set[str] = set()  # subscriptions whose lock this worker holds
+        self._cleanups: set[asyncio.Task[None]] = set()  # releases of orphaned locks
         self.status = StatusPublisher(
             metastore, member_id, self.stats, self.holding, interval_s=status_interval_s
         )
@@ -234,14 +236,27 @@ class Worker(AsyncResource):
         token = json.dumps({"member": self.member_id, "token": uuid.uuid4().hex}).encode()
         waited = False
         while True:
+            create = asyncio.ensure_future(self.metastore.create(lock, token, ephemeral=True))
             try:
-                await self.metastore.create(lock, token, ephemeral=True)
+                await asyncio.shield(create)
                 return token
+            except asyncio.CancelledError:
+                # Unassigned while the create was on the wire: it may still succeed, and an
+                # ephemeral lock nobody releases blocks the next owner while we live.
+                create.add_done_callback(lambda done: self._orphaned(done, lock, token))
+                raise
             except AlreadyExists:
                 if not waited:
                     log.info("worker %s waits for the lock %s", self.member_id, lock)
                     waited = True
                 await asyncio.sleep(self.lock_retry_s)
+
+    def _orphaned(self, create: asyncio.Future[Any], lock: str, token: bytes) -> None:
+        if create.cancelled() or create.exception() is not None:
+            return
+        task = asyncio.ensure_future(self._release(lock, token))
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
 
     async def _release(self, lock: str, token: bytes) -> None:
         # Only our own lock: after a session loss the node may be another worker's now.

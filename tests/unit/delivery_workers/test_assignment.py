@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -252,3 +253,29 @@ async def test_deleting_a_subscription_deletes_its_internal_topics(world: World)
             await asyncio.sleep(0.05)
     for name in layout.topics():
         assert await world.store.partitions(name) is None, name
+
+
+async def test_a_lock_created_after_its_owner_was_unassigned_is_released(world: World) -> None:
+    """Unassigned while the lock's create is on the wire: the create lands anyway, and the
+    worker deletes it, or the next owner would wait for it as long as this worker lives."""
+    worker = await world.worker("w1")
+    meta = worker.metastore
+    real_create = meta.create
+
+    async def slow_create(path: str, data: bytes, **kw: Any) -> Any:
+        landed = asyncio.ensure_future(real_create(path, data, **kw))
+        await asyncio.sleep(0.3)
+        return await landed
+
+    lock = paths.subscription_lock("p", "orphan")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(meta, "create", slow_create)
+        acquiring = asyncio.create_task(worker._acquire(lock))
+        await asyncio.sleep(0.1)
+        acquiring.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await acquiring
+        assert await meta.get(lock) is not None  # the create landed after the cancel
+        async with asyncio.timeout(5):
+            while await meta.get(lock) is not None:
+                await asyncio.sleep(0.05)

@@ -4,7 +4,7 @@
 #   IMAGE producer      --config /etc/httpbus/producer.yaml         produce API on 8701
 #   IMAGE worker        --config /etc/httpbus/worker.yaml           health and metrics on 8702
 #   IMAGE httpbus audit run --mode batch --config /etc/httpbus/audit-job.yaml    the audit job
-#   IMAGE audit [spark-submit options] /opt/httpbus/run_module.py httpbus.spark [job arguments]
+#   IMAGE audit [spark-submit options] /opt/httpbus/run_module.py spark [job arguments]
 # The Kafka connector of the audit job (spark_jars) is in /opt/httpbus/jars, resolved at build
 # time from scripts/realservices/poms/spark/pom.xml (the jars the tests use).
 # Settings: the file given with --config (or $HTTPBUS_CONFIG), then HTTPBUS_ environment
@@ -19,7 +19,16 @@ FROM python:${PYTHON_VERSION}-slim-bookworm AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY src ./src
+COPY core ./core
+COPY metastore ./metastore
+COPY segments ./segments
+COPY circuit_breaker ./circuit_breaker
+COPY producer_api ./producer_api
+COPY delivery_workers ./delivery_workers
+COPY control_plane ./control_plane
+COPY spark ./spark
+COPY reports ./reports
+COPY migrations ./migrations
 RUN pip wheel --no-deps --wheel-dir /dist . \
  && python -m venv /opt/httpbus \
  && /opt/httpbus/bin/pip install /dist/httpbus-*.whl

@@ -6,7 +6,7 @@ Generates a trail (accepted, attempted and delivered per message, with planted l
 outcomes, filtered and dead-lettered messages and duplicate deliveries) as JSON-lines files, as
 ``httpbus audit run`` exports them, then times:
 
-- **spark**: :func:`httpbus.spark.reconcile.reconcile` on those files (read, parse with the
+- **spark**: :func:`spark.reconcile.reconcile` on those files (read, parse with the
   explicit schema, dedupe, join, aggregate, collect the findings), printed with its Spark config;
 - **python**: the same reconciliation in plain Python (``json.loads`` per line, dicts) -- the
   baseline, one core.
@@ -99,7 +99,7 @@ def generate(folder: Path, events: int, seed: int = 7) -> dict[str, set[str]]:
 
 
 def python_baseline(folder: Path, as_of: int, until: int) -> dict[str, set[str]]:
-    """The reconciliation of httpbus.spark.reconcile, in plain Python."""
+    """The reconciliation of spark.reconcile, in plain Python."""
     accepted: dict[str, tuple[str, int]] = {}
     terminal: dict[tuple[str, str], int] = {}
     deliveries: dict[tuple[str, str], int] = defaultdict(int)
@@ -142,10 +142,10 @@ def python_baseline(folder: Path, as_of: int, until: int) -> dict[str, set[str]]
 def spark_run(
     folder: Path, master: str, as_of: int, until: int
 ) -> tuple[dict[str, set[str]], float, float, dict[str, str]]:
-    from httpbus.core.audit import AuditSubscription
-    from httpbus.spark.reconcile import reconcile, subscriptions_frame
-    from httpbus.spark.schema import read_files
-    from httpbus.spark.session import build_session, describe
+    from core.audit import AuditSubscription
+    from spark.reconcile import reconcile, subscriptions_frame
+    from spark.schema import read_files
+    from spark.session import build_session, describe
 
     t0 = time.perf_counter()
     spark = build_session(master, app_name="httpbus-bench-audit")

@@ -117,14 +117,10 @@ class Bench:
             receiver = stack.enter_context(
                 self.server("receiver", None, BENCH_DIR / "deliver.py", "receiver")
             )
-            cp = stack.enter_context(
-                self.server("control-plane", control, "-m", "httpbus.control_plane")
-            )
-            prod = stack.enter_context(
-                self.server("producer", producer, "-m", "httpbus.producer_api")
-            )
+            cp = stack.enter_context(self.server("control-plane", control, "-m", "control_plane"))
+            prod = stack.enter_context(self.server("producer", producer, "-m", "producer_api"))
             self.worker = stack.enter_context(
-                self.server("worker", worker, "-m", "httpbus.delivery_workers")
+                self.server("worker", worker, "-m", "delivery_workers")
             )
             self.admin = stack.enter_context(
                 httpx.Client(

@@ -21,7 +21,7 @@ import timeit
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from httpbus.core.filters import Filter, compile_filter, header_map
+from core.filters import Filter, compile_filter, header_map
 
 Headers = Sequence[tuple[str, bytes]]
 Check = Callable[[Headers, str | None, str, str | None], bool]
@@ -126,7 +126,7 @@ def bench_scaling(number: int, repeat: int) -> None:
 
 
 def bench_compile(repeat: int) -> None:
-    from httpbus.core import filters
+    from core import filters
 
     print(f"\n{'expression':60} {'compile us':>10}")
     for expression, *_ in CASES:

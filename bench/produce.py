@@ -125,12 +125,10 @@ class Bench:
         with contextlib.ExitStack() as stack:
             stack.callback(self.drop_storage)
             control = stack.enter_context(
-                self.server(
-                    "control-plane", "-m", "httpbus.control_plane", "--config", control_yaml
-                )
+                self.server("control-plane", "-m", "control_plane", "--config", control_yaml)
             )
             producer = stack.enter_context(
-                self.server("producer", "-m", "httpbus.producer_api", "--config", producer_yaml)
+                self.server("producer", "-m", "producer_api", "--config", producer_yaml)
             )
             admin = stack.enter_context(
                 httpx.Client(

@@ -99,8 +99,8 @@ def spark() -> Iterator[Any]:
     Kafka connector's jars when they resolve (``scripts.realservices fetch``), so the unit and
     the integration tests share it. Stopped at the end of the run."""
     pytest.importorskip("pyspark")
-    from httpbus.spark.session import build_session
     from scripts.realservices.maven import spark_jars
+    from spark.session import build_session
 
     try:
         jars = spark_jars(DEFAULT_CACHE)

@@ -15,9 +15,9 @@ from typing import TypeVar
 
 import pytest
 
-from httpbus.core.errors import AlreadyExists, InUse, Malformed, NotFound, VersionConflict
-from httpbus.metastore import paths
-from httpbus.metastore.protocol import Check, Create, Delete, MetaStore, Node, Update
+from core.errors import AlreadyExists, InUse, Malformed, NotFound, VersionConflict
+from metastore import paths
+from metastore.protocol import Check, Create, Delete, MetaStore, Node, Update
 
 T = TypeVar("T")
 MakeStore = Callable[[], Awaitable[MetaStore]]

@@ -14,8 +14,8 @@ import uuid
 
 import pytest
 
-from httpbus.core.errors import AlreadyExists, NotFound, SegmentFenced
-from httpbus.segments.protocol import Produced, Record, SegmentStore, partition_for
+from core.errors import AlreadyExists, NotFound, SegmentFenced
+from segments.protocol import Produced, Record, SegmentStore, partition_for
 
 RETENTION_MS = 3_600_000
 

@@ -21,11 +21,11 @@ from typing import Any
 
 import httpx
 
-from httpbus.core.model import SegmentState, Subscription
-from httpbus.metastore.catalog import Catalog
-from httpbus.segments.config import ClusterConfig, KafkaClusterConfig, PulsarClusterConfig
-from httpbus.segments.protocol import SegmentStore
-from httpbus.segments.reader import SegmentReader
+from core.model import SegmentState, Subscription
+from metastore.catalog import Catalog
+from segments.config import ClusterConfig, KafkaClusterConfig, PulsarClusterConfig
+from segments.protocol import SegmentStore
+from segments.reader import SegmentReader
 from tests.conftest import RealServices
 
 ADMIN = "cutover-admin-token-0123456789"
@@ -279,9 +279,9 @@ class Worker:
         return self.url
 
     async def start(self, sub: Subscription) -> None:
-        from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
-        from httpbus.delivery_workers.commit import CommitPolicy
-        from httpbus.delivery_workers.runner import SubscriptionRunner
+        from delivery_workers.aiohttp_sender import AiohttpSender
+        from delivery_workers.commit import CommitPolicy
+        from delivery_workers.runner import SubscriptionRunner
 
         self.sender = AiohttpSender()
         await self.sender.start()

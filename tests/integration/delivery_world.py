@@ -17,13 +17,13 @@ from typing import Any
 import httpx
 from aiohttp import web
 
-from httpbus.control_plane.app import create_app
-from httpbus.control_plane.settings import ControlPlaneSettings
-from httpbus.delivery_workers.fast_sender import FastSender
-from httpbus.delivery_workers.worker import Worker
-from httpbus.metastore.config import ZooKeeperConfig, open_metastore
-from httpbus.segments.config import ClusterConfig, KafkaClusterConfig, PulsarClusterConfig
-from httpbus.segments.registry import open_store
+from control_plane.app import create_app
+from control_plane.settings import ControlPlaneSettings
+from delivery_workers.fast_sender import FastSender
+from delivery_workers.worker import Worker
+from metastore.config import ZooKeeperConfig, open_metastore
+from segments.config import ClusterConfig, KafkaClusterConfig, PulsarClusterConfig
+from segments.registry import open_store
 from tests.conftest import RealServices
 from tests.integration.producer_process import ProducerProcess
 

@@ -22,7 +22,7 @@ def free_port() -> int:
 
 
 class ProducerProcess:
-    """``python -m httpbus.producer_api`` with ``settings`` (a dict written as YAML)."""
+    """``python -m producer_api`` with ``settings`` (a dict written as YAML)."""
 
     def __init__(self, settings: dict[str, Any], workdir: Path) -> None:
         self.port = free_port()
@@ -35,7 +35,7 @@ class ProducerProcess:
     def start(self, timeout: float = 30) -> None:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "httpbus.producer_api", "--config", str(self.config)],
+                [sys.executable, "-m", "producer_api", "--config", str(self.config)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )

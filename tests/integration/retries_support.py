@@ -14,9 +14,9 @@ import httpx
 import pytest
 from aiohttp import web
 
-from httpbus.control_plane.app import create_app
-from httpbus.control_plane.settings import ControlPlaneSettings
-from httpbus.core.model import (
+from control_plane.app import create_app
+from control_plane.settings import ControlPlaneSettings
+from core.model import (
     Backend,
     CircuitBreakerPolicy,
     Endpoint,
@@ -26,17 +26,17 @@ from httpbus.core.model import (
     Subscription,
     Topic,
 )
-from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
-from httpbus.delivery_workers.commit import CommitPolicy
-from httpbus.delivery_workers.runner import SubscriptionRunner
-from httpbus.metastore.catalog import Catalog
-from httpbus.metastore.config import ZooKeeperConfig, open_metastore
-from httpbus.metastore.protocol import MetaStore
-from httpbus.segments.config import ClusterConfig, KafkaClusterConfig, PulsarClusterConfig
-from httpbus.segments.internal import drop_layout
-from httpbus.segments.protocol import Record, SegmentStore
-from httpbus.segments.reader import SegmentReader
-from httpbus.segments.registry import open_store
+from delivery_workers.aiohttp_sender import AiohttpSender
+from delivery_workers.commit import CommitPolicy
+from delivery_workers.runner import SubscriptionRunner
+from metastore.catalog import Catalog
+from metastore.config import ZooKeeperConfig, open_metastore
+from metastore.protocol import MetaStore
+from segments.config import ClusterConfig, KafkaClusterConfig, PulsarClusterConfig
+from segments.internal import drop_layout
+from segments.protocol import Record, SegmentStore
+from segments.reader import SegmentReader
+from segments.registry import open_store
 from tests.conftest import RealServices
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

@@ -10,10 +10,10 @@ import httpx
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from httpbus.control_plane.app import create_app
-from httpbus.control_plane.settings import ControlPlaneSettings
-from httpbus.metastore.config import ZooKeeperConfig
-from httpbus.segments.config import KafkaClusterConfig, PulsarClusterConfig
+from control_plane.app import create_app
+from control_plane.settings import ControlPlaneSettings
+from metastore.config import ZooKeeperConfig
+from segments.config import KafkaClusterConfig, PulsarClusterConfig
 from tests.conftest import RealServices
 
 TOKEN = "integration-admin-token-0123"

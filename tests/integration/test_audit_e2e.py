@@ -29,9 +29,9 @@ import yaml
 from aiohttp import web
 from typer.testing import CliRunner
 
-from httpbus.control_plane.assigner import Assigner
-from httpbus.control_plane.cli import cli
-from httpbus.core.model import (
+from control_plane.assigner import Assigner
+from control_plane.cli import cli
+from core.model import (
     Backend,
     CircuitBreakerPolicy,
     Endpoint,
@@ -42,14 +42,14 @@ from httpbus.core.model import (
     Subscription,
     Topic,
 )
-from httpbus.metastore import paths
-from httpbus.metastore.catalog import Catalog
-from httpbus.metastore.config import ZooKeeperConfig, open_metastore
-from httpbus.reports.store import ReportStore
-from httpbus.segments.config import KafkaClusterConfig
-from httpbus.segments.registry import open_store
+from metastore import paths
+from metastore.catalog import Catalog
+from metastore.config import ZooKeeperConfig, open_metastore
+from reports.store import ReportStore
 from scripts.realservices.__main__ import DEFAULT_CACHE
 from scripts.realservices.maven import spark_jars
+from segments.config import KafkaClusterConfig
+from segments.registry import open_store
 from tests.conftest import RealServices
 from tests.integration.producer_process import ProducerProcess
 from tests.integration.test_worker_real import WorkerProcess

@@ -11,11 +11,11 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
-from httpbus.core.audit import AuditEvent, AuditType
-from httpbus.segments.audit import AuditSink, decode_audit_record
-from httpbus.segments.config import KafkaClusterConfig
-from httpbus.segments.protocol import SegmentStore, Stored
-from httpbus.segments.registry import open_store
+from core.audit import AuditEvent, AuditType
+from segments.audit import AuditSink, decode_audit_record
+from segments.config import KafkaClusterConfig
+from segments.protocol import SegmentStore, Stored
+from segments.registry import open_store
 from tests.conftest import RealServices
 
 pytestmark = pytest.mark.kafka

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from httpbus.core.audit import Finding, FindingKind, Reconciliation, SubscriptionTally
-from httpbus.reports.store import ReportStore
+from core.audit import Finding, FindingKind, Reconciliation, SubscriptionTally
+from reports.store import ReportStore
 from tests.unit.reports.test_migrations import check_up_down_up
 
 pytestmark = pytest.mark.postgres
@@ -18,7 +18,7 @@ def test_postgres_up_down_up(postgres_database: str) -> None:
 
 
 def test_store_round_trip_on_postgres(postgres_database: str) -> None:
-    from httpbus.reports import migrate
+    from reports import migrate
 
     migrate.upgrade(postgres_database)
     store = ReportStore.from_url(postgres_database)

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from httpbus.core.audit import AuditEvent, AuditSubscription, AuditType, HourlyRow
-from httpbus.reports import migrate
-from httpbus.reports.store import ReportStore
-from httpbus.segments.audit import AuditSink
-from httpbus.segments.config import KafkaClusterConfig
-from httpbus.segments.protocol import Record
-from httpbus.segments.registry import open_store
+from core.audit import AuditEvent, AuditSubscription, AuditType, HourlyRow
+from reports import migrate
+from reports.store import ReportStore
+from segments.audit import AuditSink
+from segments.config import KafkaClusterConfig
+from segments.protocol import Record
+from segments.registry import open_store
 from tests.conftest import RealServices
 
 pytestmark = pytest.mark.kafka
@@ -46,9 +46,9 @@ def _events(hour: int, n: int) -> list[AuditEvent]:
 async def test_streaming_hourly_report_resumes_from_its_checkpoint(
     real_services: RealServices, unique: str, tmp_path: Path, spark: Any
 ) -> None:
-    from httpbus.spark.hourly import start_hourly_stream
-    from httpbus.spark.reconcile import subscriptions_frame
-    from httpbus.spark.schema import stream_kafka
+    from spark.hourly import start_hourly_stream
+    from spark.reconcile import subscriptions_frame
+    from spark.schema import stream_kafka
 
     topic = f"it.{unique}.audit"
     url = f"sqlite:///{tmp_path}/r.db"

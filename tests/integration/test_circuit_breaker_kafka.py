@@ -29,8 +29,8 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
-from httpbus.core.audit import AuditEvent, AuditType
-from httpbus.core.model import (
+from core.audit import AuditEvent, AuditType
+from core.model import (
     Backend,
     CircuitBreakerPolicy,
     Endpoint,
@@ -41,16 +41,16 @@ from httpbus.core.model import (
     Subscription,
     Topic,
 )
-from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
-from httpbus.delivery_workers.app import WorkerCollector
-from httpbus.delivery_workers.worker import Worker
-from httpbus.metastore import paths
-from httpbus.metastore.catalog import Catalog
-from httpbus.metastore.config import ZooKeeperConfig, open_metastore
-from httpbus.metastore.protocol import MetaStore
-from httpbus.segments.config import KafkaClusterConfig
-from httpbus.segments.protocol import Record, SegmentStore
-from httpbus.segments.registry import open_store
+from delivery_workers.aiohttp_sender import AiohttpSender
+from delivery_workers.app import WorkerCollector
+from delivery_workers.worker import Worker
+from metastore import paths
+from metastore.catalog import Catalog
+from metastore.config import ZooKeeperConfig, open_metastore
+from metastore.protocol import MetaStore
+from segments.config import KafkaClusterConfig
+from segments.protocol import Record, SegmentStore
+from segments.registry import open_store
 from tests.conftest import RealServices
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
-from httpbus.control_plane.cli import cli
+from control_plane.cli import cli
 from tests.integration.dev_process import Dev, run_dev
 from tests.integration.ui_support import TOKEN, Hook, hook, publish, wait_until
 
@@ -71,7 +71,7 @@ def _status(dev: Dev, project: str, sub: str) -> dict[str, Any]:
 def test_help_lists_every_group() -> None:
     """The installed entry point (not the in-process app): every command group is there."""
     out = subprocess.run(
-        [sys.executable, "-m", "httpbus.control_plane.cli", "--help"],
+        [sys.executable, "-m", "control_plane.cli", "--help"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -17,17 +17,17 @@ from typing import Any
 import httpx
 import pytest
 
-from httpbus.control_plane.app import create_app as create_control_plane
-from httpbus.control_plane.cutover import CutoverCoordinator, Cutovers
-from httpbus.control_plane.settings import ControlPlaneSettings
-from httpbus.core.model import Backend, Project, Segment, SegmentState, Subscription, Topic
-from httpbus.metastore.catalog import Catalog
-from httpbus.metastore.config import ZooKeeperConfig, open_metastore
-from httpbus.producer_api.app import create_app as create_producer
-from httpbus.producer_api.settings import ProducerSettings
-from httpbus.segments.cutover import Phase, Timeouts
-from httpbus.segments.protocol import SegmentStore
-from httpbus.segments.registry import open_stores
+from control_plane.app import create_app as create_control_plane
+from control_plane.cutover import CutoverCoordinator, Cutovers
+from control_plane.settings import ControlPlaneSettings
+from core.model import Backend, Project, Segment, SegmentState, Subscription, Topic
+from metastore.catalog import Catalog
+from metastore.config import ZooKeeperConfig, open_metastore
+from producer_api.app import create_app as create_producer
+from producer_api.settings import ProducerSettings
+from segments.cutover import Phase, Timeouts
+from segments.protocol import SegmentStore
+from segments.registry import open_stores
 from tests.conftest import RealServices
 from tests.integration.cutover_harness import (
     ADMIN,

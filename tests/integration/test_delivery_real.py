@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from httpbus.core.signing import verify
+from core.signing import verify
 from tests.conftest import RealServices
 from tests.integration.delivery_world import SECRET, DeliveryWorld, delivery_world, jitter, until
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from httpbus.core.model import RetryPolicy
+from core.model import RetryPolicy
 from tests.conftest import RealServices
 from tests.integration.retries_support import (
     BACKENDS,

@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from kazoo.client import KazooClient
 
-from httpbus.core.errors import MetaStoreUnavailable
-from httpbus.metastore import paths
-from httpbus.metastore.protocol import MetaStore, Node
-from httpbus.metastore.zookeeper import ZooKeeperMetaStore
+from core.errors import MetaStoreUnavailable
+from metastore import paths
+from metastore.protocol import MetaStore, Node
+from metastore.zookeeper import ZooKeeperMetaStore
 from tests.conftest import RealServices
 from tests.contract.metastore_contract import (
     MakeStore,

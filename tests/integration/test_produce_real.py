@@ -13,15 +13,15 @@ from typing import Any
 import httpx
 import pytest
 
-from httpbus.core.model import Backend, Project, Segment, SegmentState, Topic
-from httpbus.core.tokens import make_token
-from httpbus.metastore.catalog import Catalog
-from httpbus.metastore.config import ZooKeeperConfig, open_metastore
-from httpbus.segments.config import KafkaClusterConfig, PulsarClusterConfig
-from httpbus.segments.protocol import SegmentStore, Stored
-from httpbus.segments.registry import open_store
+from core.model import Backend, Project, Segment, SegmentState, Topic
+from core.tokens import make_token
+from metastore.catalog import Catalog
+from metastore.config import ZooKeeperConfig, open_metastore
 from scripts.realservices.servers import Ports
 from scripts.realservices.supervisor import Supervisor
+from segments.config import KafkaClusterConfig, PulsarClusterConfig
+from segments.protocol import SegmentStore, Stored
+from segments.registry import open_store
 from tests.conftest import RealServices
 from tests.integration.producer_process import ProducerProcess
 

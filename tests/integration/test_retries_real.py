@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from httpbus.core.model import RetryPolicy, Subscription
-from httpbus.segments import dlq
-from httpbus.segments.internal import RetryMeta, load_layout
-from httpbus.segments.protocol import Stored
+from core.model import RetryPolicy, Subscription
+from segments import dlq
+from segments.internal import RetryMeta, load_layout
+from segments.protocol import Stored
 from tests.conftest import RealServices
 from tests.integration.retries_support import (
     BACKENDS,

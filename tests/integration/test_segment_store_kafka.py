@@ -17,11 +17,11 @@ import pytest
 from confluent_kafka import KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from httpbus.core.errors import NotFound, SegmentFenced, StorageUnavailable
-from httpbus.segments.config import KafkaClusterConfig
-from httpbus.segments.kafka import KafkaSegmentStore, create_store
-from httpbus.segments.protocol import Produced, Record
-from httpbus.segments.registry import open_store
+from core.errors import NotFound, SegmentFenced, StorageUnavailable
+from segments.config import KafkaClusterConfig
+from segments.kafka import KafkaSegmentStore, create_store
+from segments.protocol import Produced, Record
+from segments.registry import open_store
 from tests.conftest import RealServices
 from tests.contract.segment_store_contract import RETENTION_MS, SegmentStoreContract
 

@@ -12,13 +12,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from httpbus.core.errors import NotFound, SegmentFenced, StorageUnavailable
-from httpbus.segments.config import PulsarClusterConfig
-from httpbus.segments.protocol import Produced, Record
-from httpbus.segments.pulsar import PulsarSegmentStore, create_store
-from httpbus.segments.pulsar.errors import PositionOverflow
-from httpbus.segments.pulsar.producer import pack, unpack
-from httpbus.segments.registry import open_store
+from core.errors import NotFound, SegmentFenced, StorageUnavailable
+from segments.config import PulsarClusterConfig
+from segments.protocol import Produced, Record
+from segments.pulsar import PulsarSegmentStore, create_store
+from segments.pulsar.errors import PositionOverflow
+from segments.pulsar.producer import pack, unpack
+from segments.registry import open_store
 from tests.conftest import RealServices
 from tests.contract.segment_store_contract import RETENTION_MS, SegmentStoreContract
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from httpbus.control_plane.assigner import Assigner, rendezvous
-from httpbus.core.model import (
+from control_plane.assigner import Assigner, rendezvous
+from core.model import (
     Backend,
     Endpoint,
     Project,
@@ -25,13 +25,13 @@ from httpbus.core.model import (
     Subscription,
     Topic,
 )
-from httpbus.core.shards import shards, unit_key
-from httpbus.metastore import paths
-from httpbus.metastore.catalog import Catalog
-from httpbus.metastore.config import ZooKeeperConfig, open_metastore
-from httpbus.segments.config import KafkaClusterConfig
-from httpbus.segments.protocol import Record
-from httpbus.segments.registry import open_store
+from core.shards import shards, unit_key
+from metastore import paths
+from metastore.catalog import Catalog
+from metastore.config import ZooKeeperConfig, open_metastore
+from segments.config import KafkaClusterConfig
+from segments.protocol import Record
+from segments.registry import open_store
 from tests.conftest import RealServices
 from tests.integration.test_worker_real import SECRET, WorkerProcess
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from httpbus.core.audit import Finding, FindingKind, HourlyRow, Reconciliation, SubscriptionTally
-from httpbus.reports import migrate
-from httpbus.reports.store import ReportStore
+from core.audit import Finding, FindingKind, HourlyRow, Reconciliation, SubscriptionTally
+from reports import migrate
+from reports.store import ReportStore
 from tests.integration.dev_process import Dev, run_dev
 from tests.integration.ui_support import (
     TOKEN,

@@ -19,8 +19,8 @@ import pytest
 import yaml
 from aiohttp import web
 
-from httpbus.control_plane.assigner import Assigner
-from httpbus.core.model import (
+from control_plane.assigner import Assigner
+from core.model import (
     Backend,
     Endpoint,
     Project,
@@ -29,12 +29,12 @@ from httpbus.core.model import (
     Subscription,
     Topic,
 )
-from httpbus.metastore import paths
-from httpbus.metastore.catalog import Catalog
-from httpbus.metastore.config import ZooKeeperConfig, open_metastore
-from httpbus.segments.config import KafkaClusterConfig
-from httpbus.segments.protocol import Record
-from httpbus.segments.registry import open_store
+from metastore import paths
+from metastore.catalog import Catalog
+from metastore.config import ZooKeeperConfig, open_metastore
+from segments.config import KafkaClusterConfig
+from segments.protocol import Record
+from segments.registry import open_store
 from tests.conftest import RealServices
 from tests.integration.producer_process import free_port
 
@@ -75,7 +75,7 @@ class WorkerProcess:
         self.log = workdir / f"{member}.log"
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "httpbus.delivery_workers", "--config", str(self.config)],
+                [sys.executable, "-m", "delivery_workers", "--config", str(self.config)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )

@@ -26,11 +26,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from httpbus.control_plane.cli import audit, cli
-from httpbus.control_plane.settings import ControlPlaneSettings
-from httpbus.core.settings import SettingsBase
-from httpbus.delivery_workers.settings import WorkerSettings
-from httpbus.producer_api.settings import ProducerSettings
+from control_plane.cli import audit, cli
+from control_plane.settings import ControlPlaneSettings
+from core.settings import SettingsBase
+from delivery_workers.settings import WorkerSettings
+from producer_api.settings import ProducerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "httpbus"
@@ -51,9 +51,9 @@ SERVICES: dict[str, tuple[str, type[SettingsBase]]] = {
 }
 VALUES_KEY = {"control-plane": "controlPlane", "producer": "producer", "worker": "worker"}
 MODULES = {
-    "control-plane": "httpbus.control_plane",
-    "producer": "httpbus.producer_api",
-    "worker": "httpbus.delivery_workers",
+    "control-plane": "control_plane",
+    "producer": "producer_api",
+    "worker": "delivery_workers",
 }
 
 

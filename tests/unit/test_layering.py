@@ -1,13 +1,22 @@
-"""DESIGN.md's layering table, enforced: a package imports only what the table allows."""
+"""The layering table of docs/architecture.md, enforced on the packages at the repository's root.
+
+A package imports only what the table allows; nothing imports ``httpbus`` (there is no such
+package: the distribution is ``httpbus``, its packages are ``core``, ``segments``, …); the table
+here is the table of the doc; and every root package name belongs to the ``httpbus``
+distribution alone, so a clash with another installed distribution is caught.
+"""
 
 from __future__ import annotations
 
 import ast
+import re
+from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[2] / "src" / "httpbus"
+ROOT = Path(__file__).resolve().parents[2]
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 # package -> the packages of ours it may import (DESIGN.md, "Layout").
 ALLOWED: dict[str, set[str]] = {
@@ -25,11 +34,13 @@ ALLOWED: dict[str, set[str]] = {
     "reports": {"core"},
 }
 BACKENDS = {"kafka", "pulsar", "embedded"}
+# Code outside the packages, checked for `import httpbus` only.
+OTHER_CODE = ("tests", "bench", "scripts")
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
+def _imports(path: Path, root: Path) -> list[tuple[int, str]]:
     """Absolute module names imported by ``path`` (relative imports resolved)."""
-    module = ".".join(path.relative_to(SRC.parent).with_suffix("").parts)
+    module = ".".join(path.relative_to(root).with_suffix("").parts)
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     found: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -45,54 +56,74 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-def _violations(path: Path) -> list[str]:
-    rel = path.relative_to(SRC).parts
+def _violations(path: Path, root: Path = ROOT) -> list[str]:
+    rel = path.relative_to(root).parts
     own = rel[0]
     bad: list[str] = []
-    for line, name in _imports(path):
+    for line, name in _imports(path, root):
         parts = name.split(".")
-        if parts[0] != "httpbus" or len(parts) < 2 or parts[1] not in ALLOWED:
+        where = f"{path.relative_to(root)}:{line} imports {name}"
+        if parts[0] == "httpbus":
+            bad.append(f"{where}: there is no httpbus package; import {sorted(ALLOWED)} by name")
             continue
-        target = parts[1]
-        where = f"{path.relative_to(SRC.parent)}:{line} imports {name}"
+        target = parts[0]
+        if target not in ALLOWED or own not in ALLOWED:
+            continue
         if target != own and target not in ALLOWED[own]:
             allowed = sorted(ALLOWED[own]) or "nothing of ours"
             bad.append(f"{where}: {own} may import only {allowed}")
-        if own == "segments" == target and len(parts) > 2 and parts[2] in BACKENDS:
+        if own == "segments" == target and len(parts) > 1 and parts[1] in BACKENDS:
             mine = rel[1] if len(rel) > 2 and rel[1] in BACKENDS else None
-            if mine != parts[2]:
+            if mine != parts[1]:
                 bad.append(f"{where}: the segments base and other backends never import a backend")
     return bad
 
 
-def test_every_package_of_the_table_exists() -> None:
-    assert {p.name for p in SRC.iterdir() if (p / "__init__.py").exists()} >= set(ALLOWED)
+def _python_files() -> list[Path]:
+    return sorted(p for d in (*ALLOWED, *OTHER_CODE) for p in (ROOT / d).rglob("*.py"))
 
 
-def test_no_package_imports_what_the_table_forbids() -> None:
-    bad = [v for path in sorted(SRC.rglob("*.py")) for v in _violations(path)]
+def test_every_package_of_the_table_stands_at_the_root() -> None:
+    missing = [p for p in ALLOWED if not (ROOT / p / "__init__.py").is_file()]
+    assert missing == []
+    assert not (ROOT / "src").exists(), "the packages live at the root, not under src/"
+
+
+def test_no_module_imports_what_the_table_forbids() -> None:
+    bad = [v for path in _python_files() for v in _violations(path)]
     assert bad == [], "\n".join(bad)
+
+
+def test_the_table_is_the_table_of_the_architecture_doc() -> None:
+    rows = re.findall(r"^\| `(\w+)` \|[^|]*\| ([^|]*) \|$", ARCHITECTURE.read_text(), re.M)
+    documented = {name: set(re.findall(r"`(\w+)`", deps)) for name, deps in rows if name in ALLOWED}
+    assert documented == ALLOWED
+
+
+def test_each_root_package_belongs_to_the_httpbus_distribution_only() -> None:
+    owners = packages_distributions()
+    wrong = {p: owners.get(p) for p in ALLOWED if set(owners.get(p, [])) != {"httpbus"}}
+    assert wrong == {}, f"root package names claimed by other distributions: {wrong}"
 
 
 @pytest.mark.parametrize(
     ("rel", "source", "expected"),
     [
-        ("core/model.py", "from httpbus.metastore import x", 1),
-        ("producer_api/app.py", "import httpbus.control_plane.app", 1),
+        ("core/model.py", "from metastore import x", 1),
+        ("core/model.py", "import httpbus", 1),
+        ("tests/unit/x.py", "from httpbus.core import model", 1),
+        ("producer_api/app.py", "import control_plane.app", 1),
         ("producer_api/app.py", "from ..segments import writer", 0),
         ("segments/reader.py", "from .kafka import store", 1),
         ("segments/kafka/store.py", "from ..pulsar import store", 1),
         ("segments/kafka/store.py", "from .config import KafkaConfig", 0),
-        ("delivery_workers/w.py", "from httpbus.circuit_breaker import Breaker", 0),
-        ("control_plane/x.py", "from httpbus.circuit_breaker import Breaker", 1),
+        ("delivery_workers/w.py", "from circuit_breaker import Breaker", 0),
+        ("control_plane/x.py", "from circuit_breaker import Breaker", 1),
+        ("tests/unit/x.py", "from control_plane.app import build", 0),
     ],
 )
-def test_the_checker_itself(
-    tmp_path: Path, rel: str, source: str, expected: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fake = tmp_path / "httpbus"
-    target = fake / rel
+def test_the_checker_itself(tmp_path: Path, rel: str, source: str, expected: int) -> None:
+    target = tmp_path / rel
     target.parent.mkdir(parents=True)
     target.write_text(source + "\n")
-    monkeypatch.setattr(__import__(__name__, fromlist=["SRC"]), "SRC", fake)
-    assert len(_violations(target)) == expected
+    assert len(_violations(target, tmp_path)) == expected

@@ -53,7 +53,7 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/*
 The storage clusters, as the services' settings read them (ClusterConfig in
-httpbus.segments.config). Rendered as YAML; callers parse it back with fromYaml.
+segments.config). Rendered as YAML; callers parse it back with fromYaml.
 */}}
 {{- define "httpbus.clusters" -}}
 {{- $clusters := dict -}}

@@ -5,10 +5,10 @@ set -eu
 role="${1:-}"
 [ "$#" -gt 0 ] && shift
 case "$role" in
-    control-plane) exec python -m httpbus.control_plane "$@" ;;
-    producer)      exec python -m httpbus.producer_api "$@" ;;
-    worker)        exec python -m httpbus.delivery_workers "$@" ;;
-    # spark-submit [options] /opt/httpbus/run_module.py httpbus.spark [job arguments]
+    control-plane) exec python -m control_plane "$@" ;;
+    producer)      exec python -m producer_api "$@" ;;
+    worker)        exec python -m delivery_workers "$@" ;;
+    # spark-submit [options] /opt/httpbus/run_module.py spark [job arguments]
     audit)         exec spark-submit "$@" ;;
     "" | -h | --help)
         echo "usage: IMAGE control-plane|producer|worker [--config FILE] [--host H] [--port P]"

@@ -1,7 +1,7 @@
 """Run a module as ``python -m`` would, for launchers that take a file: spark-submit.
 
-``spark-submit [options] /opt/httpbus/run_module.py httpbus.spark [args]`` is
-``python -m httpbus.spark [args]`` with the driver started by spark-submit, so its
+``spark-submit [options] /opt/httpbus/run_module.py spark [args]`` is
+``python -m spark [args]`` with the driver started by spark-submit, so its
 ``--master``, ``--packages`` and ``--conf`` apply. A package module cannot be the file itself:
 run as a script, its relative imports fail. The Dockerfile ships this file in the image.
 """

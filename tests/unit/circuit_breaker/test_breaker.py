@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from httpbus.circuit_breaker import (
+from circuit_breaker import (
     AdaptiveRateLimiter,
     BreakerConfig,
     CallError,

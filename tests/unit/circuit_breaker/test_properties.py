@@ -7,7 +7,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from httpbus.circuit_breaker import (
+from circuit_breaker import (
     BreakerConfig,
     CallOutcome,
     CircuitState,

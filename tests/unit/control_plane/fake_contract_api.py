@@ -20,8 +20,8 @@ import uvicorn
 from fastapi import Body, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
-from httpbus.control_plane.api import audit as audit_api
-from httpbus.core import http_errors
+from control_plane.api import audit as audit_api
+from core import http_errors
 
 NOW = "2026-11-22T06:00:00Z"
 
@@ -329,7 +329,7 @@ def fake_app(
 
 
 def _not_found(message: str) -> Exception:
-    from httpbus.core.errors import NotFound
+    from core.errors import NotFound
 
     return NotFound(message)
 

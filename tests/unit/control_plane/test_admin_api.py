@@ -10,12 +10,12 @@ from typing import Any
 import httpx
 import pytest
 
-from httpbus.control_plane.app import create_app
-from httpbus.control_plane.settings import ControlPlaneSettings
-from httpbus.metastore.embedded import EmbeddedMetaStore
-from httpbus.segments.config import EmbeddedClusterConfig
-from httpbus.segments.embedded import create_store
-from httpbus.segments.protocol import SegmentStore
+from control_plane.app import create_app
+from control_plane.settings import ControlPlaneSettings
+from metastore.embedded import EmbeddedMetaStore
+from segments.config import EmbeddedClusterConfig
+from segments.embedded import create_store
+from segments.protocol import SegmentStore
 
 TOKEN = "test-admin-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -248,7 +248,7 @@ async def test_topic_create_failure_after_storage_drops_the_storage_topic(
 ) -> None:
     client, store = env
     await _setup(client)
-    from httpbus.metastore.catalog import Catalog
+    from metastore.catalog import Catalog
 
     async def broken(self: Catalog, *args: Any) -> None:
         raise RuntimeError("metastore died mid-way")

@@ -3,9 +3,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from httpbus import __version__
-from httpbus.control_plane.app import create_app
-from httpbus.control_plane.cli.dev import dev_settings
+from control_plane.app import create_app
+from control_plane.cli.dev import dev_settings
+from core.version import VERSION
 
 
 async def test_healthz_readyz_and_openapi_answer(tmp_path: Path) -> None:
@@ -17,7 +17,7 @@ async def test_healthz_readyz_and_openapi_answer(tmp_path: Path) -> None:
             assert health.json() == {
                 "status": "ok",
                 "service": "control-plane",
-                "version": __version__,
+                "version": VERSION,
             }
             assert (await client.get("/readyz")).json() == {"status": "ready"}
             paths = (await client.get("/openapi.json")).json()["paths"]

@@ -12,11 +12,11 @@ import httpx
 import pytest
 from typer.testing import CliRunner, Result
 
-from httpbus.control_plane.app import create_app
-from httpbus.control_plane.cli import cli
-from httpbus.control_plane.settings import ControlPlaneSettings
-from httpbus.metastore.config import EmbeddedMetaStoreConfig
-from httpbus.segments.config import EmbeddedClusterConfig
+from control_plane.app import create_app
+from control_plane.cli import cli
+from control_plane.settings import ControlPlaneSettings
+from metastore.config import EmbeddedMetaStoreConfig
+from segments.config import EmbeddedClusterConfig
 
 from .fake_contract_api import served
 

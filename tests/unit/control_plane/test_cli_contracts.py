@@ -12,7 +12,7 @@ import pytest
 from fastapi import FastAPI
 from typer.testing import CliRunner, Result
 
-from httpbus.control_plane.cli import cli
+from control_plane.cli import cli
 
 from .fake_contract_api import bare_app, dlq_message, fake_app, served
 from .test_cli import TOKEN, one_line_error
@@ -159,7 +159,7 @@ def test_without_those_apis_commands_exit_5() -> None:
 def test_sub_status_lists_the_shards_of_a_sharded_subscription(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from httpbus.control_plane.cli.sub import print_status
+    from control_plane.cli.sub import print_status
 
     shards = [
         {"shard": 0, "worker": "w-a", "state": "running", "lag": 3},

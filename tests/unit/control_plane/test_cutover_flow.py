@@ -14,15 +14,15 @@ from typing import Any
 import httpx
 import pytest
 
-from httpbus.control_plane.app import create_app as create_cp
-from httpbus.control_plane.settings import ControlPlaneSettings
-from httpbus.metastore.catalog import Catalog
-from httpbus.metastore.embedded import EmbeddedMetaStore
-from httpbus.producer_api.app import create_app as create_producer
-from httpbus.producer_api.settings import ProducerSettings
-from httpbus.segments.config import EmbeddedClusterConfig
-from httpbus.segments.embedded import create_store
-from httpbus.segments.protocol import SegmentStore
+from control_plane.app import create_app as create_cp
+from control_plane.settings import ControlPlaneSettings
+from metastore.catalog import Catalog
+from metastore.embedded import EmbeddedMetaStore
+from producer_api.app import create_app as create_producer
+from producer_api.settings import ProducerSettings
+from segments.config import EmbeddedClusterConfig
+from segments.embedded import create_store
+from segments.protocol import SegmentStore
 
 TOKEN = "test-admin-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -12,15 +12,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from httpbus.control_plane.app import create_app
-from httpbus.control_plane.settings import ControlPlaneSettings
-from httpbus.metastore.catalog import Catalog
-from httpbus.metastore.embedded import EmbeddedMetaStore
-from httpbus.segments import dlq
-from httpbus.segments.config import EmbeddedClusterConfig
-from httpbus.segments.embedded import create_store
-from httpbus.segments.internal import Layout, RetryMeta, ensure_layout, internal_record
-from httpbus.segments.protocol import SegmentStore, Stored
+from control_plane.app import create_app
+from control_plane.settings import ControlPlaneSettings
+from metastore.catalog import Catalog
+from metastore.embedded import EmbeddedMetaStore
+from segments import dlq
+from segments.config import EmbeddedClusterConfig
+from segments.embedded import create_store
+from segments.internal import Layout, RetryMeta, ensure_layout, internal_record
+from segments.protocol import SegmentStore, Stored
 
 TOKEN = "test-admin-token-0123456789"
 BASE = "/v1/projects/shop/subscriptions/s1/dlq/messages"

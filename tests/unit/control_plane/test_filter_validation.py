@@ -9,11 +9,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from httpbus.control_plane.app import create_app
-from httpbus.control_plane.settings import ControlPlaneSettings
-from httpbus.metastore.embedded import EmbeddedMetaStore
-from httpbus.segments.config import EmbeddedClusterConfig
-from httpbus.segments.embedded import create_store
+from control_plane.app import create_app
+from control_plane.settings import ControlPlaneSettings
+from metastore.embedded import EmbeddedMetaStore
+from segments.config import EmbeddedClusterConfig
+from segments.embedded import create_store
 
 TOKEN = "test-admin-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

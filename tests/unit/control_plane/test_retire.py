@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from httpbus.control_plane.retire import retire_segments
-from httpbus.core.model import Backend, Project, Segment, SegmentState, Subscription, Topic
-from httpbus.metastore.catalog import Catalog
-from httpbus.metastore.embedded import EmbeddedMetaStore
-from httpbus.segments.config import EmbeddedClusterConfig
-from httpbus.segments.embedded import create_store
+from control_plane.retire import retire_segments
+from core.model import Backend, Project, Segment, SegmentState, Subscription, Topic
+from metastore.catalog import Catalog
+from metastore.embedded import EmbeddedMetaStore
+from segments.config import EmbeddedClusterConfig
+from segments.embedded import create_store
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 

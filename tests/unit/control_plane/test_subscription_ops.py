@@ -16,17 +16,17 @@ import httpx
 import pytest
 from aiohttp import web
 
-from httpbus.control_plane.app import create_app
-from httpbus.control_plane.settings import ControlPlaneSettings
-from httpbus.core.model import SegmentState
-from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
-from httpbus.delivery_workers.worker import Worker
-from httpbus.metastore import paths
-from httpbus.metastore.catalog import Catalog
-from httpbus.metastore.embedded import EmbeddedMetaStore
-from httpbus.segments.config import EmbeddedClusterConfig
-from httpbus.segments.embedded import create_store
-from httpbus.segments.protocol import Record, SegmentStore
+from control_plane.app import create_app
+from control_plane.settings import ControlPlaneSettings
+from core.model import SegmentState
+from delivery_workers.aiohttp_sender import AiohttpSender
+from delivery_workers.worker import Worker
+from metastore import paths
+from metastore.catalog import Catalog
+from metastore.embedded import EmbeddedMetaStore
+from segments.config import EmbeddedClusterConfig
+from segments.embedded import create_store
+from segments.protocol import Record, SegmentStore
 
 TOKEN = "test-admin-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

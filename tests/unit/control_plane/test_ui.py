@@ -11,12 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from httpbus.control_plane.app import create_app
-from httpbus.control_plane.settings import ControlPlaneSettings
-from httpbus.control_plane.ui.session import SESSION_COOKIE
-from httpbus.metastore.embedded import EmbeddedMetaStore
-from httpbus.segments.config import EmbeddedClusterConfig
-from httpbus.segments.embedded import create_store
+from control_plane.app import create_app
+from control_plane.settings import ControlPlaneSettings
+from control_plane.ui.session import SESSION_COOKIE
+from metastore.embedded import EmbeddedMetaStore
+from segments.config import EmbeddedClusterConfig
+from segments.embedded import create_store
 
 from .ui_helpers import TOKEN, csrf, login
 

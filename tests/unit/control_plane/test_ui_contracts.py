@@ -13,10 +13,10 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from httpbus.control_plane import ui
-from httpbus.core.audit import Finding, FindingKind, HourlyRow, Reconciliation, SubscriptionTally
-from httpbus.reports import migrate
-from httpbus.reports.store import ReportStore
+from control_plane import ui
+from core.audit import Finding, FindingKind, HourlyRow, Reconciliation, SubscriptionTally
+from reports import migrate
+from reports.store import ReportStore
 
 from .fake_contract_api import bare_app, dlq_message, fake_app
 from .ui_helpers import TOKEN, csrf, login

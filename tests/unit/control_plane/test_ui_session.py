@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from httpbus.control_plane import ui
-from httpbus.control_plane.ui.session import SESSION_COOKIE, Signer
+from control_plane import ui
+from control_plane.ui.session import SESSION_COOKIE, Signer
 
 from .fake_contract_api import bare_app
 from .ui_helpers import TOKEN, hidden, login

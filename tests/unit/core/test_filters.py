@@ -10,9 +10,9 @@ from collections.abc import Sequence
 import pytest
 from pydantic import ValidationError
 
-from httpbus.core import filters
-from httpbus.core.errors import ErrorCode
-from httpbus.core.filters import (
+from core import filters
+from core.errors import ErrorCode
+from core.filters import (
     MATCH_ALL,
     FilterError,
     FilterOutcome,
@@ -20,7 +20,7 @@ from httpbus.core.filters import (
     compile_filter,
     header_map,
 )
-from httpbus.core.model import SubscriptionSettings
+from core.model import SubscriptionSettings
 
 MATCH, NO_MATCH, ERROR = FilterOutcome.MATCH, FilterOutcome.NO_MATCH, FilterOutcome.ERROR
 HEADERS = (

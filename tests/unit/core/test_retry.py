@@ -2,8 +2,8 @@ import random
 
 import pytest
 
-from httpbus.core.model import RetryPolicy
-from httpbus.core.retry import delay_ms
+from core.model import RetryPolicy
+from core.retry import delay_ms
 
 
 def test_schedules_without_jitter() -> None:

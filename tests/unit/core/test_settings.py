@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from httpbus.control_plane.settings import ControlPlaneSettings
+from control_plane.settings import ControlPlaneSettings
 
 
 def test_file_then_environment_then_arguments(

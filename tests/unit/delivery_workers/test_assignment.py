@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from httpbus.control_plane.assigner import Assigner, rendezvous
-from httpbus.core.model import (
+from control_plane.assigner import Assigner, rendezvous
+from core.model import (
     Backend,
     Endpoint,
     Project,
@@ -24,15 +24,15 @@ from httpbus.core.model import (
     Subscription,
     Topic,
 )
-from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
-from httpbus.delivery_workers.worker import Worker
-from httpbus.metastore import paths
-from httpbus.metastore.catalog import Catalog
-from httpbus.metastore.embedded import EmbeddedMetaStore
-from httpbus.segments.config import EmbeddedClusterConfig
-from httpbus.segments.embedded import create_store
-from httpbus.segments.internal import load_layout
-from httpbus.segments.protocol import Record, SegmentStore
+from delivery_workers.aiohttp_sender import AiohttpSender
+from delivery_workers.worker import Worker
+from metastore import paths
+from metastore.catalog import Catalog
+from metastore.embedded import EmbeddedMetaStore
+from segments.config import EmbeddedClusterConfig
+from segments.embedded import create_store
+from segments.internal import load_layout
+from segments.protocol import Record, SegmentStore
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 SUBS = [f"s{i}" for i in range(6)]

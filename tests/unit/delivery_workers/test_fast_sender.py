@@ -18,15 +18,15 @@ import pytest
 import uvloop
 from pydantic import ValidationError
 
-from httpbus.core.model import Endpoint, Subscription
-from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
-from httpbus.delivery_workers.fast_http import InvalidRequest, encode_request, parse_origin
-from httpbus.delivery_workers.fast_sender import FastSender
-from httpbus.delivery_workers.result import Outcome
-from httpbus.delivery_workers.sender import Delivery, HttpxSender, OutgoingRequest
-from httpbus.delivery_workers.senders import make_sender
-from httpbus.delivery_workers.settings import WorkerSettings
-from httpbus.segments.protocol import Stored
+from core.model import Endpoint, Subscription
+from delivery_workers.aiohttp_sender import AiohttpSender
+from delivery_workers.fast_http import InvalidRequest, encode_request, parse_origin
+from delivery_workers.fast_sender import FastSender
+from delivery_workers.result import Outcome
+from delivery_workers.sender import Delivery, HttpxSender, OutgoingRequest
+from delivery_workers.senders import make_sender
+from delivery_workers.settings import WorkerSettings
+from segments.protocol import Stored
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 OK = b"HTTP/1.1 204 No Content\r\n\r\n"

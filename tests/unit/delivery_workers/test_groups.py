@@ -17,7 +17,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from httpbus.delivery_workers.groups import GroupScheduler, Outcome, ReadyRing, SchedulingError
+from delivery_workers.groups import GroupScheduler, Outcome, ReadyRing, SchedulingError
 
 SETTINGS = settings(deadline=None, max_examples=200)
 KEYS = [None, "a", "b", "c"]

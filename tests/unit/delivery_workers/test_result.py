@@ -9,7 +9,7 @@ from email.utils import format_datetime
 import httpx
 import pytest
 
-from httpbus.delivery_workers.result import (
+from delivery_workers.result import (
     MAX_RETRY_AFTER_S,
     DeliveryResult,
     Outcome,

@@ -13,7 +13,7 @@ from typing import cast
 import pytest
 from aiohttp import web
 
-from httpbus.core.model import (
+from core.model import (
     Backend,
     CircuitBreakerPolicy,
     Endpoint,
@@ -24,18 +24,18 @@ from httpbus.core.model import (
     Subscription,
     Topic,
 )
-from httpbus.core.signing import verify
-from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
-from httpbus.delivery_workers.commit import CommitPolicy
-from httpbus.delivery_workers.runner import SubscriptionRunner
-from httpbus.metastore.catalog import Catalog
-from httpbus.metastore.embedded import EmbeddedMetaStore
-from httpbus.segments import dlq
-from httpbus.segments.config import EmbeddedClusterConfig
-from httpbus.segments.embedded import create_store
-from httpbus.segments.internal import RetryMeta, load_layout
-from httpbus.segments.protocol import Record, SegmentStore
-from httpbus.segments.reader import SegmentReader, commit_group
+from core.signing import verify
+from delivery_workers.aiohttp_sender import AiohttpSender
+from delivery_workers.commit import CommitPolicy
+from delivery_workers.runner import SubscriptionRunner
+from metastore.catalog import Catalog
+from metastore.embedded import EmbeddedMetaStore
+from segments import dlq
+from segments.config import EmbeddedClusterConfig
+from segments.embedded import create_store
+from segments.internal import RetryMeta, load_layout
+from segments.protocol import Record, SegmentStore
+from segments.reader import SegmentReader, commit_group
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 HOUR_MS = 3_600_000

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from httpbus.core.model import SegmentState
-from httpbus.segments.protocol import Produced, Record, SegmentStore, Stored
-from httpbus.segments.reader import SegmentReader
+from core.model import SegmentState
+from segments.protocol import Produced, Record, SegmentStore, Stored
+from segments.reader import SegmentReader
 from tests.unit.delivery_workers.test_runner import (  # noqa: F401  (world is a fixture)
     HOUR_MS,
     World,

@@ -21,18 +21,18 @@ import httpx
 import pytest
 import uvicorn
 
-from httpbus.core.model import Endpoint, RetryPolicy, Subscription
-from httpbus.core.signing import sign, verify
-from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
-from httpbus.delivery_workers.fast_sender import FastSender
-from httpbus.delivery_workers.result import Outcome
-from httpbus.delivery_workers.sender import (
+from core.model import Endpoint, RetryPolicy, Subscription
+from core.signing import sign, verify
+from delivery_workers.aiohttp_sender import AiohttpSender
+from delivery_workers.fast_sender import FastSender
+from delivery_workers.result import Outcome
+from delivery_workers.sender import (
     Delivery,
     EndpointSender,
     HttpxSender,
     build_request,
 )
-from httpbus.segments.protocol import Stored
+from segments.protocol import Stored
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 PRODUCED_MS = 1614265330123  # 2021-02-25T15:02:10.123Z

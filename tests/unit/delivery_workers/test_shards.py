@@ -9,12 +9,12 @@ from collections import defaultdict
 
 import pytest
 
-from httpbus.control_plane.assigner import rendezvous
-from httpbus.core.model import Backend, Endpoint, Segment, SegmentState, Subscription
-from httpbus.core.shards import WHOLE, Shard, parse_unit_key, shards, unit_key
-from httpbus.metastore import paths
-from httpbus.segments.protocol import Record, partition_for
-from httpbus.segments.reader import SegmentReader, commit_group
+from control_plane.assigner import rendezvous
+from core.model import Backend, Endpoint, Segment, SegmentState, Subscription
+from core.shards import WHOLE, Shard, parse_unit_key, shards, unit_key
+from metastore import paths
+from segments.protocol import Record, partition_for
+from segments.reader import SegmentReader, commit_group
 
 from .test_assignment import SECRET, World, _until, world  # noqa: F401  (the fixture)
 

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from httpbus.core.model import Backend, Project, Segment, Topic
-from httpbus.delivery_workers import shared_reads
-from httpbus.delivery_workers.shared_reads import Tail, TopicCache
-from httpbus.metastore.catalog import Catalog
-from httpbus.metastore.embedded import EmbeddedMetaStore
-from httpbus.segments.config import EmbeddedClusterConfig
-from httpbus.segments.embedded import create_store
-from httpbus.segments.protocol import Record, SegmentStore, Stored
+from core.model import Backend, Project, Segment, Topic
+from delivery_workers import shared_reads
+from delivery_workers.shared_reads import Tail, TopicCache
+from metastore.catalog import Catalog
+from metastore.embedded import EmbeddedMetaStore
+from segments.config import EmbeddedClusterConfig
+from segments.embedded import create_store
+from segments.protocol import Record, SegmentStore, Stored
 
 
 class Counting:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from httpbus.core import signing
-from httpbus.core.signing import sign, signing_key, verify
+from core import signing
+from core.signing import sign, signing_key, verify
 
 # The test vector of the Standard Webhooks specification and its reference libraries.
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

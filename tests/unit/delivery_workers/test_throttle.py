@@ -16,9 +16,9 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
-from httpbus.circuit_breaker import CallError, CallOutcome, CircuitState, Governor
-from httpbus.core.audit import AuditEvent, AuditType
-from httpbus.core.model import (
+from circuit_breaker import CallError, CallOutcome, CircuitState, Governor
+from core.audit import AuditEvent, AuditType
+from core.model import (
     Backend,
     CircuitBreakerPolicy,
     Endpoint,
@@ -29,23 +29,23 @@ from httpbus.core.model import (
     Subscription,
     Topic,
 )
-from httpbus.delivery_workers.aiohttp_sender import AiohttpSender
-from httpbus.delivery_workers.app import WorkerCollector
-from httpbus.delivery_workers.commit import CommitPolicy
-from httpbus.delivery_workers.result import DeliveryResult, Outcome
-from httpbus.delivery_workers.runner import RunnerStats, SubscriptionRunner
-from httpbus.delivery_workers.throttle import (
+from delivery_workers.aiohttp_sender import AiohttpSender
+from delivery_workers.app import WorkerCollector
+from delivery_workers.commit import CommitPolicy
+from delivery_workers.result import DeliveryResult, Outcome
+from delivery_workers.runner import RunnerStats, SubscriptionRunner
+from delivery_workers.throttle import (
     UNLIMITED_PER_S,
     Throttle,
     call_outcome,
     governor_config,
 )
-from httpbus.metastore.catalog import Catalog
-from httpbus.metastore.embedded import EmbeddedMetaStore
-from httpbus.segments.config import EmbeddedClusterConfig
-from httpbus.segments.embedded import create_store
-from httpbus.segments.protocol import Record
-from httpbus.segments.reader import SegmentReader
+from metastore.catalog import Catalog
+from metastore.embedded import EmbeddedMetaStore
+from segments.config import EmbeddedClusterConfig
+from segments.embedded import create_store
+from segments.protocol import Record
+from segments.reader import SegmentReader
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 TOTAL = 60

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from httpbus.core.errors import VersionConflict
-from httpbus.metastore import paths
-from httpbus.metastore.embedded import EmbeddedMetaStore
-from httpbus.metastore.protocol import MetaStore, Node
+from core.errors import VersionConflict
+from metastore import paths
+from metastore.embedded import EmbeddedMetaStore
+from metastore.protocol import MetaStore, Node
 from tests.contract.metastore_contract import (
     MakeStore,
     MetaStoreContract,
@@ -70,8 +70,8 @@ async def _eventually(check: Callable[[], Awaitable[bool]], timeout: float = 5.0
 
 _CHILD = """
 import asyncio, sys
-from httpbus.core.errors import VersionConflict
-from httpbus.metastore.embedded import EmbeddedMetaStore
+from core.errors import VersionConflict
+from metastore.embedded import EmbeddedMetaStore
 
 async def main(file, mode):
     store = EmbeddedMetaStore(file, session_ttl_s=0.6, poll_interval_s=0.05)

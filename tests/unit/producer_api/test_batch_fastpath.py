@@ -17,18 +17,18 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from httpbus.core import http_errors
-from httpbus.core.errors import HttpbusError, Malformed, TooLarge
-from httpbus.core.model import Backend, Project, Segment, SegmentState, Topic
-from httpbus.metastore.catalog import Catalog
-from httpbus.metastore.embedded import EmbeddedMetaStore
-from httpbus.producer_api import fastpath, headers
-from httpbus.producer_api.app import create_app
-from httpbus.producer_api.fastpath import Batch, batch_drafts
-from httpbus.producer_api.publish import Accepted, Draft
-from httpbus.producer_api.settings import AuditConfig, ProducerSettings
-from httpbus.segments.config import EmbeddedClusterConfig
-from httpbus.segments.embedded import create_store
+from core import http_errors
+from core.errors import HttpbusError, Malformed, TooLarge
+from core.model import Backend, Project, Segment, SegmentState, Topic
+from metastore.catalog import Catalog
+from metastore.embedded import EmbeddedMetaStore
+from producer_api import fastpath, headers
+from producer_api.app import create_app
+from producer_api.fastpath import Batch, batch_drafts
+from producer_api.publish import Accepted, Draft
+from producer_api.settings import AuditConfig, ProducerSettings
+from segments.config import EmbeddedClusterConfig
+from segments.embedded import create_store
 
 ADMIN = "producer-admin-token-0123456789"
 

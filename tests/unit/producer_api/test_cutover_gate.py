@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from httpbus.core.errors import CutoverTimeout, MetaStoreUnavailable
-from httpbus.core.model import Topic
-from httpbus.producer_api.cutover import Gate
-from httpbus.segments.cutover import Mode
+from core.errors import CutoverTimeout, MetaStoreUnavailable
+from core.model import Topic
+from producer_api.cutover import Gate
+from segments.cutover import Mode
 
 OLD = Topic(project="p", name="t")
 NEW = Topic(project="p", name="t", description="after the switch")

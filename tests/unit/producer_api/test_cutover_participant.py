@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from httpbus.core.errors import MetaStoreUnavailable
-from httpbus.core.model import Backend, Project, Segment, SegmentState, Topic
-from httpbus.metastore.catalog import Catalog
-from httpbus.metastore.embedded import EmbeddedMetaStore
-from httpbus.producer_api.cutover import CutoverParticipant
-from httpbus.producer_api.metadata import TopicCache
-from httpbus.segments.cutover import Clock, Mode, Phase, TargetReady, begin, step
-from httpbus.segments.cutover_store import CutoverRecords
+from core.errors import MetaStoreUnavailable
+from core.model import Backend, Project, Segment, SegmentState, Topic
+from metastore.catalog import Catalog
+from metastore.embedded import EmbeddedMetaStore
+from producer_api.cutover import CutoverParticipant
+from producer_api.metadata import TopicCache
+from segments.cutover import Clock, Mode, Phase, TargetReady, begin, step
+from segments.cutover_store import CutoverRecords
 
 
 class SessionStore(EmbeddedMetaStore):

@@ -11,17 +11,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from httpbus.core.audit import AuditEvent, AuditType
-from httpbus.core.model import Backend, Capacity, Project, Segment, SegmentState, Topic
-from httpbus.core.tokens import make_token
-from httpbus.metastore.catalog import Catalog
-from httpbus.metastore.embedded import EmbeddedMetaStore
-from httpbus.producer_api.app import create_app
-from httpbus.producer_api.settings import AuditConfig, ProducerSettings
-from httpbus.segments.audit import decode_audit_record
-from httpbus.segments.config import EmbeddedClusterConfig
-from httpbus.segments.embedded import create_store
-from httpbus.segments.protocol import SegmentStore
+from core.audit import AuditEvent, AuditType
+from core.model import Backend, Capacity, Project, Segment, SegmentState, Topic
+from core.tokens import make_token
+from metastore.catalog import Catalog
+from metastore.embedded import EmbeddedMetaStore
+from producer_api.app import create_app
+from producer_api.settings import AuditConfig, ProducerSettings
+from segments.audit import decode_audit_record
+from segments.config import EmbeddedClusterConfig
+from segments.embedded import create_store
+from segments.protocol import SegmentStore
 
 ADMIN = "producer-admin-token-0123456789"
 URL = "/v1/projects/shop/topics/{}/produce"

@@ -12,9 +12,9 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from httpbus.control_plane.api import audit as audit_api
-from httpbus.core import http_errors
-from httpbus.core.audit import (
+from control_plane.api import audit as audit_api
+from core import http_errors
+from core.audit import (
     AuditCutover,
     CutoverCheck,
     Finding,
@@ -23,8 +23,8 @@ from httpbus.core.audit import (
     Reconciliation,
     SubscriptionTally,
 )
-from httpbus.reports import migrate
-from httpbus.reports.store import ReportStore
+from reports import migrate
+from reports.store import ReportStore
 
 TOKEN = "t" * 32
 H = {"Authorization": f"Bearer {TOKEN}"}

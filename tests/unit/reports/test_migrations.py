@@ -10,9 +10,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 
-from httpbus.reports import migrate
-from httpbus.reports.models import Base
-from httpbus.reports.store import make_engine
+from reports import migrate
+from reports.models import Base
+from reports.store import make_engine
 
 TABLES = {
     "reconciliation_runs",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from httpbus.core.audit import (
+from core.audit import (
     AuditCutover,
     CutoverCheck,
     Finding,
@@ -19,9 +19,9 @@ from httpbus.core.audit import (
     Reconciliation,
     SubscriptionTally,
 )
-from httpbus.core.errors import StorageUnavailable
-from httpbus.reports import migrate
-from httpbus.reports.store import ReportStore
+from core.errors import StorageUnavailable
+from reports import migrate
+from reports.store import ReportStore
 
 
 @pytest.fixture

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from httpbus.core.audit import AuditEvent, AuditType
-from httpbus.core.errors import StorageUnavailable, TooLarge
-from httpbus.segments.audit import AuditSink, decode_audit_record
-from httpbus.segments.embedded import EmbeddedSegmentStore, EmbeddedSettings
-from httpbus.segments.protocol import Produced, Record, SegmentStore, Stored
+from core.audit import AuditEvent, AuditType
+from core.errors import StorageUnavailable, TooLarge
+from segments.audit import AuditSink, decode_audit_record
+from segments.embedded import EmbeddedSegmentStore, EmbeddedSettings
+from segments.protocol import Produced, Record, SegmentStore, Stored
 
 TOPIC = "__httpbus.audit"
 TYPES = list(AuditType)

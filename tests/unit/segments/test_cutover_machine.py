@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from httpbus.segments.cutover import (
+from segments.cutover import (
     TERMINAL,
     AbortRequested,
     Acked,

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from httpbus.core.errors import Malformed, NotFound, SegmentFenced, StorageUnavailable
-from httpbus.segments.config import EmbeddedClusterConfig
-from httpbus.segments.embedded import EmbeddedSegmentStore, EmbeddedSettings
-from httpbus.segments.embedded.schema import decode_headers, encode_headers
-from httpbus.segments.protocol import Produced, Record
-from httpbus.segments.registry import open_store
+from core.errors import Malformed, NotFound, SegmentFenced, StorageUnavailable
+from segments.config import EmbeddedClusterConfig
+from segments.embedded import EmbeddedSegmentStore, EmbeddedSettings
+from segments.embedded.schema import decode_headers, encode_headers
+from segments.protocol import Produced, Record
+from segments.registry import open_store
 from tests.contract.segment_store_contract import SegmentStoreContract
 
 HOUR_MS = 3_600_000
@@ -83,8 +83,8 @@ async def test_acknowledged_messages_survive_close_and_reopen(db_path: Path) -> 
 CRASHING_PRODUCER = """
 import asyncio, os, sys
 from pathlib import Path
-from httpbus.segments.embedded import EmbeddedSegmentStore, EmbeddedSettings
-from httpbus.segments.protocol import Record
+from segments.embedded import EmbeddedSegmentStore, EmbeddedSettings
+from segments.protocol import Record
 
 async def main():
     store = EmbeddedSegmentStore(EmbeddedSettings(path=Path(sys.argv[1])))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from httpbus.core.errors import SegmentFenced, VersionConflict
-from httpbus.core.model import (
+from core.errors import SegmentFenced, VersionConflict
+from core.model import (
     Backend,
     Endpoint,
     Project,
@@ -20,13 +20,13 @@ from httpbus.core.model import (
     Subscription,
     Topic,
 )
-from httpbus.metastore.catalog import Catalog
-from httpbus.metastore.embedded import EmbeddedMetaStore
-from httpbus.segments.config import EmbeddedClusterConfig
-from httpbus.segments.embedded import create_store
-from httpbus.segments.protocol import Record, SegmentStore
-from httpbus.segments.reader import SegmentReader, commit_group
-from httpbus.segments.writer import SegmentWriter
+from metastore.catalog import Catalog
+from metastore.embedded import EmbeddedMetaStore
+from segments.config import EmbeddedClusterConfig
+from segments.embedded import create_store
+from segments.protocol import Record, SegmentStore
+from segments.reader import SegmentReader, commit_group
+from segments.writer import SegmentWriter
 
 HOUR_MS = 3_600_000
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from httpbus.core.audit import AuditEvent, AuditType
+from core.audit import AuditEvent, AuditType
 
 pyspark = pytest.importorskip("pyspark")
 
@@ -26,7 +26,7 @@ def ev(kind: AuditType, mid: str, at: int, **kw: Any) -> AuditEvent:
 def frame(spark: Any, events: list[AuditEvent], records_of: int = 7) -> Any:
     """The events packed as the sink packs them (JSON lines, many per record value), read back
     through the same parser as the Kafka source."""
-    from httpbus.spark.schema import events_from_values
+    from spark.schema import events_from_values
 
     lines = [e.to_bytes() for e in events]
     values = [(b"\n".join(lines[i : i + records_of]),) for i in range(0, len(lines), records_of)]

@@ -15,9 +15,9 @@ from typing import Any
 import yaml
 from typer.testing import CliRunner
 
-from httpbus.control_plane.cli import cli
-from httpbus.core.audit import AuditEvent, AuditType
-from httpbus.core.model import (
+from control_plane.cli import cli
+from core.audit import AuditEvent, AuditType
+from core.model import (
     Backend,
     Endpoint,
     Project,
@@ -26,12 +26,12 @@ from httpbus.core.model import (
     Subscription,
     Topic,
 )
-from httpbus.metastore.catalog import Catalog
-from httpbus.metastore.config import EmbeddedMetaStoreConfig, open_metastore
-from httpbus.reports.store import ReportStore
-from httpbus.segments.audit import AuditSink
-from httpbus.segments.config import EmbeddedClusterConfig
-from httpbus.segments.registry import open_store
+from metastore.catalog import Catalog
+from metastore.config import EmbeddedMetaStoreConfig, open_metastore
+from reports.store import ReportStore
+from segments.audit import AuditSink
+from segments.config import EmbeddedClusterConfig
+from segments.registry import open_store
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -119,7 +119,7 @@ def test_durations_and_instants() -> None:
     import pytest
     import typer
 
-    from httpbus.control_plane.cli.audit import duration_ms, instant_ms
+    from control_plane.cli.audit import duration_ms, instant_ms
 
     assert [duration_ms(t) for t in ("90", "90s", "15m", "2h", "1d", "500ms")] == [
         90_000,
@@ -140,8 +140,8 @@ def test_durations_and_instants() -> None:
 def test_the_spark_submit_flow_job_submit_load(tmp_path: Path, spark: Any) -> None:
     """``audit job`` writes the job from the metastore, the spark-submit entry point runs it on
     exported files, ``audit load`` stores the result: the same findings as ``audit run``."""
-    from httpbus.control_plane.cli.audit import export_trail
-    from httpbus.spark.__main__ import main as submit
+    from control_plane.cli.audit import export_trail
+    from spark.__main__ import main as submit
 
     settings = asyncio.run(_setup(tmp_path, int(time.time() * 1000)))
     config = tmp_path / "cp.yaml"

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from httpbus.core.audit import AuditCutover, AuditSubscription, AuditType, FindingKind
-from httpbus.spark.cutover import verify_cutovers
-from httpbus.spark.hourly import hourly_report
-from httpbus.spark.reconcile import subscriptions_frame
+from core.audit import AuditCutover, AuditSubscription, AuditType, FindingKind
+from spark.cutover import verify_cutovers
+from spark.hourly import hourly_report
+from spark.reconcile import subscriptions_frame
 
 from .conftest import SUB, T0, ev, frame
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from httpbus.core.audit import AuditSubscription, AuditType, FindingKind
-from httpbus.spark.reconcile import reconcile, subscriptions_frame
-from httpbus.spark.schema import EVENT_SCHEMA
+from core.audit import AuditSubscription, AuditType, FindingKind
+from spark.reconcile import reconcile, subscriptions_frame
+from spark.schema import EVENT_SCHEMA
 
 from .conftest import SUB, T0, ev, frame
 
@@ -25,7 +25,7 @@ HORIZON = 60_000
 
 
 def test_the_schema_has_every_field_of_the_event() -> None:
-    from httpbus.core.audit import AuditEvent
+    from core.audit import AuditEvent
 
     assert EVENT_SCHEMA.fieldNames() == list(AuditEvent.model_fields)
 

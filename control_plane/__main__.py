@@ -1,0 +1,20 @@
+"""``python -m control_plane [--config FILE] [--host H] [--port P]``."""
+
+from __future__ import annotations
+
+import uvicorn
+
+from core.settings import service_args
+
+from .app import create_app
+from .settings import ControlPlaneSettings
+
+
+def main(argv: list[str] | None = None) -> None:
+    config, overrides = service_args("python -m control_plane", "The httpbus control plane.", argv)
+    settings = ControlPlaneSettings.load(config, **overrides)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""What the admin API does, apart from HTTP: validation across entities, storage and metadata
+kept consistent (no half-created object survives a failure)."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import secrets
+import uuid
+
+from core.errors import HttpbusError, NotFound, ValidationFailed
+from core.model import Project, Segment, SegmentState, Subscription, Topic
+from metastore.catalog import Catalog
+from segments.config import ClusterConfig
+from segments.protocol import SegmentStore
+
+from .api.schemas import SubscriptionCreate, TopicCreate
+
+log = logging.getLogger(__name__)
+
+
+def new_signing_secret() -> str:
+    """A Standard Webhooks secret: ``whsec_`` and 32 random bytes in base64."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+class Admin:
+    """Topics and subscriptions on top of the catalog and the storage clusters."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        clusters: dict[str, ClusterConfig],
+        stores: dict[str, SegmentStore],
+        default_cluster: str,
+        prefix: str,
+    ) -> None:
+        self.catalog = catalog
+        self.clusters = clusters
+        self.stores = stores
+        self.default_cluster = default_cluster
+        self.prefix = prefix
+
+    def storage_name(self, project: str, topic: str, segment_id: int) -> str:
+        """Unique per attempt, so a segment's storage topic is never reused, even when a
+        topic is deleted and created again while the old storage topic is being deleted."""
+        return f"{self.prefix}.{project}.{topic}.s{segment_id}.{uuid.uuid4().hex[:8]}"
+
+    async def create_topic(self, project: str, body: TopicCreate) -> Topic:
+        cluster = body.cluster or self.default_cluster
+        if cluster not in self.clusters:
+            raise ValidationFailed(
+                f"cluster: unknown storage cluster {cluster!r}; configured: "
+                f"{', '.join(sorted(self.clusters))}",
+                details={"fields": [{"field": "cluster", "problem": "unknown cluster"}]},
+            )
+        await self.catalog.get_project(project)  # 404 before touching storage
+        config = self.clusters[cluster]
+        segment = Segment(
+            id=1,
+            cluster=cluster,
+            backend=config.backend,
+            storage_topic=self.storage_name(project, body.name, 1),
+            partitions=body.partitions,
+            state=SegmentState.ACTIVE,
+        )
+        fields = body.model_dump(exclude={"cluster", "partitions"})
+        topic = Topic(project=project, **fields)
+        store = self.stores[cluster]
+        await store.create_topic(
+            segment.storage_topic,
+            segment.partitions,
+            retention_ms=topic.retention_hours * 3_600_000,
+        )
+        try:
+            return await self.catalog.create_topic(topic, segment)
+        except BaseException:
+            await self._drop_storage(store, segment.storage_topic)
+            raise
+
+    async def delete_topic(self, project: str, name: str, *, force: bool) -> None:
+        topic = await self.catalog.delete_topic(project, name, force=force)
+        for segment in topic.segments:
+            store = self.stores.get(segment.cluster)
+            if store is not None and segment.state is not SegmentState.RETIRED:
+                await self._drop_storage(store, segment.storage_topic)
+
+    async def _drop_storage(self, store: SegmentStore, storage_topic: str) -> None:
+        try:
+            await store.delete_topic(storage_topic)
+        except NotFound:
+            pass
+        except HttpbusError as exc:  # metadata is the truth; an orphan is only logged
+            log.warning("could not delete storage topic %s: %s", storage_topic, exc)
+
+    async def create_subscription(self, project: str, body: SubscriptionCreate) -> Subscription:
+        topic_project, _, topic = body.topic.rpartition("/")
+        topic_project = topic_project or project
+        await self.catalog.get_project(project)
+        try:
+            await self.catalog.get_topic(topic_project, topic)
+        except NotFound:
+            raise ValidationFailed(
+                f"topic: {topic_project}/{topic} does not exist",
+                details={"fields": [{"field": "topic", "problem": "unknown topic"}]},
+            ) from None
+        fields = body.model_dump(exclude={"name", "topic", "signing_secret"})
+        sub = Subscription(
+            project=project,
+            name=body.name,
+            topic_project=topic_project,
+            topic=topic,
+            signing_secret=body.signing_secret or new_signing_secret(),
+            **fields,
+        )
+        return await self.catalog.create_subscription(sub)
+
+    async def create_project(self, project: Project) -> Project:
+        return await self.catalog.create_project(project)

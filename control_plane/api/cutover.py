@@ -1,0 +1,81 @@
+"""``/v1/projects/{project}/topics/{topic}/cutover``: start, read and abort a cutover."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Request, status
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.model import MAX_PARTITIONS
+from core.names import Name
+
+from ..cutover import Cutovers
+from .deps import ProjectName, TopicName
+
+router = APIRouter(prefix="/v1/projects/{project}/topics/{topic}/cutover", tags=["cutover"])
+
+
+def _cutovers(request: Request) -> Cutovers:
+    cutovers: Cutovers = request.app.state.cutovers
+    return cutovers
+
+
+CutoversDep = Annotated[Cutovers, Depends(_cutovers)]
+
+
+class CutoverStart(BaseModel):
+    """Where the topic moves: a configured storage cluster and a partition count."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cluster: Name = Field(description="a configured storage cluster, e.g. pulsar-main")
+    partitions: int = Field(ge=1, le=MAX_PARTITIONS, description=f"1 to {MAX_PARTITIONS}")
+
+
+class ProducerAcks(BaseModel):
+    prepared_at: datetime | None
+    switched_at: datetime | None
+    committed_at: datetime | None
+
+
+class CutoverView(BaseModel):
+    """A cutover as the API shows it."""
+
+    id: str
+    phase: Literal["PREPARE", "SWITCH", "COMMIT", "COMPLETE", "ABORTED", "ROLLED_BACK"]
+    from_segment: int
+    to_segment: int
+    cluster: str
+    partitions: int
+    started_at: datetime
+    updated_at: datetime
+    phase_times: dict[str, datetime]
+    producers: dict[str, ProducerAcks]
+    error: str | None
+
+
+@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=CutoverView)
+async def start_cutover(
+    project: ProjectName, topic: TopicName, body: CutoverStart, cutovers: CutoversDep
+) -> dict[str, Any]:
+    """Begin moving the topic to a fresh segment; 409 while another cutover runs."""
+    state = await cutovers.start(project, topic, body.cluster, body.partitions)
+    return state.public()
+
+
+@router.get("", response_model=CutoverView)
+async def get_cutover(
+    project: ProjectName, topic: TopicName, cutovers: CutoversDep
+) -> dict[str, Any]:
+    """The topic's latest cutover: phase, which producers acknowledged what, and when."""
+    return (await cutovers.get(project, topic)).public()
+
+
+@router.delete("", response_model=CutoverView)
+async def abort_cutover(
+    project: ProjectName, topic: TopicName, cutovers: CutoversDep
+) -> dict[str, Any]:
+    """Abort the running cutover before it commits (409 after COMMIT)."""
+    return (await cutovers.abort(project, topic)).public()

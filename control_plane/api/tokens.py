@@ -1,0 +1,57 @@
+"""``/v1/projects/{project}/tokens``: produce tokens, scoped to topics of one project."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, Path, status
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.model import ProduceToken
+from core.names import Name
+from core.tokens import make_token
+
+from .deps import AdminDep, ProjectName
+
+router = APIRouter(prefix="/v1/projects/{project}/tokens", tags=["tokens"])
+
+
+class TokenCreate(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    topics: tuple[Name | Literal["*"], ...] = Field(default=("*",), min_length=1, max_length=1000)
+    description: str = Field(default="", max_length=1_000)
+
+
+class TokenView(BaseModel):
+    id: str
+    project: str
+    topics: tuple[str, ...]
+    description: str
+
+
+class TokenCreated(TokenView):
+    token: str = Field(description="the bearer token; shown only now, store it safely")
+
+
+def _view(token: ProduceToken) -> dict[str, object]:
+    return token.model_dump(include={"id", "project", "topics", "description"})
+
+
+@router.post("", status_code=status.HTTP_201_CREATED)
+async def create_token(project: ProjectName, body: TokenCreate, admin: AdminDep) -> TokenCreated:
+    model, plaintext = make_token(project, body.topics, body.description)
+    await admin.catalog.create_token(model)
+    return TokenCreated.model_validate({**_view(model), "token": plaintext})
+
+
+@router.get("")
+async def list_tokens(project: ProjectName, admin: AdminDep) -> list[TokenView]:
+    return [TokenView.model_validate(_view(t)) for t in await admin.catalog.list_tokens(project)]
+
+
+@router.delete("/{token_id}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_token(
+    project: ProjectName, admin: AdminDep, token_id: str = Path(pattern=r"^[a-f0-9]{12}$")
+) -> None:
+    await admin.catalog.delete_token(project, token_id)

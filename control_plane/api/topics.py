@@ -1,0 +1,64 @@
+"""``/v1/projects/{project}/topics`` and the segment timeline."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from fastapi import APIRouter, Query, status
+
+from core.model import Topic
+
+from .deps import AdminDep, Limit, Offset, ProjectName, TopicName, merged, page
+from .schemas import Page, Timeline, TopicCreate, TopicUpdate
+
+router = APIRouter(prefix="/v1/projects/{project}/topics", tags=["topics"])
+
+
+@router.post("", status_code=status.HTTP_201_CREATED)
+async def create_topic(project: ProjectName, body: TopicCreate, admin: AdminDep) -> Topic:
+    """Create a topic and its first segment (and that segment's storage topic)."""
+    return await admin.create_topic(project, body)
+
+
+@router.get("")
+async def list_topics(
+    project: ProjectName, admin: AdminDep, offset: Offset = 0, limit: Limit = 100
+) -> Page[Topic]:
+    await admin.catalog.get_project(project)
+    names = await admin.catalog.list_topics(project)
+    return await page(names, offset, limit, partial(admin.catalog.get_topic, project))
+
+
+@router.get("/{topic}")
+async def get_topic(project: ProjectName, topic: TopicName, admin: AdminDep) -> Topic:
+    return await admin.catalog.get_topic(project, topic)
+
+
+@router.put("/{topic}")
+async def update_topic(
+    project: ProjectName, topic: TopicName, body: TopicUpdate, admin: AdminDep
+) -> Topic:
+    current = await admin.catalog.get_topic(project, topic)
+    return await admin.catalog.update_topic(merged(current, body))
+
+
+@router.delete("/{topic}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_topic(
+    project: ProjectName,
+    topic: TopicName,
+    admin: AdminDep,
+    force: bool = Query(False, description="delete its subscriptions too"),
+) -> None:
+    await admin.delete_topic(project, topic, force=force)
+
+
+@router.get("/{topic}/segments")
+async def segments(project: ProjectName, topic: TopicName, admin: AdminDep) -> Timeline:
+    """The topic's timeline: every segment, oldest first, and the produce pointer."""
+    found = await admin.catalog.get_topic(project, topic)
+    return Timeline(
+        project=project,
+        topic=topic,
+        produce_pointer=found.produce_pointer,
+        segments=list(found.segments),
+    )

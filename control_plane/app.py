@@ -1,0 +1,108 @@
+"""The control plane's ASGI application: health, OpenAPI and the admin API."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+from fastapi import Depends, FastAPI, Request
+
+from core import http_errors
+from core.errors import HttpbusError, MetaStoreUnavailable
+from core.version import VERSION
+from metastore.catalog import Catalog
+from metastore.config import open_metastore
+from metastore.protocol import MetaStore
+from reports import migrate
+from segments.protocol import SegmentStore
+from segments.registry import open_stores
+
+from . import api, ui
+from .admin import Admin
+from .api import audit as audit_api
+from .api import cutover as cutover_api
+from .api import dlq as dlq_api
+from .api.auth import admin_guard
+from .assigner import Assigner
+from .cutover import open_cutovers
+from .settings import ControlPlaneSettings
+
+log = logging.getLogger(__name__)
+
+
+def create_app(
+    settings: ControlPlaneSettings,
+    *,
+    metastore: MetaStore | None = None,
+    stores: dict[str, SegmentStore] | None = None,
+) -> FastAPI:
+    """Build the control plane. ``metastore`` and ``stores`` are opened from ``settings``
+    at startup unless given (already started) by the caller."""
+    if settings.admin_token is None:
+        raise ValueError("admin_token is required (set HTTPBUS_ADMIN_TOKEN)")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            meta = metastore
+            if meta is None:
+                meta = await stack.enter_async_context(open_metastore(settings.metastore))
+            opened = await open_stores(stack, settings.clusters, stores)
+            if settings.migrate_reports_on_start:
+                await _migrate_reports(settings.database_url)
+            assigner = Assigner(meta, Catalog(meta), settings.member_id, settings.assign_interval_s)
+            app.state.assigner = await stack.enter_async_context(assigner)
+            app.state.cutovers = await open_cutovers(stack, meta, opened, settings)
+            app.state.admin = Admin(
+                Catalog(meta),
+                settings.clusters,
+                opened,
+                settings.default_cluster,
+                settings.storage_topic_prefix,
+            )
+            yield
+
+    app = FastAPI(title="httpbus control plane", version=VERSION, lifespan=lifespan)
+    http_errors.install(app)
+
+    @app.get("/healthz", tags=["ops"])
+    async def healthz() -> dict[str, str]:
+        """Liveness: the process serves requests."""
+        return {"status": "ok", "service": "control-plane", "version": VERSION}
+
+    @app.get("/readyz", tags=["ops"])
+    async def readyz(request: Request) -> dict[str, str]:
+        """Readiness: the metastore answers a read within two seconds."""
+        admin: Admin = request.app.state.admin
+        try:
+            await asyncio.wait_for(admin.catalog.list_projects(), timeout=2.0)
+        except (TimeoutError, HttpbusError) as exc:
+            raise MetaStoreUnavailable("the metastore does not answer", retry_after=5) from exc
+        return {"status": "ready"}
+
+    app.include_router(api.router(settings.admin_token.get_secret_value()))
+    guard = Depends(admin_guard(settings.admin_token.get_secret_value()))
+    app.include_router(cutover_api.router, dependencies=[guard])
+    ui.install(
+        app,
+        settings.admin_token.get_secret_value(),
+        sorted(settings.clusters),
+        settings.default_cluster,
+    )
+    app.include_router(dlq_api.router(settings.admin_token.get_secret_value()))
+    app.include_router(
+        audit_api.router(settings.admin_token.get_secret_value(), settings.database_url)
+    )
+    return app
+
+
+async def _migrate_reports(url: str) -> None:
+    """Bring the report database to the newest schema, so the audit pages work on a fresh
+    install. A failure (the database is down, a replica migrating at the same moment) is
+    logged, not fatal: the audit routes answer 503 until ``httpbus db upgrade`` succeeds."""
+    try:
+        await asyncio.to_thread(migrate.upgrade, url)
+    except Exception as exc:  # any failure leaves the control plane serving
+        log.warning("report database not migrated (%s): %s", url.split("@")[-1], exc)

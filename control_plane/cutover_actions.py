@@ -1,0 +1,98 @@
+"""The side effects of a cutover, each idempotent so a new leader may run it again."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+
+from core.errors import AlreadyExists, NotFound, StorageUnavailable, VersionConflict
+from core.model import Backend, Segment, SegmentState
+from metastore.catalog import Catalog
+from segments.config import ClusterConfig
+from segments.cutover import Cutover
+from segments.cutover_store import CutoverRecords
+from segments.protocol import SegmentStore
+
+
+class CutoverActions:
+    """Create / drop the target, seal the old segment, commit the switch."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        stores: Mapping[str, SegmentStore],
+        records: CutoverRecords,
+        now: Callable[[], datetime],
+        clusters: Mapping[str, ClusterConfig],
+    ) -> None:
+        self.clusters = clusters
+        self.catalog = catalog
+        self.stores = stores
+        self.records = records
+        self.now = now
+
+    def _store(self, cluster: str) -> SegmentStore:
+        store = self.stores.get(cluster)
+        if store is None:
+            raise StorageUnavailable(f"storage cluster {cluster!r} is not configured here")
+        return store
+
+    async def create_target(self, state: Cutover) -> None:
+        """The target storage topic, then its PENDING segment record."""
+        topic = await self.catalog.get_topic(state.project, state.topic)
+        store = self._store(state.cluster)
+        if await store.partitions(state.storage_topic) is None:
+            try:
+                await store.create_topic(
+                    state.storage_topic,
+                    state.partitions,
+                    retention_ms=topic.retention_hours * 3_600_000,
+                )
+            except AlreadyExists:
+                pass
+        if topic.segment(state.to_segment) is not None:
+            return
+        backend = Backend(self.clusters[state.cluster].backend)
+        segment = Segment(
+            id=state.to_segment,
+            cluster=state.cluster,
+            backend=backend,
+            storage_topic=state.storage_topic,
+            partitions=state.partitions,
+        )
+        await self.catalog.add_segment(state.project, state.topic, segment)
+
+    async def drop_target(self, state: Cutover) -> None:
+        """Delete the target's storage; its PENDING record stays (ids are never reused)."""
+        try:
+            await self._store(state.cluster).delete_topic(state.storage_topic)
+        except NotFound:
+            pass
+
+    async def seal_old(self, state: Cutover) -> dict[int, int]:
+        topic = await self.catalog.get_topic(state.project, state.topic)
+        old = topic.segment(state.from_segment)
+        if old is None:
+            raise NotFound(f"segment {state.from_segment} of {state.project}/{state.topic}")
+        if old.end_positions is not None:
+            return dict(old.end_positions)
+        return await self._store(old.cluster).seal(old.storage_topic)
+
+    async def move_pointer(
+        self, state: Cutover, version: int, ends: dict[int, int], after: Cutover
+    ) -> None:
+        """Old segment SEALED with its ends, new one ACTIVE, pointer moved, and the cutover
+        document at ``after``: one transaction."""
+        topic = await self.catalog.get_topic(state.project, state.topic)
+        old, new = topic.segment(state.from_segment), topic.segment(state.to_segment)
+        if old is None or new is None:
+            raise NotFound(f"a segment of cutover {state.id} is missing")
+        if topic.produce_pointer is not None and topic.produce_pointer.segment_id == new.id:
+            raise VersionConflict("the pointer moved already; the document will tell")
+        sealed = old.model_copy(
+            update={"state": SegmentState.SEALED, "sealed_at": self.now(), "end_positions": ends}
+        )
+        active = new.model_copy(update={"state": SegmentState.ACTIVE})
+        await self.catalog.commit_segment_switch(
+            topic, sealed, active, extra=[self.records.update_op(after, version)]
+        )

@@ -1,0 +1,73 @@
+"""Settings of the control plane (read once in ``main()``)."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr, model_validator
+
+from core.settings import SettingsBase, default_member_id
+from metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
+from segments.config import AuditConfig, ClusterConfig, EmbeddedClusterConfig
+
+
+def _embedded_only() -> dict[str, ClusterConfig]:
+    return {"embedded": EmbeddedClusterConfig()}
+
+
+class ControlPlaneSettings(SettingsBase):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8700, ge=1, le=65_535)
+    admin_token: SecretStr | None = Field(
+        default=None, description="bearer token of the admin API (HTTPBUS_ADMIN_TOKEN)"
+    )
+    metastore: MetaStoreConfig = EmbeddedMetaStoreConfig()
+    clusters: dict[str, ClusterConfig] = Field(default_factory=_embedded_only)
+    default_cluster: str = "embedded"
+    storage_topic_prefix: str = Field(default="httpbus", pattern=r"^[A-Za-z0-9_-]{1,32}$")
+    member_id: str = Field(
+        default_factory=lambda: default_member_id("control-plane"),
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
+    )
+    assign_interval_s: float = Field(
+        default=2.0, gt=0, le=300, description="how often the leader re-reads the subscriptions"
+    )
+    cutover_prepare_timeout_s: float = Field(
+        default=30.0, gt=0, le=3_600, description="how long producers may take to open the target"
+    )
+    cutover_switch_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=600,
+        description="how long producers may take to drain (then rollback)",
+    )
+    cutover_complete_timeout_s: float = Field(
+        default=30.0, gt=0, le=3_600, description="how long to wait for producers to see the commit"
+    )
+    segment_retire_interval_s: float = Field(
+        default=300.0, gt=0, le=86_400, description="how often the leader retires old segments"
+    )
+    # The audit pipeline (docs/audit.md): where the trail is, the report database, Spark.
+    audit: AuditConfig = Field(
+        default_factory=AuditConfig, description="the audit topic; no cluster: default_cluster"
+    )
+    database_url: str = Field(
+        default="sqlite:///.httpbus/reports.db",
+        description="relational store of the audit reports (sqlite:/// or postgresql://)",
+    )
+    migrate_reports_on_start: bool = Field(
+        default=True,
+        description="run the report database's migrations when the control plane starts",
+    )
+    spark_master: str = "local[*]"
+    spark_jars: list[str] = Field(
+        default_factory=list,
+        description="jars for spark.jars: the Kafka connector (scripts.realservices fetch)",
+    )
+
+    @model_validator(mode="after")
+    def _default_cluster_is_configured(self) -> ControlPlaneSettings:
+        if self.default_cluster not in self.clusters:
+            raise ValueError(
+                f"default_cluster {self.default_cluster!r} is not one of the configured "
+                f"clusters {sorted(self.clusters)}"
+            )
+        return self

@@ -1,0 +1,70 @@
+"""The web control plane, served by the control plane at ``/ui/``.
+
+Server-rendered pages (Jinja2) with a little plain JavaScript and one vendored chart
+library (uPlot); no build step. Every page needs a session, made by logging in with the
+admin token. The pages call the admin API of the same process through the same REST client
+as the CLI (:mod:`control_plane.client`), so they follow its contract and show
+"not available" for a route this control plane does not serve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from urllib.parse import quote
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.responses import Response
+
+from ..client import ApiError, NotAvailable, Unreachable
+from . import audit_views, auth_views, catalog_views, cutover_views, dlq_views, sub_views
+from .render import HERE, render
+from .session import CsrfRejected, LoginRequired, Signer, current_session
+
+ROUTERS = (auth_views, catalog_views, cutover_views, sub_views, dlq_views, audit_views)
+
+
+def install(
+    app: FastAPI, admin_token: str, clusters: Sequence[str], default_cluster: str | None
+) -> None:
+    """Serve the UI at ``/ui/`` on ``app`` (its admin API must be mounted on the same app)."""
+    app.state.ui_signer = Signer(admin_token)
+    app.state.ui_clusters = list(clusters)
+    app.state.ui_default_cluster = default_cluster
+    app.mount("/ui/static", StaticFiles(directory=str(HERE / "static")), name="ui-static")
+    for module in ROUTERS:
+        app.include_router(module.router, include_in_schema=False)
+    app.add_exception_handler(LoginRequired, _login_required)
+    app.add_exception_handler(CsrfRejected, _csrf_rejected)
+    app.add_exception_handler(ApiError, _api_error)
+
+
+async def _login_required(request: Request, exc: Exception) -> Response:
+    if request.url.path.endswith(".json") or request.url.path.endswith("/live"):
+        return JSONResponse({"code": "unauthorized", "message": "log in again"}, 401)
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return Response(status_code=303, headers={"Location": f"/ui/login?next={quote(target)}"})
+
+
+async def _csrf_rejected(request: Request, exc: Exception) -> Response:
+    message = "This form is stale or did not come from this site; reload the page and try again."
+    return render(
+        request, "error.html", current_session(request), 403, title="Refused", message=message
+    )
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    """An API error no page handled itself: a page that says what happened."""
+    assert isinstance(exc, ApiError)
+    if isinstance(exc, NotAvailable):
+        status, title = 404, "Not available"
+    elif isinstance(exc, Unreachable) or exc.status >= 500:
+        status, title = 502, "The control plane failed"
+    elif exc.status == 404:
+        status, title = 404, "Not found"
+    else:
+        status, title = exc.status, "Refused"
+    return render(
+        request, "error.html", current_session(request), status, title=title, message=exc.message
+    )

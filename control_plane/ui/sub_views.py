@@ -1,0 +1,213 @@
+"""Subscriptions: the paged list, the create / edit form with inline validation, the page
+with status and charts, pause / resume and seek."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from starlette.responses import Response
+
+from core.filters import FilterError, compile_filter
+from core.model import Endpoint, RetryPolicy, SubscriptionSettings
+
+from ..client import AdminClient, ApiError, NotAvailable, path, update_body
+from .deps import ApiDep, Name, SessionDep, form_of
+from .forms import body_of, field_errors, values_of
+from .render import opened, paging, redirect, render
+
+router = APIRouter()
+
+
+def _subs(project: str, *rest: str) -> str:
+    return path("v1", "projects", project, "subscriptions", *rest)
+
+
+@router.get("/ui/projects/{project}/subscriptions")
+async def subscriptions(
+    project: Name, request: Request, session: SessionDep, api: ApiDep
+) -> Response:
+    if wanted := opened(request):
+        return redirect(request, f"/ui/projects/{project}/subscriptions/{wanted}")
+    offset, limit = paging(request)
+    page = await api.get(_subs(project), {"offset": offset, "limit": limit})
+    base = f"/ui/projects/{project}/subscriptions"
+    return render(request, "subscriptions.html", session, project=project, page=page, base=base)
+
+
+def _form(
+    request: Request,
+    session: Any,
+    project: str,
+    values: dict[str, str],
+    errors: dict[str, str],
+    editing: dict[str, Any] | None,
+    status_code: int = 200,
+) -> Response:
+    return render(
+        request,
+        "sub_form.html",
+        session,
+        status_code=status_code,
+        project=project,
+        values=values,
+        errors=errors,
+        editing=editing,
+    )
+
+
+@router.get("/ui/projects/{project}/subscriptions/new")
+async def new(project: Name, request: Request, session: SessionDep, api: ApiDep) -> Response:
+    await api.get(path("v1", "projects", project))
+    # The model's own defaults, so the form never disagrees with the API.
+    fields = SubscriptionSettings.model_fields
+    defaults = {
+        "endpoint": {
+            "url": "",
+            "method": "POST",
+            "timeout_ms": Endpoint.model_fields["timeout_ms"].default,
+        },
+        "retry": RetryPolicy().model_dump(),
+        "dlq_enabled": fields["dlq_enabled"].default,
+        "max_in_flight": fields["max_in_flight"].default,
+        "delay_ms": fields["delay_ms"].default,
+    }
+    values = values_of(defaults) | {"topic": request.query_params.get("topic", "")}
+    return _form(request, session, project, values, {}, None)
+
+
+async def _submit(
+    api: AdminClient, project: str, form: dict[str, str], current: dict[str, Any] | None
+) -> tuple[dict[str, str], Any]:
+    """Send the form to the API: ``({}, subscription)`` or ``(errors by field, None)``."""
+    settings, problems = body_of(form, current or {})
+    if problems:
+        return problems, None
+    try:
+        if current is None:
+            body = {
+                **settings,
+                "name": form.get("name", "").strip(),
+                "topic": form.get("topic", "").strip(),
+            }
+            return {}, await api.post(_subs(project), body)
+        return {}, await api.put(_subs(project, current["name"]), update_body(current, settings))
+    except ApiError as exc:
+        if exc.status not in (400, 409, 422):
+            raise
+        errors = field_errors(exc.field_problems()) if exc.status == 422 else {}
+        return errors or {"form": exc.message}, None
+
+
+@router.post("/ui/projects/{project}/subscriptions/new")
+async def create(project: Name, request: Request, session: SessionDep, api: ApiDep) -> Response:
+    form = await form_of(request, session)
+    errors, created = await _submit(api, project, form, None)
+    if created is None:
+        return _form(request, session, project, form, errors, None, status_code=422)
+    url = f"/ui/projects/{project}/subscriptions/{created['name']}"
+    return redirect(request, url, f"created subscription {created['name']}")
+
+
+@router.get("/ui/projects/{project}/subscriptions/{sub}/edit")
+async def edit(
+    project: Name, sub: Name, request: Request, session: SessionDep, api: ApiDep
+) -> Response:
+    current = await api.get(_subs(project, sub))
+    return _form(request, session, project, values_of(current), {}, current)
+
+
+@router.post("/ui/projects/{project}/subscriptions/{sub}/edit")
+async def update(
+    project: Name, sub: Name, request: Request, session: SessionDep, api: ApiDep
+) -> Response:
+    form = await form_of(request, session)
+    current = await api.get(_subs(project, sub))
+    errors, saved = await _submit(api, project, form, current)
+    if saved is None:
+        values = form | {"name": sub, "topic": current["topic"]}
+        return _form(request, session, project, values, errors, current, status_code=422)
+    return redirect(request, f"/ui/projects/{project}/subscriptions/{sub}", "saved")
+
+
+async def _status(api: AdminClient, project: str, sub: str) -> dict[str, Any] | None:
+    try:
+        found: dict[str, Any] = await api.get(_subs(project, sub, "status"))
+        return found
+    except NotAvailable:
+        return None
+
+
+@router.get("/ui/projects/{project}/subscriptions/{sub}")
+async def page(
+    project: Name, sub: Name, request: Request, session: SessionDep, api: ApiDep
+) -> Response:
+    found = await api.get(_subs(project, sub))
+    status = await _status(api, project, sub)
+    return render(request, "subscription.html", session, project=project, sub=found, status=status)
+
+
+@router.get("/ui/projects/{project}/subscriptions/{sub}/status.json")
+async def status_json(project: Name, sub: Name, session: SessionDep, api: ApiDep) -> Response:
+    """The status for the page's polling (the browser has a session, not the admin token)."""
+    status = await _status(api, project, sub)
+    if status is None:
+        return JSONResponse({"code": "not_available", "message": "status is not available"}, 404)
+    return JSONResponse(status, headers={"Cache-Control": "no-store"})
+
+
+@router.post("/ui/projects/{project}/subscriptions/{sub}/pause")
+@router.post("/ui/projects/{project}/subscriptions/{sub}/resume")
+async def pause_resume(
+    project: Name, sub: Name, request: Request, session: SessionDep, api: ApiDep
+) -> Response:
+    await form_of(request, session)
+    paused = request.url.path.endswith("/pause")
+    await api.set_paused(project, sub, paused)
+    back = f"/ui/projects/{project}/subscriptions/{sub}"
+    return redirect(request, back, "paused" if paused else "resumed")
+
+
+def rfc3339(local: str) -> str:
+    """A ``datetime-local`` input (``2026-01-31T12:00``, taken as UTC) as RFC 3339."""
+    stamp = local.strip()
+    if len(stamp) == 16:
+        stamp += ":00"
+    has_zone = stamp.endswith("Z") or "+" in stamp[10:] or "-" in stamp[10:]
+    return stamp if has_zone or not stamp else f"{stamp}Z"
+
+
+@router.post("/ui/projects/{project}/subscriptions/{sub}/seek")
+async def seek(
+    project: Name, sub: Name, request: Request, session: SessionDep, api: ApiDep
+) -> Response:
+    form = await form_of(request, session)
+    back = f"/ui/projects/{project}/subscriptions/{sub}"
+    to = form.get("to", "")
+    body: dict[str, str] = {"to": to} if to in ("earliest", "latest") else {}
+    if to == "timestamp":
+        body = {"timestamp": rfc3339(form.get("timestamp", ""))}
+    if not body:
+        return redirect(request, back, "choose earliest, latest or a time", "error")
+    try:
+        moved = await api.post(_subs(project, sub, "seek"), body)
+    except NotAvailable:
+        return redirect(request, back, "seek is not available on this control plane", "error")
+    except ApiError as exc:
+        if exc.status == 0 or exc.status >= 500:
+            raise
+        return redirect(request, back, f"not moved: {exc.message}", "error")
+    where = ", ".join(f"p{k}@{v}" for k, v in sorted(moved.get("positions", {}).items()))
+    return redirect(request, back, f"moved to segment {moved.get('segment')}: {where}")
+
+
+@router.get("/ui/filter-check")
+async def filter_check(request: Request, session: SessionDep) -> Response:
+    """Compile a filter as the API would, for the form's inline check while typing."""
+    expression = request.query_params.get("expression", "")[:4096]
+    try:
+        compile_filter(expression or None)
+    except FilterError as exc:
+        return JSONResponse({"ok": False, "problem": exc.message})
+    return JSONResponse({"ok": True})

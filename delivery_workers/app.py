@@ -1,0 +1,182 @@
+"""The worker process: a :class:`Worker` plus a tiny HTTP server for health and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from core.errors import HttpbusError
+from core.version import VERSION
+from metastore.config import open_metastore
+from metastore.protocol import MetaStore
+from segments.audit import open_audit
+from segments.protocol import SegmentStore
+from segments.registry import open_stores
+
+from .runner import RunnerStats
+from .senders import make_sender
+from .settings import WorkerSettings
+from .worker import COUNTERS, Worker
+
+CIRCUIT_STATES = ("closed", "open", "half_open")
+_HELP = {
+    "delivered": "messages delivered (2xx)",
+    "filtered": "messages filtered out",
+    "filter_errors": "messages whose filter could not be evaluated",
+    "attempts": "delivery attempts",
+    "failed_attempts": "delivery attempts that failed",
+    "retried": "messages handed to a delay level for a later attempt",
+    "dead_lettered": "messages handed to the dead-letter queue",
+}
+
+
+class WorkerCollector(Collector):
+    """Reads the worker's runner counters at scrape time (no work on the delivery path)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.worker.stats()
+        for name in COUNTERS:
+            family = CounterMetricFamily(
+                f"httpbus_delivery_{name}", _HELP[name], labels=["subscription"]
+            )
+            for key, s in sorted(stats.items()):
+                family.add_metric([key], getattr(s, name))
+            yield family
+        in_flight = GaugeMetricFamily(
+            "httpbus_delivery_in_flight", "deliveries in flight", labels=["subscription"]
+        )
+        for key, s in sorted(stats.items()):
+            in_flight.add_metric([key], s.in_flight)
+        yield in_flight
+        yield from _circuit_metrics(stats)
+        yield GaugeMetricFamily(
+            "httpbus_worker_assigned_subscriptions",
+            "subscriptions assigned to this worker",
+            value=len(self.worker.assigned),
+        )
+        yield GaugeMetricFamily(
+            "httpbus_worker_running_subscriptions",
+            "subscriptions with a running runner",
+            value=len(self.worker.runners),
+        )
+
+
+def _circuit_metrics(stats: Mapping[str, RunnerStats]) -> Iterator[Metric]:
+    """Per subscription with a breaker: its state (one series per state, 1 for the current
+    one, the Prometheus way to show an enum) and the attempts a second it allows now."""
+    state = GaugeMetricFamily(
+        "httpbus_circuit_state",
+        "circuit breaker state (1 for the current one)",
+        labels=["subscription", "state"],
+    )
+    rate = GaugeMetricFamily(
+        "httpbus_circuit_rate_per_second",
+        "delivery attempts a second the circuit breaker allows now",
+        labels=["subscription"],
+    )
+    for key, s in sorted(stats.items()):
+        if s.circuit_state is None or s.circuit_rate is None:
+            continue  # breaker disabled
+        for name in CIRCUIT_STATES:
+            state.add_metric([key, name], float(s.circuit_state == name))
+        rate.add_metric([key], s.circuit_rate)
+    yield state
+    yield rate
+
+
+def create_app(
+    settings: WorkerSettings,
+    *,
+    metastore: MetaStore | None = None,
+    stores: dict[str, SegmentStore] | None = None,
+) -> Starlette:
+    """The worker service; ``metastore`` and ``stores`` are opened from ``settings`` unless
+    given (already started) by the caller."""
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            meta = metastore
+            if meta is None:
+                meta = await stack.enter_async_context(open_metastore(settings.metastore))
+            opened = await open_stores(stack, settings.clusters, stores)
+            audit = await open_audit(stack, opened, settings.audit)
+            sender = make_sender(settings)
+            await stack.enter_async_context(sender)
+            worker = Worker(
+                meta,
+                opened,
+                sender,
+                settings.member_id,
+                audit=audit,
+                member_data=_member_data(settings),
+                commit_every_n=settings.commit_every_n,
+                commit_every_s=settings.commit_every_s,
+                lock_retry_s=settings.lock_retry_s,
+                status_interval_s=settings.status_interval_s,
+            )
+            await stack.enter_async_context(worker)
+            registry = CollectorRegistry()
+            registry.register(WorkerCollector(worker))
+            app.state.worker, app.state.registry = worker, registry
+            yield
+
+    return Starlette(
+        routes=[
+            Route("/healthz", _healthz),
+            Route("/readyz", _readyz),
+            Route("/metrics", _metrics),
+        ],
+        lifespan=lifespan,
+    )
+
+
+def _member_data(settings: WorkerSettings) -> bytes:
+    return json.dumps(
+        {
+            "host": settings.host,
+            "port": settings.port,
+            "pid": os.getpid(),
+            "version": VERSION,
+            "started_ms": int(time.time() * 1000),
+        }
+    ).encode()
+
+
+async def _healthz(request: Request) -> Response:
+    """Liveness: the process serves requests."""
+    return JSONResponse({"status": "ok", "service": "worker", "version": VERSION})
+
+
+async def _readyz(request: Request) -> Response:
+    """Readiness: the metastore answers a read within two seconds."""
+    worker: Worker = request.app.state.worker
+    try:
+        await asyncio.wait_for(worker.catalog.list_projects(), timeout=2.0)
+    except (TimeoutError, HttpbusError):
+        return JSONResponse(
+            {"code": "metastore_unavailable", "message": "the metastore does not answer"},
+            status_code=503,
+            headers={"Retry-After": "5"},
+        )
+    return JSONResponse({"status": "ready", "assigned": len(worker.assigned)})
+
+
+async def _metrics(request: Request) -> Response:
+    registry: CollectorRegistry = request.app.state.registry
+    return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")

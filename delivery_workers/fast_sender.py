@@ -1,0 +1,234 @@
+"""A lean HTTP/1.1 :class:`~delivery_workers.sender.EndpointSender`, for throughput.
+
+aiohttp spends about half of a worker's time on a small delivery in its general machinery
+(request and response objects, payload registry, multidict headers, stream readers, a timeout
+handle per request). :class:`FastSender` does only what a delivery needs: take an idle
+keep-alive connection of the endpoint's origin (or open one), write the request as one
+``bytes``, and await one future that the httptools callbacks resolve (see :mod:`.fast_http`).
+The attempt's deadline is one timer on the loop. It sends the same request
+(:func:`.sender.build_request`) and classifies the same way (:class:`.result.DeliveryResult`)
+as :class:`.aiohttp_sender.AiohttpSender`; the module doc of :mod:`.fast_http` lists how each
+failure is reported. HTTP/1.1 only: use :class:`.sender.HttpxSender` where HTTP/2 is wanted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections import deque
+from collections.abc import Callable
+
+from core.lifecycle import AsyncResource
+
+from .fast_http import (
+    Answer,
+    Connection,
+    ConnectionLost,
+    InvalidRequest,
+    Origin,
+    encode_request,
+    parse_origin,
+)
+from .result import DeliveryResult
+from .sender import Delivery, build_request
+
+_OriginKey = tuple[str, str, int]
+
+
+def _expire(waiter: asyncio.Future[Answer]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
+class ConnectionPool:
+    """Keep-alive HTTP/1.1 connections, by origin, at most ``max_connections`` open in all.
+
+    A connection idle longer than ``keepalive_expiry`` seconds, or one the endpoint closed,
+    is never handed out. At the limit, an idle connection of another origin is closed to make
+    room; with none idle, :meth:`acquire` waits (first come, first served) for one to be
+    released. The most recently used idle connection goes first, so a burst's extra
+    connections age out instead of being kept warm by round-robin."""
+
+    def __init__(
+        self, max_connections: int, keepalive_expiry: float, ssl_context: ssl.SSLContext | None
+    ) -> None:
+        self.max_connections = max_connections
+        self.keepalive_expiry = keepalive_expiry
+        self._ssl = ssl_context
+        self._idle: dict[_OriginKey, deque[Connection]] = {}
+        self._open = 0  # idle or in use
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def open_connections(self) -> int:
+        """Connections counted against the limit (idle ones the endpoint closed included,
+        until they are next looked at)."""
+        return self._open
+
+    def take_idle(self, key: _OriginKey, now: float) -> Connection | None:
+        """A live idle connection to ``key``, without waiting; None if there is none."""
+        idle = self._idle.get(key)
+        while idle:
+            conn = idle.pop()
+            if conn.closed or now - conn.idle_since > self.keepalive_expiry:
+                self._discard(conn)
+                continue
+            conn.reused = True
+            return conn
+        return None
+
+    async def acquire(self, origin: Origin) -> Connection:
+        """A connection to ``origin``: idle, or new once the limit allows (the caller bounds
+        the wait)."""
+        loop = asyncio.get_running_loop()
+        key = origin.key
+        while True:
+            conn = self.take_idle(key, loop.time())
+            if conn is not None:
+                return conn
+            if self._open < self.max_connections or self._close_an_idle(loop.time()):
+                break
+            await self._wait(loop)
+        self._open += 1
+        try:
+            return await self._connect(loop, origin)
+        except BaseException:
+            self._open -= 1
+            self._wake()
+            raise
+
+    def release(self, conn: Connection) -> None:
+        """Give ``conn`` back after an exchange: kept if it can carry another, else closed."""
+        if conn.reusable:
+            conn.idle_since = asyncio.get_running_loop().time()
+            self._idle.setdefault(conn.origin_key, deque()).append(conn)
+        else:
+            conn.close()
+            self._open -= 1
+        self._wake()
+
+    def close(self) -> None:
+        """Close every idle connection (those in use close when released)."""
+        for idle in self._idle.values():
+            while idle:
+                self._discard(idle.pop())
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop, origin: Origin) -> Connection:
+        key = origin.key
+        if origin.scheme == "https":
+            context = self._ssl or ssl.create_default_context()
+            self._ssl = context
+            _, conn = await loop.create_connection(
+                lambda: Connection(key), origin.host, origin.port, ssl=context
+            )
+        else:
+            _, conn = await loop.create_connection(
+                lambda: Connection(key), origin.host, origin.port
+            )
+        return conn
+
+    async def _wait(self, loop: asyncio.AbstractEventLoop) -> None:
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self._wake()  # woken and cancelled at once: pass the turn on
+            else:
+                waiter.cancel()
+            raise
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _close_an_idle(self, now: float) -> bool:
+        """Close the longest idle connection of any origin; False if none is idle."""
+        oldest: deque[Connection] | None = None
+        for idle in self._idle.values():
+            if idle and (oldest is None or idle[0].idle_since < oldest[0].idle_since):
+                oldest = idle
+        if oldest is None:
+            return False
+        self._discard(oldest.popleft())
+        return True
+
+    def _discard(self, conn: Connection) -> None:
+        conn.close()
+        self._open -= 1
+
+
+class FastSender(AsyncResource):
+    """An :class:`EndpointSender` on a :class:`ConnectionPool`: at most ``max_connections``
+    open at once (waiting for one counts in an attempt's timeout, so size it above the
+    worker's total in-flight limit), idle ones kept ``keepalive_expiry`` seconds. HTTPS
+    endpoints are verified with ``ssl_context`` (default: the system's trust store)."""
+
+    def __init__(
+        self,
+        *,
+        max_connections: int = 1000,
+        keepalive_expiry: float = 5.0,
+        ssl_context: ssl.SSLContext | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.pool = ConnectionPool(max_connections, keepalive_expiry, ssl_context)
+        self._clock = clock
+
+    async def start(self) -> None:
+        """Nothing to open: connections are made on first use and kept alive."""
+
+    async def aclose(self) -> None:
+        self.pool.close()
+
+    async def send(self, delivery: Delivery) -> DeliveryResult:
+        """One attempt; every failure of the endpoint or the network is a result."""
+        try:
+            out = build_request(delivery, int(self._clock()))
+        except ValueError as exc:
+            return DeliveryResult.rejected(f"cannot build the request: {exc}")
+        try:
+            origin = parse_origin(out.url)
+            data = encode_request(out, origin)
+        except InvalidRequest as exc:
+            return DeliveryResult.rejected(f"invalid request: {exc}")
+        timeout_s = delivery.subscription.endpoint.timeout_ms / 1000
+        started = time.perf_counter()
+        try:
+            answer = await self._exchange(origin, data, timeout_s)
+        except Exception as exc:
+            return DeliveryResult.from_exception(exc, time.perf_counter() - started)
+        return DeliveryResult.from_response(
+            answer.status,
+            answer.headers,
+            time.perf_counter() - started,
+            retry_4xx=delivery.subscription.retry.retry_4xx,
+            body=answer.body,
+            now=self._clock(),
+        )
+
+    async def _exchange(self, origin: Origin, data: bytes, timeout_s: float) -> Answer:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            conn = self.pool.take_idle(origin.key, loop.time())
+            if conn is None:  # the slow path: wait for the limit, or connect
+                async with asyncio.timeout_at(deadline):
+                    conn = await self.pool.acquire(origin)
+            waiter = conn.request(data)
+            timer = loop.call_at(deadline, _expire, waiter)
+            try:
+                return await waiter
+            except ConnectionLost as exc:
+                # A kept-alive connection the endpoint closed as the request went out: send
+                # it again on another one. A new connection's failure is the endpoint's.
+                if exc.answered or not conn.reused:
+                    raise
+            finally:
+                timer.cancel()
+                self.pool.release(conn)

@@ -1,0 +1,41 @@
+"""Settings of the delivery worker service (read once in ``main()``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from core.settings import SettingsBase, default_member_id
+from metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
+from segments.config import AuditConfig, ClusterConfig, EmbeddedClusterConfig
+
+
+def _embedded_only() -> dict[str, ClusterConfig]:
+    return {"embedded": EmbeddedClusterConfig()}
+
+
+class WorkerSettings(SettingsBase):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8702, ge=1, le=65_535, description="health and metrics")
+    metastore: MetaStoreConfig = EmbeddedMetaStoreConfig()
+    clusters: dict[str, ClusterConfig] = Field(default_factory=_embedded_only)
+    audit: AuditConfig = AuditConfig()
+    member_id: str = Field(
+        default_factory=lambda: default_member_id("worker"),
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
+    )
+    max_connections: int = Field(default=1_000, ge=1, le=100_000, description="to endpoints")
+    sender: Literal["fast", "aiohttp", "httpx"] = Field(
+        default="fast",
+        description=(
+            "the HTTP client pushing deliveries: fast (HTTP/1.1 on asyncio + httptools, the "
+            "leanest), aiohttp (HTTP/1.1), httpx (HTTP/2 where the endpoint offers it)"
+        ),
+    )
+    commit_every_n: int = Field(default=500, ge=1, le=1_000_000)
+    commit_every_s: float = Field(default=1.0, ge=0, le=60)
+    lock_retry_s: float = Field(default=0.5, gt=0, le=60)
+    status_interval_s: float = Field(
+        default=1.0, gt=0, le=60, description="how often subscription figures are published"
+    )

@@ -1,0 +1,182 @@
+"""One read of a storage partition for every subscription of a worker that follows its tail.
+
+Backends keep one reader per (storage topic, partition) in a process: Kafka a consumer behind a
+lock, Pulsar a reader with a cursor. Many subscriptions of one topic on one worker would take
+turns on it, each moving it to its own position and waiting up to a second for news at the
+tail, so the hundredth subscription would wait a hundred seconds. :class:`SharedSegmentReader`
+puts a :class:`Tail` in front of each partition instead:
+
+- the tail keeps the messages it fetched last (up to ``keep``) and where its fetch stands;
+- a read whose start lies in that window is answered from memory;
+- a read at the tail's end joins the one fetch under way (started if none is), so however
+  many subscriptions wait at the tail, one read of storage serves them all;
+- a read elsewhere (a subscription catching up from behind, or after a seek) goes to storage
+  directly, as before; a tail nobody has followed for ``IDLE_S`` moves to the next start.
+
+Messages are the same objects for every subscription; they are immutable (``Stored`` is a
+frozen dataclass), and each subscription holds its own scheduler and commit state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import time
+from collections import OrderedDict, deque
+from collections.abc import Mapping
+
+from core.model import Segment, Subscription, Topic
+from metastore.catalog import Catalog
+from metastore.protocol import MetaStore
+from segments.protocol import SegmentStore, Stored
+from segments.reader import SegmentReader
+
+FETCH_BATCH = 500
+FETCH_WAIT_S = 1.0
+IDLE_S = 3 * FETCH_WAIT_S  # a tail anyone follows fetches at least once per FETCH_WAIT_S
+
+
+class Tail:
+    """The shared tail of one storage partition (see the module doc)."""
+
+    def __init__(self, store: SegmentStore, name: str, partition: int, keep: int) -> None:
+        self.store = store
+        self.name = name
+        self.partition = partition
+        self.keep = keep
+        self.kept: deque[Stored] = deque()
+        self.positions: deque[int] = deque()  # of ``kept``, for bisect
+        self.end: int | None = None  # where the next fetch starts (exclusive end of kept)
+        self._fetch: asyncio.Task[list[Stored]] | None = None
+        self._fetched_at = time.monotonic()
+
+    def _cached(self, start: int, max_records: int) -> list[Stored] | None:
+        """Messages from ``start`` out of memory; None if the window does not hold start."""
+        if self.end is None or not self.positions:
+            return None
+        if not self.positions[0] <= start < self.end:
+            return None
+        i = bisect.bisect_left(self.positions, start)
+        if i == len(self.kept):
+            return None  # start lies in a gap after the last kept message: at the end
+        return [self.kept[j] for j in range(i, min(len(self.kept), i + max_records))]
+
+    async def read(self, start: int, max_records: int, timeout: float) -> list[Stored]:
+        if self.end is None:
+            self.end = start
+        found = self._cached(start, max_records)
+        if found:
+            return found
+        if start != self.end and self._fetch is None and self._idle():
+            self._anchor(start)  # nobody follows this tail any more: move it here
+        if start != self.end:
+            # Behind the window (catching up) or ahead of the tail: a read of its own.
+            return await self.store.read(
+                self.name, self.partition, start, max_records=max_records, timeout=timeout
+            )
+        if self._fetch is None:
+            self._fetch = asyncio.create_task(self._fetch_more())
+        fetch = self._fetch
+        await asyncio.wait({fetch}, timeout=timeout)  # a waiter's timeout never stops it
+        if not fetch.done():
+            return []
+        batch = fetch.result()  # or the fetch's error, for every waiter
+        # From the batch itself: it may be longer than the window keeps.
+        i = bisect.bisect_left([m.position for m in batch], start)
+        return batch[i : i + max_records]
+
+    def _idle(self) -> bool:
+        return time.monotonic() - self._fetched_at > IDLE_S
+
+    def _anchor(self, start: int) -> None:
+        self.kept.clear()
+        self.positions.clear()
+        self.end = start
+
+    async def _fetch_more(self) -> list[Stored]:
+        self._fetched_at = time.monotonic()
+        try:
+            assert self.end is not None
+            batch = await self.store.read(
+                self.name, self.partition, self.end, max_records=FETCH_BATCH, timeout=FETCH_WAIT_S
+            )
+            for msg in batch:
+                self.kept.append(msg)
+                self.positions.append(msg.position)
+            if batch:
+                self.end = batch[-1].position + 1
+            while len(self.kept) > self.keep:
+                self.kept.popleft()
+                self.positions.popleft()
+            return batch
+        finally:
+            self._fetch = None
+
+
+class TopicCache(Catalog):
+    """A :class:`Catalog` whose ``get_topic`` answers from a read at most ``ttl_s`` old, one
+    read at a time per topic. Idle runners ask for their topic every second (is the segment
+    sealed yet?): 500 subscriptions of a topic would make 2,000 metastore reads a second.
+    A stale answer only delays a segment advance by ``ttl_s``: the topic's timeline only grows
+    and its segments only move forward."""
+
+    def __init__(self, store: MetaStore, ttl_s: float = 0.5) -> None:
+        super().__init__(store)
+        self.ttl_s = ttl_s
+        self._topics: dict[tuple[str, str], tuple[float, asyncio.Task[Topic]]] = {}
+
+    async def get_topic(self, project: str, name: str) -> Topic:
+        key, now = (project, name), time.monotonic()
+        found = self._topics.get(key)
+        if (
+            found is None
+            or now - found[0] > self.ttl_s
+            or (found[1].done() and found[1].exception() is not None)
+        ):
+            task = asyncio.ensure_future(super().get_topic(project, name))
+            task.add_done_callback(_retrieved)
+            found = self._topics[key] = (now, task)
+        return await asyncio.shield(found[1])
+
+
+def _retrieved(task: asyncio.Task[Topic]) -> None:
+    if not task.cancelled():
+        task.exception()  # read: a failed read nobody awaits is not logged as lost
+
+
+class SharedSegmentReader(SegmentReader):
+    """A :class:`SegmentReader` whose reads go through one :class:`Tail` per partition and
+    whose topics come from a :class:`TopicCache`."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        stores: Mapping[str, SegmentStore],
+        *,
+        keep: int = 2_000,
+        max_tails: int = 2_000,
+    ) -> None:
+        super().__init__(TopicCache(catalog.store), stores)
+        self.keep = keep
+        self.max_tails = max_tails
+        self._tails: OrderedDict[tuple[str, str, int], Tail] = OrderedDict()
+
+    async def read(
+        self,
+        sub: Subscription,
+        segment: Segment,
+        partition: int,
+        start: int,
+        *,
+        max_records: int = 500,
+        timeout: float = 1.0,
+    ) -> list[Stored]:
+        key = (segment.cluster, segment.storage_topic, partition)
+        tail = self._tails.get(key)
+        if tail is None:
+            tail = Tail(self.store(segment), segment.storage_topic, partition, self.keep)
+            self._tails[key] = tail
+            while len(self._tails) > self.max_tails:
+                self._tails.popitem(last=False)  # the least recently read
+        self._tails.move_to_end(key)
+        return await tail.read(start, max(1, max_records), timeout)

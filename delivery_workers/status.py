@@ -1,0 +1,214 @@
+"""Per-subscription figures a worker publishes for the control plane's status endpoint.
+
+Every ``interval_s`` the :class:`StatusPublisher` samples the worker's counters
+(:meth:`Worker.stats`) and, for each subscription the worker holds, writes the ephemeral node
+``/status/{project}:{s}`` (so it vanishes with the worker's session)::
+
+    {"worker": "w-1", "segment": 3, "in_flight": 12, "held": 0, "blocked_groups": 0, "delayed": 0,
+     "totals": {"delivered": .., "failed": .., "filtered": .., "retried": .., "dead_lettered": ..},
+     "rates": {"delivered_per_s": .., "failed_per_s": .., "filtered_per_s": ..},
+     "circuit": {"state": "closed", "rate_per_s": 100.0} | null,
+     "history": [[t, delivered, failed, filtered], ...],
+     "updated_at": "2026-01-01T00:00:00Z"}
+
+``history`` holds 10-second buckets (``t`` = the bucket's start, epoch seconds) over the last
+hour, only the non-empty ones (the control plane fills in the gaps). Rates are over the last
+``rate_window_s``. A node is written only when its figures changed, or every ``refresh_s``
+otherwise, so an idle worker with thousands of subscriptions costs the metastore little.
+
+Totals count since this worker took the subscription: a subscription that moves to another
+worker starts from zero there (the audit trail keeps the exact history).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from core.errors import AlreadyExists, HttpbusError, NotFound, VersionConflict
+from core.lifecycle import AsyncResource
+from metastore import paths
+from metastore.protocol import MetaStore
+
+from .runner import RunnerStats
+
+log = logging.getLogger(__name__)
+
+BUCKET_S = 10
+HISTORY_S = 3_600
+
+
+def _counts(stats: RunnerStats) -> tuple[int, int, int]:
+    """(delivered, failed, filtered): failed counts failed attempts."""
+    return stats.delivered, stats.failed_attempts, stats.filtered
+
+
+@dataclass
+class _Series:
+    """One subscription's samples (for rates) and 10-second buckets (for history)."""
+
+    samples: deque[tuple[float, tuple[int, int, int]]] = field(default_factory=deque)
+    buckets: dict[int, list[int]] = field(default_factory=dict)
+    last: tuple[int, int, int] = (0, 0, 0)  # the worker's counters start at zero
+    version: int | None = None  # of the node we wrote; None: not written (or lost)
+    written: str = ""
+    written_at: float = 0.0
+
+    def add(self, now: float, wall: float, counts: tuple[int, int, int], window: float) -> None:
+        delta = [max(0, a - b) for a, b in zip(counts, self.last, strict=True)]
+        if any(delta):
+            bucket = self.buckets.setdefault(int(wall) // BUCKET_S * BUCKET_S, [0, 0, 0])
+            for i, d in enumerate(delta):
+                bucket[i] += d
+        self.last = counts
+        self.samples.append((now, counts))
+        while len(self.samples) > 2 and now - self.samples[1][0] >= window:
+            self.samples.popleft()
+        horizon = int(wall) - HISTORY_S
+        for t in [t for t in self.buckets if t < horizon]:
+            del self.buckets[t]
+
+    def rates(self) -> tuple[float, float, float]:
+        if len(self.samples) < 2:
+            return 0.0, 0.0, 0.0
+        (t0, c0), (t1, c1) = self.samples[0], self.samples[-1]
+        dt = max(t1 - t0, 1e-6)
+        d, f, fl = ((b - a) / dt for a, b in zip(c0, c1, strict=True))
+        return d, f, fl
+
+
+class StatusPublisher(AsyncResource):
+    """Publishes ``stats()`` of the subscriptions in ``held()`` (see the module doc)."""
+
+    def __init__(
+        self,
+        metastore: MetaStore,
+        member_id: str,
+        stats: Callable[[], dict[str, RunnerStats]],
+        held: Callable[[], set[str]],
+        *,
+        interval_s: float = 1.0,
+        refresh_s: float = 10.0,
+        rate_window_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.metastore = metastore
+        self.member_id = member_id
+        self.stats = stats
+        self.held = held
+        self.interval_s = interval_s
+        self.refresh_s = refresh_s
+        self.rate_window_s = rate_window_s
+        self._clock = clock
+        self._wall = wall
+        self._series: dict[str, _Series] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name=f"status-{self.member_id}")
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        for key in list(self._series):
+            await self._drop(key)
+        self._series.clear()
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.publish()
+            except HttpbusError as exc:  # the metastore is away: figures wait for it
+                log.warning("worker %s could not publish status: %s", self.member_id, exc)
+
+    async def publish(self) -> None:
+        """Sample now and write what changed (one round of the loop)."""
+        now, wall = self._clock(), self._wall()
+        stats, held = self.stats(), self.held()
+        for key in [k for k, v in self._series.items() if k not in held and v.version is not None]:
+            await self._drop(key)
+        for key in sorted(held):
+            st = stats.get(key, RunnerStats())
+            series = self._series.setdefault(key, _Series())
+            series.add(now, wall, _counts(st), self.rate_window_s)
+            body = self._document(series, st)
+            if body == series.written and now - series.written_at < self.refresh_s:
+                continue
+            await self._write(key, series, body, wall)
+            series.written, series.written_at = body, now
+
+    def _document(self, series: _Series, st: RunnerStats) -> str:
+        d, f, fl = series.rates()
+        doc = {
+            "worker": self.member_id,
+            "segment": st.segment or None,
+            "in_flight": st.in_flight,
+            "held": st.held,
+            "blocked_groups": st.blocked_groups,
+            "delayed": st.delayed,
+            "totals": {
+                "delivered": st.delivered,
+                "failed": st.failed_attempts,
+                "filtered": st.filtered,
+                "retried": st.retried,
+                "dead_lettered": st.dead_lettered,
+            },
+            "rates": {
+                "delivered_per_s": round(d, 2),
+                "failed_per_s": round(f, 2),
+                "filtered_per_s": round(fl, 2),
+            },
+            "circuit": _circuit(st),
+            "history": [[t, *series.buckets[t]] for t in sorted(series.buckets)],
+        }
+        return json.dumps(doc, separators=(",", ":"))
+
+    async def _write(self, key: str, series: _Series, body: str, wall: float) -> None:
+        stamp = datetime.fromtimestamp(wall, UTC).isoformat().replace("+00:00", "Z")
+        data = (body[:-1] + f',"updated_at":"{stamp}"}}').encode()
+        path = paths.unit_status(key)
+        if series.version is not None:
+            with contextlib.suppress(VersionConflict, NotFound):
+                series.version = (
+                    await self.metastore.update(path, data, expected_version=series.version)
+                ).version
+                return
+        try:
+            series.version = (await self.metastore.create(path, data, ephemeral=True)).version
+        except AlreadyExists:  # a previous owner's node, not expired yet: take it over
+            node = await self.metastore.get(path)
+            if node is not None:
+                with contextlib.suppress(VersionConflict, NotFound):
+                    updated = await self.metastore.update(path, data, expected_version=node.version)
+                    series.version = updated.version
+
+    async def _drop(self, key: str) -> None:
+        """Delete the node of a subscription no longer held; its series stays (the worker's
+        counters go on counting if it comes back, as after a seek)."""
+        series = self._series.get(key)
+        if series is None or series.version is None:
+            return
+        version, series.version, series.written = series.version, None, ""
+        path = paths.unit_status(key)
+        # Only our own write: a newer owner's node has another version.
+        with contextlib.suppress(HttpbusError):
+            await self.metastore.delete(path, expected_version=version)
+
+
+def _circuit(stats: RunnerStats) -> dict[str, object] | None:
+    """The breaker's state and rate, or None when the subscription runs without one."""
+    if stats.circuit_state is None:
+        return None
+    return {"state": stats.circuit_state, "rate_per_s": stats.circuit_rate}

@@ -1,0 +1,357 @@
+"""A delivery worker: runs the subscriptions the control plane assigns to it.
+
+A :class:`Worker` joins the group ``workers`` (an ephemeral member: it leaves when its session
+ends) and watches its assignment ``/assignments/{member}``, a JSON list of
+``"project/subscription"`` written by the leading control plane. For each subscription it
+holds:
+
+1. it takes the ephemeral lock ``/locks/subscriptions/{project}:{s}``. If the lock exists, the
+   previous owner is still stopping, or it died and its session has not expired yet: the
+   worker tries again every ``lock_retry_s``. So a subscription never runs on two workers,
+   and a dead worker's subscriptions resume elsewhere once its session is gone, from the
+   last committed positions;
+2. it watches the subscription and runs a :class:`SubscriptionRunner` while it exists and is
+   not ``paused``, restarting the runner (from the committed positions) when the
+   subscription's settings change;
+3. it watches its lock: if the lock vanishes (a ZooKeeper session expired while the process
+   stalled) it stops the runner at once and takes the lock again before going on.
+
+While a seek request ``/seeks/{project}:{s}`` exists (the control plane is moving the
+subscription's positions), the worker stops the runner, releases the lock and waits for the
+request to go before taking the lock again; the control plane holds the lock meanwhile, so
+the runner restarts from the positions the seek committed. A paused subscription keeps its
+lock but runs no runner. A :class:`StatusPublisher` writes each held subscription's figures
+to ``/status/{project}:{s}`` for the control plane's status endpoint.
+
+A sharded subscription (:mod:`core.shards`) is assigned shard by shard: a key
+``"project/subscription#k"`` is held the same way, with its own lock and status node, and
+runs a runner for that shard only; pause, settings changes and seeks apply to every shard.
+
+When a subscription is unassigned the runner is stopped and the lock deleted. Stopping a
+runner cancels its in-flight deliveries without a last commit: the next owner delivers again
+what was delivered but not committed yet (at-least-once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from core.errors import AlreadyExists, HttpbusError
+from core.lifecycle import AsyncResource
+from core.model import Subscription
+from core.shards import WHOLE, Shard, parse_unit_key
+from metastore import paths
+from metastore.catalog import Catalog
+from metastore.protocol import MetaStore
+from segments.audit import AuditSink
+from segments.internal import drop_layout
+from segments.protocol import SegmentStore
+
+from .commit import CommitPolicy
+from .runner import RunnerStats, SubscriptionRunner
+from .sender import EndpointSender
+from .shared_reads import SharedSegmentReader
+from .status import StatusPublisher
+
+log = logging.getLogger(__name__)
+
+GROUP = "workers"
+COUNTERS = (
+    "delivered",
+    "filtered",
+    "filter_errors",
+    "attempts",
+    "failed_attempts",
+    "retried",
+    "dead_lettered",
+)
+_RELEASE_TIMEOUT_S = 5.0
+
+
+class Worker(AsyncResource):
+    """Runs the subscriptions assigned to ``member_id`` (see the module doc).
+
+    Example::
+
+        async with AiohttpSender() as sender, Worker(meta, stores, sender, "w-1"):
+            await asyncio.Event().wait()  # deliver until cancelled
+    """
+
+    def __init__(
+        self,
+        metastore: MetaStore,
+        stores: Mapping[str, SegmentStore],
+        sender: EndpointSender,
+        member_id: str,
+        *,
+        audit: AuditSink | None = None,
+        member_data: bytes = b"{}",
+        commit_every_n: int = 500,
+        commit_every_s: float = 1.0,
+        lock_retry_s: float = 0.5,
+        error_retry_s: float = 1.0,
+        status_interval_s: float = 1.0,
+    ) -> None:
+        self.metastore = metastore
+        self.catalog = Catalog(metastore)
+        self.stores = stores
+        # One read per storage partition for every subscription at its tail (shared_reads).
+        self.reader = SharedSegmentReader(self.catalog, stores)
+        self.sender = sender
+        self.member_id = member_id
+        self.audit = audit
+        self.member_data = member_data
+        self.commit_every_n = commit_every_n
+        self.commit_every_s = commit_every_s
+        self.lock_retry_s = lock_retry_s
+        self.error_retry_s = error_retry_s
+        self.runners: dict[str, SubscriptionRunner] = {}  # running now, by "project/sub"
+        self._owned: dict[str, asyncio.Task[None]] = {}
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._totals: dict[str, RunnerStats] = {}
+        self._follow: asyncio.Task[None] | None = None
+        self._holding: set[str] = set()  # subscriptions whose lock this worker holds
+        self._cleanups: set[asyncio.Task[None]] = set()  # releases of orphaned locks
+        self.status = StatusPublisher(
+            metastore, member_id, self.stats, self.holding, interval_s=status_interval_s
+        )
+
+    @property
+    def assigned(self) -> set[str]:
+        """The subscriptions assigned to this worker (held or waiting for their lock)."""
+        return set(self._owned)
+
+    def holding(self) -> set[str]:
+        """The subscriptions whose lock this worker holds (running, or paused)."""
+        return set(self._holding)
+
+    def stats(self) -> dict[str, RunnerStats]:
+        """Counters per subscription since this worker started, over all its runners."""
+        out: dict[str, RunnerStats] = {}
+        for key in self._totals.keys() | self.runners.keys():
+            total = RunnerStats()
+            for part in (self._totals.get(key), self._current(key)):
+                if part is not None:
+                    for name in COUNTERS:
+                        setattr(total, name, getattr(total, name) + getattr(part, name))
+            runner = self.runners.get(key)
+            total.in_flight = runner.stats.in_flight if runner else 0
+            total.held = runner.stats.held if runner else 0
+            total.blocked_groups = runner.stats.blocked_groups if runner else 0
+            total.segment = runner.stats.segment if runner else 0
+            total.circuit_state = runner.stats.circuit_state if runner else None
+            total.circuit_rate = runner.stats.circuit_rate if runner else None
+            out[key] = total
+        return out
+
+    def _current(self, key: str) -> RunnerStats | None:
+        runner = self.runners.get(key)
+        return runner.stats if runner else None
+
+    async def start(self) -> None:
+        """Join the group ``workers`` and follow this worker's assignment."""
+        await self.metastore.join(GROUP, self.member_id, self.member_data)
+        self._follow = asyncio.create_task(self._follow_assignment())
+        await self.status.start()
+
+    async def aclose(self) -> None:
+        """Stop every runner and release every lock (the membership ends with the store)."""
+        if self._follow is not None:
+            self._follow.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follow
+            self._follow = None
+        await self._disown(list(self._owned))
+        await self.status.aclose()
+
+    # ------------------------------------------------------------ assignment
+    async def _follow_assignment(self) -> None:
+        async for node in self.metastore.watch(paths.assignment(self.member_id)):
+            try:
+                wanted = set(json.loads(node.data)) if node is not None else set()
+            except (ValueError, TypeError):
+                log.error("unreadable assignment of %s: %r", self.member_id, node)
+                continue
+            await self._disown([key for key in self._owned if key not in wanted])
+            for key in sorted(wanted - self._owned.keys()):
+                self._owned[key] = asyncio.create_task(self._own(key), name=f"own-{key}")
+
+    async def _disown(self, keys: list[str]) -> None:
+        tasks = [self._owned.pop(key) for key in keys]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for key in keys:  # unassigned because it was deleted: its internal topics go too
+            project, name, _ = parse_unit_key(key)
+            try:
+                if await self.metastore.get(paths.subscription(project, name)) is None:
+                    await drop_layout(self.metastore, self.stores, project, name)
+            except HttpbusError as exc:  # orphans cost storage only; say so
+                log.warning("could not drop the internal topics of %s: %s", key, exc)
+
+    async def _own(self, key: str) -> None:
+        """Hold subscription (shard) ``key`` until cancelled (unassigned or the worker
+        closes)."""
+        project, name, _ = parse_unit_key(key)
+        lock = paths.unit_lock(key)
+        while True:
+            try:
+                await self._until_exists(project, name)
+                await self._until_absent(paths.seek_request(project, name))
+                token = await self._acquire(lock)
+                self._holding.add(key)
+                try:
+                    await self._serve(key, project, name, lock, token)
+                finally:
+                    self._holding.discard(key)
+                    with contextlib.suppress(HttpbusError, TimeoutError):
+                        await asyncio.wait_for(self._release(lock, token), _RELEASE_TIMEOUT_S)
+            except Exception:  # the metastore is down, a bug: keep the subscription owned
+                log.exception("worker %s: subscription %s failed; retrying", self.member_id, key)
+                await asyncio.sleep(self.error_retry_s)
+
+    async def _until_exists(self, project: str, name: str) -> None:
+        async for node in self.metastore.watch(paths.subscription(project, name)):
+            if node is not None:
+                return
+
+    async def _until_absent(self, path: str) -> None:
+        async for node in self.metastore.watch(path):
+            if node is None:
+                return
+
+    async def _until_present(self, path: str) -> None:
+        async for node in self.metastore.watch(path):
+            if node is not None:
+                log.info("worker %s: %s; stepping aside", self.member_id, path)
+                return
+
+    async def _acquire(self, lock: str) -> bytes:
+        token = json.dumps({"member": self.member_id, "token": uuid.uuid4().hex}).encode()
+        waited = False
+        while True:
+            create = asyncio.ensure_future(self.metastore.create(lock, token, ephemeral=True))
+            try:
+                await asyncio.shield(create)
+                return token
+            except asyncio.CancelledError:
+                # Unassigned while the create was on the wire: it may still succeed, and an
+                # ephemeral lock nobody releases blocks the next owner while we live.
+                create.add_done_callback(lambda done: self._orphaned(done, lock, token))
+                raise
+            except AlreadyExists:
+                if not waited:
+                    log.info("worker %s waits for the lock %s", self.member_id, lock)
+                    waited = True
+                await asyncio.sleep(self.lock_retry_s)
+
+    def _orphaned(self, create: asyncio.Future[Any], lock: str, token: bytes) -> None:
+        if create.cancelled() or create.exception() is not None:
+            return
+        task = asyncio.ensure_future(self._release(lock, token))
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+
+    async def _release(self, lock: str, token: bytes) -> None:
+        # Only our own lock: after a session loss the node may be another worker's now.
+        node = await self.metastore.get(lock)
+        if node is not None and node.data == token:
+            await self.metastore.delete(lock, expected_version=node.version)
+
+    async def _serve(self, key: str, project: str, name: str, lock: str, token: bytes) -> None:
+        """Run the subscription until it is deleted, the lock is lost or a seek begins."""
+        tasks = [
+            asyncio.create_task(self._follow_subscription(key, project, name)),
+            asyncio.create_task(self._until_lost(lock, token)),
+            asyncio.create_task(self._until_present(paths.seek_request(project, name))),
+        ]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # an error of either is raised here
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _until_lost(self, lock: str, token: bytes) -> None:
+        async for node in self.metastore.watch(lock):
+            if node is None or node.data != token:
+                log.warning("worker %s lost the lock %s", self.member_id, lock)
+                return
+
+    # ------------------------------------------------------------ running
+    async def _follow_subscription(self, key: str, project: str, name: str) -> None:
+        """(Re)start the runner as the subscription changes; return when it is deleted."""
+        current: bytes | None = None
+        try:
+            async for node in self.metastore.watch(paths.subscription(project, name)):
+                if node is None:
+                    await self._stop_runner(key)
+                    if current is not None:  # deleted while we held it: drop its topics
+                        await drop_layout(self.metastore, self.stores, project, name)
+                    return
+                if node.data == current:
+                    continue
+                current = node.data
+                await self._stop_runner(key)
+                if not Subscription.model_validate_json(node.data).paused:
+                    self._running[key] = asyncio.create_task(self._run(key, project, name))
+        finally:
+            await self._stop_runner(key)
+
+    async def _stop_runner(self, key: str) -> None:
+        task = self._running.pop(key, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _run(self, key: str, project: str, name: str) -> None:
+        """Deliver until cancelled, starting over (from the committed positions) on errors."""
+        while True:
+            runner: SubscriptionRunner | None = None
+            try:
+                sub = await self.catalog.get_subscription(project, name)
+                runner = SubscriptionRunner(
+                    sub,
+                    self.reader,
+                    self.sender,
+                    audit=self.audit,
+                    commit_policy=CommitPolicy(self.commit_every_n, self.commit_every_s),
+                    shard=_shard_of(sub, parse_unit_key(key)[2]),
+                )
+                self.runners[key] = runner
+                await runner.run()
+            except Exception:
+                log.exception("worker %s: runner of %s failed; restarting", self.member_id, key)
+                await asyncio.sleep(self.error_retry_s)
+            finally:
+                if runner is not None:
+                    self._fold(key, runner)
+
+    def _fold(self, key: str, runner: SubscriptionRunner) -> None:
+        """Add a finished runner's counters to the totals of its subscription."""
+        if self.runners.get(key) is runner:
+            del self.runners[key]
+        total = self._totals.setdefault(key, RunnerStats())
+        for name in COUNTERS:
+            setattr(total, name, getattr(total, name) + getattr(runner.stats, name))
+
+
+def _shard_of(sub: Subscription, index: int | None) -> Shard:
+    """The shard an assignment key names; an error if the subscription has no such shard
+    (an assignment older than the subscription: the next one fixes it)."""
+    if index is None and sub.shards == 1:
+        return WHOLE
+    if index is None or index >= sub.shards:
+        raise HttpbusError(
+            f"assignment of shard {index} does not match {sub.project}/{sub.name}, "
+            f"which has {sub.shards} shards"
+        )
+    return Shard(index, sub.shards)

@@ -1,0 +1,307 @@
+"""The catalog: projects, topics, segments, pointers and subscriptions on a ``MetaStore``.
+
+It maps the domain model (``core.model``) onto the paths of :mod:`.paths` and keeps
+the invariants that span several nodes in one transaction: a topic is created together with
+its first segment and its produce pointer; a subscription together with its consume pointer
+and its marker under the topic it reads (so deleting a topic can see who still reads it).
+Every update is a compare-and-set on the version the caller read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from pydantic import BaseModel
+
+from core.errors import AlreadyExists, InUse, NotFound, VersionConflict
+from core.model import Pointer, ProduceToken, Project, Segment, Subscription, Topic
+
+from . import paths
+from .protocol import Check, Create, Delete, MetaStore, Node, Op, Update
+
+_TOPIC_ONLY = {"segments", "produce_pointer", "version"}
+_SUB_ONLY = {"consume_pointer", "version"}
+
+
+def _dump(model: BaseModel, exclude: set[str] | None = None) -> bytes:
+    return model.model_dump_json(exclude=exclude or {"version"}).encode()
+
+
+def _pointer_bytes(segment_id: int) -> bytes:
+    return json.dumps({"segment_id": segment_id}).encode()
+
+
+def _pointer(node: Node | None) -> Pointer | None:
+    if node is None:
+        return None
+    return Pointer(segment_id=json.loads(node.data)["segment_id"], version=node.version)
+
+
+class Catalog:
+    """Typed access to the metadata of httpbus, on any ``MetaStore``."""
+
+    def __init__(self, store: MetaStore) -> None:
+        self.store = store
+
+    async def _require(self, path: str, what: str) -> Node:
+        node = await self.store.get(path)
+        if node is None:
+            raise NotFound(f"{what} does not exist")
+        return node
+
+    # ------------------------------------------------------------ projects
+    async def create_project(self, project: Project) -> Project:
+        try:
+            node = await self.store.create(paths.project(project.name), _dump(project))
+        except AlreadyExists:
+            raise AlreadyExists(f"project {project.name!r} already exists") from None
+        return project.model_copy(update={"version": node.version})
+
+    async def get_project(self, name: str) -> Project:
+        node = await self._require(paths.project(name), f"project {name!r}")
+        return Project.model_validate_json(node.data).model_copy(update={"version": node.version})
+
+    async def list_projects(self) -> list[str]:
+        return await self.store.children(paths.PROJECTS)
+
+    async def update_project(self, project: Project) -> Project:
+        node = await self.store.update(
+            paths.project(project.name), _dump(project), expected_version=project.version
+        )
+        return project.model_copy(update={"version": node.version})
+
+    async def delete_project(self, name: str) -> None:
+        await self.get_project(name)
+        if await self.list_topics(name) or await self.list_subscriptions(name):
+            raise InUse(f"project {name!r} still has topics or subscriptions; delete them first")
+        await self.store.delete(paths.project(name), recursive=True)
+
+    # ------------------------------------------------------------ topics
+    async def create_topic(self, topic: Topic, first: Segment) -> Topic:
+        """Create ``topic`` with ``first`` as its active segment, in one transaction."""
+        await self.get_project(topic.project)
+        p, t = topic.project, topic.name
+        if await self.store.get(paths.topic(p, t)) is not None:
+            raise AlreadyExists(f"topic {p}/{t} already exists")
+        ops: list[Op] = [
+            Create(paths.topic(p, t), _dump(topic, _TOPIC_ONLY)),
+            Create(paths.segments(p, t), b""),
+            Create(paths.segment(p, t, first.id), _dump(first)),
+            Create(paths.produce_pointer(p, t), _pointer_bytes(first.id)),
+        ]
+        try:
+            await self.store.transaction(ops)
+        except AlreadyExists:
+            raise AlreadyExists(f"topic {p}/{t} already exists") from None
+        return await self.get_topic(p, t)
+
+    async def get_topic(self, project: str, name: str) -> Topic:
+        node = await self._require(paths.topic(project, name), f"topic {project}/{name}")
+        segments = await self.list_segments(project, name)
+        pointer = _pointer(await self.store.get(paths.produce_pointer(project, name)))
+        return Topic.model_validate_json(node.data).model_copy(
+            update={
+                "version": node.version,
+                "segments": tuple(segments),
+                "produce_pointer": pointer,
+            }
+        )
+
+    async def list_topics(self, project: str) -> list[str]:
+        return await self.store.children(paths.topics(project))
+
+    async def update_topic(self, topic: Topic) -> Topic:
+        """Replace the topic's own settings (not its segments or pointer) by CAS."""
+        await self.store.update(
+            paths.topic(topic.project, topic.name),
+            _dump(topic, _TOPIC_ONLY),
+            expected_version=topic.version,
+        )
+        return await self.get_topic(topic.project, topic.name)
+
+    async def subscribers(self, project: str, topic: str) -> list[tuple[str, str]]:
+        """``(project, subscription)`` of every subscription that reads this topic."""
+        names = await self.store.children(paths.topic_subscribers(project, topic))
+        return [(n.split(":", 1)[0], n.split(":", 1)[1]) for n in names]
+
+    async def delete_topic(self, project: str, name: str, *, force: bool = False) -> Topic:
+        """Delete the topic's metadata and return it (the caller deletes its storage)."""
+        topic = await self.get_topic(project, name)
+        subs = await self.subscribers(project, name)
+        if subs and not force:
+            listed = ", ".join(f"{p}/{s}" for p, s in subs)
+            raise InUse(
+                f"topic {project}/{name} has subscriptions ({listed}); delete them "
+                "first or pass force=true to delete them too",
+                details={"subscriptions": [f"{p}/{s}" for p, s in subs]},
+            )
+        for sub_project, sub in subs:
+            await self.delete_subscription(sub_project, sub)
+        await self.store.delete(paths.topic(project, name), recursive=True)
+        return topic
+
+    # ------------------------------------------------------------ segments
+    async def list_segments(self, project: str, topic: str) -> list[Segment]:
+        out = []
+        for child in await self.store.children(paths.segments(project, topic)):
+            node = await self.store.get(f"{paths.segments(project, topic)}/{child}")
+            if node is not None:
+                out.append(Segment.model_validate_json(node.data))
+        return sorted(out, key=lambda s: s.id)
+
+    async def add_segment(self, project: str, topic: str, segment: Segment) -> None:
+        """Add a (PENDING) segment to the timeline; its id must be new."""
+        try:
+            await self.store.create(paths.segment(project, topic, segment.id), _dump(segment))
+        except AlreadyExists:
+            raise AlreadyExists(
+                f"segment {segment.id} of {project}/{topic} exists; segment ids are never reused"
+            ) from None
+
+    async def commit_segment_switch(
+        self, topic: Topic, sealed: Segment, active: Segment, extra: Sequence[Op] = ()
+    ) -> Topic:
+        """In one transaction: record ``sealed`` (state SEALED, end positions), make
+        ``active`` ACTIVE and move the produce pointer to it — a compare-and-set on the
+        pointer version ``topic`` was read at, so two coordinators never both switch.
+        ``extra`` ops join the same transaction (the cutover records its commit there)."""
+        if topic.produce_pointer is None or topic.produce_pointer.segment_id != sealed.id:
+            raise VersionConflict(
+                f"{topic.project}/{topic.name} no longer writes segment {sealed.id}"
+            )
+        p, t = topic.project, topic.name
+        old = await self._require(paths.segment(p, t, sealed.id), f"segment {sealed.id}")
+        new = await self._require(paths.segment(p, t, active.id), f"segment {active.id}")
+        ops: list[Op] = [
+            Update(paths.segment(p, t, sealed.id), _dump(sealed), old.version),
+            Update(paths.segment(p, t, active.id), _dump(active), new.version),
+            Update(
+                paths.produce_pointer(p, t),
+                _pointer_bytes(active.id),
+                topic.produce_pointer.version,
+            ),
+            *extra,
+        ]
+        await self.store.transaction(ops)
+        return await self.get_topic(p, t)
+
+    async def update_segment(self, project: str, topic: str, segment: Segment) -> None:
+        """Replace a segment's record (retiring it, say); its id and storage never change."""
+        node = await self._require(
+            paths.segment(project, topic, segment.id), f"segment {segment.id}"
+        )
+        await self.store.update(
+            paths.segment(project, topic, segment.id), _dump(segment), expected_version=node.version
+        )
+
+    # ------------------------------------------------------------ subscriptions
+    async def create_subscription(self, sub: Subscription) -> Subscription:
+        """Create ``sub`` reading its topic from the topic's active segment, atomically
+        with its marker under the topic (checked against the topic's version)."""
+        await self.get_project(sub.project)
+        topic = await self.get_topic(sub.topic_project, sub.topic)
+        if topic.produce_pointer is None:
+            raise NotFound(f"topic {sub.topic_project}/{sub.topic} has no active segment")
+        path = paths.subscription(sub.project, sub.name)
+        if await self.store.get(path) is not None:
+            raise AlreadyExists(f"subscription {sub.project}/{sub.name} already exists")
+        marker = paths.topic_subscriber(sub.topic_project, sub.topic, sub.project, sub.name)
+        ops: list[Op] = [
+            Check(paths.topic(topic.project, topic.name), topic.version),
+            Create(path, _dump(sub, _SUB_ONLY)),
+            Create(
+                paths.consume_pointer(sub.project, sub.name), _pointer_bytes(_first_needed(topic))
+            ),
+            Create(marker, b""),
+        ]
+        await self._ensure(paths.topic_subscribers(sub.topic_project, sub.topic))
+        try:
+            await self.store.transaction(ops)
+        except AlreadyExists:
+            raise AlreadyExists(f"subscription {sub.project}/{sub.name} already exists") from None
+        return await self.get_subscription(sub.project, sub.name)
+
+    async def _ensure(self, path: str) -> None:
+        if await self.store.get(path) is None:
+            try:
+                await self.store.create(path, b"")
+            except AlreadyExists:
+                pass
+
+    async def get_subscription(self, project: str, name: str) -> Subscription:
+        path = paths.subscription(project, name)
+        node = await self._require(path, f"subscription {project}/{name}")
+        pointer = _pointer(await self.store.get(paths.consume_pointer(project, name)))
+        return Subscription.model_validate_json(node.data).model_copy(
+            update={"version": node.version, "consume_pointer": pointer}
+        )
+
+    async def list_subscriptions(self, project: str) -> list[str]:
+        return await self.store.children(paths.subscriptions(project))
+
+    async def update_subscription(self, sub: Subscription) -> Subscription:
+        """Replace the subscription's settings by CAS; its topic cannot change."""
+        current = await self.get_subscription(sub.project, sub.name)
+        if (current.topic_project, current.topic) != (sub.topic_project, sub.topic):
+            raise InUse("a subscription's topic cannot change; create a new subscription")
+        await self.store.update(
+            paths.subscription(sub.project, sub.name),
+            _dump(sub, _SUB_ONLY),
+            expected_version=sub.version,
+        )
+        return await self.get_subscription(sub.project, sub.name)
+
+    async def delete_subscription(self, project: str, name: str) -> None:
+        sub = await self.get_subscription(project, name)
+        marker = paths.topic_subscriber(sub.topic_project, sub.topic, project, name)
+        ops: list[Op] = [
+            Delete(paths.consume_pointer(project, name)),
+            Delete(paths.subscription(project, name), sub.version),
+        ]
+        if await self.store.get(marker) is not None:
+            ops.append(Delete(marker))
+        await self.store.transaction(ops)
+
+    # ------------------------------------------------------------ produce tokens
+    async def create_token(self, token: ProduceToken) -> ProduceToken:
+        await self.get_project(token.project)
+        await self._ensure(paths.tokens(token.project))
+        await self.store.create(paths.token(token.project, token.id), _dump(token))
+        return token
+
+    async def get_token(self, project: str, token_id: str) -> ProduceToken:
+        node = await self._require(paths.token(project, token_id), f"token {token_id}")
+        return ProduceToken.model_validate_json(node.data)
+
+    async def list_tokens(self, project: str) -> list[ProduceToken]:
+        await self.get_project(project)
+        ids = await self.store.children(paths.tokens(project))
+        return [await self.get_token(project, i) for i in ids]
+
+    async def delete_token(self, project: str, token_id: str) -> None:
+        await self.get_token(project, token_id)
+        await self.store.delete(paths.token(project, token_id))
+
+    async def move_consume_pointer(self, sub: Subscription, segment_id: int) -> Pointer:
+        """Advance ``sub``'s consume pointer by CAS on the version it was read at."""
+        if sub.consume_pointer is None:
+            raise NotFound(f"subscription {sub.project}/{sub.name} has no consume pointer")
+        ops: list[Op] = [
+            Update(
+                paths.consume_pointer(sub.project, sub.name),
+                _pointer_bytes(segment_id),
+                sub.consume_pointer.version,
+            )
+        ]
+        await self.store.transaction(ops)
+        pointer = _pointer(await self.store.get(paths.consume_pointer(sub.project, sub.name)))
+        assert pointer is not None
+        return pointer
+
+
+def _first_needed(topic: Topic) -> int:
+    """A new subscription starts at the topic's active segment (like Pub/Sub: it receives
+    what is published from its creation on)."""
+    assert topic.produce_pointer is not None
+    return topic.produce_pointer.segment_id

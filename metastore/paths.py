@@ -1,0 +1,169 @@
+"""Every metastore path of httpbus, built in this one module.
+
+The tree (relative to the store's root)::
+
+    /projects/{p}                                   Project
+    /projects/{p}/topics/{t}                        Topic (without segments and pointer)
+    /projects/{p}/topics/{t}/segments/{id:010d}     Segment
+    /projects/{p}/topics/{t}/produce-pointer        {"segment_id": n}; version = znode version
+    /projects/{p}/topics/{t}/cutover                the topic's latest cutover (its state)
+    /projects/{p}/subscriptions/{s}                 Subscription (without consume pointer)
+    /projects/{p}/subscriptions/{s}/consume-pointer {"segment_id": n}
+    /projects/{p}/tokens/{id}                       ProduceToken (a hash, never the secret)
+    /subscribers/{p}/{t}/{project}:{s}              marks a subscription of topic p/t
+    /members/{group}/{member}                       ephemeral process membership
+    /leader/{role}                                  ephemeral: the elected leader of a role
+    /assignments/{worker}                           ["project/subscription", ...] (by the leader)
+    /locks/subscriptions/{project}:{s}              ephemeral: the worker running subscription s
+    /cutovers/active/{p}:{t}                        marks a cutover the coordinator still drives
+    /internal/subscriptions/{project}:{s}           the internal storage topics of subscription s
+                                                    (delay levels, hold, replay, DLQ)
+    /seeks/{project}:{s}                            a seek of s in progress (by the control plane)
+    /status/{project}:{s}                           ephemeral: s's figures, by the worker running it
+"""
+
+from __future__ import annotations
+
+from core.names import check_name
+from core.shards import SEPARATOR, parse_unit_key
+
+PROJECTS = "/projects"
+MEMBERS = "/members"
+SUBSCRIBERS = "/subscribers"
+LEADER = "/leader"
+ASSIGNMENTS = "/assignments"
+SUBSCRIPTION_LOCKS = "/locks/subscriptions"
+ACTIVE_CUTOVERS = "/cutovers/active"
+INTERNAL_SUBSCRIPTIONS = "/internal/subscriptions"
+SEEKS = "/seeks"
+STATUS = "/status"
+
+
+def _n(*names: str) -> tuple[str, ...]:
+    return tuple(check_name(n) for n in names)
+
+
+def project(p: str) -> str:
+    (p,) = _n(p)
+    return f"{PROJECTS}/{p}"
+
+
+def topics(p: str) -> str:
+    return f"{project(p)}/topics"
+
+
+def topic(p: str, t: str) -> str:
+    (t,) = _n(t)
+    return f"{topics(p)}/{t}"
+
+
+def segments(p: str, t: str) -> str:
+    return f"{topic(p, t)}/segments"
+
+
+def segment(p: str, t: str, segment_id: int) -> str:
+    return f"{segments(p, t)}/{segment_id:010d}"
+
+
+def produce_pointer(p: str, t: str) -> str:
+    return f"{topic(p, t)}/produce-pointer"
+
+
+def subscriptions(p: str) -> str:
+    return f"{project(p)}/subscriptions"
+
+
+def subscription(p: str, s: str) -> str:
+    (s,) = _n(s)
+    return f"{subscriptions(p)}/{s}"
+
+
+def consume_pointer(p: str, s: str) -> str:
+    return f"{subscription(p, s)}/consume-pointer"
+
+
+def tokens(p: str) -> str:
+    return f"{project(p)}/tokens"
+
+
+def token(p: str, token_id: str) -> str:
+    (token_id,) = _n(token_id)
+    return f"{tokens(p)}/{token_id}"
+
+
+def topic_subscribers(p: str, t: str) -> str:
+    p, t = _n(p, t)
+    return f"{SUBSCRIBERS}/{p}/{t}"
+
+
+def topic_subscriber(p: str, t: str, sub_project: str, s: str) -> str:
+    sub_project, s = _n(sub_project, s)
+    return f"{topic_subscribers(p, t)}/{sub_project}:{s}"
+
+
+def members(group: str) -> str:
+    (group,) = _n(group)
+    return f"{MEMBERS}/{group}"
+
+
+def member(group: str, member_id: str) -> str:
+    (member_id,) = _n(member_id)
+    return f"{members(group)}/{member_id}"
+
+
+def leader(role: str) -> str:
+    (role,) = _n(role)
+    return f"{LEADER}/{role}"
+
+
+def assignment(worker: str) -> str:
+    (worker,) = _n(worker)
+    return f"{ASSIGNMENTS}/{worker}"
+
+
+def subscription_lock(p: str, s: str, shard: int | None = None) -> str:
+    """Held by the worker that runs subscription s (or its shard ``shard``)."""
+    p, s = _n(p, s)
+    return f"{SUBSCRIPTION_LOCKS}/{p}:{s}{_shard(shard)}"
+
+
+def _shard(index: int | None) -> str:
+    return "" if index is None else f"{SEPARATOR}{index}"
+
+
+def unit_lock(key: str) -> str:
+    """The lock of an assignment key (``p/s`` or ``p/s#k``, see :mod:`core.shards`)."""
+    return subscription_lock(*parse_unit_key(key))
+
+
+def unit_status(key: str) -> str:
+    """The status node of an assignment key."""
+    return subscription_status(*parse_unit_key(key))
+
+
+def cutover(p: str, t: str) -> str:
+    return f"{topic(p, t)}/cutover"
+
+
+def active_cutover(p: str, t: str) -> str:
+    p, t = _n(p, t)
+    return f"{ACTIVE_CUTOVERS}/{p}:{t}"
+
+
+def internal_topics(p: str, s: str) -> str:
+    """Where a subscription's internal storage topics are recorded (not under the
+    subscription's node, so deleting the subscription stays one transaction)."""
+    p, s = _n(p, s)
+    return f"{INTERNAL_SUBSCRIPTIONS}/{p}:{s}"
+
+
+def seek_request(p: str, s: str) -> str:
+    """While it exists, no worker runs subscription s: the control plane is moving it."""
+    p, s = _n(p, s)
+    return f"{SEEKS}/{p}:{s}"
+
+
+def subscription_status(p: str, s: str, shard: int | None = None) -> str:
+    """A worker's figures of subscription s (or of its shard ``shard``)."""
+    p, s = _n(p, s)
+    return f"{STATUS}/{p}:{s}{_shard(shard)}"

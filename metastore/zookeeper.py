@@ -1,0 +1,416 @@
+"""The ``MetaStore`` on a real ZooKeeper ensemble, through kazoo.
+
+kazoo runs its own threads; every call here uses kazoo's ``*_async`` API and bridges the
+result back to the event loop with ``call_soon_threadsafe``, so the loop never blocks, and
+each wait is bounded by ``request_timeout_s`` (then ``MetaStoreUnavailable``; like any
+ZooKeeper client, a write that timed out may still have been applied).
+
+Paths are relative to ``root``, created at ``start()`` if missing (the prefix is applied
+here rather than with kazoo's chroot, so the root can be created by the same client).
+
+Sessions: kazoo reconnects by itself. While the connection is down (SUSPENDED) calls fail
+with ``MetaStoreUnavailable`` and the ephemeral nodes survive if the connection comes back
+within the session timeout. If the session expires (LOST), ZooKeeper has deleted its
+ephemeral nodes; kazoo opens a new session and this store re-creates every membership made
+with :meth:`join` (retrying until it succeeds or the store closes) and makes every watch
+re-read. Ephemeral nodes made with ``create(ephemeral=True)`` are *not* re-created: their
+owner must watch for that itself.
+
+Example::
+
+    async with ZooKeeperMetaStore("127.0.0.1:2181", root="/httpbus") as store:
+        await store.join("producers", "p-1", b"{}")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadArgumentsError,
+    BadVersionError,
+    KazooException,
+    NoChildrenForEphemeralsError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+    RuntimeInconsistency,
+)
+
+from core.errors import (
+    AlreadyExists,
+    HttpbusError,
+    InUse,
+    Malformed,
+    MetaStoreUnavailable,
+    NotFound,
+    VersionConflict,
+)
+from core.lifecycle import AsyncResource
+from metastore import paths
+from metastore._support import WatchHub, WatchIterator, ancestors, check_path
+from metastore.protocol import Check, Create, Delete, Node, Op, Update
+
+log = logging.getLogger(__name__)
+
+_RETRY_S = 0.5  # pause between retries of watch reads and re-joins while disconnected
+_TX_ATTEMPTS = 5  # a concurrent writer can make a recursive delete or parent set-up retry
+
+
+def _translate(exc: Exception, path: str) -> HttpbusError:
+    """The httpbus error for a kazoo error raised while working on ``path``."""
+    table: list[tuple[type[Exception], type[HttpbusError], str]] = [
+        (NoNodeError, NotFound, "does not exist"),
+        (NodeExistsError, AlreadyExists, "already exists"),
+        (BadVersionError, VersionConflict, "is not at the expected version"),
+        (NotEmptyError, InUse, "has children"),
+        (NoChildrenForEphemeralsError, Malformed, "has an ephemeral parent"),
+        (BadArgumentsError, Malformed, "was given bad arguments"),
+    ]
+    for kazoo_type, ours, what in table:
+        if isinstance(exc, kazoo_type):
+            return ours(f"{path} {what}", details={"path": path})
+    return MetaStoreUnavailable(f"zookeeper failed on {path}: {type(exc).__name__} {exc}")
+
+
+class ZooKeeperMetaStore(AsyncResource):
+    """A :class:`~metastore.protocol.MetaStore` on ZooKeeper (see the module doc)."""
+
+    def __init__(
+        self,
+        hosts: str,
+        root: str = "/httpbus",
+        session_timeout_s: float = 10.0,
+        connect_timeout_s: float = 10.0,
+        *,
+        request_timeout_s: float = 10.0,
+    ) -> None:
+        self._root = "" if root in ("", "/") else check_path(root)
+        self._connect_timeout_s = connect_timeout_s
+        self._request_timeout_s = request_timeout_s
+        self._client = KazooClient(
+            hosts=hosts,
+            timeout=session_timeout_s,
+            connection_retry={"max_tries": -1, "max_delay": 2.0},
+        )
+        self._hub = WatchHub()
+        self._joined: dict[str, bytes] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lost = False
+        self._closed = False
+
+    @property
+    def session_id(self) -> int | None:
+        """The id of the current ZooKeeper session (None while disconnected)."""
+        client_id = self._client.client_id
+        return None if client_id is None else int(client_id[0])
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, open the session and create the root if missing."""
+        self._loop = asyncio.get_running_loop()
+        self._client.add_listener(self._on_state)
+        try:
+            await asyncio.to_thread(self._client.start, self._connect_timeout_s)
+        except Exception as exc:  # kazoo's timeout error is not a KazooException
+            raise MetaStoreUnavailable(f"cannot connect to zookeeper: {exc}") from exc
+        if self._root:
+            await self._call(self._root, self._client.ensure_path_async, self._root)
+
+    async def aclose(self) -> None:
+        """End watches and the session; ZooKeeper deletes this session's ephemeral nodes."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._hub.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        stopping = asyncio.to_thread(self._client.stop)
+        with contextlib.suppress(Exception):  # closing is best effort
+            await asyncio.wait_for(stopping, self._request_timeout_s + 10)
+            self._client.close()
+
+    def _on_state(self, state: str) -> None:
+        """kazoo's connection listener: runs on a kazoo thread, so it only hands over."""
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to tell
+                loop.call_soon_threadsafe(self._state_changed, state)
+
+    def _state_changed(self, state: str) -> None:
+        if self._closed:
+            return
+        if state == KazooState.LOST:
+            self._lost = True
+        elif state == KazooState.CONNECTED:
+            self._hub.wake_all()  # watches of an expired session are gone: re-read and re-arm
+            if self._lost:
+                self._lost = False
+                task = asyncio.get_running_loop().create_task(self._rejoin())
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _rejoin(self) -> None:
+        log.warning("zookeeper session expired; re-registering %d members", len(self._joined))
+        for path, data in list(self._joined.items()):
+            while not self._closed and path in self._joined:
+                try:
+                    await self._ensure_member(path, data)
+                    break
+                except MetaStoreUnavailable:
+                    await asyncio.sleep(_RETRY_S)
+                except HttpbusError as exc:  # taken by another live session: not ours any more
+                    log.error("cannot re-register member %s: %s", path, exc)
+                    break
+
+    # -- the kazoo bridge --------------------------------------------------------------------
+
+    def _abs(self, path: str) -> str:
+        check_path(path)
+        if path == "/":
+            return self._root or "/"
+        return self._root + path
+
+    async def _call(self, path: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a kazoo ``*_async`` call; its errors come back translated for ``path``."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+
+        def settle(result: Any) -> None:
+            if fut.done():
+                return
+            try:
+                fut.set_result(result.get_nowait())
+            except Exception as exc:
+                fut.set_exception(exc)
+
+        def done(result: Any) -> None:  # on a kazoo thread
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, result)
+
+        try:
+            fn(*args, **kwargs).rawlink(done)
+            return await asyncio.wait_for(fut, self._request_timeout_s)
+        except TimeoutError as exc:
+            raise MetaStoreUnavailable(
+                f"zookeeper did not answer on {path} in {self._request_timeout_s}s"
+            ) from exc
+        except KazooException as exc:
+            raise _translate(exc, path) from exc
+
+    # -- reads and writes --------------------------------------------------------------------
+
+    async def get(self, path: str) -> Node | None:
+        """The node at ``path``, or None."""
+        try:
+            data, stat = await self._call(path, self._client.get_async, self._abs(path))
+        except NotFound:
+            return None
+        return Node(data or b"", stat.version)
+
+    async def children(self, path: str) -> list[str]:
+        """Names of the children of ``path``, sorted; [] if it does not exist."""
+        try:
+            names = await self._call(path, self._client.get_children_async, self._abs(path))
+        except NotFound:
+            return []
+        return sorted(names)
+
+    async def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> Node:
+        """Create ``path`` and its missing parents (empty, persistent)."""
+        create = self._client.create_async
+        await self._call(path, create, self._abs(path), data, ephemeral=ephemeral, makepath=True)
+        return Node(data, 0)
+
+    async def update(self, path: str, data: bytes, *, expected_version: int) -> Node:
+        """Compare-and-set the data on the znode version."""
+        stat = await self._call(
+            path, self._client.set_async, self._abs(path), data, version=expected_version
+        )
+        return Node(data, stat.version)
+
+    async def delete(
+        self, path: str, *, expected_version: int = -1, recursive: bool = False
+    ) -> None:
+        """Delete ``path``; a recursive delete is one multi-op over the whole subtree, so it is
+        atomic but bounded by ZooKeeper's request size (``jute.maxbuffer``, 1 MB by default:
+        thousands of nodes)."""
+        if check_path(path) == "/":
+            raise Malformed("the root cannot be deleted")
+        if not recursive:
+            await self._call(
+                path, self._client.delete_async, self._abs(path), version=expected_version
+            )
+            return
+        for attempt in range(_TX_ATTEMPTS):
+            below = await self._subtree(path)
+            ops: list[Op] = [Delete(p) for p in reversed(below)]
+            try:
+                await self.transaction([*ops, Delete(path, expected_version)])
+                return
+            except (InUse, NotFound):  # the subtree changed under us: list it again
+                if attempt == _TX_ATTEMPTS - 1:
+                    raise
+
+    async def _subtree(self, path: str) -> list[str]:
+        """Every descendant of ``path``, parents before children; NotFound if it is absent."""
+        found: list[str] = []
+        level = [path]
+        first = True
+        while level:
+            listed = await asyncio.gather(
+                *(self._call(p, self._client.get_children_async, self._abs(p)) for p in level),
+                return_exceptions=True,
+            )
+            below: list[str] = []
+            for parent, names in zip(level, listed, strict=True):
+                if isinstance(names, NotFound) and not first:
+                    continue  # deleted meanwhile; the transaction will tell if it matters
+                if isinstance(names, BaseException):
+                    raise names
+                below += [f"{parent.rstrip('/')}/{n}" for n in names]
+            found += below
+            level, first = below, False
+        return found
+
+    async def transaction(self, ops: Sequence[Op]) -> None:
+        """One ZooKeeper multi; missing parents of ``Create`` ops are added to it, first."""
+        for _ in range(_TX_ATTEMPTS):
+            parents = await self._missing_parents(ops)
+            tx = self._client.transaction()
+            for parent in parents:
+                tx.create(self._abs(parent), b"")
+            for op in ops:
+                self._add(tx, op)
+            results = await self._call("transaction", tx.commit_async)
+            failed = [
+                (i, r)
+                for i, r in enumerate(results)
+                if isinstance(r, Exception)
+                and not isinstance(r, RolledBackError | RuntimeInconsistency)
+            ]
+            if not failed:
+                return
+            index, exc = failed[0]
+            if index < len(parents) and isinstance(exc, NodeExistsError):
+                continue  # someone created the parent meanwhile
+            path = parents[index] if index < len(parents) else ops[index - len(parents)].path
+            raise _translate(exc, path) from exc
+        raise MetaStoreUnavailable("transaction kept racing with concurrent parent creation")
+
+    def _add(self, tx: Any, op: Op) -> None:
+        match op:
+            case Create(path, data):
+                tx.create(self._abs(path), data)
+            case Update(path, data, version):
+                tx.set_data(self._abs(path), data, version)
+            case Delete(path, version):
+                tx.delete(self._abs(path), version)
+            case Check(path, version):
+                tx.check(self._abs(path), version)
+
+    async def _missing_parents(self, ops: Sequence[Op]) -> list[str]:
+        created = {op.path for op in ops if isinstance(op, Create)}
+        wanted: list[str] = []
+        for op in ops:
+            if isinstance(op, Create):
+                wanted += [a for a in ancestors(op.path) if a not in created and a not in wanted]
+        stats = await asyncio.gather(
+            *(self._call(p, self._client.exists_async, self._abs(p)) for p in wanted)
+        )
+        return [p for p, stat in zip(wanted, stats, strict=True) if stat is None]
+
+    # -- watches -----------------------------------------------------------------------------
+
+    def watch(self, path: str) -> AsyncIterator[Node | None]:
+        """The node now, then after each change (level-triggered, see the protocol)."""
+        check_path(path)
+        return WatchIterator(lambda wake: self._data_reader(path, wake), self._hub, _RETRY_S)
+
+    def watch_children(self, path: str) -> AsyncIterator[list[str]]:
+        """The sorted children now, then after each change of the set."""
+        check_path(path)
+        return WatchIterator(lambda wake: self._children_reader(path, wake), self._hub, _RETRY_S)
+
+    def _watcher(self, wake: asyncio.Event) -> Callable[[Any], None]:
+        """One kazoo watch function per watch: kazoo keeps a set, so re-arming adds nothing."""
+        loop = asyncio.get_running_loop()
+
+        def fire(_event: Any) -> None:  # on a kazoo thread
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(wake.set)
+
+        return fire
+
+    def _data_reader(self, path: str, wake: asyncio.Event) -> Callable[[], Awaitable[Node | None]]:
+        fire, full = self._watcher(wake), self._abs(path)
+
+        async def read() -> Node | None:
+            while True:
+                try:
+                    data, stat = await self._call(path, self._client.get_async, full, watch=fire)
+                    return Node(data or b"", stat.version)
+                except NotFound:
+                    if await self._call(path, self._client.exists_async, full, watch=fire) is None:
+                        return None  # the exists watch fires when the node is created
+
+        return read
+
+    def _children_reader(
+        self, path: str, wake: asyncio.Event
+    ) -> Callable[[], Awaitable[list[str]]]:
+        fire, full = self._watcher(wake), self._abs(path)
+
+        async def read() -> list[str]:
+            while True:
+                try:
+                    get = self._client.get_children_async
+                    return sorted(await self._call(path, get, full, watch=fire))
+                except NotFound:
+                    if await self._call(path, self._client.exists_async, full, watch=fire) is None:
+                        return []
+
+        return read
+
+    # -- membership --------------------------------------------------------------------------
+
+    async def join(self, group: str, member: str, data: bytes) -> None:
+        """Create the ephemeral member node; it is re-created after a session expiry."""
+        path = paths.member(group, member)
+        previous = self._joined.get(path)
+        self._joined[path] = data  # before the call: a session lost meanwhile re-creates it
+        try:
+            await self._ensure_member(path, data)
+        except BaseException:
+            if previous is None:
+                self._joined.pop(path, None)
+            else:
+                self._joined[path] = previous
+            raise
+
+    async def _ensure_member(self, path: str, data: bytes) -> None:
+        try:
+            await self.create(path, data, ephemeral=True)
+            return
+        except AlreadyExists:
+            pass
+        _, stat = await self._call(path, self._client.get_async, self._abs(path))
+        if stat.ephemeralOwner != self.session_id:
+            raise AlreadyExists(f"member {path} belongs to another session", details={"path": path})
+        await self.update(path, data, expected_version=stat.version)
+
+    async def members(self, group: str) -> dict[str, bytes]:
+        """The live members of ``group`` and their data."""
+        base = paths.members(group)
+        names = await self.children(base)
+        nodes = await asyncio.gather(*(self.get(f"{base}/{n}") for n in names))
+        return {n: node.data for n, node in zip(names, nodes, strict=True) if node is not None}

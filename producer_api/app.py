@@ -1,0 +1,146 @@
+"""The producer service's ASGI application: produce, batch produce, health and metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+from fastapi import FastAPI, Request, Response
+
+from core import http_errors
+from core.errors import HttpbusError, MetaStoreUnavailable
+from core.version import VERSION
+from metastore.catalog import Catalog
+from metastore.config import open_metastore
+from metastore.protocol import MetaStore
+from segments.audit import open_audit
+from segments.protocol import SegmentStore
+from segments.registry import open_stores
+from segments.writer import SegmentWriter
+
+from .auth import Authorizer
+from .cutover import CutoverParticipant
+from .fastpath import Batch, ProducerASGI, produce_many, produce_one
+from .metadata import TopicCache
+from .metrics import ProducerMetrics
+from .publish import Publisher
+from .service import Service
+from .settings import ProducerSettings
+
+
+def create_app(
+    settings: ProducerSettings,
+    *,
+    metastore: MetaStore | None = None,
+    stores: dict[str, SegmentStore] | None = None,
+) -> ProducerASGI:
+    """Build the producer service; ``metastore`` and ``stores`` are opened from
+    ``settings`` unless given (already started) by the caller."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            meta = metastore
+            if meta is None:
+                meta = await stack.enter_async_context(open_metastore(settings.metastore))
+            opened = await open_stores(stack, settings.clusters, stores)
+            audit = await open_audit(stack, opened, settings.audit)
+            cache = TopicCache(Catalog(meta), settings.unknown_topic_cache_s)
+            stack.push_async_callback(cache.aclose)
+            writer = SegmentWriter(opened, cache.refresh)
+            participant = CutoverParticipant(
+                meta,
+                settings.member_id,
+                opened,
+                cache,
+                hold_timeout_s=settings.cutover_hold_timeout_s,
+            )
+            await stack.enter_async_context(participant)
+            cache.on_load = participant.follow
+            token = settings.admin_token.get_secret_value() if settings.admin_token else None
+            app.state.service = Service(
+                Publisher(
+                    cache,
+                    writer,
+                    audit,
+                    max_carried=settings.max_carried_headers,
+                    gates=participant.gates,
+                ),
+                Authorizer(cache, token),
+                cache,
+                ProducerMetrics(),
+            )
+            await meta.join(
+                "producers",
+                settings.member_id,
+                json.dumps(
+                    {
+                        "host": settings.host,
+                        "port": settings.port,
+                        "pid": os.getpid(),
+                        "version": VERSION,
+                        "started_ms": int(time.time() * 1000),
+                    }
+                ).encode(),
+            )
+            yield
+
+    app = FastAPI(title="httpbus producer", version=VERSION, lifespan=lifespan)
+    http_errors.install(app)
+    _routes(app)
+    return ProducerASGI(app)
+
+
+def _routes(app: FastAPI) -> None:
+    @app.post(
+        "/v1/projects/{project}/topics/{topic}/produce",
+        status_code=201,
+        tags=["produce"],
+        openapi_extra={"requestBody": {"content": {"*/*": {}}, "required": True}},
+    )
+    async def produce(project: str, topic: str, request: Request) -> Response:
+        """Publish the body as one message; 201 only once the storage stored it durably.
+        (Served by the fast path of ``fastpath.ProducerASGI``; this route documents it.)"""
+        status, headers, body = await produce_one(
+            request.app.state.service, project, topic, request.scope["headers"], request.receive
+        )
+        return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+    @app.post(
+        "/v1/projects/{project}/topics/{topic}/produce/batch",
+        tags=["produce"],
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": Batch.model_json_schema()}},
+            }
+        },
+    )
+    async def produce_batch(project: str, topic: str, request: Request) -> Response:
+        """Publish many messages; a result per message (200 all stored, 207 some failed).
+        (Served by the fast path of ``fastpath.ProducerASGI``; this route documents it.)"""
+        status, headers, body = await produce_many(
+            request.app.state.service, project, topic, request.scope["headers"], request.receive
+        )
+        return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+    @app.get("/healthz", tags=["ops"])
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok", "service": "producer", "version": VERSION}
+
+    @app.get("/readyz", tags=["ops"])
+    async def readyz(request: Request) -> dict[str, str]:
+        service: Service = request.app.state.service
+        try:
+            await service.cache.catalog.list_projects()
+        except HttpbusError as exc:
+            raise MetaStoreUnavailable("the metastore does not answer", retry_after=5) from exc
+        return {"status": "ready"}
+
+    @app.get("/metrics", tags=["ops"])
+    async def metrics(request: Request) -> Response:
+        service: Service = request.app.state.service
+        return Response(service.metrics.render(), media_type="text/plain; version=0.0.4")

@@ -1,0 +1,175 @@
+"""From an HTTP produce request to the headers stored with the message.
+
+Stored headers (names lower-case, values bytes):
+
+- ``x-message-id`` — the client's ``X-Message-Id`` or a new time-sortable id;
+- ``x-produced-at`` — milliseconds since the epoch when httpbus accepted it;
+- ``x-group-id`` — the group (also the record key, so a group stays in one partition);
+- ``x-deliver-at`` — milliseconds since the epoch, for a delayed message;
+- ``content-type`` — the request's content type;
+- every other ``X-`` header of the request, carried to the endpoint as it came, except the
+  proxy hop headers (``X-Forwarded-*``, ``X-Real-IP``), which describe the hop, not the message.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import NamedTuple
+
+from core.errors import Malformed
+from core.ids import new_message_id
+
+OWN = {"x-message-id", "x-group-id", "x-deliver-at", "x-delay-ms", "x-produced-at"}
+_HOP = ("x-forwarded-", "x-real-ip")
+_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+MAX_DELAY_MS = 366 * 24 * 3_600_000
+
+
+class Parsed(NamedTuple):
+    """A message's validated headers; a tuple, as there is one per message of a batch."""
+
+    message_id: str
+    group_id: str | None
+    deliver_at_ms: int | None
+    headers: tuple[tuple[str, bytes], ...]
+
+
+def _deliver_at(raw: str | None, delay: str | None, now_ms: int) -> int | None:
+    if raw is not None and delay is not None:
+        raise Malformed("send X-Deliver-At or X-Delay-Ms, not both")
+    if delay is not None:
+        if not delay.isdigit() or int(delay) > MAX_DELAY_MS:
+            raise Malformed(f"X-Delay-Ms must be whole milliseconds from 0 to {MAX_DELAY_MS}")
+        return now_ms + int(delay)
+    if raw is None:
+        return None
+    if raw.isdigit():
+        return int(raw)
+    try:
+        when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise Malformed(
+            "X-Deliver-At must be RFC 3339 (2026-01-02T03:04:05Z) or epoch milliseconds"
+        ) from None
+    if when.tzinfo is None:
+        raise Malformed("X-Deliver-At needs a time zone (…Z or …+01:00)")
+    return int(when.timestamp() * 1000)
+
+
+def _checked_id(value: str | None, header: str) -> str | None:
+    if value is not None and not _ID.fullmatch(value):
+        raise Malformed(f"{header} must be 1 to 128 characters of letters, digits and . _ : -")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What :func:`parse` derives from one header set, all but a generated message id."""
+
+    message_id: str | None  # the client's X-Message-Id, if it sent one
+    group_id: str | None
+    deliver_at_ms: int | None
+    rest: tuple[tuple[str, bytes], ...]  # the stored headers after x-message-id
+
+    def parsed(self, now_ms: int, new_id: str | None = None) -> Parsed:
+        """The parsed headers, with the client's id, else ``new_id``, else a new one."""
+        message_id = self.message_id or new_id or new_message_id(now_ms)
+        stored = (("x-message-id", message_id.encode()), *self.rest)
+        return Parsed(message_id, self.group_id, self.deliver_at_ms, stored)
+
+
+def _shape(
+    items: Iterable[tuple[str, str]],
+    content_type: str | None,
+    grouped: bool,
+    max_carried: int,
+    now_ms: int,
+) -> _Shape:
+    own: dict[str, str] = {}
+    carried: list[tuple[str, bytes]] = []
+    for name, value in items:
+        if name in OWN:
+            own[name] = value
+        elif name.startswith("x-") and not name.startswith(_HOP):
+            carried.append((name, _wire(value)))
+    if len(carried) > max_carried:
+        raise Malformed(f"at most {max_carried} X- headers are carried; got {len(carried)}")
+    message_id = _checked_id(own.get("x-message-id"), "X-Message-Id")
+    group = _checked_id(own.get("x-group-id"), "X-Group-Id")
+    if grouped and group is None:
+        raise Malformed(
+            "this topic is grouped: send X-Group-Id (messages of a group are delivered in order)"
+        )
+    deliver_at = _deliver_at(own.get("x-deliver-at"), own.get("x-delay-ms"), now_ms)
+    rest = [("x-produced-at", str(now_ms).encode())]
+    if group is not None:
+        rest.append(("x-group-id", group.encode()))
+    if deliver_at is not None:
+        rest.append(("x-deliver-at", str(deliver_at).encode()))
+    if content_type:
+        rest.append(("content-type", _wire(content_type)))
+    return _Shape(message_id, group, deliver_at, tuple(rest + carried))
+
+
+def parse(
+    items: Iterable[tuple[str, str]],
+    content_type: str | None,
+    *,
+    grouped: bool,
+    max_carried: int,
+    now_ms: int | None = None,
+) -> Parsed:
+    """Validate the request's headers (``Malformed`` says what to fix) and build the stored
+    ones. ``items`` are (lower-case name, value) pairs as the server received them."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    return _shape(items, content_type, grouped, max_carried, now_ms).parsed(now_ms)
+
+
+class BatchParser:
+    """:func:`parse` for the messages of one batch, all accepted at ``now_ms``.
+
+    The messages of a batch mostly share one header set (often none at all), so each
+    distinct set is validated once and only the message id is made per message. A set that
+    is refused gives the same ``Malformed`` for every message that sent it.
+
+    Example::
+
+        parser = BatchParser(grouped=False, max_carried=64, now_ms=now_ms)
+        parsed = [parser.parse(d.headers, d.content_type) for d in drafts]
+    """
+
+    def __init__(self, *, grouped: bool, max_carried: int, now_ms: int) -> None:
+        self._grouped = grouped
+        self._max_carried = max_carried
+        self._now_ms = now_ms
+        self._shapes: dict[object, _Shape | Malformed] = {}
+
+    def parse(
+        self, items: Sequence[tuple[str, str]], content_type: str | None, new_id: str | None = None
+    ) -> Parsed | Malformed:
+        """The parsed headers of one message, or why they are refused; ``new_id`` is its id
+        unless it sent one (see :func:`core.ids.new_message_ids`)."""
+        key = (items if type(items) is tuple else tuple(items), content_type)
+        shape = self._shapes.get(key)
+        if shape is None:
+            try:
+                shape = _shape(key[0], content_type, self._grouped, self._max_carried, self._now_ms)
+            except Malformed as exc:
+                shape = exc
+            self._shapes[key] = shape
+        if isinstance(shape, Malformed):
+            return shape
+        return shape.parsed(self._now_ms, new_id)
+
+
+def _wire(value: str) -> bytes:
+    """Header text as stored: latin-1 gives back the bytes an HTTP request carried; text
+    beyond it (only a JSON batch can hold that) is stored as UTF-8."""
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value.encode()

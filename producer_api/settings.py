@@ -1,0 +1,31 @@
+"""Settings of the producer service (read once in ``main()``)."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+
+from core.settings import SettingsBase, default_member_id
+from metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
+from segments.config import AuditConfig, ClusterConfig, EmbeddedClusterConfig
+
+
+def _embedded_only() -> dict[str, ClusterConfig]:
+    return {"embedded": EmbeddedClusterConfig()}
+
+
+class ProducerSettings(SettingsBase):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8701, ge=1, le=65_535)
+    admin_token: SecretStr | None = Field(default=None, description="may publish anywhere")
+    metastore: MetaStoreConfig = EmbeddedMetaStoreConfig()
+    clusters: dict[str, ClusterConfig] = Field(default_factory=_embedded_only)
+    audit: AuditConfig = AuditConfig()
+    member_id: str = Field(
+        default_factory=lambda: default_member_id("producer"),
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
+    )
+    max_carried_headers: int = Field(default=64, ge=0, le=1_000)
+    unknown_topic_cache_s: float = Field(default=1.0, ge=0, le=60)
+    cutover_hold_timeout_s: float = Field(
+        default=5.0, gt=0, le=120, description="longest a request waits through a cutover switch"
+    )

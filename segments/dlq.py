@@ -1,0 +1,145 @@
+"""The dead-letter queue of a subscription: its storage topic is its own index.
+
+The DLQ topic (one partition, see :mod:`.internal`) holds two kinds of records, in order:
+
+- *entries*: a dead-lettered message (payload, key, stored headers) with its
+  :class:`~.internal.RetryMeta` (attempts, first and last failure, last status or error);
+- *removals* (header ``x-httpbus-kind: removed``): a JSON list of entry positions that a purge
+  or an unsideline took out.
+
+An entry is *live* when no removal names it. Any process that can read the storage — every
+worker, the control plane — rebuilds the same view by reading the topic from the start
+(:func:`scan`); a page cursor is an entry position. Nothing is shared on one machine only.
+The cost is a read of the topic per browse, fine for DLQs of up to a few hundred thousand
+entries (a DLQ that large is an incident, not a queue).
+
+Unsidelining appends the chosen entries, oldest first, to the subscription's replay topic
+(with their attempts reset) and only then the removal: a crash between the two replays an
+entry twice, never loses it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from core.errors import StorageUnavailable
+
+from .internal import PREFIX, Layout, RetryMeta, header, own_headers
+from .protocol import Record, SegmentStore, Stored
+
+KIND = PREFIX + "kind"
+REMOVED = b"removed"
+REPLAY = b"replay"
+_READ_TIMEOUT_S = 0.5
+
+
+def is_removal(msg: Stored) -> bool:
+    return any(k == KIND and v == REMOVED for k, v in msg.headers)
+
+
+def removed_positions(msg: Stored) -> list[int]:
+    try:
+        return [int(p) for p in json.loads(msg.value)]
+    except (ValueError, TypeError):
+        return []
+
+
+@dataclass
+class DlqView:
+    """The live entries of a DLQ (by position, in order) as of ``end``."""
+
+    entries: dict[int, Stored] = field(default_factory=dict)
+    end: int = 0
+
+    def live(self) -> list[Stored]:
+        return list(self.entries.values())
+
+
+async def read_all(
+    store: SegmentStore, name: str, start: int = 0, end: int | None = None
+) -> list[Stored]:
+    """Every record of partition 0 of ``name`` from ``start`` up to its current end.
+
+    Positions are not dense (a Pulsar end names the next ledger entry, even of an empty
+    topic), so a read that brings nothing within the timeout ends the scan."""
+    if end is None:
+        end = (await store.end_positions(name)).get(0, 0)
+    out: list[Stored] = []
+    position = start
+    while position < end:
+        batch = await store.read(name, 0, position, max_records=1_000, timeout=_READ_TIMEOUT_S)
+        if not batch:
+            break
+        out.extend(m for m in batch if m.position < end)
+        position = batch[-1].position + 1
+    return out
+
+
+async def scan(store: SegmentStore, layout: Layout) -> DlqView:
+    """The live entries of the DLQ now."""
+    end = (await store.end_positions(layout.dlq)).get(0, 0)
+    view = DlqView(end=end)
+    removed: set[int] = set()
+    for msg in await read_all(store, layout.dlq, 0, end):
+        if is_removal(msg):
+            removed.update(removed_positions(msg))
+        else:
+            view.entries[msg.position] = msg
+    for position in removed:
+        view.entries.pop(position, None)
+    return view
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Which live entries an operation takes: exactly one of ids, groups, a time, all."""
+
+    message_ids: frozenset[str] | None = None
+    group_ids: frozenset[str] | None = None
+    failed_before_ms: int | None = None
+    everything: bool = False
+
+    def matches(self) -> Callable[[Stored], bool]:
+        if self.message_ids is not None:
+            ids = self.message_ids
+            return lambda m: header(m.headers, "x-message-id") in ids
+        if self.group_ids is not None:
+            groups = self.group_ids
+            return lambda m: header(m.headers, "x-group-id") in groups
+        if self.failed_before_ms is not None:
+            before = self.failed_before_ms
+            return lambda m: (RetryMeta.of(m.headers).last_failed_ms or 0) < before
+        return lambda m: self.everything
+
+
+def select(view: DlqView, selector: Selector) -> list[Stored]:
+    """The matching live entries, oldest first (replay order)."""
+    match = selector.matches()
+    return [m for m in view.live() if match(m)]
+
+
+async def remove(store: SegmentStore, layout: Layout, positions: Iterable[int]) -> None:
+    """Append a removal of ``positions`` (purge; the last step of an unsideline)."""
+    chosen = sorted(positions)
+    if chosen:
+        record = Record(value=json.dumps(chosen).encode(), headers=((KIND, REMOVED),))
+        await store.produce(layout.dlq, record, partition=0)
+
+
+async def replay(store: SegmentStore, layout: Layout, entries: list[Stored]) -> None:
+    """Append ``entries`` (oldest first) to the replay topic with their attempts reset, then
+    remove them from the DLQ."""
+    if not entries:
+        return
+    records = []
+    for msg in entries:
+        meta = RetryMeta.of(msg.headers)
+        fresh = RetryMeta(origin=meta.origin, topic=meta.topic)
+        headers = own_headers(msg.headers) + fresh.headers() + ((KIND, REPLAY),)
+        records.append(Record(value=msg.value, key=msg.key, headers=headers))
+    for result in await store.produce_many(layout.replay, records):
+        if isinstance(result, Exception):
+            raise StorageUnavailable(f"could not replay into {layout.replay}: {result}")
+    await remove(store, layout, (m.position for m in entries))

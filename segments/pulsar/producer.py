@@ -1,0 +1,245 @@
+"""Durable produce to partition topics, and the wire format of a record on Pulsar.
+
+**Positions.** A Pulsar message id is (ledger, entry, partition, batch index); within one
+partition topic ids grow in produce order, compared as (ledger, entry, batch index). A
+position packs them into one int that grows the same way::
+
+    position = ledger << 32 | entry << 12 | batch_index        (63 bits: fits int64)
+
+with the bounds it relies on, checked on every pack (``PositionOverflow`` otherwise):
+ledger id < 2**31 (BookKeeper ids are global and grow slowly, one per ledger roll-over);
+entry id < 2**20 (the broker rolls a ledger at ``managedLedgerMaxEntriesPerLedger``,
+50,000 by default, keep it below 1,048,575); batch index < 2**12 (our producers build
+batches of at most ``batching_max_messages`` = 1000). A message that is not in a batch
+(batch index -1) packs as batch index 0. The position after the last message of an entry
+is ``pack(ledger, entry + 1, 0)``: the next entry of the ledger, or anything in a later
+ledger, packs at least as high. Positions are sparse, as the protocol allows.
+
+**Records.** payload -> message payload, byte for byte. ``timestamp_ms`` (or the store's
+clock; also for a timestamp <= 0, which Pulsar reads as "no event time") ->
+``event_timestamp``, read back as ``Stored.timestamp_ms`` (a message without one, written
+by a plain Pulsar producer, reads as its publish time).
+key -> ``partition_key`` as the latin-1 decoding of the bytes (reversible for any bytes);
+an empty key also sets the property ``httpbus-empty-key``, since Pulsar's API cannot tell
+an empty partition key from none. Headers -> one property ``httpbus-headers`` holding a
+JSON list of ``[name, base64(value)]``: Pulsar properties are an unordered map of strings,
+while headers are ordered, may repeat and carry arbitrary bytes. A message without that
+property (written by a plain Pulsar producer) reads its properties back as headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import time
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import pulsar
+import pulsar.asyncio as pulsar_asyncio
+
+from core.errors import StorageUnavailable
+from segments.protocol import Headers, Record, Stored
+
+from .config import PulsarSettings
+from .errors import PULSAR_ERRORS, PositionOverflow, from_pulsar, result_of
+
+BATCH_BITS = 12
+ENTRY_BITS = 20
+LEDGER_BITS = 31
+HEADERS_PROPERTY = "httpbus-headers"
+EMPTY_KEY_PROPERTY = "httpbus-empty-key"
+T = TypeVar("T")
+# After these the cached producer is useless: drop it, the next produce makes a new one.
+_STALE = {
+    pulsar.Result.AlreadyClosed,
+    pulsar.Result.ProducerNotInitialized,
+    pulsar.Result.TopicTerminated,
+    pulsar.Result.TopicNotFound,
+}
+
+
+def pack(ledger: int, entry: int, batch_index: int) -> int:
+    """The position of message id (ledger, entry, batch_index); see the module doc."""
+    batch = max(batch_index, 0)
+    if not (
+        0 <= ledger < 1 << LEDGER_BITS and 0 <= entry < 1 << ENTRY_BITS and batch < 1 << BATCH_BITS
+    ):
+        raise PositionOverflow(
+            f"pulsar message id ({ledger}, {entry}, {batch_index}) does not fit a position: "
+            f"needs ledger < 2^{LEDGER_BITS}, entry < 2^{ENTRY_BITS}, batch < 2^{BATCH_BITS}"
+        )
+    return ledger << (ENTRY_BITS + BATCH_BITS) | entry << BATCH_BITS | batch
+
+
+def unpack(position: int) -> tuple[int, int, int]:
+    """(ledger, entry, batch index) of a position."""
+    if position < 0:
+        raise PositionOverflow(f"position {position} is negative")
+    return (
+        position >> (ENTRY_BITS + BATCH_BITS),
+        (position >> BATCH_BITS) & ((1 << ENTRY_BITS) - 1),
+        position & ((1 << BATCH_BITS) - 1),
+    )
+
+
+def end_after(ledger: int, entry: int) -> int:
+    """The exclusive end of a partition whose last entry is (ledger, entry); 0 if empty."""
+    return 0 if entry < 0 else pack(ledger, entry + 1, 0)
+
+
+def encode(record: Record, timestamp_ms: int) -> dict[str, Any]:
+    """Keyword arguments of ``Producer.send`` (except the payload) for ``record``."""
+    properties: dict[str, str] = {}
+    if record.headers:
+        blob = [[name, base64.b64encode(value).decode("ascii")] for name, value in record.headers]
+        properties[HEADERS_PROPERTY] = json.dumps(blob, separators=(",", ":"))
+    kwargs: dict[str, Any] = {"properties": properties}
+    if record.key is not None:
+        kwargs["partition_key"] = record.key.decode("latin-1")
+        if not record.key:
+            properties[EMPTY_KEY_PROPERTY] = "1"
+    if timestamp_ms > 0:
+        kwargs["event_timestamp"] = timestamp_ms
+    return kwargs
+
+
+def decode(msg: pulsar.Message, partition: int) -> Stored:
+    """The stored record of a message read from partition ``partition``."""
+    mid = msg.message_id()
+    props: dict[str, str] = msg.properties()
+    return Stored(
+        partition=partition,
+        position=pack(mid.ledger_id(), mid.entry_id(), mid.batch_index()),
+        timestamp_ms=msg.event_timestamp() or msg.publish_timestamp(),
+        value=msg.data(),
+        key=_decode_key(msg.partition_key(), props),
+        headers=_decode_headers(props),
+    )
+
+
+def _decode_key(text: str, props: dict[str, str]) -> bytes | None:
+    if text:
+        try:
+            return text.encode("latin-1")
+        except UnicodeEncodeError:  # a key set by a plain Pulsar producer
+            return text.encode()
+    return b"" if EMPTY_KEY_PROPERTY in props else None
+
+
+def _decode_headers(props: dict[str, str]) -> Headers:
+    blob = props.get(HEADERS_PROPERTY)
+    if blob is None:
+        return tuple((k, v.encode()) for k, v in props.items() if k != EMPTY_KEY_PROPERTY)
+    try:
+        return tuple((str(name), base64.b64decode(value)) for name, value in json.loads(blob))
+    except (ValueError, TypeError, binascii.Error):
+        return ((HEADERS_PROPERTY, blob.encode()),)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Inflight:
+    """Client calls that may outlive the caller's wait (a timed-out producer or reader
+    creation). pulsar-client aborts the process when a client is closed during a pending
+    lookup, so the store drains these, each bounded by the client's operation timeout,
+    before it closes the client."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def start(self, call: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        task = asyncio.ensure_future(call)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # mark it retrieved: a caller still waiting gets it anyway
+
+    async def drain(self, timeout: float) -> None:
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout)
+
+
+class PartitionProducers:
+    """One producer per partition topic, made on first use and kept until closed."""
+
+    def __init__(
+        self, client: pulsar_asyncio.Client, settings: PulsarSettings, inflight: Inflight
+    ) -> None:
+        self._client = client
+        self._settings = settings
+        self._inflight = inflight
+        self._producers: dict[str, pulsar_asyncio.Producer] = {}
+        self._creating: dict[str, asyncio.Task[pulsar_asyncio.Producer]] = {}
+
+    async def get(self, topic_url: str) -> pulsar_asyncio.Producer:
+        """The producer of a partition topic (``SegmentFenced`` if it is terminated,
+        ``NotFound`` if it does not exist, ``StorageUnavailable`` otherwise). Concurrent
+        callers share one creation, which goes on (and caches its producer) even if they
+        stop waiting."""
+        producer = self._producers.get(topic_url)
+        if producer is not None:
+            return producer
+        task = self._creating.get(topic_url)
+        if task is None:
+            task = self._inflight.start(self._create(topic_url))
+            self._creating[topic_url] = task
+            task.add_done_callback(lambda _: self._creating.pop(topic_url, None))
+        return await asyncio.shield(task)
+
+    async def _create(self, topic_url: str) -> pulsar_asyncio.Producer:
+        try:
+            producer = await self._client.create_producer(
+                topic_url, **self._settings.producer_options()
+            )
+        except PULSAR_ERRORS as exc:
+            raise from_pulsar(exc, topic_url) from exc
+        self._producers[topic_url] = producer
+        return producer
+
+    async def send(
+        self, producer: pulsar_asyncio.Producer, topic_url: str, record: Record, ts: int
+    ) -> tuple[int, int, int]:
+        """Send one record and wait for the broker's persisted ack: its message id."""
+        try:
+            mid = await producer.send(record.value, **encode(record, ts))
+        except PULSAR_ERRORS as exc:
+            if result_of(exc) in _STALE and self._producers.get(topic_url) is producer:
+                del self._producers[topic_url]
+            raise from_pulsar(exc, topic_url) from exc
+        return mid.ledger_id(), mid.entry_id(), mid.batch_index()
+
+    async def produce(self, topic_url: str, record: Record, ts: int) -> tuple[int, int, int]:
+        """Send with the cached producer; once more with a new one if it was closed under
+        us (a broker that dropped it, a topic unloaded)."""
+        producer = await self.get(topic_url)
+        try:
+            return await self.send(producer, topic_url, record, ts)
+        except StorageUnavailable as exc:
+            if exc.__cause__ is None or result_of(exc.__cause__) != pulsar.Result.AlreadyClosed:
+                raise
+        return await self.send(await self.get(topic_url), topic_url, record, ts)
+
+    async def close_topics(self, prefix: str) -> None:
+        """Close the producers of every partition of one storage topic."""
+        urls = [url for url in self._producers if url.startswith(prefix)]
+        await asyncio.gather(*(self._close(self._producers.pop(url)) for url in urls))
+
+    async def aclose(self) -> None:
+        producers = list(self._producers.values())
+        self._producers.clear()
+        await asyncio.gather(*(self._close(p) for p in producers))
+
+    async def _close(self, producer: pulsar_asyncio.Producer) -> None:
+        # A producer fenced by termination reports AlreadyClosed: nothing left to release.
+        with contextlib.suppress(TimeoutError, *PULSAR_ERRORS):
+            await asyncio.wait_for(producer.close(), self._settings.produce_timeout_s)

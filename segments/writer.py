@@ -1,0 +1,85 @@
+"""The segment writer: append to the segment a topic's produce pointer names."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from core.errors import NotFound, SegmentFenced, StorageUnavailable
+from core.model import Topic
+
+from .protocol import Produced, Record, SegmentStore
+
+
+@dataclass(frozen=True)
+class Written:
+    """Where a message was durably stored."""
+
+    segment_id: int
+    partition: int
+    position: int
+    timestamp_ms: int
+
+
+class SegmentWriter:
+    """Writes a topic's messages to its active segment.
+
+    ``refresh`` re-reads a topic (from the metastore, or a watched cache). When the fence of
+    a sealed segment refuses a write, the writer refreshes once: if the produce pointer has
+    moved, the write goes to the new segment; if not, the refusal stands. Either way no
+    message is acknowledged that the old segment's consumers will not see.
+    """
+
+    def __init__(
+        self, stores: Mapping[str, SegmentStore], refresh: Callable[[str, str], Awaitable[Topic]]
+    ) -> None:
+        self.stores = stores
+        self.refresh = refresh
+
+    def _target(self, topic: Topic) -> tuple[int, str, SegmentStore]:
+        segment = topic.active_segment
+        if segment is None:
+            raise NotFound(f"topic {topic.project}/{topic.name} has no active segment")
+        store = self.stores.get(segment.cluster)
+        if store is None:
+            raise StorageUnavailable(f"storage cluster {segment.cluster!r} is not configured here")
+        return segment.id, segment.storage_topic, store
+
+    async def write(self, topic: Topic, record: Record) -> Written:
+        segment_id, name, store = self._target(topic)
+        try:
+            done = await store.produce(name, record)
+        except SegmentFenced:
+            fresh = await self.refresh(topic.project, topic.name)
+            if fresh.produce_pointer is None or fresh.produce_pointer.segment_id == segment_id:
+                raise
+            segment_id, name, store = self._target(fresh)
+            done = await store.produce(name, record)
+        return Written(segment_id, done.partition, done.position, done.timestamp_ms)
+
+    async def write_many(
+        self, topic: Topic, records: Sequence[Record]
+    ) -> list[Written | Exception]:
+        """Write many records, a result per record. Records the fence refused are written
+        again, in order, to the new segment if the produce pointer moved: the fence refuses
+        everything after the seal, so the refused ones are a suffix per key and order holds."""
+        segment_id, name, store = self._target(topic)
+        results = await store.produce_many(name, records)
+        out: list[Written | Exception] = [_written(segment_id, r) for r in results]
+        fenced = [i for i, r in enumerate(results) if isinstance(r, SegmentFenced)]
+        if not fenced:
+            return out
+        fresh = await self.refresh(topic.project, topic.name)
+        if fresh.produce_pointer is None or fresh.produce_pointer.segment_id == segment_id:
+            return out
+        segment_id, name, store = self._target(fresh)
+        again = await store.produce_many(name, [records[i] for i in fenced])
+        for i, result in zip(fenced, again, strict=True):
+            out[i] = _written(segment_id, result)
+        return out
+
+
+def _written(segment_id: int, result: Produced | Exception) -> Written | Exception:
+    if isinstance(result, Exception):
+        return result
+    return Written(segment_id, result.partition, result.position, result.timestamp_ms)

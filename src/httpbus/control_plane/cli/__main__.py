@@ -1,5 +1,0 @@
-"""``python -m httpbus.control_plane.cli`` is the ``httpbus`` command."""
-
-from . import main
-
-main()

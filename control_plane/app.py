@@ -77,7 +77,8 @@ def create_app(
         """Readiness: the metastore answers a read within two seconds."""
         admin: Admin = request.app.state.admin
         try:
-            await asyncio.wait_for(admin.catalog.list_projects(), timeout=2.0)
+            async with asyncio.timeout(2.0):
+                await admin.catalog.list_projects()
         except (TimeoutError, HttpbusError) as exc:
             raise MetaStoreUnavailable("the metastore does not answer", retry_after=5) from exc
         return {"status": "ready"}

@@ -201,7 +201,8 @@ class CutoverCoordinator(LeaderElection):
                     if task is None or task.done():
                         self._drivers[key] = asyncio.create_task(self._drive(*key))
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(lost.wait(), self.interval_s * 5)
+                    async with asyncio.timeout(self.interval_s * 5):
+                        await lost.wait()
         finally:
             drivers, self._drivers = list(self._drivers.values()), {}
             for task in drivers:
@@ -220,7 +221,8 @@ class CutoverCoordinator(LeaderElection):
                 except HttpbusError as exc:
                     log.warning("cutover of %s/%s: %s; retrying", project, topic, exc)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), self.interval_s)
+                    async with asyncio.timeout(self.interval_s):
+                        await changed.wait()
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):

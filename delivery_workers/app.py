@@ -167,7 +167,8 @@ async def _readyz(request: Request) -> Response:
     """Readiness: the metastore answers a read within two seconds."""
     worker: Worker = request.app.state.worker
     try:
-        await asyncio.wait_for(worker.catalog.list_projects(), timeout=2.0)
+        async with asyncio.timeout(2.0):
+            await worker.catalog.list_projects()
     except (TimeoutError, HttpbusError):
         return JSONResponse(
             {"code": "metastore_unavailable", "message": "the metastore does not answer"},

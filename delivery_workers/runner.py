@@ -288,7 +288,8 @@ class SubscriptionRunner:
         if pending is None or pending.done():
             return
         try:
-            await asyncio.wait_for(asyncio.shield(pending), COMMIT_DRAIN_S)
+            async with asyncio.timeout(COMMIT_DRAIN_S):
+                await asyncio.shield(pending)
         except Exception as exc:  # the storage is away: the next owner commits again
             log.warning("%s: the last commit did not finish: %r", self.name, exc)
 

@@ -211,7 +211,8 @@ class Worker(AsyncResource):
                 finally:
                     self._holding.discard(key)
                     with contextlib.suppress(HttpbusError, TimeoutError):
-                        await asyncio.wait_for(self._release(lock, token), _RELEASE_TIMEOUT_S)
+                        async with asyncio.timeout(_RELEASE_TIMEOUT_S):
+                            await self._release(lock, token)
             except Exception:  # the metastore is down, a bug: keep the subscription owned
                 log.exception("worker %s: subscription %s failed; retrying", self.member_id, key)
                 await asyncio.sleep(self.error_retry_s)

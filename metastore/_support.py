@@ -65,8 +65,13 @@ class WatchHub:
             event.set()
 
     async def close(self) -> None:
-        """End every watch of the store: their iterators stop after the values they hold."""
+        """End every watch of the store: their iterators stop after the values they hold.
+
+        Each pump is woken as well as cancelled, and sees ``closed`` whenever it wakes, so
+        it ends even if a cancellation is lost on the way (as Python 3.11's ``wait_for`` can
+        lose one when its inner future finishes in the same loop step)."""
         self.closed = True
+        self.wake_all()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -123,10 +128,12 @@ async def _pump(
             except MetaStoreUnavailable as exc:
                 log.debug("watch read failed, retrying: %s", exc)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), retry_s)
+                    async with asyncio.timeout(retry_s):
+                        await wake.wait()
                 continue
             slot.publish(value)
-            await wake.wait()
+            if not hub.closed:
+                await wake.wait()
     except Exception as exc:  # a bad path or a bug: the consumer sees it at its next step
         error = exc
     finally:

@@ -134,9 +134,9 @@ class ZooKeeperMetaStore(AsyncResource):
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        stopping = asyncio.to_thread(self._client.stop)
         with contextlib.suppress(Exception):  # closing is best effort
-            await asyncio.wait_for(stopping, self._request_timeout_s + 10)
+            async with asyncio.timeout(self._request_timeout_s + 10):
+                await asyncio.to_thread(self._client.stop)
             self._client.close()
 
     def _on_state(self, state: str) -> None:
@@ -199,7 +199,8 @@ class ZooKeeperMetaStore(AsyncResource):
 
         try:
             fn(*args, **kwargs).rawlink(done)
-            return await asyncio.wait_for(fut, self._request_timeout_s)
+            async with asyncio.timeout(self._request_timeout_s):
+                return await fut
         except TimeoutError as exc:
             raise MetaStoreUnavailable(
                 f"zookeeper did not answer on {path} in {self._request_timeout_s}s"

@@ -85,7 +85,8 @@ class Gate:
                     retry_after=1,
                 )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), left)
+                async with asyncio.timeout(left):
+                    await self._changed.wait()
         if self.mode is Mode.NEW:
             return await self.cache.topic(*self.key)
         return topic
@@ -119,7 +120,8 @@ class Gate:
 
     async def drained(self, timeout: float) -> bool:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._drained.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._drained.wait()
         return self.inflight == 0
 
 

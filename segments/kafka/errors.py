@@ -108,7 +108,8 @@ async def retrying(call: Callable[[], Awaitable[T]], *, timeout: float, what: st
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return await asyncio.wait_for(call(), max(0.0, deadline - time.monotonic()))
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                return await call()
         except TimeoutError as exc:
             raise unavailable(what, f"got no answer within {timeout:g}s") from exc
         except HttpbusError as exc:
@@ -123,7 +124,8 @@ async def resolve(future: concurrent.futures.Future[T], *, timeout: float, what:
     The wait is bounded here, not by librdkafka: an AdminClient facing a dead broker keeps its
     request queued until its own (long) request timeout."""
     try:
-        return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+        async with asyncio.timeout(timeout):
+            return await asyncio.wrap_future(future)
     except TimeoutError as exc:
         raise unavailable(what, f"got no answer within {timeout:g}s") from exc
     except KafkaException as exc:

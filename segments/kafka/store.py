@@ -337,10 +337,10 @@ class KafkaSegmentStore(AsyncResource):
         """The topic's metadata, fresh from a broker; None if the topic does not exist."""
         what = f"describe topic {name}"
         try:
-            metadata = await asyncio.wait_for(
-                asyncio.to_thread(self._admin.list_topics, topic=name, timeout=timeout),
-                timeout + 0.5,
-            )
+            async with asyncio.timeout(timeout + 0.5):
+                metadata = await asyncio.to_thread(
+                    self._admin.list_topics, topic=name, timeout=timeout
+                )
         except TimeoutError as exc:
             raise unavailable(what, f"got no answer within {timeout:g}s") from exc
         except KafkaException as exc:

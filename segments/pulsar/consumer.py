@@ -164,7 +164,8 @@ class PartitionReaders:
     async def _bounded(self, awaitable: Awaitable[T], what: str) -> T:
         seconds = self._settings.produce_timeout_s
         try:
-            return await asyncio.wait_for(awaitable, seconds)
+            async with asyncio.timeout(seconds):
+                return await awaitable
         except TimeoutError as exc:
             raise timed_out(what, seconds) from exc
         except PULSAR_ERRORS as exc:
@@ -187,7 +188,8 @@ class PartitionReaders:
 
     async def _close_reader(self, reader: pulsar_asyncio.Reader) -> None:
         with contextlib.suppress(TimeoutError, *PULSAR_ERRORS):
-            await asyncio.wait_for(reader.close(), self._settings.produce_timeout_s)
+            async with asyncio.timeout(self._settings.produce_timeout_s):
+                await reader.close()
 
 
 def _retrieved(task: asyncio.Task[pulsar.Message]) -> None:

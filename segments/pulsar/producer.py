@@ -242,4 +242,5 @@ class PartitionProducers:
     async def _close(self, producer: pulsar_asyncio.Producer) -> None:
         # A producer fenced by termination reports AlreadyClosed: nothing left to release.
         with contextlib.suppress(TimeoutError, *PULSAR_ERRORS):
-            await asyncio.wait_for(producer.close(), self._settings.produce_timeout_s)
+            async with asyncio.timeout(self._settings.produce_timeout_s):
+                await producer.close()

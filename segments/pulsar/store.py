@@ -116,9 +116,8 @@ class PulsarSegmentStore(AsyncResource):
         # threads still run, and a process that exits right then aborts.
         with contextlib.suppress(TimeoutError, *PULSAR_ERRORS):
             blocking_close = client._client.close
-            await asyncio.wait_for(
-                asyncio.to_thread(blocking_close), self._settings.admin_timeout_s
-            )
+            async with asyncio.timeout(self._settings.admin_timeout_s):
+                await asyncio.to_thread(blocking_close)
         if self._admin_client is not None:
             await self._admin_client.aclose()
 

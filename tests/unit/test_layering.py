@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.layout import PACKAGES, ROOT
+
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 # package -> the packages of ours it may import (DESIGN.md, "Layout").
@@ -85,6 +86,7 @@ def _python_files() -> list[Path]:
 
 
 def test_every_package_of_the_table_stands_at_the_root() -> None:
+    assert set(ALLOWED) == set(PACKAGES)
     missing = [p for p in ALLOWED if not (ROOT / p / "__init__.py").is_file()]
     assert missing == []
     assert not (ROOT / "src").exists(), "the packages live at the root, not under src/"

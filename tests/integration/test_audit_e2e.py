@@ -50,9 +50,8 @@ from scripts.realservices.__main__ import DEFAULT_CACHE
 from scripts.realservices.maven import spark_jars
 from segments.config import KafkaClusterConfig
 from segments.registry import open_store
-from tests.conftest import RealServices
-from tests.integration.producer_process import ProducerProcess
-from tests.integration.test_worker_real import WorkerProcess
+from tests.support.processes import ProducerProcess, WorkerProcess
+from tests.support.services import RealServices
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

@@ -16,7 +16,7 @@ from segments.audit import AuditSink, decode_audit_record
 from segments.config import KafkaClusterConfig
 from segments.protocol import SegmentStore, Stored
 from segments.registry import open_store
-from tests.conftest import RealServices
+from tests.support.services import RealServices
 
 pytestmark = pytest.mark.kafka
 

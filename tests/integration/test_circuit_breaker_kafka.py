@@ -51,7 +51,7 @@ from metastore.protocol import MetaStore
 from segments.config import KafkaClusterConfig
 from segments.protocol import Record, SegmentStore
 from segments.registry import open_store
-from tests.conftest import RealServices
+from tests.support.services import RealServices
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

@@ -18,8 +18,10 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from control_plane.cli import cli
-from tests.integration.dev_process import Dev, run_dev
-from tests.integration.ui_support import TOKEN, Hook, hook, publish, wait_until
+from tests.support.cli import as_json, ok, one_line_error
+from tests.support.cli import httpbus as cli_httpbus
+from tests.support.dev import Dev, run_dev
+from tests.support.ui import TOKEN, Hook, hook, publish, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -35,26 +37,7 @@ def endpoint() -> Iterator[Hook]:
 
 
 def httpbus(dev: Dev, *args: str, input: str | None = None) -> Result:
-    env = {"HTTPBUS_URL": dev.control_plane, "HTTPBUS_ADMIN_TOKEN": TOKEN, "COLUMNS": "200"}
-    return CliRunner().invoke(cli, list(args), env=env, input=input)
-
-
-def ok(result: Result) -> str:
-    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
-    return result.stdout
-
-
-def as_json(result: Result) -> Any:
-    return json.loads(ok(result))
-
-
-def one_line_error(result: Result, code: int, *words: str) -> str:
-    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
-    text = result.stderr.strip()
-    assert text.startswith("error: ") and "\n" not in text, text
-    for word in words:
-        assert word in text, text
-    return text
+    return cli_httpbus(dev.control_plane, *args, token=TOKEN, input=input)
 
 
 def _setup(dev: Dev, project: str, topic: str, sub: str, url: str) -> None:

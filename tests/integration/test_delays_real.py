@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from tests.conftest import RealServices
-from tests.integration.retries_support import (
+from tests.support.services import RealServices
+from tests.support.world import (
     BACKENDS,
     Running,
     produce,

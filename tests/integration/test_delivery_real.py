@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from core.signing import verify
-from tests.conftest import RealServices
-from tests.integration.delivery_world import SECRET, DeliveryWorld, delivery_world, jitter, until
+from tests.support.delivery import DeliveryWorld, delivery_world, jitter
+from tests.support.hook import SECRET
+from tests.support.services import RealServices
+from tests.support.until import until
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka, pytest.mark.pulsar]
 CLUSTERS = ["kafka-main", "pulsar-main"]

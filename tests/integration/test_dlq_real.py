@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from core.model import RetryPolicy
-from tests.conftest import RealServices
-from tests.integration.retries_support import (
+from tests.support.services import RealServices
+from tests.support.world import (
     BACKENDS,
     Running,
     control_plane,

@@ -22,8 +22,8 @@ from scripts.realservices.supervisor import Supervisor
 from segments.config import KafkaClusterConfig, PulsarClusterConfig
 from segments.protocol import SegmentStore, Stored
 from segments.registry import open_store
-from tests.conftest import RealServices
-from tests.integration.producer_process import ProducerProcess
+from tests.support.processes import ProducerProcess
+from tests.support.services import RealServices
 
 ADMIN = "integration-producer-admin-token"
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka, pytest.mark.pulsar]

@@ -25,9 +25,9 @@ from metastore import paths
 from metastore.protocol import MetaStore
 from segments import dlq
 from segments.internal import header, load_layout
-from tests.conftest import RealServices
-from tests.integration.retries_support import BACKENDS, RealWorld, real_world, record, subscribe
-from tests.integration.test_worker_real import WorkerProcess
+from tests.support.processes import WorkerProcess
+from tests.support.services import RealServices
+from tests.support.world import BACKENDS, World, real_world, record, subscribe
 
 pytestmark = pytest.mark.parametrize("kind", BACKENDS)
 TOTAL = int(os.environ.get("HTTPBUS_KILL_MESSAGES", "10000"))
@@ -109,7 +109,7 @@ async def _holders_of(meta: MetaStore) -> str | None:
     return None if node is None else str(json.loads(node.data)["member"])
 
 
-async def _dead_ids(world: RealWorld, sub: Subscription) -> set[str]:
+async def _dead_ids(world: World, sub: Subscription) -> set[str]:
     layout = await load_layout(world.meta, sub)
     if layout is None:
         return set()

@@ -13,11 +13,11 @@ from core.model import RetryPolicy, Subscription
 from segments import dlq
 from segments.internal import RetryMeta, load_layout
 from segments.protocol import Stored
-from tests.conftest import RealServices
-from tests.integration.retries_support import (
+from tests.support.services import RealServices
+from tests.support.world import (
     BACKENDS,
-    RealWorld,
     Running,
+    World,
     control_plane,
     produce,
     real_world,
@@ -77,7 +77,7 @@ async def test_400_goes_to_the_dlq_at_once(
     assert meta.last_failed_ms / 1000 - world.hook.tries["bad"][0] < 1.0
 
 
-async def _dlq_entries(world: RealWorld, sub: Subscription, count: int) -> list[Stored]:
+async def _dlq_entries(world: World, sub: Subscription, count: int) -> list[Stored]:
     """The live DLQ entries once there are ``count`` (the hand-off is asynchronous)."""
     async with asyncio.timeout(15):
         while True:

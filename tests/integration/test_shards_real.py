@@ -32,8 +32,9 @@ from metastore.config import ZooKeeperConfig, open_metastore
 from segments.config import KafkaClusterConfig
 from segments.protocol import Record
 from segments.registry import open_store
-from tests.conftest import RealServices
-from tests.integration.test_worker_real import SECRET, WorkerProcess
+from tests.support.hook import SECRET
+from tests.support.processes import WorkerProcess
+from tests.support.services import RealServices
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
 SHARDS = 4

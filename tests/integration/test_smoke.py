@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
-from tests.conftest import RealServices
+from tests.support.services import RealServices
 
 
 @pytest.mark.zookeeper

@@ -13,8 +13,8 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.integration.dev_process import Dev, run_dev
-from tests.integration.ui_support import (
+from tests.support.dev import Dev, run_dev
+from tests.support.ui import (
     AUTH,
     TOKEN,
     Hook,

@@ -18,8 +18,8 @@ from playwright.sync_api import Browser, Page, expect
 from core.audit import Finding, FindingKind, HourlyRow, Reconciliation, SubscriptionTally
 from reports import migrate
 from reports.store import ReportStore
-from tests.integration.dev_process import Dev, run_dev
-from tests.integration.ui_support import (
+from tests.support.dev import Dev, run_dev
+from tests.support.ui import (
     TOKEN,
     Hook,
     admin,

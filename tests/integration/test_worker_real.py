@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,7 +14,6 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 from aiohttp import web
 
 from control_plane.assigner import Assigner
@@ -35,8 +32,8 @@ from metastore.config import ZooKeeperConfig, open_metastore
 from segments.config import KafkaClusterConfig
 from segments.protocol import Record
 from segments.registry import open_store
-from tests.conftest import RealServices
-from tests.integration.producer_process import free_port
+from tests.support.processes import WorkerProcess
+from tests.support.services import RealServices
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -65,44 +62,6 @@ async def _diagnosis(workers: list[WorkerProcess], meta: Any, got: dict[str, lis
                 w.log.read_text()[-3000:],
             ]
     return "\n".join(lines)
-
-
-class WorkerProcess:
-    def __init__(self, settings: dict[str, Any], workdir: Path, member: str) -> None:
-        self.member, self.port = member, free_port()
-        self.config = workdir / f"{member}.yaml"
-        self.config.write_text(yaml.safe_dump({**settings, "port": self.port, "member_id": member}))
-        self.log = workdir / f"{member}.log"
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "delivery_workers", "--config", str(self.config)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-    async def ready(self, timeout: float = 30) -> None:
-        async with httpx.AsyncClient() as client:
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"worker exited: {self.log.read_text()[-2000:]}")
-                try:
-                    r = await client.get(f"http://127.0.0.1:{self.port}/readyz", timeout=1)
-                    if r.status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass
-                await asyncio.sleep(0.2)
-        raise RuntimeError(f"worker not ready: {self.log.read_text()[-2000:]}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
 
 
 async def _endpoint(got: dict[str, list[str]]) -> tuple[web.AppRunner, str]:

@@ -17,8 +17,7 @@ from control_plane.ui.session import SESSION_COOKIE
 from metastore.embedded import EmbeddedMetaStore
 from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
-
-from .ui_helpers import TOKEN, csrf, login
+from tests.support.ui_pages import TOKEN, csrf, login
 
 API = {"Authorization": f"Bearer {TOKEN}"}
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.integration.dev_process import Dev
+from tests.support.dev import Dev
 
 TOKEN = "ui-browser-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -26,7 +26,7 @@ from metastore.catalog import Catalog
 from segments.config import ClusterConfig, KafkaClusterConfig, PulsarClusterConfig
 from segments.protocol import SegmentStore
 from segments.reader import SegmentReader
-from tests.conftest import RealServices
+from tests.support.services import RealServices
 
 ADMIN = "cutover-admin-token-0123456789"
 SETTLE_S = 0.05
@@ -212,7 +212,7 @@ class LoadProcess:
     def __init__(self, urls: Sequence[str], path: str, workdir: Path, groups: int = 200) -> None:
         self.out = workdir / f"load-{uuid.uuid4().hex[:6]}.json"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.cutover_harness", str(self.out), path,
+            [sys.executable, "-m", "tests.support.cutover", str(self.out), path,
              str(groups), *urls],
         )  # fmt: skip
         self.result = Load(urls, path, groups)

@@ -46,13 +46,14 @@ from delivery_workers.runner import SubscriptionRunner
 from metastore.catalog import Catalog
 from metastore.config import EmbeddedMetaStoreConfig, ZooKeeperConfig, open_metastore
 from metastore.protocol import MetaStore
+from segments.audit import AuditSink
 from segments.config import (
     ClusterConfig,
     EmbeddedClusterConfig,
     KafkaClusterConfig,
     PulsarClusterConfig,
 )
-from segments.internal import drop_layout
+from segments.internal import Layout, drop_layout, load_layout
 from segments.protocol import Record, SegmentStore
 from segments.reader import SegmentReader
 from segments.registry import open_store
@@ -208,16 +209,18 @@ async def subscribe(world: World, name: str = "s", **fields: object) -> Subscrip
     probe rate (test_circuit_breaker_kafka.py tests the two together)."""
     fields.setdefault("circuit_breaker", CircuitBreakerPolicy(enabled=False))
     fields.setdefault("endpoint", Endpoint(url=world.hook.url))
-    sub = Subscription(
-        project="p",
-        name=name,
-        topic_project="p",
-        topic="t",
-        signing_secret=SECRET,
-        **fields,
-    )  # type: ignore[arg-type]
     world.subs.append(name)
-    return await world.catalog.create_subscription(sub)
+    return await world.catalog.create_subscription(subscription(name, **fields))
+
+
+def subscription(
+    name: str = "s", url: str = "http://127.0.0.1:9/hook", **fields: object
+) -> Subscription:
+    """Subscription ``name`` of ``p/t`` (not stored), signed with :data:`SECRET`, pushing to
+    ``url`` unless ``fields`` name an ``endpoint``."""
+    fields.setdefault("endpoint", Endpoint(url=url))
+    fields.setdefault("signing_secret", SECRET)
+    return Subscription(project="p", name=name, topic_project="p", topic="t", **fields)  # type: ignore[arg-type]
 
 
 def record(mid: str, group: str | None, **extra: bytes) -> Record:
@@ -320,13 +323,21 @@ def in_group_order(received: list[tuple[str, str, bytes]]) -> bool:
 
 
 async def start_runner(
-    world: World, sub: Subscription, commit_policy: CommitPolicy | None = None
+    world: World,
+    sub: Subscription,
+    commit_policy: CommitPolicy | None = None,
+    *,
+    reader: SegmentReader | None = None,
+    audit: AuditSink | None = None,
 ) -> tuple[SubscriptionRunner, asyncio.Task[None], AiohttpSender]:
-    """A runner of ``sub`` started on the world's reader: (runner, its task, its sender)."""
+    """A runner of ``sub`` started on the world's reader (or ``reader``), emitting audit
+    events to ``audit`` if given: (runner, its task, its sender)."""
     sender = AiohttpSender()
     await sender.start()
     policy = commit_policy or CommitPolicy(every_n=50, every_s=0.2)
-    runner = SubscriptionRunner(sub, world.reader, sender, commit_policy=policy)
+    runner = SubscriptionRunner(
+        sub, reader or world.reader, sender, audit=audit, commit_policy=policy
+    )
     return runner, asyncio.create_task(runner.run()), sender
 
 
@@ -400,3 +411,20 @@ async def endpoint_world_fixture(tmp_path: Path) -> AsyncIterator[EndpointWorld]
     """The ``world`` fixture of the runner tests: ``from … import endpoint_world_fixture``."""
     async with endpoint_world(tmp_path) as built:
         yield built
+
+
+@pytest.fixture(name="world")
+async def embedded_world_fixture(tmp_path: Path) -> AsyncIterator[World]:
+    """The ``world`` fixture on embedded files: ``from … import embedded_world_fixture``."""
+    async with embedded_world(tmp_path) as built:
+        yield built
+
+
+def quick_running(world: World, sub: Subscription) -> Running:
+    """:class:`Running` that commits every 20 messages or 0.1 s."""
+    return Running(world, sub, CommitPolicy(every_n=20, every_s=0.1))
+
+
+async def layout_of(world: World, sub: Subscription, timeout: float = 5) -> Layout:
+    """The internal topics of ``sub`` (made by the first hand-off, which runs on its own)."""
+    return await until(lambda: load_layout(world.meta, sub), timeout, "the retry layout")

@@ -9,8 +9,10 @@ records what it gets and answers as the test says.
 
 It serves ``POST /hook`` and ``POST /hook/{path}`` (a path per subscription when several
 share it). ``behaviour(message id, attempt seen here)`` gives the answer's status and headers;
-``delay(path)`` the seconds to wait before answering; with ``secret`` set it counts requests
-whose Standard Webhooks signature does not verify.
+``delay(path)`` the seconds to wait before answering; the paths in ``down`` answer 503 (an
+outage); while ``open`` is cleared every request waits, then is answered 503 once it is set
+again (a held endpoint); with ``secret`` set it counts requests whose Standard Webhooks
+signature does not verify.
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ class Hook:
     behaviour: Behaviour = always_204
     delay: Callable[[str], float] = no_delay
     secret: str = ""
+    down: set[str] = field(default_factory=set)
+    open: asyncio.Event = field(default_factory=asyncio.Event)
     got: list[Delivered] = field(default_factory=list)
     requests: list[Request] = field(default_factory=list)
     tries: dict[str, list[float]] = field(default_factory=dict)  # id → arrival times
@@ -96,6 +100,9 @@ class Hook:
         return [r.id for r in self.on(path)]
 
     async def _handle(self, request: web.Request) -> web.Response:
+        if not self.open.is_set():
+            await self.open.wait()
+            return web.Response(status=503)
         at, body = time.time(), await request.read()
         path = request.match_info.get("path", "")
         if self.secret and not verify(self.secret, dict(request.headers), body):
@@ -103,6 +110,8 @@ class Hook:
         mid = request.headers.get("X-Message-Id", "")
         self.tries.setdefault(mid, []).append(at)
         status, headers = self.behaviour(mid, len(self.tries[mid]))
+        if path in self.down:
+            status, headers = 503, {}
         self.concurrent += 1
         self.max_concurrent = max(self.max_concurrent, self.concurrent)
         try:
@@ -123,6 +132,7 @@ class Hook:
 async def serve_hook(**options: object) -> AsyncIterator[Hook]:
     """A :class:`Hook` (``options`` are its fields) served on a free port until exit."""
     hook = Hook(**options)  # type: ignore[arg-type]
+    hook.open.set()
     app = web.Application()
     app.router.add_post("/hook", hook._handle)
     app.router.add_post("/hook/{path}", hook._handle)
@@ -135,4 +145,5 @@ async def serve_hook(**options: object) -> AsyncIterator[Hook]:
     try:
         yield hook
     finally:
+        hook.open.set()
         await runner.cleanup()

@@ -76,7 +76,6 @@ __all__ = [
     "record",
     "segment",
     "subscribe",
-    "until",
 ]
 
 BACKENDS = [
@@ -216,11 +215,17 @@ async def subscribe(world: World, name: str = "s", **fields: object) -> Subscrip
 def subscription(
     name: str = "s", url: str = "http://127.0.0.1:9/hook", **fields: object
 ) -> Subscription:
-    """Subscription ``name`` of ``p/t`` (not stored), signed with :data:`SECRET`, pushing to
-    ``url`` unless ``fields`` name an ``endpoint``."""
-    fields.setdefault("endpoint", Endpoint(url=url))
-    fields.setdefault("signing_secret", SECRET)
-    return Subscription(project="p", name=name, topic_project="p", topic="t", **fields)  # type: ignore[arg-type]
+    """Subscription ``name`` (not stored) of ``p/t`` unless ``fields`` say otherwise, signed
+    with :data:`SECRET`, pushing to ``url`` unless ``fields`` name an ``endpoint``."""
+    values: dict[str, object] = {
+        "project": "p",
+        "topic_project": "p",
+        "topic": "t",
+        "endpoint": Endpoint(url=url),
+        "signing_secret": SECRET,
+        **fields,
+    }
+    return Subscription(name=name, **values)  # type: ignore[arg-type]
 
 
 def record(mid: str, group: str | None, **extra: bytes) -> Record:

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from tests.support.services import RealServices
+from tests.support.until import until
 from tests.support.world import (
     BACKENDS,
     Running,
@@ -23,7 +24,6 @@ from tests.support.world import (
     real_world,
     record,
     subscribe,
-    until,
 )
 
 pytestmark = pytest.mark.parametrize("kind", BACKENDS)

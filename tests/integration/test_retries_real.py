@@ -14,6 +14,7 @@ from segments import dlq
 from segments.internal import RetryMeta, load_layout
 from segments.protocol import Stored
 from tests.support.services import RealServices
+from tests.support.until import until
 from tests.support.world import (
     BACKENDS,
     Running,
@@ -22,7 +23,6 @@ from tests.support.world import (
     produce,
     real_world,
     subscribe,
-    until,
 )
 
 pytestmark = pytest.mark.parametrize("kind", BACKENDS)

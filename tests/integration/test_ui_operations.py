@@ -30,8 +30,8 @@ from tests.support.ui import (
     new_page,
     publish,
     shot,
-    wait_until,
 )
+from tests.support.until import until_sync
 
 pytestmark = needs_chromium
 
@@ -146,7 +146,7 @@ def test_dlq_lists_failed_messages_unsideline_replays_them_and_purge_asks_first(
     endpoint.status = 400  # not retryable: straight to the DLQ
     refunds = [f"refund-{i}".encode() for i in range(5)]
     publish(dev, "shop", "refunds", refunds)
-    wait_until(lambda: _dlq_size(dev, "ledger") == 5, "5 messages in the DLQ", 30)
+    until_sync(lambda: _dlq_size(dev, "ledger") == 5, 30, "5 messages in the DLQ")
     log_in(page, dev, "/ui/projects/shop/subscriptions/ledger/dlq")
     rows = page.locator("#dlq tbody tr")
     expect(rows).to_have_count(5)
@@ -161,12 +161,12 @@ def test_dlq_lists_failed_messages_unsideline_replays_them_and_purge_asks_first(
     page.click("#unsideline")
     expect(page.locator(".flash")).to_contain_text("unsidelined 5 (0 remaining)")
     expect(page.locator("#dlq-empty")).to_be_visible()
-    wait_until(lambda: sorted(endpoint.delivered) == sorted(refunds), "the replay delivered", 30)
+    until_sync(lambda: sorted(endpoint.delivered) == sorted(refunds), 30, "the replay delivered")
     shot(page, "10-dlq-replayed")
 
     endpoint.status = 400
     publish(dev, "shop", "refunds", [b"refund-x", b"refund-y"])
-    wait_until(lambda: _dlq_size(dev, "ledger") == 2, "2 more in the DLQ", 30)
+    until_sync(lambda: _dlq_size(dev, "ledger") == 2, 30, "2 more in the DLQ")
     page.reload()
     expect(rows).to_have_count(2)
     page.check("input[name=scope][value=all]")
@@ -204,7 +204,7 @@ def test_cutover_from_the_topic_page_then_the_timeline_shows_two_segments(
 
     after = [f"after-{i}".encode() for i in range(4)]
     publish(dev, "shop", "events", after)
-    wait_until(lambda: sorted(endpoint.delivered) == sorted(before + after), "all delivered", 30)
+    until_sync(lambda: sorted(endpoint.delivered) == sorted(before + after), 30, "all delivered")
     page.click("h1 a")  # back to the topic
     segments = page.locator("#timeline g.segment")
     expect(segments).to_have_count(2)

@@ -5,8 +5,7 @@ test can change (to break it and fix it), and publishing through the producer.""
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -117,13 +116,6 @@ def publish(dev: Dev, project: str, topic: str, bodies: Sequence[bytes]) -> None
         for body in bodies:
             r = client.post(url, content=body)
             assert r.status_code == 201, r.text
-
-
-def wait_until(check: Callable[[], bool], what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout:g} s: {what}"
-        time.sleep(0.2)
 
 
 def admin(dev: Dev) -> httpx.Client:

@@ -21,7 +21,12 @@ from control_plane.cli import cli
 from tests.support.cli import as_json, ok, one_line_error
 from tests.support.cli import httpbus as cli_httpbus
 from tests.support.dev import Dev, run_dev
-from tests.support.ui import TOKEN, Hook, hook, publish
+from tests.support.ui import (
+    TOKEN,
+    Hook,
+    endpoint_fixture,  # noqa: F401  (a fixture)
+    publish,
+)
 from tests.support.until import until_sync
 
 
@@ -29,12 +34,6 @@ from tests.support.until import until_sync
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
     with run_dev(tmp_path_factory.mktemp("cli-real"), TOKEN) as running:
         yield running
-
-
-@pytest.fixture
-def endpoint() -> Iterator[Hook]:
-    with hook() as made:
-        yield made
 
 
 def httpbus(dev: Dev, *args: str, input: str | None = None) -> Result:

@@ -18,6 +18,7 @@ import pytest
 from core.signing import verify
 from tests.support.delivery import DeliveryWorld, delivery_world, jitter
 from tests.support.hook import SECRET
+from tests.support.load import Producing
 from tests.support.services import RealServices
 from tests.support.until import until
 
@@ -96,18 +97,12 @@ async def test_pause_resume_seek_and_status(world: DeliveryWorld) -> None:
     await world.subscribe("ops", "events")
     await world.running("ops")
     base = "/v1/projects/shop/subscriptions/ops"
-    produced: list[str] = []
-    stop = asyncio.Event()
 
-    async def keep_producing() -> None:
-        for i in range(100_000):
-            if stop.is_set():
-                return
-            await world.produce("events", b"e", {"X-Message-Id": f"a{i}"})
-            produced.append(f"a{i}")
-            await asyncio.sleep(0.01)
+    async def one(i: int) -> str:
+        await world.produce("events", b"e", {"X-Message-Id": f"a{i}"})
+        return f"a{i}"
 
-    producing = asyncio.create_task(keep_producing())
+    load = Producing(one)
     await until(lambda: len(world.hook.on("ops")) >= 30, what="30 deliveries")
     r = await world.cp.post(f"{base}/stop")
     assert r.status_code == 200 and r.json()["paused"] is True
@@ -116,8 +111,7 @@ async def test_pause_resume_seek_and_status(world: DeliveryWorld) -> None:
     last = max(g.at for g in world.hook.on("ops"))
     print(f"\n{world.cluster}: last delivery {last - stopped_at:+.3f}s after stop")
     assert last - stopped_at < 1.0
-    stop.set()
-    await producing
+    produced = await load.stop()
     status = (await world.cp.get(f"{base}/status")).json()
     assert status["state"] == "paused"
     delivered = set(world.hook.ids("ops"))

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
 from core.audit import Finding, FindingKind, HourlyRow, Reconciliation, SubscriptionTally
 from reports import migrate
@@ -23,11 +23,11 @@ from tests.support.ui import (
     TOKEN,
     Hook,
     admin,
-    chromium,
-    hook,
+    browser_fixture,  # noqa: F401  (a fixture)
+    endpoint_fixture,  # noqa: F401  (a fixture)
     log_in,
     needs_chromium,
-    new_page,
+    page_fixture,  # noqa: F401  (a fixture)
     publish,
     shot,
 )
@@ -49,24 +49,6 @@ def dev(tmp_path_factory: pytest.TempPathFactory, reports_url: str) -> Iterator[
         env.setenv("HTTPBUS_DATABASE_URL", reports_url)  # the dev's report database
         with run_dev(tmp_path_factory.mktemp("ui-ops"), TOKEN) as running:
             yield running
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with chromium() as launched:
-        yield launched
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    with new_page(browser) as opened:
-        yield opened
-
-
-@pytest.fixture
-def endpoint() -> Iterator[Hook]:
-    with hook() as made:
-        yield made
 
 
 def _topic_and_sub(dev: Dev, project: str, topic: str, sub: dict[str, object]) -> None:

@@ -121,3 +121,24 @@ def publish(dev: Dev, project: str, topic: str, bodies: Sequence[bytes]) -> None
 def admin(dev: Dev) -> httpx.Client:
     """An admin API client of the running control plane."""
     return httpx.Client(base_url=dev.control_plane, headers=AUTH, timeout=30)
+
+
+@pytest.fixture(name="browser", scope="module")
+def browser_fixture() -> Iterator[Browser]:
+    """Chromium for a test module: ``from … import browser_fixture``."""
+    with chromium() as launched:
+        yield launched
+
+
+@pytest.fixture(name="page")
+def page_fixture(browser: Browser) -> Iterator[Page]:
+    """A fresh page of its own for each test: ``from … import page_fixture``."""
+    with new_page(browser) as opened:
+        yield opened
+
+
+@pytest.fixture(name="endpoint")
+def endpoint_fixture() -> Iterator[Hook]:
+    """The webhook endpoint of one test: ``from … import endpoint_fixture``."""
+    with hook() as made:
+        yield made

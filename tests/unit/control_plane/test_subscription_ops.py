@@ -25,6 +25,7 @@ from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
 from segments.protocol import Record, SegmentStore
 from tests.support.hook import Hook, serve_hook
+from tests.support.load import Producing
 from tests.support.until import until
 from tests.support.until import until as _until
 from tests.support.workers import worker_in_process
@@ -116,26 +117,18 @@ async def test_status_shows_figures_lag_and_history(env: Env) -> None:
 
 
 async def test_stop_stops_within_a_second_and_start_skips_nothing(env: Env) -> None:
-    produced: list[str] = []
-    stop = asyncio.Event()
+    async def one(i: int) -> str:
+        await env.produce([f"m{i}"])
+        return f"m{i}"
 
-    async def keep_producing() -> None:
-        for i in range(10_000):
-            if stop.is_set():
-                return
-            await env.produce([f"m{i}"])
-            produced.append(f"m{i}")
-            await asyncio.sleep(0.01)
-
-    producing = asyncio.create_task(keep_producing())
+    load = Producing(one)
     await _until(lambda: len(env.hook.got) >= 20)
     r = await env.client.post(f"{SUB}/stop")
     assert r.status_code == 200 and r.json()["paused"] is True
     stopped_at = time.time()
     await asyncio.sleep(2.0)  # proves that nothing more is delivered once stopped
     assert max(d.at for d in env.hook.got) - stopped_at < 1.0
-    stop.set()
-    await producing
+    produced = await load.stop()
     assert set(env.ids()) < set(produced)
     assert (await env.client.post(f"{SUB}/stop")).json()["paused"] is True  # idempotent
     r = await env.client.post(f"{SUB}/start")

@@ -14,6 +14,7 @@ from control_plane.assigner import rendezvous
 from metastore import paths
 from segments.internal import load_layout
 from segments.protocol import Record
+from tests.support.load import Producing
 from tests.support.until import until
 from tests.support.workers import (
     WorkersWorld as World,
@@ -83,19 +84,12 @@ async def test_pause_stops_deliveries_and_resume_skips_nothing(world: World) -> 
     await world.subscribe("s0")
     worker = await world.worker("w1")
     await until(lambda: "p/s0" in worker.runners)
-    produced: list[str] = []
-    stop = asyncio.Event()
 
-    async def keep_producing() -> None:
-        # Stopped by the event, never cancelled: a cancel could land after the store took a
-        # message and before it is listed here, and the test would count one too few.
-        for i in range(10_000):
-            if stop.is_set():
-                return
-            produced.extend(await world.produce(f"m{i}", 1))
-            await asyncio.sleep(0.01)
+    async def one(i: int) -> str:
+        [mid] = await world.produce(f"m{i}", 1)
+        return mid
 
-    producing = asyncio.create_task(keep_producing())
+    load = Producing(one)
     await until(lambda: len(world.hook.ids("s0")) >= 20)
     sub = await world.catalog.get_subscription("p", "s0")
     await world.catalog.update_subscription(sub.model_copy(update={"paused": True}))
@@ -104,8 +98,7 @@ async def test_pause_stops_deliveries_and_resume_skips_nothing(world: World) -> 
     last = max(r.at for r in world.hook.on("s0"))
     assert last - paused_at < 1.0, f"delivered {last - paused_at:.2f}s after the pause"
     assert "p/s0" not in worker.runners
-    stop.set()
-    await producing
+    produced = await load.stop()
     sub = await world.catalog.get_subscription("p", "s0")
     await world.catalog.update_subscription(sub.model_copy(update={"paused": False}))
     await until(lambda: set(world.hook.ids("s0")) >= set(produced))

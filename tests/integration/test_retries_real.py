@@ -4,7 +4,6 @@ order under failure (the A / B / C scenario of the issue)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -79,14 +78,13 @@ async def test_400_goes_to_the_dlq_at_once(
 
 async def _dlq_entries(world: World, sub: Subscription, count: int) -> list[Stored]:
     """The live DLQ entries once there are ``count`` (the hand-off is asynchronous)."""
-    async with asyncio.timeout(15):
-        while True:
-            layout = await load_layout(world.meta, sub)
-            if layout is not None:
-                entries = (await dlq.scan(world.store, layout)).live()
-                if len(entries) >= count:
-                    return entries
-            await asyncio.sleep(0.1)
+
+    async def entries() -> list[Stored]:
+        layout = await load_layout(world.meta, sub)
+        found = [] if layout is None else (await dlq.scan(world.store, layout)).live()
+        return found if len(found) >= count else []
+
+    return await until(entries, 15, f"{count} live DLQ entries", interval=0.1)
 
 
 async def test_retry_after_is_honoured(kind: str, real_services: RealServices, unique: str) -> None:

@@ -239,9 +239,11 @@ async def test_a_sharded_subscription_sums_its_shards_and_seeks_them_all(env: En
     async def status() -> dict[str, Any]:
         return (await env.client.get(url)).json()  # type: ignore[no-any-return]
 
-    async with asyncio.timeout(20):
-        while (s := await status())["totals"]["delivered"] != 40 or s["lag"] != 0:
-            await asyncio.sleep(0.1)
+    async def settled() -> dict[str, Any] | None:
+        s = await status()
+        return s if s["totals"]["delivered"] == 40 and s["lag"] == 0 else None
+
+    s = await until(settled, 20, "40 delivered, lag 0", interval=0.1)
     assert [row["shard"] for row in s["shards"]] == [0, 1]
     assert all(row["worker"] == "w1" and row["state"] == "running" for row in s["shards"])
     assert [p["partition"] for p in s["partitions"]] == [0, 1]  # 2 | 2: one reader each

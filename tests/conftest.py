@@ -9,13 +9,11 @@ random suffix, so tests never see each other's data.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +21,7 @@ import pytest
 
 from scripts.realservices.__main__ import DEFAULT_CACHE, NAMES
 from scripts.realservices.supervisor import Supervisor
-
-
-@dataclass(frozen=True)
-class RealServices:
-    zookeeper: str
-    kafka: str
-    pulsar: str
-    pulsar_admin: str
-    postgres: str = ""  # libpq URL; "" when the state file predates PostgreSQL
-
-
-def _load(path: Path) -> RealServices:
-    return RealServices(**json.loads(path.read_text())["endpoints"])
+from tests.support.services import RealServices, load
 
 
 @pytest.fixture(scope="session")
@@ -43,13 +29,13 @@ def real_services() -> Iterator[RealServices]:
     """Endpoints of the real ZooKeeper, Kafka and Pulsar of this test run."""
     given = os.environ.get("HTTPBUS_SERVICES_FILE")
     if given:
-        yield _load(Path(given))
+        yield load(Path(given))
         return
     run_dir = Path(tempfile.mkdtemp(prefix="httpbus-pytest-services-"))
     sup = Supervisor(run_dir, DEFAULT_CACHE)
     sup.start(NAMES, die_with_parent=True)
     try:
-        yield _load(sup.state_file)
+        yield load(sup.state_file)
     finally:
         sup.stop()
 
@@ -72,7 +58,7 @@ def postgres_server(real_services: RealServices) -> Iterator[str]:
     sup = Supervisor(run_dir, DEFAULT_CACHE, Ports(postgres=port))
     sup.start(["postgres"], die_with_parent=True)
     try:
-        yield _load(sup.state_file).postgres
+        yield load(sup.state_file).postgres
     finally:
         sup.stop()
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -14,7 +14,7 @@ from control_plane.app import create_app
 from control_plane.settings import ControlPlaneSettings
 from metastore.config import ZooKeeperConfig
 from segments.config import KafkaClusterConfig, PulsarClusterConfig
-from tests.conftest import RealServices
+from tests.support.services import RealServices
 
 TOKEN = "integration-admin-token-0123"
 

@@ -19,88 +19,34 @@ import asyncio
 import json
 import signal
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import yaml
-from aiohttp import web
 from typer.testing import CliRunner
 
 from control_plane.assigner import Assigner
 from control_plane.cli import cli
 from core.model import (
-    Backend,
     CircuitBreakerPolicy,
-    Endpoint,
-    Project,
     RetryPolicy,
-    Segment,
-    SegmentState,
-    Subscription,
-    Topic,
 )
-from metastore import paths
-from metastore.catalog import Catalog
-from metastore.config import ZooKeeperConfig, open_metastore
 from reports.store import ReportStore
 from scripts.realservices.__main__ import DEFAULT_CACHE
 from scripts.realservices.maven import spark_jars
-from segments.config import KafkaClusterConfig
-from segments.registry import open_store
-from tests.conftest import RealServices
-from tests.integration.producer_process import ProducerProcess
-from tests.integration.test_worker_real import WorkerProcess
+from tests.support.hook import Hook
+from tests.support.processes import ProducerProcess
+from tests.support.services import RealServices
+from tests.support.until import until
+from tests.support.workers import ProcessWorld, process_world
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
-SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 ADMIN = "audit-e2e-admin-token"
 SUBS = {"all": None, "eu": 'headers["x-region"] == "eu"'}
 TOTAL = 600
 SESSION_S = 4.0
-
-
-class Endpoint_:
-    """Acknowledges deliveries (recording them) unless ``hold`` is on: then requests wait and
-    are answered 503 once released, never recorded."""
-
-    def __init__(self) -> None:
-        self.acked: dict[str, list[str]] = {s: [] for s in SUBS}
-        self.open = asyncio.Event()
-        self.open.set()
-
-    async def receive(self, request: web.Request) -> web.Response:
-        if not self.open.is_set():
-            await self.open.wait()
-            return web.Response(status=503)
-        await asyncio.sleep(0.002)
-        self.acked[request.match_info["sub"]].append(request.headers["X-Message-Id"])
-        return web.Response(status=204)
-
-    def distinct(self, sub: str) -> int:
-        return len(set(self.acked[sub]))
-
-    def duplicates(self) -> int:
-        return sum(len(v) - len(set(v)) for v in self.acked.values())
-
-
-@pytest.fixture
-async def endpoint() -> AsyncIterator[tuple[str, Endpoint_]]:
-    ep = Endpoint_()
-    app = web.Application()
-    app.router.add_post("/hook/{sub}", ep.receive)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}/hook", ep
-    finally:
-        ep.open.set()
-        await runner.cleanup()
 
 
 async def _produce(url: str) -> None:
@@ -124,85 +70,62 @@ async def _produce(url: str) -> None:
             await asyncio.sleep(0.1)
 
 
-async def _setup(catalog: Catalog, store: Any, storage: str, url: str) -> None:
-    await catalog.create_project(Project(name="shop"))
-    await store.create_topic(storage, 4, retention_ms=3_600_000)
-    segment = Segment(
-        id=1,
-        cluster="kafka-main",
-        backend=Backend.KAFKA,
-        storage_topic=storage,
-        partitions=4,
-        state=SegmentState.ACTIVE,
-    )
-    await catalog.create_topic(Topic(project="shop", name="orders"), segment)
+async def _setup(world: ProcessWorld) -> None:
     for name, expression in SUBS.items():
-        await catalog.create_subscription(
-            Subscription(
-                project="shop",
-                name=name,
-                topic_project="shop",
-                topic="orders",
-                endpoint=Endpoint(url=f"{url}/{name}"),
-                signing_secret=SECRET,
-                filter=expression,
-                max_in_flight=20,
-                retry=RetryPolicy(initial_delay_ms=100, max_delay_ms=1_000),
-                circuit_breaker=CircuitBreakerPolicy(enabled=False),
-            )
+        await world.subscribe(
+            name,
+            filter=expression,
+            max_in_flight=20,
+            retry=RetryPolicy(initial_delay_ms=100, max_delay_ms=1_000),
+            circuit_breaker=CircuitBreakerPolicy(enabled=False),
         )
+
+
+def _distinct(hook: Hook, sub: str) -> int:
+    return len(set(hook.ids(sub)))
+
+
+def _duplicates(hook: Hook) -> int:
+    return sum(len(hook.ids(s)) - len(set(hook.ids(s))) for s in SUBS)
 
 
 async def test_audit_after_a_worker_kill_reports_no_loss_and_the_exact_duplicates(
     real_services: RealServices,
     unique: str,
     tmp_path: Path,
-    endpoint: tuple[str, Endpoint_],
     spark: Any,
 ) -> None:
-    url, ep = endpoint
-    zk = ZooKeeperConfig(
-        hosts=real_services.zookeeper, root=f"/audit-{unique}", session_timeout_s=SESSION_S
-    )
-    kafka = KafkaClusterConfig(bootstrap_servers=real_services.kafka)
     audit = {"cluster": "kafka-main", "topic": f"it.{unique}.audit"}
-    common = {
-        "metastore": zk.model_dump(),
-        "clusters": {"kafka-main": kafka.model_dump()},
-        "audit": audit,
-    }
-    # Commits far apart: what the victim delivered since its last commit is delivered again by
-    # the survivor, so the run has duplicates to count.
-    worker_settings = {**common, "commit_every_s": 30.0, "lock_retry_s": 0.2}
-    storage = f"it.{unique}.orders.s1"
     expected = {"all": TOTAL, "eu": len(range(0, TOTAL, 3))}
-    async with open_metastore(zk) as meta, open_store(kafka) as store:
-        catalog = Catalog(meta)
-        await _setup(catalog, store, storage, url)
+    async with process_world(real_services, unique, tmp_path, session_timeout_s=SESSION_S) as world:
+        ep = world.hook
+        common = world.settings(audit=audit)
+        await _setup(world)
         producer = ProducerProcess({**common, "admin_token": ADMIN}, tmp_path)
         producer.start()
-        workers = [WorkerProcess(worker_settings, tmp_path, f"w{i}-{unique}") for i in (1, 2)]
+        # Commits far apart: what the victim delivered since its last commit is delivered
+        # again by the survivor, so the run has duplicates to count.
+        members = [f"w{i}-{unique}" for i in (1, 2)]
+        workers = world.workers(members, audit=audit, commit_every_s=30.0, lock_retry_s=0.2)
         try:
-            async with Assigner(meta, catalog, "cp-test", interval_s=0.5):
+            async with Assigner(world.meta, world.catalog, "cp-test", interval_s=0.5):
                 await asyncio.gather(*(w.ready() for w in workers))
-                async with asyncio.timeout(30):
-                    while len(holders := await _holders_of(meta)) < len(SUBS):
-                        await asyncio.sleep(0.1)
+                holders = await world.all_held(list(SUBS))
                 victim = next(w for w in workers if w.member in holders.values())
                 survivor = next(w for w in workers if w is not victim)
                 producing = asyncio.create_task(_produce(producer.url))
-                async with asyncio.timeout(90):
-                    while ep.distinct("all") < TOTAL // 3:
-                        await asyncio.sleep(0.02)
+                await until(lambda: _distinct(ep, "all") >= TOTAL // 3, 90, "a third delivered")
                 ep.open.clear()  # hold every request; let the sinks flush what was delivered
-                await asyncio.sleep(1.5)
+                await asyncio.sleep(1.5)  # no event to wait for: the sinks flush on a timer
                 victim.proc.send_signal(signal.SIGKILL)
                 victim.proc.wait(10)
                 ep.open.set()
                 await producing
-                async with asyncio.timeout(120):
-                    while any(ep.distinct(s) < n for s, n in expected.items()):
-                        await asyncio.sleep(0.1)
+                await until(
+                    lambda: all(_distinct(ep, s) >= n for s, n in expected.items()),
+                    120,
+                    "every expected delivery",
+                )
                 await asyncio.sleep(1.0)  # deliveries answered just now reach the trail
         finally:
             for w in workers:
@@ -233,13 +156,10 @@ async def test_audit_after_a_worker_kill_reports_no_loss_and_the_exact_duplicate
             streaming += ["--once", "--checkpoint", str(tmp_path / "checkpoint")]
             streamed = await asyncio.to_thread(CliRunner().invoke, cli, streaming)
         finally:
-            for child in await meta.children("/"):
-                await meta.delete(f"/{child}", recursive=True)
-            await store.delete_topic(storage)
-            if await store.partitions(audit["topic"]) is not None:
-                await store.delete_topic(audit["topic"])
+            if await world.store.partitions(audit["topic"]) is not None:
+                await world.store.delete_topic(audit["topic"])
     assert result.exit_code == 0, result.output
-    print(f"\n{result.output}\naudit run took {took:.1f}s; endpoint duplicates {ep.duplicates()}")
+    print(f"\n{result.output}\naudit run took {took:.1f}s; endpoint duplicates {_duplicates(ep)}")
     assert streamed.exit_code == 0, streamed.output
     reports = ReportStore.from_url(db)
     (run,) = reports.runs()
@@ -248,7 +168,7 @@ async def test_audit_after_a_worker_kill_reports_no_loss_and_the_exact_duplicate
     reports.close()
     # The streaming rows replaced the batch rows of the same windows, with the same counts
     # (exact copies of events are dropped; real redeliveries are counted).
-    assert sum(r.delivered for r in hourly) == len(ep.acked["all"])
+    assert sum(r.delivered for r in hourly) == len(ep.ids("all"))
     assert sum(r.accepted for r in hourly) == TOTAL
     assert full is not None
     tallies = {t["subscription"]: t for t in json.loads(run.tallies)}
@@ -257,17 +177,8 @@ async def test_audit_after_a_worker_kill_reports_no_loss_and_the_exact_duplicate
     assert tallies["shop/all"]["delivered"] == TOTAL
     assert tallies["shop/eu"]["delivered"] == expected["eu"]
     assert tallies["shop/eu"]["filtered"] == TOTAL - expected["eu"]
-    assert ep.duplicates() > 0  # the kill did cause redeliveries
-    assert run.duplicates == ep.duplicates()
+    assert _duplicates(ep) > 0  # the kill did cause redeliveries
+    assert run.duplicates == _duplicates(ep)
     dup_ids = sorted(f.message_id for f in full.findings if f.kind == "duplicate")
-    acked_twice = sorted(m for s in SUBS for m in set(ep.acked[s]) if ep.acked[s].count(m) > 1)
+    acked_twice = sorted(m for s in SUBS for m in set(ep.ids(s)) if ep.ids(s).count(m) > 1)
     assert dup_ids == acked_twice
-
-
-async def _holders_of(meta: Any) -> dict[str, str]:
-    out = {}
-    for s in SUBS:
-        node = await meta.get(paths.subscription_lock("shop", s))
-        if node is not None:
-            out[s] = json.loads(node.data)["member"]
-    return out

@@ -6,7 +6,6 @@ too large without blocking the others, and ``aclose`` writes what is still pendi
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
@@ -16,7 +15,8 @@ from segments.audit import AuditSink, decode_audit_record
 from segments.config import KafkaClusterConfig
 from segments.protocol import SegmentStore, Stored
 from segments.registry import open_store
-from tests.conftest import RealServices
+from tests.support.services import RealServices
+from tests.support.until import until
 
 pytestmark = pytest.mark.kafka
 
@@ -78,10 +78,12 @@ async def test_every_event_reaches_kafka_byte_identical(store: SegmentStore, top
     async with AuditSink(store, topic, partitions=4, flush_interval_s=0.05) as sink:
         for event in events:
             sink.emit(event)
-        async with asyncio.timeout(30):  # the background task alone writes them
-            while sink.written < len(events):
-                assert sink.failed_batches == 0
-                await asyncio.sleep(0.05)
+
+        def written() -> bool:  # the background task alone writes them
+            assert sink.failed_batches == 0
+            return sink.written >= len(events)
+
+        await until(written, 30, "every event written", interval=0.05)
         assert (sink.emitted, sink.dropped, sink.pending) == (5_000, 0, 0)
     assert await store.partitions(topic) == 4
     back = await _read_all(store, topic)

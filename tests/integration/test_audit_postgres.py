@@ -8,7 +8,7 @@ import pytest
 
 from core.audit import Finding, FindingKind, Reconciliation, SubscriptionTally
 from reports.store import ReportStore
-from tests.unit.reports.test_migrations import check_up_down_up
+from tests.support.migrations import check_up_down_up
 
 pytestmark = pytest.mark.postgres
 

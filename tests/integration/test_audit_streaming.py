@@ -18,7 +18,7 @@ from segments.audit import AuditSink
 from segments.config import KafkaClusterConfig
 from segments.protocol import Record
 from segments.registry import open_store
-from tests.conftest import RealServices
+from tests.support.services import RealServices
 
 pytestmark = pytest.mark.kafka
 HOUR = 3_600_000

@@ -19,42 +19,28 @@ delay): the count of messages that reached MAX_ATTEMPTS is what the DLQ would ha
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
-from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
 from core.audit import AuditEvent, AuditType
 from core.model import (
-    Backend,
     CircuitBreakerPolicy,
-    Endpoint,
-    Project,
     RetryPolicy,
-    Segment,
-    SegmentState,
-    Subscription,
-    Topic,
 )
-from delivery_workers.aiohttp_sender import AiohttpSender
 from delivery_workers.app import WorkerCollector
 from delivery_workers.worker import Worker
-from metastore import paths
-from metastore.catalog import Catalog
-from metastore.config import ZooKeeperConfig, open_metastore
-from metastore.protocol import MetaStore
-from segments.config import KafkaClusterConfig
-from segments.protocol import Record, SegmentStore
-from segments.registry import open_store
-from tests.conftest import RealServices
+from segments.protocol import Record
+from tests.support.hook import Hook
+from tests.support.services import RealServices
+from tests.support.until import until
+from tests.support.workers import ProcessWorld, in_process_worker, process_world
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
-SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 TOTAL = 5_000
 RATE = 100.0  # each subscription's rate limit: its normal throughput
 NORMAL_S, OUTAGE_S = 10.0, 30.0
@@ -77,17 +63,16 @@ SUBS = {
 }
 
 
-@dataclass
-class Hook:
-    """The endpoints: ``/hook/{sub}``; subscriptions in ``failing`` get 503."""
+def _delivered(hook: Hook, sub: str) -> set[str]:
+    return set(hook.ids(sub))
 
-    url: str = ""
-    failing: set[str] = field(default_factory=set)
-    # (monotonic time, subscription, message id, attempt, delivered)
-    log: list[tuple[float, str, str, int, bool]] = field(default_factory=list)
 
-    def delivered(self, sub: str) -> set[str]:
-        return {mid for _, s, mid, _, ok in self.log if s == sub and ok}
+def _log(hook: Hook) -> list[tuple[float, str, str, int, bool]]:
+    """(time, subscription, message id, attempt, delivered) of every request."""
+    return [
+        (r.at, r.path, r.id, int(r.headers["X-Attempt"]), 200 <= r.status < 300)
+        for r in hook.requests
+    ]
 
 
 class Audit:
@@ -101,71 +86,25 @@ class Audit:
             self.events.append(event)
 
 
-@pytest.fixture
-async def hook() -> AsyncIterator[Hook]:
-    state = Hook()
-
-    async def receive(request: web.Request) -> web.Response:
-        sub, mid = request.match_info["sub"], request.headers["X-Message-Id"]
-        ok = sub not in state.failing
-        state.log.append((time.monotonic(), sub, mid, int(request.headers["X-Attempt"]), ok))
-        await asyncio.sleep(0.002)  # a real endpoint takes a moment
-        return web.Response(status=204) if ok else web.Response(status=503, text="db down")
-
-    app = web.Application()
-    app.router.add_post("/hook/{sub}", receive)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    state.url = f"http://127.0.0.1:{port}/hook"
-    try:
-        yield state
-    finally:
-        await runner.cleanup()
-
-
 def _per_second(times: list[float], start: float, end: float) -> list[int]:
     counts = Counter(int(t - start) for t in times if start <= t < end)
     return [counts.get(i, 0) for i in range(int(end - start))]
 
 
-async def _setup(meta: MetaStore, store: SegmentStore, storage: str, url: str) -> None:
-    catalog = Catalog(meta)
-    await catalog.create_project(Project(name="shop"))
-    await store.create_topic(storage, 4, retention_ms=3_600_000)
-    segment = Segment(
-        id=1,
-        cluster="kafka-main",
-        backend=Backend.KAFKA,
-        storage_topic=storage,
-        partitions=4,
-        state=SegmentState.ACTIVE,
-    )
-    await catalog.create_topic(Topic(project="shop", name="orders"), segment)
+async def _setup(world: ProcessWorld) -> None:
     for name, breaker in SUBS.items():
-        await catalog.create_subscription(
-            Subscription(
-                project="shop",
-                name=name,
-                topic_project="shop",
-                topic="orders",
-                endpoint=Endpoint(url=f"{url}/{name}"),
-                signing_secret=SECRET,
-                max_in_flight=20,
-                rate_limit_per_second=RATE,
-                retry=RETRY,
-                circuit_breaker=breaker,
-            )
+        await world.subscribe(
+            name,
+            max_in_flight=20,
+            rate_limit_per_second=RATE,
+            retry=RETRY,
+            circuit_breaker=breaker,
         )
     for start in range(0, TOTAL, 500):
-        records = [
-            Record(b"{}", headers=(("x-message-id", f"m{i}".encode()),))
-            for i in range(start, min(start + 500, TOTAL))
-        ]
-        results = await store.produce_many(storage, records)
-        assert not [r for r in results if isinstance(r, Exception)]
+        ids = [f"m{i}" for i in range(start, min(start + 500, TOTAL))]
+        await world.produce_many(
+            [Record(b"{}", headers=(("x-message-id", m.encode()),)) for m in ids]
+        )
 
 
 Sample = tuple[float, dict[str, tuple[str | None, float | None, int]]]
@@ -173,7 +112,7 @@ Sample = tuple[float, dict[str, tuple[str | None, float | None, int]]]
 
 @dataclass
 class Run:
-    """When each phase began (monotonic), what the worker showed along the way."""
+    """When each phase began (time.time()), what the worker showed along the way."""
 
     t0: float = 0.0  # the first delivery of ``guarded``
     outage: float = 0.0
@@ -192,7 +131,7 @@ async def _sample(worker: Worker, run: Run) -> None:
             k.split("/")[1]: (s.circuit_state, s.circuit_rate, s.dead_lettered)
             for k, s in stats.items()
         }
-        run.samples.append((time.monotonic(), shown))
+        run.samples.append((time.time(), shown))
         await asyncio.sleep(0.1)
 
 
@@ -200,58 +139,35 @@ async def _scenario(worker: Worker, hook: Hook) -> Run:
     run = Run()
     sampler = asyncio.create_task(_sample(worker, run))
     try:
-        async with asyncio.timeout(30):
-            while not hook.delivered("guarded"):
-                await asyncio.sleep(0.05)
-        run.t0 = time.monotonic()
-        await asyncio.sleep(NORMAL_S)
-        hook.failing = {"guarded", "unguarded"}
-        run.outage = time.monotonic()
+        await until(lambda: _delivered(hook, "guarded"), 30, "the first delivery")
+        run.t0 = time.time()
+        await asyncio.sleep(NORMAL_S)  # the phases last their time, whatever happens
+        hook.down = {"guarded", "unguarded"}
+        run.outage = time.time()
         await asyncio.sleep(OUTAGE_S / 2)
         registry = CollectorRegistry()
         registry.register(WorkerCollector(worker))
         run.metrics = generate_latest(registry).decode()
         await asyncio.sleep(OUTAGE_S / 2)
-        hook.failing = set()
-        run.healed = time.monotonic()
-        async with asyncio.timeout(100):
-            while len(hook.delivered("guarded")) < TOTAL:
-                await asyncio.sleep(0.2)
-        run.done = time.monotonic()
+        hook.down = set()
+        run.healed = time.time()
+        await until(lambda: len(_delivered(hook, "guarded")) >= TOTAL, 100, "every message")
+        run.done = time.time()
     finally:
         sampler.cancel()
     return run
 
 
 async def test_outage_is_throttled_recovers_and_spares_the_retry_budget(
-    real_services: RealServices, unique: str, hook: Hook
+    real_services: RealServices, unique: str, tmp_path: Path
 ) -> None:
-    zk = ZooKeeperConfig(hosts=real_services.zookeeper, root=f"/cb-{unique}")
-    kafka = KafkaClusterConfig(bootstrap_servers=real_services.kafka)
-    storage, member, audit = f"it.{unique}.cb", f"w-{unique}", Audit()
-    async with open_metastore(zk) as meta, open_store(kafka) as store:
-        try:
-            await _setup(meta, store, storage, hook.url)
-            async with (
-                AiohttpSender() as sender,
-                Worker(
-                    meta,
-                    {"kafka-main": store},
-                    sender,
-                    member,
-                    audit=audit,  # type: ignore[arg-type]
-                    commit_every_s=0.5,
-                    lock_retry_s=0.2,
-                ) as worker,
-            ):
-                keys = [f"shop/{s}" for s in SUBS]
-                await meta.create(paths.assignment(member), json.dumps(keys).encode())
-                run = await _scenario(worker, hook)
-        finally:
-            for child in await meta.children("/"):
-                await meta.delete(f"/{child}", recursive=True)
-            await store.delete_topic(storage)
-    _report_and_check(hook, audit, run)
+    audit = Audit()
+    async with process_world(real_services, unique, tmp_path, session_timeout_s=None) as world:
+        await _setup(world)
+        member = f"w-{unique}"
+        async with in_process_worker(world, member, list(SUBS), audit) as worker:  # type: ignore[arg-type]
+            run = await _scenario(worker, world.hook)
+    _report_and_check(world.hook, audit, run)
 
 
 def _print_table(run: Run, attempts: dict[str, list[int]], delivered: dict[str, list[int]]) -> None:
@@ -275,7 +191,7 @@ def _report_and_check(hook: Hook, audit: Audit, run: Run) -> None:
     t0, done, metrics_text = run.t0, run.done, run.metrics
 
     def times(sub: str, delivered: bool | None = None) -> list[float]:
-        return [t for t, s, _, _, ok in hook.log if s == sub and delivered in (None, ok)]
+        return [t for t, s, _, _, ok in _log(hook) if s == sub and delivered in (None, ok)]
 
     attempts = {s: _per_second(times(s), t0, done) for s in SUBS}
     delivered = {s: _per_second(times(s, True), t0, done) for s in SUBS}
@@ -289,7 +205,7 @@ def _report_and_check(hook: Hook, audit: Audit, run: Run) -> None:
     # attempts of the guarded subscription from 10 s after the outage start to its end
     throttled = attempts["guarded"][o + 10 : h]
     exhausted = {
-        s: len({mid for _, sub, mid, n, _ in hook.log if sub == s and n >= MAX_ATTEMPTS})
+        s: len({mid for _, sub, mid, n, _ in _log(hook) if sub == s and n >= MAX_ATTEMPTS})
         for s in SUBS
     }
     parked_peak = {
@@ -307,7 +223,7 @@ def _report_and_check(hook: Hook, audit: Audit, run: Run) -> None:
     moves = [
         (e.circuit_from, e.circuit_to) for e in audit.events if e.subscription == "shop/guarded"
     ]
-    duplicates = {s: len(times(s, True)) - len(hook.delivered(s)) for s in SUBS}
+    duplicates = {s: len(times(s, True)) - len(_delivered(hook, s)) for s in SUBS}
     print(
         f"normal throughput {normal} msg/s; guarded circuit open {opened:.1f} s into the outage; "
         f"guarded attempts/s from outage+10 s: {throttled} "
@@ -316,7 +232,7 @@ def _report_and_check(hook: Hook, audit: Audit, run: Run) -> None:
         f"{exhausted}; peak dead-lettered {parked_peak}\n"
         f"guarded back to >= 90 % of normal {recovered} s after healing; "
         f"healthy during the outage {healthy_outage:.1f} msg/s vs normal {normal['healthy']:.1f}\n"
-        f"guarded delivered {len(hook.delivered('guarded'))}/{TOTAL} "
+        f"guarded delivered {len(_delivered(hook, 'guarded'))}/{TOTAL} "
         f"({done - t0:.0f} s in all), duplicates {duplicates}\ncircuit transitions {moves}"
     )
     assert throttled and max(throttled) <= PROBE_PER_S + 2
@@ -324,7 +240,7 @@ def _report_and_check(hook: Hook, audit: Audit, run: Run) -> None:
     assert exhausted["guarded"] == 0 and parked_peak["guarded"] == 0
     assert exhausted["unguarded"] > 0  # the same outage without the breaker burns the budget
     assert recovered is not None and recovered <= 30
-    assert hook.delivered("guarded") == {f"m{i}" for i in range(TOTAL)}
+    assert _delivered(hook, "guarded") == {f"m{i}" for i in range(TOTAL)}
     assert healthy_outage >= 0.9 * normal["healthy"]
     assert moves[0] == ("closed", "open") and moves[-1] == ("half_open", "closed")
     assert 'httpbus_circuit_state{state="open",subscription="shop/guarded"} 1.0' in metrics_text

@@ -18,8 +18,16 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from control_plane.cli import cli
-from tests.integration.dev_process import Dev, run_dev
-from tests.integration.ui_support import TOKEN, Hook, hook, publish, wait_until
+from tests.support.cli import as_json, ok, one_line_error
+from tests.support.cli import httpbus as cli_httpbus
+from tests.support.dev import Dev, run_dev
+from tests.support.ui import (
+    TOKEN,
+    Hook,
+    endpoint_fixture,  # noqa: F401  (a fixture)
+    publish,
+)
+from tests.support.until import until_sync
 
 
 @pytest.fixture(scope="module")
@@ -28,33 +36,8 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
         yield running
 
 
-@pytest.fixture
-def endpoint() -> Iterator[Hook]:
-    with hook() as made:
-        yield made
-
-
 def httpbus(dev: Dev, *args: str, input: str | None = None) -> Result:
-    env = {"HTTPBUS_URL": dev.control_plane, "HTTPBUS_ADMIN_TOKEN": TOKEN, "COLUMNS": "200"}
-    return CliRunner().invoke(cli, list(args), env=env, input=input)
-
-
-def ok(result: Result) -> str:
-    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
-    return result.stdout
-
-
-def as_json(result: Result) -> Any:
-    return json.loads(ok(result))
-
-
-def one_line_error(result: Result, code: int, *words: str) -> str:
-    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
-    text = result.stderr.strip()
-    assert text.startswith("error: ") and "\n" not in text, text
-    for word in words:
-        assert word in text, text
-    return text
+    return cli_httpbus(dev.control_plane, *args, token=TOKEN, input=input)
 
 
 def _setup(dev: Dev, project: str, topic: str, sub: str, url: str) -> None:
@@ -92,27 +75,27 @@ def test_sub_status_pause_resume_seek_on_real_deliveries(dev: Dev, endpoint: Hoo
         found = _status(dev, "ops", "mailer")
         return bool(found["totals"]["delivered"] == 6 and found["lag"] == 0)
 
-    wait_until(settled, "6 delivered and committed")
+    until_sync(settled, what="6 delivered and committed")
     text = ok(httpbus(dev, "sub", "status", "ops", "mailer"))
     assert "ops/mailer: running" in text and "circuit closed" in text, text
     assert "delivered 6" in text and "lag 0" in text, text
 
     assert "ops/mailer paused" in ok(httpbus(dev, "sub", "pause", "ops", "mailer"))
-    wait_until(lambda: _status(dev, "ops", "mailer")["state"] == "paused", "paused")
+    until_sync(lambda: _status(dev, "ops", "mailer")["state"] == "paused", what="paused")
     # The worker notices the pause through its watch of the subscription (embedded
     # metastore: polled), within a second or so; what is published after that is held.
-    time.sleep(2.0)
+    time.sleep(2.0)  # not observable from here: the worker's view of the pause
     publish(dev, "ops", "orders", [b"held-1", b"held-2", b"held-3"])
-    wait_until(lambda: _status(dev, "ops", "mailer")["lag"] == 3, "lag 3 while paused")
-    time.sleep(1.0)
+    until_sync(lambda: _status(dev, "ops", "mailer")["lag"] == 3, what="lag 3 while paused")
+    time.sleep(1.0)  # proves that nothing is delivered while paused
     assert len(endpoint.delivered) == 6  # nothing delivered while paused
     assert "ops/mailer running" in ok(httpbus(dev, "sub", "resume", "ops", "mailer"))
-    wait_until(lambda: len(endpoint.delivered) == 9, "the held three delivered after resume")
+    until_sync(lambda: len(endpoint.delivered) == 9, what="the held three delivered after resume")
 
     moved = ok(httpbus(dev, "sub", "seek", "ops", "mailer", "--to", "earliest"))
     assert "ops/mailer now at segment 1: p0@0, p1@0" in moved, moved
     # Back to the start: every message is delivered a second time.
-    wait_until(lambda: len(endpoint.delivered) == 18, "all 9 again after seek to earliest")
+    until_sync(lambda: len(endpoint.delivered) == 18, what="all 9 again after seek to earliest")
     assert sorted(endpoint.delivered) == sorted(2 * (first + [b"held-1", b"held-2", b"held-3"]))
     latest = as_json(httpbus(dev, "sub", "seek", "ops", "mailer", "--to", "latest", "-o", "json"))
     assert latest["segment"] == 1 and sum(latest["positions"].values()) == 9
@@ -148,7 +131,7 @@ def test_dlq_list_unsideline_and_purge(dev: Dev, endpoint: Hook) -> None:
     endpoint.status = 400  # not retryable: to the DLQ at once
     refunds = [f"refund-{i}".encode() for i in range(4)]
     publish(dev, "ops", "refunds", refunds)
-    wait_until(lambda: len(_dlq(dev, "ledger")) == 4, "4 in the DLQ")
+    until_sync(lambda: len(_dlq(dev, "ledger")) == 4, what="4 in the DLQ")
     listed = ok(httpbus(dev, "dlq", "list", "ops", "ledger", "--order", "oldest"))
     assert "DLQ of ops/ledger" in listed and "HTTP 400" in listed, listed
     assert all(r.decode() in listed for r in refunds), listed
@@ -157,12 +140,12 @@ def test_dlq_list_unsideline_and_purge(dev: Dev, endpoint: Hook) -> None:
     assert "unsidelined 4" in ok(
         httpbus(dev, "dlq", "unsideline", "ops", "ledger", "--before", "now")
     )
-    wait_until(lambda: sorted(endpoint.delivered) == sorted(refunds), "the replay delivered")
+    until_sync(lambda: sorted(endpoint.delivered) == sorted(refunds), what="the replay delivered")
     assert _dlq(dev, "ledger") == []
 
     endpoint.status = 400
     publish(dev, "ops", "refunds", [b"bad-1", b"bad-2", b"bad-3"])
-    wait_until(lambda: len(_dlq(dev, "ledger")) == 3, "3 more in the DLQ")
+    until_sync(lambda: len(_dlq(dev, "ledger")) == 3, what="3 more in the DLQ")
     one_id = _dlq(dev, "ledger")[0]["message_id"]
     refused = httpbus(dev, "dlq", "purge", "ops", "ledger", "--all", input="n\n")
     assert refused.exit_code == 1 and len(_dlq(dev, "ledger")) == 3  # asked, said no
@@ -214,7 +197,7 @@ def test_topic_migrate_follows_a_real_cutover_until_complete(dev: Dev, endpoint:
     assert lines[-1].startswith("■■■■ COMPLETE"), out
     assert "producers: prepared 1/1, switched 1/1, committed 1/1" in lines[-1], out
     publish(dev, "ops", "events", [b"after-1", b"after-2"])
-    wait_until(lambda: len(endpoint.delivered) == 4, "delivered across the cutover")
+    until_sync(lambda: len(endpoint.delivered) == 4, what="delivered across the cutover")
     timeline = as_json(httpbus(dev, "topic", "show", "ops", "events", "-o", "json"))
     assert [(s["id"], s["state"], s["partitions"]) for s in timeline["segments"]] == [
         (1, "sealed", 2),

@@ -28,8 +28,7 @@ from producer_api.settings import ProducerSettings
 from segments.cutover import Phase, Timeouts
 from segments.protocol import SegmentStore
 from segments.registry import open_stores
-from tests.conftest import RealServices
-from tests.integration.cutover_harness import (
+from tests.support.cutover import (
     ADMIN,
     Load,
     LoadProcess,
@@ -41,7 +40,8 @@ from tests.integration.cutover_harness import (
     producer_settings,
     timeline,
 )
-from tests.integration.producer_process import ProducerProcess
+from tests.support.processes import ProducerProcess
+from tests.support.services import RealServices
 from tests.support.stacks import stacks_on_overrun
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka, pytest.mark.pulsar]

@@ -15,15 +15,15 @@ import time
 
 import pytest
 
-from tests.conftest import RealServices
-from tests.integration.retries_support import (
+from tests.support.services import RealServices
+from tests.support.until import until
+from tests.support.world import (
     BACKENDS,
     Running,
     produce,
     real_world,
     record,
     subscribe,
-    until,
 )
 
 pytestmark = pytest.mark.parametrize("kind", BACKENDS)

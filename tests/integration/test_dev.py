@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.integration.dev_process import run_dev
+from tests.support.dev import run_dev
 
 TOKEN = "dev-test-token-0123456789"
 

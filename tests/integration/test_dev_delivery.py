@@ -3,7 +3,6 @@ a subscription to an endpoint in this test process receives every message publis
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from threading import Thread
@@ -11,7 +10,8 @@ from threading import Thread
 import httpx
 import pytest
 
-from tests.integration.dev_process import run_dev
+from tests.support.dev import run_dev
+from tests.support.until import until_sync
 
 TOKEN = "dev-delivery-token-0123456789"
 
@@ -68,9 +68,7 @@ def test_dev_delivers_every_message(
             f"{producer}/v1/projects/shop/topics/orders/produce", content=body, headers=auth
         )
         assert r.status_code == 201, r.text
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and set(received) != set(sent):
-        time.sleep(0.1)
+    until_sync(lambda: set(received) == set(sent), 20, "every order at the endpoint", 0.1)
     assert sorted(received) == sorted(sent)
     metrics = httpx.get(f"{worker}/metrics").text
     assert 'httpbus_delivery_delivered_total{subscription="shop/mailer"} 20.0' in metrics

@@ -11,15 +11,15 @@ import httpx
 import pytest
 
 from core.model import RetryPolicy
-from tests.conftest import RealServices
-from tests.integration.retries_support import (
+from tests.support.services import RealServices
+from tests.support.until import until
+from tests.support.world import (
     BACKENDS,
     Running,
     control_plane,
     produce,
     real_world,
     subscribe,
-    until,
 )
 
 pytestmark = pytest.mark.parametrize("kind", BACKENDS)
@@ -42,10 +42,10 @@ async def _all(api: httpx.AsyncClient, **params: Any) -> list[dict[str, Any]]:
 
 
 async def _dlq_size(api: httpx.AsyncClient, size: int) -> None:
-    for _ in range(200):
-        if len(await _all(api, limit=500)) == size:
-            return
-    raise AssertionError(f"the DLQ never held {size} entries")
+    async def holds() -> bool:
+        return len(await _all(api, limit=500)) == size
+
+    await until(holds, 60, f"the DLQ holding {size} entries", interval=0.1)
 
 
 def _bad(answer: httpx.Response, status: int = 422) -> str:

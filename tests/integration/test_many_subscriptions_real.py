@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RealServices
-from tests.integration.delivery_world import DeliveryWorld, delivery_world, until
+from tests.support.delivery import DeliveryWorld, delivery_world
+from tests.support.services import RealServices
+from tests.support.until import until
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
 FAST = [f"f{i}" for i in range(499)]
@@ -35,13 +36,13 @@ async def _round(world: DeliveryWorld, prefix: str) -> list[float]:
 
     def arrived() -> int:
         return sum(
-            1 for r in world.hook.got if r.path in fast and r.headers["X-Message-Id"] in want
+            1 for r in world.hook.requests if r.path in fast and r.headers["X-Message-Id"] in want
         )
 
     await until(lambda: arrived() >= len(FAST) * MESSAGES, 180, f"round {prefix}")
     return [
         r.at - accepted[r.headers["X-Message-Id"]]
-        for r in world.hook.got
+        for r in world.hook.requests
         if r.path in fast and r.headers["X-Message-Id"] in want
     ]
 

@@ -14,13 +14,13 @@ from core.errors import MetaStoreUnavailable
 from metastore import paths
 from metastore.protocol import MetaStore, Node
 from metastore.zookeeper import ZooKeeperMetaStore
-from tests.conftest import RealServices
 from tests.contract.metastore_contract import (
     MakeStore,
     MetaStoreContract,
     close_watch,
     next_value,
 )
+from tests.support.services import RealServices
 
 
 @pytest.fixture

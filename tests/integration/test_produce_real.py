@@ -22,8 +22,9 @@ from scripts.realservices.supervisor import Supervisor
 from segments.config import KafkaClusterConfig, PulsarClusterConfig
 from segments.protocol import SegmentStore, Stored
 from segments.registry import open_store
-from tests.conftest import RealServices
-from tests.integration.producer_process import ProducerProcess
+from tests.support.processes import ProducerProcess
+from tests.support.services import RealServices
+from tests.support.until import until
 
 ADMIN = "integration-producer-admin-token"
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka, pytest.mark.pulsar]
@@ -261,9 +262,9 @@ async def _outage_and_recovery(proc: ProducerProcess, sup: Supervisor) -> None:
         assert (down.status_code, down.json()["code"]) == (503, "storage_unavailable")
         assert int(down.headers["retry-after"]) >= 1
         assert took < 3 + 2.0
-        for _ in range(60):
+
+        async def accepted() -> bool:
             again = await client.post(url, content=b"after", headers=auth)
-            if again.status_code == 201:
-                break
-            await asyncio.sleep(0.5)
-        assert again.status_code == 201, again.text
+            return again.status_code == 201
+
+        await until(accepted, 60, "a 201 once Kafka runs again", interval=0.5)

@@ -25,9 +25,10 @@ from metastore import paths
 from metastore.protocol import MetaStore
 from segments import dlq
 from segments.internal import header, load_layout
-from tests.conftest import RealServices
-from tests.integration.retries_support import BACKENDS, RealWorld, real_world, record, subscribe
-from tests.integration.test_worker_real import WorkerProcess
+from tests.support.processes import WorkerProcess
+from tests.support.services import RealServices
+from tests.support.until import until
+from tests.support.world import BACKENDS, World, real_world, record, subscribe
 
 pytestmark = pytest.mark.parametrize("kind", BACKENDS)
 TOTAL = int(os.environ.get("HTTPBUS_KILL_MESSAGES", "10000"))
@@ -63,9 +64,7 @@ async def test_sigkill_with_messages_in_the_delay_levels(
                     batch = [record(m, None) for m in ids[start : start + 500]]
                     results = await world.store.produce_many(world.storage, batch)
                     assert not [r for r in results if isinstance(r, Exception)]
-                async with asyncio.timeout(120):
-                    while len(world.hook.tries) < TOTAL * 0.9:
-                        await asyncio.sleep(0.05)
+                await until(lambda: len(world.hook.tries) >= TOTAL * 0.9, 120, "90 % tried")
                 holders = await _holders_of(world.meta)
                 victim = next(w for w in workers if w.member == holders)
                 survivor = next(w for w in workers if w is not victim)
@@ -73,15 +72,20 @@ async def test_sigkill_with_messages_in_the_delay_levels(
                 delivered_before = len(world.hook.got)
                 victim.proc.send_signal(signal.SIGKILL)
                 killed = time.monotonic()
-                async with asyncio.timeout(60):
-                    while await _holders_of(world.meta) != survivor.member:
-                        await asyncio.sleep(0.1)
+
+                async def taken_over() -> bool:
+                    return await _holders_of(world.meta) == survivor.member
+
+                await until(taken_over, 60, "the survivor holding the lock", interval=0.1)
                 takeover = time.monotonic() - killed
                 dead: set[str] = set()
-                async with asyncio.timeout(180):
-                    while len(set(world.hook.delivered()) | dead) < TOTAL:
-                        await asyncio.sleep(2)
-                        dead = await _dead_ids(world, sub)
+
+                async def settled() -> bool:
+                    nonlocal dead
+                    dead = await _dead_ids(world, sub)
+                    return len(set(world.hook.delivered()) | dead) >= TOTAL
+
+                await until(settled, 180, "every message delivered or dead", interval=2)
                 finished = time.monotonic() - killed
         finally:
             for w in workers:
@@ -109,7 +113,7 @@ async def _holders_of(meta: MetaStore) -> str | None:
     return None if node is None else str(json.loads(node.data)["member"])
 
 
-async def _dead_ids(world: RealWorld, sub: Subscription) -> set[str]:
+async def _dead_ids(world: World, sub: Subscription) -> set[str]:
     layout = await load_layout(world.meta, sub)
     if layout is None:
         return set()

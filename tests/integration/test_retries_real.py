@@ -4,7 +4,6 @@ order under failure (the A / B / C scenario of the issue)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -13,16 +12,16 @@ from core.model import RetryPolicy, Subscription
 from segments import dlq
 from segments.internal import RetryMeta, load_layout
 from segments.protocol import Stored
-from tests.conftest import RealServices
-from tests.integration.retries_support import (
+from tests.support.services import RealServices
+from tests.support.until import until
+from tests.support.world import (
     BACKENDS,
-    RealWorld,
     Running,
+    World,
     control_plane,
     produce,
     real_world,
     subscribe,
-    until,
 )
 
 pytestmark = pytest.mark.parametrize("kind", BACKENDS)
@@ -77,16 +76,15 @@ async def test_400_goes_to_the_dlq_at_once(
     assert meta.last_failed_ms / 1000 - world.hook.tries["bad"][0] < 1.0
 
 
-async def _dlq_entries(world: RealWorld, sub: Subscription, count: int) -> list[Stored]:
+async def _dlq_entries(world: World, sub: Subscription, count: int) -> list[Stored]:
     """The live DLQ entries once there are ``count`` (the hand-off is asynchronous)."""
-    async with asyncio.timeout(15):
-        while True:
-            layout = await load_layout(world.meta, sub)
-            if layout is not None:
-                entries = (await dlq.scan(world.store, layout)).live()
-                if len(entries) >= count:
-                    return entries
-            await asyncio.sleep(0.1)
+
+    async def entries() -> list[Stored]:
+        layout = await load_layout(world.meta, sub)
+        found = [] if layout is None else (await dlq.scan(world.store, layout)).live()
+        return found if len(found) >= count else []
+
+    return await until(entries, 15, f"{count} live DLQ entries", interval=0.1)
 
 
 async def test_retry_after_is_honoured(kind: str, real_services: RealServices, unique: str) -> None:

@@ -22,8 +22,8 @@ from segments.config import KafkaClusterConfig
 from segments.kafka import KafkaSegmentStore, create_store
 from segments.protocol import Produced, Record
 from segments.registry import open_store
-from tests.conftest import RealServices
 from tests.contract.segment_store_contract import RETENTION_MS, SegmentStoreContract
+from tests.support.services import RealServices
 
 pytestmark = pytest.mark.kafka
 

@@ -19,8 +19,8 @@ from segments.pulsar import PulsarSegmentStore, create_store
 from segments.pulsar.errors import PositionOverflow
 from segments.pulsar.producer import pack, unpack
 from segments.registry import open_store
-from tests.conftest import RealServices
 from tests.contract.segment_store_contract import RETENTION_MS, SegmentStoreContract
+from tests.support.services import RealServices
 
 pytestmark = pytest.mark.pulsar
 

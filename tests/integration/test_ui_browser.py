@@ -11,20 +11,21 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
-from tests.integration.dev_process import Dev, run_dev
-from tests.integration.ui_support import (
+from tests.support.dev import Dev, run_dev
+from tests.support.ui import (
     AUTH,
     TOKEN,
     Hook,
-    chromium,
-    hook,
+    browser_fixture,  # noqa: F401  (a fixture)
+    endpoint_fixture,  # noqa: F401  (a fixture)
     log_in,
     needs_chromium,
-    new_page,
+    page_fixture,  # noqa: F401  (a fixture)
     shot,
 )
+from tests.support.until import until_sync
 
 pytestmark = needs_chromium
 
@@ -33,24 +34,6 @@ pytestmark = needs_chromium
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
     with run_dev(tmp_path_factory.mktemp("ui-browser"), TOKEN) as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with chromium() as launched:
-        yield launched
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    with new_page(browser) as opened:
-        yield opened
-
-
-@pytest.fixture
-def endpoint() -> Iterator[Hook]:
-    with hook() as made:
-        yield made
 
 
 def test_login(page: Page, dev: Dev) -> None:
@@ -102,10 +85,7 @@ def test_topic_and_subscription_through_the_forms_then_delivery(
             f"{dev.producer}/v1/projects/shop/topics/orders/produce", content=body, headers=headers
         )
         assert r.status_code == 201, r.text
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and sorted(received) != sorted(sent):
-        time.sleep(0.1)
-    assert sorted(received) == sorted(sent)
+    until_sync(lambda: sorted(received) == sorted(sent), 30, "every order at the endpoint", 0.1)
     # The page polls the status API: the count rises without a reload.
     expect(page.locator("#delivered")).to_have_text(str(len(sent)), timeout=15_000)
     shot(page, "04-subscription")

@@ -13,25 +13,25 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
 from core.audit import Finding, FindingKind, HourlyRow, Reconciliation, SubscriptionTally
 from reports import migrate
 from reports.store import ReportStore
-from tests.integration.dev_process import Dev, run_dev
-from tests.integration.ui_support import (
+from tests.support.dev import Dev, run_dev
+from tests.support.ui import (
     TOKEN,
     Hook,
     admin,
-    chromium,
-    hook,
+    browser_fixture,  # noqa: F401  (a fixture)
+    endpoint_fixture,  # noqa: F401  (a fixture)
     log_in,
     needs_chromium,
-    new_page,
+    page_fixture,  # noqa: F401  (a fixture)
     publish,
     shot,
-    wait_until,
 )
+from tests.support.until import until_sync
 
 pytestmark = needs_chromium
 
@@ -49,24 +49,6 @@ def dev(tmp_path_factory: pytest.TempPathFactory, reports_url: str) -> Iterator[
         env.setenv("HTTPBUS_DATABASE_URL", reports_url)  # the dev's report database
         with run_dev(tmp_path_factory.mktemp("ui-ops"), TOKEN) as running:
             yield running
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with chromium() as launched:
-        yield launched
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    with new_page(browser) as opened:
-        yield opened
-
-
-@pytest.fixture
-def endpoint() -> Iterator[Hook]:
-    with hook() as made:
-        yield made
 
 
 def _topic_and_sub(dev: Dev, project: str, topic: str, sub: dict[str, object]) -> None:
@@ -146,7 +128,7 @@ def test_dlq_lists_failed_messages_unsideline_replays_them_and_purge_asks_first(
     endpoint.status = 400  # not retryable: straight to the DLQ
     refunds = [f"refund-{i}".encode() for i in range(5)]
     publish(dev, "shop", "refunds", refunds)
-    wait_until(lambda: _dlq_size(dev, "ledger") == 5, "5 messages in the DLQ", 30)
+    until_sync(lambda: _dlq_size(dev, "ledger") == 5, 30, "5 messages in the DLQ")
     log_in(page, dev, "/ui/projects/shop/subscriptions/ledger/dlq")
     rows = page.locator("#dlq tbody tr")
     expect(rows).to_have_count(5)
@@ -161,12 +143,12 @@ def test_dlq_lists_failed_messages_unsideline_replays_them_and_purge_asks_first(
     page.click("#unsideline")
     expect(page.locator(".flash")).to_contain_text("unsidelined 5 (0 remaining)")
     expect(page.locator("#dlq-empty")).to_be_visible()
-    wait_until(lambda: sorted(endpoint.delivered) == sorted(refunds), "the replay delivered", 30)
+    until_sync(lambda: sorted(endpoint.delivered) == sorted(refunds), 30, "the replay delivered")
     shot(page, "10-dlq-replayed")
 
     endpoint.status = 400
     publish(dev, "shop", "refunds", [b"refund-x", b"refund-y"])
-    wait_until(lambda: _dlq_size(dev, "ledger") == 2, "2 more in the DLQ", 30)
+    until_sync(lambda: _dlq_size(dev, "ledger") == 2, 30, "2 more in the DLQ")
     page.reload()
     expect(rows).to_have_count(2)
     page.check("input[name=scope][value=all]")
@@ -204,7 +186,7 @@ def test_cutover_from_the_topic_page_then_the_timeline_shows_two_segments(
 
     after = [f"after-{i}".encode() for i in range(4)]
     publish(dev, "shop", "events", after)
-    wait_until(lambda: sorted(endpoint.delivered) == sorted(before + after), "all delivered", 30)
+    until_sync(lambda: sorted(endpoint.delivered) == sorted(before + after), 30, "all delivered")
     page.click("h1 a")  # back to the topic
     segments = page.locator("#timeline g.segment")
     expect(segments).to_have_count(2)

@@ -10,15 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from control_plane.app import create_app
-from control_plane.settings import ControlPlaneSettings
-from metastore.embedded import EmbeddedMetaStore
-from segments.config import EmbeddedClusterConfig
-from segments.embedded import create_store
 from segments.protocol import SegmentStore
-
-TOKEN = "test-admin-token-0123456789"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
+from tests.support.control_plane import embedded_control_plane
 
 
 class Recording:
@@ -42,17 +35,8 @@ class Recording:
 
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Recording]]:
-    cluster = EmbeddedClusterConfig(path=str(tmp_path / "segments.db"))
-    settings = ControlPlaneSettings(admin_token=TOKEN, clusters={"embedded": cluster})
-    async with EmbeddedMetaStore(str(tmp_path / "meta.db")) as meta, create_store(cluster) as st:
-        store = Recording(st)
-        app = create_app(settings, metastore=meta, stores={"embedded": store})  # type: ignore[dict-item]
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(
-                transport=transport, base_url="http://cp", headers=AUTH
-            ) as client:
-                yield client, store
+    async with embedded_control_plane(tmp_path, wrap=Recording) as cp:
+        yield cp.client, cp.store  # type: ignore[misc]
 
 
 SUB = {"name": "s1", "topic": "orders", "endpoint": {"url": "http://127.0.0.1:9/hook"}}

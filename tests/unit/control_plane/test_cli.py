@@ -10,17 +10,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from typer.testing import CliRunner, Result
+from typer.testing import CliRunner
 
 from control_plane.app import create_app
 from control_plane.cli import cli
 from control_plane.settings import ControlPlaneSettings
 from metastore.config import EmbeddedMetaStoreConfig
 from segments.config import EmbeddedClusterConfig
-
-from .fake_contract_api import served
-
-TOKEN = "test-admin-token-0123456789"
+from tests.support.cli import TOKEN, httpbus, one_line_error
+from tests.support.contract_api import served
 
 
 @pytest.fixture(scope="module")
@@ -33,20 +31,6 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )
     with served(create_app(settings)) as base:
         yield base
-
-
-def httpbus(url: str, *args: str, token: str = TOKEN, input: str | None = None) -> Result:
-    env = {"HTTPBUS_URL": url, "HTTPBUS_ADMIN_TOKEN": token, "HTTPBUS_TOKEN": "", "COLUMNS": "200"}
-    return CliRunner().invoke(cli, list(args), env=env, input=input)
-
-
-def one_line_error(result: Result, code: int, *words: str) -> str:
-    assert result.exit_code == code, (result.exit_code, result.output, result.stderr)
-    text = result.stderr.strip()
-    assert text.startswith("error: ") and "\n" not in text, text
-    for word in words:
-        assert word in text, text
-    return text
 
 
 def test_project_create_list_and_a_duplicate(url: str) -> None:

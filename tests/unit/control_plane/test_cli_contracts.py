@@ -10,17 +10,10 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
-from typer.testing import CliRunner, Result
 
-from control_plane.cli import cli
-
-from .fake_contract_api import bare_app, dlq_message, fake_app, served
-from .test_cli import TOKEN, one_line_error
-
-
-def run(url: str, *args: str, input: str | None = None) -> Result:
-    env = {"HTTPBUS_URL": url, "HTTPBUS_ADMIN_TOKEN": TOKEN, "HTTPBUS_TOKEN": "", "COLUMNS": "200"}
-    return CliRunner().invoke(cli, list(args), env=env, input=input)
+from tests.support.cli import httpbus as run
+from tests.support.cli import one_line_error
+from tests.support.contract_api import bare_app, dlq_message, fake_app, served
 
 
 @pytest.fixture

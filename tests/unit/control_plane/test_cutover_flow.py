@@ -23,6 +23,7 @@ from producer_api.settings import ProducerSettings
 from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
 from segments.protocol import SegmentStore
+from tests.support.until import until
 
 TOKEN = "test-admin-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -134,7 +135,7 @@ async def test_cutover_under_load_keeps_every_message_in_order(env: Env) -> None
     acked: dict[str, list[int]] = {f"g{i}": [] for i in range(10)}
     stop = asyncio.Event()
     load = asyncio.create_task(_load(env, stop, acked))
-    await asyncio.sleep(0.5)
+    await until(lambda: sum(map(len, acked.values())) >= 10, 10, "the load under way")
     assert (await env.cp.get(CUTOVER)).status_code == 404
     r = await env.cp.post(CUTOVER, json={"cluster": "embedded", "partitions": 3})
     assert r.status_code == 202, r.text
@@ -142,7 +143,7 @@ async def test_cutover_under_load_keeps_every_message_in_order(env: Env) -> None
     again = await env.cp.post(CUTOVER, json={"cluster": "embedded", "partitions": 3})
     assert again.status_code == 409 and again.json()["code"] == "cutover_in_progress"
     doc = await _wait_phase(env.cp, {"COMPLETE", "ROLLED_BACK", "ABORTED"})
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # not a wait: the load goes on a while on the new segment
     stop.set()
     await load
     assert doc["phase"] == "COMPLETE", doc
@@ -192,8 +193,7 @@ async def test_bad_requests_and_abort(env: Env) -> None:
 
 
 async def _wait_active_cleared(env: Env) -> None:
-    for _ in range(100):
-        if not await env.catalog.store.children("/cutovers/active"):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the coordinator never finished the aborted cutover")
+    async def cleared() -> bool:
+        return not await env.catalog.store.children("/cutovers/active")
+
+    await until(cleared, 5, "the coordinator finishing the aborted cutover", interval=0.05)

@@ -12,17 +12,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from control_plane.app import create_app
-from control_plane.settings import ControlPlaneSettings
 from metastore.catalog import Catalog
-from metastore.embedded import EmbeddedMetaStore
 from segments import dlq
-from segments.config import EmbeddedClusterConfig
-from segments.embedded import create_store
 from segments.internal import Layout, RetryMeta, ensure_layout, internal_record
 from segments.protocol import SegmentStore, Stored
+from tests.support.control_plane import create_shop, embedded_control_plane
 
-TOKEN = "test-admin-token-0123456789"
 BASE = "/v1/projects/shop/subscriptions/s1/dlq/messages"
 SUB = {"name": "s1", "topic": "orders", "endpoint": {"url": "http://127.0.0.1:9/hook"}}
 
@@ -58,21 +53,10 @@ def _headers(mid: str, group: str) -> tuple[tuple[str, bytes], ...]:
 
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
-    cluster = EmbeddedClusterConfig(path=str(tmp_path / "segments.db"))
-    settings = ControlPlaneSettings(admin_token=TOKEN, clusters={"embedded": cluster})
-    async with EmbeddedMetaStore(str(tmp_path / "meta.db")) as meta, create_store(cluster) as st:
-        app = create_app(settings, metastore=meta, stores={"embedded": st})
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            headers = {"Authorization": f"Bearer {TOKEN}"}
-            async with httpx.AsyncClient(
-                transport=transport, base_url="http://cp", headers=headers
-            ) as client:
-                assert (await client.post("/v1/projects", json={"name": "shop"})).is_success
-                r = await client.post("/v1/projects/shop/topics", json={"name": "orders"})
-                assert r.is_success
-                assert (await client.post("/v1/projects/shop/subscriptions", json=SUB)).is_success
-                yield Env(client, st, Catalog(meta))
+    async with embedded_control_plane(tmp_path) as cp:
+        await create_shop(cp.client, partitions=None)
+        assert (await cp.client.post("/v1/projects/shop/subscriptions", json=SUB)).is_success
+        yield Env(cp.client, cp.store, cp.catalog)
 
 
 def _iso(ms: int) -> str:

@@ -9,33 +9,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from control_plane.app import create_app
-from control_plane.settings import ControlPlaneSettings
-from metastore.embedded import EmbeddedMetaStore
-from segments.config import EmbeddedClusterConfig
-from segments.embedded import create_store
+from tests.support.control_plane import create_shop, embedded_control_plane
 
-TOKEN = "test-admin-token-0123456789"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SUBS = "/v1/projects/shop/subscriptions"
 ENDPOINT = {"url": "http://127.0.0.1:9/hook"}
 
 
 @pytest.fixture
 async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    cluster = EmbeddedClusterConfig(path=str(tmp_path / "segments.db"))
-    settings = ControlPlaneSettings(admin_token=TOKEN, clusters={"embedded": cluster})
-    async with EmbeddedMetaStore(str(tmp_path / "meta.db")) as meta, create_store(cluster) as st:
-        app = create_app(settings, metastore=meta, stores={"embedded": st})
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(
-                transport=transport, base_url="http://cp", headers=AUTH
-            ) as http:
-                assert (await http.post("/v1/projects", json={"name": "shop"})).status_code == 201
-                topic = {"name": "orders", "partitions": 1}
-                assert (await http.post("/v1/projects/shop/topics", json=topic)).status_code == 201
-                yield http
+    async with embedded_control_plane(tmp_path) as cp:
+        await create_shop(cp.client)
+        yield cp.client
 
 
 async def test_invalid_filter_is_422_with_its_position_and_creates_nothing(

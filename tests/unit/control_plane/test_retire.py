@@ -6,25 +6,23 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from control_plane.retire import retire_segments
-from core.model import Backend, Project, Segment, SegmentState, Subscription, Topic
+from core.model import Project, Segment, SegmentState, Topic
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
 from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
+from tests.support.world import segment, subscription
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
 
 def _segment(i: int, state: SegmentState, sealed_days_ago: float | None = None) -> Segment:
-    return Segment(
-        id=i,
-        cluster="embedded",
-        backend=Backend.EMBEDDED,
-        storage_topic=f"st{i}",
-        partitions=1,
-        state=state,
-        sealed_at=None if sealed_days_ago is None else NOW - timedelta(days=sealed_days_ago),
-        end_positions=None if sealed_days_ago is None else {0: 0},
+    sealed = sealed_days_ago is not None
+    return segment("embedded", i, state, storage=f"st{i}", partitions=1).model_copy(
+        update={
+            "sealed_at": NOW - timedelta(days=sealed_days_ago) if sealed else None,
+            "end_positions": {0: 0} if sealed else None,
+        }
     )
 
 
@@ -44,16 +42,7 @@ async def test_retires_only_what_nobody_needs_past_retention(tmp_path: Path) -> 
         await catalog.create_topic(Topic(project="p", name="t", retention_hours=24), segs[0])
         for s in segs[1:]:
             await catalog.add_segment("p", "t", s)
-        sub = await catalog.create_subscription(
-            Subscription(
-                project="p",
-                name="s",
-                topic_project="p",
-                topic="t",
-                endpoint={"url": "http://127.0.0.1:9/x"},  # type: ignore[arg-type]
-                signing_secret="whsec_" + "x" * 40,
-            )
-        )
+        sub = await catalog.create_subscription(subscription(url="http://127.0.0.1:9/x"))
         await catalog.move_consume_pointer(sub, 2)
         assert await retire_segments(catalog, {"embedded": store}, NOW) == [("p", "t", 1)]
         topic = await catalog.get_topic("p", "t")

@@ -7,26 +7,28 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from aiohttp import web
 
 from control_plane.app import create_app
 from control_plane.settings import ControlPlaneSettings
 from core.model import SegmentState
-from delivery_workers.aiohttp_sender import AiohttpSender
-from delivery_workers.worker import Worker
 from metastore import paths
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
 from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
 from segments.protocol import Record, SegmentStore
+from tests.support.hook import Hook, serve_hook
+from tests.support.load import Producing
+from tests.support.until import until
+from tests.support.until import until as _until
+from tests.support.workers import worker_in_process
 
 TOKEN = "test-admin-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -39,10 +41,10 @@ class Env:
     store: SegmentStore
     meta: EmbeddedMetaStore
     storage: str
-    got: list[tuple[float, str]] = field(default_factory=list)
+    hook: Hook
 
     def ids(self) -> Counter[str]:
-        return Counter(mid for _, mid in self.got)
+        return Counter(self.hook.delivered())
 
     async def produce(self, names: list[str], timestamp_ms: int | None = None) -> None:
         for i, mid in enumerate(names):
@@ -51,67 +53,33 @@ class Env:
             await self.store.produce(self.storage, Record(mid.encode(), None, headers, ts))
 
 
-async def _until(condition: Callable[[], bool], timeout: float = 20) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.05)
-
-
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
-    got: list[tuple[float, str]] = []
-
-    async def receive(request: web.Request) -> web.Response:
-        got.append((time.monotonic(), request.headers["X-Message-Id"]))
-        return web.Response(status=204)
-
-    hook = web.Application()
-    hook.router.add_post("/hook", receive)
-    runner = web.AppRunner(hook)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     cluster = EmbeddedClusterConfig(path=str(tmp_path / "segments.db"))
     settings = ControlPlaneSettings(
         admin_token=TOKEN, clusters={"embedded": cluster}, assign_interval_s=0.2
     )
-    try:
+    async with (
+        serve_hook() as hook,
+        EmbeddedMetaStore(str(tmp_path / "meta.db")) as meta,
+        create_store(cluster) as store,
+    ):
+        app = create_app(settings, metastore=meta, stores={"embedded": store})
         async with (
-            EmbeddedMetaStore(str(tmp_path / "meta.db")) as meta,
-            create_store(cluster) as store,
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://cp", headers=AUTH
+            ) as client,
         ):
-            app = create_app(settings, metastore=meta, stores={"embedded": store})
-            async with app.router.lifespan_context(app):
-                transport = httpx.ASGITransport(app=app)
-                async with httpx.AsyncClient(
-                    transport=transport, base_url="http://cp", headers=AUTH
-                ) as client:
-                    await client.post("/v1/projects", json={"name": "shop"})
-                    topic = {"name": "orders", "partitions": 2}
-                    r = await client.post("/v1/projects/shop/topics", json=topic)
-                    storage = r.json()["segments"][0]["storage_topic"]
-                    sub = {
-                        "name": "s1",
-                        "topic": "orders",
-                        "endpoint": {"url": f"http://127.0.0.1:{port}/hook"},
-                    }
-                    assert (await client.post(SUB.rsplit("/", 1)[0], json=sub)).status_code == 201
-                    async with (
-                        AiohttpSender() as sender,
-                        Worker(
-                            meta,
-                            {"embedded": store},
-                            sender,
-                            "w1",
-                            commit_every_s=0.1,
-                            lock_retry_s=0.1,
-                            status_interval_s=0.2,
-                        ),
-                    ):
-                        yield Env(client, store, meta, storage, got)
-    finally:
-        await runner.cleanup()
+            await client.post("/v1/projects", json={"name": "shop"})
+            topic = {"name": "orders", "partitions": 2}
+            r = await client.post("/v1/projects/shop/topics", json=topic)
+            storage = r.json()["segments"][0]["storage_topic"]
+            sub = {"name": "s1", "topic": "orders", "endpoint": {"url": hook.url}}
+            assert (await client.post(SUB.rsplit("/", 1)[0], json=sub)).status_code == 201
+            options = {"commit_every_s": 0.1, "lock_retry_s": 0.1, "status_interval_s": 0.2}
+            async with worker_in_process(meta, {"embedded": store}, "w1", **options):
+                yield Env(client, store, meta, storage, hook)
 
 
 async def _status(env: Env) -> dict[str, Any]:
@@ -122,10 +90,11 @@ async def _status(env: Env) -> dict[str, Any]:
 
 
 async def _status_until(env: Env, condition: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-    async with asyncio.timeout(20):
-        while not condition(status := await _status(env)):
-            await asyncio.sleep(0.1)
-    return status
+    async def met() -> dict[str, Any] | None:
+        status = await _status(env)
+        return status if condition(status) else None
+
+    return await until(met, 20, "the status", interval=0.1)
 
 
 async def test_status_shows_figures_lag_and_history(env: Env) -> None:
@@ -148,26 +117,18 @@ async def test_status_shows_figures_lag_and_history(env: Env) -> None:
 
 
 async def test_stop_stops_within_a_second_and_start_skips_nothing(env: Env) -> None:
-    produced: list[str] = []
-    stop = asyncio.Event()
+    async def one(i: int) -> str:
+        await env.produce([f"m{i}"])
+        return f"m{i}"
 
-    async def keep_producing() -> None:
-        for i in range(10_000):
-            if stop.is_set():
-                return
-            await env.produce([f"m{i}"])
-            produced.append(f"m{i}")
-            await asyncio.sleep(0.01)
-
-    producing = asyncio.create_task(keep_producing())
-    await _until(lambda: len(env.got) >= 20)
+    load = Producing(one)
+    await _until(lambda: len(env.hook.got) >= 20)
     r = await env.client.post(f"{SUB}/stop")
     assert r.status_code == 200 and r.json()["paused"] is True
-    stopped_at = time.monotonic()
-    await asyncio.sleep(2.0)
-    assert max(at for at, _ in env.got) - stopped_at < 1.0
-    stop.set()
-    await producing
+    stopped_at = time.time()
+    await asyncio.sleep(2.0)  # proves that nothing more is delivered once stopped
+    assert max(d.at for d in env.hook.got) - stopped_at < 1.0
+    produced = await load.stop()
     assert set(env.ids()) < set(produced)
     assert (await env.client.post(f"{SUB}/stop")).json()["paused"] is True  # idempotent
     r = await env.client.post(f"{SUB}/start")
@@ -187,7 +148,7 @@ async def test_seek_to_a_timestamp_earliest_and_latest(env: Env) -> None:
     body = r.json()
     assert body["segment"] == 1 and set(body["positions"]) == {"0", "1"}
     await _until(lambda: all(env.ids()[m] == 2 for m in old[10:]))
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # proves that nothing before the timestamp comes again
     assert all(env.ids()[m] == 1 for m in old[:10])  # before the timestamp: not again
 
     r = await env.client.post(f"{SUB}/seek", json={"to": "earliest"})
@@ -278,9 +239,11 @@ async def test_a_sharded_subscription_sums_its_shards_and_seeks_them_all(env: En
     async def status() -> dict[str, Any]:
         return (await env.client.get(url)).json()  # type: ignore[no-any-return]
 
-    async with asyncio.timeout(20):
-        while (s := await status())["totals"]["delivered"] != 40 or s["lag"] != 0:
-            await asyncio.sleep(0.1)
+    async def settled() -> dict[str, Any] | None:
+        s = await status()
+        return s if s["totals"]["delivered"] == 40 and s["lag"] == 0 else None
+
+    s = await until(settled, 20, "40 delivered, lag 0", interval=0.1)
     assert [row["shard"] for row in s["shards"]] == [0, 1]
     assert all(row["worker"] == "w1" and row["state"] == "running" for row in s["shards"])
     assert [p["partition"] for p in s["partitions"]] == [0, 1]  # 2 | 2: one reader each

@@ -11,14 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from control_plane.app import create_app
-from control_plane.settings import ControlPlaneSettings
 from control_plane.ui.session import SESSION_COOKIE
-from metastore.embedded import EmbeddedMetaStore
-from segments.config import EmbeddedClusterConfig
-from segments.embedded import create_store
-
-from .ui_helpers import TOKEN, csrf, login
+from tests.support.control_plane import embedded_control_plane
+from tests.support.ui_pages import TOKEN, csrf, login
 
 API = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -26,14 +21,8 @@ API = {"Authorization": f"Bearer {TOKEN}"}
 @pytest.fixture
 async def browser(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     """A cookie-keeping client of the UI, not yet logged in."""
-    cluster = EmbeddedClusterConfig(path=str(tmp_path / "segments.db"))
-    settings = ControlPlaneSettings(admin_token=TOKEN, clusters={"embedded": cluster})
-    async with EmbeddedMetaStore(str(tmp_path / "meta.db")) as meta, create_store(cluster) as st:
-        app = create_app(settings, metastore=meta, stores={"embedded": st})
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
-                yield c
+    async with embedded_control_plane(tmp_path, admin=False, base_url="http://testserver") as cp:
+        yield cp.client
 
 
 async def test_no_page_without_login_and_a_wrong_token_is_refused(

@@ -17,9 +17,8 @@ from control_plane import ui
 from core.audit import Finding, FindingKind, HourlyRow, Reconciliation, SubscriptionTally
 from reports import migrate
 from reports.store import ReportStore
-
-from .fake_contract_api import bare_app, dlq_message, fake_app
-from .ui_helpers import TOKEN, csrf, login
+from tests.support.contract_api import bare_app, dlq_message, fake_app
+from tests.support.ui_pages import TOKEN, csrf, login
 
 SUB = "/ui/projects/shop/subscriptions/s1"
 

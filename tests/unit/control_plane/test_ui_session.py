@@ -11,9 +11,8 @@ import pytest
 
 from control_plane import ui
 from control_plane.ui.session import SESSION_COOKIE, Signer
-
-from .fake_contract_api import bare_app
-from .ui_helpers import TOKEN, hidden, login
+from tests.support.contract_api import bare_app
+from tests.support.ui_pages import TOKEN, hidden, login
 
 
 async def _client(token: str = TOKEN) -> AsyncIterator[httpx.AsyncClient]:

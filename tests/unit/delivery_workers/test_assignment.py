@@ -6,146 +6,24 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
-from control_plane.assigner import Assigner, rendezvous
-from core.model import (
-    Backend,
-    Endpoint,
-    Project,
-    Segment,
-    SegmentState,
-    Subscription,
-    Topic,
-)
-from delivery_workers.aiohttp_sender import AiohttpSender
-from delivery_workers.worker import Worker
+from control_plane.assigner import rendezvous
 from metastore import paths
-from metastore.catalog import Catalog
-from metastore.embedded import EmbeddedMetaStore
-from segments.config import EmbeddedClusterConfig
-from segments.embedded import create_store
 from segments.internal import load_layout
-from segments.protocol import Record, SegmentStore
+from segments.protocol import Record
+from tests.support.load import Producing
+from tests.support.until import until
+from tests.support.workers import (
+    WorkersWorld as World,
+)
+from tests.support.workers import (
+    workers_world_fixture,  # noqa: F401  (the world fixture)
+)
 
-SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 SUBS = [f"s{i}" for i in range(6)]
-
-
-@dataclass
-class Hook:
-    url: str = ""
-    got: dict[str, list[tuple[float, str]]] = field(default_factory=dict)  # sub → (at, id)
-
-    def ids(self, sub: str) -> set[str]:
-        return {mid for _, mid in self.got.get(sub, [])}
-
-
-@dataclass
-class World:
-    file: str
-    catalog: Catalog
-    store: SegmentStore
-    hook: Hook
-    stack: list[tuple[Worker, EmbeddedMetaStore, AiohttpSender]] = field(default_factory=list)
-
-    async def worker(self, member: str) -> Worker:
-        meta = EmbeddedMetaStore(self.file)
-        await meta.start()
-        sender = AiohttpSender()
-        await sender.start()
-        worker = Worker(
-            meta, {"embedded": self.store}, sender, member, commit_every_s=0.1, lock_retry_s=0.1
-        )
-        await worker.start()
-        self.stack.append((worker, meta, sender))
-        return worker
-
-    async def stop(self, worker: Worker) -> None:
-        for entry in self.stack:
-            if entry[0] is worker:
-                self.stack.remove(entry)
-                await worker.aclose()
-                await entry[1].aclose()
-                await entry[2].aclose()
-                return
-
-    async def subscribe(self, name: str) -> None:
-        await self.catalog.create_subscription(
-            Subscription(
-                project="p",
-                name=name,
-                topic_project="p",
-                topic="t",
-                endpoint=Endpoint(url=f"{self.hook.url}/{name}"),
-                signing_secret=SECRET,
-            )
-        )
-
-    async def produce(self, prefix: str, count: int) -> list[str]:
-        ids = [f"{prefix}-{i}" for i in range(count)]
-        for mid in ids:
-            headers = (("x-message-id", mid.encode()),)
-            await self.store.produce("st.1", Record(mid.encode(), key=None, headers=headers))
-        return ids
-
-
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[World]:
-    hook = Hook()
-
-    async def receive(request: web.Request) -> web.Response:
-        sub = request.match_info["sub"]
-        hook.got.setdefault(sub, []).append((time.monotonic(), request.headers["X-Message-Id"]))
-        return web.Response(status=204)
-
-    app = web.Application()
-    app.router.add_post("/hook/{sub}", receive)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    hook.url = f"http://127.0.0.1:{port}/hook"
-    file = str(tmp_path / "meta.db")
-    try:
-        async with (
-            EmbeddedMetaStore(file) as meta,
-            create_store(EmbeddedClusterConfig(path=str(tmp_path / "seg.db"))) as store,
-        ):
-            catalog = Catalog(meta)
-            await catalog.create_project(Project(name="p"))
-            await store.create_topic("st.1", 3, retention_ms=3_600_000)
-            segment = Segment(
-                id=1,
-                cluster="embedded",
-                backend=Backend.EMBEDDED,
-                storage_topic="st.1",
-                partitions=3,
-                state=SegmentState.ACTIVE,
-            )
-            await catalog.create_topic(Topic(project="p", name="t"), segment)
-            world = World(file, catalog, store, hook)
-            async with Assigner(meta, catalog, "cp-1", interval_s=0.5):
-                try:
-                    yield world
-                finally:
-                    for worker, *_ in list(world.stack):
-                        await world.stop(worker)
-    finally:
-        await runner.cleanup()
-
-
-async def _until(condition: Callable[[], bool], timeout: float = 20) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.05)
 
 
 def test_rendezvous_moves_only_what_the_leaver_held() -> None:
@@ -163,7 +41,7 @@ async def test_spread_failover_and_never_two_owners(world: World) -> None:
         await world.subscribe(name)
     w1, w2 = await world.worker("w1"), await world.worker("w2")
     everything = {f"p/{s}" for s in SUBS}
-    await _until(lambda: set(w1.runners) | set(w2.runners) == everything)
+    await until(lambda: set(w1.runners) | set(w2.runners) == everything)
     assert w1.runners and w2.runners and not set(w1.runners) & set(w2.runners)
     locks = await world.catalog.store.children(paths.SUBSCRIPTION_LOCKS)
     assert sorted(locks) == sorted(f"p:{s}" for s in SUBS)
@@ -182,15 +60,15 @@ async def test_spread_failover_and_never_two_owners(world: World) -> None:
 
     checker = asyncio.create_task(watch_overlap())
     first = await world.produce("a", 40)
-    await _until(lambda: all(world.hook.ids(s) >= set(first) for s in SUBS))
+    await until(lambda: all(set(world.hook.ids(s)) >= set(first) for s in SUBS))
     moved = set(w1.runners)
     started = time.monotonic()
     await world.stop(w1)
-    await _until(lambda: set(w2.runners) == everything, timeout=10)
+    await until(lambda: set(w2.runners) == everything, timeout=10)
     takeover = time.monotonic() - started
     print(f"takeover of {len(moved)} subscriptions in {takeover:.2f}s")
     second = await world.produce("b", 40)
-    await _until(lambda: all(world.hook.ids(s) >= set(first + second) for s in SUBS))
+    await until(lambda: all(set(world.hook.ids(s)) >= set(first + second) for s in SUBS))
     checker.cancel()
     assert takeover < 5
     assert overlaps == []
@@ -205,57 +83,51 @@ async def test_spread_failover_and_never_two_owners(world: World) -> None:
 async def test_pause_stops_deliveries_and_resume_skips_nothing(world: World) -> None:
     await world.subscribe("s0")
     worker = await world.worker("w1")
-    await _until(lambda: "p/s0" in worker.runners)
-    produced: list[str] = []
-    stop = asyncio.Event()
+    await until(lambda: "p/s0" in worker.runners)
 
-    async def keep_producing() -> None:
-        # Stopped by the event, never cancelled: a cancel could land after the store took a
-        # message and before it is listed here, and the test would count one too few.
-        for i in range(10_000):
-            if stop.is_set():
-                return
-            produced.extend(await world.produce(f"m{i}", 1))
-            await asyncio.sleep(0.01)
+    async def one(i: int) -> str:
+        [mid] = await world.produce(f"m{i}", 1)
+        return mid
 
-    producing = asyncio.create_task(keep_producing())
-    await _until(lambda: len(world.hook.ids("s0")) >= 20)
+    load = Producing(one)
+    await until(lambda: len(world.hook.ids("s0")) >= 20)
     sub = await world.catalog.get_subscription("p", "s0")
     await world.catalog.update_subscription(sub.model_copy(update={"paused": True}))
-    paused_at = time.monotonic()
-    await asyncio.sleep(2.0)
-    last = max(at for at, _ in world.hook.got["s0"])
+    paused_at = time.time()
+    await asyncio.sleep(2.0)  # proves that nothing is delivered while paused
+    last = max(r.at for r in world.hook.on("s0"))
     assert last - paused_at < 1.0, f"delivered {last - paused_at:.2f}s after the pause"
     assert "p/s0" not in worker.runners
-    stop.set()
-    await producing
+    produced = await load.stop()
     sub = await world.catalog.get_subscription("p", "s0")
     await world.catalog.update_subscription(sub.model_copy(update={"paused": False}))
-    await _until(lambda: world.hook.ids("s0") >= set(produced))
-    assert len(world.hook.ids("s0")) == len(produced)
+    await until(lambda: set(world.hook.ids("s0")) >= set(produced))
+    assert len(set(world.hook.ids("s0"))) == len(produced)
 
 
 async def test_deleting_a_subscription_deletes_its_internal_topics(world: World) -> None:
     await world.subscribe("s0")
     worker = await world.worker("w1")
-    await _until(lambda: "p/s0" in worker.runners)
+    await until(lambda: "p/s0" in worker.runners)
     due = str(int(time.time() * 1000) + 60_000).encode()
     headers = (("x-message-id", b"later"), ("x-deliver-at", due))
     await world.store.produce("st.1", Record(b"x", key=None, headers=headers))
     sub = await world.catalog.get_subscription("p", "s0")
-    async with asyncio.timeout(10):
-        while (layout := await load_layout(world.catalog.store, sub)) is None:
-            await asyncio.sleep(0.05)
+    layout = await until(lambda: load_layout(world.catalog.store, sub), 10, "the layout")
     assert await world.store.partitions(layout.level(30_000)) == 1
     await world.catalog.delete_subscription("p", "s0")
-    async with asyncio.timeout(10):
-        while await world.catalog.store.get(paths.internal_topics("p", "s0")) is not None:
-            await asyncio.sleep(0.05)
+
+    async def gone() -> bool:
+        return await world.catalog.store.get(paths.internal_topics("p", "s0")) is None
+
+    await until(gone, 10, "the internal topics' node deleted")
     for name in layout.topics():
         assert await world.store.partitions(name) is None, name
 
 
-async def test_a_lock_created_after_its_owner_was_unassigned_is_released(world: World) -> None:
+async def test_a_lock_created_after_its_owner_was_unassigned_is_released(
+    world: World,
+) -> None:
     """Unassigned while the lock's create is on the wire: the create lands anyway, and the
     worker deletes it, or the next owner would wait for it as long as this worker lives."""
     worker = await world.worker("w1")
@@ -276,6 +148,8 @@ async def test_a_lock_created_after_its_owner_was_unassigned_is_released(world: 
         with pytest.raises(asyncio.CancelledError):
             await acquiring
         assert await meta.get(lock) is not None  # the create landed after the cancel
-        async with asyncio.timeout(5):
-            while await meta.get(lock) is not None:
-                await asyncio.sleep(0.05)
+        await until(lambda: _absent(meta, lock), 5, "the orphan lock released")
+
+
+async def _absent(meta: Any, path: str) -> bool:
+    return await meta.get(path) is None

@@ -5,109 +5,34 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
-from aiohttp import web
 
 from core.audit import AuditEvent, AuditType
 from core.model import (
     Backend,
-    Endpoint,
-    Project,
     RetryPolicy,
     Segment,
     SegmentState,
-    Subscription,
-    Topic,
     utcnow,
 )
 from core.retry import level_for
 from delivery_workers.aiohttp_sender import AiohttpSender
-from delivery_workers.commit import CommitPolicy
 from delivery_workers.runner import SubscriptionRunner
-from metastore.catalog import Catalog
-from metastore.embedded import EmbeddedMetaStore
 from segments import dlq
-from segments.config import EmbeddedClusterConfig
-from segments.embedded import create_store
-from segments.internal import Layout, RetryMeta, load_layout
-from segments.protocol import Record, SegmentStore
-from segments.reader import SegmentReader, commit_group
-
-SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-HOUR_MS = 3_600_000
-# Answer (status, headers) for (message id, attempt number as seen by the endpoint).
-Behaviour = Callable[[str, int], tuple[int, dict[str, str]]]
-
-
-@dataclass
-class Hook:
-    url: str = ""
-    behaviour: Behaviour = lambda mid, n: (204, {})
-    got: list[tuple[str, str, float, int]] = field(default_factory=list)  # group, id, t, attempt
-    tries: dict[str, list[float]] = field(default_factory=dict)
-
-    def delivered(self) -> list[str]:
-        return [mid for _, mid, _, _ in self.got]
-
-    def of_group(self, group: str) -> list[str]:
-        return [mid for g, mid, _, _ in self.got if g == group]
-
-
-@dataclass
-class World:
-    catalog: Catalog
-    store: SegmentStore
-    reader: SegmentReader
-    hook: Hook
-
-
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[World]:
-    hook = Hook()
-
-    async def handle(request: web.Request) -> web.Response:
-        mid = request.headers["X-Message-Id"]
-        hook.tries.setdefault(mid, []).append(time.time())
-        status, headers = hook.behaviour(mid, len(hook.tries[mid]))
-        if 200 <= status < 300:
-            group = request.headers.get("X-Group-Id", "")
-            hook.got.append((group, mid, time.time(), int(request.headers["X-Attempt"])))
-        return web.Response(status=status, headers=headers)
-
-    app = web.Application()
-    app.router.add_post("/hook", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    hook.url = f"http://127.0.0.1:{port}/hook"
-    config = EmbeddedClusterConfig(path=str(tmp_path / "seg.db"))
-    segment = Segment(
-        id=1,
-        cluster="embedded",
-        backend=Backend.EMBEDDED,
-        storage_topic="st.1",
-        partitions=2,
-        state=SegmentState.ACTIVE,
-    )
-    try:
-        async with (
-            EmbeddedMetaStore(str(tmp_path / "meta.db")) as meta,
-            create_store(config) as store,
-        ):
-            catalog = Catalog(meta)
-            await catalog.create_project(Project(name="p"))
-            await store.create_topic("st.1", 2, retention_ms=HOUR_MS)
-            await catalog.create_topic(Topic(project="p", name="t", grouped=True), segment)
-            yield World(catalog, store, SegmentReader(catalog, {"embedded": store}), hook)
-    finally:
-        await runner.cleanup()
-
+from segments.internal import RetryMeta, load_layout
+from segments.protocol import Record
+from segments.reader import commit_group
+from tests.support.until import until as _until
+from tests.support.world import (
+    HOUR_MS,
+    World,
+    embedded_world_fixture,  # noqa: F401  (the world fixture)
+    produce,
+)
+from tests.support.world import layout_of as _layout
+from tests.support.world import quick_running as Running
+from tests.support.world import subscribe as _subscribe
 
 FAST = RetryPolicy(
     max_attempts=5,
@@ -119,66 +44,8 @@ FAST = RetryPolicy(
 )
 
 
-async def _subscribe(world: World, **fields: object) -> Subscription:
-    sub = Subscription(
-        project="p",
-        name="s",
-        topic_project="p",
-        topic="t",
-        endpoint=Endpoint(url=world.hook.url),
-        signing_secret=SECRET,
-        **fields,
-    )  # type: ignore[arg-type]
-    return await world.catalog.create_subscription(sub)
-
-
 async def _produce(world: World, group: str, seq: int, **extra: bytes) -> str:
-    mid = f"{group}-{seq}"
-    headers = (
-        ("x-message-id", mid.encode()),
-        ("x-group-id", group.encode()),
-        ("x-produced-at", str(int(time.time() * 1000)).encode()),
-        *extra.items(),
-    )
-    await world.store.produce("st.1", Record(mid.encode(), key=group.encode(), headers=headers))
-    return mid
-
-
-class Running:
-    def __init__(self, world: World, sub: Subscription) -> None:
-        self.world, self.sub = world, sub
-
-    async def __aenter__(self) -> SubscriptionRunner:
-        self.sender = AiohttpSender()
-        await self.sender.start()
-        self.runner = SubscriptionRunner(
-            self.sub,
-            self.world.reader,
-            self.sender,
-            commit_policy=CommitPolicy(every_n=20, every_s=0.1),
-        )
-        self.task = asyncio.create_task(self.runner.run())
-        return self.runner
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await self.task
-        await self.sender.aclose()
-
-
-async def _until(condition: Callable[[], bool], timeout: float = 20) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.02)
-
-
-async def _layout(world: World, sub: Subscription) -> Layout:
-    """The internal topics (made by the first hand-off, which runs on its own)."""
-    async with asyncio.timeout(5):
-        while (layout := await load_layout(world.catalog.store, sub)) is None:
-            await asyncio.sleep(0.02)
-    return layout
+    return await produce(world, f"{group}-{seq}", group, **extra)
 
 
 def test_a_wait_goes_to_the_largest_level_not_longer() -> None:

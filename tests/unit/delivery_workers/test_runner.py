@@ -3,183 +3,33 @@
 from __future__ import annotations
 
 import asyncio
-import random
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import cast
 
-import pytest
-from aiohttp import web
-
 from core.model import (
-    Backend,
     CircuitBreakerPolicy,
-    Endpoint,
-    Project,
     RetryPolicy,
-    Segment,
     SegmentState,
-    Subscription,
-    Topic,
 )
-from core.signing import verify
 from delivery_workers.aiohttp_sender import AiohttpSender
 from delivery_workers.commit import CommitPolicy
 from delivery_workers.runner import SubscriptionRunner
-from metastore.catalog import Catalog
-from metastore.embedded import EmbeddedMetaStore
 from segments import dlq
-from segments.config import EmbeddedClusterConfig
-from segments.embedded import create_store
 from segments.internal import RetryMeta, load_layout
-from segments.protocol import Record, SegmentStore
+from segments.protocol import SegmentStore
 from segments.reader import SegmentReader, commit_group
-
-SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-HOUR_MS = 3_600_000
-
-
-@dataclass
-class Endpoint_:
-    url: str
-    received: list[tuple[str, str, bytes]] = field(default_factory=list)  # (group, id, body)
-    fail_first: int = 0
-    attempts: dict[str, int] = field(default_factory=dict)
-    bad_signatures: int = 0
-    reject: set[str] = field(default_factory=set)
-
-
-@dataclass
-class World:
-    catalog: Catalog
-    store: SegmentStore
-    reader: SegmentReader
-    endpoint: Endpoint_
-
-
-def _segment(segment_id: int, state: SegmentState) -> Segment:
-    return Segment(
-        id=segment_id,
-        cluster="embedded",
-        backend=Backend.EMBEDDED,
-        storage_topic=f"st.{segment_id}",
-        partitions=3,
-        state=state,
-    )
-
-
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[World]:
-    endpoint = Endpoint_(url="")
-
-    async def hook(request: web.Request) -> web.Response:
-        body = await request.read()
-        if not verify(SECRET, dict(request.headers), body):
-            endpoint.bad_signatures += 1
-        mid = request.headers["X-Message-Id"]
-        endpoint.attempts[mid] = endpoint.attempts.get(mid, 0) + 1
-        await asyncio.sleep(random.uniform(0, 0.01))
-        if mid in endpoint.reject:
-            return web.Response(status=400, text="no such order")
-        if endpoint.attempts[mid] <= endpoint.fail_first:
-            return web.Response(status=503, headers={"Retry-After": "0"})
-        endpoint.received.append((request.headers.get("X-Group-Id", ""), mid, body))
-        return web.Response(status=204)
-
-    app = web.Application()
-    app.router.add_post("/hook", hook)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    endpoint.url = f"http://127.0.0.1:{port}/hook"
-    config = EmbeddedClusterConfig(path=str(tmp_path / "seg.db"))
-    try:
-        async with (
-            EmbeddedMetaStore(str(tmp_path / "meta.db")) as meta,
-            create_store(config) as store,
-        ):
-            catalog = Catalog(meta)
-            await catalog.create_project(Project(name="p"))
-            await store.create_topic("st.1", 3, retention_ms=HOUR_MS)
-            await catalog.create_topic(
-                Topic(project="p", name="t", grouped=True), _segment(1, SegmentState.ACTIVE)
-            )
-            yield World(catalog, store, SegmentReader(catalog, {"embedded": store}), endpoint)
-    finally:
-        await runner.cleanup()
-
-
-async def _subscribe(world: World, **fields: object) -> Subscription:
-    sub = Subscription(
-        project="p",
-        name="s",
-        topic_project="p",
-        topic="t",
-        endpoint=Endpoint(url=world.endpoint.url),
-        signing_secret=SECRET,
-        **fields,
-    )  # type: ignore[arg-type]
-    return await world.catalog.create_subscription(sub)
-
-
-async def _produce(
-    store: SegmentStore,
-    name: str,
-    groups: int,
-    per_group: int,
-    extra: dict[str, bytes] | None = None,
-    first_seq: int = 0,
-) -> list[str]:
-    ids = []
-    for seq in range(first_seq, first_seq + per_group):
-        for g in range(groups):
-            mid = f"{name}-g{g}-{seq}"
-            headers = (
-                ("x-message-id", mid.encode()),
-                ("x-group-id", f"g{g}".encode()),
-                ("x-seq", str(seq).encode()),
-                *(extra or {}).items(),
-            )
-            await store.produce(
-                name, Record(f"{g}:{seq}".encode(), key=f"g{g}".encode(), headers=tuple(headers))
-            )
-            ids.append(mid)
-    return ids
-
-
-async def _until(condition: object, timeout: float = 20) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():  # type: ignore[operator]
-            await asyncio.sleep(0.05)
-
-
-def _in_group_order(received: list[tuple[str, str, bytes]]) -> bool:
-    seqs: dict[str, list[int]] = {}
-    for group, _, body in received:
-        seqs.setdefault(group, []).append(int(body.split(b":")[1]))
-    return all(s == sorted(s) for s in seqs.values())
-
-
-async def _run(
-    world: World, sub: Subscription
-) -> tuple[SubscriptionRunner, asyncio.Task[None], AiohttpSender]:
-    sender = AiohttpSender()
-    await sender.start()
-    runner = SubscriptionRunner(
-        sub, world.reader, sender, commit_policy=CommitPolicy(every_n=50, every_s=0.2)
-    )
-    return runner, asyncio.create_task(runner.run()), sender
-
-
-async def _stop(task: asyncio.Task[None], sender: AiohttpSender) -> None:
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    await sender.aclose()
+from tests.support.until import until as _until
+from tests.support.world import (
+    HOUR_MS,
+    endpoint_world_fixture,  # noqa: F401  (the world fixture)
+)
+from tests.support.world import EndpointWorld as World
+from tests.support.world import in_group_order as _in_group_order
+from tests.support.world import produce_groups as _produce
+from tests.support.world import runner_segment as _segment
+from tests.support.world import start_runner as _run
+from tests.support.world import stop_runner as _stop
+from tests.support.world import subscribe as _subscribe
 
 
 async def test_every_message_once_in_group_order_signed_and_committed(world: World) -> None:

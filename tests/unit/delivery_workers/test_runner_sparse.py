@@ -11,17 +11,17 @@ from typing import Any
 from core.model import SegmentState
 from segments.protocol import Produced, Record, SegmentStore, Stored
 from segments.reader import SegmentReader
-from tests.unit.delivery_workers.test_runner import (  # noqa: F401  (world is a fixture)
+from tests.support.until import until as _until
+from tests.support.world import (
     HOUR_MS,
-    World,
-    _produce,
-    _run,
-    _segment,
-    _stop,
-    _subscribe,
-    _until,
-    world,
+    endpoint_world_fixture,  # noqa: F401  (the world fixture)
 )
+from tests.support.world import EndpointWorld as World
+from tests.support.world import produce_groups as _produce
+from tests.support.world import runner_segment as _segment
+from tests.support.world import start_runner as _run
+from tests.support.world import stop_runner as _stop
+from tests.support.world import subscribe as _subscribe
 
 GAP = 10
 
@@ -63,7 +63,7 @@ class Sparse:
         return {p: c * GAP for p, c in (await self.inner.committed(name, group)).items()}
 
 
-async def test_moves_past_a_sealed_segment_with_sparse_positions(world: World) -> None:  # noqa: F811
+async def test_moves_past_a_sealed_segment_with_sparse_positions(world: World) -> None:
     sparse = Sparse(world.store)
     world = dataclasses.replace(
         world,

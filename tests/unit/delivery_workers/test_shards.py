@@ -10,13 +10,15 @@ from collections import defaultdict
 import pytest
 
 from control_plane.assigner import rendezvous
-from core.model import Backend, Endpoint, Segment, SegmentState, Subscription
+from core.model import SegmentState, Subscription
 from core.shards import WHOLE, Shard, parse_unit_key, shards, unit_key
 from metastore import paths
 from segments.protocol import Record, partition_for
 from segments.reader import SegmentReader, commit_group
-
-from .test_assignment import SECRET, World, _until, world  # noqa: F401  (the fixture)
+from tests.support.until import until as _until
+from tests.support.workers import WorkersWorld as World
+from tests.support.workers import workers_world_fixture  # noqa: F401  (the world fixture)
+from tests.support.world import runner_segment, subscription
 
 
 def test_every_message_has_exactly_one_owner() -> None:
@@ -63,19 +65,11 @@ def test_rendezvous_spreads_the_shards_of_one_subscription() -> None:
 
 
 def _sub(name: str, *, shards: int = 1, url: str = "http://127.0.0.1:9/x") -> Subscription:
-    return Subscription(
-        project="p",
-        name=name,
-        topic_project="p",
-        topic="t",
-        endpoint=Endpoint(url=url),
-        signing_secret=SECRET,
-        shards=shards,
-    )
+    return subscription(name, url, shards=shards)
 
 
-async def test_two_workers_share_a_sharded_subscription(world: World) -> None:  # noqa: F811
-    await world.catalog.create_subscription(_sub("big", shards=4, url=f"{world.hook.url}/big"))
+async def test_two_workers_share_a_sharded_subscription(world: World) -> None:
+    await world.catalog.create_subscription(_sub("big", shards=4, url=world.hook.url_for("big")))
     w1, w2 = await world.worker("w1"), await world.worker("w2")
     units = {f"p/big#{k}" for k in range(4)}
     await _until(lambda: set(w1.runners) | set(w2.runners) == units)
@@ -87,9 +81,9 @@ async def test_two_workers_share_a_sharded_subscription(world: World) -> None:  
         sent[group].append(mid)
         headers = (("x-message-id", mid.encode()), ("x-group-id", group.encode()))
         await world.store.produce("st.1", Record(mid.encode(), key=group.encode(), headers=headers))
-    await _until(lambda: len(world.hook.got.get("big", [])) >= 240)
-    await asyncio.sleep(0.5)  # a duplicate would show up by now
-    got = [mid for _, mid in world.hook.got["big"]]
+    await _until(lambda: len(world.hook.ids("big")) >= 240)
+    await asyncio.sleep(0.5)  # proves no duplicate shows up: it would have by now
+    got = world.hook.ids("big")
     assert sorted(got) == sorted(m for ms in sent.values() for m in ms)  # each exactly once
     for group, ids in sent.items():
         assert [m for m in got if m in set(ids)] == ids, group  # produce order per group
@@ -100,21 +94,14 @@ async def test_two_workers_share_a_sharded_subscription(world: World) -> None:  
     assert sorted(locks) == sorted(f"p:big#{k}" for k in range(4))
 
 
-async def test_the_segment_changes_only_when_every_shard_is_done(world: World) -> None:  # noqa: F811
+async def test_the_segment_changes_only_when_every_shard_is_done(world: World) -> None:
     await world.store.create_topic("st.2", 3, retention_ms=3_600_000)
     for i in range(9):
         await world.store.produce("st.1", Record(b"x", key=None, headers=()), partition=i % 3)
     ends = await world.store.seal("st.1")
     topic = await world.catalog.get_topic("p", "t")
     [first] = topic.segments
-    second = Segment(
-        id=2,
-        cluster="embedded",
-        backend=Backend.EMBEDDED,
-        storage_topic="st.2",
-        partitions=3,
-        state=SegmentState.PENDING,
-    )
+    second = runner_segment(2, SegmentState.PENDING)
     await world.catalog.add_segment("p", "t", second)
     sealed = first.model_copy(update={"state": SegmentState.SEALED, "end_positions": ends})
     active = second.model_copy(update={"state": SegmentState.ACTIVE})
@@ -138,10 +125,10 @@ def test_shards_are_bounded() -> None:
         _sub("x", shards=65)
 
 
-async def test_groups_keep_their_order_across_a_segment_change(world: World) -> None:  # noqa: F811
+async def test_groups_keep_their_order_across_a_segment_change(world: World) -> None:
     """3 partitions, then 2: a group's messages move partition but not shard, and the
     consume pointer waits for both shards, so nothing of segment 1 is skipped."""
-    await world.catalog.create_subscription(_sub("big", shards=2, url=f"{world.hook.url}/big"))
+    await world.catalog.create_subscription(_sub("big", shards=2, url=world.hook.url_for("big")))
     await world.worker("w1")
     await world.worker("w2")
     sent: dict[str, list[str]] = defaultdict(list)
@@ -166,7 +153,7 @@ async def test_groups_keep_their_order_across_a_segment_change(world: World) -> 
     await world.catalog.commit_segment_switch(topic, sealed, second)
     await produce("st.2", "b")
     await _until(lambda: len(world.hook.ids("big")) == 240, timeout=30)
-    got = [mid for _, mid in world.hook.got["big"]]
+    got = world.hook.ids("big")
     for group, ids in sent.items():
         assert list(dict.fromkeys(m for m in got if m in set(ids))) == ids, group
     sub = await world.catalog.get_subscription("p", "big")

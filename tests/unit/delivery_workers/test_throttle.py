@@ -7,47 +7,40 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
 from circuit_breaker import CallError, CallOutcome, CircuitState, Governor
 from core.audit import AuditEvent, AuditType
 from core.model import (
-    Backend,
     CircuitBreakerPolicy,
-    Endpoint,
-    Project,
     RetryPolicy,
-    Segment,
-    SegmentState,
     Subscription,
-    Topic,
 )
-from delivery_workers.aiohttp_sender import AiohttpSender
 from delivery_workers.app import WorkerCollector
 from delivery_workers.commit import CommitPolicy
 from delivery_workers.result import DeliveryResult, Outcome
-from delivery_workers.runner import RunnerStats, SubscriptionRunner
+from delivery_workers.runner import RunnerStats
 from delivery_workers.throttle import (
     UNLIMITED_PER_S,
     Throttle,
     call_outcome,
     governor_config,
 )
-from metastore.catalog import Catalog
-from metastore.embedded import EmbeddedMetaStore
-from segments.config import EmbeddedClusterConfig
-from segments.embedded import create_store
-from segments.protocol import Record
 from segments.reader import SegmentReader
+from tests.support.until import until
+from tests.support.world import (
+    embedded_world,
+    produce,
+    start_runner,
+    stop_runner,
+    subscribe,
+    subscription,
+)
 
-SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 TOTAL = 60
 PROBE_PER_S = 5.0
 # Without a breaker this budget is gone 0.5 s into an outage.
@@ -59,14 +52,6 @@ BREAKER = CircuitBreakerPolicy(
     probe_per_second=PROBE_PER_S,
     floor_per_second=PROBE_PER_S,
 )
-
-
-@dataclass
-class Hook:
-    url: str = ""
-    failing: bool = True
-    attempts: list[tuple[float, str]] = field(default_factory=list)  # (when, message id)
-    delivered: set[str] = field(default_factory=set)
 
 
 class Audit:
@@ -90,92 +75,39 @@ class WatchedReader(SegmentReader):
         return await super().read(*args, **kwargs)
 
 
-@pytest.fixture
-async def hook() -> AsyncIterator[Hook]:
-    state = Hook()
-
-    async def receive(request: web.Request) -> web.Response:
-        mid = request.headers["X-Message-Id"]
-        state.attempts.append((time.monotonic(), mid))
-        if state.failing:
-            return web.Response(status=503, text="database down")
-        state.delivered.add(mid)
-        return web.Response(status=204)
-
-    app = web.Application()
-    app.router.add_post("/hook", receive)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    state.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/hook"  # type: ignore[union-attr]
-    try:
-        yield state
-    finally:
-        await runner.cleanup()
-
-
-async def _outage(tmp_path: Path, hook: Hook, breaker: CircuitBreakerPolicy) -> dict[str, object]:
+async def _outage(tmp_path: Path, breaker: CircuitBreakerPolicy) -> dict[str, Any]:
     """Deliver TOTAL messages through an outage of 2 s; what happened."""
-    config = EmbeddedClusterConfig(path=str(tmp_path / "seg.db"))
     audit = Audit()
-    async with EmbeddedMetaStore(str(tmp_path / "meta.db")) as meta, create_store(config) as store:
-        catalog = Catalog(meta)
-        await catalog.create_project(Project(name="p"))
-        await store.create_topic("st.1", 1, retention_ms=3_600_000)
-        segment = Segment(
-            id=1,
-            cluster="embedded",
-            backend=Backend.EMBEDDED,
-            storage_topic="st.1",
-            partitions=1,
-            state=SegmentState.ACTIVE,
-        )
-        await catalog.create_topic(Topic(project="p", name="t"), segment)
-        sub = await catalog.create_subscription(
-            Subscription(
-                project="p",
-                name="s",
-                topic_project="p",
-                topic="t",
-                endpoint=Endpoint(url=hook.url),
-                signing_secret=SECRET,
-                max_in_flight=5,
-                retry=RETRY,
-                circuit_breaker=breaker,
-            )
-        )
+    failing = True
+    async with embedded_world(tmp_path, partitions=1, grouped=False) as world:
+        world.hook.behaviour = lambda mid, n: (503, {}) if failing else (204, {})
+        sub = await subscribe(world, max_in_flight=5, retry=RETRY, circuit_breaker=breaker)
         for i in range(TOTAL):
-            await store.produce("st.1", Record(b"x", headers=(("x-message-id", f"m{i}".encode()),)))
-        async with AiohttpSender() as sender:
-            reader = WatchedReader(catalog, {"embedded": store})
-            reader.states = []
-            runner = SubscriptionRunner(
-                sub,
-                reader,
-                sender,
-                audit=audit,  # type: ignore[arg-type]
-                commit_policy=CommitPolicy(every_n=10, every_s=0.2),
+            await produce(world, f"m{i}", None)
+        reader = WatchedReader(world.catalog, world.stores)
+        reader.states = []
+        runner, task, sender = await start_runner(
+            world, sub, CommitPolicy(every_n=10, every_s=0.2), reader=reader, audit=audit
+        )
+        reader.stats = runner.stats
+        states, parked = set(), 0  # parked: dead-lettered during the outage
+        try:
+            outage_end = time.time() + 2.0
+            while time.time() < outage_end:  # the outage lasts 2 s, whatever happens in it
+                states.add(runner.stats.circuit_state)
+                parked = max(parked, runner.stats.dead_lettered)
+                await asyncio.sleep(0.02)
+            failing = False
+            await until(
+                lambda: (
+                    len(world.hook.got) + runner.stats.dead_lettered >= TOTAL
+                    and runner.stats.circuit_state != "half_open"
+                ),
+                20,
+                "every message delivered or dead-lettered, the circuit settled",
             )
-            reader.stats = runner.stats
-            task = asyncio.create_task(runner.run())
-            states, parked = set(), 0  # parked: dead-lettered during the outage
-            try:
-                outage_end = time.monotonic() + 2.0
-                while time.monotonic() < outage_end:
-                    states.add(runner.stats.circuit_state)
-                    parked = max(parked, runner.stats.dead_lettered)
-                    await asyncio.sleep(0.02)
-                hook.failing = False
-                async with asyncio.timeout(20):
-                    while (
-                        len(hook.delivered) + runner.stats.dead_lettered < TOTAL
-                        or runner.stats.circuit_state == "half_open"
-                    ):
-                        await asyncio.sleep(0.05)
-            finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+        finally:
+            await stop_runner(task, sender)
     return {
         "states": states,
         "parked": parked,
@@ -184,42 +116,40 @@ async def _outage(tmp_path: Path, hook: Hook, breaker: CircuitBreakerPolicy) -> 
         "final": runner.stats.circuit_state,
         "events": [e for e in audit.events if e.type is AuditType.CIRCUIT],
         "reads": Counter(reader.states),
+        "delivered": set(world.hook.delivered()),
+        "attempts": [(r.at, r.id) for r in world.hook.requests],
     }
 
 
-async def test_an_outage_opens_the_circuit_and_costs_no_retry_budget(
-    tmp_path: Path, hook: Hook
-) -> None:
-    seen = await _outage(tmp_path, hook, BREAKER)
-    assert "open" in seen["states"]  # type: ignore[operator]
+async def test_an_outage_opens_the_circuit_and_costs_no_retry_budget(tmp_path: Path) -> None:
+    seen = await _outage(tmp_path, BREAKER)
+    assert "open" in seen["states"]
     assert seen["parked"] == 0  # no message ran out of attempts
-    assert hook.delivered == {f"m{i}" for i in range(TOTAL)}
+    assert seen["delivered"] == {f"m{i}" for i in range(TOTAL)}
     tries: dict[str, int] = {}
-    for _, mid in hook.attempts:
+    for _, mid in seen["attempts"]:
         tries[mid] = tries.get(mid, 0) + 1
     assert max(tries.values()) < RETRY.max_attempts
     # Once open, attempts come at the probe rate (the last second of the outage).
-    end = float(seen["outage_end"])  # type: ignore[arg-type]
-    late = [t for t, _ in hook.attempts if end - 1.0 <= t < end]
+    end = float(seen["outage_end"])
+    late = [t for t, _ in seen["attempts"] if end - 1.0 <= t < end]
     assert len(late) <= PROBE_PER_S + 1, late
-    moves = [(e.circuit_from, e.circuit_to) for e in seen["events"]]  # type: ignore[attr-defined]
+    moves = [(e.circuit_from, e.circuit_to) for e in seen["events"]]
     assert moves[0] == ("closed", "open") and moves[-1] == ("half_open", "closed")
     assert ("open", "half_open") in moves
     assert seen["final"] == "closed"
     reads = seen["reads"]
     assert reads["closed"] > 0 and reads["open"] == 0, reads  # open: nothing is pulled
-    first = seen["events"][0]  # type: ignore[index]
+    first = seen["events"][0]
     assert first.subscription == "p/s" and first.reason and first.failure_rate >= 0.5
 
 
-async def test_without_the_breaker_the_same_outage_exhausts_attempts(
-    tmp_path: Path, hook: Hook
-) -> None:
-    seen = await _outage(tmp_path, hook, CircuitBreakerPolicy(enabled=False))
+async def test_without_the_breaker_the_same_outage_exhausts_attempts(tmp_path: Path) -> None:
+    seen = await _outage(tmp_path, CircuitBreakerPolicy(enabled=False))
     assert seen["states"] == {None} and seen["events"] == []
     # Every message in hand ran out of attempts and went to the DLQ during the outage.
     assert seen["parked"] >= 5
-    assert len(hook.delivered) + int(seen["dead_lettered"]) == TOTAL  # type: ignore[call-overload]
+    assert len(seen["delivered"]) + int(seen["dead_lettered"]) == TOTAL
 
 
 def test_what_the_breaker_hears_of_an_attempt() -> None:
@@ -233,15 +163,7 @@ def test_what_the_breaker_hears_of_an_attempt() -> None:
 
 
 def test_the_policy_maps_to_the_governor() -> None:
-    sub = Subscription(
-        project="p",
-        name="s",
-        topic_project="p",
-        topic="t",
-        endpoint=Endpoint(url="http://127.0.0.1:9/hook"),
-        signing_secret=SECRET,
-        circuit_breaker=BREAKER,
-    )
+    sub = subscription(circuit_breaker=BREAKER)
     config = governor_config(sub)
     assert (config.floor_per_s, config.max_per_s) == (PROBE_PER_S, UNLIMITED_PER_S)
     assert config.breaker.window_s == 2 and config.breaker.probe_per_s == PROBE_PER_S
@@ -257,15 +179,7 @@ async def test_the_gate_holds_while_open_and_admit_waits_for_a_probe() -> None:
         circuit_state: str | None = None
         circuit_rate: float | None = None
 
-    sub = Subscription(
-        project="p",
-        name="s",
-        topic_project="p",
-        topic="t",
-        endpoint=Endpoint(url="http://127.0.0.1:9/hook"),
-        signing_secret=SECRET,
-        circuit_breaker=BREAKER,
-    )
+    sub = subscription(circuit_breaker=BREAKER)
     changes: list[object] = []
     stats = Stats()
     throttle = Throttle(Governor(governor_config(sub), 0.0), stats, changes.append, lambda: now[0])

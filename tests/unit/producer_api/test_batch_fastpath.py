@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from core import http_errors
 from core.errors import HttpbusError, Malformed, TooLarge
-from core.model import Backend, Project, Segment, SegmentState, Topic
+from core.model import Project, Topic
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
 from producer_api import fastpath, headers
@@ -29,6 +29,7 @@ from producer_api.publish import Accepted, Draft
 from producer_api.settings import AuditConfig, ProducerSettings
 from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
+from tests.support.world import segment
 
 ADMIN = "producer-admin-token-0123456789"
 
@@ -226,14 +227,7 @@ async def apps(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.A
     async with EmbeddedMetaStore(str(tmp_path / "meta.db")) as meta, create_store(cluster) as st:
         catalog = Catalog(meta)
         await catalog.create_project(Project(name="shop"))
-        seg = Segment(
-            id=1,
-            cluster="embedded",
-            backend=Backend.EMBEDDED,
-            storage_topic="st.small",
-            partitions=2,
-            state=SegmentState.ACTIVE,
-        )
+        seg = segment("embedded", storage="st.small", partitions=2)
         await st.create_topic(seg.storage_topic, 2, retention_ms=3_600_000)
         await catalog.create_topic(Topic(project="shop", name="small", max_message_bytes=10), seg)
         app = create_app(settings, metastore=meta, stores={"embedded": st})

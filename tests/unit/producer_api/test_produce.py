@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from core.audit import AuditEvent, AuditType
-from core.model import Backend, Capacity, Project, Segment, SegmentState, Topic
+from core.model import Capacity, Project, Topic
 from core.tokens import make_token
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
@@ -22,6 +22,7 @@ from segments.audit import decode_audit_record
 from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
 from segments.protocol import SegmentStore
+from tests.support.world import segment
 
 ADMIN = "producer-admin-token-0123456789"
 URL = "/v1/projects/shop/topics/{}/produce"
@@ -35,14 +36,7 @@ class Env:
 
 
 async def _topic(catalog: Catalog, store: SegmentStore, name: str, **fields: object) -> None:
-    seg = Segment(
-        id=1,
-        cluster="embedded",
-        backend=Backend.EMBEDDED,
-        storage_topic=f"st.{name}",
-        partitions=2,
-        state=SegmentState.ACTIVE,
-    )
+    seg = segment("embedded", storage=f"st.{name}", partitions=2)
     await store.create_topic(seg.storage_topic, 2, retention_ms=3_600_000)
     await catalog.create_topic(Topic(project="shop", name=name, **fields), seg)  # type: ignore[arg-type]
 

@@ -21,6 +21,7 @@ from core.errors import StorageUnavailable, TooLarge
 from segments.audit import AuditSink, decode_audit_record
 from segments.embedded import EmbeddedSegmentStore, EmbeddedSettings
 from segments.protocol import Produced, Record, SegmentStore, Stored
+from tests.support.until import until
 
 TOPIC = "__httpbus.audit"
 TYPES = list(AuditType)
@@ -172,9 +173,7 @@ async def test_the_background_task_writes_without_flush(store: EmbeddedSegmentSt
     async with AuditSink(store, TOPIC, flush_interval_s=0.01) as sink:
         for i in range(50):
             sink.emit(_event(i))
-        async with asyncio.timeout(5):
-            while sink.written < 50:
-                await asyncio.sleep(0.01)
+        await until(lambda: sink.written >= 50, 5, "50 written", interval=0.01)
     assert sorted(_lines(await _read_all(store))) == _sorted_bytes([_event(i) for i in range(50)])
 
 
@@ -248,9 +247,8 @@ async def test_emit_does_not_wait_for_a_stuck_store(store: EmbeddedSegmentStore)
     flaky.stuck = asyncio.Event()
     async with AuditSink(flaky, TOPIC, max_batch=100, flush_interval_s=0.01) as sink:
         sink.emit(_event(0))
-        async with asyncio.timeout(5):
-            while flaky.calls == 0:  # the writer is now inside produce_many, hanging
-                await asyncio.sleep(0.01)
+        # the writer is then inside produce_many, hanging
+        await until(lambda: flaky.calls > 0, 5, "the writer in produce_many", interval=0.01)
         started = time.perf_counter()
         for i in range(1, 10_001):
             sink.emit(_event(i % 100))
@@ -269,16 +267,16 @@ async def test_a_failing_store_loses_nothing_and_keeps_order(
     async with AuditSink(flaky, TOPIC, max_batch=500, flush_interval_s=0.01, clock=clock) as sink:
         for event in events[:1_000]:
             sink.emit(event)
-        async with asyncio.timeout(5):
-            while sink.failed_batches < 1:
-                await asyncio.sleep(0.01)
+        await until(lambda: sink.failed_batches >= 1, 5, "a failed batch", interval=0.01)
         assert _balanced(sink)
         for event in events[1_000:]:  # emitted while the storage is down
             sink.emit(event)
-        async with asyncio.timeout(10):
-            while sink.written < 3_000:
-                clock.now += 1.0  # past any backoff
-                await asyncio.sleep(0.01)
+
+        def all_written() -> bool:
+            clock.now += 1.0  # past any backoff
+            return sink.written >= 3_000
+
+        await until(all_written, 10, "3 000 written", interval=0.01)
         assert (sink.failed_batches, sink.dropped, sink.pending) == (2, 0, 0)
     assert flaky.written_in_order() == events  # the failed record went first: emit order
     failed = [r.value for records, _ in flaky.log[:2] for r in records]
@@ -318,17 +316,13 @@ async def test_retries_back_off_on_the_clock(store: EmbeddedSegmentStore) -> Non
     clock = FakeClock()
     async with AuditSink(flaky, TOPIC, flush_interval_s=0.01, clock=clock) as sink:
         sink.emit(_event(1))
-        async with asyncio.timeout(5):
-            while sink.failed_batches < 1:
-                await asyncio.sleep(0.01)
+        await until(lambda: sink.failed_batches >= 1, 5, "a failed batch", interval=0.01)
         for i in range(2, 2_500):  # even a full batch waiting does not cut the backoff short
             sink.emit(_event(i))
-        await asyncio.sleep(0.3)  # thirty intervals, but the clock stands still
+        await asyncio.sleep(0.3)  # proves nothing is retried: thirty intervals, the clock stands
         assert (flaky.calls, sink.written) == (1, 0)
         clock.now += 0.021  # past the first backoff: twice the interval
-        async with asyncio.timeout(5):
-            while sink.written < 2_499:
-                await asyncio.sleep(0.01)
+        await until(lambda: sink.written >= 2_499, 5, "2 499 written", interval=0.01)
 
 
 async def test_a_record_failing_for_good_is_dropped_not_blocking(

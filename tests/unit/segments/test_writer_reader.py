@@ -6,29 +6,21 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from core.errors import SegmentFenced, VersionConflict
 from core.model import (
-    Backend,
-    Endpoint,
-    Project,
-    Segment,
     SegmentState,
-    Subscription,
     Topic,
 )
 from metastore.catalog import Catalog
-from metastore.embedded import EmbeddedMetaStore
-from segments.config import EmbeddedClusterConfig
-from segments.embedded import create_store
 from segments.protocol import Record, SegmentStore
 from segments.reader import SegmentReader, commit_group
 from segments.writer import SegmentWriter
-
-HOUR_MS = 3_600_000
+from tests.support.world import HOUR_MS, embedded_world, segment, subscription
 
 
 @dataclass
@@ -39,39 +31,15 @@ class World:
     reader: SegmentReader
 
 
-def _segment(segment_id: int, state: SegmentState) -> Segment:
-    return Segment(
-        id=segment_id,
-        cluster="embedded",
-        backend=Backend.EMBEDDED,
-        storage_topic=f"st.{segment_id}",
-        partitions=2,
-        state=state,
-    )
+_segment = partial(segment, "embedded")
 
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
-    config = EmbeddedClusterConfig(path=str(tmp_path / "seg.db"))
-    async with EmbeddedMetaStore(str(tmp_path / "meta.db")) as meta, create_store(config) as store:
-        catalog = Catalog(meta)
-        await catalog.create_project(Project(name="p"))
-        await store.create_topic("st.1", 2, retention_ms=HOUR_MS)
-        await catalog.create_topic(Topic(project="p", name="t"), _segment(1, SegmentState.ACTIVE))
-        await catalog.create_subscription(
-            Subscription(
-                project="p",
-                name="s",
-                topic_project="p",
-                topic="t",
-                endpoint=Endpoint(url="http://127.0.0.1:9/x"),
-                signing_secret="x" * 32,
-            )
-        )
-        stores = {"embedded": store}
-        yield World(
-            catalog, store, SegmentWriter(stores, catalog.get_topic), SegmentReader(catalog, stores)
-        )
+    async with embedded_world(tmp_path, grouped=False) as built:
+        await built.catalog.create_subscription(subscription(url="http://127.0.0.1:9/x"))
+        writer = SegmentWriter(built.stores, built.catalog.get_topic)
+        yield World(built.catalog, built.store, writer, built.reader)
 
 
 async def _switch(world: World) -> Topic:

@@ -18,12 +18,7 @@ from typer.testing import CliRunner
 from control_plane.cli import cli
 from core.audit import AuditEvent, AuditType
 from core.model import (
-    Backend,
-    Endpoint,
     Project,
-    Segment,
-    SegmentState,
-    Subscription,
     Topic,
 )
 from metastore.catalog import Catalog
@@ -32,8 +27,7 @@ from reports.store import ReportStore
 from segments.audit import AuditSink
 from segments.config import EmbeddedClusterConfig
 from segments.registry import open_store
-
-SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+from tests.support.world import segment, subscription
 
 
 async def _setup(tmp_path: Path, now_ms: int) -> dict[str, Any]:
@@ -42,23 +36,14 @@ async def _setup(tmp_path: Path, now_ms: int) -> dict[str, Any]:
     async with open_metastore(meta_cfg) as meta, open_store(store_cfg) as store:
         catalog = Catalog(meta)
         await catalog.create_project(Project(name="shop"))
-        seg = Segment(
-            id=1,
-            cluster="embedded",
-            backend=Backend.EMBEDDED,
-            storage_topic="t1",
-            partitions=1,
-            state=SegmentState.ACTIVE,
-        )
+        seg = segment("embedded", storage="t1", partitions=1)
         await catalog.create_topic(Topic(project="shop", name="orders"), seg)
         await catalog.create_subscription(
-            Subscription(
+            subscription(
+                "billing",
                 project="shop",
-                name="billing",
                 topic_project="shop",
                 topic="orders",
-                endpoint=Endpoint(url="http://127.0.0.1:9/hook"),
-                signing_secret=SECRET,
                 created_at=datetime.fromtimestamp((now_ms - 3_600_000) / 1000, UTC),
             )
         )

@@ -17,8 +17,7 @@ from core.audit import AuditCutover, AuditSubscription, AuditType, FindingKind
 from spark.cutover import verify_cutovers
 from spark.hourly import hourly_report
 from spark.reconcile import subscriptions_frame
-
-from .conftest import SUB, T0, ev, frame
+from tests.support.audit_events import SUB, T0, ev, frame
 
 A, AT, D, F, R, DL = (
     AuditType.ACCEPTED,

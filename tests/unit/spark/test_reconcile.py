@@ -11,8 +11,7 @@ from typing import Any
 from core.audit import AuditSubscription, AuditType, FindingKind
 from spark.reconcile import reconcile, subscriptions_frame
 from spark.schema import EVENT_SCHEMA
-
-from .conftest import SUB, T0, ev, frame
+from tests.support.audit_events import SUB, T0, ev, frame
 
 A, D, F, DL, AT = (
     AuditType.ACCEPTED,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.integration.producer_process import free_port
+from tests.support.processes import free_port
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
-"""Run the producer service as a real process for tests, on a free port."""
+"""The deployables as real processes for tests, each on a free port: the producer service
+(:class:`ProducerProcess`) and a delivery worker (:class:`WorkerProcess`)."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import socket
 import subprocess
@@ -72,3 +74,44 @@ class ProducerProcess:
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class WorkerProcess:
+    """``python -m delivery_workers`` with ``settings`` as member ``member``, started at once;
+    ``await ready()`` waits for its ``/readyz``."""
+
+    def __init__(self, settings: dict[str, Any], workdir: Path, member: str) -> None:
+        self.member, self.port = member, free_port()
+        self.config = workdir / f"{member}.yaml"
+        self.config.write_text(yaml.safe_dump({**settings, "port": self.port, "member_id": member}))
+        self.log = workdir / f"{member}.log"
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "delivery_workers", "--config", str(self.config)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    async def ready(self, timeout: float = 30) -> None:
+        async with httpx.AsyncClient() as client:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"worker exited: {self.log.read_text()[-2000:]}")
+                try:
+                    r = await client.get(f"http://127.0.0.1:{self.port}/readyz", timeout=1)
+                    if r.status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.2)
+        raise RuntimeError(f"worker not ready: {self.log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)

@@ -26,7 +26,8 @@ from metastore.catalog import Catalog
 from segments.config import ClusterConfig, KafkaClusterConfig, PulsarClusterConfig
 from segments.protocol import SegmentStore
 from segments.reader import SegmentReader
-from tests.conftest import RealServices
+from tests.support.services import RealServices
+from tests.support.until import until_sync
 
 ADMIN = "cutover-admin-token-0123456789"
 SETTLE_S = 0.05
@@ -207,15 +208,26 @@ def timeline(doc: dict[str, Any]) -> str:
 
 class LoadProcess:
     """The :class:`Load` in a process of its own, so its clients do not slow down the
-    coordinator that runs in the test's event loop. ``stop`` returns what it measured."""
+    coordinator that runs in the test's event loop. ``stop`` returns what it measured.
+
+    The constructor returns once the process is loading: on a busy machine its imports can
+    take longer than a short test, and a SIGTERM that arrives before its handler is installed
+    kills it with nothing written (the fence test failed that way under load)."""
 
     def __init__(self, urls: Sequence[str], path: str, workdir: Path, groups: int = 200) -> None:
         self.out = workdir / f"load-{uuid.uuid4().hex[:6]}.json"
+        ready = self.out.with_suffix(".ready")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.cutover_harness", str(self.out), path,
+            [sys.executable, "-m", "tests.support.cutover", str(self.out), path,
              str(groups), *urls],
         )  # fmt: skip
         self.result = Load(urls, path, groups)
+        until_sync(
+            lambda: ready.exists() or self.proc.poll() is not None,
+            timeout=60,
+            what="the load process installed its SIGTERM handler",
+        )
+        assert self.proc.poll() is None, f"the load process exited with {self.proc.returncode}"
 
     def stop(self) -> Load:
         self.proc.send_signal(signal.SIGTERM)
@@ -238,6 +250,7 @@ def _main(argv: list[str]) -> None:
     async def run() -> None:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, load.stop.set)
+        Path(out).with_suffix(".ready").touch()
         await load.run()
 
     asyncio.run(run())

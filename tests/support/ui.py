@@ -5,8 +5,7 @@ test can change (to break it and fix it), and publishing through the producer.""
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -16,7 +15,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.integration.dev_process import Dev
+from tests.support.dev import Dev
 
 TOKEN = "ui-browser-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -119,13 +118,27 @@ def publish(dev: Dev, project: str, topic: str, bodies: Sequence[bytes]) -> None
             assert r.status_code == 201, r.text
 
 
-def wait_until(check: Callable[[], bool], what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout:g} s: {what}"
-        time.sleep(0.2)
-
-
 def admin(dev: Dev) -> httpx.Client:
     """An admin API client of the running control plane."""
     return httpx.Client(base_url=dev.control_plane, headers=AUTH, timeout=30)
+
+
+@pytest.fixture(name="browser", scope="module")
+def browser_fixture() -> Iterator[Browser]:
+    """Chromium for a test module: ``from … import browser_fixture``."""
+    with chromium() as launched:
+        yield launched
+
+
+@pytest.fixture(name="page")
+def page_fixture(browser: Browser) -> Iterator[Page]:
+    """A fresh page of its own for each test: ``from … import page_fixture``."""
+    with new_page(browser) as opened:
+        yield opened
+
+
+@pytest.fixture(name="endpoint")
+def endpoint_fixture() -> Iterator[Hook]:
+    """The webhook endpoint of one test: ``from … import endpoint_fixture``."""
+    with hook() as made:
+        yield made

@@ -1,21 +1,20 @@
 """A delivery setup on the real servers for the integration tests: ZooKeeper (a root of its
 own), one storage cluster (Kafka or Pulsar), the producer service as a process, the control
 plane in-process (its own ZooKeeper session, its Assigner), a Worker in-process on another
-session, and a recording endpoint (aiohttp) whose answer time a test can set."""
+session, and the endpoint double (:mod:`tests.support.hook`), whose answer time a test can set."""
 
 from __future__ import annotations
 
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-from aiohttp import web
 
 from control_plane.app import create_app
 from control_plane.settings import ControlPlaneSettings
@@ -24,35 +23,13 @@ from delivery_workers.worker import Worker
 from metastore.config import ZooKeeperConfig, open_metastore
 from segments.config import ClusterConfig, KafkaClusterConfig, PulsarClusterConfig
 from segments.registry import open_store
-from tests.conftest import RealServices
-from tests.integration.producer_process import ProducerProcess
+from tests.support.hook import SECRET, Hook, serve_hook
+from tests.support.processes import ProducerProcess
+from tests.support.services import RealServices
+from tests.support.until import until
 
 ADMIN = "integration-delivery-admin-token"
-SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
-
-
-@dataclass
-class Received:
-    at: float  # time.time() when the endpoint got it
-    path: str
-    headers: Mapping[str, str]  # case-insensitive
-    body: bytes
-
-
-@dataclass
-class Hook:
-    url: str = ""
-    got: list[Received] = field(default_factory=list)
-    delay: Callable[[str], float] = lambda path: 0.0  # seconds to wait before answering
-    concurrent: int = 0
-    max_concurrent: int = 0
-
-    def on(self, path: str) -> list[Received]:
-        return [r for r in self.got if r.path == path]
-
-    def ids(self, path: str) -> list[str]:
-        return [r.headers["X-Message-Id"] for r in self.on(path)]
 
 
 @dataclass
@@ -75,7 +52,7 @@ class DeliveryWorld:
         body = {
             "name": name,
             "topic": topic,
-            "endpoint": {"url": f"{self.hook.url}/{name}"},
+            "endpoint": {"url": self.hook.url_for(name)},
             "signing_secret": SECRET,
             **fields,
         }
@@ -83,9 +60,7 @@ class DeliveryWorld:
         assert r.status_code == 201, r.text
 
     async def running(self, name: str, timeout: float = 30) -> None:
-        async with asyncio.timeout(timeout):
-            while f"shop/{name}" not in self.worker.runners:
-                await asyncio.sleep(0.05)
+        await until(lambda: f"shop/{name}" in self.worker.runners, timeout, f"{name} running")
 
     async def produce(self, topic: str, body: bytes, headers: dict[str, str]) -> float:
         """Produce one message; the time it was accepted (time.time())."""
@@ -96,46 +71,11 @@ class DeliveryWorld:
         return time.time()
 
 
-async def until(condition: Callable[[], bool], timeout: float = 60, what: str = "") -> None:
-    try:
-        async with asyncio.timeout(timeout):
-            while not condition():
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}") from None
-
-
 def clusters(real: RealServices) -> dict[str, ClusterConfig]:
     return {
         "kafka-main": KafkaClusterConfig(bootstrap_servers=real.kafka),
         "pulsar-main": PulsarClusterConfig(service_url=real.pulsar, admin_url=real.pulsar_admin),
     }
-
-
-async def _hook(hook: Hook) -> web.AppRunner:
-    async def receive(request: web.Request) -> web.Response:
-        body = await request.read()
-        hook.concurrent += 1
-        hook.max_concurrent = max(hook.max_concurrent, hook.concurrent)
-        try:
-            path = request.match_info["sub"]
-            hook.got.append(Received(time.time(), path, request.headers.copy(), body))
-            wait = hook.delay(path)
-            if wait:
-                await asyncio.sleep(wait)
-        finally:
-            hook.concurrent -= 1
-        return web.Response(status=204)
-
-    app = web.Application()
-    app.router.add_post("/hook/{sub}", receive)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    hook.url = f"http://127.0.0.1:{port}/hook"
-    return runner
 
 
 @asynccontextmanager
@@ -154,7 +94,6 @@ async def delivery_world(
         storage_topic_prefix=f"it-{unique}",
         assign_interval_s=0.3,
     )
-    hook = Hook()
     producer_settings = {
         "admin_token": ADMIN,
         "metastore": {"kind": "zookeeper", "hosts": real.zookeeper, "root": root},
@@ -162,8 +101,7 @@ async def delivery_world(
     }
     stack = AsyncExitStack()
     try:
-        runner = await _hook(hook)
-        stack.push_async_callback(runner.cleanup)
+        hook = await stack.enter_async_context(serve_hook())
         cp_meta = await stack.enter_async_context(open_metastore(zk))
         stack.push_async_callback(_wipe, cp_meta)
         store = await stack.enter_async_context(open_store(configured[cluster]))

@@ -1,0 +1,39 @@
+"""Running the ``httpbus`` CLI in the test process (typer's runner) against a control plane's
+URL, and checking what it printed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from typer.testing import CliRunner, Result
+
+from control_plane.cli import cli
+
+TOKEN = "test-admin-token-0123456789"
+
+
+def httpbus(url: str, *args: str, token: str = TOKEN, input: str | None = None) -> Result:
+    """``httpbus *args`` against the control plane at ``url``, as an admin with ``token``."""
+    env = {"HTTPBUS_URL": url, "HTTPBUS_ADMIN_TOKEN": token, "HTTPBUS_TOKEN": "", "COLUMNS": "200"}
+    return CliRunner().invoke(cli, list(args), env=env, input=input)
+
+
+def ok(result: Result) -> str:
+    """The output of a command that must succeed."""
+    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
+    return result.stdout
+
+
+def as_json(result: Result) -> Any:
+    return json.loads(ok(result))
+
+
+def one_line_error(result: Result, code: int, *words: str) -> str:
+    """A command that fails with exit ``code`` and an error on one line naming ``words``."""
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    text = result.stderr.strip()
+    assert text.startswith("error: ") and "\n" not in text, text
+    for word in words:
+        assert word in text, text
+    return text

@@ -1,0 +1,74 @@
+"""The control plane in the test process on the embedded metastore and store, served to an
+``httpx.AsyncClient`` through ASGI (no socket).
+
+    async with embedded_control_plane(tmp_path) as cp:
+        r = await cp.client.post("/v1/projects", json={"name": "shop"})
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from control_plane.app import create_app
+from control_plane.settings import ControlPlaneSettings
+from metastore.catalog import Catalog
+from metastore.embedded import EmbeddedMetaStore
+from segments.config import EmbeddedClusterConfig
+from segments.embedded import create_store
+from segments.protocol import SegmentStore
+
+TOKEN = "test-admin-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@dataclass
+class ControlPlane:
+    client: httpx.AsyncClient
+    meta: EmbeddedMetaStore
+    store: SegmentStore  # the one the app was given (``wrap`` of the embedded store)
+
+    @property
+    def catalog(self) -> Catalog:
+        return Catalog(self.meta)
+
+
+@asynccontextmanager
+async def embedded_control_plane(
+    tmp_path: Path,
+    *,
+    admin: bool = True,
+    base_url: str = "http://cp",
+    wrap: Callable[[SegmentStore], Any] = lambda store: store,
+    **settings: Any,
+) -> AsyncIterator[ControlPlane]:
+    """The app with ``settings`` (admin token :data:`TOKEN`); its client sends the admin
+    token unless ``admin`` is false (a browser logs in instead). ``wrap`` may stand a double
+    in front of the store."""
+    cluster = EmbeddedClusterConfig(path=str(tmp_path / "segments.db"))
+    config = ControlPlaneSettings(admin_token=TOKEN, clusters={"embedded": cluster}, **settings)
+    async with EmbeddedMetaStore(str(tmp_path / "meta.db")) as meta, create_store(cluster) as st:
+        store = wrap(st)
+        app = create_app(config, metastore=meta, stores={"embedded": store})
+        transport = httpx.ASGITransport(app=app)
+        headers = AUTH if admin else {}
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url=base_url, headers=headers) as client,
+        ):
+            yield ControlPlane(client, meta, store)
+
+
+async def create_shop(client: httpx.AsyncClient, **topic: Any) -> None:
+    """Project ``shop`` and its topic ``orders`` (one partition unless ``topic`` says; a
+    field given as None is left to the API's default)."""
+    assert (await client.post("/v1/projects", json={"name": "shop"})).status_code == 201
+    fields = {"name": "orders", "partitions": 1, **topic}
+    body = {k: v for k, v in fields.items() if v is not None}
+    r = await client.post("/v1/projects/shop/topics", json=body)
+    assert r.status_code == 201, r.text

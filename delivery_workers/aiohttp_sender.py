@@ -26,8 +26,8 @@ import aiohttp
 from yarl import URL
 
 from core.lifecycle import AsyncResource
+from core.result import DeliveryResult, ErrorKind
 
-from .result import DeliveryResult, Outcome
 from .sender import MAX_RESPONSE_BYTES, Delivery, HttpxSender, OutgoingRequest, build_request
 
 # Headers aiohttp writes byte for byte and h11 (under httpx) accepts, one "name NUL value LF"
@@ -69,10 +69,10 @@ def _failure(exc: Exception, latency_s: float) -> DeliveryResult:
     kind = type(exc).__name__
     detail = f"{kind}: {exc}" if str(exc) else kind
     if isinstance(exc, ValueError | aiohttp.InvalidURL | aiohttp.NonHttpUrlClientError):
-        return DeliveryResult.rejected(f"invalid request: {detail}", latency_s)
+        return DeliveryResult.invalid(f"invalid request: {detail}", latency_s)
     if isinstance(exc, aiohttp.ClientError):
         error = f"connection error: {detail}"
-        return DeliveryResult(Outcome.RETRYABLE, error=error, latency_s=latency_s)
+        return DeliveryResult.failure(ErrorKind.CONNECTION, error, latency_s)
     return DeliveryResult.from_exception(exc, latency_s)
 
 
@@ -154,7 +154,7 @@ class AiohttpSender(AsyncResource):
         try:
             out = build_request(delivery, int(self._clock()))
         except ValueError as exc:
-            return DeliveryResult.rejected(f"cannot build the request: {exc}")
+            return DeliveryResult.invalid(f"cannot build the request: {exc}")
         if not _plain(out):
             return await self._send_with_httpx(delivery)
         timeout_s = delivery.subscription.endpoint.timeout_ms / 1000
@@ -178,7 +178,6 @@ class AiohttpSender(AsyncResource):
             response.status,
             response.headers,
             time.perf_counter() - started,
-            retry_4xx=delivery.subscription.retry.retry_4xx,
             body=body,
             now=self._clock(),
         )

@@ -6,7 +6,7 @@ handle per request). :class:`FastSender` does only what a delivery needs: take a
 keep-alive connection of the endpoint's origin (or open one), write the request as one
 ``bytes``, and await one future that the httptools callbacks resolve (see :mod:`.fast_http`).
 The attempt's deadline is one timer on the loop. It sends the same request
-(:func:`.sender.build_request`) and classifies the same way (:class:`.result.DeliveryResult`)
+(:func:`.sender.build_request`) and classifies the same way (:class:`core.result.DeliveryResult`)
 as :class:`.aiohttp_sender.AiohttpSender`; the module doc of :mod:`.fast_http` lists how each
 failure is reported. HTTP/1.1 only: use :class:`.sender.HttpxSender` where HTTP/2 is wanted.
 """
@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 
 from core.lifecycle import AsyncResource
+from core.result import DeliveryResult
 
 from .fast_http import (
     Answer,
@@ -30,7 +31,6 @@ from .fast_http import (
     encode_request,
     parse_origin,
 )
-from .result import DeliveryResult
 from .sender import Delivery, build_request
 
 _OriginKey = tuple[str, str, int]
@@ -191,12 +191,12 @@ class FastSender(AsyncResource):
         try:
             out = build_request(delivery, int(self._clock()))
         except ValueError as exc:
-            return DeliveryResult.rejected(f"cannot build the request: {exc}")
+            return DeliveryResult.invalid(f"cannot build the request: {exc}")
         try:
             origin = parse_origin(out.url)
             data = encode_request(out, origin)
         except InvalidRequest as exc:
-            return DeliveryResult.rejected(f"invalid request: {exc}")
+            return DeliveryResult.invalid(f"invalid request: {exc}")
         timeout_s = delivery.subscription.endpoint.timeout_ms / 1000
         started = time.perf_counter()
         try:
@@ -207,7 +207,6 @@ class FastSender(AsyncResource):
             answer.status,
             answer.headers,
             time.perf_counter() - started,
-            retry_4xx=delivery.subscription.retry.retry_4xx,
             body=answer.body,
             now=self._clock(),
         )

@@ -9,14 +9,14 @@ from dataclasses import replace
 
 from core.audit import AuditType
 from core.model import Subscription
-from core.retry import level_for
+from core.result import DeliveryResult
+from core.retry import ToLevel
 from segments.internal import Layout, RetryMeta, header, internal_record
 from segments.protocol import Produced
 
 from .groupstate import GroupStates
 from .handoff import HandOff
 from .items import Held, Item, Kind, Source, now_ms
-from .result import DeliveryResult
 
 
 class Outcomes:
@@ -62,15 +62,20 @@ class Outcomes:
         self._release(group)
 
     def retry(
-        self, item: Item, result: DeliveryResult, attempt: int, wait_ms: int, drained: list[Item]
+        self,
+        item: Item,
+        result: DeliveryResult,
+        attempt: int,
+        verdict: ToLevel,
+        drained: list[Item],
     ) -> None:
-        """Hand ``item`` to the delay level for ``wait_ms``; ``drained`` (its group's items
+        """Hand ``item`` to the delay level of ``verdict``; ``drained`` (its group's items
         queued behind it) follow it into the hold topic."""
         now = now_ms()
         meta = replace(
-            _failed(item.meta, result, attempt, now), due_ms=now + wait_ms, entered_ms=now
+            _failed(item.meta, result, attempt, now), due_ms=now + verdict.wait_ms, entered_ms=now
         )
-        level = level_for(self.sub.retry.delay_levels_ms, wait_ms) or self.levels[0]
+        level = verdict.level_ms
         if item.group is not None:
             if item.kind is Kind.RELEASED:
                 self.groups.released(item.group)

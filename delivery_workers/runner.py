@@ -35,8 +35,9 @@ from dataclasses import dataclass
 
 from core.audit import AuditEvent, AuditType
 from core.filters import FilterOutcome, compile_filter
-from core.model import RetryPolicy, Segment, SegmentState, Subscription, Topic
-from core.retry import delay_ms, level_for, status_retries
+from core.model import Segment, SegmentState, Subscription, Topic
+from core.result import DeliveryResult
+from core.retry import DELIVERED, DeadLetter, RetryInPlace, ToLevel, decide
 from core.shards import WHOLE, Shard
 from core.token_bucket import TokenBucket
 from segments.audit import AuditSink
@@ -47,7 +48,6 @@ from segments.reader import SegmentReader, commit_group
 from .commit import CommitPolicy
 from .groups import GroupScheduler, Outcome
 from .items import Item, Kind, Source, sleep_until
-from .result import DeliveryResult
 from .retrypath import RetryPath
 from .sender import Delivery, EndpointSender
 from .throttle import Throttle
@@ -73,17 +73,6 @@ class RunnerStats:
     segment: int = 0
     circuit_state: str | None = None  # closed | open | half_open; None: no breaker
     circuit_rate: float | None = None  # attempts a second the circuit allows now
-
-
-def retryable(policy: RetryPolicy, result: DeliveryResult) -> bool:
-    """Whether a failed attempt may be tried again under ``policy`` (attempts aside)."""
-    if result.status is not None:
-        return status_retries(policy, result.status)
-    if not result.retryable:  # a request that cannot be sent as configured
-        return False
-    if (result.error or "").startswith("timeout"):
-        return policy.retry_timeouts
-    return policy.retry_connection_errors
 
 
 class SubscriptionRunner:
@@ -222,19 +211,20 @@ class SubscriptionRunner:
                 self._throttle.record(result)
                 self.stats.attempts += 1
                 self._audit_attempt(item, attempt, result)
-                if result.succeeded:
+                verdict = decide(policy, result, attempt)
+                if verdict is DELIVERED:
                     break
                 self.stats.failed_attempts += 1
-                if not retryable(policy, result) or attempt >= policy.max_attempts:
+                if isinstance(verdict, DeadLetter):
                     self.stats.dead_lettered += 1
                     self.path.dead_letter(item, result, attempt, self._stop_group(item))
                     return
-                wait = delay_ms(policy, attempt, result.retry_after)
-                if level_for(policy.delay_levels_ms, wait) is not None:
+                if isinstance(verdict, ToLevel):
                     self.stats.retried += 1
-                    self.path.retry(item, result, attempt, wait, self._stop_group(item))
+                    self.path.retry(item, result, attempt, verdict, self._stop_group(item))
                     return
-                await asyncio.sleep(wait / 1000)  # shorter than every level: in place
+                assert isinstance(verdict, RetryInPlace)
+                await asyncio.sleep(verdict.wait_ms / 1000)  # shorter than every level
                 attempt += 1
         finally:
             self.stats.in_flight -= 1

@@ -9,7 +9,7 @@ carried < static < httpbus's own, so neither a producer nor an operator can forg
 attempt or the signature a receiver relies on.
 
 ``send`` never raises for anything the endpoint does: every attempt ends as a
-:class:`~delivery_workers.result.DeliveryResult`.
+:class:`~core.result.DeliveryResult`.
 """
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ import httpx
 
 from core.lifecycle import AsyncResource, Lifecycle
 from core.model import Subscription
+from core.result import DeliveryResult, ErrorKind, timeout_error
 from core.signing import sign_with_key, signing_key
 from segments.protocol import Stored
-
-from .result import DeliveryResult
 
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 MAX_RESPONSE_BYTES = 64 * 1024
@@ -186,6 +185,22 @@ async def _read_capped(response: httpx.Response) -> bytes:
     return bytes(body[:MAX_RESPONSE_BYTES])
 
 
+def _httpx_failure(exc: Exception, latency_s: float) -> DeliveryResult:
+    """httpx's errors as facts: its timeouts are timeouts, a request it refuses to make is
+    invalid, its transport errors are connection errors; the standard ones as usual."""
+    kind = type(exc).__name__
+    detail = f"{kind}: {exc}" if str(exc) else kind
+    if isinstance(exc, httpx.TimeoutException):
+        return DeliveryResult.failure(ErrorKind.TIMEOUT, timeout_error(kind, latency_s), latency_s)
+    if isinstance(exc, httpx.InvalidURL | httpx.UnsupportedProtocol | httpx.LocalProtocolError):
+        return DeliveryResult.invalid(f"invalid request: {detail}", latency_s)
+    if isinstance(exc, httpx.TransportError):
+        return DeliveryResult.failure(
+            ErrorKind.CONNECTION, f"connection error: {detail}", latency_s
+        )
+    return DeliveryResult.from_exception(exc, latency_s)
+
+
 class HttpxSender(AsyncResource):
     """An :class:`EndpointSender` on one shared ``httpx.AsyncClient`` with keep-alive pools.
 
@@ -235,7 +250,7 @@ class HttpxSender(AsyncResource):
             out = build_request(delivery, int(self._clock()))
             headers = _encoded(out)
         except ValueError as exc:
-            return DeliveryResult.rejected(f"cannot build the request: {exc}")
+            return DeliveryResult.invalid(f"cannot build the request: {exc}")
         timeout_s = endpoint.timeout_ms / 1000
         started = time.perf_counter()
         try:
@@ -249,12 +264,11 @@ class HttpxSender(AsyncResource):
                 finally:
                     await response.aclose()
         except Exception as exc:
-            return DeliveryResult.from_exception(exc, time.perf_counter() - started)
+            return _httpx_failure(exc, time.perf_counter() - started)
         return DeliveryResult.from_response(
             response.status_code,
             response.headers,
             time.perf_counter() - started,
-            retry_4xx=delivery.subscription.retry.retry_4xx,
             body=body,
             now=self._clock(),
         )

@@ -52,9 +52,8 @@ from circuit_breaker import (
 )
 from core.audit import AuditEvent, AuditType
 from core.model import Subscription
+from core.result import DeliveryResult, ErrorKind
 from segments.audit import AuditSink
-
-from .result import DeliveryResult
 
 log = logging.getLogger(__name__)
 # Stands for "no rate limit" as the adaptive rate's ceiling: far above what one worker
@@ -90,9 +89,9 @@ def call_outcome(result: DeliveryResult) -> CallOutcome | None:
     URL, say), which says nothing about the endpoint's health."""
     if result.status is not None:
         return CallOutcome(result.status, result.retry_after)
-    if not result.retryable:
+    if result.error_kind is ErrorKind.INVALID_REQUEST:
         return None
-    timed_out = (result.error or "").startswith("timeout")
+    timed_out = result.error_kind is ErrorKind.TIMEOUT
     return CallOutcome(error=CallError.TIMEOUT if timed_out else CallError.CONNECTION)
 
 

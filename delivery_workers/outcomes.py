@@ -8,10 +8,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from core.audit import AuditType
+from core.envelope import MESSAGE_ID, header
 from core.model import Subscription
 from core.result import DeliveryResult
 from core.retry import ToLevel
-from segments.internal import Layout, RetryMeta, header, internal_record
+from segments.internal import Layout, RetryMeta, internal_record
 from segments.protocol import Produced
 
 from .groupstate import GroupStates
@@ -119,7 +120,7 @@ class Outcomes:
         self._to_dlq(item, meta, None)
         if group is None:
             return
-        why = f"follows {header(item.msg.headers, 'x-message-id')} of group {group} to the DLQ"
+        why = f"follows {header(item.msg.headers, MESSAGE_ID)} of group {group} to the DLQ"
         for held in self.groups.take_all_followers(group):
             self._follower_to_dlq(held, why)
         for follower in drained:

@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import Any
 
 from core.audit import AuditType
+from core.envelope import DELIVER_AT, GROUP_ID, PRODUCED_AT, header, millis
 from core.model import Subscription
 from core.retry import level_for
 from core.shards import WHOLE, Shard
@@ -40,7 +41,6 @@ from segments.internal import (
     RetryMeta,
     base_name,
     ensure_layout,
-    header,
     internal_record,
     load_layout,
     origin_partition,
@@ -187,7 +187,7 @@ class RetryPath(Outcomes):
         view = await dlq.scan(self.store, self.layout)
         dead = {RetryMeta.of(m.headers).origin for m in view.live()}
         for position, msg in view.entries.items():
-            group = header(msg.headers, "x-group-id")
+            group = header(msg.headers, GROUP_ID)
             if group is not None and self._mine(msg):
                 self.groups.dead_seen(group, position)
         self._dlq_end = view.end
@@ -198,13 +198,13 @@ class RetryPath(Outcomes):
                 if origin in dead or not self._mine(msg):
                     self._skip.add((source.name, msg.position))
                     continue
-                group = header(msg.headers, "x-group-id")
+                group = header(msg.headers, GROUP_ID)
                 if group is not None:
                     self.groups.add_head(group, origin)
         hold = self.sources[self.layout.hold]
         for msg in await dlq.read_all(self.store, hold.name, hold.tracker.committed(0)):
             hold.track(msg)
-            group = header(msg.headers, "x-group-id")
+            group = header(msg.headers, GROUP_ID)
             meta = RetryMeta.of(msg.headers)
             if meta.origin in dead or not self._mine(msg):
                 hold.done(msg)
@@ -238,7 +238,7 @@ class RetryPath(Outcomes):
             record = internal_record(msg, replace(meta, entered_ms=now_ms()))
             self.handoff.submit(self.layout.level(level), record, lambda _: source.done(msg))
             return
-        group = header(msg.headers, "x-group-id")
+        group = header(msg.headers, GROUP_ID)
         item = Item(msg, source, Kind.DUE, group, meta)
         if meta.due_ms <= now_ms():
             await self.offer(item)
@@ -261,7 +261,7 @@ class RetryPath(Outcomes):
                 if not self._mine(msg):  # another shard's
                     source.done(msg)
                     continue
-                group = header(msg.headers, "x-group-id")
+                group = header(msg.headers, GROUP_ID)
                 item = Item(msg, source, Kind.REPLAY, group, RetryMeta.of(msg.headers))
                 self.audit(AuditType.UNSIDELINED, msg)
                 await self.admit(item)
@@ -277,7 +277,7 @@ class RetryPath(Outcomes):
                 if dlq.is_removal(msg):
                     self.groups.dead_removed(dlq.removed_positions(msg))
                     continue
-                group = header(msg.headers, "x-group-id")
+                group = header(msg.headers, GROUP_ID)
                 if group is not None and self._mine(msg):
                     self.groups.dead_seen(group, msg.position)
 
@@ -286,7 +286,7 @@ class RetryPath(Outcomes):
         the partition it was first read from."""
         if self.shard.whole:
             return True
-        group = header(msg.headers, "x-group-id")
+        group = header(msg.headers, GROUP_ID)
         return self.shard.owns(group, origin_partition(RetryMeta.of(msg.headers).origin))
 
     # ------------------------------------------------------------ routing
@@ -330,13 +330,11 @@ class RetryPath(Outcomes):
         a delayed subscription its production time plus the delay."""
         if item.kind not in (Kind.FRESH, Kind.RELEASED) or item.meta.attempts:
             return 0
-        headers = item.msg.headers
-        at = header(headers, "x-deliver-at")
-        due = int(at) if at and at.isdigit() else 0
+        headers = item.msg.headers  # two lookups by loop: no Envelope for every message
+        due = millis(header(headers, DELIVER_AT)) or 0
         if self.sub.delay_ms:
-            produced = header(headers, "x-produced-at")
-            base = int(produced) if produced and produced.isdigit() else item.msg.timestamp_ms
-            due = max(due, base + self.sub.delay_ms)
+            base = millis(header(headers, PRODUCED_AT))
+            due = max(due, (item.msg.timestamp_ms if base is None else base) + self.sub.delay_ms)
         return due
 
     def _hold(self, item: Item) -> None:

@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 
 from core.audit import AuditEvent, AuditType
+from core.envelope import Envelope
 from core.filters import FilterOutcome, compile_filter
 from core.model import Segment, SegmentState, Subscription, Topic
 from core.result import DeliveryResult
@@ -151,21 +152,20 @@ class SubscriptionRunner:
     ) -> None:
         if self.audit is None:
             return
-        headers = dict(msg.headers)
-        group = headers.get("x-group-id")
+        envelope = Envelope.of(msg.headers)
         if segment is not None:  # a record of a retry level carries its hand-off time instead
             extra.setdefault("produced_at_ms", msg.timestamp_ms)
         self.audit.emit(
             AuditEvent(
                 type=kind,
-                message_id=(headers.get("x-message-id") or b"").decode() or "?",
+                message_id=envelope.message_id or "?",
                 project=self.sub.topic_project,
                 topic=self.sub.topic,
                 subscription=f"{self.sub.project}/{self.sub.name}",
                 segment=segment.id if segment is not None else None,
                 partition=msg.partition if segment is not None else None,
                 position=msg.position if segment is not None else None,
-                group=group.decode() if group else None,
+                group=envelope.group or None,
                 at_ms=int(time.time() * 1000),
                 **extra,
             )
@@ -377,17 +377,16 @@ class _Segment:
 
     async def _take(self, source: Source, msg: Stored) -> None:
         source.track(msg)
-        named = dict(msg.headers)
-        group = named.get("x-group-id")
+        envelope = Envelope.of(msg.headers)
+        group = envelope.group
         if not self.r.shard.owns(group, msg.partition):  # another shard's to deliver
             source.done(msg)
             return
-        content_type = named.get("content-type")
         verdict = self.r._filter.matches(
             msg.headers,
-            group=group.decode() if group else None,
+            group=group or None,
             topic=self.r.name,
-            content_type=content_type.decode() if content_type else None,
+            content_type=envelope.content_type or None,
         )
         if verdict.outcome is not FilterOutcome.MATCH:
             self.r.stats.filtered += 1
@@ -398,6 +397,5 @@ class _Segment:
             return
         origin = f"{self.segment.id}:{msg.partition}:{msg.position}"
         meta = RetryMeta(origin=origin, topic=self.r.name)
-        key = group.decode() if group is not None else None
         assert self.r.path is not None
-        await self.r.path.admit(Item(msg, source, Kind.FRESH, key, meta))
+        await self.r.path.admit(Item(msg, source, Kind.FRESH, group, meta))

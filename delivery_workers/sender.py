@@ -24,6 +24,17 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 import httpx
 
+from core.envelope import (
+    ATTEMPT,
+    CONTENT_TYPE,
+    GROUP_ID,
+    INTERNAL_PREFIX,
+    MESSAGE_ID,
+    PRODUCED_AT,
+    RESERVED,
+    TOPIC,
+)
+from core.envelope import header as stored_header
 from core.lifecycle import AsyncResource, Lifecycle
 from core.model import Subscription
 from core.result import DeliveryResult, ErrorKind, timeout_error
@@ -33,18 +44,6 @@ from segments.protocol import Stored
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 MAX_RESPONSE_BYTES = 64 * 1024
 USER_AGENT = "httpbus"
-# Stored headers that are httpbus's own (not carried) or that httpbus sets on delivery.
-_RESERVED = {
-    "x-message-id",
-    "x-group-id",
-    "x-deliver-at",
-    "x-delay-ms",
-    "x-produced-at",
-    "x-topic",
-    "x-attempt",
-}
-# The retry path's own headers (delay levels, DLQ): never sent to an endpoint.
-_INTERNAL = "x-httpbus-"
 # Framing is the HTTP client's business; a static header must not contradict it.
 _FRAMING = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "te"}
 
@@ -60,14 +59,14 @@ class Delivery:
     attempt: int = 1
 
     def header(self, name: str) -> str | None:
-        """A stored header (lower-case name), decoded as it was received (latin-1)."""
-        return next((v.decode("latin-1") for k, v in self.message.headers if k == name), None)
+        """A stored header (lower-case name), decoded as it was received."""
+        return stored_header(self.message.headers, name)
 
     @property
     def message_id(self) -> str:
         """The message's id; a message stored without one (never by the producer service)
         gets its storage address, which is at least the same on every attempt."""
-        found = self.header("x-message-id")
+        found = self.header(MESSAGE_ID)
         return found or f"{self.topic}/{self.message.partition}/{self.message.position}"
 
 
@@ -94,7 +93,7 @@ def _key(secret: str) -> bytes:
     return signing_key(secret)
 
 
-_OWN = {"x-message-id", "x-group-id", "x-produced-at", "content-type"}
+_OWN = {MESSAGE_ID, GROUP_ID, PRODUCED_AT, CONTENT_TYPE}
 # Carried headers: stored "x-" headers that are neither httpbus's own nor the retry path's.
 # Decided once per header name (names repeat from message to message).
 _CARRIED: dict[str, bool] = {}
@@ -103,7 +102,9 @@ _CARRIED: dict[str, bool] = {}
 def _carried(name: str) -> bool:
     found = _CARRIED.get(name)
     if found is None:
-        found = name.startswith("x-") and name not in _RESERVED and not name.startswith(_INTERNAL)
+        found = (
+            name.startswith("x-") and name not in RESERVED and not name.startswith(INTERNAL_PREFIX)
+        )
         if len(_CARRIED) < 10_000:  # bounded: producers choose the names
             _CARRIED[name] = found
     return found
@@ -123,7 +124,7 @@ def build_request(delivery: Delivery, now_s: int) -> OutgoingRequest:
         "user-agent": ("User-Agent", USER_AGENT),
         "accept-encoding": ("Accept-Encoding", "identity"),
     }
-    own: dict[str, str] = {}  # one pass over the stored headers
+    own: dict[str, str] = {}  # one pass; values decoded as core.envelope.decode (inlined)
     for name, raw in msg.headers:
         if name in _OWN:
             if name not in own:
@@ -135,17 +136,17 @@ def build_request(delivery: Delivery, now_s: int) -> OutgoingRequest:
             lower = name.lower()
             if lower not in _FRAMING:
                 headers[lower] = (name, value)
-    message_id = own.get("x-message-id") or delivery.message_id
-    produced = own.get("x-produced-at")
+    message_id = own.get(MESSAGE_ID) or delivery.message_id
+    produced = own.get(PRODUCED_AT)
     produced_ms = int(produced) if produced and produced.isdigit() else msg.timestamp_ms
-    headers["content-type"] = ("Content-Type", own.get("content-type") or DEFAULT_CONTENT_TYPE)
-    headers["x-message-id"] = ("X-Message-Id", message_id)
-    group = own.get("x-group-id")
+    headers[CONTENT_TYPE] = ("Content-Type", own.get(CONTENT_TYPE) or DEFAULT_CONTENT_TYPE)
+    headers[MESSAGE_ID] = ("X-Message-Id", message_id)
+    group = own.get(GROUP_ID)
     if group is not None:
-        headers["x-group-id"] = ("X-Group-Id", group)
-    headers["x-topic"] = ("X-Topic", delivery.topic)
-    headers["x-produced-at"] = ("X-Produced-At", _rfc3339_ms(produced_ms))
-    headers["x-attempt"] = ("X-Attempt", str(delivery.attempt))
+        headers[GROUP_ID] = ("X-Group-Id", group)
+    headers[TOPIC] = ("X-Topic", delivery.topic)
+    headers[PRODUCED_AT] = ("X-Produced-At", _rfc3339_ms(produced_ms))
+    headers[ATTEMPT] = ("X-Attempt", str(delivery.attempt))
     headers["webhook-id"] = ("webhook-id", message_id)
     headers["webhook-timestamp"] = ("webhook-timestamp", str(now_s))
     signature = sign_with_key(_key(sub.signing_secret), message_id, now_s, msg.value)

@@ -25,6 +25,9 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from core import envelope as env
+from core.envelope import INTERNAL_PREFIX as PREFIX
+from core.envelope import own_headers
 from core.errors import AlreadyExists, HttpbusError, NotFound
 from core.model import Subscription
 from metastore import paths
@@ -34,7 +37,6 @@ from .protocol import Headers, Record, SegmentStore, Stored
 
 log = logging.getLogger(__name__)
 
-PREFIX = "x-httpbus-"
 INTERNAL_RETENTION_MS = 14 * 24 * 3_600_000
 
 
@@ -170,38 +172,38 @@ class RetryMeta:
 
     def headers(self) -> Headers:
         pairs: list[tuple[str, str | int | None]] = [
-            ("origin", self.origin),
-            ("topic", self.topic),
-            ("due", self.due_ms),
-            ("entered", self.entered_ms),
-            ("attempts", self.attempts),
-            ("first-failed", self.first_failed_ms),
-            ("last-failed", self.last_failed_ms),
-            ("last-status", self.last_status),
-            ("last-error", self.last_error),
+            (env.RETRY_ORIGIN, self.origin),
+            (env.RETRY_TOPIC, self.topic),
+            (env.RETRY_DUE, self.due_ms),
+            (env.RETRY_ENTERED, self.entered_ms),
+            (env.RETRY_ATTEMPTS, self.attempts),
+            (env.RETRY_FIRST_FAILED, self.first_failed_ms),
+            (env.RETRY_LAST_FAILED, self.last_failed_ms),
+            (env.RETRY_LAST_STATUS, self.last_status),
+            (env.RETRY_LAST_ERROR, self.last_error),
         ]
         return tuple(
-            (PREFIX + name, str(value).encode()) for name, value in pairs if value is not None
+            (name, env.encode_internal(str(value))) for name, value in pairs if value is not None
         )
 
     @classmethod
     def of(cls, headers: Headers) -> RetryMeta:
-        found = {k[len(PREFIX) :]: v.decode() for k, v in headers if k.startswith(PREFIX)}
+        found = {k: env.decode_internal(v) for k, v in headers if k.startswith(PREFIX)}
 
         def num(name: str) -> int | None:
             value = found.get(name)
             return int(value) if value is not None and value.lstrip("-").isdigit() else None
 
         return cls(
-            origin=found.get("origin", "?"),
-            topic=found.get("topic", "?"),
-            due_ms=num("due") or 0,
-            entered_ms=num("entered") or 0,
-            attempts=num("attempts") or 0,
-            first_failed_ms=num("first-failed"),
-            last_failed_ms=num("last-failed"),
-            last_status=num("last-status"),
-            last_error=found.get("last-error"),
+            origin=found.get(env.RETRY_ORIGIN, "?"),
+            topic=found.get(env.RETRY_TOPIC, "?"),
+            due_ms=num(env.RETRY_DUE) or 0,
+            entered_ms=num(env.RETRY_ENTERED) or 0,
+            attempts=num(env.RETRY_ATTEMPTS) or 0,
+            first_failed_ms=num(env.RETRY_FIRST_FAILED),
+            last_failed_ms=num(env.RETRY_LAST_FAILED),
+            last_status=num(env.RETRY_LAST_STATUS),
+            last_error=found.get(env.RETRY_LAST_ERROR),
         )
 
 
@@ -211,21 +213,8 @@ def origin_partition(origin: str) -> int:
     return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else 0
 
 
-def own_headers(headers: Headers) -> Headers:
-    """The message's stored headers without httpbus's internal ones."""
-    return tuple((k, v) for k, v in headers if not k.startswith(PREFIX))
-
-
 def internal_record(msg: Stored, meta: RetryMeta, extra: Headers = ()) -> Record:
     """The record that carries ``msg`` (payload, key, own headers) with ``meta``."""
     return Record(
         value=msg.value, key=msg.key, headers=own_headers(msg.headers) + meta.headers() + extra
     )
-
-
-def header(headers: Headers, name: str) -> str | None:
-    """One stored header, decoded as latin-1 (as HTTP carried it)."""
-    for key, value in headers:  # a loop, not next(genexpr): this runs for every delivery
-        if key == name:
-            return value.decode("latin-1")
-    return None

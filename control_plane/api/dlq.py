@@ -19,10 +19,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.envelope import CONTENT_TYPE, GROUP_ID, MESSAGE_ID, decode, header, own_headers
 from core.errors import Malformed, StorageUnavailable, ValidationFailed
 from core.model import Subscription
 from segments import dlq
-from segments.internal import Layout, RetryMeta, header, load_layout, own_headers
+from segments.internal import Layout, RetryMeta, load_layout
 from segments.protocol import SegmentStore, Stored
 
 from ..admin import Admin
@@ -123,7 +124,7 @@ async def browse(
         meta = RetryMeta.of(msg.headers)
         failed = meta.last_failed_ms or 0
         return (
-            (group is None or header(msg.headers, "x-group-id") == group)
+            (group is None or header(msg.headers, GROUP_ID) == group)
             and (status is None or meta.last_status == status)
             and (after_ms is None or failed > after_ms)
             and (before_ms is None or failed < before_ms)
@@ -272,15 +273,15 @@ def _message(msg: Stored) -> DlqMessage:
     parts = meta.origin.split(":")
     where: list[int | None] = [int(p) if p.isdigit() else None for p in parts]
     where += [None] * (3 - len(where))
-    headers: dict[str, Any] = {k: v.decode("latin-1") for k, v in own_headers(msg.headers)}
+    headers: dict[str, Any] = {k: decode(v) for k, v in own_headers(msg.headers)}
     return DlqMessage(
-        message_id=header(msg.headers, "x-message-id"),
-        group_id=header(msg.headers, "x-group-id"),
+        message_id=header(msg.headers, MESSAGE_ID),
+        group_id=header(msg.headers, GROUP_ID),
         topic=meta.topic,
         segment=where[0],
         partition=where[1],
         position=where[2],
-        content_type=header(msg.headers, "content-type"),
+        content_type=header(msg.headers, CONTENT_TYPE),
         headers=headers,
         payload_base64=base64.b64encode(msg.value).decode(),
         payload_size=len(msg.value),

@@ -20,11 +20,12 @@ from pathlib import Path
 import pytest
 
 from control_plane.assigner import Assigner
+from core.envelope import header
 from core.model import RetryPolicy, Subscription
 from metastore import paths
 from metastore.protocol import MetaStore
 from segments import dlq
-from segments.internal import header, load_layout
+from segments.internal import load_layout
 from tests.conftest import RealServices
 from tests.integration.retries_support import BACKENDS, RealWorld, real_world, record, subscribe
 from tests.integration.test_worker_real import WorkerProcess

@@ -1,4 +1,4 @@
-"""A lean HTTP/1.1 :class:`~delivery_workers.sender.EndpointSender`, for throughput.
+"""The worker's HTTP sender: a lean HTTP/1.1 :class:`~delivery_workers.sender.EndpointSender`.
 
 aiohttp spends about half of a worker's time on a small delivery in its general machinery
 (request and response objects, payload registry, multidict headers, stream readers, a timeout
@@ -7,8 +7,8 @@ keep-alive connection of the endpoint's origin (or open one), write the request 
 ``bytes``, and await one future that the httptools callbacks resolve (see :mod:`.fast_http`).
 The attempt's deadline is one timer on the loop. It sends the same request
 (:func:`.sender.build_request`) and classifies the same way (:class:`core.result.DeliveryResult`)
-as :class:`.aiohttp_sender.AiohttpSender`; the module doc of :mod:`.fast_http` lists how each
-failure is reported. HTTP/1.1 only: use :class:`.sender.HttpxSender` where HTTP/2 is wanted.
+as the aiohttp and httpx senders that ``bench/senders.py`` keeps as comparisons; the module
+doc of :mod:`.fast_http` lists how each failure is reported. HTTP/1.1 only.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from .fast_http import (
     parse_origin,
 )
 from .sender import Delivery, build_request
+from .settings import WorkerSettings
 
 _OriginKey = tuple[str, str, int]
 
@@ -231,3 +232,8 @@ class FastSender(AsyncResource):
             finally:
                 timer.cancel()
                 self.pool.release(conn)
+
+
+def make_sender(settings: WorkerSettings) -> FastSender:
+    """The worker's sender, unstarted, with its pool limit."""
+    return FastSender(max_connections=settings.max_connections)

@@ -1,5 +1,8 @@
-"""Pushing one message to a subscription's endpoint: the ``EndpointSender`` seam and its
-httpx implementation.
+"""Pushing one message to a subscription's endpoint: the ``EndpointSender`` seam and the
+request every attempt sends. The production implementation is
+:class:`~delivery_workers.fast_sender.FastSender`; tests use a recording double
+(``tests/support/senders.py``); ``bench/senders.py`` keeps aiohttp and httpx senders as
+comparisons.
 
 The request (:func:`build_request`, pure) is the payload byte for byte with its content type,
 the carried ``X-`` headers, the endpoint's static headers, httpbus's own headers
@@ -14,15 +17,10 @@ attempt or the signature a receiver relies on.
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import NamedTuple, Protocol, runtime_checkable
-
-import httpx
 
 from core.envelope import (
     ATTEMPT,
@@ -35,9 +33,9 @@ from core.envelope import (
     TOPIC,
 )
 from core.envelope import header as stored_header
-from core.lifecycle import AsyncResource, Lifecycle
+from core.lifecycle import Lifecycle
 from core.model import Subscription
-from core.result import DeliveryResult, ErrorKind, timeout_error
+from core.result import DeliveryResult
 from core.signing import sign_with_key, signing_key
 from segments.protocol import Stored
 
@@ -167,109 +165,3 @@ class EndpointSender(Lifecycle, Protocol):
 
     async def send(self, delivery: Delivery) -> DeliveryResult:
         """Make one attempt and say how it went."""
-
-
-def _encoded(out: OutgoingRequest) -> list[tuple[bytes, bytes]]:
-    # Bytes, so that a carried latin-1 value goes out as it came in (httpx would encode a
-    # str as ASCII and refuse it).
-    return [(name.encode("latin-1"), value.encode("latin-1")) for name, value in out.headers]
-
-
-async def _read_capped(response: httpx.Response) -> bytes:
-    """The start of the response body: enough to show in the DLQ, never the whole of a huge
-    one. A body read to its end lets the connection go back to the pool."""
-    body = bytearray()
-    async for chunk in response.aiter_raw():
-        body += chunk
-        if len(body) >= MAX_RESPONSE_BYTES:
-            break
-    return bytes(body[:MAX_RESPONSE_BYTES])
-
-
-def _httpx_failure(exc: Exception, latency_s: float) -> DeliveryResult:
-    """httpx's errors as facts: its timeouts are timeouts, a request it refuses to make is
-    invalid, its transport errors are connection errors; the standard ones as usual."""
-    kind = type(exc).__name__
-    detail = f"{kind}: {exc}" if str(exc) else kind
-    if isinstance(exc, httpx.TimeoutException):
-        return DeliveryResult.failure(ErrorKind.TIMEOUT, timeout_error(kind, latency_s), latency_s)
-    if isinstance(exc, httpx.InvalidURL | httpx.UnsupportedProtocol | httpx.LocalProtocolError):
-        return DeliveryResult.invalid(f"invalid request: {detail}", latency_s)
-    if isinstance(exc, httpx.TransportError):
-        return DeliveryResult.failure(
-            ErrorKind.CONNECTION, f"connection error: {detail}", latency_s
-        )
-    return DeliveryResult.from_exception(exc, latency_s)
-
-
-class HttpxSender(AsyncResource):
-    """An :class:`EndpointSender` on one shared ``httpx.AsyncClient`` with keep-alive pools.
-
-    Redirects are never followed (see :mod:`.result`). Each attempt is bounded, from start to
-    the end of the answer, by the endpoint's ``timeout_ms`` (waiting for a free connection
-    included, so size ``max_connections`` above the worker's total in-flight limit). The
-    client ignores the environment (no proxy or certificate variables are read).
-
-    ``http2=True`` needs the ``h2`` package (``httpx[http2]``); httpx then speaks HTTP/2 to
-    HTTPS endpoints that offer it (ALPN) and HTTP/1.1 to everything else. An injected
-    ``client`` is the caller's: ``aclose`` leaves it open.
-    """
-
-    def __init__(
-        self,
-        client: httpx.AsyncClient | None = None,
-        *,
-        max_connections: int = 1000,
-        http2: bool = False,
-        keepalive_expiry: float = 5.0,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._owns_client = client is None
-        self._client = client or httpx.AsyncClient(
-            limits=httpx.Limits(
-                max_connections=max_connections,
-                max_keepalive_connections=max_connections,
-                keepalive_expiry=keepalive_expiry,
-            ),
-            http2=http2,
-            follow_redirects=False,
-            trust_env=False,
-        )
-        self._clock = clock
-
-    async def start(self) -> None:
-        """Nothing to open: connections are made on first use and kept alive."""
-
-    async def aclose(self) -> None:
-        if self._owns_client:
-            await self._client.aclose()
-
-    async def send(self, delivery: Delivery) -> DeliveryResult:
-        """One attempt; every failure of the endpoint or the network is a result."""
-        endpoint = delivery.subscription.endpoint
-        try:
-            out = build_request(delivery, int(self._clock()))
-            headers = _encoded(out)
-        except ValueError as exc:
-            return DeliveryResult.invalid(f"cannot build the request: {exc}")
-        timeout_s = endpoint.timeout_ms / 1000
-        started = time.perf_counter()
-        try:
-            async with asyncio.timeout(timeout_s):
-                request = self._client.build_request(
-                    out.method, out.url, headers=headers, content=out.body, timeout=timeout_s
-                )
-                response = await self._client.send(request, stream=True, follow_redirects=False)
-                try:
-                    body = await _read_capped(response)
-                finally:
-                    await response.aclose()
-        except Exception as exc:
-            return _httpx_failure(exc, time.perf_counter() - started)
-        return DeliveryResult.from_response(
-            response.status_code,
-            response.headers,
-            time.perf_counter() - started,
-            body=body,
-            now=self._clock(),
-        )

@@ -26,8 +26,8 @@ from core.model import (
     Subscription,
     Topic,
 )
-from delivery_workers.aiohttp_sender import AiohttpSender
 from delivery_workers.commit import CommitPolicy
+from delivery_workers.fast_sender import FastSender
 from delivery_workers.runner import SubscriptionRunner
 from metastore.catalog import Catalog
 from metastore.config import ZooKeeperConfig, open_metastore
@@ -207,7 +207,7 @@ class Running:
         self.world, self.sub = world, sub
 
     async def __aenter__(self) -> SubscriptionRunner:
-        self.sender = AiohttpSender()
+        self.sender = FastSender()
         await self.sender.start()
         self.runner = SubscriptionRunner(
             self.sub,

@@ -41,8 +41,8 @@ from core.model import (
     Subscription,
     Topic,
 )
-from delivery_workers.aiohttp_sender import AiohttpSender
 from delivery_workers.app import WorkerCollector
+from delivery_workers.fast_sender import FastSender
 from delivery_workers.worker import Worker
 from metastore import paths
 from metastore.catalog import Catalog
@@ -233,7 +233,7 @@ async def test_outage_is_throttled_recovers_and_spares_the_retry_budget(
         try:
             await _setup(meta, store, storage, hook.url)
             async with (
-                AiohttpSender() as sender,
+                FastSender() as sender,
                 Worker(
                     meta,
                     {"kafka-main": store},

@@ -19,7 +19,7 @@ from aiohttp import web
 from control_plane.app import create_app
 from control_plane.settings import ControlPlaneSettings
 from core.model import SegmentState
-from delivery_workers.aiohttp_sender import AiohttpSender
+from delivery_workers.fast_sender import FastSender
 from delivery_workers.worker import Worker
 from metastore import paths
 from metastore.catalog import Catalog
@@ -98,7 +98,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
                     }
                     assert (await client.post(SUB.rsplit("/", 1)[0], json=sub)).status_code == 201
                     async with (
-                        AiohttpSender() as sender,
+                        FastSender() as sender,
                         Worker(
                             meta,
                             {"embedded": store},

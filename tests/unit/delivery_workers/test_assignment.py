@@ -24,7 +24,7 @@ from core.model import (
     Subscription,
     Topic,
 )
-from delivery_workers.aiohttp_sender import AiohttpSender
+from delivery_workers.fast_sender import FastSender
 from delivery_workers.worker import Worker
 from metastore import paths
 from metastore.catalog import Catalog
@@ -53,12 +53,12 @@ class World:
     catalog: Catalog
     store: SegmentStore
     hook: Hook
-    stack: list[tuple[Worker, EmbeddedMetaStore, AiohttpSender]] = field(default_factory=list)
+    stack: list[tuple[Worker, EmbeddedMetaStore, FastSender]] = field(default_factory=list)
 
     async def worker(self, member: str) -> Worker:
         meta = EmbeddedMetaStore(self.file)
         await meta.start()
-        sender = AiohttpSender()
+        sender = FastSender()
         await sender.start()
         worker = Worker(
             meta, {"embedded": self.store}, sender, member, commit_every_s=0.1, lock_retry_s=0.1

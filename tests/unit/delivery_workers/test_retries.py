@@ -25,8 +25,8 @@ from core.model import (
     utcnow,
 )
 from core.retry import level_for
-from delivery_workers.aiohttp_sender import AiohttpSender
 from delivery_workers.commit import CommitPolicy
+from delivery_workers.fast_sender import FastSender
 from delivery_workers.runner import SubscriptionRunner
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
@@ -149,7 +149,7 @@ class Running:
         self.world, self.sub = world, sub
 
     async def __aenter__(self) -> SubscriptionRunner:
-        self.sender = AiohttpSender()
+        self.sender = FastSender()
         await self.sender.start()
         self.runner = SubscriptionRunner(
             self.sub,
@@ -338,7 +338,7 @@ async def test_retried_dead_lettered_and_unsidelined_are_audited(world: World) -
     sub = await _subscribe(world, retry=FAST)
     mid = await _produce(world, "a", 0)
     recorder = Recorder()
-    sender = AiohttpSender()
+    sender = FastSender()
     async with sender:
         runner = SubscriptionRunner(sub, world.reader, sender, audit=recorder)  # type: ignore[arg-type]
         task = asyncio.create_task(runner.run())

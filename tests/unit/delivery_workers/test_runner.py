@@ -25,8 +25,8 @@ from core.model import (
     Topic,
 )
 from core.signing import verify
-from delivery_workers.aiohttp_sender import AiohttpSender
 from delivery_workers.commit import CommitPolicy
+from delivery_workers.fast_sender import FastSender
 from delivery_workers.runner import SubscriptionRunner
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
@@ -166,8 +166,8 @@ def _in_group_order(received: list[tuple[str, str, bytes]]) -> bool:
 
 async def _run(
     world: World, sub: Subscription
-) -> tuple[SubscriptionRunner, asyncio.Task[None], AiohttpSender]:
-    sender = AiohttpSender()
+) -> tuple[SubscriptionRunner, asyncio.Task[None], FastSender]:
+    sender = FastSender()
     await sender.start()
     runner = SubscriptionRunner(
         sub, world.reader, sender, commit_policy=CommitPolicy(every_n=50, every_s=0.2)
@@ -175,7 +175,7 @@ async def _run(
     return runner, asyncio.create_task(runner.run()), sender
 
 
-async def _stop(task: asyncio.Task[None], sender: AiohttpSender) -> None:
+async def _stop(task: asyncio.Task[None], sender: FastSender) -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -314,7 +314,7 @@ async def test_what_ends_during_a_slow_commit_is_committed_by_the_next(world: Wo
     sub = await _subscribe(world, max_in_flight=1)
     await _produce(world.store, "st.1", groups=4, per_group=1)
     slow = _SlowCommits(world.store, delay_s=1.0)
-    sender = AiohttpSender()
+    sender = FastSender()
     await sender.start()
     reader = SegmentReader(world.catalog, {"embedded": cast(SegmentStore, slow)})
     runner = SubscriptionRunner(

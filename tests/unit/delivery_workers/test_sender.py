@@ -1,23 +1,19 @@
-"""The HTTP senders against a real endpoint: uvicorn on 127.0.0.1 in a thread, real sockets,
-no mock of httpx or aiohttp. The endpoint records every request and answers as each test
-scripts it. Every sender test runs once per implementation (the ``sender`` fixture), so
-:class:`HttpxSender`, :class:`AiohttpSender` and :class:`FastSender` meet the same contract."""
+"""The sender contract against a real endpoint: uvicorn on 127.0.0.1 in a thread, real sockets,
+no mock. The endpoint records every request and answers as each test scripts it. The worker
+runs one sender, :class:`FastSender` (the ``sender`` fixture makes them); the aiohttp and httpx
+senders are comparisons in ``bench/senders.py``."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-import httpx
 import pytest
 import uvicorn
 
@@ -25,14 +21,8 @@ from core.model import Endpoint, RetryPolicy, Subscription
 from core.result import ErrorKind
 from core.retry import retries
 from core.signing import sign, verify
-from delivery_workers.aiohttp_sender import AiohttpSender
 from delivery_workers.fast_sender import FastSender
-from delivery_workers.sender import (
-    Delivery,
-    EndpointSender,
-    HttpxSender,
-    build_request,
-)
+from delivery_workers.sender import Delivery, EndpointSender, build_request
 from segments.protocol import Stored
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -129,45 +119,17 @@ def endpoint() -> Iterator[Recorder]:
 
 
 class SenderKind:
-    """Makes senders of one implementation, and clients of its library to inject into one."""
+    """Makes senders of the worker's implementation."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    def __call__(self, **options: Any) -> FastSender:
+        return FastSender(**options)
 
-    def __call__(
-        self, client: Any = None, **options: Any
-    ) -> HttpxSender | AiohttpSender | FastSender:
-        if self.name == "httpx":
-            return HttpxSender(client, **options)
-        if self.name == "fast":
-            assert client is None, "FastSender has no client library to inject"
-            return FastSender(**options)
-        return AiohttpSender(client, **options)
-
-    @property
-    def injectable(self) -> bool:
-        return self.name != "fast"
-
-    def client(self) -> AbstractAsyncContextManager[Any]:
-        """A client of the sender's library that would follow redirects if asked to."""
-        if self.name == "httpx":
-            return httpx.AsyncClient(follow_redirects=True)
-        return aiohttp.ClientSession()  # follows redirects by default
-
-    def is_closed(self, client: Any) -> bool:
-        return bool(client.is_closed if self.name == "httpx" else client.closed)
-
-    @property
-    def connect_error(self) -> str:
-        """The name of the library's error for a refused connection."""
-        return {"httpx": "ConnectError", "aiohttp": "ClientConnectorError"}.get(
-            self.name, "ConnectionRefusedError"
-        )
+    connect_error = "ConnectionRefusedError"  # the error of a refused connection
 
 
-@pytest.fixture(params=["httpx", "aiohttp", "fast"])
-def sender(request: pytest.FixtureRequest) -> SenderKind:
-    return SenderKind(request.param)
+@pytest.fixture
+def sender() -> SenderKind:
+    return SenderKind()
 
 
 def _path() -> str:
@@ -384,10 +346,7 @@ async def test_400_is_rejected_unless_the_policy_retries_4xx(
 async def test_301_is_rejected_and_not_followed(endpoint: Recorder, sender: SenderKind) -> None:
     path, elsewhere = _path(), _path()
     endpoint.scripts[path] = Script(301, {"Location": endpoint.url(elsewhere)})
-    async with contextlib.AsyncExitStack() as stack:
-        # Even a client that would follow (FastSender has no client to inject, and never does).
-        client = await stack.enter_async_context(sender.client()) if sender.injectable else None
-        s = await stack.enter_async_context(sender(client))
+    async with sender() as s:
         result = await s.send(_delivery(endpoint.url(path)))
     assert not retries(RetryPolicy(), result) and result.status == 301
     assert result.error is not None and endpoint.url(elsewhere) in result.error
@@ -515,42 +474,3 @@ async def test_concurrent_sends_share_a_bounded_pool_of_kept_alive_connections(
     assert len(endpoint.requests(path)) == 400
     assert 1 <= len(after_first) <= 10
     assert connections == after_first, "the second wave opened new connections"
-
-
-async def test_an_injected_client_stays_open_after_aclose(
-    endpoint: Recorder, sender: SenderKind
-) -> None:
-    if not sender.injectable:
-        pytest.skip("FastSender has no client library to inject")
-    async with sender.client() as client:
-        async with sender(client) as s:
-            assert (await s.send(_delivery(endpoint.url(_path())))).succeeded
-        assert not sender.is_closed(client)
-
-
-async def test_aiohttp_sends_before_start_are_a_programming_error() -> None:
-    with pytest.raises(RuntimeError, match="start"):
-        await AiohttpSender().send(_delivery("http://127.0.0.1:9/"))
-
-
-async def test_aiohttp_sends_plain_headers_itself_and_obs_text_through_httpx(
-    endpoint: Recorder,
-) -> None:
-    started: list[str] = []
-
-    async def on_start(_: Any, __: Any, params: aiohttp.TraceRequestStartParams) -> None:
-        started.append(params.url.path)
-
-    trace = aiohttp.TraceConfig()
-    trace.on_request_start.append(on_start)
-    plain, latin = _path(), _path()
-    latin_delivery = Delivery(
-        _subscription(endpoint.url(latin)), "shop/orders", _stored(b"x", ("x-n", b"\xe9t\xe9"))
-    )
-    async with aiohttp.ClientSession(trace_configs=[trace]) as session:
-        async with AiohttpSender(session) as s:
-            assert (await s.send(_delivery(endpoint.url(plain)))).succeeded
-            assert (await s.send(latin_delivery)).succeeded
-    assert started == [plain]
-    [seen] = endpoint.requests(latin)
-    assert seen.header("x-n") == "été" and (b"x-n", b"\xe9t\xe9") in seen.headers

@@ -30,9 +30,9 @@ from core.model import (
     Topic,
 )
 from core.result import DeliveryResult, ErrorKind
-from delivery_workers.aiohttp_sender import AiohttpSender
 from delivery_workers.app import WorkerCollector
 from delivery_workers.commit import CommitPolicy
+from delivery_workers.fast_sender import FastSender
 from delivery_workers.runner import RunnerStats, SubscriptionRunner
 from delivery_workers.throttle import (
     UNLIMITED_PER_S,
@@ -147,7 +147,7 @@ async def _outage(tmp_path: Path, hook: Hook, breaker: CircuitBreakerPolicy) -> 
         )
         for i in range(TOTAL):
             await store.produce("st.1", Record(b"x", headers=(("x-message-id", f"m{i}".encode()),)))
-        async with AiohttpSender() as sender:
+        async with FastSender() as sender:
             reader = WatchedReader(catalog, {"embedded": store})
             reader.states = []
             runner = SubscriptionRunner(

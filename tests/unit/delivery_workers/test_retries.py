@@ -240,7 +240,9 @@ async def test_dead_lettered_head_takes_its_group_and_unsideline_replays_in_orde
         await _until(lambda: world.hook.delivered() == [b] and runner.stats.dead_lettered == 1)
         later = await _produce(world, "C", 4)  # sidelined: straight behind the others
         layout = await _layout(world, sub)
-        await _until(lambda: runner.path is not None and runner.path.counts["dead_lettered"] == 5)
+        await _until(
+            lambda: runner.routing is not None and runner.routing.counts["dead_lettered"] == 5
+        )
         await asyncio.sleep(0.3)
         view = await dlq.scan(world.store, layout)
         assert [dict(m.headers)["x-message-id"].decode() for m in view.live()] == [*c, later]
@@ -293,7 +295,7 @@ async def test_group_state_survives_a_restart(world: World) -> None:
     async with Running(world, sub) as runner:
         await _until(lambda: len(world.hook.got) == 6)
         await asyncio.sleep(0.3)
-        assert runner.path is not None and runner.path.groups.blocked_groups == []
+        assert runner.routing is not None and runner.routing.groups.blocked_groups == []
     assert world.hook.of_group("A") == [*a, more]
     assert world.hook.delivered()[0] == b
     layout = await _layout(world, sub)

@@ -37,7 +37,7 @@ ATTEMPT = "x-attempt"
 # Headers httpbus owns on a delivery: a producer cannot carry its own value of these.
 RESERVED = frozenset({MESSAGE_ID, GROUP_ID, DELIVER_AT, DELAY_MS, PRODUCED_AT, TOPIC, ATTEMPT})
 
-# Internal: added by the retry path in its internal topics (see segments.internal).
+# Internal: added by the retry path in its internal topics (see segments.subscription).
 INTERNAL_PREFIX = "x-httpbus-"
 RETRY_ORIGIN = "x-httpbus-origin"
 RETRY_TOPIC = "x-httpbus-topic"

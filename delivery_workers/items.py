@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass
 from enum import Enum
 
-from segments.internal import RetryMeta
 from segments.protocol import SegmentStore, Stored
+from segments.subscription.retry_meta import RetryMeta
 
 from .commit import CommitPolicy, CommitTracker
 

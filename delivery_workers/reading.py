@@ -21,9 +21,9 @@ from core.envelope import Envelope
 from core.filters import Filter, FilterOutcome
 from core.model import Segment, SegmentState, Subscription, Topic
 from core.shards import Shard
-from segments.internal import RetryMeta
 from segments.protocol import Stored
 from segments.reader import SegmentReader, commit_group
+from segments.subscription.retry_meta import RetryMeta
 
 from .audit import SubscriptionAudit
 from .commit import Committer

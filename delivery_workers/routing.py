@@ -1,7 +1,7 @@
 """Routing: where a message goes on its way, and where it goes when an attempt is over.
 
 One :class:`Routing` per subscription owns its durable retry path (delay levels, hold topic,
-replay, DLQ; see :mod:`segments.internal`) and the state of its groups
+replay, DLQ; see :mod:`segments.subscription`) and the state of its groups
 (:mod:`.groupstate`):
 
 - :meth:`Routing.admit` takes a fresh or replayed message: behind its blocked group (hold
@@ -38,16 +38,10 @@ from core.result import DeliveryResult
 from core.retry import ToLevel, level_for
 from core.shards import WHOLE, Shard
 from metastore.protocol import MetaStore
-from segments.internal import (
-    Layout,
-    RetryMeta,
-    base_name,
-    ensure_layout,
-    internal_record,
-    load_layout,
-)
 from segments.protocol import Produced, SegmentStore, Stored
 from segments.reader import commit_group
+from segments.subscription.layout import Layout, base_name, ensure_layout, load_layout
+from segments.subscription.retry_meta import RetryMeta, internal_record
 
 from .audit import SubscriptionAudit
 from .commit import CommitPolicy

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 from core.audit import AuditType
 from core.envelope import GROUP_ID, header
 from core.retry import level_for
-from segments import dlq
-from segments.internal import RetryMeta, internal_record, origin_partition
 from segments.protocol import Stored
+from segments.subscription import dlq
+from segments.subscription.retry_meta import RetryMeta, internal_record, origin_partition
 
 from .items import Held, Item, Kind, Source, now_ms, sleep_until
 

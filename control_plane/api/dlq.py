@@ -1,7 +1,7 @@
 """``/v1/projects/{project}/subscriptions/{subscription}/dlq/messages``: browse, unsideline,
 purge a subscription's dead-letter queue.
 
-The DLQ topic is read back and filtered here (see :mod:`segments.dlq`), so any
+The DLQ topic is read back and filtered here (see :mod:`segments.subscription.dlq`), so any
 control plane answers the same as any other, whichever worker wrote the entries. A page
 cursor is the storage position of the last entry of the page. Unsidelined entries are
 appended to the subscription's replay topic (attempts reset), then removed from the DLQ; the
@@ -22,9 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.envelope import CONTENT_TYPE, GROUP_ID, MESSAGE_ID, decode, header, own_headers
 from core.errors import Malformed, StorageUnavailable, ValidationFailed
 from core.model import Subscription
-from segments import dlq
-from segments.internal import Layout, RetryMeta, load_layout
 from segments.protocol import SegmentStore, Stored
+from segments.subscription import dlq
+from segments.subscription.layout import Layout, load_layout
+from segments.subscription.retry_meta import RetryMeta
 
 from ..admin import Admin
 from .auth import admin_guard

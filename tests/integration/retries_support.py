@@ -33,10 +33,10 @@ from metastore.catalog import Catalog
 from metastore.config import ZooKeeperConfig, open_metastore
 from metastore.protocol import MetaStore
 from segments.config import ClusterConfig, KafkaClusterConfig, PulsarClusterConfig
-from segments.internal import drop_layout
 from segments.protocol import Record, SegmentStore
 from segments.reader import SegmentReader
 from segments.registry import open_store
+from segments.subscription.layout import drop_layout
 from tests.conftest import RealServices
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

@@ -24,8 +24,8 @@ from core.envelope import header
 from core.model import RetryPolicy, Subscription
 from metastore import paths
 from metastore.protocol import MetaStore
-from segments import dlq
-from segments.internal import load_layout
+from segments.subscription import dlq
+from segments.subscription.layout import load_layout
 from tests.conftest import RealServices
 from tests.integration.retries_support import BACKENDS, RealWorld, real_world, record, subscribe
 from tests.integration.test_worker_real import WorkerProcess

@@ -16,11 +16,12 @@ from control_plane.app import create_app
 from control_plane.settings import ControlPlaneSettings
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
-from segments import dlq
 from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
-from segments.internal import Layout, RetryMeta, ensure_layout, internal_record
 from segments.protocol import SegmentStore, Stored
+from segments.subscription import dlq
+from segments.subscription.layout import Layout, ensure_layout
+from segments.subscription.retry_meta import RetryMeta, internal_record
 
 TOKEN = "test-admin-token-0123456789"
 BASE = "/v1/projects/shop/subscriptions/s1/dlq/messages"

@@ -31,8 +31,8 @@ from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
 from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
-from segments.internal import load_layout
 from segments.protocol import Record, SegmentStore
+from segments.subscription.layout import load_layout
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 SUBS = [f"s{i}" for i in range(6)]

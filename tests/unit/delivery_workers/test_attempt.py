@@ -12,8 +12,8 @@ from delivery_workers.audit import SubscriptionAudit
 from delivery_workers.items import Item, Kind
 from delivery_workers.runner import RunnerStats
 from delivery_workers.throttle import Throttle
-from segments.internal import RetryMeta
 from segments.protocol import Stored
+from segments.subscription.retry_meta import RetryMeta
 from tests.support.senders import RecordingSender
 
 POLICY = RetryPolicy(

@@ -30,12 +30,13 @@ from delivery_workers.fast_sender import FastSender
 from delivery_workers.runner import SubscriptionRunner
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
-from segments import dlq
 from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
-from segments.internal import RetryMeta, load_layout
 from segments.protocol import Record, SegmentStore
 from segments.reader import SegmentReader, commit_group
+from segments.subscription import dlq
+from segments.subscription.layout import load_layout
+from segments.subscription.retry_meta import RetryMeta
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 HOUR_MS = 3_600_000

@@ -1,9 +1,9 @@
 """The dead-letter queue of a subscription: its storage topic is its own index.
 
-The DLQ topic (one partition, see :mod:`.internal`) holds two kinds of records, in order:
+The DLQ topic (one partition, see :mod:`.layout`) holds two kinds of records, in order:
 
 - *entries*: a dead-lettered message (payload, key, stored headers) with its
-  :class:`~.internal.RetryMeta` (attempts, first and last failure, last status or error);
+  :class:`~.retry_meta.RetryMeta` (attempts, first and last failure, last status or error);
 - *removals* (header ``x-httpbus-kind: removed``): a JSON list of entry positions that a purge
   or an unsideline took out.
 
@@ -28,8 +28,9 @@ from core.envelope import DLQ_KIND as KIND
 from core.envelope import GROUP_ID, MESSAGE_ID, header, own_headers
 from core.errors import StorageUnavailable
 
-from .internal import Layout, RetryMeta
-from .protocol import Record, SegmentStore, Stored
+from ..protocol import Record, SegmentStore, Stored
+from .layout import Layout
+from .retry_meta import RetryMeta
 
 REMOVED = b"removed"
 REPLAY = b"replay"

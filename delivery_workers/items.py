@@ -1,5 +1,5 @@
-"""What the runner moves around: an :class:`Item` (a message and where it came from) and a
-:class:`Source` (a storage topic the runner reads and commits in order)."""
+"""What moves along a subscription's path: an :class:`Item` (a message and where it came
+from) and a :class:`Source` (a storage topic read and committed in order)."""
 
 from __future__ import annotations
 

@@ -496,7 +496,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--in-flight", type=int, default=200, help="the subscription's max in-flight")
     p.add_argument(
         "--sender",
-        choices=["fast", "aiohttp", "httpx"],
+        choices=["fast"],  # the aiohttp and httpx senders: bench/senders.py
         default="fast",
         help="the worker's HTTP sender (its setting 'sender')",
     )

@@ -43,8 +43,8 @@ from core.model import SegmentState
 from metastore.catalog import Catalog
 from metastore.protocol import MetaStore
 from segments.config import ClusterConfig
-from segments.cutover import TERMINAL as TERMINAL_PHASES
-from segments.cutover import (
+from segments.cutover.machine import TERMINAL as TERMINAL_PHASES
+from segments.cutover.machine import (
     AbortRequested,
     Action,
     Cleaned,
@@ -65,7 +65,7 @@ from segments.cutover import (
     cleanup,
     step,
 )
-from segments.cutover_store import CutoverRecords
+from segments.cutover.records import CutoverRecords
 from segments.protocol import SegmentStore
 
 from .cutover_actions import CutoverActions

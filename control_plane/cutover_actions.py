@@ -9,8 +9,8 @@ from core.errors import AlreadyExists, NotFound, StorageUnavailable, VersionConf
 from core.model import Backend, Segment, SegmentState
 from metastore.catalog import Catalog
 from segments.config import ClusterConfig
-from segments.cutover import Cutover
-from segments.cutover_store import CutoverRecords
+from segments.cutover.machine import Cutover
+from segments.cutover.records import CutoverRecords
 from segments.protocol import SegmentStore
 
 

@@ -4,13 +4,18 @@
 ``initial * multiplier ** (n - 1)``; all capped at ``max_delay_ms``, then spread by up to
 ``± jitter`` of the delay so that many failed messages do not come back at once. An
 endpoint's ``Retry-After`` replaces the schedule (capped the same way).
+
+:func:`decide` is the one place that answers "is this attempt retried, and how?": every
+caller (the worker's attempt, the circuit breaker's view aside) reads its verdict.
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 from .model import RetryPolicy
+from .result import DeliveryResult, ErrorKind
 
 
 def delay_ms(
@@ -56,3 +61,75 @@ def level_for(levels: tuple[int, ...], wait_ms: int) -> int | None:
         if level <= wait_ms:
             chosen = level
     return chosen
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """The endpoint took the message: it is terminal."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryInPlace:
+    """Wait ``wait_ms`` (shorter than every delay level) in memory, then attempt again; the
+    message keeps its delivery slot and its group waits behind it."""
+
+    wait_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToLevel:
+    """Wait ``wait_ms`` in the delay level ``level_ms`` (the largest not longer than the wait)."""
+
+    wait_ms: int
+    level_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Failed for good: refused by the policy, or out of attempts."""
+
+    exhausted: bool  # True: it could have been retried, but the attempts are spent
+
+
+Verdict = Delivered | RetryInPlace | ToLevel | DeadLetter
+DELIVERED = Delivered()
+_REFUSED = DeadLetter(exhausted=False)
+_EXHAUSTED = DeadLetter(exhausted=True)
+
+
+def retries(policy: RetryPolicy, result: DeliveryResult) -> bool:
+    """Whether ``policy`` tries a failed ``result`` again, attempts aside: an answer by its
+    status (:func:`status_retries`), a timeout if ``retry_timeouts``, a lost or refused
+    connection (or an unexpected error) if ``retry_connection_errors``; a request that
+    cannot be sent as configured never."""
+    if result.status is not None:
+        return status_retries(policy, result.status)
+    kind = result.error_kind
+    if kind is ErrorKind.TIMEOUT:
+        return policy.retry_timeouts
+    if kind is ErrorKind.INVALID_REQUEST:
+        return False
+    return policy.retry_connection_errors
+
+
+def decide(
+    policy: RetryPolicy,
+    result: DeliveryResult,
+    attempt: int,
+    rng: random.Random | None = None,
+) -> Verdict:
+    """What becomes of a message whose attempt number ``attempt`` (from 1) came to
+    ``result``: delivered; retried in place or through a delay level after the schedule's
+    wait (or the endpoint's ``Retry-After``); or dead-lettered when the policy does not retry
+    such a failure or ``max_attempts`` are spent."""
+    if result.succeeded:
+        return DELIVERED
+    if not retries(policy, result):
+        return _REFUSED
+    if attempt >= policy.max_attempts:
+        return _EXHAUSTED
+    wait = delay_ms(policy, attempt, result.retry_after, rng)
+    level = level_for(policy.delay_levels_ms, wait)
+    if level is None:
+        return RetryInPlace(wait)
+    return ToLevel(wait, level)

@@ -25,8 +25,8 @@ from segments.audit import open_audit
 from segments.protocol import SegmentStore
 from segments.registry import open_stores
 
+from .fast_sender import make_sender
 from .runner import RunnerStats
-from .senders import make_sender
 from .settings import WorkerSettings
 from .worker import COUNTERS, Worker
 

@@ -25,11 +25,17 @@ One :class:`CommitTracker` serves one subscription on one storage topic, keyed b
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from core.errors import HttpbusError
+
+log = logging.getLogger(__name__)
+COMMIT_DRAIN_S = 5.0  # how long a stopping runner waits for the commit it has under way
 
 
 class CommitTrackingError(HttpbusError):
@@ -206,3 +212,70 @@ class CommitPolicy:
         """A commit starts: a new batch begins (call it before taking the positions)."""
         self._count = 0
         self._flushed_at = self._clock()
+
+
+class Committable(Protocol):
+    async def commit(self) -> None: ...
+
+
+class Committer:
+    """Commits a subscription's sources when :class:`CommitPolicy` says it is due: the
+    consume segment's (``main``, set by the reading) and the retry path's.
+
+    A commit runs on even if its caller is cancelled, and a stopping runner waits for it
+    (:meth:`drain`): a commit that reached the storage after the next owner had started would
+    move its position back (the storage does not order two clients' commits), leaving a lag
+    that nothing commits away."""
+
+    def __init__(self, policy: CommitPolicy, name: str, retry_path: Committable) -> None:
+        self.policy = policy
+        self.name = name
+        self.retry_path = retry_path
+        self.main: Committable | None = None
+        self._committing: asyncio.Future[None] | None = None
+
+    async def run(self) -> None:
+        """Commit whenever due, until cancelled."""
+        while True:
+            wait = self.policy.wait_s()
+            await asyncio.sleep(0.2 if wait is None else max(wait, 0.01))
+            if self.policy.due():
+                await self.commit()
+
+    async def commit(self) -> None:
+        """Commit what is terminal now (see the class doc)."""
+        self._committing = asyncio.ensure_future(self._commit_now())
+        self._committing.add_done_callback(_retrieved)
+        await asyncio.shield(self._committing)
+
+    async def drain(self) -> None:
+        """Wait (a bounded time) for a commit under way."""
+        pending = self._committing
+        if pending is None or pending.done():
+            return
+        try:
+            async with asyncio.timeout(COMMIT_DRAIN_S):
+                await asyncio.shield(pending)
+        except Exception as exc:  # the storage is away: the next owner commits again
+            log.warning("%s: the last commit did not finish: %r", self.name, exc)
+
+    async def _commit_now(self) -> None:
+        # A new batch starts before the positions are taken: what becomes terminal while
+        # this commit is on the wire waits for the next one. (Starting it after the write
+        # left the last messages of a burst uncommitted until more came: the lag that never
+        # reached 0 on Pulsar, whose commits are slow REST calls.)
+        self.policy.flushed()
+        try:
+            if self.main is not None:
+                await self.main.commit()
+            await self.retry_path.commit()
+        except BaseException:
+            self.policy.record()  # not written: due again at the next round
+            raise
+
+
+def _retrieved(future: asyncio.Future[None]) -> None:
+    # Its caller may be gone (cancelled while it ran): the error is the caller's or the
+    # drain's to report, never the loop's "exception was never retrieved".
+    if not future.cancelled():
+        future.exception()

@@ -8,7 +8,7 @@ request as one ``bytes``, and wait for one future that the parser's callbacks re
 the status, the two answer headers httpbus reads (``Retry-After``, ``Location``) and the start
 of the body. The same request (:func:`.sender.build_request`) is sent, byte for byte (header
 values are latin-1, so a carried obs-text value goes out as it came in), and classified the
-same way (:class:`.result.DeliveryResult`) as by the other senders:
+same way (:class:`core.result.DeliveryResult`) as by the senders ``bench/`` compares:
 
 - each attempt is bounded, from the wait for a connection to the end of the answer, by the
   endpoint's ``timeout_ms``; a timeout is ``timeout after N ms (TimeoutError)``;
@@ -23,7 +23,7 @@ same way (:class:`.result.DeliveryResult`) as by the other senders:
 - redirects are never followed, nothing is compressed or decompressed, no cookies, no proxy.
 
 HTTPS goes through the ``ssl`` context given (default: the system's trust store, hostnames
-checked). HTTP/2 is not spoken: use :class:`.sender.HttpxSender` for that.
+checked). HTTP/2 is not spoken.
 """
 
 from __future__ import annotations

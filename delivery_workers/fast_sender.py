@@ -1,4 +1,4 @@
-"""A lean HTTP/1.1 :class:`~delivery_workers.sender.EndpointSender`, for throughput.
+"""The worker's HTTP sender: a lean HTTP/1.1 :class:`~delivery_workers.sender.EndpointSender`.
 
 aiohttp spends about half of a worker's time on a small delivery in its general machinery
 (request and response objects, payload registry, multidict headers, stream readers, a timeout
@@ -6,9 +6,9 @@ handle per request). :class:`FastSender` does only what a delivery needs: take a
 keep-alive connection of the endpoint's origin (or open one), write the request as one
 ``bytes``, and await one future that the httptools callbacks resolve (see :mod:`.fast_http`).
 The attempt's deadline is one timer on the loop. It sends the same request
-(:func:`.sender.build_request`) and classifies the same way (:class:`.result.DeliveryResult`)
-as :class:`.aiohttp_sender.AiohttpSender`; the module doc of :mod:`.fast_http` lists how each
-failure is reported. HTTP/1.1 only: use :class:`.sender.HttpxSender` where HTTP/2 is wanted.
+(:func:`.sender.build_request`) and classifies the same way (:class:`core.result.DeliveryResult`)
+as the aiohttp and httpx senders that ``bench/senders.py`` keeps as comparisons; the module
+doc of :mod:`.fast_http` lists how each failure is reported. HTTP/1.1 only.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 
 from core.lifecycle import AsyncResource
+from core.result import DeliveryResult
 
 from .fast_http import (
     Answer,
@@ -30,8 +31,8 @@ from .fast_http import (
     encode_request,
     parse_origin,
 )
-from .result import DeliveryResult
 from .sender import Delivery, build_request
+from .settings import WorkerSettings
 
 _OriginKey = tuple[str, str, int]
 
@@ -191,12 +192,12 @@ class FastSender(AsyncResource):
         try:
             out = build_request(delivery, int(self._clock()))
         except ValueError as exc:
-            return DeliveryResult.rejected(f"cannot build the request: {exc}")
+            return DeliveryResult.invalid(f"cannot build the request: {exc}")
         try:
             origin = parse_origin(out.url)
             data = encode_request(out, origin)
         except InvalidRequest as exc:
-            return DeliveryResult.rejected(f"invalid request: {exc}")
+            return DeliveryResult.invalid(f"invalid request: {exc}")
         timeout_s = delivery.subscription.endpoint.timeout_ms / 1000
         started = time.perf_counter()
         try:
@@ -207,7 +208,6 @@ class FastSender(AsyncResource):
             answer.status,
             answer.headers,
             time.perf_counter() - started,
-            retry_4xx=delivery.subscription.retry.retry_4xx,
             body=answer.body,
             now=self._clock(),
         )
@@ -232,3 +232,8 @@ class FastSender(AsyncResource):
             finally:
                 timer.cancel()
                 self.pool.release(conn)
+
+
+def make_sender(settings: WorkerSettings) -> FastSender:
+    """The worker's sender, unstarted, with its pool limit."""
+    return FastSender(max_connections=settings.max_connections)

@@ -1,5 +1,5 @@
-"""What the runner moves around: an :class:`Item` (a message and where it came from) and a
-:class:`Source` (a storage topic the runner reads and commits in order)."""
+"""What moves along a subscription's path: an :class:`Item` (a message and where it came
+from) and a :class:`Source` (a storage topic read and committed in order)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass
 from enum import Enum
 
-from segments.internal import RetryMeta
 from segments.protocol import SegmentStore, Stored
+from segments.subscription.retry_meta import RetryMeta
 
 from .commit import CommitPolicy, CommitTracker
 

@@ -1,5 +1,8 @@
-"""Pushing one message to a subscription's endpoint: the ``EndpointSender`` seam and its
-httpx implementation.
+"""Pushing one message to a subscription's endpoint: the ``EndpointSender`` seam and the
+request every attempt sends. The production implementation is
+:class:`~delivery_workers.fast_sender.FastSender`; tests use a recording double
+(``tests/support/senders.py``); ``bench/senders.py`` keeps aiohttp and httpx senders as
+comparisons.
 
 The request (:func:`build_request`, pure) is the payload byte for byte with its content type,
 the carried ``X-`` headers, the endpoint's static headers, httpbus's own headers
@@ -9,43 +12,36 @@ carried < static < httpbus's own, so neither a producer nor an operator can forg
 attempt or the signature a receiver relies on.
 
 ``send`` never raises for anything the endpoint does: every attempt ends as a
-:class:`~delivery_workers.result.DeliveryResult`.
+:class:`~core.result.DeliveryResult`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import NamedTuple, Protocol, runtime_checkable
 
-import httpx
-
-from core.lifecycle import AsyncResource, Lifecycle
+from core.envelope import (
+    ATTEMPT,
+    CONTENT_TYPE,
+    GROUP_ID,
+    INTERNAL_PREFIX,
+    MESSAGE_ID,
+    PRODUCED_AT,
+    RESERVED,
+    TOPIC,
+)
+from core.envelope import header as stored_header
+from core.lifecycle import Lifecycle
 from core.model import Subscription
+from core.result import DeliveryResult
 from core.signing import sign_with_key, signing_key
 from segments.protocol import Stored
-
-from .result import DeliveryResult
 
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 MAX_RESPONSE_BYTES = 64 * 1024
 USER_AGENT = "httpbus"
-# Stored headers that are httpbus's own (not carried) or that httpbus sets on delivery.
-_RESERVED = {
-    "x-message-id",
-    "x-group-id",
-    "x-deliver-at",
-    "x-delay-ms",
-    "x-produced-at",
-    "x-topic",
-    "x-attempt",
-}
-# The retry path's own headers (delay levels, DLQ): never sent to an endpoint.
-_INTERNAL = "x-httpbus-"
 # Framing is the HTTP client's business; a static header must not contradict it.
 _FRAMING = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "te"}
 
@@ -61,14 +57,14 @@ class Delivery:
     attempt: int = 1
 
     def header(self, name: str) -> str | None:
-        """A stored header (lower-case name), decoded as it was received (latin-1)."""
-        return next((v.decode("latin-1") for k, v in self.message.headers if k == name), None)
+        """A stored header (lower-case name), decoded as it was received."""
+        return stored_header(self.message.headers, name)
 
     @property
     def message_id(self) -> str:
         """The message's id; a message stored without one (never by the producer service)
         gets its storage address, which is at least the same on every attempt."""
-        found = self.header("x-message-id")
+        found = self.header(MESSAGE_ID)
         return found or f"{self.topic}/{self.message.partition}/{self.message.position}"
 
 
@@ -95,7 +91,7 @@ def _key(secret: str) -> bytes:
     return signing_key(secret)
 
 
-_OWN = {"x-message-id", "x-group-id", "x-produced-at", "content-type"}
+_OWN = {MESSAGE_ID, GROUP_ID, PRODUCED_AT, CONTENT_TYPE}
 # Carried headers: stored "x-" headers that are neither httpbus's own nor the retry path's.
 # Decided once per header name (names repeat from message to message).
 _CARRIED: dict[str, bool] = {}
@@ -104,7 +100,9 @@ _CARRIED: dict[str, bool] = {}
 def _carried(name: str) -> bool:
     found = _CARRIED.get(name)
     if found is None:
-        found = name.startswith("x-") and name not in _RESERVED and not name.startswith(_INTERNAL)
+        found = (
+            name.startswith("x-") and name not in RESERVED and not name.startswith(INTERNAL_PREFIX)
+        )
         if len(_CARRIED) < 10_000:  # bounded: producers choose the names
             _CARRIED[name] = found
     return found
@@ -124,7 +122,7 @@ def build_request(delivery: Delivery, now_s: int) -> OutgoingRequest:
         "user-agent": ("User-Agent", USER_AGENT),
         "accept-encoding": ("Accept-Encoding", "identity"),
     }
-    own: dict[str, str] = {}  # one pass over the stored headers
+    own: dict[str, str] = {}  # one pass; values decoded as core.envelope.decode (inlined)
     for name, raw in msg.headers:
         if name in _OWN:
             if name not in own:
@@ -136,17 +134,17 @@ def build_request(delivery: Delivery, now_s: int) -> OutgoingRequest:
             lower = name.lower()
             if lower not in _FRAMING:
                 headers[lower] = (name, value)
-    message_id = own.get("x-message-id") or delivery.message_id
-    produced = own.get("x-produced-at")
+    message_id = own.get(MESSAGE_ID) or delivery.message_id
+    produced = own.get(PRODUCED_AT)
     produced_ms = int(produced) if produced and produced.isdigit() else msg.timestamp_ms
-    headers["content-type"] = ("Content-Type", own.get("content-type") or DEFAULT_CONTENT_TYPE)
-    headers["x-message-id"] = ("X-Message-Id", message_id)
-    group = own.get("x-group-id")
+    headers[CONTENT_TYPE] = ("Content-Type", own.get(CONTENT_TYPE) or DEFAULT_CONTENT_TYPE)
+    headers[MESSAGE_ID] = ("X-Message-Id", message_id)
+    group = own.get(GROUP_ID)
     if group is not None:
-        headers["x-group-id"] = ("X-Group-Id", group)
-    headers["x-topic"] = ("X-Topic", delivery.topic)
-    headers["x-produced-at"] = ("X-Produced-At", _rfc3339_ms(produced_ms))
-    headers["x-attempt"] = ("X-Attempt", str(delivery.attempt))
+        headers[GROUP_ID] = ("X-Group-Id", group)
+    headers[TOPIC] = ("X-Topic", delivery.topic)
+    headers[PRODUCED_AT] = ("X-Produced-At", _rfc3339_ms(produced_ms))
+    headers[ATTEMPT] = ("X-Attempt", str(delivery.attempt))
     headers["webhook-id"] = ("webhook-id", message_id)
     headers["webhook-timestamp"] = ("webhook-timestamp", str(now_s))
     signature = sign_with_key(_key(sub.signing_secret), message_id, now_s, msg.value)
@@ -167,94 +165,3 @@ class EndpointSender(Lifecycle, Protocol):
 
     async def send(self, delivery: Delivery) -> DeliveryResult:
         """Make one attempt and say how it went."""
-
-
-def _encoded(out: OutgoingRequest) -> list[tuple[bytes, bytes]]:
-    # Bytes, so that a carried latin-1 value goes out as it came in (httpx would encode a
-    # str as ASCII and refuse it).
-    return [(name.encode("latin-1"), value.encode("latin-1")) for name, value in out.headers]
-
-
-async def _read_capped(response: httpx.Response) -> bytes:
-    """The start of the response body: enough to show in the DLQ, never the whole of a huge
-    one. A body read to its end lets the connection go back to the pool."""
-    body = bytearray()
-    async for chunk in response.aiter_raw():
-        body += chunk
-        if len(body) >= MAX_RESPONSE_BYTES:
-            break
-    return bytes(body[:MAX_RESPONSE_BYTES])
-
-
-class HttpxSender(AsyncResource):
-    """An :class:`EndpointSender` on one shared ``httpx.AsyncClient`` with keep-alive pools.
-
-    Redirects are never followed (see :mod:`.result`). Each attempt is bounded, from start to
-    the end of the answer, by the endpoint's ``timeout_ms`` (waiting for a free connection
-    included, so size ``max_connections`` above the worker's total in-flight limit). The
-    client ignores the environment (no proxy or certificate variables are read).
-
-    ``http2=True`` needs the ``h2`` package (``httpx[http2]``); httpx then speaks HTTP/2 to
-    HTTPS endpoints that offer it (ALPN) and HTTP/1.1 to everything else. An injected
-    ``client`` is the caller's: ``aclose`` leaves it open.
-    """
-
-    def __init__(
-        self,
-        client: httpx.AsyncClient | None = None,
-        *,
-        max_connections: int = 1000,
-        http2: bool = False,
-        keepalive_expiry: float = 5.0,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._owns_client = client is None
-        self._client = client or httpx.AsyncClient(
-            limits=httpx.Limits(
-                max_connections=max_connections,
-                max_keepalive_connections=max_connections,
-                keepalive_expiry=keepalive_expiry,
-            ),
-            http2=http2,
-            follow_redirects=False,
-            trust_env=False,
-        )
-        self._clock = clock
-
-    async def start(self) -> None:
-        """Nothing to open: connections are made on first use and kept alive."""
-
-    async def aclose(self) -> None:
-        if self._owns_client:
-            await self._client.aclose()
-
-    async def send(self, delivery: Delivery) -> DeliveryResult:
-        """One attempt; every failure of the endpoint or the network is a result."""
-        endpoint = delivery.subscription.endpoint
-        try:
-            out = build_request(delivery, int(self._clock()))
-            headers = _encoded(out)
-        except ValueError as exc:
-            return DeliveryResult.rejected(f"cannot build the request: {exc}")
-        timeout_s = endpoint.timeout_ms / 1000
-        started = time.perf_counter()
-        try:
-            async with asyncio.timeout(timeout_s):
-                request = self._client.build_request(
-                    out.method, out.url, headers=headers, content=out.body, timeout=timeout_s
-                )
-                response = await self._client.send(request, stream=True, follow_redirects=False)
-                try:
-                    body = await _read_capped(response)
-                finally:
-                    await response.aclose()
-        except Exception as exc:
-            return DeliveryResult.from_exception(exc, time.perf_counter() - started)
-        return DeliveryResult.from_response(
-            response.status_code,
-            response.headers,
-            time.perf_counter() - started,
-            retry_4xx=delivery.subscription.retry.retry_4xx,
-            body=body,
-            now=self._clock(),
-        )

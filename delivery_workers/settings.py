@@ -26,11 +26,11 @@ class WorkerSettings(SettingsBase):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
     )
     max_connections: int = Field(default=1_000, ge=1, le=100_000, description="to endpoints")
-    sender: Literal["fast", "aiohttp", "httpx"] = Field(
+    sender: Literal["fast"] = Field(
         default="fast",
         description=(
-            "the HTTP client pushing deliveries: fast (HTTP/1.1 on asyncio + httptools, the "
-            "leanest), aiohttp (HTTP/1.1), httpx (HTTP/2 where the endpoint offers it)"
+            "the HTTP client pushing deliveries: fast (HTTP/1.1 on asyncio + httptools), the "
+            "only one; the aiohttp and httpx senders are comparisons in bench/senders.py"
         ),
     )
     commit_every_n: int = Field(default=500, ge=1, le=1_000_000)

@@ -1,4 +1,4 @@
-"""A subscription's circuit breaker and adaptive rate, as the runner's few async hooks.
+"""A subscription's circuit breaker and adaptive rate, as a few async hooks of its dispatch.
 
 One :class:`Throttle` per **subscription**, not per endpoint host, because:
 
@@ -10,13 +10,14 @@ One :class:`Throttle` per **subscription**, not per endpoint host, because:
 - the price: N subscriptions to one dead host probe it N times as often, still bounded by the
   sum of their probe rates.
 
-The hooks (each a line in the runner):
+The hooks (each a line where it is used):
 
-- :meth:`gate` — the readers and the dispatcher wait here while the circuit is OPEN, so the
-  worker **stops pulling** and starts no new delivery for a failing endpoint;
-- :meth:`admit` — before *every* attempt (first or retry): wait for a permit from the
-  :class:`~circuit_breaker.Governor`. A message in hand therefore waits instead of
-  spending attempts: an attempt the open circuit refuses is never sent, so never counted.
+- :meth:`gate` — the readers (:mod:`.reading`) and the dispatcher (:mod:`.dispatch`) wait
+  here while the circuit is OPEN, so the worker **stops pulling** and starts no new delivery
+  for a failing endpoint;
+- :meth:`admit` — before *every* attempt (first or retry; :mod:`.attempt`): wait for a
+  permit from the :class:`~circuit_breaker.Governor`. A message in hand therefore waits
+  instead of spending attempts: an attempt the open circuit refuses is never sent, so never counted.
   Waiters are served first come, first served (``asyncio.Lock`` is fair), so the rare probes
   of an open circuit go round the messages in hand rather than to the same few;
 - :meth:`record` — after every attempt: feed the outcome to the governor; a change of state
@@ -52,9 +53,8 @@ from circuit_breaker import (
 )
 from core.audit import AuditEvent, AuditType
 from core.model import Subscription
+from core.result import DeliveryResult, ErrorKind
 from segments.audit import AuditSink
-
-from .result import DeliveryResult
 
 log = logging.getLogger(__name__)
 # Stands for "no rate limit" as the adaptive rate's ceiling: far above what one worker
@@ -90,9 +90,9 @@ def call_outcome(result: DeliveryResult) -> CallOutcome | None:
     URL, say), which says nothing about the endpoint's health."""
     if result.status is not None:
         return CallOutcome(result.status, result.retry_after)
-    if not result.retryable:
+    if result.error_kind is ErrorKind.INVALID_REQUEST:
         return None
-    timed_out = (result.error or "").startswith("timeout")
+    timed_out = result.error_kind is ErrorKind.TIMEOUT
     return CallOutcome(error=CallError.TIMEOUT if timed_out else CallError.CONNECTION)
 
 

@@ -50,8 +50,8 @@ from metastore import paths
 from metastore.catalog import Catalog
 from metastore.protocol import MetaStore
 from segments.audit import AuditSink
-from segments.internal import drop_layout
 from segments.protocol import SegmentStore
+from segments.subscription.layout import drop_layout
 
 from .commit import CommitPolicy
 from .runner import RunnerStats, SubscriptionRunner

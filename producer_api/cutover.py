@@ -32,8 +32,8 @@ from core.lifecycle import AsyncResource
 from core.model import Topic
 from metastore import paths
 from metastore.protocol import MetaStore
-from segments.cutover import TERMINAL, Cutover, Mode, Phase, producer_mode
-from segments.cutover_store import CutoverRecords
+from segments.cutover.machine import TERMINAL, Cutover, Mode, Phase, producer_mode
+from segments.cutover.records import CutoverRecords
 from segments.protocol import Record, SegmentStore
 from segments.writer import SegmentWriter, Written
 

@@ -20,10 +20,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
+from core.envelope import CONTENT_TYPE, DELAY_MS, DELIVER_AT, GROUP_ID, MESSAGE_ID, PRODUCED_AT
+from core.envelope import encode as _wire
 from core.errors import Malformed
 from core.ids import new_message_id
 
-OWN = {"x-message-id", "x-group-id", "x-deliver-at", "x-delay-ms", "x-produced-at"}
+OWN = {MESSAGE_ID, GROUP_ID, DELIVER_AT, DELAY_MS, PRODUCED_AT}
 _HOP = ("x-forwarded-", "x-real-ip")
 _ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MAX_DELAY_MS = 366 * 24 * 3_600_000
@@ -78,7 +80,7 @@ class _Shape:
     def parsed(self, now_ms: int, new_id: str | None = None) -> Parsed:
         """The parsed headers, with the client's id, else ``new_id``, else a new one."""
         message_id = self.message_id or new_id or new_message_id(now_ms)
-        stored = (("x-message-id", message_id.encode()), *self.rest)
+        stored = ((MESSAGE_ID, message_id.encode()), *self.rest)
         return Parsed(message_id, self.group_id, self.deliver_at_ms, stored)
 
 
@@ -98,20 +100,20 @@ def _shape(
             carried.append((name, _wire(value)))
     if len(carried) > max_carried:
         raise Malformed(f"at most {max_carried} X- headers are carried; got {len(carried)}")
-    message_id = _checked_id(own.get("x-message-id"), "X-Message-Id")
-    group = _checked_id(own.get("x-group-id"), "X-Group-Id")
+    message_id = _checked_id(own.get(MESSAGE_ID), "X-Message-Id")
+    group = _checked_id(own.get(GROUP_ID), "X-Group-Id")
     if grouped and group is None:
         raise Malformed(
             "this topic is grouped: send X-Group-Id (messages of a group are delivered in order)"
         )
-    deliver_at = _deliver_at(own.get("x-deliver-at"), own.get("x-delay-ms"), now_ms)
-    rest = [("x-produced-at", str(now_ms).encode())]
+    deliver_at = _deliver_at(own.get(DELIVER_AT), own.get(DELAY_MS), now_ms)
+    rest = [(PRODUCED_AT, str(now_ms).encode())]
     if group is not None:
-        rest.append(("x-group-id", group.encode()))
+        rest.append((GROUP_ID, group.encode()))
     if deliver_at is not None:
-        rest.append(("x-deliver-at", str(deliver_at).encode()))
+        rest.append((DELIVER_AT, str(deliver_at).encode()))
     if content_type:
-        rest.append(("content-type", _wire(content_type)))
+        rest.append((CONTENT_TYPE, _wire(content_type)))
     return _Shape(message_id, group, deliver_at, tuple(rest + carried))
 
 
@@ -164,12 +166,3 @@ class BatchParser:
         if isinstance(shape, Malformed):
             return shape
         return shape.parsed(self._now_ms, new_id)
-
-
-def _wire(value: str) -> bytes:
-    """Header text as stored: latin-1 gives back the bytes an HTTP request carried; text
-    beyond it (only a JSON batch can hold that) is stored as UTF-8."""
-    try:
-        return value.encode("latin-1")
-    except UnicodeEncodeError:
-        return value.encode()

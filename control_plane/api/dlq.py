@@ -1,7 +1,7 @@
 """``/v1/projects/{project}/subscriptions/{subscription}/dlq/messages``: browse, unsideline,
 purge a subscription's dead-letter queue.
 
-The DLQ topic is read back and filtered here (see :mod:`segments.dlq`), so any
+The DLQ topic is read back and filtered here (see :mod:`segments.subscription.dlq`), so any
 control plane answers the same as any other, whichever worker wrote the entries. A page
 cursor is the storage position of the last entry of the page. Unsidelined entries are
 appended to the subscription's replay topic (attempts reset), then removed from the DLQ; the
@@ -19,11 +19,13 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.envelope import CONTENT_TYPE, GROUP_ID, MESSAGE_ID, decode, header, own_headers
 from core.errors import Malformed, StorageUnavailable, ValidationFailed
 from core.model import Subscription
-from segments import dlq
-from segments.internal import Layout, RetryMeta, header, load_layout, own_headers
 from segments.protocol import SegmentStore, Stored
+from segments.subscription import dlq
+from segments.subscription.layout import Layout, load_layout
+from segments.subscription.retry_meta import RetryMeta
 
 from ..admin import Admin
 from .auth import admin_guard
@@ -123,7 +125,7 @@ async def browse(
         meta = RetryMeta.of(msg.headers)
         failed = meta.last_failed_ms or 0
         return (
-            (group is None or header(msg.headers, "x-group-id") == group)
+            (group is None or header(msg.headers, GROUP_ID) == group)
             and (status is None or meta.last_status == status)
             and (after_ms is None or failed > after_ms)
             and (before_ms is None or failed < before_ms)
@@ -272,15 +274,15 @@ def _message(msg: Stored) -> DlqMessage:
     parts = meta.origin.split(":")
     where: list[int | None] = [int(p) if p.isdigit() else None for p in parts]
     where += [None] * (3 - len(where))
-    headers: dict[str, Any] = {k: v.decode("latin-1") for k, v in own_headers(msg.headers)}
+    headers: dict[str, Any] = {k: decode(v) for k, v in own_headers(msg.headers)}
     return DlqMessage(
-        message_id=header(msg.headers, "x-message-id"),
-        group_id=header(msg.headers, "x-group-id"),
+        message_id=header(msg.headers, MESSAGE_ID),
+        group_id=header(msg.headers, GROUP_ID),
         topic=meta.topic,
         segment=where[0],
         partition=where[1],
         position=where[2],
-        content_type=header(msg.headers, "content-type"),
+        content_type=header(msg.headers, CONTENT_TYPE),
         headers=headers,
         payload_base64=base64.b64encode(msg.value).decode(),
         payload_size=len(msg.value),

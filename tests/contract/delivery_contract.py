@@ -14,9 +14,10 @@ from __future__ import annotations
 import time
 
 from core.model import RetryPolicy, Subscription
-from segments import dlq
-from segments.internal import RetryMeta, load_layout
 from segments.protocol import Stored
+from segments.subscription import dlq
+from segments.subscription.layout import load_layout
+from segments.subscription.retry_meta import RetryMeta
 from tests.support.until import until
 from tests.support.world import Running, World, control_plane, produce, subscribe
 

@@ -25,7 +25,7 @@ from metastore.catalog import Catalog
 from metastore.config import ZooKeeperConfig, open_metastore
 from producer_api.app import create_app as create_producer
 from producer_api.settings import ProducerSettings
-from segments.cutover import Phase, Timeouts
+from segments.cutover.machine import Phase, Timeouts
 from segments.protocol import SegmentStore
 from segments.registry import open_stores
 from tests.support.cutover import (

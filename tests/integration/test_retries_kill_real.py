@@ -20,11 +20,12 @@ from pathlib import Path
 import pytest
 
 from control_plane.assigner import Assigner
+from core.envelope import header
 from core.model import RetryPolicy, Subscription
 from metastore import paths
 from metastore.protocol import MetaStore
-from segments import dlq
-from segments.internal import header, load_layout
+from segments.subscription import dlq
+from segments.subscription.layout import load_layout
 from tests.support.processes import WorkerProcess
 from tests.support.services import RealServices
 from tests.support.until import until

@@ -9,9 +9,10 @@ import time
 import pytest
 
 from core.model import RetryPolicy, Subscription
-from segments import dlq
-from segments.internal import RetryMeta, load_layout
 from segments.protocol import Stored
+from segments.subscription import dlq
+from segments.subscription.layout import load_layout
+from segments.subscription.retry_meta import RetryMeta
 from tests.support.services import RealServices
 from tests.support.until import until
 from tests.support.world import (

@@ -292,11 +292,11 @@ class Worker:
         return self.url
 
     async def start(self, sub: Subscription) -> None:
-        from delivery_workers.aiohttp_sender import AiohttpSender
         from delivery_workers.commit import CommitPolicy
+        from delivery_workers.fast_sender import FastSender
         from delivery_workers.runner import SubscriptionRunner
 
-        self.sender = AiohttpSender()
+        self.sender = FastSender()
         await self.sender.start()
         reader = SegmentReader(self.catalog, self.stores)
         self.runner = SubscriptionRunner(

@@ -23,7 +23,7 @@ import pytest
 
 from control_plane.assigner import Assigner
 from core.model import Endpoint, Project, Subscription, Topic
-from delivery_workers.aiohttp_sender import AiohttpSender
+from delivery_workers.fast_sender import FastSender
 from delivery_workers.worker import Worker
 from metastore import paths
 from metastore.catalog import Catalog
@@ -45,7 +45,7 @@ from tests.support.world import World, embedded_world, segment, subscription
 class WorkersWorld:
     file: str  # the metastore's SQLite file
     world: World
-    stack: list[tuple[Worker, EmbeddedMetaStore, AiohttpSender]] = field(default_factory=list)
+    stack: list[tuple[Worker, EmbeddedMetaStore, FastSender]] = field(default_factory=list)
 
     @property
     def catalog(self) -> Catalog:
@@ -63,7 +63,7 @@ class WorkersWorld:
         """A started Worker named ``member``, stopped with the world (or :meth:`stop`)."""
         meta = EmbeddedMetaStore(self.file)
         await meta.start()
-        sender = AiohttpSender()
+        sender = FastSender()
         await sender.start()
         worker = Worker(
             meta, self.world.stores, sender, member, commit_every_s=0.1, lock_retry_s=0.1
@@ -226,7 +226,7 @@ async def in_process_worker(
     """A Worker in the test process on the world's metastore session, assigned ``subs`` (of
     project ``shop``) directly, with no Assigner."""
     async with (
-        AiohttpSender() as sender,
+        FastSender() as sender,
         Worker(
             world.meta,
             {"kafka-main": world.store},
@@ -248,5 +248,5 @@ async def worker_in_process(
 ) -> AsyncIterator[Worker]:
     """A started Worker (and its sender) in the test process on ``meta``; the assignment is
     the Assigner's (or the test's) to give."""
-    async with AiohttpSender() as sender, Worker(meta, stores, sender, member, **options) as worker:
+    async with FastSender() as sender, Worker(meta, stores, sender, member, **options) as worker:
         yield worker

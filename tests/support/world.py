@@ -40,8 +40,8 @@ from core.model import (
     Subscription,
     Topic,
 )
-from delivery_workers.aiohttp_sender import AiohttpSender
 from delivery_workers.commit import CommitPolicy
+from delivery_workers.fast_sender import FastSender
 from delivery_workers.runner import SubscriptionRunner
 from metastore.catalog import Catalog
 from metastore.config import EmbeddedMetaStoreConfig, ZooKeeperConfig, open_metastore
@@ -53,10 +53,10 @@ from segments.config import (
     KafkaClusterConfig,
     PulsarClusterConfig,
 )
-from segments.internal import Layout, drop_layout, load_layout
 from segments.protocol import Record, SegmentStore
 from segments.reader import SegmentReader
 from segments.registry import open_store
+from segments.subscription.layout import Layout, drop_layout, load_layout
 from tests.support.hook import SECRET, Hook, serve_hook
 from tests.support.services import RealServices
 from tests.support.until import until
@@ -255,7 +255,7 @@ class Running:
         self.commit_policy = commit_policy or CommitPolicy(every_n=100, every_s=0.2)
 
     async def __aenter__(self) -> SubscriptionRunner:
-        self.sender = AiohttpSender()
+        self.sender = FastSender()
         await self.sender.start()
         self.runner = SubscriptionRunner(
             self.sub, self.world.reader, self.sender, commit_policy=self.commit_policy
@@ -334,10 +334,10 @@ async def start_runner(
     *,
     reader: SegmentReader | None = None,
     audit: AuditSink | None = None,
-) -> tuple[SubscriptionRunner, asyncio.Task[None], AiohttpSender]:
+) -> tuple[SubscriptionRunner, asyncio.Task[None], FastSender]:
     """A runner of ``sub`` started on the world's reader (or ``reader``), emitting audit
     events to ``audit`` if given: (runner, its task, its sender)."""
-    sender = AiohttpSender()
+    sender = FastSender()
     await sender.start()
     policy = commit_policy or CommitPolicy(every_n=50, every_s=0.2)
     runner = SubscriptionRunner(
@@ -346,7 +346,7 @@ async def start_runner(
     return runner, asyncio.create_task(runner.run()), sender
 
 
-async def stop_runner(task: asyncio.Task[None], sender: AiohttpSender) -> None:
+async def stop_runner(task: asyncio.Task[None], sender: FastSender) -> None:
     """Cancel a runner of :func:`start_runner` (it must end cancelled) and close its sender."""
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

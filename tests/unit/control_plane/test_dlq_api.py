@@ -13,9 +13,10 @@ import httpx
 import pytest
 
 from metastore.catalog import Catalog
-from segments import dlq
-from segments.internal import Layout, RetryMeta, ensure_layout, internal_record
 from segments.protocol import SegmentStore, Stored
+from segments.subscription import dlq
+from segments.subscription.layout import Layout, ensure_layout
+from segments.subscription.retry_meta import RetryMeta, internal_record
 from tests.support.control_plane import create_shop, embedded_control_plane
 
 BASE = "/v1/projects/shop/subscriptions/s1/dlq/messages"

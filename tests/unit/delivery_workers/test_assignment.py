@@ -12,8 +12,8 @@ import pytest
 
 from control_plane.assigner import rendezvous
 from metastore import paths
-from segments.internal import load_layout
 from segments.protocol import Record
+from segments.subscription.layout import load_layout
 from tests.support.load import Producing
 from tests.support.until import until
 from tests.support.workers import (

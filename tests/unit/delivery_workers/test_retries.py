@@ -17,12 +17,13 @@ from core.model import (
     utcnow,
 )
 from core.retry import level_for
-from delivery_workers.aiohttp_sender import AiohttpSender
+from delivery_workers.fast_sender import FastSender
 from delivery_workers.runner import SubscriptionRunner
-from segments import dlq
-from segments.internal import RetryMeta, load_layout
 from segments.protocol import Record
 from segments.reader import commit_group
+from segments.subscription import dlq
+from segments.subscription.layout import load_layout
+from segments.subscription.retry_meta import RetryMeta
 from tests.support.until import until as _until
 from tests.support.world import (
     HOUR_MS,
@@ -107,7 +108,9 @@ async def test_dead_lettered_head_takes_its_group_and_unsideline_replays_in_orde
         await _until(lambda: world.hook.delivered() == [b] and runner.stats.dead_lettered == 1)
         later = await _produce(world, "C", 4)  # sidelined: straight behind the others
         layout = await _layout(world, sub)
-        await _until(lambda: runner.path is not None and runner.path.counts["dead_lettered"] == 5)
+        await _until(
+            lambda: runner.routing is not None and runner.routing.counts["dead_lettered"] == 5
+        )
         await asyncio.sleep(0.3)
         view = await dlq.scan(world.store, layout)
         assert [dict(m.headers)["x-message-id"].decode() for m in view.live()] == [*c, later]
@@ -160,7 +163,7 @@ async def test_group_state_survives_a_restart(world: World) -> None:
     async with Running(world, sub) as runner:
         await _until(lambda: len(world.hook.got) == 6)
         await asyncio.sleep(0.3)
-        assert runner.path is not None and runner.path.groups.blocked_groups == []
+        assert runner.routing is not None and runner.routing.groups.blocked_groups == []
     assert world.hook.of_group("A") == [*a, more]
     assert world.hook.delivered()[0] == b
     layout = await _layout(world, sub)
@@ -205,7 +208,7 @@ async def test_retried_dead_lettered_and_unsidelined_are_audited(world: World) -
     sub = await _subscribe(world, retry=FAST)
     mid = await _produce(world, "a", 0)
     recorder = Recorder()
-    sender = AiohttpSender()
+    sender = FastSender()
     async with sender:
         runner = SubscriptionRunner(sub, world.reader, sender, audit=recorder)  # type: ignore[arg-type]
         task = asyncio.create_task(runner.run())

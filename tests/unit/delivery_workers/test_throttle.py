@@ -20,9 +20,9 @@ from core.model import (
     RetryPolicy,
     Subscription,
 )
+from core.result import DeliveryResult, ErrorKind
 from delivery_workers.app import WorkerCollector
 from delivery_workers.commit import CommitPolicy
-from delivery_workers.result import DeliveryResult, Outcome
 from delivery_workers.runner import RunnerStats
 from delivery_workers.throttle import (
     UNLIMITED_PER_S,
@@ -153,13 +153,15 @@ async def test_without_the_breaker_the_same_outage_exhausts_attempts(tmp_path: P
 
 
 def test_what_the_breaker_hears_of_an_attempt() -> None:
-    assert call_outcome(DeliveryResult(Outcome.RETRYABLE, 503)) == CallOutcome(503)
-    assert call_outcome(DeliveryResult(Outcome.RETRYABLE, 429, 2.0)) == CallOutcome(429, 2.0)
-    timeout = DeliveryResult(Outcome.RETRYABLE, error="timeout after 100 ms (ReadTimeout)")
+    assert call_outcome(DeliveryResult(503)) == CallOutcome(503)
+    assert call_outcome(DeliveryResult(429, retry_after=2.0)) == CallOutcome(429, 2.0)
+    timeout = DeliveryResult.failure(ErrorKind.TIMEOUT, "no answer in 100 ms")
     assert call_outcome(timeout) == CallOutcome(error=CallError.TIMEOUT)
-    refused = DeliveryResult(Outcome.RETRYABLE, error="connection error: refused")
+    refused = DeliveryResult.failure(ErrorKind.CONNECTION, "connection error: refused")
     assert call_outcome(refused) == CallOutcome(error=CallError.CONNECTION)
-    assert call_outcome(DeliveryResult.rejected("bad secret")) is None  # never sent
+    unexpected = DeliveryResult.failure(ErrorKind.UNEXPECTED, "unexpected error: X")
+    assert call_outcome(unexpected) == CallOutcome(error=CallError.CONNECTION)
+    assert call_outcome(DeliveryResult.invalid("bad secret")) is None  # never sent
 
 
 def test_the_policy_maps_to_the_governor() -> None:
@@ -185,7 +187,7 @@ async def test_the_gate_holds_while_open_and_admit_waits_for_a_probe() -> None:
     throttle = Throttle(Governor(governor_config(sub), 0.0), stats, changes.append, lambda: now[0])
     assert stats.circuit_state == "closed"
     for _ in range(5):
-        throttle.record(DeliveryResult(Outcome.RETRYABLE, 500))
+        throttle.record(DeliveryResult(500))
     assert stats.circuit_state == "open" and stats.circuit_rate == PROBE_PER_S
     assert [c.to_state for c in changes] == [CircuitState.OPEN]
     gate = asyncio.create_task(throttle.gate())

@@ -11,7 +11,7 @@ import pytest
 from core.errors import CutoverTimeout, MetaStoreUnavailable
 from core.model import Topic
 from producer_api.cutover import Gate
-from segments.cutover import Mode
+from segments.cutover.machine import Mode
 
 OLD = Topic(project="p", name="t")
 NEW = Topic(project="p", name="t", description="after the switch")

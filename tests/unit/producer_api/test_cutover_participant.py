@@ -17,8 +17,8 @@ from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
 from producer_api.cutover import CutoverParticipant
 from producer_api.metadata import TopicCache
-from segments.cutover import Clock, Mode, Phase, TargetReady, begin, step
-from segments.cutover_store import CutoverRecords
+from segments.cutover.machine import Clock, Mode, Phase, TargetReady, begin, step
+from segments.cutover.records import CutoverRecords
 
 
 class SessionStore(EmbeddedMetaStore):

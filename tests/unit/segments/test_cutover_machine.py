@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from segments.cutover import (
+from segments.cutover.machine import (
     TERMINAL,
     AbortRequested,
     Acked,

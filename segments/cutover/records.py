@@ -16,7 +16,7 @@ from core.errors import AlreadyExists, CutoverInProgress, NotFound, VersionConfl
 from metastore import paths
 from metastore.protocol import Check, Create, Delete, MetaStore, Op, Update
 
-from .cutover import TERMINAL, Acks, Cutover, Phase, record_ack
+from .machine import TERMINAL, Acks, Cutover, Phase, record_ack
 
 _ACK_RETRIES = 50
 

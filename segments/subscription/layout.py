@@ -9,13 +9,14 @@ first needed them, recorded in the metastore at ``paths.internal_topics``):
 - ``{base}.replay`` — messages unsidelined from the DLQ, replayed through the normal path;
 - ``{base}.dlq`` — the dead-letter queue: entries, and *removal* records (purge, unsideline)
   that name the entry positions they remove. The topic itself is the index: see
-  :mod:`segments.dlq`.
+  :mod:`segments.subscription.dlq`.
 
 ``base`` carries the subscription's creation time, so a subscription deleted and created
 again under the same name never inherits the old one's retries or DLQ.
 
 A message in an internal topic keeps its payload, key and stored headers as produced, plus
-``x-httpbus-*`` headers (:class:`RetryMeta`) that the delivery request never carries.
+``x-httpbus-*`` headers (:class:`~.retry_meta.RetryMeta`) that the delivery request never
+carries.
 """
 
 from __future__ import annotations
@@ -30,11 +31,10 @@ from core.model import Subscription
 from metastore import paths
 from metastore.protocol import MetaStore
 
-from .protocol import Headers, Record, SegmentStore, Stored
+from ..protocol import SegmentStore
 
 log = logging.getLogger(__name__)
 
-PREFIX = "x-httpbus-"
 INTERNAL_RETENTION_MS = 14 * 24 * 3_600_000
 
 
@@ -147,85 +147,3 @@ async def _drop_topics(stores: Mapping[str, SegmentStore], layout: Layout) -> No
             pass
         except HttpbusError as exc:  # an orphan costs storage only; say so
             log.warning("could not delete internal topic %s: %s", name, exc)
-
-
-@dataclass(frozen=True)
-class RetryMeta:
-    """What the retry path knows of a message, carried in ``x-httpbus-*`` headers.
-
-    ``attempts`` counts the failed attempts so far (the next attempt is ``attempts + 1``);
-    ``origin`` is ``"segment:partition:position"`` of the message in its topic; ``entered_ms``
-    is when it was appended to its current internal topic.
-    """
-
-    origin: str
-    topic: str
-    due_ms: int = 0
-    entered_ms: int = 0
-    attempts: int = 0
-    first_failed_ms: int | None = None
-    last_failed_ms: int | None = None
-    last_status: int | None = None
-    last_error: str | None = None
-
-    def headers(self) -> Headers:
-        pairs: list[tuple[str, str | int | None]] = [
-            ("origin", self.origin),
-            ("topic", self.topic),
-            ("due", self.due_ms),
-            ("entered", self.entered_ms),
-            ("attempts", self.attempts),
-            ("first-failed", self.first_failed_ms),
-            ("last-failed", self.last_failed_ms),
-            ("last-status", self.last_status),
-            ("last-error", self.last_error),
-        ]
-        return tuple(
-            (PREFIX + name, str(value).encode()) for name, value in pairs if value is not None
-        )
-
-    @classmethod
-    def of(cls, headers: Headers) -> RetryMeta:
-        found = {k[len(PREFIX) :]: v.decode() for k, v in headers if k.startswith(PREFIX)}
-
-        def num(name: str) -> int | None:
-            value = found.get(name)
-            return int(value) if value is not None and value.lstrip("-").isdigit() else None
-
-        return cls(
-            origin=found.get("origin", "?"),
-            topic=found.get("topic", "?"),
-            due_ms=num("due") or 0,
-            entered_ms=num("entered") or 0,
-            attempts=num("attempts") or 0,
-            first_failed_ms=num("first-failed"),
-            last_failed_ms=num("last-failed"),
-            last_status=num("last-status"),
-            last_error=found.get("last-error"),
-        )
-
-
-def origin_partition(origin: str) -> int:
-    """The partition of an ``origin`` (``"segment:partition:position"``); 0 if unreadable."""
-    parts = origin.split(":")
-    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else 0
-
-
-def own_headers(headers: Headers) -> Headers:
-    """The message's stored headers without httpbus's internal ones."""
-    return tuple((k, v) for k, v in headers if not k.startswith(PREFIX))
-
-
-def internal_record(msg: Stored, meta: RetryMeta, extra: Headers = ()) -> Record:
-    """The record that carries ``msg`` (payload, key, own headers) with ``meta``."""
-    return Record(
-        value=msg.value, key=msg.key, headers=own_headers(msg.headers) + meta.headers() + extra
-    )
-
-
-def header(headers: Headers, name: str) -> str | None:
-    """One stored header, decoded as latin-1 (as HTTP carried it)."""
-    for key, value in headers:  # a loop, not next(genexpr): this runs for every delivery
-        if key == name:
-            return value.decode("latin-1")
-    return None

@@ -1,9 +1,9 @@
 """The dead-letter queue of a subscription: its storage topic is its own index.
 
-The DLQ topic (one partition, see :mod:`.internal`) holds two kinds of records, in order:
+The DLQ topic (one partition, see :mod:`.layout`) holds two kinds of records, in order:
 
 - *entries*: a dead-lettered message (payload, key, stored headers) with its
-  :class:`~.internal.RetryMeta` (attempts, first and last failure, last status or error);
+  :class:`~.retry_meta.RetryMeta` (attempts, first and last failure, last status or error);
 - *removals* (header ``x-httpbus-kind: removed``): a JSON list of entry positions that a purge
   or an unsideline took out.
 
@@ -24,12 +24,14 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from core.envelope import DLQ_KIND as KIND
+from core.envelope import GROUP_ID, MESSAGE_ID, header, own_headers
 from core.errors import StorageUnavailable
 
-from .internal import PREFIX, Layout, RetryMeta, header, own_headers
-from .protocol import Record, SegmentStore, Stored
+from ..protocol import Record, SegmentStore, Stored
+from .layout import Layout
+from .retry_meta import RetryMeta
 
-KIND = PREFIX + "kind"
 REMOVED = b"removed"
 REPLAY = b"replay"
 _READ_TIMEOUT_S = 0.5
@@ -104,10 +106,10 @@ class Selector:
     def matches(self) -> Callable[[Stored], bool]:
         if self.message_ids is not None:
             ids = self.message_ids
-            return lambda m: header(m.headers, "x-message-id") in ids
+            return lambda m: header(m.headers, MESSAGE_ID) in ids
         if self.group_ids is not None:
             groups = self.group_ids
-            return lambda m: header(m.headers, "x-group-id") in groups
+            return lambda m: header(m.headers, GROUP_ID) in groups
         if self.failed_before_ms is not None:
             before = self.failed_before_ms
             return lambda m: (RetryMeta.of(m.headers).last_failed_ms or 0) < before

@@ -1,0 +1,103 @@
+"""An attempt: push one message through the :class:`~.sender.EndpointSender`, then carry out
+the verdict of :func:`core.retry.decide` on it.
+
+- delivered: the message is terminal (:meth:`.routing.Routing.delivered`);
+- retried in place (a wait shorter than every delay level): the message keeps its slot, its
+  group waits behind it, and it is attempted again after the wait;
+- to a delay level: the message and its group's queued messages leave the scheduler for the
+  level and the hold topic (:meth:`.routing.Routing.to_level`);
+- dead letter: the same, to the DLQ (:meth:`.routing.Routing.dead_letter`).
+
+Each attempt waits for the circuit's permit first: an attempt the open circuit refuses is
+never sent, so never counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+from core.audit import AuditType
+from core.model import Subscription
+from core.retry import DELIVERED, DeadLetter, RetryInPlace, ToLevel, decide
+
+from .audit import SubscriptionAudit
+from .dispatch import Dispatch
+from .items import Item, sleep_until
+from .routing import Routing
+from .sender import Delivery, EndpointSender
+
+
+class AttemptStats(Protocol):
+    delivered: int
+    attempts: int
+    failed_attempts: int
+    retried: int
+    dead_lettered: int
+    in_flight: int
+
+
+class Attempts:
+    """Carries out the attempts of one subscription's messages (see the module doc)."""
+
+    def __init__(
+        self,
+        sub: Subscription,
+        sender: EndpointSender,
+        dispatch: Dispatch,
+        routing: Routing,
+        stats: AttemptStats,
+        audit: SubscriptionAudit,
+    ) -> None:
+        self.sub = sub
+        self.topic = f"{sub.topic_project}/{sub.topic}"
+        self.sender = sender
+        self.dispatch = dispatch
+        self.routing = routing
+        self.stats = stats
+        self.audit = audit
+
+    async def run(self, item: Item) -> None:
+        """Attempt ``item`` until its verdict takes it out of memory."""
+        sub, policy, stats = self.sub, self.sub.retry, self.stats
+        throttle, audit = self.dispatch.throttle, self.audit
+        stats.in_flight += 1
+        try:
+            await sleep_until(item.not_before_ms)
+            attempt = item.meta.attempts + 1
+            while True:
+                await throttle.admit()  # refused while open: waits, costs no attempt
+                result = await self.sender.send(Delivery(sub, self.topic, item.msg, attempt))
+                throttle.record(result)
+                stats.attempts += 1
+                audit.item(
+                    AuditType.ATTEMPTED,
+                    item,
+                    attempt=attempt,
+                    status=result.status,
+                    error=result.error,
+                )
+                verdict = decide(policy, result, attempt)
+                if verdict is DELIVERED:
+                    break
+                stats.failed_attempts += 1
+                if isinstance(verdict, DeadLetter):
+                    stats.dead_lettered += 1
+                    drained = self.dispatch.stop_group(item)
+                    self.routing.dead_letter(item, result, attempt, drained)
+                    return
+                if isinstance(verdict, ToLevel):
+                    stats.retried += 1
+                    drained = self.dispatch.stop_group(item)
+                    self.routing.to_level(item, result, attempt, verdict, drained)
+                    return
+                assert isinstance(verdict, RetryInPlace)
+                await asyncio.sleep(verdict.wait_ms / 1000)  # shorter than every level
+                attempt += 1
+        finally:
+            stats.in_flight -= 1
+            self.dispatch.wake()
+        stats.delivered += 1
+        audit.item(AuditType.DELIVERED, item, attempt=attempt, status=result.status)
+        self.dispatch.done(item)
+        self.routing.delivered(item)

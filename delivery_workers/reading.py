@@ -1,0 +1,156 @@
+"""Reading: the subscription's consume segment, partition by partition, from the committed
+positions.
+
+Each message read is tracked (its position is committed only once it is terminal); one
+of another shard, or that the subscription's filter leaves out, is terminal at once; the
+rest go to :meth:`.routing.Routing.admit` as fresh items. Reading stops while the circuit
+is open (:meth:`.throttle.Throttle.gate`) and while the scheduler is full (the routing's offer
+waits). :meth:`SegmentReading.run` returns once the segment is finished: sealed, read to its
+end, and every message read is terminal and committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Protocol
+
+from core.audit import AuditType
+from core.envelope import Envelope
+from core.filters import Filter, FilterOutcome
+from core.model import Segment, SegmentState, Subscription, Topic
+from core.shards import Shard
+from segments.protocol import Stored
+from segments.reader import SegmentReader, commit_group
+from segments.subscription.retry_meta import RetryMeta
+
+from .audit import SubscriptionAudit
+from .commit import Committer
+from .dispatch import Dispatch
+from .items import Item, Kind, Source
+from .routing import Routing
+
+IDLE_REFRESH_S = 1.0
+
+
+class ReadingStats(Protocol):
+    filtered: int
+    filter_errors: int
+
+
+class SegmentReading:
+    """The readers of one consume segment (see the module doc)."""
+
+    def __init__(
+        self,
+        sub: Subscription,
+        shard: Shard,
+        reader: SegmentReader,
+        topic: Topic,
+        segment: Segment,
+        *,
+        matcher: Filter,
+        routing: Routing,
+        dispatch: Dispatch,
+        committer: Committer,
+        audit: SubscriptionAudit,
+        stats: ReadingStats,
+        read_batch: int,
+    ) -> None:
+        self.sub = sub
+        self.shard = shard
+        self.reader = reader
+        self.topic = topic
+        self.segment = segment
+        self.name = f"{sub.topic_project}/{sub.topic}"
+        self.matcher = matcher
+        self.routing = routing
+        self.dispatch = dispatch
+        self.committer = committer
+        self.audit = audit
+        self.stats = stats
+        self.read_batch = read_batch
+
+    async def run(self) -> None:
+        starts = await self.reader.start_positions(self.sub, self.segment, self.shard)
+        store = self.reader.store(self.segment)
+        group = commit_group(self.sub, self.shard)
+        policy = self.committer.policy
+        source = Source(store, self.segment.storage_topic, group, starts, policy)
+        self.committer.main, self.audit.segment = source, self.segment
+        tasks = [asyncio.create_task(self._read(source, p, pos)) for p, pos in starts.items()]
+        try:
+            await asyncio.gather(*tasks)  # the readers end when the sealed segment is read
+            while source.pending():
+                await self.dispatch.wait_change(1.0)
+            await self.committer.commit()
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _read(self, source: Source, partition: int, position: int) -> None:
+        last_refresh = time.monotonic()
+        throttle = self.dispatch.throttle
+        while True:
+            await throttle.gate()  # the circuit is open: stop pulling
+            batch = await self.reader.read(
+                self.sub,
+                self.segment,
+                partition,
+                position,
+                max_records=self.read_batch,
+                timeout=1.0,
+            )
+            for msg in batch:
+                await self._take(source, msg)
+                position = msg.position + 1
+            if batch or time.monotonic() - last_refresh < IDLE_REFRESH_S:
+                continue
+            last_refresh = time.monotonic()
+            if await self._finished(partition, position):
+                return
+
+    async def _finished(self, partition: int, position: int) -> bool:
+        """Idle: has the segment been sealed, and is this partition read to its end?"""
+        topic = await self.reader.catalog.get_topic(self.topic.project, self.topic.name)
+        fresh = topic.segment(self.segment.id)
+        if fresh is None or fresh.state not in (SegmentState.SEALED, SegmentState.RETIRED):
+            return False
+        self.segment = fresh
+        end = (fresh.end_positions or {}).get(partition, 0)
+        if position >= end:
+            return True
+        # Positions need not be dense (Pulsar's end is the next entry): the segment is sealed,
+        # so nothing is appended any more, and an empty read says this partition is done.
+        rest = await self.reader.read(
+            self.sub, fresh, partition, position, max_records=1, timeout=0.1
+        )
+        return not rest
+
+    async def _take(self, source: Source, msg: Stored) -> None:
+        source.track(msg)
+        envelope = Envelope.of(msg.headers)
+        group = envelope.group
+        if not self.shard.owns(group, msg.partition):  # another shard's to deliver
+            source.done(msg)
+            return
+        verdict = self.matcher.matches(
+            msg.headers,
+            group=group or None,
+            topic=self.name,
+            content_type=envelope.content_type or None,
+        )
+        if verdict.outcome is not FilterOutcome.MATCH:
+            self.stats.filtered += 1
+            self.stats.filter_errors += verdict.outcome is FilterOutcome.ERROR
+            self.audit.message(AuditType.FILTERED, msg, self.segment)
+            source.done(msg)
+            self.dispatch.wake()
+            return
+        origin = f"{self.segment.id}:{msg.partition}:{msg.position}"
+        meta = RetryMeta(origin=origin, topic=self.name)
+        await self.routing.admit(Item(msg, source, Kind.FRESH, group, meta))

@@ -208,6 +208,7 @@ def _report_and_check(hook: Hook, audit: Audit, run: Run) -> None:
         s: len({mid for _, sub, mid, n, _ in _log(hook) if sub == s and n >= MAX_ATTEMPTS})
         for s in SUBS
     }
+    deepest = {s: max((n for _, sub, _, n, _ in _log(hook) if sub == s), default=0) for s in SUBS}
     parked_peak = {
         s: max((v.get(s, (0, 0, 0))[2] for _, v in run.samples), default=0) for s in SUBS
     }
@@ -229,7 +230,7 @@ def _report_and_check(hook: Hook, audit: Audit, run: Run) -> None:
         f"guarded attempts/s from outage+10 s: {throttled} "
         f"(mean {sum(throttled) / max(1, len(throttled)):.2f}/s, probe rate {PROBE_PER_S}/s)\n"
         f"messages that reached {MAX_ATTEMPTS} attempts (would have been dead-lettered): "
-        f"{exhausted}; peak dead-lettered {parked_peak}\n"
+        f"{exhausted}; most attempts of one message {deepest}; peak dead-lettered {parked_peak}\n"
         f"guarded back to >= 90 % of normal {recovered} s after healing; "
         f"healthy during the outage {healthy_outage:.1f} msg/s vs normal {normal['healthy']:.1f}\n"
         f"guarded delivered {len(_delivered(hook, 'guarded'))}/{TOTAL} "
@@ -238,7 +239,13 @@ def _report_and_check(hook: Hook, audit: Audit, run: Run) -> None:
     assert throttled and max(throttled) <= PROBE_PER_S + 2
     assert sum(throttled) / len(throttled) <= PROBE_PER_S * 1.5
     assert exhausted["guarded"] == 0 and parked_peak["guarded"] == 0
-    assert exhausted["unguarded"] > 0  # the same outage without the breaker burns the budget
+    # The same outage without the breaker keeps burning attempts at the rate limit's pace while
+    # the guarded one probes. How many unguarded messages reach the last attempt within
+    # OUTAGE_S depends on how the delay levels share that rate (0 to 5 in runs on a busy
+    # machine, before and after the delivery core was reshaped), so the test asserts the rate
+    # of spent attempts, not a count of exhausted messages.
+    burning = attempts["unguarded"][o + 10 : h]
+    assert sum(burning) / len(burning) >= 10 * PROBE_PER_S
     assert recovered is not None and recovered <= 30
     assert _delivered(hook, "guarded") == {f"m{i}" for i in range(TOTAL)}
     assert healthy_outage >= 0.9 * normal["healthy"]

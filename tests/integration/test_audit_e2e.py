@@ -110,22 +110,33 @@ async def test_audit_after_a_worker_kill_reports_no_loss_and_the_exact_duplicate
         try:
             async with Assigner(world.meta, world.catalog, "cp-test", interval_s=0.5):
                 await asyncio.gather(*(w.ready() for w in workers))
-                holders = await world.all_held(list(SUBS))
-                victim = next(w for w in workers if w.member in holders.values())
-                survivor = next(w for w in workers if w is not victim)
+                await world.all_held(list(SUBS))
                 producing = asyncio.create_task(_produce(producer.url))
                 await until(lambda: _distinct(ep, "all") >= TOTAL // 3, 90, "a third delivered")
                 ep.open.clear()  # hold every request; let the sinks flush what was delivered
                 await asyncio.sleep(1.5)  # no event to wait for: the sinks flush on a timer
+                # The victim is whoever holds a subscription now: right after both workers
+                # joined, the assigner may still move one (a first pick could end up holding
+                # nothing, and its kill then proves nothing: no duplicates).
+                holders = await world.all_held(list(SUBS))
+                victim = next(w for w in workers if w.member in holders.values())
+                survivor = next(w for w in workers if w is not victim)
+                print(f"holders at the kill: {holders}; victim {victim.member}")
                 victim.proc.send_signal(signal.SIGKILL)
                 victim.proc.wait(10)
                 ep.open.set()
                 await producing
-                await until(
-                    lambda: all(_distinct(ep, s) >= n for s, n in expected.items()),
-                    120,
-                    "every expected delivery",
-                )
+                try:
+                    await until(
+                        lambda: all(_distinct(ep, s) >= n for s, n in expected.items()),
+                        120,
+                        "every expected delivery",
+                    )
+                except AssertionError:
+                    counts = {s: _distinct(ep, s) for s in SUBS}
+                    held = await world.held(list(SUBS))
+                    print(f"delivered {counts} of {expected}; held now {held}")
+                    raise
                 await asyncio.sleep(1.0)  # deliveries answered just now reach the trail
         finally:
             for w in workers:

@@ -33,6 +33,7 @@ from core.model import (
     CircuitBreakerPolicy,
     RetryPolicy,
 )
+from metastore import paths
 from reports.store import ReportStore
 from scripts.realservices.__main__ import DEFAULT_CACHE
 from scripts.realservices.maven import spark_jars
@@ -135,7 +136,14 @@ async def test_audit_after_a_worker_kill_reports_no_loss_and_the_exact_duplicate
                 except AssertionError:
                     counts = {s: _distinct(ep, s) for s in SUBS}
                     held = await world.held(list(SUBS))
+                    live = sorted(await world.meta.members("workers"))
+                    plan = {
+                        w: (node.data.decode() if node else None)
+                        for w in await world.meta.children(paths.ASSIGNMENTS)
+                        for node in [await world.meta.get(paths.assignment(w))]
+                    }
                     print(f"delivered {counts} of {expected}; held now {held}")
+                    print(f"live workers {live}; assignments {plan}")
                     raise
                 await asyncio.sleep(1.0)  # deliveries answered just now reach the trail
         finally:

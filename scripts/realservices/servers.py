@@ -147,8 +147,16 @@ def _four_letter(port: int, word: bytes) -> bytes:
 
 
 def kafka_cluster_id() -> str:
-    """A Kafka ``Uuid`` string: 16 random bytes, URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A Kafka ``Uuid`` string: 16 random bytes, URL-safe base64 without padding.
+
+    Never one that starts with ``-``: the storage tool's argument parser reads it as an
+    option (``--cluster-id/-t: expected one argument``), and Kafka's own ``Uuid.randomUuid``
+    draws again in that case too.
+    """
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
 
 
 def kafka(ports: Ports) -> Server:

@@ -135,6 +135,7 @@ class Connection(asyncio.Protocol):
         self.origin_key = origin_key
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.gone = asyncio.get_running_loop().create_future()  # set once the socket is closed
         self.reused = False
         self.idle_since = 0.0
         self._parser = httptools.HttpResponseParser(self)
@@ -166,6 +167,8 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if not self.gone.done():
+            self.gone.set_result(None)
         if self._waiter is None or self._waiter.done():
             return
         if self._status >= 200 and not self._framed:

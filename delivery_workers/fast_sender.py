@@ -59,6 +59,8 @@ class ConnectionPool:
         self._ssl = ssl_context
         self._idle: dict[_OriginKey, deque[Connection]] = {}
         self._open = 0  # idle or in use
+        self._every: set[Connection] = set()  # idle or in use, until closed
+        self._closed = False
         self._waiters: deque[asyncio.Future[None]] = deque()
 
     @property
@@ -85,6 +87,8 @@ class ConnectionPool:
         loop = asyncio.get_running_loop()
         key = origin.key
         while True:
+            if self._closed:
+                raise ConnectionLost("the sender is closed", answered=False)
             conn = self.take_idle(key, loop.time())
             if conn is not None:
                 return conn
@@ -93,27 +97,39 @@ class ConnectionPool:
             await self._wait(loop)
         self._open += 1
         try:
-            return await self._connect(loop, origin)
+            conn = await self._connect(loop, origin)
         except BaseException:
             self._open -= 1
             self._wake()
             raise
+        self._every.add(conn)
+        return conn
 
     def release(self, conn: Connection) -> None:
         """Give ``conn`` back after an exchange: kept if it can carry another, else closed."""
-        if conn.reusable:
+        if conn.reusable and not self._closed:
             conn.idle_since = asyncio.get_running_loop().time()
             self._idle.setdefault(conn.origin_key, deque()).append(conn)
         else:
-            conn.close()
-            self._open -= 1
+            self._discard(conn)
         self._wake()
 
-    def close(self) -> None:
-        """Close every idle connection (those in use close when released)."""
-        for idle in self._idle.values():
-            while idle:
-                self._discard(idle.pop())
+    async def close(self, grace_s: float = 1.0) -> None:
+        """Close every connection, idle or in use (an exchange on one fails with
+        :class:`ConnectionLost`), and wait up to ``grace_s`` for their sockets to close: a
+        loop that stops right after must not drop a socket still open."""
+        self._closed = True
+        self._idle.clear()
+        every, self._every = self._every, set()
+        for conn in every:
+            conn.close()
+        self._open = 0
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(ConnectionLost("the sender is closed", answered=False))
+        if every:
+            await asyncio.wait([conn.gone for conn in every], timeout=grace_s)
 
     async def _connect(self, loop: asyncio.AbstractEventLoop, origin: Origin) -> Connection:
         key = origin.key
@@ -161,7 +177,9 @@ class ConnectionPool:
 
     def _discard(self, conn: Connection) -> None:
         conn.close()
-        self._open -= 1
+        if conn in self._every:
+            self._every.discard(conn)
+            self._open -= 1
 
 
 class FastSender(AsyncResource):
@@ -185,7 +203,7 @@ class FastSender(AsyncResource):
         """Nothing to open: connections are made on first use and kept alive."""
 
     async def aclose(self) -> None:
-        self.pool.close()
+        await self.pool.close()
 
     async def send(self, delivery: Delivery) -> DeliveryResult:
         """One attempt; every failure of the endpoint or the network is a result."""

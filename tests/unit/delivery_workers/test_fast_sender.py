@@ -246,6 +246,26 @@ async def test_a_cancelled_send_closes_its_connection(serve: Serve) -> None:
         assert s.pool.open_connections == 0
 
 
+async def test_closing_closes_the_sockets_in_use_too_before_it_returns(serve: Serve) -> None:
+    """A runner cancelled without awaiting its sends must not leave a socket for the garbage
+    collector: the loop may stop right after ``aclose`` (an unclosed-socket warning then)."""
+    server = await serve(lambda _n, _h: b"")  # never answers
+    s = FastSender()
+    idle_server = await serve(_always(OK))
+    assert (await s.send(_delivery(idle_server.url()))).succeeded
+    pending = asyncio.create_task(s.send(_delivery(server.url(), timeout_ms=5_000)))
+    await asyncio.sleep(0.2)
+    conns = list(s.pool._every)
+    assert len(conns) == 2
+    await s.aclose()
+    assert all(c.gone.done() and c.transport.is_closing() for c in conns)  # type: ignore[union-attr]
+    result = await pending
+    assert not result.succeeded and "closed" in (result.error or "")
+    late = await s.send(_delivery(idle_server.url()))
+    assert not late.succeeded and "sender is closed" in (late.error or "")
+    assert s.pool.open_connections == 0
+
+
 def test_encoding_refuses_what_http_cannot_carry() -> None:
     origin = parse_origin("http://h/x")
     good = OutgoingRequest("POST", "http://h/x", (("X-Latin", "caf\xe9"),), b"ab")

@@ -144,6 +144,8 @@ async def test_audit_after_a_worker_kill_reports_no_loss_and_the_exact_duplicate
                     }
                     print(f"delivered {counts} of {expected}; held now {held}")
                     print(f"live workers {live}; assignments {plan}")
+                    print("zookeeper:", *real_services.expired_sessions(), sep="\n  ")
+                    print(f"survivor log:\n{survivor.log.read_text()[-3000:]}")
                     raise
                 await asyncio.sleep(1.0)  # deliveries answered just now reach the trail
         finally:

@@ -222,7 +222,7 @@ async def test_kafka_to_pulsar_to_kafka_under_load(
             assert r.status_code == 202, r.text
             doc = await wait_phase(lambda: _json(cp.get(CUTOVER)), DONE)
             assert doc["phase"] == "COMPLETE", doc
-            assert len(doc["producers"]) == 3 and doc["error"] is None, doc
+            assert len(doc["producers"]) == 3 and doc["error"] is None, _why(world, doc, producers)
             docs.append(doc)
             await asyncio.sleep(3)
     total, result = await finish(world, load)
@@ -250,6 +250,16 @@ async def test_kafka_to_pulsar_to_kafka_under_load(
     finally:
         await worker.aclose()
     print(f"worker delivered {worker.count()} messages over segments 1 -> 2 -> 3")
+
+
+def _why(world: World, doc: dict[str, Any], producers: list[ProducerProcess]) -> str:
+    """The cutover document, ZooKeeper's session expiries and each producer's warnings: a
+    producer missing from a cutover is one whose membership ZooKeeper did not list."""
+    lines = [f"cutover: {doc}", "zookeeper:", *world.real.expired_sessions()]
+    for proc in producers:
+        said = [ln for ln in proc.log.read_text().splitlines() if "WARNING" in ln or "ERROR" in ln]
+        lines += [f"producer {proc.url} (exit {proc.proc and proc.proc.poll()}):", *said[-15:]]
+    return "\n".join(lines)
 
 
 async def _json(response: Any) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -14,7 +14,23 @@ class RealServices:
     pulsar: str
     pulsar_admin: str
     postgres: str = ""  # libpq URL; "" when the state file predates PostgreSQL
+    logs: dict[str, str] = field(default_factory=dict)  # server name -> its log file
+
+    def log_lines(self, server: str, needle: str, last: int = 20) -> list[str]:
+        """The last ``last`` lines of ``server``'s log that contain ``needle`` (for a test's
+        failure message: "did ZooKeeper expire a session meanwhile?")."""
+        path = Path(self.logs.get(server, "/nonexistent"))
+        if not path.is_file():
+            return [f"({server} log not found)"]
+        with path.open(errors="replace") as lines:
+            return [line.rstrip() for line in lines if needle in line][-last:]
+
+    def expired_sessions(self) -> list[str]:
+        """ZooKeeper's "Expiring session … timeout of N ms exceeded" lines."""
+        return self.log_lines("zookeeper", "Expiring session")
 
 
 def load(path: Path) -> RealServices:
-    return RealServices(**json.loads(path.read_text())["endpoints"])
+    state = json.loads(path.read_text())
+    logs = {name: p["log"] for name, p in state.get("processes", {}).items() if "log" in p}
+    return RealServices(**state["endpoints"], logs=logs)

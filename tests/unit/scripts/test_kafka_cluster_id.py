@@ -23,3 +23,8 @@ def test_a_cluster_id_is_22_url_safe_characters() -> None:
     text = servers.kafka_cluster_id()
     assert len(text) == 22
     assert set(text) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def test_200_cluster_ids_none_starting_with_a_dash() -> None:
+    """One UUID in 64 encodes with a leading ``-``: 200 draws meet a few on average."""
+    assert not [t for t in (servers.kafka_cluster_id() for _ in range(200)) if t.startswith("-")]

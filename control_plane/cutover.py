@@ -63,6 +63,7 @@ from segments.cutover.machine import (
     Timeouts,
     begin,
     cleanup,
+    seal_settle,
     step,
 )
 from segments.cutover.records import CutoverRecords
@@ -275,9 +276,12 @@ class CutoverCoordinator(LeaderElection):
                 return Cleaned()
             if isinstance(action, SealOld):
                 t0 = time.perf_counter()
-                ends = await self.actions.seal_old(state)
-                log.info("cutover %s: sealed segment %s in %.0f ms", state.id,
-                         state.from_segment, 1000 * (time.perf_counter() - t0))  # fmt: skip
+                live = await self.cutovers.metastore.members(PRODUCERS)
+                settle = seal_settle(state, live, self.cutovers.timeouts)
+                ends = await self.actions.seal_old(state, settle)
+                log.info("cutover %s: sealed segment %s in %.0f ms (settle %s)", state.id,
+                         state.from_segment, 1000 * (time.perf_counter() - t0),
+                         "strict" if settle is None else f"{settle}s")  # fmt: skip
                 return Sealed(ends)
             if isinstance(action, MovePointer):
                 t0 = time.perf_counter()
@@ -314,6 +318,7 @@ async def open_cutovers(
         prepare_s=settings.cutover_prepare_timeout_s,
         switch_s=settings.cutover_switch_timeout_s,
         complete_s=settings.cutover_complete_timeout_s,
+        settle_s=settings.cutover_settle_s,
     )
     cutovers = Cutovers(
         metastore,

@@ -69,14 +69,14 @@ class CutoverActions:
         except NotFound:
             pass
 
-    async def seal_old(self, state: Cutover) -> dict[int, int]:
+    async def seal_old(self, state: Cutover, settle_s: float | None = None) -> dict[int, int]:
         topic = await self.catalog.get_topic(state.project, state.topic)
         old = topic.segment(state.from_segment)
         if old is None:
             raise NotFound(f"segment {state.from_segment} of {state.project}/{state.topic}")
         if old.end_positions is not None:
             return dict(old.end_positions)
-        return await self._store(old.cluster).seal(old.storage_topic)
+        return await self._store(old.cluster).seal(old.storage_topic, settle_s=settle_s)
 
     async def move_pointer(
         self, state: Cutover, version: int, ends: dict[int, int], after: Cutover

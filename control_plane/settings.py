@@ -42,6 +42,13 @@ class ControlPlaneSettings(SettingsBase):
     cutover_complete_timeout_s: float = Field(
         default=30.0, gt=0, le=3_600, description="how long to wait for producers to see the commit"
     )
+    cutover_settle_s: float = Field(
+        default=0.05,
+        ge=0,
+        le=300,
+        description="how long a Kafka seal waits after the fence when every live producer "
+        "drained (else the strict wait: the produce timeout); producers pause meanwhile",
+    )
     segment_retire_interval_s: float = Field(
         default=300.0, gt=0, le=86_400, description="how often the leader retires old segments"
     )

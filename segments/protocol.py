@@ -103,9 +103,13 @@ class SegmentStore(Lifecycle, Protocol):
     async def end_positions(self, name: str) -> dict[int, int]:
         """Per partition, the position after the last stored message (0 if empty)."""
 
-    async def seal(self, name: str) -> dict[int, int]:
+    async def seal(self, name: str, *, settle_s: float | None = None) -> dict[int, int]:
         """Fence the storage topic against every later write and return its final end
-        positions. Idempotent: sealing a sealed topic returns the same positions."""
+        positions. Idempotent: sealing a sealed topic returns the same positions.
+
+        ``settle_s`` shortens a store's wait between the fence and reading the ends (Kafka's
+        settle), for a caller that knows no writer of the topic is in flight (a cutover whose
+        live producers all drained); stores that do not wait ignore it."""
 
     async def is_sealed(self, name: str) -> bool: ...
 

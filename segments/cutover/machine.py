@@ -121,6 +121,9 @@ class Timeouts:
     prepare_s: float = 30.0
     switch_s: float = 5.0
     complete_s: float = 30.0
+    # How long the seal waits after the fence is in force when every live producer drained
+    # (see seal_settle); otherwise the store's own, strict wait (Kafka: the produce timeout).
+    settle_s: float = 0.05
 
 
 # ----------------------------------------------------------------------------- events
@@ -399,6 +402,16 @@ def _restarted(state: Cutover, event: Restarted, clock: Clock) -> Outcome:
         if not state.pointer_moved:
             return Outcome(state, (MovePointer(dict(state.sealed_ends)),))
     return _advance(state, clock)
+
+
+def seal_settle(state: Cutover, live: Iterable[str], timeouts: Timeouts) -> float | None:
+    """How long the seal of the old segment waits after its fence is in force: the short
+    ``timeouts.settle_s`` when every live producer acknowledged SWITCH (each drained its writes
+    to the old segment first, so none is in flight at the fence), else None: the store's strict
+    wait, which covers a writer still in flight (a producer that joined after the cutover
+    began, or one the coordinator cannot account for)."""
+    switched = {m for m, acks in state.producers.items() if acks.switched_at is not None}
+    return timeouts.settle_s if set(live) <= switched else None
 
 
 class Mode(StrEnum):

@@ -133,7 +133,7 @@ class EmbeddedSegmentStore(AsyncResource):
     async def end_positions(self, name: str) -> dict[int, int]:
         return await self._consumer.end_positions(name)
 
-    async def seal(self, name: str) -> dict[int, int]:
+    async def seal(self, name: str, *, settle_s: float | None = None) -> dict[int, int]:
         return await self._write(lambda conn: _seal(conn, name), "seal")
 
     async def is_sealed(self, name: str) -> bool:

@@ -42,7 +42,8 @@ swap is below the ends unless the broker took longer than S between validating i
 appending it (normally microseconds: the size check and the append run in one request). Of
 the writers that could have such a batch in flight, a cutover leaves only producers that
 missed the switch (lost metastore session): every producer that took part drained its writes
-before it acknowledged SWITCH, so none is in flight at the seal.
+before it acknowledged SWITCH, so none is in flight at the seal. A cutover passes
+``seal(settle_s=…)`` only when every live producer acknowledged SWITCH (docs/cutover.md).
 
 Rejected alternative: ``min.insync.replicas`` above the replication factor fences nothing, the
 broker uses ``min(min.insync.replicas, replication factor)`` (``Partition.effectiveMinIsr``).
@@ -222,8 +223,9 @@ class KafkaSegmentStore(AsyncResource):
         count = await self._count(name, time.monotonic() + self._timeout)
         return await self._ends(name, count)
 
-    async def seal(self, name: str) -> dict[int, int]:
-        """Fence the topic and return its final ends (the module docstring has the argument)."""
+    async def seal(self, name: str, *, settle_s: float | None = None) -> dict[int, int]:
+        """Fence the topic and return its final ends (the module docstring has the argument);
+        ``settle_s`` replaces the settings' settle (see "Short settle")."""
         count = await self._count(name, time.monotonic() + self._timeout, fresh=True)
         recorded = await self._group_offsets(SEAL_GROUP, name, count)
         if len(recorded) == count:
@@ -236,7 +238,7 @@ class KafkaSegmentStore(AsyncResource):
         await self._alter(name, {_FENCE: "0"})
         self._sealed.add(name)
         await asyncio.to_thread(probe_until_refused, self._settings, name, count, self._timeout)
-        await asyncio.sleep(self._settings.settle_s)
+        await asyncio.sleep(self._settings.settle_s if settle_s is None else settle_s)
         ends = await self._ends(name, count)
         await self._commit_offsets(SEAL_GROUP, name, ends)
         return ends

@@ -30,17 +30,14 @@ from tests.support.services import RealServices
 from tests.support.until import until_sync
 
 ADMIN = "cutover-admin-token-0123456789"
-SETTLE_S = 0.05
 
 
 def clusters(real: RealServices) -> dict[str, ClusterConfig]:
+    """The real clusters with the shipped defaults (produce timeout, no ``fence_settle_s``):
+    the cutover tests measure the pause a deployment gets."""
     return {
-        "kafka-main": KafkaClusterConfig(
-            bootstrap_servers=real.kafka, produce_timeout_s=5.0, fence_settle_s=SETTLE_S
-        ),
-        "pulsar-main": PulsarClusterConfig(
-            service_url=real.pulsar, admin_url=real.pulsar_admin, produce_timeout_s=5.0
-        ),
+        "kafka-main": KafkaClusterConfig(bootstrap_servers=real.kafka),
+        "pulsar-main": PulsarClusterConfig(service_url=real.pulsar, admin_url=real.pulsar_admin),
     }
 
 

@@ -53,7 +53,7 @@ class Sparse:
     async def end_positions(self, name: str) -> dict[int, int]:
         return {p: e * GAP for p, e in (await self.inner.end_positions(name)).items()}
 
-    async def seal(self, name: str) -> dict[int, int]:
+    async def seal(self, name: str, *, settle_s: float | None = None) -> dict[int, int]:
         return {p: e * GAP for p, e in (await self.inner.seal(name)).items()}
 
     async def commit(self, name: str, group: str, positions: dict[int, int]) -> None:

@@ -37,6 +37,7 @@ from segments.cutover.machine import (
     Timeouts,
     begin,
     producer_mode,
+    seal_settle,
     step,
     writable,
 )
@@ -91,6 +92,16 @@ def test_happy_path_walks_every_phase_with_times() -> None:
     assert set(out.state.phase_times) == {"PREPARE", "SWITCH", "COMMIT", "COMPLETE"}
     assert out.state.producers["a"].committed_at is not None
     assert out.state.public()["phase"] == "COMPLETE"
+
+
+def test_the_seal_settles_briefly_only_when_every_live_producer_drained() -> None:
+    """SWITCH acknowledged = drained: nothing of theirs is in flight at the fence, so the seal
+    needs no produce-timeout wait; anyone live who did not drain gets the strict wait."""
+    state = in_commit("a", "b")
+    assert seal_settle(state, ["a", "b"], TIMEOUTS) == TIMEOUTS.settle_s
+    assert seal_settle(state, ["a"], TIMEOUTS) == TIMEOUTS.settle_s  # b died: it writes nothing
+    assert seal_settle(state, ["a", "b", "late"], TIMEOUTS) is None  # joined after SWITCH
+    assert seal_settle(in_switch("a", "b"), ["a", "b"], TIMEOUTS) is None
 
 
 def test_prepare_waits_for_the_target_before_acks_count() -> None:

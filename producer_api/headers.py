@@ -14,9 +14,9 @@ Nothing is stored that the delivery sender would refuse to send: a carried heade
 value, and the content type, are checked with the sender's own rule
 (:mod:`core.http_fields`; a content type must also be ASCII). A message carries at most
 ``HeaderRules.max_carried`` ``X-`` headers. The client's headers as stored (every stored
-header but ``x-produced-at`` and a generated ``x-message-id``; names and values) are at most
-``HeaderRules.max_header_bytes`` (431), and their size counts in the message's size (the
-topic's ``max_message_bytes`` and byte rate).
+header but ``x-produced-at`` and a generated ``x-message-id``; names and values) count in the
+message's size (the topic's ``max_message_bytes``, 413, and byte rate), and are at most
+``HeaderRules.max_header_bytes`` (431): :func:`size_problem`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 from core.envelope import CONTENT_TYPE, DELAY_MS, DELIVER_AT, GROUP_ID, MESSAGE_ID, PRODUCED_AT
 from core.envelope import encode as _wire
-from core.errors import HeadersTooLarge, HttpbusError, Malformed
+from core.errors import HeadersTooLarge, HttpbusError, Malformed, TooLarge
 from core.http_fields import content_type_problem, field_problem
 from core.ids import new_message_id
 
@@ -171,12 +171,26 @@ def _shape(
     rest += carried
     # The client's headers as stored: all but what httpbus adds itself (x-produced-at first).
     rest_bytes = sum(len(name) + len(value) for name, value in rest[1:])
-    if rest_bytes + _id_bytes(message_id) > rules.max_header_bytes:
-        raise HeadersTooLarge(
-            f"the message's headers have {rest_bytes + _id_bytes(message_id)} bytes (names and "
-            f"values); at most {rules.max_header_bytes} are taken"
-        )
     return _Shape(message_id, group, deliver_at, tuple(rest), rest_bytes)
+
+
+def size_problem(
+    payload_bytes: int, parsed: Parsed, max_message_bytes: int, rules: HeaderRules
+) -> HttpbusError | None:
+    """Why a message is too large, or None: over the topic's ``max_message_bytes`` with its
+    headers counted (413), else headers over ``rules.max_header_bytes`` (431)."""
+    size = payload_bytes + parsed.header_bytes
+    if size > max_message_bytes:
+        return TooLarge(
+            f"the message has {size} bytes (payload and stored headers); the topic takes at "
+            f"most {max_message_bytes}"
+        )
+    if parsed.header_bytes > rules.max_header_bytes:
+        return HeadersTooLarge(
+            f"the message's headers have {parsed.header_bytes} bytes (names and values); at "
+            f"most {rules.max_header_bytes} are taken"
+        )
+    return None
 
 
 def _id_bytes(client_id: str | None) -> int:
@@ -192,9 +206,9 @@ def parse(
     rules: HeaderRules = DEFAULT_RULES,
     now_ms: int | None = None,
 ) -> Parsed:
-    """Validate the request's headers (``Malformed`` or ``HeadersTooLarge`` says what to fix)
-    and build the stored ones. ``items`` are (lower-case name, value) pairs as the server
-    received them."""
+    """Validate the request's headers (``Malformed`` says what to fix) and build the stored
+    ones; :func:`size_problem` then checks their size. ``items`` are (lower-case name, value)
+    pairs as the server received them."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     return _shape(items, content_type, grouped, rules, now_ms).parsed(now_ms)
 
@@ -228,7 +242,7 @@ class BatchParser:
         if shape is None:
             try:
                 shape = _shape(key[0], content_type, self._grouped, self._rules, self._now_ms)
-            except (Malformed, HeadersTooLarge) as exc:
+            except Malformed as exc:
                 shape = exc
             self._shapes[key] = shape
         if isinstance(shape, HttpbusError):

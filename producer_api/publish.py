@@ -69,9 +69,11 @@ class Publisher:
             rules=self.rules,
             now_ms=now_ms,
         )
-        size = len(draft.payload) + parsed.header_bytes
-        if size > topic.max_message_bytes:
-            raise _too_large(topic, size)
+        problem = headers.size_problem(
+            len(draft.payload), parsed, topic.max_message_bytes, self.rules
+        )
+        if problem is not None:
+            raise problem
         key = parsed.group_id.encode() if parsed.group_id is not None else None
         return Record(draft.payload, key=key, headers=parsed.headers, timestamp_ms=now_ms), parsed
 
@@ -110,8 +112,8 @@ class Publisher:
                 if size > limit
                 else parser.parse(draft.headers, draft.content_type, new_ids[index])
             )
-            if isinstance(parsed, headers.Parsed) and size + parsed.header_bytes > limit:
-                parsed = _too_large(topic, size + parsed.header_bytes)
+            if isinstance(parsed, headers.Parsed):
+                parsed = headers.size_problem(size, parsed, limit, self.rules) or parsed
             if isinstance(parsed, HttpbusError):
                 results.append(parsed)
                 continue
@@ -160,7 +162,7 @@ class Publisher:
 
 def _too_large(topic: Topic, size: int) -> TooLarge:
     return TooLarge(
-        f"the message has {size} bytes (payload and stored headers); topic "
+        f"the message has {size} bytes; topic "
         f"{topic.project}/{topic.name} takes at most {topic.max_message_bytes}"
     )
 

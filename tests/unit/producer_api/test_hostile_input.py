@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from core.model import Capacity
+from producer_api import metadata
 from producer_api.fastpath import produce_one
 from tests.support.producer import ADMIN, ProducerEnv, produce_url, producer_env
 
@@ -248,3 +249,14 @@ async def test_metrics_name_only_topics_the_caller_may_see(env: ProducerEnv) -> 
     assert '{code="not_found",project="_other",topic="_other"}' in text
     assert '{code="unauthorized",project="_other",topic="_other"}' in text
     assert 'httpbus_produce_messages_total{project="shop",topic="orders"} 50.0' in text
+
+
+async def test_unknown_topics_are_remembered_in_bounded_memory(
+    env: ProducerEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(metadata, "MAX_UNKNOWN", 100)
+    for _ in range(1_000):
+        r = await env.client.post(produce_url(secrets.token_hex(8)), content=b"p")
+        _refusal(r, 404, "not_found")
+    assert len(env.service.cache._unknown) <= 100
+    await env.fifty_ordinary("orders")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uvicorn
 
+from core.http_server import uvicorn_options
 from core.settings import service_args
 
 from .app import create_app
@@ -13,7 +14,13 @@ from .settings import ControlPlaneSettings
 def main(argv: list[str] | None = None) -> None:
     config, overrides = service_args("python -m control_plane", "The httpbus control plane.", argv)
     settings = ControlPlaneSettings.load(config, **overrides)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning")
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        **uvicorn_options(settings.http_server),
+    )
 
 
 if __name__ == "__main__":

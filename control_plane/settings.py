@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, SecretStr, model_validator
 
+from core.http_server import HttpServerLimits
 from core.settings import SettingsBase, default_member_id
 from metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
 from segments.config import AuditConfig, ClusterConfig, EmbeddedClusterConfig
@@ -20,6 +21,9 @@ class ControlPlaneSettings(SettingsBase):
         default=None, description="bearer token of the admin API (HTTPBUS_ADMIN_TOKEN)"
     )
     metastore: MetaStoreConfig = EmbeddedMetaStoreConfig()
+    http_server: HttpServerLimits = Field(
+        default=HttpServerLimits(), description="limits on HTTP clients (docs/deploy.md)"
+    )
     clusters: dict[str, ClusterConfig] = Field(default_factory=_embedded_only)
     default_cluster: str = "embedded"
     storage_topic_prefix: str = Field(default="httpbus", pattern=r"^[A-Za-z0-9_-]{1,32}$")

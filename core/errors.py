@@ -25,6 +25,7 @@ class ErrorCode(Enum):
     FORBIDDEN = ("forbidden", 403)
     NOT_FOUND = ("not_found", 404)
     METHOD_NOT_ALLOWED = ("method_not_allowed", 405)
+    REQUEST_TIMEOUT = ("request_timeout", 408)
     ALREADY_EXISTS = ("already_exists", 409)
     VERSION_CONFLICT = ("version_conflict", 409)
     IN_USE = ("in_use", 409)
@@ -34,6 +35,7 @@ class ErrorCode(Enum):
     TOO_LARGE = ("too_large", 413)
     VALIDATION_FAILED = ("validation_failed", 422)
     THROTTLED = ("throttled", 429)
+    HEADERS_TOO_LARGE = ("headers_too_large", 431)
     INTERNAL = ("internal", 500)
     STORAGE_UNAVAILABLE = ("storage_unavailable", 503)
     METASTORE_UNAVAILABLE = ("metastore_unavailable", 503)
@@ -108,6 +110,18 @@ class SegmentFenced(HttpbusError):
 
 class TooLarge(HttpbusError):
     code = ErrorCode.TOO_LARGE
+
+
+class HeadersTooLarge(HttpbusError):
+    """The request's header section (or a message's headers) is over the size allowed."""
+
+    code = ErrorCode.HEADERS_TOO_LARGE
+
+
+class RequestTimeout(HttpbusError):
+    """The client did not send the request (its headers or body) in the time allowed."""
+
+    code = ErrorCode.REQUEST_TIMEOUT
 
 
 class ValidationFailed(HttpbusError):

@@ -20,7 +20,6 @@ Pure: no I/O, and nothing of httpbus is imported.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
 import time
@@ -37,7 +36,7 @@ def signing_key(secret: str) -> bytes:
     encoded = secret.removeprefix(PREFIX)
     try:
         key = base64.b64decode(encoded, validate=True)
-    except binascii.Error:
+    except ValueError:  # binascii.Error, or characters beyond ASCII
         raise ValueError("a signing secret is 'whsec_' followed by base64") from None
     if not key:
         raise ValueError("a signing secret needs at least one byte of key")

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 
 from .model import ProduceToken
+from .names import check_name
 
 PREFIX = "hbp"
+_ID = re.compile(r"[a-f0-9]{12}")  # as ProduceToken.id
 
 
 def _sha256(plaintext: str) -> str:
@@ -37,9 +40,16 @@ def make_token(
 
 
 def parse(plaintext: str) -> tuple[str, str] | None:
-    """``(project, id)`` of a well-formed produce token, else None."""
+    """``(project, id)`` of a well-formed produce token, else None (a project that is not a
+    name, or an id that is not 12 hex digits, never reaches a lookup)."""
     parts = plaintext.split(".")
     if len(parts) != 4 or parts[0] != PREFIX or not all(parts):
+        return None
+    if _ID.fullmatch(parts[2]) is None:
+        return None
+    try:
+        check_name(parts[1])
+    except ValueError:
         return None
     return parts[1], parts[2]
 

@@ -6,6 +6,7 @@ import logging
 
 import uvicorn
 
+from core.http_server import uvicorn_options
 from core.settings import service_args
 
 from .app import create_app
@@ -25,6 +26,7 @@ def main(argv: list[str] | None = None) -> None:
         loop="uvloop",
         log_level="warning",
         access_log=False,
+        **uvicorn_options(settings.http_server),
     )
 
 

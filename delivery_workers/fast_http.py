@@ -36,18 +36,17 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from core.http_fields import NAME_RE, VALUE_RE
+from core.http_fields import TOKEN as _TOKEN
+from core.http_fields import VALUE as _VALUE
+
 from .sender import MAX_RESPONSE_BYTES, OutgoingRequest
 
-_TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
-# A field value (RFC 9110): visible ASCII and obs-text, inner spaces and tabs, no outer ones.
-_VALUE = r"(?:[\x21-\x7e\x80-\xff](?:[\t\x20-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)?"
 # One match over the whole header section as written ("name: value\r\n" each) is cheaper than
 # one per header. A name holds no ":" or space and a value no CR or LF, so with exactly one
 # CRLF per header (a value with an inner CRLF would pass as two headers) the split is the
 # one intended.
 _HEADER_SECTION = re.compile(rf"(?:{_TOKEN}: {_VALUE}\r\n)*")
-_NAME = re.compile(_TOKEN)
-_FIELD_VALUE = re.compile(_VALUE)
 _WANTED = {b"retry-after": "retry-after", b"location": "location"}
 _FRAMING = {b"content-length", b"transfer-encoding"}
 
@@ -87,9 +86,9 @@ def parse_origin(url: str) -> Origin:
 
 def _refusal(headers: tuple[tuple[str, str], ...]) -> str:
     for name, value in headers:
-        if _NAME.fullmatch(name) is None:
+        if NAME_RE.fullmatch(name) is None:
             return f"Illegal header name {name!r}"
-        if _FIELD_VALUE.fullmatch(value) is None:
+        if VALUE_RE.fullmatch(value) is None:
             return f"Illegal header value {value!r}"
     return "Illegal header"  # only a value outside latin-1 gets here
 

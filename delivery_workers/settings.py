@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from core.http_server import HttpServerLimits
 from core.settings import SettingsBase, default_member_id
 from metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
 from segments.config import AuditConfig, ClusterConfig, EmbeddedClusterConfig
@@ -41,4 +42,7 @@ class WorkerSettings(SettingsBase):
     lock_retry_s: float = Field(default=0.5, gt=0, le=60)
     status_interval_s: float = Field(
         default=1.0, gt=0, le=60, description="how often subscription figures are published"
+    )
+    http_server: HttpServerLimits = Field(
+        default=HttpServerLimits(), description="limits on HTTP clients (docs/deploy.md)"
     )

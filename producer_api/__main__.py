@@ -6,6 +6,7 @@ import gc
 
 import uvicorn
 
+from core.http_server import uvicorn_options
 from core.settings import service_args
 
 from .app import create_app
@@ -29,11 +30,12 @@ def main(argv: list[str] | None = None) -> None:
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http="httptools",
         log_level="warning",
         access_log=False,
         # The service does not use the client's address: no per-request X-Forwarded-* work.
         proxy_headers=False,
+        # httptools, with a request-header size limit and header/body read timeouts.
+        **uvicorn_options(settings.http_server),
     )
 
 

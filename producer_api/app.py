@@ -24,10 +24,11 @@ from segments.writer import SegmentWriter
 from .auth import Authorizer
 from .cutover import CutoverParticipant
 from .fastpath import Batch, ProducerASGI, produce_many, produce_one
+from .headers import HeaderRules
 from .metadata import TopicCache
 from .metrics import ProducerMetrics
 from .publish import Publisher
-from .service import Service
+from .service import RequestRules, Service
 from .settings import ProducerSettings
 
 
@@ -66,12 +67,13 @@ def create_app(
                     cache,
                     writer,
                     audit,
-                    max_carried=settings.max_carried_headers,
+                    rules=HeaderRules(settings.max_carried_headers, settings.max_header_bytes),
                     gates=participant.gates,
                 ),
                 Authorizer(cache, token),
                 cache,
                 ProducerMetrics(),
+                RequestRules(settings.max_header_bytes, settings.body_timeout_s),
             )
             await meta.join(
                 "producers",

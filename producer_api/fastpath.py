@@ -13,6 +13,7 @@ body off the common shape is left to the :class:`Batch` model, so refusals are p
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
 import time
@@ -25,11 +26,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic_core import from_json
 
 from core import http_errors
-from core.errors import HttpbusError, Malformed, NotFound, TooLarge
+from core.errors import (
+    HeadersTooLarge,
+    HttpbusError,
+    Malformed,
+    NotFound,
+    RequestTimeout,
+    TooLarge,
+)
 from core.names import check_name
 
 from .publish import Accepted, Draft
-from .service import Service
+from .service import RequestRules, Service
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -82,20 +90,55 @@ class Batch(BaseModel):
 _FIELDS = frozenset(BatchMessage.model_fields)
 
 
-async def read_body(receive: Receive, declared: str | None, limit: int) -> bytes:
-    """The request body, refused with 413 as soon as it is known to exceed ``limit``."""
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+async def read_body(receive: Receive, declared: str | None, limit: int, timeout_s: float) -> bytes:
+    """The request body, refused with 413 as soon as it is known to exceed ``limit``, and
+    with 408 if it has not all come within ``timeout_s`` (a slow client holds no buffer for
+    ever)."""
+    if declared is not None and declared.isdigit() and len(declared) < 20 and int(declared) > limit:
         raise TooLarge(f"the body has {declared} bytes; at most {limit} are taken here")
-    chunks, size, more = [], 0, True
-    while more:
-        message = await receive()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise TooLarge(f"the body has more than {limit} bytes, the most taken here")
-        chunks.append(chunk)
-        more = message.get("more_body", False)
+    chunks: list[bytes] = []
+    size, more = 0, True
+    try:
+        async with asyncio.timeout(timeout_s):
+            while more:
+                message = await receive()
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise TooLarge(f"the body has more than {limit} bytes, the most taken here")
+                chunks.append(chunk)
+                more = message.get("more_body", False)
+    except TimeoutError:
+        raise RequestTimeout(
+            f"the body did not come within {timeout_s:g} s; send it at once"
+        ) from None
     return b"".join(chunks)
+
+
+def request_headers(
+    raw_headers: Iterable[tuple[bytes, bytes]], rules: RequestRules
+) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """The request's headers as (lower-case name, value) pairs, and by name (the first of a
+    repeated name); 431 past ``rules.max_header_bytes``, 400 for two ``Authorization``."""
+    headers: list[tuple[str, str]] = []
+    named: dict[str, str] = {}
+    size = 0
+    for k, v in raw_headers:
+        size += len(k) + len(v)
+        name = k.decode("latin-1").lower()
+        value = v.decode("latin-1")
+        if name in named:
+            if name == "authorization":
+                raise Malformed("send one Authorization header, not several")
+        else:
+            named[name] = value
+        headers.append((name, value))
+    if size > rules.max_header_bytes:
+        raise HeadersTooLarge(
+            f"the request's headers have {size} bytes (names and values); "
+            f"at most {rules.max_header_bytes} are taken"
+        )
+    return headers, named
 
 
 def _names(project: str, topic: str) -> None:
@@ -115,20 +158,26 @@ async def produce_one(
 ) -> tuple[int, dict[str, str], bytes]:
     """Publish one request's body; status, headers and body of the answer."""
     t0 = time.perf_counter()
-    headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw_headers]
-    named = dict(headers)
     size = 0
+    seen = False  # the topic exists and the caller may publish to it: a metric may name it
     try:
+        headers, named = request_headers(raw_headers, service.rules)
         if not service.cache.cached(project, topic):  # a cached topic has valid names
             _names(project, topic)
         await service.authorizer.check(named.get("authorization", ""), project, topic)
         found = await service.cache.topic(project, topic)
-        payload = await read_body(receive, named.get("content-length"), found.max_message_bytes)
+        seen = True
+        payload = await read_body(
+            receive,
+            named.get("content-length"),
+            found.max_message_bytes,
+            service.rules.body_timeout_s,
+        )
         size = len(payload)
         draft = Draft(payload, headers, named.get("content-type"))
         accepted = await service.publisher.publish(project, topic, draft)
     except HttpbusError as exc:
-        service.metrics.refused(project, topic, exc.code.code)
+        service.metrics.refused(project, topic, exc.code.code, seen=seen)
         return http_errors.render(exc)
     service.metrics.accepted(project, topic, size, time.perf_counter() - t0)
     body = orjson.dumps(
@@ -239,14 +288,19 @@ async def produce_many(
 ) -> tuple[int, dict[str, str], bytes]:
     """Publish a batch request's messages; status, headers and body of the answer (200 all
     stored, 207 some failed, a result per message; an error if the request is refused)."""
-    named: dict[str, str] = {}
-    for k, v in raw_headers:
-        named.setdefault(k.decode("latin-1").lower(), v.decode("latin-1"))  # the first counts
+    seen = False  # as in produce_one
     try:
+        _, named = request_headers(raw_headers, service.rules)
+        _names(project, topic)
         await service.authorizer.check(named.get("authorization", ""), project, topic)
-        body = await read_body(receive, named.get("content-length"), MAX_BATCH_BYTES)
+        await service.cache.topic(project, topic)
+        seen = True
+        body = await read_body(
+            receive, named.get("content-length"), MAX_BATCH_BYTES, service.rules.body_timeout_s
+        )
         results = await service.publisher.publish_many(project, topic, batch_drafts(body))
     except HttpbusError as exc:
+        service.metrics.refused(project, topic, exc.code.code, seen=seen)
         return http_errors.render(exc)
     status, accepted, answer = _batch_body(results)
     service.metrics.accepted(project, topic, 0, 0.0, messages=accepted)

@@ -10,7 +10,13 @@ from core.token_bucket import TokenBucket
 class TopicLimits:
     """Two token buckets per topic (one second of burst), rebuilt when the capacity changes.
     Each producer process enforces the whole capacity: with N processes behind a balancer a
-    topic can take up to N times it (documented; Hermes and Varadhi do the same)."""
+    topic can take up to N times it (documented; Hermes and Varadhi do the same).
+
+    A request is charged by its message count and its bytes (payloads and stored headers).
+    A batch that could never fit the burst (more messages than ``max_qps``, or more bytes
+    than ``max_bytes_per_second``) is refused whatever the bucket holds: letting it through
+    would let one request carry any rate. One message larger than the byte burst still
+    passes when the bucket is full, so no message the topic takes is impossible to send."""
 
     def __init__(self) -> None:
         self._buckets: dict[tuple[str, str], tuple[Capacity, TokenBucket, TokenBucket]] = {}
@@ -23,6 +29,8 @@ class TopicLimits:
             entry = (cap, TokenBucket(cap.max_qps), TokenBucket(cap.max_bytes_per_second))
             self._buckets[key] = entry
         _, qps, rate = entry
+        if messages > qps.burst or (messages > 1 and size > rate.burst):
+            raise _never_fits(topic, messages, size)
         wait = qps.take(messages)
         if wait == 0.0:
             wait = rate.take(size)
@@ -35,3 +43,13 @@ class TopicLimits:
                 "retry later or raise the topic's capacity",
                 retry_after=wait,
             )
+
+
+def _never_fits(topic: Topic, messages: int, size: int) -> Throttled:
+    cap = topic.capacity
+    return Throttled(
+        f"this request ({messages} messages, {size} bytes) is more than topic "
+        f"{topic.project}/{topic.name} takes in one second ({cap.max_qps} messages, "
+        f"{cap.max_bytes_per_second} bytes); send smaller batches",
+        retry_after=1.0,
+    )

@@ -22,6 +22,7 @@ from metastore.catalog import Catalog
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
+MAX_UNKNOWN = 10_000  # unknown topics remembered at once (see TopicCache._remember_unknown)
 
 
 class TopicCache:
@@ -83,11 +84,21 @@ class TopicCache:
             topic = await self.catalog.get_topic(*key)
         except NotFound:
             self._forget(key)
-            self._unknown[key] = time.monotonic() + self.unknown_ttl_s
+            self._remember_unknown(key)
             raise
         self._topics[key] = topic
         self._unknown.pop(key, None)
         return topic
+
+    def _remember_unknown(self, key: Key) -> None:
+        """Remember ``key`` as unknown for a while. Callers choose the names (any token
+        holder may try random topics), so expired entries are dropped once there are many."""
+        now = time.monotonic()
+        if len(self._unknown) >= MAX_UNKNOWN:
+            self._unknown = {k: until for k, until in self._unknown.items() if until > now}
+            if len(self._unknown) >= MAX_UNKNOWN:  # all fresh: a flood; forget the oldest half
+                self._unknown = dict(list(self._unknown.items())[MAX_UNKNOWN // 2 :])
+        self._unknown[key] = now + self.unknown_ttl_s
 
     async def _follow(self, key: Key, changes: AsyncIterator[object]) -> None:
         first = True

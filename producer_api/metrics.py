@@ -6,6 +6,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+OTHER = "_other"  # the label of every name that is not a topic the caller may see
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -60,5 +61,10 @@ class ProducerMetrics:
         bytes_c.inc(size)
         self.latency.observe(latency_s)
 
-    def refused(self, project: str, topic: str, code: str) -> None:
+    def refused(self, project: str, topic: str, code: str, *, seen: bool) -> None:
+        """Count a refused request. Only a topic that exists and that the caller may publish
+        to (``seen``) is named: anyone can send any names, and a label per name would let
+        them grow this registry without bound; the rest is counted under :data:`OTHER`."""
+        if not seen:
+            project = topic = OTHER
         self.requests.labels(project, topic, code).inc()

@@ -49,7 +49,7 @@ class Publisher:
         writer: SegmentWriter,
         audit: AuditSink | None,
         *,
-        max_carried: int = 64,
+        rules: headers.HeaderRules = headers.DEFAULT_RULES,
         gates: dict[tuple[str, str], Gate] | None = None,
     ) -> None:
         self.gates: dict[tuple[str, str], Gate] = {} if gates is None else gates
@@ -57,7 +57,7 @@ class Publisher:
         self.writer = writer
         self.audit = audit
         self.limits = TopicLimits()
-        self.max_carried = max_carried
+        self.rules = rules
 
     def _record(self, topic: Topic, draft: Draft, now_ms: int) -> tuple[Record, headers.Parsed]:
         if len(draft.payload) > topic.max_message_bytes:
@@ -66,9 +66,14 @@ class Publisher:
             draft.headers,
             draft.content_type,
             grouped=topic.grouped,
-            max_carried=self.max_carried,
+            rules=self.rules,
             now_ms=now_ms,
         )
+        problem = headers.size_problem(
+            len(draft.payload), parsed, topic.max_message_bytes, self.rules
+        )
+        if problem is not None:
+            raise problem
         key = parsed.group_id.encode() if parsed.group_id is not None else None
         return Record(draft.payload, key=key, headers=parsed.headers, timestamp_ms=now_ms), parsed
 
@@ -77,7 +82,7 @@ class Publisher:
         topic = await self.cache.topic(project, name)
         now_ms = int(time.time() * 1000)
         record, parsed = self._record(topic, draft, now_ms)
-        self.limits.check(topic, 1, len(draft.payload))
+        self.limits.check(topic, 1, len(draft.payload) + parsed.header_bytes)
         gate = self.gates.get((project, name))  # only topics in a cutover have one
         if gate is None:
             written = await self.writer.write(topic, record)
@@ -91,9 +96,7 @@ class Publisher:
         """Store many messages; a result per message, in order."""
         topic = await self.cache.topic(project, name)
         now_ms = int(time.time() * 1000)
-        parser = headers.BatchParser(
-            grouped=topic.grouped, max_carried=self.max_carried, now_ms=now_ms
-        )
+        parser = headers.BatchParser(grouped=topic.grouped, rules=self.rules, now_ms=now_ms)
         limit = topic.max_message_bytes
         # The refused ones now; each valid one's slot is filled below from its write's outcome.
         results: list[Accepted | HttpbusError | None] = []
@@ -109,6 +112,8 @@ class Publisher:
                 if size > limit
                 else parser.parse(draft.headers, draft.content_type, new_ids[index])
             )
+            if isinstance(parsed, headers.Parsed):
+                parsed = headers.size_problem(size, parsed, limit, self.rules) or parsed
             if isinstance(parsed, HttpbusError):
                 results.append(parsed)
                 continue
@@ -118,7 +123,7 @@ class Publisher:
             records.append(
                 Record(draft.payload, key=key, headers=parsed.headers, timestamp_ms=now_ms)
             )
-            total += size
+            total += size + parsed.header_bytes  # a message's size: payload and stored headers
         self.limits.check(topic, len(valid), total)
         gate = self.gates.get((project, name))
         if gate is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, SecretStr
 
+from core.http_server import HttpServerLimits
 from core.settings import SettingsBase, default_member_id
 from metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
 from segments.config import AuditConfig, ClusterConfig, EmbeddedClusterConfig
@@ -24,7 +25,19 @@ class ProducerSettings(SettingsBase):
         default_factory=lambda: default_member_id("producer"),
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
     )
-    max_carried_headers: int = Field(default=64, ge=0, le=1_000)
+    max_carried_headers: int = Field(
+        default=64, ge=0, le=1_000, description="the most X- headers one message carries (400)"
+    )
+    max_header_bytes: int = Field(
+        default=32 * 1024,
+        ge=1024,
+        le=1024 * 1024,
+        description="the most header bytes of a produce request, and of one message (431)",
+    )
+    body_timeout_s: float = Field(
+        default=30.0, gt=0, le=600, description="the most a produce request's body may take (408)"
+    )
+    http_server: HttpServerLimits = HttpServerLimits()
     unknown_topic_cache_s: float = Field(default=1.0, ge=0, le=60)
     cutover_hold_timeout_s: float = Field(
         default=5.0, gt=0, le=120, description="longest a request waits through a cutover switch"

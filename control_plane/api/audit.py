@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
+from fastapi import Path as FastPath
 
 from core.errors import NotFound, ValidationFailed
 from reports.models import (
@@ -27,6 +28,8 @@ from reports.models import (
 from reports.store import ReportStore
 
 from .auth import admin_guard
+
+MAX_ID = 2**63 - 1  # a run id is a SQL BIGINT: a larger one is refused (422), not a 500
 
 
 def rfc3339(ms: int | None) -> str | None:
@@ -141,7 +144,7 @@ def router(admin_token: str, database_url: str) -> APIRouter:
         return {"runs": [_summary(r) for r in store().runs(limit)]}
 
     @api.get("/runs/{run_id}")
-    def get_run(run_id: int) -> dict[str, Any]:
+    def get_run(run_id: Annotated[int, FastPath(ge=0, le=MAX_ID)]) -> dict[str, Any]:
         """One run: its summary, counts per subscription and the message ids it names."""
         run = store().run(run_id)
         if run is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from core.model import (
     Partitions,
@@ -15,6 +15,7 @@ from core.model import (
 )
 from core.names import Name
 from core.shards import MAX_SHARDS
+from core.signing import signing_key
 
 T = TypeVar("T")
 
@@ -51,7 +52,10 @@ class SubscriptionCreate(SubscriptionSettings):
         pattern=r"^([A-Za-z0-9][A-Za-z0-9_-]{0,63}/)?[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
     )
     signing_secret: str | None = Field(
-        default=None, min_length=24, max_length=256, description="generated (whsec_…) when absent"
+        default=None,
+        min_length=24,
+        max_length=256,
+        description="'whsec_' and base64 (Standard Webhooks); generated when absent",
     )
     shards: int = Field(
         default=1,
@@ -59,6 +63,14 @@ class SubscriptionCreate(SubscriptionSettings):
         le=MAX_SHARDS,
         description="workers that share the delivery (see docs/shards.md); fixed at creation",
     )
+
+    @field_validator("signing_secret")
+    @classmethod
+    def _secret_decodes(cls, secret: str | None) -> str | None:
+        """Refused here (422 naming the field), not at every delivery."""
+        if secret is not None:
+            signing_key(secret)  # ValueError says what a secret is
+        return secret
 
 
 class SubscriptionUpdate(SubscriptionSettings):

@@ -15,6 +15,7 @@ import typer
 import uvicorn
 import yaml
 
+from core.http_server import uvicorn_options
 from core.version import VERSION
 from metastore.config import EmbeddedMetaStoreConfig
 from segments.config import EmbeddedClusterConfig
@@ -79,7 +80,13 @@ def dev(
         _start_worker(settings, data_dir, host, worker_port),
     ]
     try:
-        uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+        uvicorn.run(
+            create_app(settings),
+            host=host,
+            port=port,
+            log_level="info",
+            **uvicorn_options(settings.http_server),
+        )
     finally:
         for child in children:
             child.terminate()
@@ -104,6 +111,7 @@ def _start_producer(
                 "metastore": settings.metastore.model_dump(),
                 "clusters": {n: c.model_dump() for n, c in settings.clusters.items()},
                 "audit": {"cluster": settings.default_cluster},
+                "http_server": settings.http_server.model_dump(),
             }
         )
     )
@@ -128,6 +136,7 @@ def _start_worker(
                 "metastore": settings.metastore.model_dump(),
                 "clusters": {n: c.model_dump() for n, c in settings.clusters.items()},
                 "audit": {"cluster": settings.default_cluster},
+                "http_server": settings.http_server.model_dump(),
             }
         )
     )

@@ -43,6 +43,12 @@ class Session:
     expires: int
 
 
+def _same(given: str, expected: str) -> bool:
+    """Constant-time equality of two texts; ``hmac.compare_digest`` raises ``TypeError`` on a
+    str beyond ASCII, which anyone can send, so bytes are compared."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode())
+
+
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
@@ -72,7 +78,7 @@ class Signer:
             return None
         body, _, mac = value.partition(".")
         expected = _b64(hmac.new(self._key, body.encode(), hashlib.sha256).digest())
-        if not hmac.compare_digest(mac, expected):
+        if not _same(mac, expected):
             return None
         try:
             payload = json.loads(_unb64(body))
@@ -140,11 +146,11 @@ def login_nonce_ok(request: Request, given: str) -> bool:
     payload = signer(request).verify(request.cookies.get(LOGIN_COOKIE))
     if payload is None or payload.get("kind") != "login":
         return False
-    return hmac.compare_digest(str(payload.get("n", "")), given)
+    return _same(str(payload.get("n", "")), given)
 
 
 def check_csrf(session: Session, given: object) -> None:
-    if not isinstance(given, str) or not hmac.compare_digest(given, session.csrf):
+    if not isinstance(given, str) or not _same(given, session.csrf):
         raise CsrfRejected()
 
 

@@ -1,0 +1,169 @@
+"""The limits every httpbus HTTP server enforces on its clients, before any application code.
+
+uvicorn (with httptools) buffers a request's header section without bound and waits for a
+slow client for ever: a 64 MB header before authentication cost 64 MB of memory, and a
+client sending a byte every few seconds held its connection open. :func:`uvicorn_options`
+gives ``uvicorn.run`` / ``uvicorn.Config`` a protocol that, per connection:
+
+- answers **431** (``headers_too_large``) and closes once the request line and headers pass
+  ``max_header_bytes`` without ending (counted as they arrive, so at most one read beyond
+  the limit is ever buffered);
+- answers **408** (``request_timeout``) and closes when the header section has not ended
+  ``header_timeout_s`` after the connection opened or the request's first byte came, or the
+  body has not ended ``body_timeout_s`` after the headers did;
+- closes a connection idle between requests after ``keep_alive_s`` (uvicorn's own timer).
+
+It lives in ``core`` because all three services serve HTTP and may not import each other;
+it holds no state beyond the connection it guards. What a proxy in front must add is in
+``docs/deploy.md``.
+
+Example::
+
+    uvicorn.run(app, host=host, port=port, **uvicorn_options(settings.http_server))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .errors import HeadersTooLarge, HttpbusError, RequestTimeout
+
+# After a refusal the rest of what the client already sent is read and dropped, up to this
+# much or for this long, so it reads the answer instead of a connection reset.
+LINGER_BYTES = 1024 * 1024
+LINGER_S = 1.0
+
+
+class HttpServerLimits(BaseModel):
+    """The HTTP server's limits on clients (settings ``http_server`` of every service)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_header_bytes: int = Field(
+        default=64 * 1024,
+        ge=4 * 1024,
+        le=16 * 1024 * 1024,
+        description="request line and headers, in bytes; more is answered 431",
+    )
+    header_timeout_s: float = Field(
+        default=10.0, gt=0, le=600, description="the most a request's headers may take (408)"
+    )
+    body_timeout_s: float = Field(
+        default=60.0, gt=0, le=3600, description="the most a request's body may take (408)"
+    )
+    keep_alive_s: float = Field(
+        default=5.0, gt=0, le=600, description="an idle keep-alive connection is closed after"
+    )
+
+
+def _answer(error: HttpbusError) -> bytes:
+    body = json.dumps(error.to_body()).encode()
+    head = (
+        f"HTTP/1.1 {error.code.status} {error.code.code.replace('_', ' ')}\r\n"
+        "content-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the limits of :class:`HttpServerLimits`; made per
+    set of limits by :func:`guarded_protocol`."""
+
+    limits: ClassVar[HttpServerLimits] = HttpServerLimits()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_head = True  # reading a request line and headers
+        self._head_bytes = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._refused = False
+        self._dropped = 0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm(self.limits.header_timeout_s, "the request's headers")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            self._dropped += len(data)
+            if self._dropped > LINGER_BYTES:
+                self.transport.close()
+            return
+        if self._in_head:
+            self._head_bytes += len(data)
+        super().data_received(data)
+        if self._in_head and self._head_bytes > self.limits.max_header_bytes:
+            limit = self.limits.max_header_bytes
+            self._refuse(
+                HeadersTooLarge(
+                    f"the request line and headers are over {limit} bytes, the most taken here"
+                )
+            )
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._timer is None:  # the next request of a kept-alive connection
+            self._arm(self.limits.header_timeout_s, "the request's headers")
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._arm(self.limits.body_timeout_s, "the request's body")
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        self._in_head, self._head_bytes = True, 0
+        super().on_message_complete()
+
+    def _arm(self, seconds: float, what: str) -> None:
+        self._disarm()
+        self._timer = self.loop.call_later(seconds, self._timed_out, seconds, what)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _timed_out(self, seconds: float, what: str) -> None:
+        self._timer = None
+        if self.transport.is_closing():
+            return
+        if self._in_head and self._head_bytes == 0:  # not a byte of a request: just close
+            self.transport.close()
+        elif self.cycle is None or not self.cycle.response_started:
+            self._refuse(RequestTimeout(f"{what} did not come within {seconds:g} s"))
+        else:  # the application answered already; only the rest of the body is late
+            self.transport.close()
+
+    def _refuse(self, error: HttpbusError) -> None:
+        """Answer ``error``, stop reading requests, and close after a short linger."""
+        if self.transport.is_closing() or self._refused:
+            return
+        self._disarm()
+        self._refused = True
+        if self.cycle is not None:
+            self.cycle.disconnected = True  # the application's answer, if any, goes nowhere
+        self.transport.write(_answer(error))
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_S, self.transport.close)
+
+
+def guarded_protocol(limits: HttpServerLimits) -> type[GuardedHttpToolsProtocol]:
+    """A protocol class for uvicorn's ``http`` option that enforces ``limits``."""
+    return type("GuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,), {"limits": limits})
+
+
+def uvicorn_options(limits: HttpServerLimits) -> dict[str, Any]:
+    """The options of ``uvicorn.run`` / ``uvicorn.Config`` that enforce ``limits``."""
+    return {"http": guarded_protocol(limits), "timeout_keep_alive": limits.keep_alive_s}

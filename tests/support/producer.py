@@ -1,0 +1,105 @@
+"""The producer service in process on the embedded backends, with an admin client.
+
+async with producer_env(tmp_path, {"orders": {}, "tiny": {"max_message_bytes": 64}}) as env:
+    r = await env.client.post(produce_url("orders"), content=b"x")
+    assert len(await env.stored("orders")) == 1
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from core.model import Project, Topic
+from metastore.catalog import Catalog
+from metastore.embedded import EmbeddedMetaStore
+from producer_api.app import create_app
+from producer_api.fastpath import ProducerASGI
+from producer_api.service import Service
+from producer_api.settings import AuditConfig, ProducerSettings
+from segments.config import EmbeddedClusterConfig
+from segments.embedded import create_store
+from segments.protocol import SegmentStore, Stored
+from tests.support.world import segment
+
+ADMIN = "producer-admin-token-0123456789"
+PROJECT = "shop"
+
+
+def produce_url(topic: str, project: str = PROJECT) -> str:
+    return f"/v1/projects/{project}/topics/{topic}/produce"
+
+
+@dataclass
+class ProducerEnv:
+    client: httpx.AsyncClient  # sends the admin token
+    catalog: Catalog
+    store: SegmentStore
+    app: ProducerASGI
+
+    @property
+    def service(self) -> Service:
+        found: Service = self.app.state.service
+        return found
+
+    async def stored(self, topic: str) -> list[Stored]:
+        """Every message stored in ``topic`` (its storage topic is ``st.<topic>``)."""
+        found: list[Stored] = []
+        for partition, end in (await self.store.end_positions(f"st.{topic}")).items():
+            if end:
+                found += await self.store.read(
+                    f"st.{topic}", partition, 0, max_records=end, timeout=2
+                )
+        return found
+
+    async def fifty_ordinary(self, topic: str) -> None:
+        """50 ordinary produces are all accepted and all readable from the store (after an
+        attack on ``topic``, nothing else was lost)."""
+        before = len(await self.stored(topic))
+        ids = []
+        for i in range(50):
+            r = await self.client.post(
+                produce_url(topic), content=b"ordinary %d" % i, headers={"X-Trace": "t"}
+            )
+            assert r.status_code == 201, r.text
+            ids.append(r.json()["message_id"])
+        stored = await self.stored(topic)
+        assert len(stored) == before + 50
+        stored_ids = {dict(m.headers)["x-message-id"].decode() for m in stored}
+        assert set(ids) <= stored_ids
+
+
+@asynccontextmanager
+async def producer_env(
+    tmp_path: Path, topics: Mapping[str, Mapping[str, Any]], **settings: Any
+) -> AsyncIterator[ProducerEnv]:
+    """The service with project ``shop`` and ``topics`` (name -> Topic fields), each on one
+    embedded segment ``st.<name>`` of 2 partitions; ``settings`` override ProducerSettings."""
+    cluster = EmbeddedClusterConfig(path=str(tmp_path / "seg.db"))
+    config = ProducerSettings(
+        admin_token=ADMIN,
+        clusters={"embedded": cluster},
+        audit=AuditConfig(cluster="embedded", partitions=1),
+        member_id="producer-test",
+        **settings,
+    )
+    async with EmbeddedMetaStore(str(tmp_path / "meta.db")) as meta, create_store(cluster) as st:
+        catalog = Catalog(meta)
+        await catalog.create_project(Project(name=PROJECT))
+        for name, fields in topics.items():
+            seg = segment("embedded", storage=f"st.{name}", partitions=2)
+            await st.create_topic(seg.storage_topic, 2, retention_ms=3_600_000)
+            await catalog.create_topic(Topic(project=PROJECT, name=name, **fields), seg)
+        app = create_app(config, metastore=meta, stores={"embedded": st})
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app),
+                base_url="http://producer",
+                headers={"Authorization": f"Bearer {ADMIN}"},
+            ) as client:
+                yield ProducerEnv(client, catalog, st, app)

@@ -55,6 +55,8 @@ def create_app(
             assigner = Assigner(meta, Catalog(meta), settings.member_id, settings.assign_interval_s)
             app.state.assigner = await stack.enter_async_context(assigner)
             app.state.cutovers = await open_cutovers(stack, meta, opened, settings)
+            await app.state.ui_revoked.attach(meta)  # logouts shared by every process
+            stack.push_async_callback(app.state.ui_revoked.aclose)
             app.state.admin = Admin(
                 Catalog(meta),
                 settings.clusters,
@@ -91,6 +93,7 @@ def create_app(
         settings.admin_token.get_secret_value(),
         sorted(settings.clusters),
         settings.default_cluster,
+        public_url=settings.public_url,
     )
     app.include_router(dlq_api.router(settings.admin_token.get_secret_value()))
     app.include_router(

@@ -46,6 +46,12 @@ class ControlPlaneSettings(SettingsBase):
     cutover_complete_timeout_s: float = Field(
         default=30.0, gt=0, le=3_600, description="how long to wait for producers to see the commit"
     )
+    public_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://",
+        description="the URL people reach this control plane at (behind a proxy); https makes "
+        "the UI's cookies Secure even when the proxy talks plain HTTP to us",
+    )
     cutover_settle_s: float = Field(
         default=0.05,
         ge=0,

@@ -37,6 +37,7 @@ ACTIVE_CUTOVERS = "/cutovers/active"
 INTERNAL_SUBSCRIPTIONS = "/internal/subscriptions"
 SEEKS = "/seeks"
 STATUS = "/status"
+REVOKED_SESSIONS = "/ui/revoked-sessions"
 
 
 def _n(*names: str) -> tuple[str, ...]:
@@ -167,3 +168,10 @@ def subscription_status(p: str, s: str, shard: int | None = None) -> str:
     """A worker's figures of subscription s (or of its shard ``shard``)."""
     p, s = _n(p, s)
     return f"{STATUS}/{p}:{s}{_shard(shard)}"
+
+
+def revoked_session(expires: int, sid: str) -> str:
+    """A UI session ended before its expiry (epoch seconds, in the name: no read to prune)."""
+    if not sid.isalnum() or not sid.isascii():
+        raise ValueError(f"invalid session id {sid!r}")
+    return f"{REVOKED_SESSIONS}/{int(expires)}-{sid}"

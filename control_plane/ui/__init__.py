@@ -20,16 +20,27 @@ from starlette.responses import Response
 from ..client import ApiError, NotAvailable, Unreachable
 from . import audit_views, auth_views, catalog_views, cutover_views, dlq_views, sub_views
 from .render import HERE, render
+from .revocation import RevokedSessions
 from .session import CsrfRejected, LoginRequired, Signer, current_session
+from .throttle import LoginThrottle
 
 ROUTERS = (auth_views, catalog_views, cutover_views, sub_views, dlq_views, audit_views)
 
 
 def install(
-    app: FastAPI, admin_token: str, clusters: Sequence[str], default_cluster: str | None
+    app: FastAPI,
+    admin_token: str,
+    clusters: Sequence[str],
+    default_cluster: str | None,
+    *,
+    public_url: str | None = None,
 ) -> None:
-    """Serve the UI at ``/ui/`` on ``app`` (its admin API must be mounted on the same app)."""
+    """Serve the UI at ``/ui/`` on ``app`` (its admin API must be mounted on the same app).
+    Logouts stay in this process until ``app.state.ui_revoked.attach(metastore)``."""
     app.state.ui_signer = Signer(admin_token)
+    app.state.ui_revoked = RevokedSessions()
+    app.state.ui_throttle = LoginThrottle()
+    app.state.ui_secure = bool(public_url and public_url.lower().startswith("https://"))
     app.state.ui_clusters = list(clusters)
     app.state.ui_default_cluster = default_cluster
     app.mount("/ui/static", StaticFiles(directory=str(HERE / "static")), name="ui-static")

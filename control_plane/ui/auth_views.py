@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request
@@ -10,6 +11,7 @@ from starlette.responses import Response
 from . import session as sessions
 from .deps import SessionDep, form_of
 from .render import redirect, render
+from .throttle import LoginThrottle
 
 router = APIRouter()
 
@@ -35,16 +37,36 @@ async def login(request: Request) -> Response:
     form = await request.form()
     token, nonce = str(form.get("token", "")), str(form.get("nonce", ""))
     target = _next(str(form.get("next", "")))
+    throttle: LoginThrottle = request.app.state.ui_throttle
+    client = request.client.host if request.client else "unknown"
+    wait = throttle.retry_after(client)
+    if wait > 0:
+        return _too_many(request, target, wait)
     if not sessions.login_nonce_ok(request, nonce):
         return redirect(
             request, f"/ui/login?next={quote(target)}", "the login form expired; try again", "error"
         )
     if not sessions.signer(request).token_ok(token):
+        throttle.failed(client)
         return redirect(
             request, f"/ui/login?next={quote(target)}", "that is not the admin token", "error"
         )
+    throttle.succeeded(client)
     response = redirect(request, target)
     sessions.start_session(request, response)
+    return response
+
+
+def _too_many(request: Request, target: str, wait: float) -> Response:
+    """The login form again, answered 429: this address failed too often just now."""
+    seconds = math.ceil(wait)
+    nonce = sessions.new_login_nonce()
+    message = f"too many failed logins from your address; try again in {seconds} s"
+    response = render(
+        request, "login.html", None, 429, next=target, nonce=nonce, flash=(message, "error")
+    )
+    sessions.set_login_nonce(request, response, nonce)
+    response.headers["Retry-After"] = str(seconds)
     return response
 
 
@@ -52,5 +74,5 @@ async def login(request: Request) -> Response:
 async def logout(request: Request, session: SessionDep) -> Response:
     await form_of(request, session)
     response = redirect(request, "/ui/login", "logged out")
-    sessions.end_session(response)
+    await sessions.end_session(request, response, session)
     return response

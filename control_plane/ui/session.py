@@ -3,9 +3,11 @@
 The session is a cookie the browser cannot read (HttpOnly), never sends from another site
 (SameSite=Strict) and nobody can forge: a JSON payload signed with HMAC-SHA256 under a key
 derived from the admin token, so rotating the admin token ends every session. The payload
-holds the expiry and the session's CSRF token, which every form posts back. The login form,
-shown before any session exists, is protected by a signed nonce cookie it must echo
-(double submit).
+holds the session's id, its expiry and its CSRF token, which every form posts back. Logging
+out revokes the id on the server (:mod:`.revocation`), so a copied cookie dies with it. The
+login form, shown before any session exists, is protected by a signed nonce cookie it must
+echo (double submit). Cookies are ``Secure`` when the request came over https or the control
+plane's ``public_url`` is https (TLS ended by a proxy in front).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any
 
 from fastapi import Request
 from starlette.responses import Response
+
+from .revocation import RevokedSessions
 
 SESSION_COOKIE = "httpbus_session"
 LOGIN_COOKIE = "httpbus_login"
@@ -39,6 +43,7 @@ class CsrfRejected(Exception):
 
 @dataclass(frozen=True)
 class Session:
+    sid: str
     csrf: str
     expires: int
 
@@ -95,7 +100,8 @@ def _set(request: Request, response: Response, name: str, value: str, max_age: i
         path=COOKIE_PATH,
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=request.url.scheme == "https"
+        or bool(getattr(request.app.state, "ui_secure", False)),
     )
 
 
@@ -104,14 +110,21 @@ def signer(request: Request) -> Signer:
     return found
 
 
+def revoked(request: Request) -> RevokedSessions:
+    found: RevokedSessions = request.app.state.ui_revoked
+    return found
+
+
 def current_session(request: Request) -> Session | None:
     payload = signer(request).verify(request.cookies.get(SESSION_COOKIE))
     if payload is None or payload.get("kind") != "session":
         return None
-    expires = int(payload.get("exp", 0))
-    if expires < time.time():
+    expires, sid = payload.get("exp", 0), payload.get("sid")
+    if not isinstance(expires, int) or expires < time.time() or not isinstance(sid, str):
         return None
-    return Session(csrf=str(payload.get("csrf", "")), expires=expires)
+    if sid in revoked(request):
+        return None
+    return Session(sid=sid, csrf=str(payload.get("csrf", "")), expires=expires)
 
 
 def require_session(request: Request) -> Session:
@@ -124,12 +137,15 @@ def require_session(request: Request) -> Session:
 
 def start_session(request: Request, response: Response) -> None:
     expires = int(time.time()) + SESSION_SECONDS
-    payload = {"kind": "session", "exp": expires, "csrf": secrets.token_urlsafe(24)}
+    sid = secrets.token_hex(16)
+    payload = {"kind": "session", "sid": sid, "exp": expires, "csrf": secrets.token_urlsafe(24)}
     _set(request, response, SESSION_COOKIE, signer(request).sign(payload), SESSION_SECONDS)
     response.delete_cookie(LOGIN_COOKIE, path=COOKIE_PATH)
 
 
-def end_session(response: Response) -> None:
+async def end_session(request: Request, response: Response, session: Session) -> None:
+    """Revoke ``session`` on the server (every process) and delete its cookie."""
+    await revoked(request).revoke(session.sid, session.expires)
     response.delete_cookie(SESSION_COOKIE, path=COOKIE_PATH)
 
 

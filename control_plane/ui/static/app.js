@@ -99,6 +99,17 @@ window.httpbus = (function () {
     });
   }
 
-  document.addEventListener("DOMContentLoaded", function () { filterCheck(); cutoverPage(); selectAll(); });
+  function backLinks() {
+    document.querySelectorAll("a[data-back]").forEach(function (a) {
+      a.addEventListener("click", function (e) { e.preventDefault(); history.back(); });
+    });
+  }
+
+  // No inline script anywhere (the pages' Content-Security-Policy forbids it): each page's
+  // code starts here when its elements are present.
+  document.addEventListener("DOMContentLoaded", function () {
+    filterCheck(); cutoverPage(); selectAll(); backLinks();
+    if (document.getElementById("status-data")) statusPage();
+  });
   return { statusPage: statusPage };
 })();

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .errors import ErrorCode, HttpbusError, Malformed, ValidationFailed
+from .openapi import document_errors
 
 
 def _field(loc: tuple[Any, ...]) -> str:
@@ -87,7 +88,9 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def install(app: FastAPI) -> None:
-    """Install the handlers: httpbus errors and request validation."""
+    """Install the handlers (httpbus errors and request validation) and document them in the
+    app's OpenAPI (:func:`.openapi.document_errors`)."""
+    document_errors(app)
     app.add_exception_handler(HttpbusError, _httpbus_error)
     app.add_exception_handler(StarletteHTTPException, _http_exception)
     app.add_exception_handler(RequestValidationError, _validation_error)

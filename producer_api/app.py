@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
+from fastapi.responses import PlainTextResponse
 
 from core import http_errors
 from core.errors import HttpbusError, MetaStoreUnavailable
@@ -114,6 +115,12 @@ def _routes(app: FastAPI) -> None:
     @app.post(
         "/v1/projects/{project}/topics/{topic}/produce/batch",
         tags=["produce"],
+        responses={
+            207: {
+                "description": "some messages were stored and some refused: a result each",
+                "content": {"application/json": {"schema": {"type": "object"}}},
+            }
+        },
         openapi_extra={
             "requestBody": {
                 "required": True,
@@ -142,7 +149,12 @@ def _routes(app: FastAPI) -> None:
             raise MetaStoreUnavailable("the metastore does not answer", retry_after=5) from exc
         return {"status": "ready"}
 
-    @app.get("/metrics", tags=["ops"])
+    @app.get(
+        "/metrics",
+        tags=["ops"],
+        response_class=PlainTextResponse,
+        responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text"}},
+    )
     async def metrics(request: Request) -> Response:
         service: Service = request.app.state.service
         return Response(service.metrics.render(), media_type="text/plain; version=0.0.4")

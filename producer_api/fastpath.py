@@ -53,7 +53,19 @@ MAX_BATCH_BYTES = 16 * 1024 * 1024
 class BatchMessage(BaseModel):
     """One message of a batch request: exactly one of ``payload`` and ``payload_base64``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        json_schema_extra={  # what _one_payload checks, for clients and fuzzers to see
+            "oneOf": [
+                {"required": ["payload"], "properties": {"payload": {"type": "string"}}},
+                {
+                    "required": ["payload_base64"],
+                    "properties": {"payload_base64": {"type": "string"}},
+                },
+            ]
+        },
+    )
 
     payload: str | None = Field(default=None, description="UTF-8 text payload")
     payload_base64: str | None = Field(default=None, description="binary payload, base64")

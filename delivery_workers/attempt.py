@@ -15,10 +15,13 @@ never sent, so never counted.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from typing import Protocol
 
 from core.audit import AuditType
 from core.model import Subscription
+from core.result import DeliveryResult
 from core.retry import DELIVERED, DeadLetter, RetryInPlace, ToLevel, decide
 
 from .audit import SubscriptionAudit
@@ -26,6 +29,8 @@ from .dispatch import Dispatch
 from .items import Item, sleep_until
 from .routing import Routing
 from .sender import Delivery, EndpointSender
+
+log = logging.getLogger(__name__)
 
 
 class AttemptStats(Protocol):
@@ -67,7 +72,7 @@ class Attempts:
             attempt = item.meta.attempts + 1
             while True:
                 await throttle.admit()  # refused while open: waits, costs no attempt
-                result = await self.sender.send(Delivery(sub, self.topic, item.msg, attempt))
+                result = await self._send(Delivery(sub, self.topic, item.msg, attempt))
                 throttle.record(result)
                 stats.attempts += 1
                 audit.item(
@@ -101,3 +106,15 @@ class Attempts:
         audit.item(AuditType.DELIVERED, item, attempt=attempt, status=result.status)
         self.dispatch.done(item)
         self.routing.delivered(item)
+
+    async def _send(self, delivery: Delivery) -> DeliveryResult:
+        """One attempt through the sender. A sender that raises (a bug, or a message nothing
+        foresaw) fails this message as an unexpected error, retried and dead-lettered by its
+        policy: an exception here would leave the message in flight for ever and stall its
+        group and the commit behind it."""
+        started = time.perf_counter()
+        try:
+            return await self.sender.send(delivery)
+        except Exception as exc:
+            log.exception("delivery of %s failed in the worker", delivery.message_id)
+            return DeliveryResult.from_exception(exc, time.perf_counter() - started)

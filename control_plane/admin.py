@@ -8,6 +8,7 @@ import logging
 import secrets
 import uuid
 
+from core.endpoint_policy import EndpointPolicy
 from core.errors import HttpbusError, NotFound, ValidationFailed
 from core.model import Project, Segment, SegmentState, Subscription, Topic
 from metastore.catalog import Catalog
@@ -34,7 +35,9 @@ class Admin:
         stores: dict[str, SegmentStore],
         default_cluster: str,
         prefix: str,
+        endpoint_policy: EndpointPolicy | None = None,
     ) -> None:
+        self.endpoint_policy = endpoint_policy or EndpointPolicy()
         self.catalog = catalog
         self.clusters = clusters
         self.stores = stores
@@ -93,6 +96,15 @@ class Admin:
         except HttpbusError as exc:  # metadata is the truth; an orphan is only logged
             log.warning("could not delete storage topic %s: %s", storage_topic, exc)
 
+    def check_endpoint(self, sub: Subscription) -> None:
+        """422 naming ``endpoint.url`` if the endpoint policy refuses the URL as written."""
+        problem = self.endpoint_policy.url_problem(str(sub.endpoint.url))
+        if problem is not None:
+            raise ValidationFailed(
+                f"endpoint.url: {problem}",
+                details={"fields": [{"field": "endpoint.url", "problem": problem}]},
+            )
+
     async def create_subscription(self, project: str, body: SubscriptionCreate) -> Subscription:
         topic_project, _, topic = body.topic.rpartition("/")
         topic_project = topic_project or project
@@ -113,6 +125,7 @@ class Admin:
             signing_secret=body.signing_secret or new_signing_secret(),
             **fields,
         )
+        self.check_endpoint(sub)
         return await self.catalog.create_subscription(sub)
 
     async def create_project(self, project: Project) -> Project:

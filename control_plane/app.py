@@ -63,6 +63,7 @@ def create_app(
                 opened,
                 settings.default_cluster,
                 settings.storage_topic_prefix,
+                settings.endpoint_policy,
             )
             yield
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, SecretStr, model_validator
 
+from core.endpoint_policy import EndpointPolicy
 from core.http_server import HttpServerLimits
 from core.settings import SettingsBase, default_member_id
 from metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
@@ -45,6 +46,10 @@ class ControlPlaneSettings(SettingsBase):
     )
     cutover_complete_timeout_s: float = Field(
         default=30.0, gt=0, le=3_600, description="how long to wait for producers to see the commit"
+    )
+    endpoint_policy: EndpointPolicy = Field(
+        default_factory=EndpointPolicy,
+        description="which endpoint URLs subscriptions may have (docs/security.md)",
     )
     public_url: str | None = Field(
         default=None,

@@ -14,11 +14,13 @@ doc of :mod:`.fast_http` lists how each failure is reported. HTTP/1.1 only.
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 import time
 from collections import deque
 from collections.abc import Callable
 
+from core.endpoint_policy import EndpointPolicy
 from core.lifecycle import AsyncResource
 from core.result import DeliveryResult
 
@@ -37,6 +39,10 @@ from .settings import WorkerSettings
 _OriginKey = tuple[str, str, int]
 
 
+class EndpointRefused(Exception):
+    """The endpoint policy refuses the address the endpoint's host resolved to."""
+
+
 def _expire(waiter: asyncio.Future[Answer]) -> None:
     if not waiter.done():
         waiter.set_exception(TimeoutError())
@@ -52,9 +58,14 @@ class ConnectionPool:
     connections age out instead of being kept warm by round-robin."""
 
     def __init__(
-        self, max_connections: int, keepalive_expiry: float, ssl_context: ssl.SSLContext | None
+        self,
+        max_connections: int,
+        keepalive_expiry: float,
+        ssl_context: ssl.SSLContext | None,
+        policy: EndpointPolicy | None = None,
     ) -> None:
         self.max_connections = max_connections
+        self.policy = policy
         self.keepalive_expiry = keepalive_expiry
         self._ssl = ssl_context
         self._idle: dict[_OriginKey, deque[Connection]] = {}
@@ -133,17 +144,32 @@ class ConnectionPool:
 
     async def _connect(self, loop: asyncio.AbstractEventLoop, origin: Origin) -> Connection:
         key = origin.key
+        host = await self._checked_address(loop, origin)
         if origin.scheme == "https":
             context = self._ssl or ssl.create_default_context()
             self._ssl = context
             _, conn = await loop.create_connection(
-                lambda: Connection(key), origin.host, origin.port, ssl=context
+                lambda: Connection(key), host, origin.port, ssl=context, server_hostname=origin.host
             )
         else:
-            _, conn = await loop.create_connection(
-                lambda: Connection(key), origin.host, origin.port
-            )
+            _, conn = await loop.create_connection(lambda: Connection(key), host, origin.port)
         return conn
+
+    async def _checked_address(self, loop: asyncio.AbstractEventLoop, origin: Origin) -> str:
+        """The address to connect to: ``origin.host`` resolved, every address it resolves to
+        checked against the endpoint policy (a name that points inside is refused however it
+        was registered); without a policy, the host as it is."""
+        if self.policy is None:
+            return origin.host
+        infos = await loop.getaddrinfo(origin.host, origin.port, type=socket.SOCK_STREAM)
+        addresses = [str(info[4][0]) for info in infos]
+        for address in addresses:
+            problem = self.policy.address_problem(origin.host, address)
+            if problem is not None:
+                raise EndpointRefused(problem)
+        if not addresses:
+            raise OSError(f"{origin.host} resolved to no address")
+        return addresses[0]
 
     async def _wait(self, loop: asyncio.AbstractEventLoop) -> None:
         waiter: asyncio.Future[None] = loop.create_future()
@@ -186,7 +212,9 @@ class FastSender(AsyncResource):
     """An :class:`EndpointSender` on a :class:`ConnectionPool`: at most ``max_connections``
     open at once (waiting for one counts in an attempt's timeout, so size it above the
     worker's total in-flight limit), idle ones kept ``keepalive_expiry`` seconds. HTTPS
-    endpoints are verified with ``ssl_context`` (default: the system's trust store)."""
+    endpoints are verified with ``ssl_context`` (default: the system's trust store). With a
+    ``policy`` (:mod:`core.endpoint_policy`) every address an endpoint resolves to is checked
+    before connecting; a refused one fails the delivery to the DLQ."""
 
     def __init__(
         self,
@@ -195,8 +223,9 @@ class FastSender(AsyncResource):
         keepalive_expiry: float = 5.0,
         ssl_context: ssl.SSLContext | None = None,
         clock: Callable[[], float] = time.time,
+        policy: EndpointPolicy | None = None,
     ) -> None:
-        self.pool = ConnectionPool(max_connections, keepalive_expiry, ssl_context)
+        self.pool = ConnectionPool(max_connections, keepalive_expiry, ssl_context, policy)
         self._clock = clock
 
     async def start(self) -> None:
@@ -220,6 +249,8 @@ class FastSender(AsyncResource):
         started = time.perf_counter()
         try:
             answer = await self._exchange(origin, data, timeout_s)
+        except EndpointRefused as exc:  # not retried: only a policy change lets it through
+            return DeliveryResult.invalid(f"endpoint refused: {exc}")
         except Exception as exc:
             return DeliveryResult.from_exception(exc, time.perf_counter() - started)
         return DeliveryResult.from_response(
@@ -254,4 +285,4 @@ class FastSender(AsyncResource):
 
 def make_sender(settings: WorkerSettings) -> FastSender:
     """The worker's sender, unstarted, with its pool limit."""
-    return FastSender(max_connections=settings.max_connections)
+    return FastSender(max_connections=settings.max_connections, policy=settings.endpoint_policy)

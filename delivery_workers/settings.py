@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from core.endpoint_policy import EndpointPolicy
 from core.http_server import HttpServerLimits
 from core.settings import SettingsBase, default_member_id
 from metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
@@ -27,6 +28,10 @@ class WorkerSettings(SettingsBase):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
     )
     max_connections: int = Field(default=1_000, ge=1, le=100_000, description="to endpoints")
+    endpoint_policy: EndpointPolicy = Field(
+        default_factory=EndpointPolicy,
+        description="which addresses deliveries may go to (docs/security.md); checked at connect",
+    )
     # Configs written before there was one sender may still name the others: they start, on
     # the fast sender, instead of failing (the field is kept for that reason only).
     sender: Literal["fast", "aiohttp", "httpx"] = Field(

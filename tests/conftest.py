@@ -21,6 +21,11 @@ from typing import Any
 import pytest
 
 from scripts.realservices.__main__ import DEFAULT_CACHE, NAMES
+
+# The suite's endpoints listen on 127.0.0.1, as a developer's do under `httpbus dev`: every
+# control plane and worker it builds (in process or as a child) allows private networks. The
+# policy's own tests pass their policy explicitly (tests/unit/core/test_endpoint_policy.py).
+os.environ.setdefault("HTTPBUS_ENDPOINT_POLICY__ALLOW_PRIVATE_NETWORKS", "true")
 from scripts.realservices.supervisor import Supervisor
 from tests.support.services import RealServices, load
 

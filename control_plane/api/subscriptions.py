@@ -45,7 +45,9 @@ async def update_subscription(
     project: ProjectName, subscription: SubscriptionName, body: SubscriptionUpdate, admin: AdminDep
 ) -> Subscription:
     current = await admin.catalog.get_subscription(project, subscription)
-    return await admin.catalog.update_subscription(merged(current, body))
+    updated = merged(current, body)
+    admin.check_endpoint(updated)
+    return await admin.catalog.update_subscription(updated)
 
 
 @router.delete("/{subscription}", status_code=status.HTTP_204_NO_CONTENT)

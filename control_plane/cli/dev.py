@@ -15,6 +15,7 @@ import typer
 import uvicorn
 import yaml
 
+from core.endpoint_policy import EndpointPolicy
 from core.http_server import uvicorn_options
 from core.version import VERSION
 from metastore.config import EmbeddedMetaStoreConfig
@@ -51,6 +52,8 @@ def dev_settings(config: Path | None, data_dir: Path, host: str, port: int) -> C
         overrides["database_url"] = f"sqlite:///{(data_dir / 'reports.db').absolute()}"
     if base.admin_token is None:
         overrides["admin_token"] = secrets.token_urlsafe(24)
+    if "endpoint_policy" not in base.model_fields_set:  # endpoints on this machine: allowed
+        overrides["endpoint_policy"] = EndpointPolicy(allow_private_networks=True)
     return ControlPlaneSettings.load(config, **overrides)
 
 
@@ -112,6 +115,7 @@ def _start_producer(
                 "clusters": {n: c.model_dump() for n, c in settings.clusters.items()},
                 "audit": {"cluster": settings.default_cluster},
                 "http_server": settings.http_server.model_dump(),
+                "endpoint_policy": settings.endpoint_policy.model_dump(mode="json"),
             }
         )
     )

@@ -1,0 +1,130 @@
+"""The endpoint policy (SSRF, issue 17): every form of an internal address refused unless
+allowed, names checked again at connect time, and the dev default still reaching 127.0.0.1."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.endpoint_policy import EndpointPolicy
+from core.model import Endpoint, Subscription
+from core.result import ErrorKind
+from delivery_workers.fast_sender import FastSender
+from delivery_workers.sender import Delivery
+from delivery_workers.settings import WorkerSettings
+from segments.protocol import Stored
+from tests.support.control_plane import create_shop, embedded_control_plane
+from tests.support.hook import serve_hook
+
+STRICT = EndpointPolicy()
+DEV = EndpointPolicy(allow_private_networks=True)
+INTERNAL = [
+    "http://169.254.169.254/latest/meta-data/",
+    "http://10.0.0.7/hook",
+    "http://172.16.4.4/hook",
+    "http://192.168.1.1/hook",
+    "http://100.64.0.1/hook",
+    "http://[::1]:8080/hook",
+    "http://[fd12::1]/hook",
+    "http://[::ffff:127.0.0.1]/hook",
+    "http://localhost:8700/v1/projects",
+    "http://api.localhost/hook",
+    "http://127.0.0.1:8700/v1/projects",  # the admin API itself
+    "http://127.1/hook",
+    "http://2130706433/hook",
+    "http://0x7f000001/hook",
+    "http://0177.0.0.1/hook",
+    "http://metadata.google.internal/computeMetadata/v1/",
+    "http://[fd00:ec2::254]/latest",
+]
+
+
+@pytest.mark.parametrize("url", INTERNAL)
+def test_every_form_of_an_internal_address_is_refused_by_default(url: str) -> None:
+    assert STRICT.url_problem(url) is not None
+
+
+@pytest.mark.parametrize("url", ["https://hooks.example.com/in", "http://8.8.8.8/hook"])
+def test_public_endpoints_pass(url: str) -> None:
+    assert STRICT.url_problem(url) is None
+
+
+def test_metadata_and_link_local_stay_refused_even_in_dev_unless_allowed() -> None:
+    assert DEV.url_problem("http://127.0.0.1:9/hook") is None
+    assert DEV.url_problem("http://10.0.0.7/hook") is None
+    for url in (INTERNAL[0], INTERNAL[-2], INTERNAL[-1]):
+        assert DEV.url_problem(url) is not None
+    allowed = EndpointPolicy(allow=("169.254.169.254", "metadata.google.internal"))
+    assert allowed.url_problem(INTERNAL[0]) is None
+    assert allowed.url_problem(INTERNAL[-2]) is None
+
+
+def test_deny_wins_and_allow_takes_cidrs() -> None:
+    policy = EndpointPolicy(allow=("10.1.0.0/16",), deny=("hooks.example.com", "8.8.8.0/24"))
+    assert policy.url_problem("http://10.1.2.3/") is None
+    assert policy.url_problem("http://10.2.0.1/") is not None
+    assert policy.url_problem("https://hooks.example.com/") is not None
+    assert policy.url_problem("http://8.8.8.8/") is not None
+    with pytest.raises(ValueError):
+        EndpointPolicy(allow=("10.0.0.0/99",))
+
+
+def test_the_settings_default_refuses_private_networks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HTTPBUS_ENDPOINT_POLICY__ALLOW_PRIVATE_NETWORKS", raising=False)
+    assert WorkerSettings().endpoint_policy == STRICT
+
+
+async def test_the_control_plane_refuses_an_internal_endpoint_with_422(tmp_path: Path) -> None:
+    async with embedded_control_plane(tmp_path, endpoint_policy=STRICT) as cp:
+        await create_shop(cp.client)
+        sub = {"name": "s1", "topic": "orders", "endpoint": {"url": "http://169.254.169.254/"}}
+        r = await cp.client.post("/v1/projects/shop/subscriptions", json=sub)
+        assert r.status_code == 422, r.text
+        assert r.json()["details"]["fields"][0]["field"] == "endpoint.url"
+        sub["endpoint"] = {"url": "https://hooks.example.com/in"}
+        created = await cp.client.post("/v1/projects/shop/subscriptions", json=sub)
+        assert created.status_code == 201, created.text
+        version = created.json()["version"]
+        moved = {"endpoint": {"url": "http://2130706433/hook"}, "version": version}
+        r = await cp.client.put("/v1/projects/shop/subscriptions/s1", json=moved)
+        assert r.status_code == 422 and "endpoint.url" in r.text
+
+
+def _delivery(url: str) -> Delivery:
+    sub = Subscription(
+        project="shop",
+        name="s",
+        topic_project="shop",
+        topic="orders",
+        endpoint=Endpoint(url=url, timeout_ms=2_000),  # type: ignore[arg-type]
+        signing_secret="whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    )
+    msg = Stored(partition=0, position=1, timestamp_ms=1, value=b"{}", headers=())
+    return Delivery(sub, "shop/orders", msg)
+
+
+async def test_a_name_that_resolves_inside_is_refused_at_connect_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A public-looking name passes the URL check, then resolves to 127.0.0.1 (DNS
+    rebinding): the sender checks what it would connect to, and never sends."""
+    real = socket.getaddrinfo
+
+    def rebinding(host: str, *args: Any, **kwargs: Any) -> Any:
+        return real("127.0.0.1" if host == "rebind.example" else host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    async with serve_hook() as hook:
+        url = hook.url.replace("127.0.0.1", "rebind.example")
+        assert STRICT.url_problem(url) is None
+        async with FastSender(policy=STRICT) as sender:
+            result = await sender.send(_delivery(url))
+        assert not result.succeeded and "private network" in (result.error or "")
+        assert result.error_kind is ErrorKind.INVALID_REQUEST  # to the DLQ, not retried
+        assert hook.requests == []
+        async with FastSender(policy=DEV) as sender:  # the dev default still delivers
+            assert (await sender.send(_delivery(url))).succeeded
+        assert len(hook.requests) == 1

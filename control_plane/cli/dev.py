@@ -115,7 +115,6 @@ def _start_producer(
                 "clusters": {n: c.model_dump() for n, c in settings.clusters.items()},
                 "audit": {"cluster": settings.default_cluster},
                 "http_server": settings.http_server.model_dump(),
-                "endpoint_policy": settings.endpoint_policy.model_dump(mode="json"),
             }
         )
     )
@@ -141,6 +140,7 @@ def _start_worker(
                 "clusters": {n: c.model_dump() for n, c in settings.clusters.items()},
                 "audit": {"cluster": settings.default_cluster},
                 "http_server": settings.http_server.model_dump(),
+                "endpoint_policy": settings.endpoint_policy.model_dump(mode="json"),
             }
         )
     )

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from control_plane.cli.dev import dev_settings
+from control_plane.settings import ControlPlaneSettings
 from core.endpoint_policy import EndpointPolicy
 from core.model import Endpoint, Subscription
 from core.result import ErrorKind
@@ -128,3 +130,13 @@ async def test_a_name_that_resolves_inside_is_refused_at_connect_time(
         async with FastSender(policy=DEV) as sender:  # the dev default still delivers
             assert (await sender.send(_delivery(url))).succeeded
         assert len(hook.requests) == 1
+
+
+def test_httpbus_dev_allows_private_networks_and_tells_its_worker(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("HTTPBUS_ENDPOINT_POLICY__ALLOW_PRIVATE_NETWORKS", raising=False)
+    monkeypatch.delenv("HTTPBUS_CONFIG", raising=False)
+    settings = dev_settings(None, tmp_path, "127.0.0.1", 8700)
+    assert settings.endpoint_policy == DEV
+    assert ControlPlaneSettings(admin_token="x" * 24).endpoint_policy == STRICT

@@ -181,6 +181,31 @@ def bench_compare(number: int, repeat: int) -> None:
             print(f"{'':60} {name:28} {per_call_ns(call, max(number // 20, 50), repeat):8.0f}")
 
 
+# The largest header set one message can carry (the producer's default limits): 64 carried
+# X- headers, 32 KiB of header bytes in all; and filters written to be slow on it.
+HOSTILE_HEADERS = [(f"x-h{i}", b"a" * 500) for i in range(64)]
+HOSTILE = [
+    'headers.exists(k, headers[k].matches("(a+)+b"))',
+    'headers.all(k, headers[k].contains("b") || size(headers[k]) > 0)',
+    'headers.exists(k, headers[k] + headers[k] + headers[k] == "x")',
+]
+
+
+def bench_hostile(seconds: float = 2.0) -> None:
+    """The worst single evaluation of hostile filters on the largest headers the producer
+    accepts: what one message can cost the worker's event loop, beside a one-header lookup."""
+    print("hostile filters on 64 headers x 500 B (the produce limit), worst call of each:")
+    for expression in ['headers["x-h0"] == "a"', *HOSTILE]:
+        f = compile_filter(expression)
+        worst, calls, start = 0.0, 0, timeit.default_timer()
+        while timeit.default_timer() - start < seconds:
+            t0 = timeit.default_timer()
+            f.matches(HOSTILE_HEADERS, group=None, topic=TOPIC, content_type=None)
+            worst, calls = max(worst, timeit.default_timer() - t0), calls + 1
+        rate = calls / (timeit.default_timer() - start)
+        print(f"  {expression[:62]:62s} {rate:9.0f}/s  worst {worst * 1000:6.2f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--number", type=int, default=20_000, help="calls per timing run")
@@ -191,6 +216,7 @@ def main() -> None:
     bench_cases(args.number, args.repeat)
     bench_scaling(args.number, args.repeat)
     bench_compile(args.repeat)
+    bench_hostile()
     if args.compare:
         bench_compare(args.number, args.repeat)
 

@@ -10,7 +10,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from fastapi import Depends, FastAPI, Request
 
 from core import http_errors
-from core.errors import HttpbusError, MetaStoreUnavailable
+from core.errors import HttpbusError, MetaStoreUnavailable, NotReady
 from core.version import VERSION
 from metastore.catalog import Catalog
 from metastore.config import open_metastore
@@ -84,6 +84,9 @@ def create_app(
                 await admin.catalog.list_projects()
         except (TimeoutError, HttpbusError) as exc:
             raise MetaStoreUnavailable("the metastore does not answer", retry_after=5) from exc
+        children_down = getattr(request.app.state, "children_down", None)  # httpbus dev
+        if children_down is not None and (down := children_down()):
+            raise NotReady(f"down, being restarted: {', '.join(down)}", retry_after=2)
         return {"status": "ready"}
 
     app.include_router(api.router(settings.admin_token.get_secret_value()))

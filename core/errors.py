@@ -40,6 +40,7 @@ class ErrorCode(Enum):
     STORAGE_UNAVAILABLE = ("storage_unavailable", 503)
     METASTORE_UNAVAILABLE = ("metastore_unavailable", 503)
     CUTOVER_TIMEOUT = ("cutover_timeout", 503)
+    NOT_READY = ("not_ready", 503)
 
     def __init__(self, code: str, status: int) -> None:
         self.code = code
@@ -140,6 +141,12 @@ class StorageUnavailable(HttpbusError):
 
 class MetaStoreUnavailable(HttpbusError):
     code = ErrorCode.METASTORE_UNAVAILABLE
+
+
+class NotReady(HttpbusError):
+    """A part the service needs is down (``httpbus dev``: a child it is restarting)."""
+
+    code = ErrorCode.NOT_READY
 
 
 class CutoverInProgress(HttpbusError):

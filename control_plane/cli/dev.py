@@ -23,6 +23,7 @@ from segments.config import EmbeddedClusterConfig
 
 from ..app import create_app
 from ..settings import ControlPlaneSettings
+from .supervisor import Supervisor
 
 ConfigOption = Annotated[
     Path | None,
@@ -78,26 +79,16 @@ def dev(
     typer.echo(f"  try: curl -H 'Authorization: Bearer {token}' http://{host}:{port}/v1/projects")
     typer.echo(f"  producer       http://{host}:{producer_port}")
     typer.echo(f"  worker         http://{host}:{worker_port}/metrics")
-    children = [
-        _start_producer(settings, data_dir, host, producer_port, token),
-        _start_worker(settings, data_dir, host, worker_port),
-    ]
-    try:
+    starts = {
+        "producer": lambda: _start_producer(settings, data_dir, host, producer_port, token),
+        "worker": lambda: _start_worker(settings, data_dir, host, worker_port),
+    }
+    with Supervisor(starts) as children:  # a child that dies is restarted
+        app = create_app(settings)
+        app.state.children_down = children.down  # /readyz: 503 while one is down
         uvicorn.run(
-            create_app(settings),
-            host=host,
-            port=port,
-            log_level="info",
-            **uvicorn_options(settings.http_server),
+            app, host=host, port=port, log_level="info", **uvicorn_options(settings.http_server)
         )
-    finally:
-        for child in children:
-            child.terminate()
-        for child in children:
-            try:
-                child.wait(15)
-            except subprocess.TimeoutExpired:
-                child.kill()
 
 
 def _start_producer(

@@ -4,14 +4,17 @@ with curl-like HTTP and with ``httpbus produce``, errors in one line with a non-
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.support.dev import run_dev
+from tests.support.until import until_sync
 
 TOKEN = "dev-test-token-0123456789"
 
@@ -75,3 +78,25 @@ def test_produce_errors_are_one_line_with_a_meaningful_exit(dev: tuple[str, str]
     assert bad_flag.returncode == 2
     down = _cli("produce", "shop", "orders", "--count", "1", "--url", "http://127.0.0.1:1")
     assert down.returncode == 1 and b"cannot reach the producer" in down.stderr
+
+
+def test_a_dead_child_makes_dev_unready_until_it_is_restarted(tmp_path: Path) -> None:
+    with run_dev(tmp_path, TOKEN) as running:
+        config = tmp_path / "state" / "producer.yaml"
+        found = subprocess.run(
+            ["pgrep", "-f", f"producer_api --config {config}"], capture_output=True
+        )
+        (pid,) = [int(p) for p in found.stdout.split()]
+        os.kill(pid, signal.SIGKILL)
+        ready = f"{running.control_plane}/readyz"
+        down = until_sync(lambda: _status(ready) == 503 and httpx.get(ready).json(), 10, "503")
+        assert "producer" in down["message"]
+        until_sync(lambda: _status(ready) == 200, 30, "ready again after the restart")
+        until_sync(lambda: _status(f"{running.producer}/readyz") == 200, 30, "producer serving")
+
+
+def _status(url: str) -> int:
+    try:
+        return httpx.get(url, timeout=2).status_code
+    except httpx.HTTPError:
+        return 0

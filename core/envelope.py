@@ -39,6 +39,9 @@ RESERVED = frozenset({MESSAGE_ID, GROUP_ID, DELIVER_AT, DELAY_MS, PRODUCED_AT, T
 
 # Internal: added by the retry path in its internal topics (see segments.subscription).
 INTERNAL_PREFIX = "x-httpbus-"
+# W3C trace context: carried from the publish to the endpoint unchanged, like an X- header, so
+# a trace links the publisher's span to the receiver's.
+TRACE_CONTEXT = frozenset({"traceparent", "tracestate"})
 RETRY_ORIGIN = "x-httpbus-origin"
 RETRY_TOPIC = "x-httpbus-topic"
 RETRY_DUE = "x-httpbus-due"

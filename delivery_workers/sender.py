@@ -31,6 +31,7 @@ from core.envelope import (
     PRODUCED_AT,
     RESERVED,
     TOPIC,
+    TRACE_CONTEXT,
 )
 from core.envelope import header as stored_header
 from core.lifecycle import Lifecycle
@@ -102,7 +103,7 @@ def _carried(name: str) -> bool:
     if found is None:
         found = (
             name.startswith("x-") and name not in RESERVED and not name.startswith(INTERNAL_PREFIX)
-        )
+        ) or name in TRACE_CONTEXT
         if len(_CARRIED) < 10_000:  # bounded: producers choose the names
             _CARRIED[name] = found
     return found

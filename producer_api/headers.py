@@ -28,7 +28,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
-from core.envelope import CONTENT_TYPE, DELAY_MS, DELIVER_AT, GROUP_ID, MESSAGE_ID, PRODUCED_AT
+from core.envelope import (
+    CONTENT_TYPE,
+    DELAY_MS,
+    DELIVER_AT,
+    GROUP_ID,
+    MESSAGE_ID,
+    PRODUCED_AT,
+    TRACE_CONTEXT,
+)
 from core.envelope import encode as _wire
 from core.errors import HeadersTooLarge, HttpbusError, Malformed, TooLarge
 from core.http_fields import content_type_problem, field_problem
@@ -150,7 +158,7 @@ def _shape(
     for name, value in items:
         if name in OWN:
             own[name] = value
-        elif name.startswith("x-") and not name.startswith(_HOP):
+        elif (name.startswith("x-") and not name.startswith(_HOP)) or name in TRACE_CONTEXT:
             if len(carried) == rules.max_carried:
                 raise Malformed(f"at most {rules.max_carried} X- headers are carried per message")
             carried.append(_carried(name, value))

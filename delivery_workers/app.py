@@ -10,7 +10,12 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -64,6 +69,7 @@ class WorkerCollector(Collector):
             in_flight.add_metric([key], s.in_flight)
         yield in_flight
         yield from _circuit_metrics(stats)
+        yield _latency_metric(stats)
         yield GaugeMetricFamily(
             "httpbus_worker_assigned_subscriptions",
             "subscriptions assigned to this worker",
@@ -74,6 +80,18 @@ class WorkerCollector(Collector):
             "subscriptions with a running runner",
             value=len(self.worker.runners),
         )
+
+
+def _latency_metric(stats: Mapping[str, RunnerStats]) -> Metric:
+    """Accepted to 2xx per subscription, retries and delays included (:mod:`.latency`)."""
+    family = HistogramMetricFamily(
+        "httpbus_delivery_latency_seconds",
+        "from acceptance by the producer to the endpoint's 2xx",
+        labels=["subscription"],
+    )
+    for key, s in sorted(stats.items()):
+        family.add_metric([key], s.latency.cumulative(), s.latency.total_s)
+    return family
 
 
 def _circuit_metrics(stats: Mapping[str, RunnerStats]) -> Iterator[Metric]:

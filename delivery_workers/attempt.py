@@ -20,6 +20,7 @@ import time
 from typing import Protocol
 
 from core.audit import AuditType
+from core.envelope import PRODUCED_AT, header
 from core.model import Subscription
 from core.result import DeliveryResult
 from core.retry import DELIVERED, DeadLetter, RetryInPlace, ToLevel, decide
@@ -27,6 +28,7 @@ from core.retry import DELIVERED, DeadLetter, RetryInPlace, ToLevel, decide
 from .audit import SubscriptionAudit
 from .dispatch import Dispatch
 from .items import Item, sleep_until
+from .latency import LatencyHistogram
 from .routing import Routing
 from .sender import Delivery, EndpointSender
 
@@ -40,6 +42,7 @@ class AttemptStats(Protocol):
     retried: int
     dead_lettered: int
     in_flight: int
+    latency: LatencyHistogram
 
 
 class Attempts:
@@ -103,6 +106,7 @@ class Attempts:
             stats.in_flight -= 1
             self.dispatch.wake()
         stats.delivered += 1
+        stats.latency.observe(time.time() - _accepted_s(item))
         audit.item(AuditType.DELIVERED, item, attempt=attempt, status=result.status)
         self.dispatch.done(item)
         self.routing.delivered(item)
@@ -118,3 +122,10 @@ class Attempts:
         except Exception as exc:
             log.exception("delivery of %s failed in the worker", delivery.message_id)
             return DeliveryResult.from_exception(exc, time.perf_counter() - started)
+
+
+def _accepted_s(item: Item) -> float:
+    """When httpbus accepted the message (``x-produced-at``, else its storage timestamp)."""
+    produced = header(item.msg.headers, PRODUCED_AT)
+    ms = int(produced) if produced and produced.isdigit() else item.msg.timestamp_ms
+    return ms / 1000

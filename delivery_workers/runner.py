@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from core.filters import compile_filter
 from core.model import Subscription
@@ -38,6 +38,7 @@ from .attempt import Attempts
 from .audit import SubscriptionAudit
 from .commit import CommitPolicy, Committer
 from .dispatch import Dispatch
+from .latency import LatencyHistogram
 from .reading import IDLE_REFRESH_S, SegmentReading
 from .routing import Routing
 from .sender import EndpointSender
@@ -59,6 +60,8 @@ class RunnerStats:
     segment: int = 0
     circuit_state: str | None = None  # closed | open | half_open; None: no breaker
     circuit_rate: float | None = None  # attempts a second the circuit allows now
+    # Accepted -> 2xx; the worker hands each runner its subscription's (kept over restarts).
+    latency: LatencyHistogram = field(default_factory=LatencyHistogram)
 
 
 class SubscriptionRunner:

@@ -54,6 +54,7 @@ from segments.protocol import SegmentStore
 from segments.subscription.layout import drop_layout
 
 from .commit import CommitPolicy
+from .latency import LatencyHistogram
 from .runner import RunnerStats, SubscriptionRunner
 from .sender import EndpointSender
 from .shared_reads import SharedSegmentReader
@@ -115,6 +116,7 @@ class Worker(AsyncResource):
         self._owned: dict[str, asyncio.Task[None]] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
         self._totals: dict[str, RunnerStats] = {}
+        self._latency: dict[str, LatencyHistogram] = {}  # per subscription, over restarts
         self._follow: asyncio.Task[None] | None = None
         self._holding: set[str] = set()  # subscriptions whose lock this worker holds
         self._cleanups: set[asyncio.Task[None]] = set()  # releases of orphaned locks
@@ -147,6 +149,7 @@ class Worker(AsyncResource):
             total.segment = runner.stats.segment if runner else 0
             total.circuit_state = runner.stats.circuit_state if runner else None
             total.circuit_rate = runner.stats.circuit_rate if runner else None
+            total.latency = self._latency.get(key) or LatencyHistogram()
             out[key] = total
         return out
 
@@ -327,6 +330,7 @@ class Worker(AsyncResource):
                     commit_policy=CommitPolicy(self.commit_every_n, self.commit_every_s),
                     shard=_shard_of(sub, parse_unit_key(key)[2]),
                 )
+                runner.stats.latency = self._latency.setdefault(key, LatencyHistogram())
                 self.runners[key] = runner
                 await runner.run()
             except Exception:

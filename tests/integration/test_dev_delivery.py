@@ -72,3 +72,6 @@ def test_dev_delivers_every_message(
     assert sorted(received) == sorted(sent)
     metrics = httpx.get(f"{worker}/metrics").text
     assert 'httpbus_delivery_delivered_total{subscription="shop/mailer"} 20.0' in metrics
+    # Accepted -> 2xx, every delivery observed once; all within the 60 s bucket here.
+    assert 'httpbus_delivery_latency_seconds_count{subscription="shop/mailer"} 20.0' in metrics
+    assert 'latency_seconds_bucket{le="60.0",subscription="shop/mailer"} 20.0' in metrics

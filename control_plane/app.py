@@ -6,8 +6,10 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Request, Response
+from fastapi.responses import PlainTextResponse
 
 from core import http_errors
 from core.errors import HttpbusError, MetaStoreUnavailable, NotReady
@@ -27,6 +29,7 @@ from .api import dlq as dlq_api
 from .api.auth import admin_guard
 from .assigner import Assigner
 from .cutover import open_cutovers
+from .metrics import ControlPlaneMetrics, MetricsMiddleware
 from .settings import ControlPlaneSettings
 
 log = logging.getLogger(__name__)
@@ -69,6 +72,19 @@ def create_app(
 
     app = FastAPI(title="httpbus control plane", version=VERSION, lifespan=lifespan)
     http_errors.install(app)
+    metrics = ControlPlaneMetrics()
+    metrics.watch(lambda: _state(app))
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+
+    @app.get(
+        "/metrics",
+        tags=["ops"],
+        response_class=PlainTextResponse,
+        responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text"}},
+    )
+    async def metrics_text() -> Response:
+        """Prometheus metrics: API requests and latency by route, leaders, active cutovers."""
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> dict[str, str]:
@@ -104,6 +120,19 @@ def create_app(
         audit_api.router(settings.admin_token.get_secret_value(), settings.database_url)
     )
     return app
+
+
+def _state(app: FastAPI) -> dict[str, Any]:
+    """What /metrics reports of this process at scrape time (nothing before startup)."""
+    assigner = getattr(app.state, "assigner", None)
+    cutovers = getattr(app.state, "cutovers", None)
+    coordinator = cutovers.coordinator if cutovers is not None else None
+    leader = {}
+    if assigner is not None:
+        leader["assigner"] = assigner.is_leader
+    if coordinator is not None:
+        leader["cutover"] = coordinator.is_leader
+    return {"leader": leader, "cutovers_active": coordinator.driving if coordinator else 0}
 
 
 async def _migrate_reports(url: str) -> None:

@@ -99,6 +99,7 @@ class Cutovers:
         self.metastore = metastore
         self.catalog = catalog
         self.records = CutoverRecords(metastore)
+        self.coordinator: CutoverCoordinator | None = None  # this process's, once started
         self.clusters = clusters
         self.timeouts = timeouts
         self.prefix = prefix
@@ -183,6 +184,11 @@ class CutoverCoordinator(LeaderElection):
         self.retire_interval_s = retire_interval_s
         self._stores = stores
         self._drivers: dict[tuple[str, str], asyncio.Task[None]] = {}
+
+    @property
+    def driving(self) -> int:
+        """The cutovers this coordinator drives now."""
+        return sum(1 for task in self._drivers.values() if not task.done())
 
     async def lead(self, lost: asyncio.Event) -> None:
         """Drive every active cutover until the leadership is lost."""
@@ -331,4 +337,5 @@ async def open_cutovers(
         cutovers, stores, settings.member_id, retire_interval_s=settings.segment_retire_interval_s
     )
     await stack.enter_async_context(coordinator)
+    cutovers.coordinator = coordinator
     return cutovers

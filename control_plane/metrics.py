@@ -1,0 +1,86 @@
+"""Prometheus metrics of the control plane: its API's requests and latency, who leads, and
+the cutovers it drives. Route labels are the route templates (``/v1/projects/{project}``),
+so callers cannot grow the label set; an unmatched path counts as ``_other``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class ControlPlaneMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "httpbus_control_plane_requests",
+            "API requests by route and status",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "httpbus_control_plane_request_latency_seconds",
+            "API request latency by route",
+            ["method", "route"],
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+
+    def watch(self, state: Callable[[], dict[str, Any]]) -> None:
+        """Also report what ``state()`` says at scrape time (leaders, cutovers)."""
+        self.registry.register(_StateCollector(state))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _StateCollector(Collector):
+    def __init__(self, state: Callable[[], dict[str, Any]]) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[Metric]:
+        found = self.state()
+        leader = GaugeMetricFamily(
+            "httpbus_control_plane_leader", "1 if this process leads the role", labels=["role"]
+        )
+        for role, leads in sorted(found.get("leader", {}).items()):
+            leader.add_metric([role], float(leads))
+        yield leader
+        yield GaugeMetricFamily(
+            "httpbus_cutovers_active",
+            "cutovers this process drives now (0 unless it leads the cutovers)",
+            value=found.get("cutovers_active", 0),
+        )
+
+
+class MetricsMiddleware:
+    """Counts every HTTP request of the app by its route template and status."""
+
+    def __init__(self, app: ASGIApp, metrics: ControlPlaneMetrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started, status = time.perf_counter(), [500]
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = getattr(scope.get("route"), "path", "_other")
+            method = scope.get("method", "")
+            self.metrics.requests.labels(method, route, str(status[0])).inc()
+            self.metrics.latency.labels(method, route).observe(time.perf_counter() - started)

@@ -1,0 +1,41 @@
+"""The control plane's /metrics (issue 18): API requests and latency by route template,
+the roles this process leads, the cutovers it drives; callers cannot grow the label set."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from tests.support.control_plane import embedded_control_plane
+from tests.support.until import until
+
+
+async def test_metrics_show_routes_leaders_and_stay_small(tmp_path: Path) -> None:
+    async with embedded_control_plane(tmp_path) as cp:
+        assert (await cp.client.post("/v1/projects", json={"name": "shop"})).status_code == 201
+        assert (await cp.client.get("/v1/projects/shop")).status_code == 200
+        for _ in range(300):  # random names and paths: one route, one _other
+            await cp.client.get(f"/v1/projects/p{uuid.uuid4().hex[:12]}")
+            await cp.client.get(f"/nowhere/{uuid.uuid4().hex}")
+
+        async def text() -> str:
+            return (await cp.client.get("/metrics")).text
+
+        found = await until(
+            lambda: _when(text(), 'httpbus_control_plane_leader{role="assigner"} 1.0'), 10
+        )
+        assert (
+            'httpbus_control_plane_requests_total{method="POST",route="/v1/projects",status="201"}'
+            in found
+        )
+        assert 'route="/v1/projects/{project}",status="404"} 300.0' in found
+        assert 'route="_other",status="404"} 300.0' in found
+        assert 'httpbus_control_plane_leader{role="cutover"}' in found
+        assert "httpbus_cutovers_active 0.0" in found
+        assert "httpbus_control_plane_request_latency_seconds_bucket" in found
+        assert len(found) < 40_000, len(found)
+
+
+async def _when(text: object, needle: str) -> str | None:
+    found: str = await text  # type: ignore[misc]
+    return found if needle in found else None

@@ -19,19 +19,10 @@ from pydantic import ValidationError
 
 from core import http_errors
 from core.errors import HttpbusError, Malformed, TooLarge
-from core.model import Project, Topic
-from metastore.catalog import Catalog
-from metastore.embedded import EmbeddedMetaStore
 from producer_api import fastpath, headers
-from producer_api.app import create_app
 from producer_api.fastpath import Batch, batch_drafts
 from producer_api.publish import Accepted, Draft
-from producer_api.settings import AuditConfig, ProducerSettings
-from segments.config import EmbeddedClusterConfig
-from segments.embedded import create_store
-from tests.support.world import segment
-
-ADMIN = "producer-admin-token-0123456789"
+from tests.support.producer import ADMIN, producer_env
 
 
 def _model_path(body: bytes) -> list[Draft] | HttpbusError:
@@ -221,30 +212,18 @@ def test_batch_parser_gives_each_message_its_own_id() -> None:
 @pytest.fixture
 async def apps(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
     """Clients of the service with its fast path, and of the bare FastAPI app."""
-    cluster = EmbeddedClusterConfig(path=str(tmp_path / "seg.db"))
-    settings = ProducerSettings(
-        admin_token=ADMIN,
-        clusters={"embedded": cluster},
-        audit=AuditConfig(cluster="embedded", partitions=1),
-        member_id="producer-test",
-    )
-    async with EmbeddedMetaStore(str(tmp_path / "meta.db")) as meta, create_store(cluster) as st:
-        catalog = Catalog(meta)
-        await catalog.create_project(Project(name="shop"))
-        seg = segment("embedded", storage="st.small", partitions=2)
-        await st.create_topic(seg.storage_topic, 2, retention_ms=3_600_000)
-        await catalog.create_topic(Topic(project="shop", name="small", max_message_bytes=20), seg)
-        app = create_app(settings, metastore=meta, stores={"embedded": st})
+    async with producer_env(tmp_path, {"small": {"max_message_bytes": 20}}) as env:
         auth = {"Authorization": f"Bearer {ADMIN}"}
-        async with app.router.lifespan_context(app):
-            clients = [
-                httpx.AsyncClient(
-                    transport=httpx.ASGITransport(app=a), base_url="http://p", headers=auth
-                )
-                for a in (app, app.app)
-            ]
-            async with clients[0] as fast, clients[1] as bare:
-                yield fast, bare
+        clients = [
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=a), base_url="http://p", headers=auth
+            )
+            for a in (env.app, env.app.app)
+        ]
+        for client in clients:
+            client.headers.update(auth)
+        async with clients[0] as fast, clients[1] as bare:
+            yield fast, bare
 
 
 def _comparable(r: httpx.Response) -> tuple[int, str, Any]:

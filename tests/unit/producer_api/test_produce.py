@@ -5,67 +5,30 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
 from core.audit import AuditEvent, AuditType
-from core.model import Capacity, Project, Topic
+from core.model import Capacity
 from core.tokens import make_token
-from metastore.catalog import Catalog
-from metastore.embedded import EmbeddedMetaStore
-from producer_api.app import create_app
-from producer_api.settings import AuditConfig, ProducerSettings
 from segments.audit import decode_audit_record
-from segments.config import EmbeddedClusterConfig
-from segments.embedded import create_store
-from segments.protocol import SegmentStore
-from tests.support.world import segment
+from tests.support.producer import ProducerEnv as Env
+from tests.support.producer import producer_env
 
-ADMIN = "producer-admin-token-0123456789"
 URL = "/v1/projects/shop/topics/{}/produce"
-
-
-@dataclass
-class Env:
-    client: httpx.AsyncClient
-    catalog: Catalog
-    store: SegmentStore
-
-
-async def _topic(catalog: Catalog, store: SegmentStore, name: str, **fields: object) -> None:
-    seg = segment("embedded", storage=f"st.{name}", partitions=2)
-    await store.create_topic(seg.storage_topic, 2, retention_ms=3_600_000)
-    await catalog.create_topic(Topic(project="shop", name=name, **fields), seg)  # type: ignore[arg-type]
+TOPICS = {
+    "orders": {},
+    "grouped": {"grouped": True},
+    "small": {"max_message_bytes": 10},
+    "slow": {"capacity": Capacity(max_qps=2)},
+}
 
 
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
-    cluster = EmbeddedClusterConfig(path=str(tmp_path / "seg.db"))
-    settings = ProducerSettings(
-        admin_token=ADMIN,
-        clusters={"embedded": cluster},
-        audit=AuditConfig(cluster="embedded", partitions=1),
-        member_id="producer-test",
-    )
-    async with EmbeddedMetaStore(str(tmp_path / "meta.db")) as meta, create_store(cluster) as st:
-        catalog = Catalog(meta)
-        await catalog.create_project(Project(name="shop"))
-        await _topic(catalog, st, "orders")
-        await _topic(catalog, st, "grouped", grouped=True)
-        await _topic(catalog, st, "small", max_message_bytes=10)
-        await _topic(catalog, st, "slow", capacity=Capacity(max_qps=2))
-        app = create_app(settings, metastore=meta, stores={"embedded": st})
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(
-                transport=transport,
-                base_url="http://producer",
-                headers={"Authorization": f"Bearer {ADMIN}"},
-            ) as c:
-                yield Env(c, catalog, st)
+    async with producer_env(tmp_path, TOPICS) as found:
+        yield found
 
 
 async def _stored(

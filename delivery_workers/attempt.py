@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from typing import Protocol
 
 from core.audit import AuditType
@@ -29,6 +30,7 @@ from .audit import SubscriptionAudit
 from .dispatch import Dispatch
 from .items import Item, sleep_until
 from .latency import LatencyHistogram
+from .poison import crash_names, poisoned_result
 from .routing import Routing
 from .sender import Delivery, EndpointSender
 
@@ -56,8 +58,10 @@ class Attempts:
         routing: Routing,
         stats: AttemptStats,
         audit: SubscriptionAudit,
+        poisoned: Mapping[str, str] | None = None,
     ) -> None:
         self.sub = sub
+        self.poisoned = poisoned or {}
         self.topic = f"{sub.topic_project}/{sub.topic}"
         self.sender = sender
         self.dispatch = dispatch
@@ -66,7 +70,23 @@ class Attempts:
         self.audit = audit
 
     async def run(self, item: Item) -> None:
-        """Attempt ``item`` until its verdict takes it out of memory."""
+        """Attempt ``item`` until its verdict takes it out of memory; a failure of the worker
+        on the way is the :class:`~.poison.MessageCrashed` of the message."""
+        with crash_names(item.origin):
+            why = self.poisoned.get(item.origin)
+            if why is None:
+                await self._attempt(item)
+            else:
+                self._dead_letter_poisoned(item, why)
+
+    def _dead_letter_poisoned(self, item: Item, why: str) -> None:
+        """Never sent: to the DLQ as a delivery that failed for good, its group after it."""
+        self.stats.dead_lettered += 1
+        drained = self.dispatch.stop_group(item)
+        self.routing.dead_letter(item, poisoned_result(why), item.meta.attempts, drained)
+        self.dispatch.wake()
+
+    async def _attempt(self, item: Item) -> None:
         sub, policy, stats = self.sub, self.sub.retry, self.stats
         throttle, audit = self.dispatch.throttle, self.audit
         stats.in_flight += 1

@@ -36,6 +36,8 @@ class Dispatch:
         self._rate = TokenBucket(sub.rate_limit_per_second) if sub.rate_limit_per_second else None
         self._changed = asyncio.Event()  # something became ready, terminal or free
         self.attempts: set[asyncio.Task[None]] = set()
+        self._failure: BaseException | None = None  # the first attempt that raised
+        self._failed = asyncio.Event()
 
     def wake(self) -> None:
         self._changed.set()
@@ -65,7 +67,21 @@ class Dispatch:
                     await asyncio.sleep(wait)
             task = asyncio.create_task(start(item))
             self.attempts.add(task)
-            task.add_done_callback(self.attempts.discard)
+            task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self.attempts.discard(task)
+        if task.cancelled() or task.exception() is None or self._failure is not None:
+            return
+        self._failure = task.exception()
+        self._failed.set()
+
+    async def failures(self) -> None:
+        """Raise the error of the first attempt that raised (its message stays in flight, so
+        the runner must start over), waiting until one does."""
+        await self._failed.wait()
+        assert self._failure is not None
+        raise self._failure
 
     def done(self, item: Item) -> None:
         """``item`` was delivered: the next of its group may go."""

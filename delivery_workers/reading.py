@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Mapping
 from typing import Protocol
 
 from core.audit import AuditType
-from core.envelope import Envelope
+from core.envelope import GROUP_ID, Envelope, header
 from core.filters import Filter, FilterOutcome
 from core.model import Segment, SegmentState, Subscription, Topic
 from core.shards import Shard
@@ -28,7 +29,9 @@ from segments.subscription.retry_meta import RetryMeta
 from .audit import SubscriptionAudit
 from .commit import Committer
 from .dispatch import Dispatch
+from .filter_budget import FilterBudget
 from .items import Item, Kind, Source
+from .poison import crash_names
 from .routing import Routing
 
 IDLE_REFRESH_S = 1.0
@@ -57,6 +60,8 @@ class SegmentReading:
         audit: SubscriptionAudit,
         stats: ReadingStats,
         read_batch: int,
+        poisoned: Mapping[str, str] | None = None,
+        budget: FilterBudget | None = None,
     ) -> None:
         self.sub = sub
         self.shard = shard
@@ -71,6 +76,8 @@ class SegmentReading:
         self.audit = audit
         self.stats = stats
         self.read_batch = read_batch
+        self.poisoned = poisoned or {}
+        self.budget = budget or FilterBudget()
 
     async def run(self) -> None:
         starts = await self.reader.start_positions(self.sub, self.segment, self.shard)
@@ -133,17 +140,34 @@ class SegmentReading:
 
     async def _take(self, source: Source, msg: Stored) -> None:
         source.track(msg)
+        origin = f"{self.segment.id}:{msg.partition}:{msg.position}"
+        if origin in self.poisoned:
+            await self._admit_poisoned(source, msg, origin)
+            return
+        with crash_names(origin):
+            await self._take_one(source, msg, origin)
+
+    async def _admit_poisoned(self, source: Source, msg: Stored, origin: str) -> None:
+        """A message the runner failed on again and again: no filter, no envelope, only its
+        group; its attempt dead-letters it (:mod:`.poison`)."""
+        group = header(msg.headers, GROUP_ID) or None  # the plainest read of it
+        meta = RetryMeta(origin=origin, topic=self.name)
+        await self.routing.admit(Item(msg, source, Kind.FRESH, group, meta))
+
+    async def _take_one(self, source: Source, msg: Stored, origin: str) -> None:
         envelope = Envelope.of(msg.headers)
         group = envelope.group
         if not self.shard.owns(group, msg.partition):  # another shard's to deliver
             source.done(msg)
             return
+        started = self.budget.timer()
         verdict = self.matcher.matches(
             msg.headers,
             group=group or None,
             topic=self.name,
             content_type=envelope.content_type or None,
         )
+        await self.budget.spend(started)  # yields the loop, or sleeps past its share
         if verdict.outcome is not FilterOutcome.MATCH:
             self.stats.filtered += 1
             self.stats.filter_errors += verdict.outcome is FilterOutcome.ERROR
@@ -151,6 +175,5 @@ class SegmentReading:
             source.done(msg)
             self.dispatch.wake()
             return
-        origin = f"{self.segment.id}:{msg.partition}:{msg.position}"
         meta = RetryMeta(origin=origin, topic=self.name)
         await self.routing.admit(Item(msg, source, Kind.FRESH, group, meta))

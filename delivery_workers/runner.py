@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from core.filters import compile_filter
 from core.model import Subscription
@@ -38,6 +40,7 @@ from .attempt import Attempts
 from .audit import SubscriptionAudit
 from .commit import CommitPolicy, Committer
 from .dispatch import Dispatch
+from .filter_budget import FilterBudget
 from .latency import LatencyHistogram
 from .reading import IDLE_REFRESH_S, SegmentReading
 from .routing import Routing
@@ -77,8 +80,10 @@ class SubscriptionRunner:
         commit_policy: CommitPolicy | None = None,
         read_batch: int = 500,
         shard: Shard = WHOLE,
+        poisoned: Mapping[str, str] | None = None,
     ) -> None:
         self.sub = sub
+        self.poisoned = poisoned or {}  # origins to dead-letter unseen (.poison)
         self.shard = shard  # the slice of the subscription this runner delivers
         self.reader = reader
         self.sender = sender
@@ -106,13 +111,16 @@ class SubscriptionRunner:
         )
         routing.start()
         committer = Committer(self._policy, self.name, routing)
-        attempts = Attempts(self.sub, self.sender, self.dispatch, routing, self.stats, self.audit)
+        attempts = Attempts(
+            self.sub, self.sender, self.dispatch, routing, self.stats, self.audit, self.poisoned
+        )
         tasks = [
             asyncio.create_task(self.dispatch.run(attempts.run)),
+            asyncio.create_task(self.dispatch.failures()),
             asyncio.create_task(committer.run()),
         ]
         try:
-            await self._segments(routing, committer)
+            await _first_to_end(self._segments(routing, committer), tasks)
         finally:
             for task in [*tasks, *self.dispatch.attempts]:
                 task.cancel()
@@ -124,6 +132,7 @@ class SubscriptionRunner:
 
     async def _segments(self, routing: Routing, committer: Committer) -> None:
         matcher = compile_filter(self.sub.filter)
+        budget = FilterBudget()  # over segment changes
         while True:
             topic, segment = await self.reader.consume_segment(self.sub)
             self.stats.segment = segment.id
@@ -140,6 +149,8 @@ class SubscriptionRunner:
                 audit=self.audit,
                 stats=self.stats,
                 read_batch=self.read_batch,
+                poisoned=self.poisoned,
+                budget=budget,
             )
             await reading.run()
             advanced = await self.reader.try_advance(self.sub)
@@ -147,3 +158,18 @@ class SubscriptionRunner:
                 await asyncio.sleep(IDLE_REFRESH_S)
             else:
                 self.sub = advanced
+
+
+async def _first_to_end(main: Coroutine[Any, Any, None], helpers: list[asyncio.Task[None]]) -> None:
+    """Run ``main`` until it ends or one of ``helpers`` (which run for ever) fails: an error of
+    either is raised here, so a failed helper stops the runner instead of stalling it."""
+    task = asyncio.create_task(main)
+    try:
+        await asyncio.wait([task, *helpers], return_when=asyncio.FIRST_COMPLETED)
+        for done in [task, *helpers]:
+            if done.done():
+                done.result()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

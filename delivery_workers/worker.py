@@ -55,6 +55,7 @@ from segments.subscription.layout import drop_layout
 
 from .commit import CommitPolicy
 from .latency import LatencyHistogram
+from .poison import RunnerCrashes
 from .runner import RunnerStats, SubscriptionRunner
 from .sender import EndpointSender
 from .shared_reads import SharedSegmentReader
@@ -117,6 +118,7 @@ class Worker(AsyncResource):
         self._running: dict[str, asyncio.Task[None]] = {}
         self._totals: dict[str, RunnerStats] = {}
         self._latency: dict[str, LatencyHistogram] = {}  # per subscription, over restarts
+        self._crashes: dict[str, RunnerCrashes] = {}  # per subscription, over restarts
         self._follow: asyncio.Task[None] | None = None
         self._holding: set[str] = set()  # subscriptions whose lock this worker holds
         self._cleanups: set[asyncio.Task[None]] = set()  # releases of orphaned locks
@@ -317,7 +319,9 @@ class Worker(AsyncResource):
             await asyncio.gather(task, return_exceptions=True)
 
     async def _run(self, key: str, project: str, name: str) -> None:
-        """Deliver until cancelled, starting over (from the committed positions) on errors."""
+        """Deliver until cancelled, starting over (from the committed positions) on errors;
+        a message the runner fails on again and again is dead-lettered (:mod:`.poison`)."""
+        crashes = self._crashes.setdefault(key, RunnerCrashes())
         while True:
             runner: SubscriptionRunner | None = None
             try:
@@ -329,12 +333,14 @@ class Worker(AsyncResource):
                     audit=self.audit,
                     commit_policy=CommitPolicy(self.commit_every_n, self.commit_every_s),
                     shard=_shard_of(sub, parse_unit_key(key)[2]),
+                    poisoned=crashes.poisoned,
                 )
                 runner.stats.latency = self._latency.setdefault(key, LatencyHistogram())
                 self.runners[key] = runner
                 await runner.run()
-            except Exception:
+            except Exception as exc:
                 log.exception("worker %s: runner of %s failed; restarting", self.member_id, key)
+                crashes.record(exc, key)
                 await asyncio.sleep(self.error_retry_s)
             finally:
                 if runner is not None:

@@ -7,6 +7,7 @@ async with producer_env(tmp_path, {"orders": {}, "tiny": {"max_message_bytes": 6
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -15,7 +16,10 @@ from typing import Any
 
 import httpx
 
-from core.model import Project, Topic
+from core.model import CircuitBreakerPolicy, Project, Topic
+from delivery_workers.commit import CommitPolicy
+from delivery_workers.fast_sender import FastSender
+from delivery_workers.runner import SubscriptionRunner
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
 from producer_api.app import create_app
@@ -25,7 +29,10 @@ from producer_api.settings import AuditConfig, ProducerSettings
 from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
 from segments.protocol import SegmentStore, Stored
-from tests.support.world import segment
+from segments.reader import SegmentReader
+from tests.support.hook import serve_hook
+from tests.support.until import until
+from tests.support.world import segment, subscription
 
 ADMIN = "producer-admin-token-0123456789"
 PROJECT = "shop"
@@ -41,6 +48,7 @@ class ProducerEnv:
     catalog: Catalog
     store: SegmentStore
     app: ProducerASGI
+    subscriptions: int = 0  # made by delivered()
 
     @property
     def service(self) -> Service:
@@ -58,8 +66,8 @@ class ProducerEnv:
         return found
 
     async def fifty_ordinary(self, topic: str) -> None:
-        """50 ordinary produces are all accepted and all readable from the store (after an
-        attack on ``topic``, nothing else was lost)."""
+        """50 ordinary produces are all accepted, stored, and delivered by a worker's runner
+        reading ``topic`` from its start (after an attack on it, nothing else was lost)."""
         before = len(await self.stored(topic))
         ids = []
         for i in range(50):
@@ -72,6 +80,30 @@ class ProducerEnv:
         assert len(stored) == before + 50
         stored_ids = {dict(m.headers)["x-message-id"].decode() for m in stored}
         assert set(ids) <= stored_ids
+        await self.delivered(topic, set(ids))
+
+    async def delivered(self, topic: str, ids: set[str]) -> None:
+        """A new subscription of ``topic`` delivers every message of ``ids`` within seconds."""
+        async with serve_hook() as hook:
+            self.subscriptions += 1
+            sub = subscription(
+                f"ordinary{self.subscriptions}",
+                hook.url_for("o"),
+                project=PROJECT,
+                topic_project=PROJECT,
+                topic=topic,
+                circuit_breaker=CircuitBreakerPolicy(enabled=False),
+            )
+            sub = await self.catalog.create_subscription(sub)
+            async with FastSender() as sender:
+                reader = SegmentReader(self.catalog, {"embedded": self.store})
+                runner = SubscriptionRunner(sub, reader, sender, commit_policy=CommitPolicy())
+                task = asyncio.create_task(runner.run())
+                try:
+                    await until(lambda: ids <= set(hook.ids("o")), 15, f"{len(ids)} delivered")
+                finally:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
 
 
 @asynccontextmanager

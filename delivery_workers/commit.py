@@ -214,8 +214,16 @@ class CommitPolicy:
         self._flushed_at = self._clock()
 
 
+class AuditBarrier(Protocol):
+    """The audit trail's side of a commit (:class:`segments.audit.AuditSink`)."""
+
+    def mark(self) -> int: ...
+
+    async def durable(self, mark: int) -> bool: ...
+
+
 class Committable(Protocol):
-    async def commit(self) -> None: ...
+    async def commit(self, barrier: AuditBarrier | None = None) -> bool: ...
 
 
 class Committer:
@@ -227,10 +235,17 @@ class Committer:
     move its position back (the storage does not order two clients' commits), leaving a lag
     that nothing commits away."""
 
-    def __init__(self, policy: CommitPolicy, name: str, retry_path: Committable) -> None:
+    def __init__(
+        self,
+        policy: CommitPolicy,
+        name: str,
+        retry_path: Committable,
+        barrier: AuditBarrier | None = None,
+    ) -> None:
         self.policy = policy
         self.name = name
         self.retry_path = retry_path
+        self.barrier = barrier  # the audit sink: events before positions (see _commit_now)
         self.main: Committable | None = None
         self._committing: asyncio.Future[None] | None = None
 
@@ -264,14 +279,23 @@ class Committer:
         # this commit is on the wire waits for the next one. (Starting it after the write
         # left the last messages of a burst uncommitted until more came: the lag that never
         # reached 0 on Pulsar, whose commits are slow REST calls.)
+        #
+        # Each source takes its positions, then waits until the audit events emitted before
+        # that are durable, then writes them: a crash after the commit loses no event of a
+        # message below it. While the audit topic cannot be written nothing is committed
+        # (deliveries go on; a restart would deliver again what is uncommitted).
         self.policy.flushed()
         try:
+            done = True
             if self.main is not None:
-                await self.main.commit()
-            await self.retry_path.commit()
+                done = await self.main.commit(self.barrier)
+            done = await self.retry_path.commit(self.barrier) and done
         except BaseException:
             self.policy.record()  # not written: due again at the next round
             raise
+        if not done:
+            log.warning("%s: commit held back until the audit events are written", self.name)
+            self.policy.record()
 
 
 def _retrieved(future: asyncio.Future[None]) -> None:

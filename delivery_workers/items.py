@@ -11,7 +11,7 @@ from enum import Enum
 from segments.protocol import SegmentStore, Stored
 from segments.subscription.retry_meta import RetryMeta
 
-from .commit import CommitPolicy, CommitTracker
+from .commit import AuditBarrier, CommitPolicy, CommitTracker
 
 
 class Kind(Enum):
@@ -52,11 +52,18 @@ class Source:
     def pending(self) -> int:
         return self.tracker.pending()
 
-    async def commit(self) -> None:
+    async def commit(self, barrier: AuditBarrier | None = None) -> bool:
+        """Commit what is terminal; False if held back: the audit events of the messages
+        below it (emitted before the positions were taken) are not durable yet."""
+        mark = barrier.mark() if barrier is not None else 0
         positions = self.tracker.committable_all()
-        if positions:
-            await self.store.commit(self.name, self.group, positions)
-            self.tracker.mark_all_committed(positions)
+        if not positions:
+            return True
+        if barrier is not None and not await barrier.durable(mark):
+            return False
+        await self.store.commit(self.name, self.group, positions)
+        self.tracker.mark_all_committed(positions)
+        return True
 
 
 @dataclass(eq=False)

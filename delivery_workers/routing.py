@@ -44,7 +44,7 @@ from segments.subscription.layout import Layout, base_name, ensure_layout, load_
 from segments.subscription.retry_meta import RetryMeta, internal_record
 
 from .audit import SubscriptionAudit
-from .commit import CommitPolicy
+from .commit import AuditBarrier, CommitPolicy
 from .dispatch import Dispatch
 from .groupstate import GroupStates
 from .handoff import HandOff
@@ -169,14 +169,17 @@ class Routing:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    async def commit(self) -> None:
-        """Commit the internal topics' sources, and show the group figures."""
+    async def commit(self, barrier: AuditBarrier | None = None) -> bool:
+        """Commit the internal topics' sources (False if one was held back, see
+        :meth:`.items.Source.commit`), and show the group figures."""
+        done = True
         for source in list(self.sources.values()):
-            await source.commit()
+            done = await source.commit(barrier) and done
         stats = self.stats
         stats.held = self.groups.held()
         stats.blocked_groups = len(self.groups.blocked_groups)
         stats.delayed = self.counts["delayed"]
+        return done
 
     # ------------------------------------------------------------ on the way
     async def admit(self, item: Item) -> None:

@@ -110,7 +110,7 @@ class SubscriptionRunner:
             self.shard,
         )
         routing.start()
-        committer = Committer(self._policy, self.name, routing)
+        committer = Committer(self._policy, self.name, routing, self.audit.sink)
         attempts = Attempts(
             self.sub, self.sender, self.dispatch, routing, self.stats, self.audit, self.poisoned
         )

@@ -98,12 +98,13 @@ class _Chunk:
 
     record: Record
     events: int
+    first: int  # the sequence number of its first event (see AuditSink.durable)
     attempts: int = 0  # failed non-transient attempts so far
 
 
-def _chunk(lines: list[bytes]) -> _Chunk:
+def _chunk(lines: list[bytes], first: int) -> _Chunk:
     headers = (_LAYOUT_HEADER, ("n", str(len(lines)).encode()))
-    return _Chunk(Record(value=b"\n".join(lines), headers=headers), len(lines))
+    return _Chunk(Record(value=b"\n".join(lines), headers=headers), len(lines), first)
 
 
 class AuditSink(AsyncResource):
@@ -129,6 +130,7 @@ class AuditSink(AsyncResource):
         max_pending: int = 100_000,
         clock: Callable[[], float] = time.time,
         close_timeout_s: float = 10.0,
+        durable_timeout_s: float = 5.0,
     ) -> None:
         if min(max_batch, max_pending, events_per_record, max_record_bytes) < 1:
             raise ValidationFailed(
@@ -147,7 +149,9 @@ class AuditSink(AsyncResource):
         self._max_pending = max_pending
         self._clock = clock
         self._close_timeout_s = close_timeout_s
-        self._pending: deque[AuditEvent] = deque()  # new events, in emit order
+        self._durable_timeout_s = durable_timeout_s
+        self._pending: deque[tuple[int, AuditEvent]] = deque()  # new, with sequence numbers
+        self._in_flight: list[_Chunk] = []  # the batch being written
         self._retry: deque[_Chunk] = deque()  # failed records, written before the new events
         self._retry_events = 0  # events in self._retry
         self._wake = asyncio.Event()
@@ -181,7 +185,7 @@ class AuditSink(AsyncResource):
         if self._closed or len(self._pending) + self._retry_events >= self._max_pending:
             self.dropped += 1
             return
-        self._pending.append(event)
+        self._pending.append((self.emitted, event))
         if len(self._pending) >= self._max_batch:
             self._wake.set()
 
@@ -195,6 +199,29 @@ class AuditSink(AsyncResource):
                 if not ok:
                     return
                 budget -= taken
+
+    def mark(self) -> int:
+        """The sequence number of the last event emitted so far, for :meth:`durable`."""
+        return self.emitted
+
+    async def durable(self, mark: int) -> bool:
+        """Whether every event emitted up to ``mark`` is settled: written, or dropped (and
+        counted). Flushes first if it is not. False while the audit topic cannot be written.
+
+        A worker commits a source position only once this is true for the events emitted
+        before the position was taken, so a crash loses no event of a committed message."""
+        if self._settled(mark):
+            return True
+        flushing = asyncio.ensure_future(self.flush())
+        flushing.add_done_callback(_retrieved)
+        await asyncio.wait({flushing}, timeout=self._durable_timeout_s)
+        return self._settled(mark)
+
+    def _settled(self, mark: int) -> bool:
+        firsts = [chunk.first for chunk in (*self._in_flight, *self._retry)]
+        if self._pending:
+            firsts.append(self._pending[0][0])
+        return not firsts or min(firsts) > mark
 
     async def aclose(self) -> None:
         """Stop taking events, write the pending ones (retrying for up to ``close_timeout_s``),
@@ -257,6 +284,7 @@ class AuditSink(AsyncResource):
         taken = sum(chunk.events for chunk in batch)
         if not batch:
             return True, taken
+        self._in_flight = batch
         try:
             if self._topic_missing:
                 await self._create_topic()
@@ -270,6 +298,8 @@ class AuditSink(AsyncResource):
             if not isinstance(exc, HttpbusError):
                 log.exception("audit sink: produce to %s failed", self._topic)
             results = [exc] * len(batch)
+        finally:
+            self._in_flight = []
         return self._settle(batch, results), taken
 
     def _take(self) -> list[_Chunk]:
@@ -290,9 +320,10 @@ class AuditSink(AsyncResource):
         """Take up to ``room`` new events and pack them into records."""
         chunks: list[_Chunk] = []
         lines: list[bytes] = []
+        first = 0
         size = -1  # len(b"\n".join(lines))
         for _ in range(min(room, len(self._pending))):
-            event = self._pending.popleft()
+            seq, event = self._pending.popleft()
             try:
                 line = event.to_bytes()
             except Exception:  # a bug, not a storage state: drop it rather than lose count
@@ -300,12 +331,14 @@ class AuditSink(AsyncResource):
                 log.exception("audit sink: event of %s not encodable", event.message_id)
                 continue
             if lines and (len(lines) >= self._per_record or size + 1 + len(line) > self._max_bytes):
-                chunks.append(_chunk(lines))
+                chunks.append(_chunk(lines, first))
                 lines, size = [], -1
+            if not lines:
+                first = seq
             lines.append(line)
             size += 1 + len(line)
         if lines:
-            chunks.append(_chunk(lines))
+            chunks.append(_chunk(lines, first))
         return chunks
 
     def _keep(self, failed: list[_Chunk]) -> None:
@@ -350,6 +383,11 @@ class AuditSink(AsyncResource):
     def _backoff_s(self) -> float:
         """Doubles with every consecutive failed batch, from twice the flush interval."""
         return float(min(_MAX_BACKOFF_S, self._interval * 2 ** min(self._failures, 30)))
+
+
+def _retrieved(future: asyncio.Future[None]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.warning("audit sink: flush failed: %r", future.exception())
 
 
 async def open_audit(

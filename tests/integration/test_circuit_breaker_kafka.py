@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from core.audit import AuditEvent, AuditType
+from core.audit import AuditType
 from core.model import (
     CircuitBreakerPolicy,
     RetryPolicy,
@@ -36,6 +36,7 @@ from delivery_workers.app import WorkerCollector
 from delivery_workers.worker import Worker
 from segments.protocol import Record
 from tests.support.hook import Hook
+from tests.support.memory_audit import MemoryAudit
 from tests.support.services import RealServices
 from tests.support.until import until
 from tests.support.workers import ProcessWorld, in_process_worker, process_world
@@ -73,17 +74,6 @@ def _log(hook: Hook) -> list[tuple[float, str, str, int, bool]]:
         (r.at, r.path, r.id, int(r.headers["X-Attempt"]), 200 <= r.status < 300)
         for r in hook.requests
     ]
-
-
-class Audit:
-    """Stands in for the audit sink: keeps the circuit events."""
-
-    def __init__(self) -> None:
-        self.events: list[AuditEvent] = []
-
-    def emit(self, event: AuditEvent) -> None:
-        if event.type is AuditType.CIRCUIT:
-            self.events.append(event)
 
 
 def _per_second(times: list[float], start: float, end: float) -> list[int]:
@@ -161,7 +151,7 @@ async def _scenario(worker: Worker, hook: Hook) -> Run:
 async def test_outage_is_throttled_recovers_and_spares_the_retry_budget(
     real_services: RealServices, unique: str, tmp_path: Path
 ) -> None:
-    audit = Audit()
+    audit = MemoryAudit([AuditType.CIRCUIT])
     async with process_world(real_services, unique, tmp_path, session_timeout_s=None) as world:
         await _setup(world)
         member = f"w-{unique}"
@@ -187,7 +177,7 @@ def _print_table(run: Run, attempts: dict[str, list[int]], delivered: dict[str, 
         )
 
 
-def _report_and_check(hook: Hook, audit: Audit, run: Run) -> None:
+def _report_and_check(hook: Hook, audit: MemoryAudit, run: Run) -> None:
     t0, done, metrics_text = run.t0, run.done, run.metrics
 
     def times(sub: str, delivered: bool | None = None) -> list[float]:

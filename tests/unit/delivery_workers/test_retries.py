@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from core.audit import AuditEvent, AuditType
+from core.audit import AuditType
 from core.model import (
     Backend,
     RetryPolicy,
@@ -24,6 +24,7 @@ from segments.reader import commit_group
 from segments.subscription import dlq
 from segments.subscription.layout import load_layout
 from segments.subscription.retry_meta import RetryMeta
+from tests.support.memory_audit import MemoryAudit
 from tests.support.until import until as _until
 from tests.support.world import (
     HOUR_MS,
@@ -191,23 +192,13 @@ async def test_attempts_exhausted_go_to_the_dlq_with_their_story(world: World) -
     assert len(world.hook.tries[mid]) == 3
 
 
-class Recorder:
-    """Stands in for the AuditSink: keeps the events."""
-
-    def __init__(self) -> None:
-        self.events: list[AuditEvent] = []
-
-    def emit(self, event: AuditEvent) -> None:
-        self.events.append(event)
-
-
 async def test_retried_dead_lettered_and_unsidelined_are_audited(world: World) -> None:
     world.hook.behaviour = lambda mid, n: (
         (503, {}) if n == 1 else (400, {}) if n == 2 else (204, {})
     )
     sub = await _subscribe(world, retry=FAST)
     mid = await _produce(world, "a", 0)
-    recorder = Recorder()
+    recorder = MemoryAudit()
     sender = FastSender()
     async with sender:
         runner = SubscriptionRunner(sub, world.reader, sender, audit=recorder)  # type: ignore[arg-type]

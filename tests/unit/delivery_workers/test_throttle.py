@@ -14,7 +14,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 
 from circuit_breaker import CallError, CallOutcome, CircuitState, Governor
-from core.audit import AuditEvent, AuditType
+from core.audit import AuditType
 from core.model import (
     CircuitBreakerPolicy,
     RetryPolicy,
@@ -31,6 +31,7 @@ from delivery_workers.throttle import (
     governor_config,
 )
 from segments.reader import SegmentReader
+from tests.support.memory_audit import MemoryAudit
 from tests.support.until import until
 from tests.support.world import (
     embedded_world,
@@ -54,16 +55,6 @@ BREAKER = CircuitBreakerPolicy(
 )
 
 
-class Audit:
-    """Stands in for the audit sink: keeps what is emitted."""
-
-    def __init__(self) -> None:
-        self.events: list[AuditEvent] = []
-
-    def emit(self, event: AuditEvent) -> None:
-        self.events.append(event)
-
-
 class WatchedReader(SegmentReader):
     """Notes the runner's circuit state each time a read starts."""
 
@@ -77,7 +68,7 @@ class WatchedReader(SegmentReader):
 
 async def _outage(tmp_path: Path, breaker: CircuitBreakerPolicy) -> dict[str, Any]:
     """Deliver TOTAL messages through an outage of 2 s; what happened."""
-    audit = Audit()
+    audit = MemoryAudit()
     failing = True
     async with embedded_world(tmp_path, partitions=1, grouped=False) as world:
         world.hook.behaviour = lambda mid, n: (503, {}) if failing else (204, {})

@@ -389,3 +389,30 @@ async def test_aclose_is_bounded_when_the_storage_stays_down(
     assert flaky.calls > 1  # it kept retrying until the deadline
     assert (sink.written, sink.dropped, sink.pending) == (0, 100, 0)
     assert _balanced(sink)
+
+
+async def test_durable_says_when_every_event_up_to_a_mark_is_written(
+    store: EmbeddedSegmentStore,
+) -> None:
+    """A worker commits only once :meth:`AuditSink.durable` is true for the events emitted
+    before it took its positions: false while the storage is down (nothing lost, the events
+    wait), true once written, and events emitted after the mark never hold it back."""
+    flaky = FlakyStore(store, whole_failures=2)
+    async with AuditSink(flaky, TOPIC, max_batch=100, flush_interval_s=60) as sink:
+        for i in range(10):
+            sink.emit(_event(i))
+        mark = sink.mark()
+        assert not await sink.durable(mark)  # the storage is down: flush failed
+        assert not await sink.durable(mark)
+        assert sink.pending == 10
+        sink.emit(_event(10))  # after the mark
+        flaky.stuck = asyncio.Event()  # the next write hangs, as a slow storage would
+        waiting = asyncio.create_task(sink.durable(mark))
+        await until(lambda: flaky.calls == 3, 5, "the third write under way", interval=0.01)
+        assert not waiting.done()  # in flight is not durable
+        flaky.stuck.set()
+        assert await waiting
+        assert sink.written == 11
+        sink.emit(_event(11))
+        assert await sink.durable(mark)  # already settled: no flush needed
+        assert sink.pending == 1

@@ -69,6 +69,7 @@ class WorkerCollector(Collector):
             in_flight.add_metric([key], s.in_flight)
         yield in_flight
         yield from _circuit_metrics(stats)
+        yield from _backlog_metrics(stats, time.time())
         yield _latency_metric(stats)
         yield GaugeMetricFamily(
             "httpbus_worker_assigned_subscriptions",
@@ -80,6 +81,28 @@ class WorkerCollector(Collector):
             "subscriptions with a running runner",
             value=len(self.worker.runners),
         )
+
+
+def _backlog_metrics(stats: Mapping[str, RunnerStats], now: float) -> Iterator[Metric]:
+    """Per running subscription: messages not committed yet, sampled from the storage every
+    few seconds, and the age of the oldest message read and not terminal yet (0 if none)."""
+    lag = GaugeMetricFamily(
+        "httpbus_subscription_lag_messages",
+        "messages of the consume segment not committed yet",
+        labels=["subscription"],
+    )
+    age = GaugeMetricFamily(
+        "httpbus_subscription_oldest_unacked_age_seconds",
+        "age of the oldest message read and not delivered, filtered or handed off yet",
+        labels=["subscription"],
+    )
+    for key, s in sorted(stats.items()):
+        if s.lag is not None:
+            lag.add_metric([key], s.lag)
+        oldest = s.oldest_unacked_ms
+        age.add_metric([key], 0.0 if oldest is None else max(0.0, now - oldest / 1000))
+    yield lag
+    yield age
 
 
 def _latency_metric(stats: Mapping[str, RunnerStats]) -> Metric:

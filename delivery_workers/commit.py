@@ -43,10 +43,11 @@ class CommitTrackingError(HttpbusError):
 
 
 class _Entry:
-    __slots__ = ("done", "position")
+    __slots__ = ("at_ms", "done", "position")
 
-    def __init__(self, position: int) -> None:
+    def __init__(self, position: int, at_ms: int) -> None:
         self.position = position
+        self.at_ms = at_ms  # the message's storage time, for the oldest-unacked age
         self.done = False
 
 
@@ -81,8 +82,9 @@ class CommitTracker:
         """Reading of ``partition`` (re)starts at ``position``, which counts as committed."""
         self._parts[partition] = _Partition(position)
 
-    def track(self, partition: int, position: int) -> None:
-        """A message was read; positions must grow strictly and not precede the start."""
+    def track(self, partition: int, position: int, at_ms: int = 0) -> None:
+        """A message (stored at ``at_ms``) was read; positions must grow strictly and not
+        precede the start."""
         part = self._part(partition)
         lowest = part.floor if part.last is None else part.last + 1
         if position < lowest:
@@ -90,7 +92,7 @@ class CommitTracker:
                 f"partition {partition}: position {position} tracked out of order "
                 f"(the next must be >= {lowest})"
             )
-        entry = _Entry(position)
+        entry = _Entry(position, at_ms)
         part.entries.append(entry)
         part.open[position] = entry
         part.last = position
@@ -134,6 +136,12 @@ class CommitTracker:
         """:meth:`mark_committed` for each partition of a flushed ``committable_all``."""
         for partition, position in positions.items():
             self.mark_committed(partition, position)
+
+    def oldest_open_ms(self) -> int | None:
+        """The storage time of the oldest message read and not terminal yet (the head of a
+        partition is never terminal), or None when every message read is."""
+        heads = [part.entries[0].at_ms for part in self._parts.values() if part.entries]
+        return min(heads) if heads else None
 
     def committed(self, partition: int) -> int:
         """The last commit (or the start) of ``partition``."""

@@ -43,7 +43,7 @@ class Source:
             self.tracker.start(partition, position)
 
     def track(self, msg: Stored) -> None:
-        self.tracker.track(msg.partition, msg.position)
+        self.tracker.track(msg.partition, msg.position, msg.timestamp_ms)
 
     def done(self, msg: Stored) -> None:
         self.tracker.done(msg.partition, msg.position)
@@ -51,6 +51,11 @@ class Source:
 
     def pending(self) -> int:
         return self.tracker.pending()
+
+    async def lag(self) -> int:
+        """Messages stored in the partitions read here and not committed yet."""
+        backlog = await self.store.backlog(self.name, self.group)
+        return sum(backlog.get(p, 0) for p in self.tracker.partitions)
 
     async def commit(self, barrier: AuditBarrier | None = None) -> bool:
         """Commit what is terminal; False if held back: the audit events of the messages

@@ -77,6 +77,7 @@ class SegmentReading:
         self.stats = stats
         self.read_batch = read_batch
         self.poisoned = poisoned or {}
+        self.source: Source | None = None  # the consume segment's, once reading started
         self.budget = budget or FilterBudget()
 
     async def run(self) -> None:
@@ -84,7 +85,7 @@ class SegmentReading:
         store = self.reader.store(self.segment)
         group = commit_group(self.sub, self.shard)
         policy = self.committer.policy
-        source = Source(store, self.segment.storage_topic, group, starts, policy)
+        source = self.source = Source(store, self.segment.storage_topic, group, starts, policy)
         self.committer.main, self.audit.segment = source, self.segment
         tasks = [asyncio.create_task(self._read(source, p, pos)) for p, pos in starts.items()]
         try:

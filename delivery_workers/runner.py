@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.errors import HttpbusError
 from core.filters import compile_filter
 from core.model import Subscription
 from core.shards import WHOLE, Shard
@@ -45,6 +47,9 @@ from .latency import LatencyHistogram
 from .reading import IDLE_REFRESH_S, SegmentReading
 from .routing import Routing
 from .sender import EndpointSender
+
+log = logging.getLogger(__name__)
+LAG_S = 5.0  # how often a runner samples its lag (a storage call)
 
 
 @dataclass
@@ -63,6 +68,8 @@ class RunnerStats:
     segment: int = 0
     circuit_state: str | None = None  # closed | open | half_open; None: no breaker
     circuit_rate: float | None = None  # attempts a second the circuit allows now
+    lag: int | None = None  # messages of the consume segment not committed (every LAG_S)
+    oldest_unacked_ms: int | None = None  # storage time of the oldest read, not terminal
     # Accepted -> 2xx; the worker hands each runner its subscription's (kept over restarts).
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
 
@@ -94,6 +101,7 @@ class SubscriptionRunner:
         self.dispatch = Dispatch(sub, self.stats, audit)
         self._policy = commit_policy or CommitPolicy()
         self.routing: Routing | None = None
+        self.reading: SegmentReading | None = None  # of the current consume segment
 
     async def run(self) -> None:
         """Deliver until cancelled."""
@@ -110,7 +118,7 @@ class SubscriptionRunner:
             self.shard,
         )
         routing.start()
-        committer = Committer(self._policy, self.name, routing, self.audit.sink)
+        committer = self.committer = Committer(self._policy, self.name, routing, self.audit.sink)
         attempts = Attempts(
             self.sub, self.sender, self.dispatch, routing, self.stats, self.audit, self.poisoned
         )
@@ -118,6 +126,7 @@ class SubscriptionRunner:
             asyncio.create_task(self.dispatch.run(attempts.run)),
             asyncio.create_task(self.dispatch.failures()),
             asyncio.create_task(committer.run()),
+            asyncio.create_task(self._sample_lag()),
         ]
         try:
             await _first_to_end(self._segments(routing, committer), tasks)
@@ -130,13 +139,30 @@ class SubscriptionRunner:
             await committer.drain()
             await routing.aclose()
 
+    def oldest_unacked_ms(self) -> int | None:
+        """The storage time of the oldest message read from the consume segment and not
+        terminal yet (delivered, filtered or handed to a level or the DLQ)."""
+        source = self.reading.source if self.reading is not None else None
+        return source.tracker.oldest_open_ms() if source is not None else None
+
+    async def _sample_lag(self) -> None:
+        """Keep ``stats.lag`` fresh: the storage's backlog of the consume segment."""
+        while True:
+            source = self.reading.source if self.reading is not None else None
+            if source is not None:
+                try:
+                    self.stats.lag = await source.lag()
+                except HttpbusError as exc:  # the storage is away: keep the last figure
+                    log.debug("%s: lag not sampled: %s", self.name, exc)
+            await asyncio.sleep(LAG_S)
+
     async def _segments(self, routing: Routing, committer: Committer) -> None:
         matcher = compile_filter(self.sub.filter)
         budget = FilterBudget()  # over segment changes
         while True:
             topic, segment = await self.reader.consume_segment(self.sub)
             self.stats.segment = segment.id
-            reading = SegmentReading(
+            reading = self.reading = SegmentReading(
                 self.sub,
                 self.shard,
                 self.reader,

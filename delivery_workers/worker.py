@@ -151,6 +151,8 @@ class Worker(AsyncResource):
             total.segment = runner.stats.segment if runner else 0
             total.circuit_state = runner.stats.circuit_state if runner else None
             total.circuit_rate = runner.stats.circuit_rate if runner else None
+            total.lag = runner.stats.lag if runner else None
+            total.oldest_unacked_ms = runner.oldest_unacked_ms() if runner else None
             total.latency = self._latency.get(key) or LatencyHistogram()
             out[key] = total
         return out

@@ -75,3 +75,8 @@ def test_dev_delivers_every_message(
     # Accepted -> 2xx, every delivery observed once; all within the 60 s bucket here.
     assert 'httpbus_delivery_latency_seconds_count{subscription="shop/mailer"} 20.0' in metrics
     assert 'latency_seconds_bucket{le="60.0",subscription="shop/mailer"} 20.0' in metrics
+    # Everything delivered: nothing read is waiting, and the lag (sampled every few seconds,
+    # and committed positions trail deliveries by up to a second) comes down to 0.
+    assert 'oldest_unacked_age_seconds{subscription="shop/mailer"} 0.0' in metrics
+    lag = 'httpbus_subscription_lag_messages{subscription="shop/mailer"} 0.0'
+    until_sync(lambda: lag in httpx.get(f"{worker}/metrics").text, 15, "a lag of 0", 0.2)

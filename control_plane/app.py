@@ -10,6 +10,8 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import PlainTextResponse
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.concurrency import run_in_threadpool
 
 from core import http_errors
 from core.errors import HttpbusError, MetaStoreUnavailable, NotReady
@@ -83,7 +85,9 @@ def create_app(
         responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text"}},
     )
     async def metrics_text() -> Response:
-        """Prometheus metrics: API requests and latency by route, leaders, active cutovers."""
+        """Prometheus metrics: API requests and latency by route, leaders, active cutovers,
+        the newest audit run's findings."""
+        app.state.audit_latest = await _latest_audit(settings.database_url)
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     @app.get("/healthz", tags=["ops"])
@@ -132,7 +136,21 @@ def _state(app: FastAPI) -> dict[str, Any]:
         leader["assigner"] = assigner.is_leader
     if coordinator is not None:
         leader["cutover"] = coordinator.is_leader
-    return {"leader": leader, "cutovers_active": coordinator.driving if coordinator else 0}
+    return {
+        "leader": leader,
+        "cutovers_active": coordinator.driving if coordinator else 0,
+        "audit": getattr(app.state, "audit_latest", None),
+    }
+
+
+async def _latest_audit(database_url: str) -> dict[str, Any] | None:
+    """The newest audit run's summary for /metrics; None if the report store is away (the
+    scrape must still answer)."""
+    try:
+        return await run_in_threadpool(audit_api.latest_run_summary, database_url)
+    except SQLAlchemyError as exc:  # a database away, a schema not made yet
+        log.warning("metrics: the audit report store does not answer: %s", exc)
+        return None
 
 
 async def _migrate_reports(url: str) -> None:

@@ -58,6 +58,24 @@ class _StateCollector(Collector):
             "cutovers this process drives now (0 unless it leads the cutovers)",
             value=found.get("cutovers_active", 0),
         )
+        yield from _audit_metrics(found.get("audit"))
+
+
+def _audit_metrics(run: dict[str, Any] | None) -> Iterator[Metric]:
+    """The newest reconciliation run's findings (absent until one is stored)."""
+    if run is None:
+        return
+    for name, help_text in (
+        ("lost", "messages the newest audit run found lost"),
+        ("duplicates", "duplicate deliveries the newest audit run found"),
+        ("late", "messages the newest audit run found delivered late"),
+    ):
+        yield GaugeMetricFamily(f"httpbus_audit_last_run_{name}", help_text, value=run[name])
+    yield GaugeMetricFamily(
+        "httpbus_audit_last_run_timestamp_seconds",
+        "when the newest audit run started",
+        value=run["started_at_ms"] / 1000,
+    )
 
 
 class MetricsMiddleware:

@@ -12,6 +12,7 @@ SQLAlchemy calls never block the event loop. The store is opened on first use.
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -126,17 +127,27 @@ def _since_ms(since: str | None) -> int | None:
     return int(moment.timestamp() * 1000)
 
 
+@functools.cache
+def shared_store(database_url: str) -> ReportStore:
+    """The report store of ``database_url``, opened on first use, one per process."""
+    return ReportStore.from_url(database_url)
+
+
+def latest_run_summary(database_url: str) -> dict[str, Any] | None:
+    """The newest reconciliation run's summary, None if there is none (blocking: run it in a
+    thread)."""
+    runs = shared_store(database_url).runs(1)
+    return _summary(runs[0]) | {"started_at_ms": runs[0].started_at_ms} if runs else None
+
+
 def router(admin_token: str, database_url: str) -> APIRouter:
     """The audit routes on the report database at ``database_url``."""
     api = APIRouter(
         prefix="/v1/audit", tags=["audit"], dependencies=[Depends(admin_guard(admin_token))]
     )
-    opened: list[ReportStore] = []
 
     def store() -> ReportStore:
-        if not opened:
-            opened.append(ReportStore.from_url(database_url))
-        return opened[0]
+        return shared_store(database_url)
 
     @api.get("/runs")
     def list_runs(limit: Annotated[int, Query(ge=1, le=500)] = 20) -> dict[str, Any]:

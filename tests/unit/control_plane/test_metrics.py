@@ -6,6 +6,8 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+from core.audit import Reconciliation, SubscriptionTally
+from reports.store import ReportStore
 from tests.support.control_plane import embedded_control_plane
 from tests.support.until import until
 
@@ -39,3 +41,22 @@ async def test_metrics_show_routes_leaders_and_stay_small(tmp_path: Path) -> Non
 async def _when(text: object, needle: str) -> str | None:
     found: str = await text  # type: ignore[misc]
     return found if needle in found else None
+
+
+async def test_metrics_show_the_newest_audit_run(tmp_path: Path) -> None:
+    """What the "audit found losses" alert of the Helm chart reads."""
+    url = f"sqlite:///{tmp_path}/reports.db"
+    async with embedded_control_plane(tmp_path, database_url=url) as cp:
+        before = (await cp.client.get("/metrics")).text
+        assert "httpbus_audit_last_run_lost" not in before  # no run yet
+        store = ReportStore.from_url(url)
+        tally = SubscriptionTally(subscription="shop/billing", expected=9, lost=3, duplicates=2)
+        rec = Reconciliation(
+            since_ms=0, until_ms=1, as_of_ms=2, horizon_ms=1, events=9, tallies=[tally]
+        )
+        store.save_reconciliation(rec, mode="batch", source="s", started_at_ms=5_000, duration_ms=1)
+        store.close()
+        text = (await cp.client.get("/metrics")).text
+    assert "httpbus_audit_last_run_lost 3.0" in text
+    assert "httpbus_audit_last_run_duplicates 2.0" in text
+    assert "httpbus_audit_last_run_timestamp_seconds 5.0" in text

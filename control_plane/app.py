@@ -10,7 +10,6 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import PlainTextResponse
-from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
 from core import http_errors
@@ -20,6 +19,7 @@ from metastore.catalog import Catalog
 from metastore.config import open_metastore
 from metastore.protocol import MetaStore
 from reports import migrate
+from reports.trace import TraceIndex
 from segments.protocol import SegmentStore
 from segments.registry import open_stores
 
@@ -28,11 +28,13 @@ from .admin import Admin
 from .api import audit as audit_api
 from .api import cutover as cutover_api
 from .api import dlq as dlq_api
+from .api import trace as trace_api
 from .api.auth import admin_guard
 from .assigner import Assigner
 from .cutover import open_cutovers
 from .metrics import ControlPlaneMetrics, MetricsMiddleware
 from .settings import ControlPlaneSettings
+from .trace_indexer import TraceIndexer
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,10 @@ def create_app(
             assigner = Assigner(meta, Catalog(meta), settings.member_id, settings.assign_interval_s)
             app.state.assigner = await stack.enter_async_context(assigner)
             app.state.cutovers = await open_cutovers(stack, meta, opened, settings)
+            if settings.trace_index:
+                app.state.trace_indexer = await stack.enter_async_context(
+                    _trace_indexer(settings, meta, opened, trace_index)
+                )
             await app.state.ui_revoked.attach(meta)  # logouts shared by every process
             stack.push_async_callback(app.state.ui_revoked.aclose)
             app.state.admin = Admin(
@@ -72,6 +78,7 @@ def create_app(
             )
             yield
 
+    trace_index = TraceIndex.from_url(settings.database_url)
     app = FastAPI(title="httpbus control plane", version=VERSION, lifespan=lifespan)
     http_errors.install(app)
     metrics = ControlPlaneMetrics()
@@ -120,6 +127,7 @@ def create_app(
         public_url=settings.public_url,
     )
     app.include_router(dlq_api.router(settings.admin_token.get_secret_value()))
+    app.include_router(trace_api.router(settings.admin_token.get_secret_value(), trace_index))
     app.include_router(
         audit_api.router(settings.admin_token.get_secret_value(), settings.database_url)
     )
@@ -143,12 +151,30 @@ def _state(app: FastAPI) -> dict[str, Any]:
     }
 
 
+def _trace_indexer(
+    settings: ControlPlaneSettings,
+    meta: MetaStore,
+    stores: dict[str, SegmentStore],
+    index: TraceIndex,
+) -> TraceIndexer:
+    """The indexer of the audit topic (where the producers and workers write it)."""
+    cluster = settings.audit.cluster or settings.default_cluster
+    return TraceIndexer(
+        meta,
+        stores[cluster],
+        settings.audit.topic,
+        index,
+        settings.member_id,
+        retention_s=settings.trace_retention_s,
+    )
+
+
 async def _latest_audit(database_url: str) -> dict[str, Any] | None:
     """The newest audit run's summary for /metrics; None if the report store is away (the
     scrape must still answer)."""
     try:
         return await run_in_threadpool(audit_api.latest_run_summary, database_url)
-    except SQLAlchemyError as exc:  # a database away, a schema not made yet
+    except HttpbusError as exc:  # a database away, a schema not made yet
         log.warning("metrics: the audit report store does not answer: %s", exc)
         return None
 

@@ -75,6 +75,17 @@ class ControlPlaneSettings(SettingsBase):
         default="sqlite:///.httpbus/reports.db",
         description="relational store of the audit reports (sqlite:/// or postgresql://)",
     )
+    trace_index: bool = Field(
+        default=True,
+        description="index the audit trail by message id in database_url, for the trace API "
+        "(docs/tracing.md); one control plane indexes at a time",
+    )
+    trace_retention_s: float = Field(
+        default=7 * 86_400,
+        gt=0,
+        le=90 * 86_400,
+        description="how long the trace index keeps an event",
+    )
     migrate_reports_on_start: bool = Field(
         default=True,
         description="run the report database's migrations when the control plane starts",

@@ -120,3 +120,34 @@ class ProduceTokenRow(Base):
     sha256: Mapped[str] = mapped_column(String(64), unique=True)
     description: Mapped[str] = mapped_column(Text, default="")
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class TraceEventRow(Base):
+    """One audit event, indexed for the message trace (``reports.trace``): keyed by where it
+    sits in the audit topic (``source``: partition, position, index in the record), so an
+    event read twice is stored once. Pruned by ``at_ms`` after the retention."""
+
+    __tablename__ = "trace_events"
+    __table_args__ = (
+        Index("ix_trace_message", "project", "topic", "message_id"),
+        Index("ix_trace_group", "project", "topic", "group_id", "at_ms"),
+        Index("ix_trace_at", "at_ms"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    source: Mapped[str] = mapped_column(String(64), unique=True)
+    message_id: Mapped[str] = mapped_column(String(256))
+    project: Mapped[str] = mapped_column(String(128))
+    topic: Mapped[str] = mapped_column(String(128))
+    subscription: Mapped[str | None] = mapped_column(String(260))
+    type: Mapped[str] = mapped_column(String(32))
+    at_ms: Mapped[int] = mapped_column(BigInteger)
+    group_id: Mapped[str | None] = mapped_column(String(256))
+    segment: Mapped[int | None] = mapped_column(Integer)
+    partition: Mapped[int | None] = mapped_column(Integer)
+    position: Mapped[int | None] = mapped_column(BigInteger)
+    attempt: Mapped[int | None] = mapped_column(Integer)
+    status: Mapped[int | None] = mapped_column(Integer)
+    size: Mapped[int | None] = mapped_column(Integer)
+    produced_at_ms: Mapped[int | None] = mapped_column(BigInteger)
+    error: Mapped[str | None] = mapped_column(Text)

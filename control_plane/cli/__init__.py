@@ -10,7 +10,7 @@ import typer
 
 from core.version import VERSION
 
-from . import audit, db, dev, dlq, produce, project, sub, tail, topic
+from . import audit, db, dev, dlq, produce, project, sub, tail, topic, trace
 from .common import EXIT_CODES_HELP
 
 cli = typer.Typer(
@@ -23,6 +23,7 @@ cli.add_typer(topic.app, name="topic")
 cli.add_typer(sub.app, name="sub")
 cli.add_typer(dlq.app, name="dlq")
 cli.command()(tail.tail)
+cli.command()(trace.trace)
 cli.add_typer(audit.app, name="audit")
 cli.add_typer(db.app, name="db")
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from threading import Thread
+from typing import Any
 
 import httpx
 import pytest
 
+from tests.support.cli import httpbus, ok
 from tests.support.dev import run_dev
 from tests.support.until import until_sync
 
@@ -63,11 +65,13 @@ def test_dev_delivers_every_message(
     )
     assert r.status_code == 201, r.text
     sent = [f"order-{i}".encode() for i in range(20)]
+    ids = []
     for body in sent:
         r = httpx.post(
             f"{producer}/v1/projects/shop/topics/orders/produce", content=body, headers=auth
         )
         assert r.status_code == 201, r.text
+        ids.append(r.json()["message_id"])
     until_sync(lambda: set(received) == set(sent), 20, "every order at the endpoint", 0.1)
     assert sorted(received) == sorted(sent)
     metrics = httpx.get(f"{worker}/metrics").text
@@ -80,3 +84,24 @@ def test_dev_delivers_every_message(
     assert 'oldest_unacked_age_seconds{subscription="shop/mailer"} 0.0' in metrics
     lag = 'httpbus_subscription_lag_messages{subscription="shop/mailer"} 0.0'
     until_sync(lambda: lag in httpx.get(f"{worker}/metrics").text, 15, "a lag of 0", 0.2)
+
+    _traced(cp, ids[-1])
+
+
+def _traced(cp: str, message_id: str) -> None:
+    """The last message's trace says delivered, through the API within 5 s and the CLI."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    trace_url = f"{cp}/v1/projects/shop/topics/orders/messages/{message_id}"
+
+    def delivered() -> dict[str, Any] | None:
+        r = httpx.get(trace_url, headers=auth)
+        found: dict[str, Any] = r.json()
+        states = [s["state"] for s in found.get("subscriptions", [])]
+        return found if r.status_code == 200 and states == ["delivered"] else None
+
+    trace = until_sync(delivered, 5, "the trace saying delivered", 0.1)
+    assert trace["stored"]["segment"] == 1
+    (mailer,) = trace["subscriptions"]
+    assert [(a["attempt"], a["status"]) for a in mailer["attempts"]] == [(1, 204)]
+    text = ok(httpbus(cp, "trace", "shop", "orders", message_id, token=TOKEN))
+    assert "shop/mailer" in text and "delivered" in text and "segment 1" in text

@@ -18,6 +18,7 @@ TABLES = {
     "hourly_reports",
     "cutover_verifications",
     "produce_tokens",
+    "trace_events",
 }
 
 

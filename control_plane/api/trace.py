@@ -1,0 +1,65 @@
+"""``/v1/projects/{project}/topics/{topic}/messages/{message_id}``: where one message is and
+what happened to it for every subscription of its topic; ``…/groups/{group}/messages``: the
+last messages of a group. Read from the trace index (``reports.trace``), which the trace
+indexer fills from the audit trail within seconds (docs/tracing.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query
+from starlette.concurrency import run_in_threadpool
+
+from core.errors import NotFound
+from reports.trace import TraceIndex
+
+from ..trace_view import message_trace
+from .auth import admin_guard
+from .deps import AdminDep, ProjectName, TopicName
+
+PREFIX = "/v1/projects/{project}/topics/{topic}"
+MessageId = Annotated[str, Path(min_length=1, max_length=256)]
+GroupId = Annotated[str, Path(min_length=1, max_length=256)]
+
+
+def router(admin_token: str, index: TraceIndex) -> APIRouter:
+    """The trace routes on ``index``, behind the admin bearer token."""
+    api = APIRouter(prefix=PREFIX, tags=["trace"], dependencies=[Depends(admin_guard(admin_token))])
+
+    @api.get("/messages/{message_id}")
+    async def trace_message(
+        project: ProjectName, topic: TopicName, message_id: MessageId, admin: AdminDep
+    ) -> dict[str, Any]:
+        """Where the message is stored and, per subscription of the topic, its state
+        (pending, delivering, retrying, delivered, filtered, dead_lettered) and attempts."""
+        await admin.catalog.get_topic(project, topic)  # 404 for a topic that does not exist
+        rows = await run_in_threadpool(index.message, project, topic, message_id)
+        if not rows:
+            raise NotFound(
+                f"message {message_id} of {project}/{topic} is not in the trace index: never "
+                "accepted, older than the retention, or accepted in the last seconds (events "
+                "reach the index within 5 s)"
+            )
+        subs = await admin.catalog.subscribers(project, topic)
+        names = [f"{p}/{s}" for p, s in subs]
+        return message_trace(project, topic, message_id, rows, names)
+
+    @api.get("/groups/{group}/messages")
+    async def trace_group(
+        project: ProjectName,
+        topic: TopicName,
+        group: GroupId,
+        admin: AdminDep,
+        limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    ) -> dict[str, Any]:
+        """The last ``limit`` messages accepted in ``group``, newest first, each traced."""
+        await admin.catalog.get_topic(project, topic)
+        ids = await run_in_threadpool(index.group, project, topic, group, limit)
+        subs = [f"{p}/{s}" for p, s in await admin.catalog.subscribers(project, topic)]
+        traces = []
+        for mid in ids:
+            rows = await run_in_threadpool(index.message, project, topic, mid)
+            traces.append(message_trace(project, topic, mid, rows, subs))
+        return {"group": group, "messages": traces}
+
+    return api

@@ -18,13 +18,29 @@ from fastapi.staticfiles import StaticFiles
 from starlette.responses import Response
 
 from ..client import ApiError, NotAvailable, Unreachable
-from . import audit_views, auth_views, catalog_views, cutover_views, dlq_views, sub_views
+from . import (
+    audit_views,
+    auth_views,
+    catalog_views,
+    cutover_views,
+    dlq_views,
+    sub_views,
+    trace_views,
+)
 from .render import HERE, render
 from .revocation import RevokedSessions
 from .session import CsrfRejected, LoginRequired, Signer, current_session
 from .throttle import LoginThrottle
 
-ROUTERS = (auth_views, catalog_views, cutover_views, sub_views, dlq_views, audit_views)
+ROUTERS = (
+    auth_views,
+    catalog_views,
+    cutover_views,
+    sub_views,
+    dlq_views,
+    audit_views,
+    trace_views,
+)
 
 
 def install(

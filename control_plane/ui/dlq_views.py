@@ -13,6 +13,7 @@ from starlette.responses import Response
 from ..client import AdminClient, ApiError, NotAvailable, path
 from .deps import ApiDep, Name, SessionDep, form_lists
 from .render import redirect, render
+from .trace_views import trace_url
 
 router = APIRouter()
 MAX_ROUNDS = 50  # unsideline / purge loop on "remaining", bounded per click
@@ -52,6 +53,9 @@ async def browse(
         page, missing = {"messages": [], "next_cursor": None}, exc.message
     for message in page["messages"]:
         message["preview"] = _preview(message)
+        topic_project, _, topic = (message.get("topic") or "").partition("/")
+        if topic and message.get("message_id"):
+            message["trace_url"] = trace_url(topic_project, topic, message["message_id"])
     return render(
         request,
         "dlq.html",

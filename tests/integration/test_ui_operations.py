@@ -162,6 +162,45 @@ def test_dlq_lists_failed_messages_unsideline_replays_them_and_purge_asks_first(
     assert _dlq_size(dev, "ledger") == 0
 
 
+def test_a_dead_lettered_message_is_traced_from_the_dlq_and_from_the_search_box(
+    page: Page, dev: Dev, endpoint: Hook
+) -> None:
+    _topic_and_sub(dev, "shop", "payments", {"name": "billing", "endpoint": {"url": endpoint.url}})
+    endpoint.status = 400  # not retryable: straight to the DLQ
+    publish(dev, "shop", "payments", [b"payment-1"])
+    until_sync(lambda: _dlq_size(dev, "billing") == 1, 30, "the payment in the DLQ")
+    with admin(dev) as api:
+        (entry,) = api.get("/v1/projects/shop/subscriptions/billing/dlq/messages").json()[
+            "messages"
+        ]
+        mid = entry["message_id"]
+        trace = f"/v1/projects/shop/topics/payments/messages/{mid}"
+
+        def indexed() -> bool:
+            r = api.get(trace)
+            return r.status_code == 200 and r.json()["subscriptions"][0]["state"] == "dead_lettered"
+
+        until_sync(indexed, 10, "the trace saying dead_lettered")
+    log_in(page, dev, "/ui/projects/shop/subscriptions/billing/dlq")
+    page.click("#dlq a.trace-link")
+    expect(page.locator("h1")).to_contain_text(f"Trace of {mid}")
+    section = page.locator("section.trace-sub[data-subscription='shop/billing']")
+    expect(section.locator(".state")).to_have_text("dead_lettered")
+    expect(section.locator("circle.trace-mark[data-type=attempted]")).to_have_count(1)
+    expect(section.locator("circle.trace-mark[data-type=dead_lettered]")).to_have_count(1)
+    expect(page.locator("#trace-stored")).to_contain_text("segment 1")
+    shot(page, "14-trace")
+
+    page.goto(f"{dev.control_plane}/ui/projects/shop/topics/payments")
+    page.fill("#trace-search input[name=id]", mid)
+    page.click("#trace-search button")
+    expect(page.locator("h1")).to_contain_text(f"Trace of {mid}")
+    page.fill("#trace-search input[name=id]", "no-such-message")
+    page.click("#trace-search button")
+    expect(page.locator("#trace-missing")).to_contain_text("not in the trace index")
+    endpoint.status = 204
+
+
 def test_cutover_from_the_topic_page_then_the_timeline_shows_two_segments(
     page: Page, dev: Dev, endpoint: Hook
 ) -> None:

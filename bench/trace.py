@@ -146,18 +146,22 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2_000, help="events per insert")
     parser.add_argument("--lookups", type=int, default=1_000)
     parser.add_argument("--url", default="sqlite:////tmp/trace-bench.db")
+    parser.add_argument(
+        "--reuse", action="store_true", help="look up in the index a previous run filled"
+    )
     args = parser.parse_args()
-    if args.url.startswith("sqlite:///"):
+    if args.url.startswith("sqlite:///") and not args.reuse:
         Path(args.url.removeprefix("sqlite:///")).unlink(missing_ok=True)
     print(f"load average {os.getloadavg()[0]:.2f}; {args.url}")
     migrate.upgrade(args.url)
     index = TraceIndex.from_url(args.url)
     try:
-        bench_index(index, args.messages, args.events, args.batch)
+        if not args.reuse:
+            bench_index(index, args.messages, args.events, args.batch)
         bench_lookups(index, args.messages, args.lookups)
     finally:
         index.close()
-    if args.url.startswith("sqlite"):
+    if args.url.startswith("sqlite") and not args.reuse:
         bench_baseline(Path("/tmp/trace-bench-baseline.db"), args.messages, args.events, args.batch)
 
 

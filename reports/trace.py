@@ -116,21 +116,22 @@ class TraceIndex:
             return [TraceEventRow(**row._mapping) for row in conn.execute(query)]
 
     def group(self, project: str, topic: str, group: str, limit: int) -> list[str]:
-        """The ids of the last ``limit`` messages accepted in ``group``, newest first."""
+        """The ids of the last ``limit`` messages accepted in ``group``, newest first (the
+        group index, read backwards; an id accepted twice is named once)."""
         query = (
-            select(TraceEventRow.message_id, func.max(TraceEventRow.at_ms).label("at"))
+            select(TraceEventRow.message_id)
             .where(
                 TraceEventRow.project == project,
                 TraceEventRow.topic == topic,
                 TraceEventRow.group_id == group,
                 TraceEventRow.type == "accepted",
             )
-            .group_by(TraceEventRow.message_id)
-            .order_by(func.max(TraceEventRow.at_ms).desc(), func.max(TraceEventRow.id).desc())
-            .limit(limit)
+            .order_by(TraceEventRow.at_ms.desc(), TraceEventRow.id.desc())
+            .limit(2 * limit)
         )
         with self._connection() as conn:
-            return [row.message_id for row in conn.execute(query)]
+            ids = [row.message_id for row in conn.execute(query)]
+        return list(dict.fromkeys(ids))[:limit]
 
     def prune(self, before_ms: int) -> int:
         """Delete the events older than ``before_ms``; how many."""

@@ -6,6 +6,7 @@ session, and the endpoint double (:mod:`tests.support.hook`), whose answer time 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import AsyncIterator, Callable
@@ -18,10 +19,13 @@ import httpx
 
 from control_plane.app import create_app
 from control_plane.settings import ControlPlaneSettings
+from core.errors import HttpbusError
 from delivery_workers.fast_sender import FastSender
 from delivery_workers.worker import Worker
 from metastore.config import ZooKeeperConfig, open_metastore
-from segments.config import ClusterConfig, KafkaClusterConfig, PulsarClusterConfig
+from segments.audit import open_audit
+from segments.config import AuditConfig, ClusterConfig, KafkaClusterConfig, PulsarClusterConfig
+from segments.protocol import SegmentStore
 from segments.registry import open_store
 from tests.support.hook import SECRET, Hook, serve_hook
 from tests.support.processes import ProducerProcess
@@ -80,12 +84,22 @@ def clusters(real: RealServices) -> dict[str, ClusterConfig]:
 
 @asynccontextmanager
 async def delivery_world(
-    real: RealServices, unique: str, tmp_path: Path, cluster: str, **worker_options: Any
+    real: RealServices,
+    unique: str,
+    tmp_path: Path,
+    cluster: str,
+    *,
+    database_url: str | None = None,
+    **worker_options: Any,
 ) -> AsyncIterator[DeliveryWorld]:
-    """Everything above, torn down (and the ZooKeeper root deleted) on exit."""
+    """Everything above, torn down (and the ZooKeeper root deleted) on exit. With a
+    ``database_url`` the producer and the worker also write an audit trail (a topic of this
+    world on its cluster) and the control plane keeps its reports and trace index there."""
     root = f"/delivery-{unique}"
     zk = ZooKeeperConfig(hosts=real.zookeeper, root=root)
     configured = clusters(real)
+    audit = AuditConfig(cluster=cluster, topic=f"it-{unique}.audit", partitions=2)
+    reports = {"database_url": database_url, "audit": audit} if database_url else {}
     settings = ControlPlaneSettings(
         admin_token=ADMIN,
         metastore=zk,
@@ -93,18 +107,23 @@ async def delivery_world(
         default_cluster=cluster,
         storage_topic_prefix=f"it-{unique}",
         assign_interval_s=0.3,
+        **reports,
     )
     producer_settings = {
         "admin_token": ADMIN,
         "metastore": {"kind": "zookeeper", "hosts": real.zookeeper, "root": root},
         "clusters": {cluster: configured[cluster].model_dump()},
     }
+    if database_url:
+        producer_settings["audit"] = audit.model_dump()
     stack = AsyncExitStack()
     try:
         hook = await stack.enter_async_context(serve_hook())
         cp_meta = await stack.enter_async_context(open_metastore(zk))
         stack.push_async_callback(_wipe, cp_meta)
         store = await stack.enter_async_context(open_store(configured[cluster]))
+        if database_url:
+            stack.push_async_callback(_drop_audit_topic, store, audit.topic)
         app = create_app(settings, metastore=cp_meta, stores={cluster: store})
         await stack.enter_async_context(app.router.lifespan_context(app))
         cp = await stack.enter_async_context(
@@ -121,6 +140,8 @@ async def delivery_world(
         worker_meta = await stack.enter_async_context(open_metastore(zk))
         worker_store = await stack.enter_async_context(open_store(configured[cluster]))
         sender = await stack.enter_async_context(FastSender())  # the worker's default
+        if database_url:
+            worker_options["audit"] = await open_audit(stack, {cluster: worker_store}, audit)
         options = {"commit_every_s": 0.2, "lock_retry_s": 0.1, "status_interval_s": 0.5}
         worker = Worker(
             worker_meta,
@@ -139,6 +160,11 @@ async def delivery_world(
         except TimeoutError:
             tasks = "\n".join(repr(t) for t in asyncio.all_tasks())
             raise AssertionError(f"teardown hung; tasks:\n{tasks}") from None
+
+
+async def _drop_audit_topic(store: SegmentStore, topic: str) -> None:
+    with contextlib.suppress(HttpbusError):
+        await store.delete_topic(topic)
 
 
 async def _drop_topics(cp: httpx.AsyncClient) -> None:

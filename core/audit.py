@@ -23,6 +23,8 @@ class AuditType(StrEnum):
     DEAD_LETTERED = "dead_lettered"
     UNSIDELINED = "unsidelined"
     CIRCUIT = "circuit"  # a subscription's circuit changed state; message_id is ""
+    PAUSED = "paused"  # a worker saw its subscription paused; message_id is ""
+    RESUMED = "resumed"  # ... and resumed
 
 
 class AuditEvent(BaseModel):
@@ -40,6 +42,10 @@ class AuditEvent(BaseModel):
     group: str | None = None
     at_ms: int = Field(description="when the event happened (ms since the epoch)")
     produced_at_ms: int | None = None
+    due_at_ms: int | None = Field(
+        default=None,
+        description="accepted: its X-Deliver-At; retried: when its next attempt is due",
+    )
     size: int | None = None
     status: int | None = None
     attempt: int | None = None
@@ -83,6 +89,8 @@ class AuditSubscription(BaseModel):
     topic_project: str
     topic: str
     created_at_ms: int = 0
+    delay_ms: int = 0  # the subscription's delay: nothing is due before accepted + delay
+    paused: bool = False  # paused when the job ran: what it has not delivered is pending
 
 
 class AuditCutover(BaseModel):

@@ -307,7 +307,12 @@ class Routing:
         )
         self.counts["retried"] += 1
         self.audit.message(
-            AuditType.RETRIED, msg, attempt=attempt, status=result.status, error=result.error
+            AuditType.RETRIED,
+            msg,
+            attempt=attempt,
+            status=result.status,
+            error=result.error,
+            due_at_ms=meta.due_ms,
         )
         for follower in drained:
             self._hold(follower)

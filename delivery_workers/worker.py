@@ -38,10 +38,12 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from core.audit import AuditEvent, AuditType
 from core.errors import AlreadyExists, HttpbusError
 from core.lifecycle import AsyncResource
 from core.model import Subscription
@@ -298,6 +300,7 @@ class Worker(AsyncResource):
     async def _follow_subscription(self, key: str, project: str, name: str) -> None:
         """(Re)start the runner as the subscription changes; return when it is deleted."""
         current: bytes | None = None
+        paused: bool | None = None
         try:
             async for node in self.metastore.watch(paths.subscription(project, name)):
                 if node is None:
@@ -309,10 +312,30 @@ class Worker(AsyncResource):
                     continue
                 current = node.data
                 await self._stop_runner(key)
-                if not Subscription.model_validate_json(node.data).paused:
+                sub = Subscription.model_validate_json(node.data)
+                if sub.paused != paused and (sub.paused or paused is not None):
+                    self._audit_pause(sub)  # paused, or resumed after a pause we saw
+                paused = sub.paused
+                if not sub.paused:
                     self._running[key] = asyncio.create_task(self._run(key, project, name))
         finally:
             await self._stop_runner(key)
+
+    def _audit_pause(self, sub: Subscription) -> None:
+        """Tell the audit trail the subscription is paused or running (a pause is no loss:
+        the reconciliation stops its clock meanwhile)."""
+        if self.audit is None:
+            return
+        self.audit.emit(
+            AuditEvent(
+                type=AuditType.PAUSED if sub.paused else AuditType.RESUMED,
+                message_id="",
+                project=sub.topic_project,
+                topic=sub.topic,
+                subscription=f"{sub.project}/{sub.name}",
+                at_ms=int(time.time() * 1000),
+            )
+        )
 
     async def _stop_runner(self, key: str) -> None:
         task = self._running.pop(key, None)

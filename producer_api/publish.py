@@ -155,6 +155,7 @@ class Publisher:
                     at_ms=now_ms,
                     produced_at_ms=now_ms,
                     size=size,
+                    due_at_ms=parsed.deliver_at_ms,
                 )
             )
         return Accepted(parsed.message_id, written.segment_id, written.partition, written.position)

@@ -33,7 +33,9 @@ JOB_COLUMNS = [
     "group",
     "at_ms",
     "produced_at_ms",
+    "due_at_ms",
     "status",
+    "circuit_to",
 ]
 
 

@@ -5,11 +5,20 @@ subscriptions (``httpbus audit run`` reads them from the metastore): a subscript
 message accepted on its topic from its creation on. It does not evaluate its filter: a worker
 emits a ``filtered`` event for every message its filter drops, and ``filtered`` is terminal. So
 expected = (accepted on topic T in the window) x (subscriptions of T created before), and each
-expected pair must reach ``delivered``, ``filtered`` or ``dead_lettered`` within the horizon:
+expected pair must reach ``delivered``, ``filtered`` or ``dead_lettered`` within the horizon of
+the moment it was **due**:
 
-- **late**: its first terminal event came after ``accepted + horizon``;
-- **lost**: no terminal event, and ``as_of`` is past ``accepted + horizon``;
-- **pending**: no terminal event yet, the horizon not passed (in flight; not a finding);
+- **due**: the latest of its acceptance, its ``X-Deliver-At`` (``due_at_ms`` of the accepted
+  event), acceptance plus the subscription's ``delay_ms``, and the next attempt of its last
+  retry (``due_at_ms`` of its latest ``retried`` event: a message in a one-hour delay level is
+  not late for an hour);
+- **blocked time** does not count: the horizon's clock stops while the subscription was
+  paused (``paused``/``resumed`` events, and to the end if it is paused when the job runs)
+  and while its circuit was open or half-open (``circuit`` events), from the due time on;
+- **late**: its first terminal event came more than ``horizon`` of unblocked time after due;
+- **lost**: no terminal event, and more than ``horizon`` of unblocked time has passed since
+  due by ``as_of`` (never for a subscription paused now);
+- **pending**: no terminal event yet, within that (in flight, delayed, paused; not a finding);
 - **duplicate**: ``delivered`` more than once (exact copies of an event, which the sink may write
   twice, are removed first).
 
@@ -24,6 +33,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.window import Window
 
 from core.audit import (
     AuditSubscription,
@@ -36,14 +46,27 @@ from core.audit import (
 
 from .schema import distinct_events
 
-COLUMNS = ["type", "message_id", "project", "topic", "subscription", "at_ms"]
+COLUMNS = [
+    "type",
+    "message_id",
+    "project",
+    "topic",
+    "subscription",
+    "at_ms",
+    "due_at_ms",
+    "circuit_to",
+]
+BLOCKING_CIRCUIT = ("open", "half_open")  # deliveries wait: the horizon's clock stops
 MAX_LISTED = 10_000
 """Findings listed per kind (the counts stay exact beyond it)."""
 
 
 def subscriptions_frame(spark: SparkSession, subs: Sequence[AuditSubscription]) -> DataFrame:
-    rows = [(s.name, s.topic_project, s.topic, s.created_at_ms) for s in subs]
-    schema = "sub string, sub_project string, sub_topic string, created_at_ms long"
+    rows = [(s.name, s.topic_project, s.topic, s.created_at_ms, s.delay_ms, s.paused) for s in subs]
+    schema = (
+        "sub string, sub_project string, sub_topic string, created_at_ms long, "
+        "delay_ms long, paused boolean"
+    )
     return spark.createDataFrame(rows, schema)
 
 
@@ -55,13 +78,75 @@ def _expected(events: DataFrame, subs: DataFrame, since_ms: int, until_ms: int) 
             & (F.col("at_ms") < until_ms)
         )
         .groupBy("message_id", "project", "topic")
-        .agg(F.min("at_ms").alias("accepted_at"))
+        .agg(F.min("at_ms").alias("accepted_at"), F.max("due_at_ms").alias("deliver_at"))
     )
     on = (accepted.project == subs.sub_project) & (accepted.topic == subs.sub_topic)
     return (
         accepted.join(F.broadcast(subs), on)
         .where(F.col("accepted_at") >= F.col("created_at_ms"))
-        .select(F.col("sub").alias("subscription"), "message_id", "accepted_at")
+        .select(
+            F.col("sub").alias("subscription"),
+            "message_id",
+            "accepted_at",
+            F.greatest(
+                "accepted_at",
+                F.coalesce("deliver_at", "accepted_at"),
+                F.col("accepted_at") + F.col("delay_ms"),
+            ).alias("first_due"),
+            "paused",
+        )
+    )
+
+
+def _retry_due(events: DataFrame) -> DataFrame:
+    """Per subscription and message: when the attempt after its latest retry is due."""
+    retried = events.where(
+        (F.col("type") == AuditType.RETRIED.value) & F.col("due_at_ms").isNotNull()
+    )
+    return retried.groupBy("subscription", "message_id").agg(
+        F.max_by("due_at_ms", "at_ms").alias("retry_due")
+    )
+
+
+def _blocked(events: DataFrame, as_of_ms: int) -> DataFrame:
+    """Per subscription, the intervals [start, end) in which it delivered nothing on purpose:
+    paused, or its circuit open or half-open. Each kind of event is a state of its own kind;
+    a state lasts until the next event of that kind (or ``as_of``)."""
+    circuit = events.where(F.col("type") == AuditType.CIRCUIT.value).select(
+        "subscription",
+        "at_ms",
+        F.lit("circuit").alias("kind"),
+        F.col("circuit_to").isin(*BLOCKING_CIRCUIT).alias("blocked"),
+    )
+    pause_types = [AuditType.PAUSED.value, AuditType.RESUMED.value]
+    pause = events.where(F.col("type").isin(pause_types)).select(
+        "subscription",
+        "at_ms",
+        F.lit("pause").alias("kind"),
+        (F.col("type") == AuditType.PAUSED.value).alias("blocked"),
+    )
+    states = circuit.unionByName(pause).where(F.col("subscription").isNotNull())
+    order = Window.partitionBy("subscription", "kind").orderBy("at_ms")
+    return (
+        states.withColumn("end", F.coalesce(F.lead("at_ms").over(order), F.lit(as_of_ms)))
+        .where(F.col("blocked"))
+        .select("subscription", F.col("at_ms").alias("start"), "end")
+    )
+
+
+def _blocked_time(judged: DataFrame, blocked: DataFrame) -> DataFrame:
+    """``judged`` with ``blocked_ms``: the blocked time between ``due`` and ``until``."""
+    spans = judged.select("subscription", "message_id", "due", "until").join(
+        F.broadcast(blocked), "subscription"
+    )
+    overlap = F.greatest(F.lit(0), F.least("end", "until") - F.greatest("start", "due")).cast(
+        "long"
+    )
+    per_message = spans.groupBy("subscription", "message_id").agg(
+        F.sum(overlap).alias("blocked_ms")
+    )
+    return judged.join(per_message, ["subscription", "message_id"], "left").withColumn(
+        "blocked_ms", F.coalesce("blocked_ms", F.lit(0))
     )
 
 
@@ -93,15 +178,20 @@ def reconcile(
     try:
         terminal = _terminal(events)
         expected = _expected(events, subs, since_ms, until_ms)
-        joined = expected.join(terminal, ["subscription", "message_id"], "left")
+        joined = (
+            expected.join(terminal, ["subscription", "message_id"], "left")
+            .join(_retry_due(events), ["subscription", "message_id"], "left")
+            .withColumn("due", F.greatest("first_due", F.coalesce("retry_due", "first_due")))
+            .withColumn("until", F.coalesce("terminal_at", F.lit(as_of_ms)))
+        )
+        joined = _blocked_time(joined, _blocked(events, as_of_ms))
+        waited = F.col("until") - F.col("due") - F.col("blocked_ms")  # unblocked time since due
         status = (
             F.when(
                 F.col("terminal_at").isNull(),
-                F.when(F.lit(as_of_ms) - F.col("accepted_at") > horizon_ms, "lost").otherwise(
-                    "pending"
-                ),
+                F.when(~F.col("paused") & (waited > horizon_ms), "lost").otherwise("pending"),
             )
-            .when(F.col("terminal_at") - F.col("accepted_at") > horizon_ms, "late")
+            .when(waited > horizon_ms, "late")
             .otherwise(F.col("outcome"))
         )
         judged = joined.withColumn("status", status).withColumn(

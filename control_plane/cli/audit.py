@@ -75,6 +75,8 @@ async def _metadata(catalog: Catalog) -> tuple[list[AuditSubscription], list[Aud
                     topic_project=sub.topic_project,
                     topic=sub.topic,
                     created_at_ms=created,
+                    delay_ms=sub.delay_ms,
+                    paused=sub.paused,
                 )
             )
         for topic in await catalog.list_topics(project):

@@ -101,3 +101,89 @@ def test_a_later_subscription_and_the_window_bound_what_is_expected(spark: Any) 
     assert (tallies[SUB].expected, tallies[SUB].lost) == (2, 0)
     assert (tallies["shop/late-sub"].expected, tallies["shop/late-sub"].lost) == (1, 0)
     assert result.findings == []
+
+
+def _legitimately_waiting() -> tuple[list[Any], list[AuditSubscription]]:
+    """One topic and subscription per reason to wait, and two real losses (the issue's
+    "an audit that never cries wolf"). As of T0 + 200 s, horizon 60 s."""
+    RE, CI, PA, RS = AuditType.RETRIED, AuditType.CIRCUIT, AuditType.PAUSED, AuditType.RESUMED
+    subs, events = [], []
+
+    def scenario(name: str, trail: list[tuple[Any, ...]], **sub: Any) -> None:
+        topic = f"t-{name}"
+        subs.append(
+            AuditSubscription(name=f"shop/{name}", topic_project="shop", topic=topic, **sub)
+        )
+        for kind, mid, at, *extra in trail:
+            fields = extra[0] if extra else {}
+            events.append(
+                ev(
+                    kind,
+                    mid,
+                    at,
+                    topic=topic,
+                    subscription=None if kind is A else f"shop/{name}",
+                    **fields,
+                )
+            )
+
+    scenario("deliver-at", [(A, "d1", 0, {"due_at_ms": T0 + 190_000})])
+    scenario("delay", [(A, "d2", 0)], delay_ms=150_000)
+    scenario(
+        "retry",
+        [(A, "r1", 0), (AT, "r1", 5, {"status": 503}), (RE, "r1", 6, {"due_at_ms": T0 + 170_000})],
+    )
+    scenario(
+        "pause",
+        [(PA, "", 10), (A, "p1", 0), (A, "p2", 0), (RS, "", 150_000), (D, "p2", 150_500)],
+    )
+    scenario("paused-now", [(PA, "", 10), (A, "pn", 0)], paused=True)
+    scenario(
+        "circuit",
+        [
+            (CI, "", 20, {"circuit_to": "open"}),
+            (CI, "", 100_000, {"circuit_to": "half_open"}),
+            (CI, "", 120_000, {"circuit_to": "closed"}),
+            (A, "c1", 0),
+            (D, "c1", 125_000),
+            (A, "c2", 0),  # the circuit closed at 120 s: due by 180 s, never delivered
+        ],
+    )
+    scenario(
+        "real",
+        [
+            (A, "lost", 0),  # nothing at all
+            (A, "dlq", 0),
+            (RE, "dlq", 100_000, {"due_at_ms": T0 + 140_000}),
+            (DL, "dlq", 150_000),
+        ],
+    )
+    return events, subs
+
+
+def test_pauses_delays_retries_and_open_circuits_are_never_lost(spark: Any) -> None:
+    events, subs = _legitimately_waiting()
+    result = reconcile(
+        frame(spark, events),
+        subscriptions_frame(spark, subs),
+        since_ms=T0,
+        until_ms=T0 + 1_000,
+        as_of_ms=T0 + 200_000,
+        horizon_ms=HORIZON,
+    )
+    lost = sorted(
+        (f.subscription, f.message_id) for f in result.findings if f.kind is FindingKind.LOST
+    )
+    assert lost == [("shop/circuit", "c2"), ("shop/real", "lost")]
+    assert [f for f in result.findings if f.kind is FindingKind.LATE] == []
+    pending = {t.subscription: t.pending for t in result.tallies if t.pending}
+    assert pending == {
+        "shop/deliver-at": 1,
+        "shop/delay": 1,
+        "shop/retry": 1,
+        "shop/pause": 1,
+        "shop/paused-now": 1,
+    }
+    tallies = {t.subscription: t for t in result.tallies}
+    assert (tallies["shop/pause"].delivered, tallies["shop/circuit"].delivered) == (1, 1)
+    assert tallies["shop/real"].dead_lettered == 1

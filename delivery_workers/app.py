@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from core import telemetry
 from core.errors import HttpbusError
 from core.version import VERSION
 from metastore.config import open_metastore
@@ -148,6 +149,7 @@ def create_app(
 ) -> Starlette:
     """The worker service; ``metastore`` and ``stores`` are opened from ``settings`` unless
     given (already started) by the caller."""
+    telemetry.setup("worker")  # spans, if OTEL_EXPORTER_OTLP_ENDPOINT says so
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Mapping
 from typing import Protocol
 
+from core import telemetry
 from core.audit import AuditType
 from core.envelope import PRODUCED_AT, header
 from core.model import Subscription
@@ -136,12 +137,25 @@ class Attempts:
         foresaw) fails this message as an unexpected error, retried and dead-lettered by its
         policy: an exception here would leave the message in flight for ever and stall its
         group and the commit behind it."""
-        started = time.perf_counter()
+        started, started_ns = time.perf_counter(), time.time_ns()
         try:
-            return await self.sender.send(delivery)
+            result = await self.sender.send(delivery)
         except Exception as exc:
             log.exception("delivery of %s failed in the worker", delivery.message_id)
-            return DeliveryResult.from_exception(exc, time.perf_counter() - started)
+            result = DeliveryResult.from_exception(exc, time.perf_counter() - started)
+        if telemetry.enabled:
+            sub = f"{self.sub.project}/{self.sub.name}"
+            telemetry.deliver_span(
+                delivery.message.headers,
+                sub,
+                delivery.message_id,
+                delivery.attempt,
+                started_ns,
+                time.time_ns(),
+                result.status,
+                result.error,
+            )
+        return result
 
 
 def _accepted_s(item: Item) -> float:

@@ -11,7 +11,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import PlainTextResponse
 
-from core import http_errors
+from core import http_errors, telemetry
 from core.errors import HttpbusError, MetaStoreUnavailable
 from core.version import VERSION
 from metastore.catalog import Catalog
@@ -41,6 +41,7 @@ def create_app(
 ) -> ProducerASGI:
     """Build the producer service; ``metastore`` and ``stores`` are opened from
     ``settings`` unless given (already started) by the caller."""
+    telemetry.setup("producer")  # spans, if OTEL_EXPORTER_OTLP_ENDPOINT says so
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, cast
 
+from core import telemetry
 from core.audit import AuditEvent, AuditType
 from core.errors import HttpbusError, StorageUnavailable, TooLarge
 from core.ids import new_message_ids
@@ -79,8 +80,9 @@ class Publisher:
 
     async def publish(self, project: str, name: str, draft: Draft) -> Accepted:
         """Store one message durably, or raise (nothing acknowledged, nothing half-done)."""
+        started_ns = time.time_ns()
         topic = await self.cache.topic(project, name)
-        now_ms = int(time.time() * 1000)
+        now_ms = started_ns // 1_000_000
         record, parsed = self._record(topic, draft, now_ms)
         self.limits.check(topic, 1, len(draft.payload) + parsed.header_bytes)
         gate = self.gates.get((project, name))  # only topics in a cutover have one
@@ -88,14 +90,15 @@ class Publisher:
             written = await self.writer.write(topic, record)
         else:
             written = await gate.write(self.writer, topic, record)
-        return self._accepted(topic, parsed, written, len(draft.payload), now_ms)
+        return self._accepted(topic, parsed, written, len(draft.payload), now_ms, started_ns)
 
     async def publish_many(
         self, project: str, name: str, drafts: Sequence[Draft]
     ) -> list[Accepted | HttpbusError]:
         """Store many messages; a result per message, in order."""
+        started_ns = time.time_ns()
         topic = await self.cache.topic(project, name)
-        now_ms = int(time.time() * 1000)
+        now_ms = started_ns // 1_000_000
         parser = headers.BatchParser(grouped=topic.grouped, rules=self.rules, now_ms=now_ms)
         limit = topic.max_message_bytes
         # The refused ones now; each valid one's slot is filled below from its write's outcome.
@@ -132,15 +135,26 @@ class Publisher:
             written = await gate.write_many(self.writer, topic, records)
         for (index, parsed, size), outcome in zip(valid, written, strict=True):
             results[index] = (
-                self._accepted(topic, parsed, outcome, size, now_ms)
+                self._accepted(topic, parsed, outcome, size, now_ms, started_ns)
                 if isinstance(outcome, Written)
                 else _as_error(outcome)
             )
         return cast("list[Accepted | HttpbusError]", results)
 
     def _accepted(
-        self, topic: Topic, parsed: headers.Parsed, written: Written, size: int, now_ms: int
+        self,
+        topic: Topic,
+        parsed: headers.Parsed,
+        written: Written,
+        size: int,
+        now_ms: int,
+        started_ns: int,
     ) -> Accepted:
+        if telemetry.enabled:  # a span from the request's start to the storage's ack
+            name = f"{topic.project}/{topic.name}"
+            telemetry.publish_span(
+                parsed.headers, name, parsed.message_id, started_ns, time.time_ns()
+            )
         if self.audit is not None:
             self.audit.emit(
                 AuditEvent(

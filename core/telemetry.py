@@ -69,26 +69,11 @@ def publish_span(
     message_id: str,
     start_ns: int,
     end_ns: int,
-    attributes: Mapping[str, Any] | None = None,
 ) -> None:
     """Record the publish of one message (its stored headers), from ``start_ns`` to
     ``end_ns`` (time.time_ns()), as a child of the client's traceparent."""
-    from opentelemetry.trace import SpanKind
-
-    span = _tracer.start_span(
-        f"publish {topic}",
-        context=_parent(headers),
-        kind=SpanKind.PRODUCER,
-        start_time=start_ns,
-        attributes={
-            "messaging.system": "httpbus",
-            "messaging.operation.type": "publish",
-            "messaging.destination.name": topic,
-            "messaging.message.id": message_id,
-            **(attributes or {}),
-        },
-    )
-    span.end(end_time=end_ns)
+    attributes = {"messaging.operation.type": "publish", "messaging.destination.name": topic}
+    _record(f"publish {topic}", "PRODUCER", headers, message_id, start_ns, end_ns, attributes)
 
 
 def deliver_span(
@@ -103,20 +88,38 @@ def deliver_span(
 ) -> None:
     """Record one delivery attempt, a child of the client's traceparent (the publish span's
     sibling), with the endpoint's status or the error."""
+    attributes: dict[str, Any] = {
+        "messaging.operation.type": "process",
+        "messaging.consumer.group.name": subscription,
+        "httpbus.attempt": attempt,
+    }
+    if status is not None:
+        attributes["http.response.status_code"] = status
+    name = f"deliver {subscription}"
+    _record(name, "CONSUMER", headers, message_id, start_ns, end_ns, attributes, error)
+
+
+def _record(
+    name: str,
+    kind: str,
+    headers: Sequence[tuple[str, bytes]],
+    message_id: str,
+    start_ns: int,
+    end_ns: int,
+    attributes: Mapping[str, Any],
+    error: str | None = None,
+) -> None:
     from opentelemetry.trace import SpanKind, Status, StatusCode
 
     span = _tracer.start_span(
-        f"deliver {subscription}",
+        name,
         context=_parent(headers),
-        kind=SpanKind.CONSUMER,
+        kind=SpanKind[kind],
         start_time=start_ns,
         attributes={
             "messaging.system": "httpbus",
-            "messaging.operation.type": "process",
-            "messaging.consumer.group.name": subscription,
             "messaging.message.id": message_id,
-            "httpbus.attempt": attempt,
-            **({"http.response.status_code": status} if status is not None else {}),
+            **attributes,
         },
     )
     if error is not None:

@@ -58,6 +58,17 @@ def make_engine(url: str) -> Engine:
     return engine
 
 
+@contextmanager
+def database_errors(what: str) -> Iterator[None]:
+    """SQLAlchemy's errors as ``StorageUnavailable`` naming ``what`` failed."""
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise StorageUnavailable(
+            f"{what} failed (is it migrated? httpbus db upgrade): {exc}"
+        ) from exc
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -79,13 +90,8 @@ class ReportStore:
 
     @contextmanager
     def _session(self) -> Iterator[Session]:
-        try:
-            with self._sessions.begin() as session:
-                yield session
-        except SQLAlchemyError as exc:
-            raise StorageUnavailable(
-                f"the report database failed (is it migrated? httpbus db upgrade): {exc}"
-            ) from exc
+        with database_errors("the report database"), self._sessions.begin() as session:
+            yield session
 
     # ------------------------------------------------------------ writes
     def save_reconciliation(

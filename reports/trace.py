@@ -20,13 +20,11 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Table, delete, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import SQLAlchemyError
 
 from core.audit import AuditEvent
-from core.errors import StorageUnavailable
 
 from .models import TraceEventRow
-from .store import make_engine
+from .store import database_errors, make_engine
 
 ERROR_CHARS = 500  # an event's error is kept up to this many characters
 _TABLE: Table = TraceEventRow.__table__  # type: ignore[assignment]  # a Table, typed FromClause
@@ -77,13 +75,8 @@ class TraceIndex:
 
     @contextmanager
     def _connection(self) -> Iterator[Connection]:
-        try:
-            with self.engine.begin() as conn:
-                yield conn
-        except SQLAlchemyError as exc:
-            raise StorageUnavailable(
-                f"the trace index failed (is the database migrated? httpbus db upgrade): {exc}"
-            ) from exc
+        with database_errors("the trace index"), self.engine.begin() as conn:
+            yield conn
 
     def insert(self, events: Sequence[SourcedEvent]) -> int:
         """Store ``events`` in one transaction, skipping any already stored (same source);

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field, SecretStr, model_validator
 
 from core.endpoint_policy import EndpointPolicy
@@ -16,8 +18,9 @@ def _embedded_only() -> dict[str, ClusterConfig]:
 
 
 class ControlPlaneSettings(SettingsBase):
-    host: str = "127.0.0.1"
-    port: int = Field(default=8700, ge=1, le=65_535)
+    section: ClassVar[str] = "control_plane"  # of a deployment file (core.settings)
+    host: str = Field(default="127.0.0.1", description="the address it listens on")
+    port: int = Field(default=8700, ge=1, le=65_535, description="admin API, UI and /metrics")
     admin_token: SecretStr | None = Field(
         default=None, description="bearer token of the admin API (HTTPBUS_ADMIN_TOKEN)"
     )
@@ -26,10 +29,17 @@ class ControlPlaneSettings(SettingsBase):
         default=HttpServerLimits(), description="limits on HTTP clients (docs/deploy.md)"
     )
     clusters: dict[str, ClusterConfig] = Field(default_factory=_embedded_only)
-    default_cluster: str = "embedded"
-    storage_topic_prefix: str = Field(default="httpbus", pattern=r"^[A-Za-z0-9_-]{1,32}$")
+    default_cluster: str = Field(
+        default="embedded", description="where a new topic goes when its request names no cluster"
+    )
+    storage_topic_prefix: str = Field(
+        default="httpbus",
+        pattern=r"^[A-Za-z0-9_-]{1,32}$",
+        description="storage topics are <prefix>.<project>.<topic>.s<id>.<nonce>",
+    )
     member_id: str = Field(
         default_factory=lambda: default_member_id("control-plane"),
+        description="its name in leader elections (unique per process)",
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
     )
     assign_interval_s: float = Field(
@@ -90,7 +100,9 @@ class ControlPlaneSettings(SettingsBase):
         default=True,
         description="run the report database's migrations when the control plane starts",
     )
-    spark_master: str = "local[*]"
+    spark_master: str = Field(
+        default="local[*]", description="Spark master of httpbus audit run (local[*], spark://…)"
+    )
     spark_jars: list[str] = Field(
         default_factory=list,
         description="jars for spark.jars: the Kafka connector (scripts.realservices fetch)",

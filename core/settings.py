@@ -5,6 +5,13 @@ library code never reads the environment. Precedence, highest first: constructor
 environment (``HTTPBUS_ADMIN_TOKEN``, nested with ``__`` as in
 ``HTTPBUS_METASTORE__HOSTS``), the config file, the defaults.
 
+**One file for a deployment.** A file with a ``control_plane``, ``producer`` or ``worker``
+section is read by all three services: each takes its own section and the shared settings at
+the top (:data:`SHARED`: the metastore, the clusters, the audit trail, the admin token, the
+endpoint policy, the HTTP server limits) that it has. A top-level key that is neither shared
+nor a section is refused, like an unknown key in a section. A file without sections is one
+service's file, as before.
+
 Only a service's ``main()`` calls :meth:`SettingsBase.load`; this module defines how.
 """
 
@@ -13,9 +20,11 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import tomllib
 from pathlib import Path
 from typing import Any, ClassVar, Self, cast
 
+import yaml
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -24,12 +33,56 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+SECTIONS = ("control_plane", "producer", "worker")
+SHARED = frozenset(
+    {"admin_token", "metastore", "clusters", "audit", "endpoint_policy", "http_server"}
+)
+
+
+class DeploymentFile(PydanticBaseSettingsSource):
+    """One service's settings from a deployment file: the shared keys it has, then its
+    section (which wins)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any], section: str):
+        super().__init__(settings_cls)
+        unknown = sorted(set(data) - SHARED - set(SECTIONS))
+        if unknown:
+            raise ValueError(
+                f"config file: {', '.join(unknown)} at the top level: put a service's own "
+                f"settings in its section ({', '.join(SECTIONS)}); only "
+                f"{', '.join(sorted(SHARED))} are shared"
+            )
+        own = data.get(section) or {}
+        if not isinstance(own, dict):
+            raise ValueError(f"config file: {section} must be a mapping of settings")
+        fields = settings_cls.model_fields
+        self._values = {k: v for k, v in data.items() if k in SHARED and k in fields} | own
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self._values.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._values)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    if path.suffix in (".yaml", ".yml"):
+        data = yaml.safe_load(path.read_text()) or {}
+    elif path.suffix == ".toml":
+        data = tomllib.loads(path.read_text())
+    else:
+        raise ValueError(f"config file {path} must end in .yaml, .yml or .toml")
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {path} must hold a mapping of settings")
+    return data
+
 
 class SettingsBase(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="HTTPBUS_", env_nested_delimiter="__", frozen=True, extra="forbid"
     )
     config_file: ClassVar[Path | None] = None
+    section: ClassVar[str] = ""  # its section of a deployment file
 
     @classmethod
     def settings_customise_sources(
@@ -42,7 +95,10 @@ class SettingsBase(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         path = cls.config_file
-        if path is not None:
+        data = _read(path) if path is not None else {}
+        if path is not None and any(name in data for name in SECTIONS):
+            sources.append(DeploymentFile(settings_cls, data, cls.section))
+        elif path is not None:
             if path.suffix in (".yaml", ".yml"):
                 sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
             elif path.suffix == ".toml":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -18,13 +18,15 @@ def _embedded_only() -> dict[str, ClusterConfig]:
 
 
 class WorkerSettings(SettingsBase):
-    host: str = "127.0.0.1"
+    section: ClassVar[str] = "worker"  # of a deployment file (core.settings)
+    host: str = Field(default="127.0.0.1", description="the address it listens on")
     port: int = Field(default=8702, ge=1, le=65_535, description="health and metrics")
     metastore: MetaStoreConfig = EmbeddedMetaStoreConfig()
     clusters: dict[str, ClusterConfig] = Field(default_factory=_embedded_only)
     audit: AuditConfig = AuditConfig()
     member_id: str = Field(
         default_factory=lambda: default_member_id("worker"),
+        description="its name in the group of workers (unique per process)",
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
     )
     max_connections: int = Field(default=1_000, ge=1, le=100_000, description="to endpoints")
@@ -42,9 +44,15 @@ class WorkerSettings(SettingsBase):
             "comparisons in bench/senders.py now)"
         ),
     )
-    commit_every_n: int = Field(default=500, ge=1, le=1_000_000)
-    commit_every_s: float = Field(default=1.0, ge=0, le=60)
-    lock_retry_s: float = Field(default=0.5, gt=0, le=60)
+    commit_every_n: int = Field(
+        default=500, ge=1, le=1_000_000, description="commit after this many terminal messages"
+    )
+    commit_every_s: float = Field(
+        default=1.0, ge=0, le=60, description="... or after this long, whichever comes first"
+    )
+    lock_retry_s: float = Field(
+        default=0.5, gt=0, le=60, description="how often a subscription's taken lock is tried"
+    )
     status_interval_s: float = Field(
         default=1.0, gt=0, le=60, description="how often subscription figures are published"
     )

@@ -12,20 +12,22 @@ from .protocol import MetaStore
 class ZooKeeperConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["zookeeper"] = "zookeeper"
+    kind: Literal["zookeeper"] = Field(default="zookeeper", description="production")
     hosts: str = Field(default="127.0.0.1:2181", description="host:port,host:port")
     root: str = Field(
         default="/httpbus",
         pattern=r"^/[A-Za-z0-9_./-]*$",
         description="chroot of every httpbus path",
     )
-    session_timeout_s: float = Field(default=10.0, gt=0, le=120)
+    session_timeout_s: float = Field(
+        default=10.0, gt=0, le=120, description="how long a silent process keeps its locks"
+    )
 
 
 class EmbeddedMetaStoreConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["embedded"] = "embedded"
+    kind: Literal["embedded"] = Field(default="embedded", description="one machine (httpbus dev)")
     path: str = Field(default=".httpbus/metastore.db", description="the SQLite file")
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field, SecretStr
 
 from core.http_server import HttpServerLimits
@@ -15,14 +17,16 @@ def _embedded_only() -> dict[str, ClusterConfig]:
 
 
 class ProducerSettings(SettingsBase):
-    host: str = "127.0.0.1"
-    port: int = Field(default=8701, ge=1, le=65_535)
+    section: ClassVar[str] = "producer"  # of a deployment file (core.settings)
+    host: str = Field(default="127.0.0.1", description="the address it listens on")
+    port: int = Field(default=8701, ge=1, le=65_535, description="the produce API")
     admin_token: SecretStr | None = Field(default=None, description="may publish anywhere")
     metastore: MetaStoreConfig = EmbeddedMetaStoreConfig()
     clusters: dict[str, ClusterConfig] = Field(default_factory=_embedded_only)
     audit: AuditConfig = AuditConfig()
     member_id: str = Field(
         default_factory=lambda: default_member_id("producer"),
+        description="its name among the producers of a cutover (unique per process)",
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
     )
     max_carried_headers: int = Field(
@@ -38,7 +42,9 @@ class ProducerSettings(SettingsBase):
         default=30.0, gt=0, le=600, description="the most a produce request's body may take (408)"
     )
     http_server: HttpServerLimits = HttpServerLimits()
-    unknown_topic_cache_s: float = Field(default=1.0, ge=0, le=60)
+    unknown_topic_cache_s: float = Field(
+        default=1.0, ge=0, le=60, description="how long a 404 for a topic is remembered"
+    )
     cutover_hold_timeout_s: float = Field(
         default=5.0, gt=0, le=120, description="longest a request waits through a cutover switch"
     )

@@ -21,12 +21,18 @@ class _Cluster(BaseModel):
 
 
 class KafkaClusterConfig(_Cluster):
-    backend: Literal["kafka"] = "kafka"
-    bootstrap_servers: str = "127.0.0.1:9092"
+    backend: Literal["kafka"] = Field(default="kafka", description="Apache Kafka")
+    bootstrap_servers: str = Field(default="127.0.0.1:9092", description="host:port,host:port")
     # Production: replication 3, min ISR 2 (acks=all then survives one broker down).
-    replication_factor: int = Field(default=1, ge=1, le=10)
-    min_insync_replicas: int = Field(default=1, ge=1, le=10)
-    linger_ms: int = Field(default=1, ge=0, le=1_000)
+    replication_factor: int = Field(
+        default=1, ge=1, le=10, description="of the topics it creates; production: 3"
+    )
+    min_insync_replicas: int = Field(
+        default=1, ge=1, le=10, description="of the topics it creates; production: 2"
+    )
+    linger_ms: int = Field(
+        default=1, ge=0, le=1_000, description="librdkafka linger.ms: batching against latency"
+    )
     fence_settle_s: float | None = Field(
         default=None,
         ge=0,
@@ -40,17 +46,19 @@ class KafkaClusterConfig(_Cluster):
 
 
 class PulsarClusterConfig(_Cluster):
-    backend: Literal["pulsar"] = "pulsar"
-    service_url: str = "pulsar://127.0.0.1:6650"
-    admin_url: str = "http://127.0.0.1:8080"
-    tenant: str = "public"
-    namespace: str = "default"
-    batching: bool = True
-    admin_token: str | None = None
+    backend: Literal["pulsar"] = Field(default="pulsar", description="Apache Pulsar")
+    service_url: str = Field(default="pulsar://127.0.0.1:6650", description="the binary protocol")
+    admin_url: str = Field(default="http://127.0.0.1:8080", description="the admin REST API")
+    tenant: str = Field(default="public", description="where its topics are created")
+    namespace: str = Field(default="default", description="... in this namespace")
+    batching: bool = Field(default=True, description="producer batching")
+    admin_token: str | None = Field(default=None, description="token of the admin REST API")
 
 
 class EmbeddedClusterConfig(_Cluster):
-    backend: Literal["embedded"] = "embedded"
+    backend: Literal["embedded"] = Field(
+        default="embedded", description="one machine (httpbus dev)"
+    )
     path: str = Field(default=".httpbus/segments.db", description="the SQLite file")
 
 
@@ -66,5 +74,5 @@ class AuditConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     cluster: str | None = Field(default=None, description="None: no audit trail")
-    topic: str = "httpbus.audit"
-    partitions: int = Field(default=4, ge=1, le=512)
+    topic: str = Field(default="httpbus.audit", description="the audit topic")
+    partitions: int = Field(default=4, ge=1, le=512, description="when it is created")

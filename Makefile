@@ -8,7 +8,7 @@ PHASE := scripts/phase.sh
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-unit lint types check services-up services-down services-status clean
+.PHONY: install run run-real test test-unit lint types check services-up services-down services-status clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,14 @@ install:
 ## The platform on the embedded default (control plane on 127.0.0.1:8700).
 run: install
 	$(VENV)/bin/httpbus dev
+
+## The platform on this machine's real ZooKeeper, Kafka, Pulsar and PostgreSQL (docs/running.md):
+## starts them (make services-up), writes one deployment file for them, runs httpbus run on it.
+run-real: services-up
+	@mkdir -p .httpbus
+	@test -s .httpbus/real.yaml || $(SERVICES) deployment > .httpbus/real.yaml
+	@echo "deployment file .httpbus/real.yaml (its admin_token is the admin token)"
+	$(VENV)/bin/httpbus run --config .httpbus/real.yaml
 
 ## The whole suite against real ZooKeeper, Kafka and Pulsar, started and stopped here.
 ## Helm, for the chart tests, is built once from Go modules into ~/.cache/httpbus (scripts/tools/helm.sh).

@@ -65,7 +65,8 @@ class DeploymentFile(PydanticBaseSettingsSource):
         return dict(self._values)
 
 
-def _read(path: Path) -> dict[str, Any]:
+def read_config(path: Path) -> dict[str, Any]:
+    """A settings file's mapping (YAML or TOML)."""
     if path.suffix in (".yaml", ".yml"):
         data = yaml.safe_load(path.read_text()) or {}
     elif path.suffix == ".toml":
@@ -95,7 +96,7 @@ class SettingsBase(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         path = cls.config_file
-        data = _read(path) if path is not None else {}
+        data = read_config(path) if path is not None else {}
         if path is not None and any(name in data for name in SECTIONS):
             sources.append(DeploymentFile(settings_cls, data, cls.section))
         elif path is not None:

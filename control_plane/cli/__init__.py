@@ -10,13 +10,14 @@ import typer
 
 from core.version import VERSION
 
-from . import audit, db, dev, dlq, produce, project, sub, tail, topic, trace
+from . import audit, db, dev, dlq, produce, project, run, sub, tail, topic, trace
 from .common import EXIT_CODES_HELP
 
 cli = typer.Typer(
     help=f"httpbus: an HTTP asynchronous message bus. {EXIT_CODES_HELP}", no_args_is_help=True
 )
 cli.command()(dev.dev)
+cli.command()(run.run)
 cli.command()(produce.produce)
 cli.add_typer(project.app, name="project")
 cli.add_typer(topic.app, name="topic")

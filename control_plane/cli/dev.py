@@ -113,7 +113,7 @@ def _start_producer(
     return subprocess.Popen(
         [sys.executable, "-m", "producer_api", "--config", str(config)],
         env=env,
-        preexec_fn=_end_with_parent,
+        preexec_fn=end_with_parent,
     )
 
 
@@ -137,11 +137,11 @@ def _start_worker(
     )
     return subprocess.Popen(
         [sys.executable, "-m", "delivery_workers", "--config", str(config)],
-        preexec_fn=_end_with_parent,
+        preexec_fn=end_with_parent,
     )
 
 
-def _end_with_parent() -> None:
+def end_with_parent() -> None:
     """Runs in the child before exec: the kernel sends it SIGTERM when ``httpbus dev`` dies.
     uvicorn re-raises the SIGTERM it handled, so ``dev`` may end without its ``finally``."""
     if sys.platform == "linux":

@@ -1,4 +1,6 @@
-"""``python -m scripts.realservices fetch|up|down|status|run -- CMD``.
+"""``python -m scripts.realservices fetch|up|down|status|deployment|run -- CMD``.
+
+``deployment`` prints a deployment file for the running servers (``make run-real``).
 
 ``run`` starts the servers, runs CMD with ``HTTPBUS_SERVICES_FILE`` pointing at the state
 file, prints the tail of every server log when CMD fails, and always stops the servers it
@@ -8,7 +10,9 @@ started: on success, on failure, on Ctrl-C and on SIGTERM.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -17,7 +21,10 @@ import time
 from pathlib import Path
 from types import FrameType
 
+import yaml
+
 from . import maven
+from .deployment import deployment
 from .maven import MissingTool
 from .supervisor import Supervisor, tail
 
@@ -37,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="run folder (data, logs, state)")
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="classpath cache")
     p.add_argument("--only", default=",".join(NAMES), help="comma-separated subset of servers")
-    p.add_argument("command", choices=["fetch", "up", "down", "status", "run"])
+    p.add_argument("command", choices=["fetch", "up", "down", "status", "deployment", "run"])
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="with run: the command to run")
     return p
 
@@ -82,6 +89,16 @@ def _run(sup: Supervisor, names: list[str], cmd: list[str]) -> int:
     return rc
 
 
+def _deployment(state_file: Path) -> int:
+    if not state_file.exists():
+        print("no servers running: make services-up first", file=sys.stderr)
+        return 1
+    endpoints = json.loads(state_file.read_text())["endpoints"]
+    token = os.environ.get("HTTPBUS_ADMIN_TOKEN") or secrets.token_urlsafe(24)
+    print(yaml.safe_dump(deployment(endpoints, admin_token=token), sort_keys=False), end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     names = [n for n in args.only.split(",") if n]
@@ -105,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             _timed(f"started {', '.join(names)}; state in {sup.state_file}", t0)
         elif args.command == "down":
             print(f"stopped: {', '.join(sup.stop()) or 'nothing was running'}")
+        elif args.command == "deployment":
+            return _deployment(sup.state_file)
         elif args.command == "status":
             for name, proc in sup.running().items():
                 print(f"{name}: pid {proc.pid}, log {proc.log}")

@@ -95,19 +95,9 @@ def _tour(http: httpx.Client, cp: str, producer: str, endpoint: Hook) -> None:
     assert r.status_code == 201, r.text
     first = r.json()
     assert first["segment"] == 1
-    out = ok(
-        httpbus(
-            producer,
-            "produce",
-            "shop",
-            "orders",
-            "--count",
-            "100",
-            "--group",
-            "customer-7",
-            token=TOKEN,
-        )
-    )
+    # As the README: the produce command takes the token of HTTPBUS_TOKEN (here --token).
+    produce = ("produce", "shop", "orders", "--count", "100", "--group", "customer-7")
+    out = ok(httpbus(producer, *produce, "--url", producer, "--token", TOKEN))
     assert "100" in out
     segments = http.get(f"{cp}/v1/projects/shop/topics/orders/segments").json()
     assert segments["segments"][0]["cluster"] == "kafka-main"

@@ -165,14 +165,13 @@ def test_dlq_lists_failed_messages_unsideline_replays_them_and_purge_asks_first(
 def test_a_dead_lettered_message_is_traced_from_the_dlq_and_from_the_search_box(
     page: Page, dev: Dev, endpoint: Hook
 ) -> None:
-    _topic_and_sub(dev, "shop", "payments", {"name": "billing", "endpoint": {"url": endpoint.url}})
+    _topic_and_sub(dev, "shop", "payments", {"name": "payer", "endpoint": {"url": endpoint.url}})
     endpoint.status = 400  # not retryable: straight to the DLQ
     publish(dev, "shop", "payments", [b"payment-1"])
-    until_sync(lambda: _dlq_size(dev, "billing") == 1, 30, "the payment in the DLQ")
+    until_sync(lambda: _dlq_size(dev, "payer") == 1, 30, "the payment in the DLQ")
     with admin(dev) as api:
-        (entry,) = api.get("/v1/projects/shop/subscriptions/billing/dlq/messages").json()[
-            "messages"
-        ]
+        dlq = api.get("/v1/projects/shop/subscriptions/payer/dlq/messages").json()
+        (entry,) = dlq["messages"]
         mid = entry["message_id"]
         trace = f"/v1/projects/shop/topics/payments/messages/{mid}"
 
@@ -181,10 +180,10 @@ def test_a_dead_lettered_message_is_traced_from_the_dlq_and_from_the_search_box(
             return r.status_code == 200 and r.json()["subscriptions"][0]["state"] == "dead_lettered"
 
         until_sync(indexed, 10, "the trace saying dead_lettered")
-    log_in(page, dev, "/ui/projects/shop/subscriptions/billing/dlq")
+    log_in(page, dev, "/ui/projects/shop/subscriptions/payer/dlq")
     page.click("#dlq a.trace-link")
     expect(page.locator("h1")).to_contain_text(f"Trace of {mid}")
-    section = page.locator("section.trace-sub[data-subscription='shop/billing']")
+    section = page.locator("section.trace-sub[data-subscription='shop/payer']")
     expect(section.locator(".state")).to_have_text("dead_lettered")
     expect(section.locator("circle.trace-mark[data-type=attempted]")).to_have_count(1)
     expect(section.locator("circle.trace-mark[data-type=dead_lettered]")).to_have_count(1)

@@ -8,6 +8,7 @@ import asyncio
 import time
 from pathlib import Path
 
+from core.filters import compile_filter
 from delivery_workers.filter_budget import FilterBudget
 from segments.protocol import Record
 from tests.support.until import until
@@ -52,12 +53,29 @@ async def test_a_backlog_of_expensive_filters_never_holds_the_event_loop(tmp_pat
             await world.store.produce(
                 world.storage, Record(base.value, key=None, headers=base.headers + HEADERS)
             )
+        work = COUNT * _evaluation_s()  # the filter time of the whole backlog, here and now
         async with Running(world, hostile) as slow, Running(world, plain) as fast:
             with LoopLag() as lag:
                 await until(lambda: slow.stats.filtered >= COUNT, 60, "the hostile filter")
             await until(lambda: fast.stats.delivered >= COUNT, 60, "the plain subscription")
-    print(f"\nworst event-loop stall with {COUNT} hostile evaluations: {lag.worst * 1000:.1f} ms")
-    assert lag.worst < 0.1, f"the event loop was held {lag.worst:.3f} s"
+    print(
+        f"\nworst event-loop stall with {COUNT} hostile evaluations: {lag.worst * 1000:.1f} ms "
+        f"of {work * 1000:.0f} ms of filter work"
+    )
+    # Without the budget one read batch holds the loop for all of it (1 084 ms of 1 100 here);
+    # with it, about one evaluation and a slice. A share, not a time: it holds under load.
+    assert lag.worst < 0.3 * work, f"the event loop was held {lag.worst:.3f} s of {work:.3f} s"
+
+
+def _evaluation_s() -> float:
+    """The median time of one evaluation of the hostile filter on this machine, now."""
+    matcher = compile_filter(HOSTILE)
+    times = []
+    for _ in range(5):
+        started = time.perf_counter()
+        matcher.matches(HEADERS, group=None, topic="p/t", content_type=None)
+        times.append(time.perf_counter() - started)
+    return sorted(times)[2]
 
 
 async def test_the_budget_yields_every_slice_and_sleeps_past_its_share() -> None:

@@ -78,7 +78,7 @@ def create_app(
             )
             yield
 
-    trace_index = TraceIndex.from_url(settings.database_url)
+    trace_index = TraceIndex(audit_api.shared_store(settings.database_url).engine)  # one pool
     app = FastAPI(title="httpbus control plane", version=VERSION, lifespan=lifespan)
     http_errors.install(app)
     metrics = ControlPlaneMetrics()

@@ -52,7 +52,6 @@ class TraceIndexer(LeaderElection):
         self.retention_s = retention_s
         self.records_per_read = records_per_read
         self.prune_every_s = prune_every_s
-        self.indexed = 0  # events inserted by this process
         self._positions: dict[int, int] = {}
 
     async def lead(self, lost: asyncio.Event) -> None:
@@ -80,8 +79,6 @@ class TraceIndexer(LeaderElection):
 
     async def round(self) -> bool:
         """Read what is new on every partition, index it, commit; whether anything was."""
-        if not self._positions and not await self._start():
-            return False
         events: list[SourcedEvent] = []
         moved: dict[int, int] = {}
         for partition, position in self._positions.items():
@@ -93,7 +90,7 @@ class TraceIndexer(LeaderElection):
                 moved[partition] = records[-1].position + 1
         if not moved:
             return False
-        self.indexed += await asyncio.to_thread(self.index.insert, events)
+        await asyncio.to_thread(self.index.insert, events)
         await self.store.commit(self.topic, GROUP, {**self._positions, **moved})
         self._positions.update(moved)
         return True

@@ -137,7 +137,8 @@ class Attempts:
         foresaw) fails this message as an unexpected error, retried and dead-lettered by its
         policy: an exception here would leave the message in flight for ever and stall its
         group and the commit behind it."""
-        started, started_ns = time.perf_counter(), time.time_ns()
+        started = time.perf_counter()
+        started_ns = time.time_ns() if telemetry.enabled else 0  # spans only
         try:
             result = await self.sender.send(delivery)
         except Exception as exc:

@@ -152,8 +152,7 @@ class SegmentReading:
         """A message the runner failed on again and again: no filter, no envelope, only its
         group; its attempt dead-letters it (:mod:`.poison`)."""
         group = header(msg.headers, GROUP_ID) or None  # the plainest read of it
-        meta = RetryMeta(origin=origin, topic=self.name)
-        await self.routing.admit(Item(msg, source, Kind.FRESH, group, meta))
+        await self._admit(source, msg, group, origin)
 
     async def _take_one(self, source: Source, msg: Stored, origin: str) -> None:
         envelope = Envelope.of(msg.headers)
@@ -176,5 +175,8 @@ class SegmentReading:
             source.done(msg)
             self.dispatch.wake()
             return
+        await self._admit(source, msg, group, origin)
+
+    async def _admit(self, source: Source, msg: Stored, group: str | None, origin: str) -> None:
         meta = RetryMeta(origin=origin, topic=self.name)
         await self.routing.admit(Item(msg, source, Kind.FRESH, group, meta))

@@ -118,7 +118,7 @@ class SubscriptionRunner:
             self.shard,
         )
         routing.start()
-        committer = self.committer = Committer(self._policy, self.name, routing, self.audit.sink)
+        committer = Committer(self._policy, self.name, routing, self.audit.sink)
         attempts = Attempts(
             self.sub, self.sender, self.dispatch, routing, self.stats, self.audit, self.poisoned
         )

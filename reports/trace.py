@@ -96,17 +96,26 @@ class TraceIndex:
 
     def message(self, project: str, topic: str, message_id: str) -> list[TraceEventRow]:
         """Every indexed event of one message, oldest first."""
+        return self.messages(project, topic, [message_id]).get(message_id, [])
+
+    def messages(
+        self, project: str, topic: str, message_ids: Sequence[str]
+    ) -> dict[str, list[TraceEventRow]]:
+        """Every indexed event of each of ``message_ids`` (one query), oldest first."""
         query = (
             select(TraceEventRow)
             .where(
                 TraceEventRow.project == project,
                 TraceEventRow.topic == topic,
-                TraceEventRow.message_id == message_id,
+                TraceEventRow.message_id.in_(message_ids),
             )
             .order_by(TraceEventRow.at_ms, TraceEventRow.id)
         )
+        found: dict[str, list[TraceEventRow]] = {}
         with self._connection() as conn:
-            return [TraceEventRow(**row._mapping) for row in conn.execute(query)]
+            for row in conn.execute(query):
+                found.setdefault(row.message_id, []).append(TraceEventRow(**row._mapping))
+        return found
 
     def group(self, project: str, topic: str, group: str, limit: int) -> list[str]:
         """The ids of the last ``limit`` messages accepted in ``group``, newest first (the

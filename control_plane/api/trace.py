@@ -56,10 +56,8 @@ def router(admin_token: str, index: TraceIndex) -> APIRouter:
         await admin.catalog.get_topic(project, topic)
         ids = await run_in_threadpool(index.group, project, topic, group, limit)
         subs = [f"{p}/{s}" for p, s in await admin.catalog.subscribers(project, topic)]
-        traces = []
-        for mid in ids:
-            rows = await run_in_threadpool(index.message, project, topic, mid)
-            traces.append(message_trace(project, topic, mid, rows, subs))
+        events = await run_in_threadpool(index.messages, project, topic, ids)
+        traces = [message_trace(project, topic, m, events.get(m, []), subs) for m in ids]
         return {"group": group, "messages": traces}
 
     return api

@@ -12,6 +12,7 @@ A subscription's state is read off its events in time order:
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -65,26 +66,23 @@ def _stored(accepted: TraceEventRow | None) -> dict[str, Any] | None:
         "accepted_at": rfc3339(accepted.at_ms),
         "size": accepted.size,
         "group": accepted.group_id,
+        "headers": json.loads(accepted.headers) if accepted.headers else {},
     }
 
 
 def _subscription(name: str, events: list[TraceEventRow]) -> dict[str, Any]:
     state = "pending"
     attempts = []
+    level_ms = None  # the delay level the next attempt waited in
     for event in events:
         if event.type == "attempted":
             ok = event.status is not None and 200 <= event.status < 300
             state = "delivering" if ok else "retrying"
-            attempts.append(
-                {
-                    "at": rfc3339(event.at_ms),
-                    "attempt": event.attempt,
-                    "status": event.status,
-                    "error": event.error,
-                }
-            )
+            attempts.append({**_fields(event, ATTEMPT_FIELDS), "waited_in_level_ms": level_ms})
+            level_ms = None
         else:
             state = STATE_OF.get(event.type, state)
+            level_ms = event.level_ms if event.type == "retried" else None
     return {
         "subscription": name,
         "state": state,
@@ -93,10 +91,14 @@ def _subscription(name: str, events: list[TraceEventRow]) -> dict[str, Any]:
     }
 
 
+ATTEMPT_FIELDS = ("attempt", "status", "error", "latency_ms", "answer")
+EVENT_FIELDS = (*ATTEMPT_FIELDS, "level_ms")
+
+
+def _fields(event: TraceEventRow, names: tuple[str, ...]) -> dict[str, Any]:
+    return {"at": rfc3339(event.at_ms), **{name: getattr(event, name) for name in names}}
+
+
 def _event(event: TraceEventRow) -> dict[str, Any]:
-    found: dict[str, Any] = {"type": event.type, "at": rfc3339(event.at_ms)}
-    for key in ("attempt", "status", "error"):
-        value = getattr(event, key)
-        if value is not None:
-            found[key] = value
-    return found
+    found = {k: v for k, v in _fields(event, EVENT_FIELDS).items() if v is not None}
+    return {"type": event.type, **found}

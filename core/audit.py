@@ -54,6 +54,16 @@ class AuditEvent(BaseModel):
     circuit_to: str | None = None
     reason: str | None = None
     failure_rate: float | None = None
+    latency_ms: float | None = Field(default=None, description="attempted: the attempt's latency")
+    answer: str | None = Field(
+        default=None, description="attempted: the first characters of the endpoint's answer"
+    )
+    level_ms: int | None = Field(
+        default=None, description="retried: the delay level the message waits in"
+    )
+    headers: dict[str, str] | None = Field(
+        default=None, description="accepted: the headers the client sent with the message"
+    )
 
     def to_bytes(self) -> bytes:
         return self.model_dump_json(exclude_none=True).encode()

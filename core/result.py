@@ -6,7 +6,8 @@ choice: :func:`core.retry.decide` is the one place that reads these facts agains
 - ``error_kind``: why no answer came (:class:`ErrorKind`), None when one came;
 - ``retry_after``: the endpoint's own ``Retry-After`` in seconds (delta-seconds or an
   HTTP-date, capped at :data:`MAX_RETRY_AFTER_S`), read on every failed answer;
-- ``error``: a human line for the DLQ and the audit trail (never parsed).
+- ``error``: a human line for the DLQ and the audit trail (never parsed);
+- ``answer``: the first characters of the answer's body (whitespace folded), for the trace.
 
 Redirects are never followed: the endpoint is what the operator configured, and a redirect
 would send a signed payload to a URL nobody approved (and 301/302/303 turn a POST into a
@@ -66,13 +67,13 @@ def _excerpt(body: bytes) -> str:
     return text[:EXCERPT_CHARS]
 
 
-def _status_error(status: int, headers: Mapping[str, str], body: bytes) -> str:
+def _status_error(status: int, headers: Mapping[str, str], answer: str | None) -> str:
     error = f"HTTP {status}"
     if 300 <= status < 400:
         location = _header(headers, "location")
         error += f": redirects are not followed (Location: {location or 'none'})"
-    elif body:
-        error += f": {_excerpt(body)}"
+    elif answer:
+        error += f": {answer}"
     return error
 
 
@@ -86,6 +87,7 @@ class DeliveryResult:
     retry_after: float | None = None
     error: str | None = None
     latency_s: float = 0.0
+    answer: str | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -105,12 +107,13 @@ class DeliveryResult:
     ) -> DeliveryResult:
         """An answer. ``body`` (the start of the response) goes into the error of a failure,
         so the DLQ shows what the endpoint said; ``now`` reads HTTP-dates."""
+        answer = _excerpt(body) or None
         if 200 <= status < 300:
-            return cls(status, latency_s=latency_s)
-        error = _status_error(status, headers, body)
+            return cls(status, latency_s=latency_s, answer=answer)
+        error = _status_error(status, headers, answer)
         now = time.time() if now is None else now
         after = parse_retry_after(_header(headers, "retry-after"), now)
-        return cls(status, None, after, error, latency_s)
+        return cls(status, None, after, error, latency_s, answer)
 
     @classmethod
     def failure(cls, kind: ErrorKind, error: str, latency_s: float = 0.0) -> DeliveryResult:

@@ -105,6 +105,8 @@ class Attempts:
                     attempt=attempt,
                     status=result.status,
                     error=result.error,
+                    latency_ms=round(result.latency_s * 1000, 1),
+                    answer=result.answer,
                 )
                 verdict = decide(policy, result, attempt)
                 if verdict is DELIVERED:

@@ -313,6 +313,7 @@ class Routing:
             status=result.status,
             error=result.error,
             due_at_ms=meta.due_ms,
+            level_ms=verdict.level_ms,
         )
         for follower in drained:
             self._hold(follower)

@@ -37,6 +37,7 @@ from core.envelope import (
     PRODUCED_AT,
     TRACE_CONTEXT,
 )
+from core.envelope import decode as _unwire
 from core.envelope import encode as _wire
 from core.errors import HeadersTooLarge, HttpbusError, Malformed, TooLarge
 from core.http_fields import content_type_problem, field_problem
@@ -127,6 +128,16 @@ class _Shape:
         stored = ((MESSAGE_ID, message_id.encode()), *self.rest)
         size = self.rest_bytes + _id_bytes(self.message_id)
         return Parsed(message_id, self.group_id, self.deliver_at_ms, stored, size)
+
+
+def audit_headers(stored: Sequence[tuple[str, bytes]]) -> dict[str, str] | None:
+    """The headers of an accepted event (for the trace): the stored ones but the message id
+    and the acceptance time, which the event has fields of its own for."""
+    found = {name: _unwire(value) for name, value in stored if name not in _NOT_AUDITED}
+    return found or None
+
+
+_NOT_AUDITED = {MESSAGE_ID, PRODUCED_AT}
 
 
 def _carried(name: str, value: str) -> tuple[str, bytes]:

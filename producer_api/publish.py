@@ -170,6 +170,7 @@ class Publisher:
                     produced_at_ms=now_ms,
                     size=size,
                     due_at_ms=parsed.deliver_at_ms,
+                    headers=headers.audit_headers(parsed.headers),
                 )
             )
         return Accepted(parsed.message_id, written.segment_id, written.partition, written.position)

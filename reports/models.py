@@ -151,3 +151,7 @@ class TraceEventRow(Base):
     size: Mapped[int | None] = mapped_column(Integer)
     produced_at_ms: Mapped[int | None] = mapped_column(BigInteger)
     error: Mapped[str | None] = mapped_column(Text)
+    latency_ms: Mapped[float | None] = mapped_column(Float)
+    answer: Mapped[str | None] = mapped_column(Text)
+    level_ms: Mapped[int | None] = mapped_column(BigInteger)
+    headers: Mapped[str | None] = mapped_column(Text)  # JSON of the accepted event's headers

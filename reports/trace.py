@@ -13,6 +13,7 @@ thread. Database errors become ``StorageUnavailable``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -56,6 +57,10 @@ class SourcedEvent:
             "size": e.size,
             "produced_at_ms": e.produced_at_ms,
             "error": e.error[:ERROR_CHARS] if e.error else None,
+            "latency_ms": e.latency_ms,
+            "answer": e.answer[:ERROR_CHARS] if e.answer else None,
+            "level_ms": e.level_ms,
+            "headers": json.dumps(e.headers, separators=(",", ":")) if e.headers else None,
         }
 
 

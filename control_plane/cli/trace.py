@@ -54,6 +54,8 @@ def _show(trace: dict[str, Any]) -> None:
         else "its accepted event is not in the index (older than the retention)"
     )
     typer.echo(f"{trace['project']}/{trace['topic']} {trace['message_id']}: {where}")
+    for name, value in ((stored or {}).get("headers") or {}).items():
+        typer.echo(f"  {name}: {value}")
     rows = [
         (
             sub["subscription"],
@@ -62,10 +64,26 @@ def _show(trace: dict[str, Any]) -> None:
             event["type"],
             event.get("attempt", ""),
             event.get("status", ""),
-            (event.get("error") or "")[:60],
+            _ms(event.get("latency_ms")),
+            (event.get("error") or event.get("answer") or "")[:60],
+            _ms(event.get("level_ms")),
         )
         for sub in trace["subscriptions"]
         for event in sub["events"] or [{"at": "", "type": "(no event yet)"}]
     ]
-    cols = ("subscription", "state", "at", "event", "attempt", "status", "error")
+    cols = (
+        "subscription",
+        "state",
+        "at",
+        "event",
+        "attempt",
+        "status",
+        "latency",
+        "answer",
+        "delay level",
+    )
     table(f"trace of {trace['message_id']}", cols, rows)
+
+
+def _ms(value: float | None) -> str:
+    return "" if value is None else f"{value:g} ms"

@@ -36,12 +36,30 @@ def _story() -> list[AuditEvent]:
     mailer, nothing yet for audit; both of group g."""
     A, T = AuditType, "attempted"
     return [
-        _event(A.ACCEPTED, "m1", segment=1, partition=0, position=7, size=11, group="g"),
+        _event(
+            A.ACCEPTED,
+            "m1",
+            segment=1,
+            partition=0,
+            position=7,
+            size=11,
+            group="g",
+            headers={"x-group-id": "g", "x-region": "eu"},
+        ),
         _event(A.ACCEPTED, "m2", segment=1, partition=0, position=8, size=12, group="g"),
         _event(A.FILTERED, "m1", "audit"),
-        _event(AuditType(T), "m1", "mailer", attempt=1, status=503, error="HTTP 503"),
-        _event(A.RETRIED, "m1", "mailer", attempt=1, status=503),
-        _event(AuditType(T), "m1", "mailer", attempt=2, status=204),
+        _event(
+            AuditType(T),
+            "m1",
+            "mailer",
+            attempt=1,
+            status=503,
+            error="HTTP 503: busy",
+            latency_ms=12.5,
+            answer="busy",
+        ),
+        _event(A.RETRIED, "m1", "mailer", attempt=1, status=503, level_ms=30_000),
+        _event(AuditType(T), "m1", "mailer", attempt=2, status=204, latency_ms=3.0, answer="ok"),
         _event(A.DELIVERED, "m1", "mailer", attempt=2, status=204),
         _event(AuditType(T), "m2", "mailer", attempt=1, status=400, error="HTTP 400"),
         _event(A.DEAD_LETTERED, "m2", "mailer", attempt=1, status=400, error="HTTP 400"),
@@ -81,12 +99,17 @@ async def test_a_message_is_traced_within_seconds_of_its_events(tmp_path: Path) 
         "accepted_at": m1["stored"]["accepted_at"],
         "size": 11,
         "group": "g",
+        "headers": {"x-group-id": "g", "x-region": "eu"},
     }
     states = {s["subscription"]: s for s in m1["subscriptions"]}
     assert states["shop/audit"]["state"] == "filtered"
     mailer = states["shop/mailer"]
     assert mailer["state"] == "delivered"
-    assert [(a["attempt"], a["status"]) for a in mailer["attempts"]] == [(1, 503), (2, 204)]
+    assert [
+        (a["attempt"], a["status"], a["latency_ms"], a["answer"], a["waited_in_level_ms"])
+        for a in mailer["attempts"]
+    ] == [(1, 503, 12.5, "busy", None), (2, 204, 3.0, "ok", 30_000)]
+    assert mailer["events"][1]["level_ms"] == 30_000
     assert [e["type"] for e in mailer["events"]] == [
         "attempted",
         "retried",

@@ -59,6 +59,14 @@ def test_the_error_shows_the_start_of_the_response_body() -> None:
     assert result.error is not None
     assert result.error.startswith('HTTP 400: {"error": "bad signature"}xxx')
     assert len(result.error) <= len("HTTP 400: ") + 200
+    assert result.answer is not None and result.error == f"HTTP 400: {result.answer}"
+
+
+def test_the_start_of_any_answer_is_kept_for_the_trace() -> None:
+    delivered = DeliveryResult.from_response(200, {}, 0.1, body=b' {"ok":\n true} ')
+    assert delivered.answer == '{"ok": true}' and delivered.error is None
+    assert DeliveryResult.from_response(204, {}, 0.1).answer is None
+    assert DeliveryResult.from_response(200, {}, 0.1, body=b" \n").answer is None
 
 
 @pytest.mark.parametrize(

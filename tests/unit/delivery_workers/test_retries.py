@@ -219,6 +219,12 @@ async def test_retried_dead_lettered_and_unsidelined_are_audited(world: World) -
     assert (AuditType.DEAD_LETTERED, 2, 400) in kinds
     assert AuditType.UNSIDELINED in [k for k, _, _ in kinds]
     assert kinds[-1] == (AuditType.DELIVERED, 1, 204)  # attempts reset by the replay
+    # for the trace: each attempt's latency, the level a retried message waits in
+    mine = [e for e in recorder.events if e.message_id == mid]
+    attempts = [e for e in mine if e.type is AuditType.ATTEMPTED]
+    assert len(attempts) == 3 and all(e.latency_ms is not None for e in attempts)
+    (retried,) = [e for e in mine if e.type is AuditType.RETRIED]
+    assert retried.level_ms == 250  # a 300 ms wait: the largest level not longer
     first = next(e for e in recorder.events if e.message_id == mid)
     # read from the segment: the produce time rides along, for the latency report
     assert first.produced_at_ms is not None and 0 < first.at_ms - first.produced_at_ms < 60_000

@@ -198,7 +198,9 @@ async def test_bad_batches(env: Env, body: bytes, code: str) -> None:
 
 async def test_accepted_messages_are_audited(env: Env) -> None:
     r = await env.client.post(
-        URL.format("orders"), content=b"abc", headers={"X-Message-Id": "aud-1"}
+        URL.format("orders"),
+        content=b"abc",
+        headers={"X-Message-Id": "aud-1", "X-Region": "eu", "Content-Type": "text/plain"},
     )
     assert r.status_code == 201
     events: list[AuditEvent] = []
@@ -210,6 +212,7 @@ async def test_accepted_messages_are_audited(env: Env) -> None:
         await asyncio.sleep(0.05)
     [event] = [e for e in events if e.message_id == "aud-1"]
     assert event.type is AuditType.ACCEPTED and event.size == 3
+    assert event.headers == {"content-type": "text/plain", "x-region": "eu"}  # for the trace
     assert (event.partition, event.position) == (r.json()["partition"], r.json()["position"])
 
 

@@ -9,6 +9,7 @@ Every update is a compare-and-set on the version the caller read.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 
@@ -97,9 +98,13 @@ class Catalog:
         return await self.get_topic(p, t)
 
     async def get_topic(self, project: str, name: str) -> Topic:
-        node = await self._require(paths.topic(project, name), f"topic {project}/{name}")
-        segments = await self.list_segments(project, name)
-        pointer = _pointer(await self.store.get(paths.produce_pointer(project, name)))
+        # Three independent reads, in parallel: a cutover's pause waits on this read.
+        node, segments, pointer_node = await asyncio.gather(
+            self._require(paths.topic(project, name), f"topic {project}/{name}"),
+            self.list_segments(project, name),
+            self.store.get(paths.produce_pointer(project, name)),
+        )
+        pointer = _pointer(pointer_node)
         return Topic.model_validate_json(node.data).model_copy(
             update={
                 "version": node.version,
@@ -143,11 +148,10 @@ class Catalog:
 
     # ------------------------------------------------------------ segments
     async def list_segments(self, project: str, topic: str) -> list[Segment]:
-        out = []
-        for child in await self.store.children(paths.segments(project, topic)):
-            node = await self.store.get(f"{paths.segments(project, topic)}/{child}")
-            if node is not None:
-                out.append(Segment.model_validate_json(node.data))
+        parent = paths.segments(project, topic)
+        children = await self.store.children(parent)
+        nodes = await asyncio.gather(*(self.store.get(f"{parent}/{c}") for c in children))
+        out = [Segment.model_validate_json(n.data) for n in nodes if n is not None]
         return sorted(out, key=lambda s: s.id)
 
     async def add_segment(self, project: str, topic: str, segment: Segment) -> None:
@@ -171,8 +175,10 @@ class Catalog:
                 f"{topic.project}/{topic.name} no longer writes segment {sealed.id}"
             )
         p, t = topic.project, topic.name
-        old = await self._require(paths.segment(p, t, sealed.id), f"segment {sealed.id}")
-        new = await self._require(paths.segment(p, t, active.id), f"segment {active.id}")
+        old, new = await asyncio.gather(
+            self._require(paths.segment(p, t, sealed.id), f"segment {sealed.id}"),
+            self._require(paths.segment(p, t, active.id), f"segment {active.id}"),
+        )
         ops: list[Op] = [
             Update(paths.segment(p, t, sealed.id), _dump(sealed), old.version),
             Update(paths.segment(p, t, active.id), _dump(active), new.version),

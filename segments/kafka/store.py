@@ -227,11 +227,12 @@ class KafkaSegmentStore(AsyncResource):
         """Fence the topic and return its final ends (the module docstring has the argument);
         ``settle_s`` replaces the settings' settle (see "Short settle")."""
         count = await self._count(name, time.monotonic() + self._timeout, fresh=True)
-        recorded = await self._group_offsets(SEAL_GROUP, name, count)
+        recorded, configs = await asyncio.gather(  # both before the fence: one round trip
+            self._group_offsets(SEAL_GROUP, name, count), self._configs(name)
+        )
         if len(recorded) == count:
             self._sealed.add(name)
             return recorded
-        configs = await self._configs(name)
         ahead = configs.get("message.timestamp.after.max.ms", str(2**63 - 1))
         if int(ahead) > MAX_FUTURE_TIMESTAMP_MS:  # our probes could be stored
             raise HttpbusError(f"kafka: cannot seal {name}: not a topic created by httpbus")

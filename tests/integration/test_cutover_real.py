@@ -215,7 +215,8 @@ async def test_kafka_to_pulsar_to_kafka_under_load(
     await worker.start(hooked)
     # On the shipped defaults (clusters() sets no fence_settle_s): the seal settles briefly
     # because every live producer drained, so the pause is short and nobody gets a 503.
-    load = start_load([p.url for p in producers])
+    # 400 groups, each publishing about every 2 s: about 200 publishes/s over the 3 producers.
+    load = start_load([p.url for p in producers], groups=400)
     docs = []
     async with control_plane(world) as cp:
         await asyncio.sleep(3)

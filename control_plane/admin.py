@@ -4,13 +4,21 @@ kept consistent (no half-created object survives a failure)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import secrets
 import uuid
+from datetime import datetime
 
 from core.endpoint_policy import EndpointPolicy
-from core.errors import HttpbusError, NotFound, ValidationFailed
-from core.model import Project, Segment, SegmentState, Subscription, Topic
+from core.errors import (
+    HttpbusError,
+    NotFound,
+    SecretInForce,
+    ValidationFailed,
+    VersionConflict,
+)
+from core.model import Project, Segment, SegmentState, Subscription, Topic, utcnow
 from metastore.catalog import Catalog
 from segments.config import ClusterConfig
 from segments.protocol import SegmentStore
@@ -23,6 +31,20 @@ log = logging.getLogger(__name__)
 def new_signing_secret() -> str:
     """A Standard Webhooks secret: ``whsec_`` and 32 random bytes in base64."""
     return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def rotate(
+    sub: Subscription, secret: str, overlap_s: float, *, field: str, at: datetime | None = None
+) -> Subscription:
+    """:meth:`Subscription.rotated` at ``at`` (now), a secret in force refused with a 422
+    naming the request's ``field``."""
+    try:
+        return sub.rotated(secret, at or utcnow(), overlap_s)
+    except SecretInForce as exc:
+        problem = exc.message
+        raise ValidationFailed(
+            f"{field}: {problem}", details={"fields": [{"field": field, "problem": problem}]}
+        ) from None
 
 
 class Admin:
@@ -127,6 +149,29 @@ class Admin:
         )
         self.check_endpoint(sub)
         return await self.catalog.create_subscription(sub)
+
+    async def rotate_secret(
+        self,
+        project: str,
+        name: str,
+        secret: str | None,
+        overlap_s: float,
+        *,
+        field: str = "secret",
+        at: datetime | None = None,
+    ) -> Subscription:
+        """Sign ``project/name``'s deliveries with ``secret`` (a new one if None) from now on,
+        and with the secrets in force until ``overlap_s`` from now. Workers restart the
+        subscription's runner on the change, so the next attempt carries both signatures.
+        A compare-and-set, retried when a concurrent change wins; ``field`` is the request
+        field a refused secret is named by (422)."""
+        chosen = secret or new_signing_secret()
+        for _ in range(10):
+            sub = await self.catalog.get_subscription(project, name)
+            rotated = rotate(sub, chosen, overlap_s, field=field, at=at)
+            with contextlib.suppress(VersionConflict):
+                return await self.catalog.update_subscription(rotated)
+        raise VersionConflict(f"subscription {project}/{name} keeps changing; try again")
 
     async def create_project(self, project: Project) -> Project:
         return await self.catalog.create_project(project)

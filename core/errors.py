@@ -28,6 +28,7 @@ class ErrorCode(Enum):
     REQUEST_TIMEOUT = ("request_timeout", 408)
     ALREADY_EXISTS = ("already_exists", 409)
     VERSION_CONFLICT = ("version_conflict", 409)
+    TOO_MANY_SECRETS = ("too_many_secrets", 409)
     IN_USE = ("in_use", 409)
     SEGMENT_FENCED = ("segment_fenced", 409)
     CUTOVER_IN_PROGRESS = ("cutover_in_progress", 409)
@@ -127,6 +128,16 @@ class RequestTimeout(HttpbusError):
 
 class ValidationFailed(HttpbusError):
     code = ErrorCode.VALIDATION_FAILED
+
+
+class SecretInForce(ValidationFailed):
+    """A rotation to a signing secret that already signs the subscription's deliveries."""
+
+
+class TooManySecrets(HttpbusError):
+    """A rotation would leave more earlier signing secrets in their overlap than allowed."""
+
+    code = ErrorCode.TOO_MANY_SECRETS
 
 
 class Throttled(HttpbusError):

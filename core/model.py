@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from .errors import SecretInForce, TooManySecrets
 from .filters import FilterError, compile_filter
 from .names import Name
 from .shards import MAX_SHARDS
@@ -248,18 +249,78 @@ class SubscriptionSettings(Model):
         return expression
 
 
-class Subscription(SubscriptionSettings):
-    """A webhook endpoint that receives every message of a topic that passes its filter."""
+DEFAULT_SECRET_OVERLAP_S = 24 * 3_600
+MAX_SECRET_OVERLAP_S = 7 * 24 * 3_600
+MAX_RETIRING_SECRETS = 4
+Secret = Annotated[str, Field(min_length=24, max_length=256)]
+
+
+class RetiringSecret(Model):
+    """A signing secret a rotation replaced: deliveries are still signed with it (beside the
+    current one) until ``until``, so receivers can switch to the new secret meanwhile."""
+
+    secret: Secret
+    until: datetime
+
+
+class SubscriptionBase(SubscriptionSettings):
+    """A subscription as anyone may read it: everything but its signing secrets."""
 
     project: Name
     name: Name
     topic_project: Name
     topic: Name
-    signing_secret: str = Field(min_length=24, max_length=256)
     shards: int = Field(default=1, ge=1, le=MAX_SHARDS)
     created_at: datetime = Field(default_factory=utcnow)
     consume_pointer: Pointer | None = None
     version: int = -1
+
+
+class Subscription(SubscriptionBase):
+    """A webhook endpoint that receives every message of a topic that passes its filter.
+
+    Deliveries are signed with ``signing_secret`` and, during a rotation's overlap, with
+    every ``retiring_secrets`` entry whose ``until`` has not passed (:meth:`secrets_at`).
+    Records stored before rotations existed have neither rotation field and load as never
+    rotated."""
+
+    signing_secret: Secret
+    signing_secret_rotated_at: datetime | None = None
+    retiring_secrets: tuple[RetiringSecret, ...] = Field(
+        default=(), max_length=MAX_RETIRING_SECRETS
+    )
+
+    def secrets_at(self, epoch_s: float) -> tuple[str, ...]:
+        """The secrets that sign a delivery at ``epoch_s``: the current one first."""
+        if not self.retiring_secrets:  # the hot path: no rotation under way
+            return (self.signing_secret,)
+        retiring = (r.secret for r in self.retiring_secrets if r.until.timestamp() > epoch_s)
+        return (self.signing_secret, *retiring)
+
+    def rotated(self, secret: str, at: datetime, overlap_s: float) -> Subscription:
+        """This subscription signing with ``secret`` from ``at``; the current secret keeps
+        signing for ``overlap_s`` more seconds, as do earlier ones still in their overlap.
+        :class:`SecretInForce` if ``secret`` signs already, :class:`TooManySecrets` if more
+        than :data:`MAX_RETIRING_SECRETS` earlier ones would still be in force."""
+        now_s = at.timestamp()
+        if secret in self.secrets_at(now_s):
+            raise SecretInForce("the new secret must differ from every secret in force")
+        kept = tuple(r for r in self.retiring_secrets if r.until.timestamp() > now_s)
+        if overlap_s > 0:
+            until = datetime.fromtimestamp(now_s + overlap_s, UTC)
+            kept = (RetiringSecret(secret=self.signing_secret, until=until), *kept)
+        if len(kept) > MAX_RETIRING_SECRETS:
+            raise TooManySecrets(
+                f"{len(kept)} earlier secrets would still sign: at most "
+                f"{MAX_RETIRING_SECRETS}; wait for an overlap to end or rotate with overlap_s 0"
+            )
+        return self.model_copy(
+            update={
+                "signing_secret": secret,
+                "signing_secret_rotated_at": at,
+                "retiring_secrets": kept,
+            }
+        )
 
 
 class ProduceToken(Model):

@@ -7,7 +7,9 @@ comparisons.
 The request (:func:`build_request`, pure) is the payload byte for byte with its content type,
 the carried ``X-`` headers, the endpoint's static headers, httpbus's own headers
 (``X-Message-Id``, ``X-Group-Id``, ``X-Topic``, ``X-Produced-At``, ``X-Attempt``) and the
-Standard Webhooks signature (:mod:`core.signing`). Later sources win on a name clash:
+Standard Webhooks signature (:mod:`core.signing`): one ``v1,…`` per secret in force, space
+separated, so during a secret rotation's overlap a receiver holding either secret verifies
+(:meth:`core.model.Subscription.secrets_at`). Later sources win on a name clash:
 carried < static < httpbus's own, so neither a producer nor an operator can forge the id, the
 attempt or the signature a receiver relies on.
 
@@ -111,8 +113,8 @@ def _carried(name: str) -> bool:
 
 def build_request(delivery: Delivery, now_s: int) -> OutgoingRequest:
     """The request of one attempt, signed at ``now_s`` (epoch seconds). Header values are
-    latin-1 text, as HTTP carries them. ``ValueError`` if the subscription's signing secret is
-    not a Standard Webhooks secret."""
+    latin-1 text, as HTTP carries them. ``ValueError`` if a signing secret in force is not a
+    Standard Webhooks secret."""
     sub, msg = delivery.subscription, delivery.message
     endpoint = sub.endpoint
     # Lower-case name -> (name as sent, value); a later source replaces an earlier one. This
@@ -148,7 +150,8 @@ def build_request(delivery: Delivery, now_s: int) -> OutgoingRequest:
     headers[ATTEMPT] = ("X-Attempt", str(delivery.attempt))
     headers["webhook-id"] = ("webhook-id", message_id)
     headers["webhook-timestamp"] = ("webhook-timestamp", str(now_s))
-    signature = sign_with_key(_key(sub.signing_secret), message_id, now_s, msg.value)
+    secrets = sub.secrets_at(now_s)  # during a rotation's overlap: the new one and the old
+    signature = " ".join(sign_with_key(_key(s), message_id, now_s, msg.value) for s in secrets)
     headers["webhook-signature"] = ("webhook-signature", signature)
     return OutgoingRequest(endpoint.method, _url(endpoint.url), tuple(headers.values()), msg.value)
 

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from core.model import (
+    DEFAULT_SECRET_OVERLAP_S,
+    MAX_SECRET_OVERLAP_S,
     Partitions,
     Pointer,
     Segment,
+    Subscription,
+    SubscriptionBase,
     SubscriptionSettings,
     TopicSettings,
 )
@@ -45,6 +50,17 @@ class TopicUpdate(TopicSettings):
     version: int = Field(description="the version you read; a stale one is refused (409)")
 
 
+_SECRETS = {"signing_secret", "signing_secret_rotated_at", "retiring_secrets"}
+
+
+def _decodes(cls: type, secret: str | None) -> str | None:
+    """A secret that does not decode is refused here (422 naming the field), not at every
+    delivery."""
+    if secret is not None:
+        signing_key(secret)  # ValueError says what a secret is
+    return secret
+
+
 class SubscriptionCreate(SubscriptionSettings):
     name: Name
     topic: str = Field(
@@ -64,17 +80,97 @@ class SubscriptionCreate(SubscriptionSettings):
         description="workers that share the delivery (see docs/shards.md); fixed at creation",
     )
 
-    @field_validator("signing_secret")
-    @classmethod
-    def _secret_decodes(cls, secret: str | None) -> str | None:
-        """Refused here (422 naming the field), not at every delivery."""
-        if secret is not None:
-            signing_key(secret)  # ValueError says what a secret is
-        return secret
+    _secret_decodes = field_validator("signing_secret")(_decodes)
 
 
 class SubscriptionUpdate(SubscriptionSettings):
     version: int = Field(description="the version you read; a stale one is refused (409)")
+    signing_secret: str | None = Field(
+        default=None,
+        min_length=24,
+        max_length=256,
+        description="a new secret rotates to it as `secret:rotate` does, with the default "
+        f"overlap ({DEFAULT_SECRET_OVERLAP_S} s); the current one or absent: no change",
+    )
+
+    _secret_decodes = field_validator("signing_secret")(_decodes)
+
+
+class SecretRotate(_Body):
+    """``POST …/secret:rotate``: both fields are optional, and so is the body."""
+
+    secret: str | None = Field(
+        default=None,
+        min_length=24,
+        max_length=256,
+        description="the new secret ('whsec_' and base64); generated when absent",
+    )
+    overlap_s: int = Field(
+        default=DEFAULT_SECRET_OVERLAP_S,
+        ge=0,
+        le=MAX_SECRET_OVERLAP_S,
+        description="seconds during which the current secret keeps signing beside the new one",
+    )
+
+    _secret_decodes = field_validator("secret")(_decodes)
+
+
+class SubscriptionView(SubscriptionBase):
+    """A subscription as the API shows it: whether a signing secret is set and since when,
+    never the secret (``secret:reveal`` does, audited)."""
+
+    signing_secret_set: bool = True
+    signing_secret_rotated_at: datetime | None = None
+    previous_secrets_until: datetime | None = Field(
+        default=None,
+        description="the end of a rotation's overlap: until then earlier secrets sign too",
+    )
+
+    @classmethod
+    def of(cls, sub: Subscription, at: datetime) -> SubscriptionView:
+        """What ``sub`` shows at ``at`` (expired overlaps are not mentioned)."""
+        fields = sub.model_dump(exclude=_SECRETS)
+        ending = [r.until for r in sub.retiring_secrets if r.until > at]
+        return cls(
+            **fields,
+            signing_secret_rotated_at=sub.signing_secret_rotated_at,
+            previous_secrets_until=max(ending, default=None),
+        )
+
+
+class SubscriptionCreated(SubscriptionView):
+    """The answer to a create: the view and, this once, the signing secret."""
+
+    signing_secret: str = Field(description="shown once; afterwards only secret:reveal shows it")
+
+
+class SecretEntry(_Body):
+    secret: str
+    until: datetime | None = Field(description="when it stops signing; None: the current one")
+
+
+class SecretsShown(_Body):
+    """The answer of ``secret:rotate`` (the new secret, shown once) and ``secret:reveal``."""
+
+    signing_secret: str = Field(description="the current secret, the first that signs")
+    signing_secret_rotated_at: datetime | None
+    secrets: list[SecretEntry] = Field(description="every secret in force, the current first")
+    version: int
+
+    @classmethod
+    def of(cls, sub: Subscription, at: datetime) -> SecretsShown:
+        entries = [SecretEntry(secret=sub.signing_secret, until=None)]
+        entries += [
+            SecretEntry(secret=r.secret, until=r.until)
+            for r in sub.retiring_secrets
+            if r.until > at
+        ]
+        return cls(
+            signing_secret=sub.signing_secret,
+            signing_secret_rotated_at=sub.signing_secret_rotated_at,
+            secrets=entries,
+            version=sub.version,
+        )
 
 
 class Page(_Body, Generic[T]):

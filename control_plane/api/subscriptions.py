@@ -2,52 +2,82 @@
 
 from __future__ import annotations
 
-from functools import partial
+import logging
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Request, status
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
-from core.model import Subscription
+from core.model import DEFAULT_SECRET_OVERLAP_S, Subscription, utcnow
 
+from ..admin import rotate
 from ..operations import SeekTarget, SubscriptionOps
-from .deps import AdminDep, Limit, Offset, ProjectName, SubscriptionName, merged, page
-from .schemas import Page, SubscriptionCreate, SubscriptionUpdate
+from .deps import AdminDep, Limit, Offset, ProjectName, SubscriptionName, page
+from .schemas import (
+    Page,
+    SecretRotate,
+    SecretsShown,
+    SubscriptionCreate,
+    SubscriptionCreated,
+    SubscriptionUpdate,
+    SubscriptionView,
+)
+
+audit_log = logging.getLogger("httpbus.audit")
 
 router = APIRouter(prefix="/v1/projects/{project}/subscriptions", tags=["subscriptions"])
+
+
+def view(sub: Subscription) -> SubscriptionView:
+    """What the API shows of ``sub``: never a signing secret."""
+    return SubscriptionView.of(sub, utcnow())
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
 async def create_subscription(
     project: ProjectName, body: SubscriptionCreate, admin: AdminDep
-) -> Subscription:
-    return await admin.create_subscription(project, body)
+) -> SubscriptionCreated:
+    """Create a subscription; the answer shows its signing secret this once."""
+    sub = await admin.create_subscription(project, body)
+    return SubscriptionCreated(**view(sub).model_dump(), signing_secret=sub.signing_secret)
 
 
 @router.get("")
 async def list_subscriptions(
     project: ProjectName, admin: AdminDep, offset: Offset = 0, limit: Limit = 100
-) -> Page[Subscription]:
+) -> Page[SubscriptionView]:
     await admin.catalog.get_project(project)
     names = await admin.catalog.list_subscriptions(project)
-    return await page(names, offset, limit, partial(admin.catalog.get_subscription, project))
+
+    async def fetch(name: str) -> SubscriptionView:
+        return view(await admin.catalog.get_subscription(project, name))
+
+    return await page(names, offset, limit, fetch)
 
 
 @router.get("/{subscription}")
 async def get_subscription(
     project: ProjectName, subscription: SubscriptionName, admin: AdminDep
-) -> Subscription:
-    return await admin.catalog.get_subscription(project, subscription)
+) -> SubscriptionView:
+    return view(await admin.catalog.get_subscription(project, subscription))
 
 
 @router.put("/{subscription}")
 async def update_subscription(
     project: ProjectName, subscription: SubscriptionName, body: SubscriptionUpdate, admin: AdminDep
-) -> Subscription:
+) -> SubscriptionView:
+    """Replace the settings. A ``signing_secret`` other than the current one rotates to it
+    with the default overlap, in the same compare-and-set (``secret:rotate`` sets the
+    overlap)."""
     current = await admin.catalog.get_subscription(project, subscription)
-    updated = merged(current, body)
+    changes = body.model_dump(exclude={"signing_secret"})
+    updated = Subscription.model_validate({**current.model_dump(), **changes})
+    if body.signing_secret is not None and body.signing_secret != current.signing_secret:
+        updated = rotate(
+            updated, body.signing_secret, DEFAULT_SECRET_OVERLAP_S, field="signing_secret"
+        )
     admin.check_endpoint(updated)
-    return await admin.catalog.update_subscription(updated)
+    return view(await admin.catalog.update_subscription(updated))
 
 
 @router.delete("/{subscription}", status_code=status.HTTP_204_NO_CONTENT)
@@ -55,6 +85,42 @@ async def delete_subscription(
     project: ProjectName, subscription: SubscriptionName, admin: AdminDep
 ) -> None:
     await admin.catalog.delete_subscription(project, subscription)
+
+
+# ------------------------------------------------------------ signing secrets
+
+
+@router.post("/{subscription}/secret:rotate")
+async def rotate_secret(
+    project: ProjectName,
+    subscription: SubscriptionName,
+    admin: AdminDep,
+    body: SecretRotate | None = None,
+) -> SecretsShown:
+    """Sign with a new secret (``secret``, or a generated one) from now on; the current one
+    keeps signing beside it for ``overlap_s`` (default 24 h), so every delivery meanwhile
+    carries both signatures. The answer shows the new secret this once."""
+    wanted = body or SecretRotate()
+    sub = await admin.rotate_secret(project, subscription, wanted.secret, wanted.overlap_s)
+    return SecretsShown.of(sub, utcnow())
+
+
+@router.post("/{subscription}/secret:reveal")
+async def reveal_secret(
+    project: ProjectName, subscription: SubscriptionName, admin: AdminDep, request: Request
+) -> SecretsShown:
+    """Every signing secret in force (admin only), written to the audit log with who asked."""
+    sub = await admin.catalog.get_subscription(project, subscription)
+    client = request.client.host if request.client else "-"
+    audit_log.warning(
+        "signing secret revealed: subscription=%s/%s by=%s client=%s user_agent=%r",
+        project,
+        subscription,
+        "admin-token",  # the one principal there is (docs/security.md)
+        client,
+        request.headers.get("user-agent", ""),
+    )
+    return SecretsShown.of(sub, utcnow())
 
 
 # ------------------------------------------------------------ operations
@@ -89,17 +155,17 @@ class SeekResponse(BaseModel):
 @router.post("/{subscription}/stop")
 async def stop_subscription(
     project: ProjectName, subscription: SubscriptionName, ops: OpsDep
-) -> Subscription:
+) -> SubscriptionView:
     """Pause delivery, keeping the position (idempotent)."""
-    return await ops.set_paused(project, subscription, True)
+    return view(await ops.set_paused(project, subscription, True))
 
 
 @router.post("/{subscription}/start")
 async def start_subscription(
     project: ProjectName, subscription: SubscriptionName, ops: OpsDep
-) -> Subscription:
+) -> SubscriptionView:
     """Resume delivery from the committed position (idempotent)."""
-    return await ops.set_paused(project, subscription, False)
+    return view(await ops.set_paused(project, subscription, False))
 
 
 @router.post("/{subscription}/seek")

@@ -1,4 +1,5 @@
-"""``httpbus sub``: create, list, status, pause, resume, seek subscriptions."""
+"""``httpbus sub``: create, list, status, pause, resume, seek subscriptions; rotate and reveal
+their signing secrets."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from .common import (
 )
 
 app = typer.Typer(
-    help="Subscriptions: create, list, status, pause, resume, seek.", no_args_is_help=True
+    help="Subscriptions: create, list, status, pause, resume, seek, rotate-secret, reveal-secret.",
+    no_args_is_help=True,
 )
 
 Project = Annotated[str, typer.Argument(help="Project name.")]
@@ -80,6 +82,7 @@ def create(
         emit_json(created)
     else:
         typer.echo(f"created subscription {project}/{name} → {created['endpoint']['url']}")
+        typer.echo(f"signing secret (shown this once): {created['signing_secret']}")
 
 
 @app.command("list")
@@ -107,10 +110,12 @@ def list_(
             s["endpoint"]["url"],
             "paused" if s.get("paused") else "active",
             s.get("filter") or "",
+            _secret_state(s),
         )
         for s in page["items"]
     ]
-    table(f"subscriptions of {project}", ("name", "topic", "endpoint", "state", "filter"), rows)
+    columns = ("name", "topic", "endpoint", "state", "filter", "secret")
+    table(f"subscriptions of {project}", columns, rows)
     paged_footer(page)
 
 
@@ -222,3 +227,63 @@ def seek(
         typer.echo(
             f"{project}/{name} now at segment {moved['segment']}: {where or 'no partitions'}"
         )
+
+
+def _secret_state(sub: dict[str, Any]) -> str:
+    """What the list says of a subscription's signing secret (never the secret)."""
+    if not sub.get("signing_secret_set", True):
+        return "none"
+    rotated = sub.get("signing_secret_rotated_at")
+    text = f"rotated {rotated}" if rotated else "set"
+    overlap = sub.get("previous_secrets_until")
+    return f"{text}, previous signs until {overlap}" if overlap else text
+
+
+def _print_secrets(project: str, name: str, shown: dict[str, Any]) -> None:
+    typer.echo(f"{project}/{name} signs with:")
+    for entry in shown["secrets"]:
+        until = entry.get("until")
+        typer.echo(f"  {entry['secret']}  " + (f"until {until}" if until else "current"))
+
+
+@app.command("rotate-secret")
+def rotate_secret(
+    project: Project,
+    name: Name,
+    secret: Annotated[
+        str | None, typer.Option(help="The new secret (whsec_…); generated when absent.")
+    ] = None,
+    overlap_s: Annotated[
+        int | None,
+        typer.Option(min=0, help="Seconds the current secret keeps signing too (default 24 h)."),
+    ] = None,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    output: Output = "text",
+) -> None:
+    """Sign with a new secret; the old one signs beside it until the overlap ends. Prints
+    the new secret, this once."""
+    body: dict[str, Any] = {}
+    if secret is not None:
+        body["secret"] = secret
+    if overlap_s is not None:
+        body["overlap_s"] = overlap_s
+
+    async def work(api: AdminClient) -> Any:
+        return await api.post(_subs(project, name) + "/secret:rotate", body)
+
+    shown = run(url, token, work)
+    emit_json(shown) if output == "json" else _print_secrets(project, name, shown)
+
+
+@app.command("reveal-secret")
+def reveal_secret(
+    project: Project, name: Name, url: Url = DEFAULT_URL, token: Token = "", output: Output = "text"
+) -> None:
+    """Print every signing secret in force (written to the control plane's audit log)."""
+
+    async def work(api: AdminClient) -> Any:
+        return await api.post(_subs(project, name) + "/secret:reveal")
+
+    shown = run(url, token, work)
+    emit_json(shown) if output == "json" else _print_secrets(project, name, shown)

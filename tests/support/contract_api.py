@@ -55,7 +55,9 @@ def _sub(paused: bool = False) -> dict[str, Any]:
         "delay_ms": 0,
         "paused": paused,
         "description": "",
-        "signing_secret": "whsec_" + "a" * 40,
+        "signing_secret_set": True,  # a read never shows the secret (SubscriptionView)
+        "signing_secret_rotated_at": None,
+        "previous_secrets_until": None,
         "created_at": NOW,
         "consume_pointer": None,
         "version": 3,

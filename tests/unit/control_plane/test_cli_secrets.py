@@ -1,0 +1,73 @@
+"""``httpbus sub rotate-secret|reveal-secret`` against a real control plane (embedded
+backends, served over HTTP in this process); ``sub list`` says whether a secret is set and
+when it was rotated, never the secret."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from control_plane.app import create_app
+from control_plane.settings import ControlPlaneSettings
+from metastore.config import EmbeddedMetaStoreConfig
+from segments.config import EmbeddedClusterConfig
+from tests.support.cli import TOKEN, as_json, httpbus, ok, one_line_error
+from tests.support.contract_api import served
+
+OLD = "whsec_" + "QUFB" * 8
+NEW = "whsec_" + "QkJC" * 8
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    data: Path = tmp_path_factory.mktemp("cp")
+    settings = ControlPlaneSettings(
+        admin_token=TOKEN,
+        metastore=EmbeddedMetaStoreConfig(path=str(data / "meta.db")),
+        clusters={"embedded": EmbeddedClusterConfig(path=str(data / "segments.db"))},
+    )
+    with served(create_app(settings)) as base:
+        ok(httpbus(base, "project", "create", "shop"))
+        ok(httpbus(base, "topic", "create", "shop", "orders"))
+        yield base
+
+
+def _create(url: str, name: str) -> str:
+    args = ["sub", "create", "shop", name, "--topic", "orders"]
+    created = as_json(httpbus(url, *args, "--endpoint", "http://127.0.0.1:9/hook", "-o", "json"))
+    secret: str = created["signing_secret"]
+    return secret
+
+
+def test_create_shows_the_secret_once_list_never(url: str) -> None:
+    secret = _create(url, "s1")
+    assert secret.startswith("whsec_")
+    for args in (["sub", "list", "shop"], ["sub", "list", "shop", "-o", "json"]):
+        out = ok(httpbus(url, *args))
+        assert "s1" in out and "whsec_" not in out
+    assert "set" in ok(httpbus(url, "sub", "list", "shop"))
+
+
+def test_rotate_reveal_and_list(url: str) -> None:
+    first = _create(url, "s2")
+    shown = as_json(
+        httpbus(url, "sub", "rotate-secret", "shop", "s2", "--secret", NEW, "-o", "json")
+    )
+    assert [e["secret"] for e in shown["secrets"]] == [NEW, first]
+    text = ok(httpbus(url, "sub", "reveal-secret", "shop", "s2"))
+    assert NEW in text and first in text and "current" in text and "until" in text
+    listed = ok(httpbus(url, "sub", "list", "shop"))
+    assert "whsec_" not in listed and "previous signs until" in listed
+    generated = ok(httpbus(url, "sub", "rotate-secret", "shop", "s2", "--overlap-s", "0"))
+    assert "whsec_" in generated and first in generated  # the first is still in its overlap
+
+
+def test_bad_rotations_exit_with_one_line(url: str) -> None:
+    _create(url, "s3")
+    args = ["sub", "rotate-secret", "shop", "s3"]
+    one_line_error(httpbus(url, *args, "--secret", "nope"), 1, "422", "secret")
+    one_line_error(httpbus(url, *args, "--overlap-s", "99999999"), 1, "422", "overlap_s")
+    one_line_error(httpbus(url, "sub", "reveal-secret", "shop", "nope"), 3, "404")
+    assert httpbus(url, *args, "--overlap-s", "-1").exit_code == 2

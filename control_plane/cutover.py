@@ -52,13 +52,16 @@ from segments.cutover.machine import (
     CreateTarget,
     Cutover,
     DropTarget,
+    EndsSettled,
     Event,
     Failed,
     MovePointer,
+    Outcome,
     PointerMoved,
     Restarted,
     Sealed,
     SealOld,
+    SettleEnds,
     TargetReady,
     Timeouts,
     begin,
@@ -78,6 +81,7 @@ log = logging.getLogger(__name__)
 
 PRODUCERS = "producers"
 ROLE = "cutover"
+_APPLY_RETRIES = 5
 
 
 def utcnow() -> datetime:
@@ -257,13 +261,30 @@ class CutoverCoordinator(LeaderElection):
                 break  # failed for now: the next round re-runs it
             if isinstance(event, PointerMoved):  # the commit transaction wrote the document
                 return False
-            nxt = step(state, event, self._clock())
-            state, version = await self._persist(state, nxt.state, version)
+            nxt, state, version = await self._apply(state, version, event)
             pending.extend(nxt.actions)
         if state.phase in TERMINAL_PHASES and (state.cleaned or not cleanup(state)):
             await self.records.finish(project, topic)
             return True
         return False
+
+    async def _apply(
+        self, state: Cutover, version: int, event: Event
+    ) -> tuple[Outcome, Cutover, int]:
+        """Step ``state`` with an action's ``event`` and persist it. The final ends settle
+        while producers acknowledge the commit on the same document: on a conflict the event
+        (a fact) is applied again to the document as it is now."""
+        for _ in range(_APPLY_RETRIES):
+            nxt = step(state, event, self._clock())
+            try:
+                state, version = await self._persist(state, nxt.state, version)
+                return nxt, state, version
+            except VersionConflict:
+                found = await self.records.get(state.project, state.topic)
+                if found is None or found[0].id != state.id:
+                    raise
+                state, version = found
+        raise VersionConflict(f"cutover {state.id}: the document kept changing")
 
     async def _persist(self, old: Cutover, new: Cutover, version: int) -> tuple[Cutover, int]:
         if new == old:
@@ -284,15 +305,22 @@ class CutoverCoordinator(LeaderElection):
                 t0 = time.perf_counter()
                 live = await self.cutovers.metastore.members(PRODUCERS)
                 settle = seal_settle(state, live, self.cutovers.timeouts)
-                ends = await self.actions.seal_old(state, settle)
-                log.info("cutover %s: sealed segment %s in %.0f ms (settle %s)", state.id,
+                fence = await self.actions.fence_old(state)
+                log.info("cutover %s: fenced segment %s in %.0f ms (ends %s)", state.id,
                          state.from_segment, 1000 * (time.perf_counter() - t0),
+                         "final" if fence.final else "to settle")  # fmt: skip
+                return Sealed(fence.ends, fence.final, settle)
+            if isinstance(action, SettleEnds):
+                t0, settle = time.perf_counter(), action.settle_s
+                ends = await self.actions.settle_old(state, settle)
+                log.info("cutover %s: final ends of segment %s recorded in %.0f ms (settle %s)",
+                         state.id, state.from_segment, 1000 * (time.perf_counter() - t0),
                          "strict" if settle is None else f"{settle}s")  # fmt: skip
-                return Sealed(ends)
+                return EndsSettled(ends)
             if isinstance(action, MovePointer):
                 t0 = time.perf_counter()
                 after = step(state, PointerMoved(), self._clock()).state
-                await self.actions.move_pointer(state, version, action.ends, after)
+                await self.actions.move_pointer(state, version, action.ends, after, action.final)
                 log.info("cutover %s: produce pointer moved to %s in %.0f ms", state.id,
                          state.to_segment, 1000 * (time.perf_counter() - t0))  # fmt: skip
                 return PointerMoved()

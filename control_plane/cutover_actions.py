@@ -11,11 +11,11 @@ from metastore.catalog import Catalog
 from segments.config import ClusterConfig
 from segments.cutover.machine import Cutover
 from segments.cutover.records import CutoverRecords
-from segments.protocol import SegmentStore
+from segments.protocol import Fence, SegmentStore
 
 
 class CutoverActions:
-    """Create / drop the target, seal the old segment, commit the switch."""
+    """Create / drop the target, fence the old segment, commit the switch, settle its ends."""
 
     def __init__(
         self,
@@ -69,20 +69,36 @@ class CutoverActions:
         except NotFound:
             pass
 
-    async def seal_old(self, state: Cutover, settle_s: float | None = None) -> dict[int, int]:
+    async def fence_old(self, state: Cutover) -> Fence:
+        """Fence the old segment (no write to it succeeds from now on) and read its ends."""
+        old = await self._old(state)
+        if old.end_positions is not None:  # the pointer moved already: re-run after a restart
+            return Fence(dict(old.end_positions), old.ends_final)
+        return await self._store(old.cluster).fence(old.storage_topic)
+
+    async def settle_old(self, state: Cutover, settle_s: float | None) -> dict[int, int]:
+        """The old segment's final ends, after the fence's settle (``settle_s``; None: the
+        store's strict wait), recorded in its segment record: readers may pass it now."""
+        old = await self._old(state)
+        if old.ends_final and old.end_positions is not None:
+            return dict(old.end_positions)
+        ends = await self._store(old.cluster).seal(old.storage_topic, settle_s=settle_s)
+        final = old.model_copy(update={"end_positions": ends, "ends_final": True})
+        await self.catalog.update_segment(state.project, state.topic, final)
+        return ends
+
+    async def _old(self, state: Cutover) -> Segment:
         topic = await self.catalog.get_topic(state.project, state.topic)
         old = topic.segment(state.from_segment)
         if old is None:
             raise NotFound(f"segment {state.from_segment} of {state.project}/{state.topic}")
-        if old.end_positions is not None:
-            return dict(old.end_positions)
-        return await self._store(old.cluster).seal(old.storage_topic, settle_s=settle_s)
+        return old
 
     async def move_pointer(
-        self, state: Cutover, version: int, ends: dict[int, int], after: Cutover
+        self, state: Cutover, version: int, ends: dict[int, int], after: Cutover, final: bool
     ) -> None:
-        """Old segment SEALED with its ends, new one ACTIVE, pointer moved, and the cutover
-        document at ``after``: one transaction."""
+        """Old segment SEALED with its ends (``final`` or still to settle), new one ACTIVE,
+        pointer moved, and the cutover document at ``after``: one transaction."""
         topic = await self.catalog.get_topic(state.project, state.topic)
         old, new = topic.segment(state.from_segment), topic.segment(state.to_segment)
         if old is None or new is None:
@@ -90,7 +106,12 @@ class CutoverActions:
         if topic.produce_pointer is not None and topic.produce_pointer.segment_id == new.id:
             raise VersionConflict("the pointer moved already; the document will tell")
         sealed = old.model_copy(
-            update={"state": SegmentState.SEALED, "sealed_at": self.now(), "end_positions": ends}
+            update={
+                "state": SegmentState.SEALED,
+                "sealed_at": self.now(),
+                "end_positions": ends,
+                "ends_final": final,
+            }
         )
         active = new.model_copy(update={"state": SegmentState.ACTIVE})
         await self.catalog.commit_segment_switch(

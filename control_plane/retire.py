@@ -35,6 +35,7 @@ async def retirable(catalog: Catalog, topic: Topic, now: datetime) -> list[Segme
         s
         for s in topic.segments
         if s.state is SegmentState.SEALED
+        and s.finished  # its final ends recorded
         and s.sealed_at is not None
         and s.sealed_at <= keep_after
         and (oldest_needed is None or s.id < oldest_needed)

@@ -71,8 +71,9 @@ class ControlPlaneSettings(SettingsBase):
         default=0.05,
         ge=0,
         le=300,
-        description="how long a Kafka seal waits after the fence when every live producer "
-        "drained (else the strict wait: the produce timeout); producers pause meanwhile",
+        description="how long a cutover's Kafka seal settles after the fence when every live "
+        "producer drained (else the strict wait: the produce timeout) before its final ends "
+        "are recorded; consumers wait for them at the boundary, producers do not",
     )
     segment_retire_interval_s: float = Field(
         default=300.0, gt=0, le=86_400, description="how often the leader retires old segments"

@@ -72,6 +72,20 @@ class Segment(Model):
     end_positions: dict[int, int] | None = Field(
         default=None, description="when sealed: per partition, the position after the last message"
     )
+    ends_final: bool = Field(
+        default=True,
+        description="false while a cutover's Kafka seal settles: the produce pointer has moved "
+        "on the fence, and readers wait for the final ends before they pass this segment",
+    )
+
+    @property
+    def finished(self) -> bool:
+        """Sealed (or retired) with its final ends: readers may move past it."""
+        return (
+            self.state in (SegmentState.SEALED, SegmentState.RETIRED)
+            and self.end_positions is not None
+            and self.ends_final
+        )
 
 
 class Pointer(Model):

@@ -20,7 +20,7 @@ from typing import Protocol
 from core.audit import AuditType
 from core.envelope import GROUP_ID, Envelope, header
 from core.filters import Filter, FilterOutcome
-from core.model import Segment, SegmentState, Subscription, Topic
+from core.model import Segment, Subscription, Topic
 from core.shards import Shard
 from segments.protocol import Stored
 from segments.reader import SegmentReader, commit_group
@@ -126,7 +126,7 @@ class SegmentReading:
         """Idle: has the segment been sealed, and is this partition read to its end?"""
         topic = await self.reader.catalog.get_topic(self.topic.project, self.topic.name)
         fresh = topic.segment(self.segment.id)
-        if fresh is None or fresh.state not in (SegmentState.SEALED, SegmentState.RETIRED):
+        if fresh is None or not fresh.finished:  # sealed, with its final ends
             return False
         self.segment = fresh
         end = (fresh.end_positions or {}).get(partition, 0)

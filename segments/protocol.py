@@ -15,6 +15,9 @@ The contract every backend meets (``tests/contract/segment_store_contract.py``):
 - ``seal`` fences the storage topic: once it returns, no write to it can succeed, from this
   store or any other process (``SegmentFenced``), and it returns the end positions, which
   then never change.
+- ``fence`` raises the same fence and returns the ends as they are at once (:class:`Fence`):
+  final where the fence and the ends are one atomic step (Pulsar's termination, SQLite), else
+  provisional until ``seal`` returns the final ones (Kafka, whose seal settles first).
 """
 
 from __future__ import annotations
@@ -37,6 +40,15 @@ class Record:
     key: bytes | None = None
     headers: Headers = ()
     timestamp_ms: int | None = None  # None: the store's clock
+
+
+@dataclass(frozen=True)
+class Fence:
+    """What :meth:`SegmentStore.fence` found: the ends once the fence was up, and whether they
+    are final (else :meth:`SegmentStore.seal` gives the final ones)."""
+
+    ends: dict[int, int]
+    final: bool
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,11 @@ class SegmentStore(Lifecycle, Protocol):
         ``settle_s`` shortens a store's wait between the fence and reading the ends (Kafka's
         settle), for a caller that knows no writer of the topic is in flight (a cutover whose
         live producers all drained); stores that do not wait ignore it."""
+
+    async def fence(self, name: str) -> Fence:
+        """Fence the storage topic as ``seal`` does, without waiting to settle: once it
+        returns no write can succeed; its ends are final or provisional (:class:`Fence`).
+        A cutover moves the produce pointer on the fence and records the final ends after."""
 
     async def is_sealed(self, name: str) -> bool: ...
 

@@ -86,9 +86,7 @@ class SegmentReader:
         """Move ``sub`` to the next segment if it has finished its sealed consume segment;
         return the updated subscription, or None if it must stay."""
         topic, segment = await self.consume_segment(sub)
-        if segment.state not in (SegmentState.SEALED, SegmentState.RETIRED):
-            return None
-        if segment.end_positions is None:
+        if not segment.finished or segment.end_positions is None:
             return None
         if not await self._finished(sub, segment, segment.end_positions):
             return None

@@ -5,8 +5,15 @@ one (``to_segment``) while several producer processes write (DESIGN.md "Segments
 cutover")::
 
     PREPARE ──all live producers opened the target──▶ SWITCH ──all live producers drained──▶
-    COMMIT (seal + fence the old segment, record its ends, move the pointer: one transaction)
-    ──every producer saw it, or the complete timeout──▶ COMPLETE
+    COMMIT (fence the old segment; record it SEALED with its ends and move the pointer: one
+    transaction; where the ends were provisional, settle and record the final ones)
+    ──every producer saw it and the ends are final, or the complete timeout──▶ COMPLETE
+
+The produce pointer moves as soon as the fence is up: no write to the old segment can succeed
+from then on. A Kafka fence needs a settle before its ends are final (a batch validated just
+before the fence may still land, ``segments.kafka.store``); that wait happens after the
+pointer moved, so producers never pause for it. Until the final ends are recorded the old
+segment says ``ends_final: false`` and readers do not pass it.
 
     PREPARE / SWITCH ──timeout, failure──▶ ROLLED_BACK      ──abort──▶ ABORTED
 
@@ -21,7 +28,7 @@ tick); from COMMIT on it only ever rolls forward.
 Producers read the same state through :func:`producer_mode`: write the old segment, hold new
 requests, or write the new segment. At no state are both segments writable: the old one is
 written only in PREPARE and after a rollback, the new one only once the pointer has moved,
-which happens after the old one was sealed.
+which happens after the old one was fenced.
 
 Example::
 
@@ -94,6 +101,8 @@ class Cutover(BaseModel):
     deadline: datetime | None = None
     target_ready: bool = False
     sealed_ends: dict[int, int] | None = None
+    ends_final: bool = True  # False from a provisional fence until the settled ends
+    fence_settle_s: float | None = None  # the settle chosen at the fence (None: strict)
     pointer_moved: bool = False
     cleaned: bool = False
     error: str | None = None
@@ -174,6 +183,18 @@ class Failed:
 
 @dataclass(frozen=True)
 class Sealed:
+    """The old segment is fenced: its ends, whether they are final, and how long their
+    settle must be (None: the store's strict wait) when they are not."""
+
+    ends: dict[int, int]
+    final: bool = True
+    settle_s: float | None = None
+
+
+@dataclass(frozen=True)
+class EndsSettled:
+    """The old segment's final ends are recorded in its segment record."""
+
     ends: dict[int, int]
 
 
@@ -189,7 +210,7 @@ class Cleaned:
 
 Event = (
     TargetReady | Acked | Joined | Left | Tick | Restarted | AbortRequested | Failed
-    | Sealed | PointerMoved | Cleaned
+    | Sealed | EndsSettled | PointerMoved | Cleaned
 )  # fmt: skip
 
 
@@ -206,18 +227,27 @@ class DropTarget:
 
 @dataclass(frozen=True)
 class SealOld:
-    """Seal and fence ``from_segment``; report :class:`Sealed` with its end positions."""
+    """Fence ``from_segment``; report :class:`Sealed` with its end positions."""
 
 
 @dataclass(frozen=True)
 class MovePointer:
-    """One metastore transaction: old segment SEALED with ``ends``, new one ACTIVE, the
-    produce pointer moved, and this document updated to ``after``."""
+    """One metastore transaction: old segment SEALED with ``ends`` (final or not), new one
+    ACTIVE, the produce pointer moved, and this document updated to ``after``."""
 
     ends: dict[int, int]
+    final: bool = True
 
 
-Action = CreateTarget | DropTarget | SealOld | MovePointer
+@dataclass(frozen=True)
+class SettleEnds:
+    """Wait out the fence's settle (``settle_s``; None: the strict wait), then record the
+    final ends in the old segment's record; report :class:`EndsSettled`."""
+
+    settle_s: float | None
+
+
+Action = CreateTarget | DropTarget | SealOld | MovePointer | SettleEnds
 
 
 @dataclass(frozen=True)
@@ -367,18 +397,31 @@ def _advance(state: Cutover, clock: Clock) -> Outcome:
 
 
 def _commit(state: Cutover, event: Event, clock: Clock) -> Outcome:
-    """COMMIT only rolls forward: seal, move the pointer, wait for the producers (bounded)."""
+    """COMMIT only rolls forward: fence, move the pointer, settle the ends, wait for the
+    producers (bounded)."""
     if isinstance(event, Sealed) and state.sealed_ends is None:
-        state = state.model_copy(update={"sealed_ends": dict(event.ends), "updated_at": clock.now})
-        return Outcome(state, (MovePointer(dict(event.ends)),))
+        update = {
+            "sealed_ends": dict(event.ends),
+            "ends_final": event.final,
+            "fence_settle_s": event.settle_s,
+            "updated_at": clock.now,
+        }
+        return Outcome(
+            state.model_copy(update=update), (MovePointer(dict(event.ends), event.final),)
+        )
     moved = isinstance(event, PointerMoved) and state.sealed_ends is not None
-    if moved and not state.pointer_moved:  # the pointer moves only past a sealed segment
+    if moved and not state.pointer_moved:  # the pointer moves only past a fenced segment
         deadline = clock.now + timedelta(seconds=clock.timeouts.complete_s)
         state = state.model_copy(
             update={"pointer_moved": True, "deadline": deadline, "updated_at": clock.now}
         )
+    if isinstance(event, EndsSettled) and state.pointer_moved and not state.ends_final:
+        update = {"sealed_ends": dict(event.ends), "ends_final": True, "updated_at": clock.now}
+        state = state.model_copy(update=update)
     if not state.pointer_moved:
         return Outcome(state)
+    if not state.ends_final:  # COMPLETE only with the final ends recorded
+        return Outcome(state, (SettleEnds(state.fence_settle_s),) if moved else ())
     waiting = state.waiting_for(Phase.COMMIT)
     if not waiting:
         return Outcome(_moved(state, Phase.COMPLETE, clock))
@@ -400,7 +443,9 @@ def _restarted(state: Cutover, event: Restarted, clock: Clock) -> Outcome:
         if state.sealed_ends is None:
             return Outcome(state, (SealOld(),))
         if not state.pointer_moved:
-            return Outcome(state, (MovePointer(dict(state.sealed_ends)),))
+            return Outcome(state, (MovePointer(dict(state.sealed_ends), state.ends_final),))
+        if not state.ends_final:
+            return Outcome(state, (SettleEnds(state.fence_settle_s),))
     return _advance(state, clock)
 
 

@@ -37,7 +37,7 @@ from typing import TypeVar
 from core.errors import AlreadyExists, HttpbusError, NotFound, ValidationFailed
 from core.lifecycle import AsyncResource
 
-from ..protocol import Produced, Record, Stored
+from ..protocol import Fence, Produced, Record, Stored
 from .config import EmbeddedSettings
 from .consumer import Consumer
 from .producer import Producer
@@ -135,6 +135,9 @@ class EmbeddedSegmentStore(AsyncResource):
 
     async def seal(self, name: str, *, settle_s: float | None = None) -> dict[int, int]:
         return await self._write(lambda conn: _seal(conn, name), "seal")
+
+    async def fence(self, name: str) -> Fence:
+        return Fence(await self.seal(name), final=True)  # one SQLite transaction
 
     async def is_sealed(self, name: str) -> bool:
         return await self._consumer.is_sealed(name)

@@ -34,16 +34,19 @@ that the partition leader checks on every append:
    broker drops them with the topic), so sealing again returns exactly the same positions at
    once. Should they expire (``offsets.retention.minutes``), a seal simply runs again.
 
-**Short settle** (``fence_settle_s``, what a cutover uses: its producers hold their requests
-during the seal, so the seal's length is their pause). The fence itself is in force within
-tens of milliseconds (alter + probes); only step 3's wait is long. With a short settle S the
-ends are read S after P, so the guarantee narrows to: a batch the leader validated before the
-swap is below the ends unless the broker took longer than S between validating it and
-appending it (normally microseconds: the size check and the append run in one request). Of
-the writers that could have such a batch in flight, a cutover leaves only producers that
-missed the switch (lost metastore session): every producer that took part drained its writes
-before it acknowledged SWITCH, so none is in flight at the seal. A cutover passes
-``seal(settle_s=…)`` only when every live producer acknowledged SWITCH (docs/cutover.md).
+**Fence first, settle after** (what a cutover uses). ``fence`` runs steps 1 and 2 and reads
+the ends at once, as provisional ends: the fence is in force within tens of milliseconds, so
+a cutover moves its produce pointer then, and producers do not pause for step 3. ``seal``
+afterwards waits the settle and returns the final ends, which readers wait for.
+
+**Short settle** (``fence_settle_s``, or a cutover's ``seal(settle_s=…)``). With a short settle
+S the ends are read S after P, so the guarantee narrows to: a batch the leader validated before
+the swap is below the ends unless the broker took longer than S between validating it and
+appending it (normally microseconds: the size check and the append run in one request). Of the
+writers that could have such a batch in flight, a cutover leaves only producers that missed the
+switch (lost metastore session): every producer that took part drained its writes before it
+acknowledged SWITCH, so none is in flight at the seal. A cutover passes ``seal(settle_s=…)``
+only when every live producer acknowledged SWITCH (docs/cutover.md).
 
 Rejected alternative: ``min.insync.replicas`` above the replication factor fences nothing, the
 broker uses ``min(min.insync.replicas, replication factor)`` (``Partition.effectiveMinIsr``).
@@ -85,7 +88,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from core.errors import HttpbusError, NotFound, SegmentFenced, TooLarge, ValidationFailed
 from core.lifecycle import AsyncResource
 
-from ..protocol import Produced, Record, Stored, partition_for
+from ..protocol import Fence, Produced, Record, Stored, partition_for
 from .config import MAX_FUTURE_TIMESTAMP_MS, SEAL_GROUP, KafkaSettings
 from .consumer import (
     PartitionReaders,
@@ -112,6 +115,7 @@ class KafkaSegmentStore(AsyncResource):
         self._readers = PartitionReaders(settings)
         self._counts: dict[str, int] = {}  # partition counts seen; a segment never grows
         self._sealed: set[str] = set()  # a seal is forever, so only True is cached
+        self._fenced: set[str] = set()  # fenced here, and every leader was seen refusing
         self._round_robin = itertools.count()
         self._started = False
 
@@ -160,6 +164,7 @@ class KafkaSegmentStore(AsyncResource):
         await resolve(futures[name], timeout=self._timeout, what=f"delete topic {name}")
         self._counts.pop(name, None)
         self._sealed.discard(name)
+        self._fenced.discard(name)
         self._readers.forget(name)
         await self._await_metadata(name, lambda t: t is None, deadline)
 
@@ -226,23 +231,42 @@ class KafkaSegmentStore(AsyncResource):
     async def seal(self, name: str, *, settle_s: float | None = None) -> dict[int, int]:
         """Fence the topic and return its final ends (the module docstring has the argument);
         ``settle_s`` replaces the settings' settle (see "Short settle")."""
+        count, recorded = await self._raise_fence(name)
+        if recorded is not None:
+            return recorded
+        await asyncio.sleep(self._settings.settle_s if settle_s is None else settle_s)
+        ends = await self._ends(name, count)
+        await self._commit_offsets(SEAL_GROUP, name, ends)
+        return ends
+
+    async def fence(self, name: str) -> Fence:
+        """Steps 1 and 2 of the seal, and the ends read at once: provisional, as a batch
+        validated before the fence may still land (step 3); ``seal`` gives the final ones."""
+        count, recorded = await self._raise_fence(name)
+        if recorded is not None:
+            return Fence(recorded, final=True)
+        return Fence(await self._ends(name, count), final=False)
+
+    async def _raise_fence(self, name: str) -> tuple[int, dict[int, int] | None]:
+        """Fence ``name`` (steps 1 and 2) unless this store did already; its partition count,
+        and the recorded final ends if a seal finished before."""
         count = await self._count(name, time.monotonic() + self._timeout, fresh=True)
         recorded, configs = await asyncio.gather(  # both before the fence: one round trip
             self._group_offsets(SEAL_GROUP, name, count), self._configs(name)
         )
         if len(recorded) == count:
             self._sealed.add(name)
-            return recorded
+            return count, recorded
+        if name in self._fenced:  # raised here, every leader seen refusing: no need again
+            return count, None
         ahead = configs.get("message.timestamp.after.max.ms", str(2**63 - 1))
         if int(ahead) > MAX_FUTURE_TIMESTAMP_MS:  # our probes could be stored
             raise HttpbusError(f"kafka: cannot seal {name}: not a topic created by httpbus")
         await self._alter(name, {_FENCE: "0"})
         self._sealed.add(name)
         await asyncio.to_thread(probe_until_refused, self._settings, name, count, self._timeout)
-        await asyncio.sleep(self._settings.settle_s if settle_s is None else settle_s)
-        ends = await self._ends(name, count)
-        await self._commit_offsets(SEAL_GROUP, name, ends)
-        return ends
+        self._fenced.add(name)
+        return count, None
 
     async def is_sealed(self, name: str) -> bool:
         """Whether the fence is up (writes refused). Read from the broker until it says yes:

@@ -49,7 +49,7 @@ import pulsar.asyncio as pulsar_asyncio
 from core.errors import AlreadyExists, HttpbusError, NotFound, ValidationFailed
 from core.lifecycle import AsyncResource
 from segments.config import PulsarClusterConfig
-from segments.protocol import Produced, Record, Stored, partition_for
+from segments.protocol import Fence, Produced, Record, Stored, partition_for
 
 from .admin import EARLIEST, PulsarAdmin
 from .config import PulsarSettings, partition_name
@@ -259,6 +259,9 @@ class PulsarSegmentStore(AsyncResource):
         # Our own producers of this topic are fenced now: release them.
         await self._producers.close_topics(self._settings.partition_prefix(name))
         return {p: end_after(ledger, entry) for p, (ledger, entry) in enumerate(ids)}
+
+    async def fence(self, name: str) -> Fence:
+        return Fence(await self.seal(name), final=True)  # termination is atomic
 
     async def is_sealed(self, name: str) -> bool:
         stats = await self._admin.partitioned_internal_stats(name)

@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from core.errors import AlreadyExists, NotFound, SegmentFenced
-from segments.protocol import Produced, Record, SegmentStore, partition_for
+from segments.protocol import Fence, Produced, Record, SegmentStore, partition_for
 
 RETENTION_MS = 3_600_000
 
@@ -146,6 +146,25 @@ class SegmentStoreContract:
         assert await store.end_positions(name) == ends
         back = await store.read(name, before.partition, before.position, timeout=10)
         assert [m.value for m in back] == [b"before"]
+
+    async def test_fence_refuses_at_once_and_the_seal_gives_the_final_ends(
+        self, store: SegmentStore, other_store: SegmentStore
+    ) -> None:
+        """A cutover moves the produce pointer on the fence and records the final ends after
+        the seal: the fence must refuse every writer at once, and its ends (final or not) may
+        only grow to the seal's."""
+        name = _name()
+        await store.create_topic(name, 2, retention_ms=RETENTION_MS)
+        before = await other_store.produce(name, Record(b"before", key=b"a"))
+        fence = await store.fence(name)
+        assert fence.ends[before.partition] > before.position
+        with pytest.raises(SegmentFenced):
+            await other_store.produce(name, Record(b"stale", key=b"a"))
+        with pytest.raises(SegmentFenced):
+            await store.produce(name, Record(b"after"))
+        ends = await store.seal(name, settle_s=0.05)
+        assert ends == fence.ends  # nobody was writing: the settle found nothing more
+        assert await store.fence(name) == Fence(ends, final=True)  # sealed: final from now on
 
     async def test_position_at_a_timestamp(self, store: SegmentStore) -> None:
         name = _name()

@@ -231,7 +231,8 @@ async def test_kafka_to_pulsar_to_kafka_under_load(
     total, result = await finish(world, load)
     for doc in docs:
         print(pause_report(result, doc))
-    print(timeline(docs[0]))
+    for doc in docs:
+        print(timeline(doc))
     assert result.refused() == 0, [s for s in result.samples if s[2] != 201][:20]
     topic = await world.catalog.get_topic("shop", TOPIC)
     assert [(s.id, s.state, s.partitions) for s in topic.segments] == [

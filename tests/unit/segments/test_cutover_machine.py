@@ -20,6 +20,7 @@ from segments.cutover.machine import (
     CreateTarget,
     Cutover,
     DropTarget,
+    EndsSettled,
     Event,
     Failed,
     Joined,
@@ -32,6 +33,7 @@ from segments.cutover.machine import (
     Restarted,
     Sealed,
     SealOld,
+    SettleEnds,
     TargetReady,
     Tick,
     Timeouts,
@@ -102,6 +104,22 @@ def test_the_seal_settles_briefly_only_when_every_live_producer_drained() -> Non
     assert seal_settle(state, ["a"], TIMEOUTS) == TIMEOUTS.settle_s  # b died: it writes nothing
     assert seal_settle(state, ["a", "b", "late"], TIMEOUTS) is None  # joined after SWITCH
     assert seal_settle(in_switch("a", "b"), ["a", "b"], TIMEOUTS) is None
+
+
+def test_provisional_ends_settle_after_the_pointer_moved_and_complete_waits_for_them() -> None:
+    """A Kafka fence: the pointer moves on the fence (producers pause for the fence only),
+    the settle and the final ends come after, and COMPLETE waits for them, even past the
+    complete deadline."""
+    out = run(in_commit("a", "b"), Sealed(ENDS, final=False, settle_s=0.05))
+    assert out.actions == (MovePointer(ENDS, final=False),) and not out.state.ends_final
+    out = run(out.state, PointerMoved())
+    assert out.actions == (SettleEnds(0.05),) and producer_mode(out.state) is Mode.NEW
+    out = run(out.state, Acked("a", Phase.COMMIT), Acked("b", Phase.COMMIT), Tick(), at=1_000)
+    assert out.state.phase is Phase.COMMIT and not out.state.ends_final
+    final = {0: 8, 1: 3}  # a batch validated before the fence landed during the settle
+    out = run(out.state, EndsSettled(final), at=1_000)
+    assert out.state.phase is Phase.COMPLETE
+    assert out.state.ends_final and out.state.sealed_ends == final
 
 
 def test_prepare_waits_for_the_target_before_acks_count() -> None:
@@ -191,6 +209,16 @@ RESTART_CASES = {
         Phase.COMMIT,
     ),
     "pointer moved": (lambda: committed("a"), (), Phase.COMMIT),
+    "fenced, ends to settle, pointer not moved": (
+        lambda: run(in_commit("a"), Sealed(ENDS, final=False, settle_s=None)).state,
+        (MovePointer(ENDS, final=False),),
+        Phase.COMMIT,
+    ),
+    "pointer moved, ends to settle": (
+        lambda: run(in_commit("a"), Sealed(ENDS, final=False, settle_s=0.05), PointerMoved()).state,
+        (SettleEnds(0.05),),
+        Phase.COMMIT,
+    ),
 }
 
 
@@ -229,7 +257,8 @@ events = st.one_of(
     st.builds(Tick),
     st.builds(AbortRequested),
     st.builds(Failed, st.just("x")),
-    st.builds(Sealed, st.just(ENDS)),
+    st.builds(Sealed, st.just(ENDS), st.booleans(), st.sampled_from([None, 0.05])),
+    st.builds(EndsSettled, st.just({0: 8, 1: 3})),
     st.builds(PointerMoved),
     st.builds(Restarted, st.frozensets(st.sampled_from(MEMBERS))),
 )
@@ -261,7 +290,7 @@ def test_random_event_sequences_keep_the_invariants(seq: list[tuple[Event, float
         if state.sealed_ends is not None or state.phase is Phase.COMPLETE:
             assert state.phase in (Phase.COMMIT, Phase.COMPLETE)
         if state.phase is Phase.COMPLETE:
-            assert state.pointer_moved
+            assert state.pointer_moved and state.ends_final
         if before.phase in TERMINAL:
             assert state.phase is before.phase  # a finished cutover stays finished
         if before.phase in (Phase.COMMIT, Phase.COMPLETE):

@@ -42,14 +42,15 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         yield World(built.catalog, built.store, writer, built.reader)
 
 
-async def _switch(world: World) -> Topic:
-    """Seal segment 1 and move the produce pointer to a new segment 2."""
+async def _switch(world: World, *, final: bool = True) -> Topic:
+    """Seal segment 1 and move the produce pointer to a new segment 2 (with the old one's
+    ends still to settle unless ``final``)."""
     await world.store.create_topic("st.2", 2, retention_ms=HOUR_MS)
     await world.catalog.add_segment("p", "t", _segment(2, SegmentState.PENDING))
     topic = await world.catalog.get_topic("p", "t")
     ends = await world.store.seal("st.1")
     sealed = _segment(1, SegmentState.SEALED).model_copy(
-        update={"end_positions": ends, "sealed_at": datetime.now(UTC)}
+        update={"end_positions": ends, "sealed_at": datetime.now(UTC), "ends_final": final}
     )
     return await world.catalog.commit_segment_switch(
         topic, sealed, _segment(2, SegmentState.ACTIVE)
@@ -120,3 +121,21 @@ async def test_reader_resumes_from_committed_positions(world: World) -> None:
     start = (await world.reader.start_positions(sub, segment))[part]
     back = await world.reader.read(sub, segment, part, start, timeout=1)
     assert [m.value for m in back] == [b"2", b"3", b"4"]
+
+
+async def test_reader_waits_for_the_final_ends_of_a_segment_that_settles(world: World) -> None:
+    """A Kafka cutover moves the pointer on the fence with provisional ends: nobody passes the
+    old segment until the final ones are recorded, even with every position committed."""
+    topic = await world.catalog.get_topic("p", "t")
+    await world.writer.write(topic, Record(b"0", key=b"g"))
+    sub = await world.catalog.get_subscription("p", "s")
+    await _switch(world, final=False)
+    _, segment = await world.reader.consume_segment(sub)
+    assert segment.end_positions is not None and not segment.finished
+    await world.reader.commit(sub, segment, dict(segment.end_positions))
+    assert await world.reader.try_advance(sub) is None
+    settled = segment.model_copy(update={"ends_final": True})
+    await world.catalog.update_segment("p", "t", settled)
+    advanced = await world.reader.try_advance(sub)
+    assert advanced is not None and advanced.consume_pointer is not None
+    assert advanced.consume_pointer.segment_id == 2

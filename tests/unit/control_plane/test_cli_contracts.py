@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 
+from control_plane.cli import common
 from core.errors import NotFound
 from tests.support.cli import httpbus as run
 from tests.support.cli import one_line_error
@@ -73,10 +74,23 @@ def test_dlq_list_unsideline_and_purge(fake: tuple[str, Any]) -> None:
     assert r.exit_code == 0 and "unsidelined 2500" in r.stdout and state.dlq == []
 
     state.dlq = [dlq_message(i) for i in range(30)]
-    refused = run(url, "dlq", "purge", "shop", "s1", "--all", input="n\n")
-    assert refused.exit_code == 1 and len(state.dlq) == 30  # asked, answered no
+    # stdin is not a terminal here: never asked, and without --yes nothing is purged
+    one_line_error(run(url, "dlq", "purge", "shop", "s1", "--all", input="y\n"), 2, "--yes")
+    assert len(state.dlq) == 30
     r = run(url, "dlq", "purge", "shop", "s1", "--all", "--yes", "--batch", "7", "-o", "json")
     assert r.exit_code == 0 and json.loads(r.stdout) == {"purged": 30} and state.dlq == []
+
+
+def test_dlq_purge_asks_on_a_terminal(
+    fake: tuple[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(common, "stdin_is_terminal", lambda: True)
+    url, state = fake
+    state.dlq = [dlq_message(i) for i in range(3)]
+    refused = run(url, "dlq", "purge", "shop", "s1", "--all", input="n\n")
+    one_line_error(refused, 1, "not confirmed")
+    assert "purge the whole DLQ of shop/s1 for good?" in refused.stdout and len(state.dlq) == 3
+    assert "purged 3" in run(url, "dlq", "purge", "shop", "s1", "--all", input="y\n").stdout
 
 
 def test_dlq_bad_input(fake: tuple[str, Any]) -> None:

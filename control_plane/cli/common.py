@@ -44,9 +44,9 @@ EXIT_UNREACHABLE = 6
 EXIT_FAILED = 7
 
 EXIT_CODES_HELP = (
-    "Exit codes: 0 done, 1 refused by the API, 2 bad usage, 3 not found, 4 conflict, "
-    "5 not available on this control plane, 6 control plane unreachable or failing, "
-    "7 operation ended unsuccessfully."
+    "Exit codes: 0 done, 1 refused by the API or not confirmed, 2 bad usage (a delete off a "
+    "terminal needs --yes), 3 not found, 4 conflict or in use, 5 not available on this "
+    "control plane, 6 control plane unreachable or failing, 7 operation ended unsuccessfully."
 )
 
 Url = Annotated[

@@ -94,12 +94,13 @@ def confirm(question: str, yes: bool) -> None:
     """Ask ``question`` before a destructive step unless ``--yes``; never ask a script.
 
     Without a terminal on stdin the command does not read an answer from a pipe: it stops
-    with a usage error (exit 2) that asks for ``--yes``. An answer of no exits 1."""
+    with a usage error (exit 2) that asks for ``--yes``. An answer of no exits 1. The
+    question goes to stderr, so that stdout stays the command's output."""
     if yes:
         return
     if not stdin_is_terminal():
         raise fail(f"not confirmed ({question}): stdin is not a terminal, pass --yes", EXIT_USAGE)
-    if not typer.confirm(question, default=False):
+    if not typer.confirm(question, default=False, err=True):  # stdout may be --output json
         raise fail("not confirmed; nothing changed", EXIT_REFUSED)
 
 

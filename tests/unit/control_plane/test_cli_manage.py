@@ -5,6 +5,7 @@ on a terminal unless ``--yes``; never read from a pipe: without ``--yes`` a scri
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,15 @@ from control_plane.cli import common
 from control_plane.settings import ControlPlaneSettings
 from metastore.config import EmbeddedMetaStoreConfig
 from segments.config import EmbeddedClusterConfig
-from tests.support.cli import TOKEN, as_json, httpbus, ok, one_line_error
+from tests.support.cli import (
+    TOKEN,
+    answered,
+    as_json,
+    declined,
+    httpbus,
+    ok,
+    one_line_error,
+)
 from tests.support.contract_api import served
 
 HOOK = "http://127.0.0.1:9/hook"
@@ -122,16 +131,20 @@ def test_topic_delete_refused_while_subscribed_unless_force(url: str) -> None:
 
 def test_deletes_ask_on_a_terminal_and_never_read_a_pipe(url: str, terminal: None) -> None:
     _world(url, "p4", "mailer")
-    declined = httpbus(url, "sub", "delete", "p4", "mailer", input="n\n")
-    one_line_error(declined, 1, "not confirmed")
-    assert "delete subscription p4/mailer?" in declined.stdout
+    declined(httpbus(url, "sub", "delete", "p4", "mailer", input="n\n"), "p4/mailer?")
     assert _get(url, "p4", "subscriptions", "mailer").status_code == 200
-    out = ok(httpbus(url, "sub", "delete", "p4", "mailer", input="y\n"))
-    assert out.endswith("deleted subscription p4/mailer\n")
+    deleted = httpbus(url, "sub", "delete", "p4", "mailer", input="y\n")
+    assert deleted.exit_code == 0 and "delete subscription p4/mailer?" in deleted.stderr
+    assert answered(deleted) == "deleted subscription p4/mailer\n"
     assert _get(url, "p4", "subscriptions", "mailer").status_code == 404
-    declined = httpbus(url, "topic", "delete", "p4", "orders", input="\n")  # the default: no
-    one_line_error(declined, 1, "not confirmed")
-    assert _get(url, "p4", "topics", "orders").status_code == 200
+    topic = ("topic", "delete", "p4", "orders")
+    declined(httpbus(url, *topic, input="\n"), "delete topic p4/orders, with its messages?")
+    assert _get(url, "p4", "topics", "orders").status_code == 200  # Enter: the default, no
+    made = as_json(httpbus(url, "token", "create", "p4", "-o", "json"))
+    declined(httpbus(url, "token", "revoke", "p4", made["id"], input="n\n"), made["id"])
+    declined(httpbus(url, "project", "delete", "p4", input="n\n"), "delete project p4?")
+    as_json_too = httpbus(url, *topic, "-o", "json", input="y\n")  # the question on stderr
+    assert json.loads(answered(as_json_too))["topic"] == "orders"
 
 
 def test_without_a_terminal_deletes_need_yes(url: str) -> None:

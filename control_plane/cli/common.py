@@ -5,10 +5,13 @@ Exit codes (also in ``httpbus --help`` and the README):
 
 ====  ==========================================================================
 0     done
-1     the control plane refused the request (validation 422, 400, 401, 403, …)
-2     bad usage: unknown flag, bad value, missing argument (Click's convention)
-3     not found: the project, topic or subscription does not exist
-4     conflict: already exists, stale version, a cutover already running (409)
+1     the control plane refused the request (validation 422, 400, 401, 403, …), or you
+      answered no to a confirmation
+2     bad usage: unknown flag, bad value, missing argument (Click's convention); a delete
+      without ``--yes`` when stdin is not a terminal
+3     not found: the project, topic, subscription, token or cutover does not exist
+4     conflict: already exists, stale version, a cutover already running or past COMMIT,
+      in use (a delete refused while dependents exist) (409)
 5     not available: this control plane does not serve that API (yet)
 6     the control plane cannot be reached, timed out or failed (5xx)
 7     the operation ended unsuccessfully (a cutover aborted or rolled back)
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -40,9 +44,9 @@ EXIT_UNREACHABLE = 6
 EXIT_FAILED = 7
 
 EXIT_CODES_HELP = (
-    "Exit codes: 0 done, 1 refused by the API, 2 bad usage, 3 not found, 4 conflict, "
-    "5 not available on this control plane, 6 control plane unreachable or failing, "
-    "7 operation ended unsuccessfully."
+    "Exit codes: 0 done, 1 refused by the API or not confirmed, 2 bad usage (a delete off a "
+    "terminal needs --yes), 3 not found, 4 conflict or in use, 5 not available on this "
+    "control plane, 6 control plane unreachable or failing, 7 operation ended unsuccessfully."
 )
 
 Url = Annotated[
@@ -61,6 +65,12 @@ Output = Annotated[
     Literal["text", "json"],
     typer.Option("--output", "-o", help="text for people, json for scripts."),
 ]
+Yes = Annotated[
+    bool,
+    typer.Option(
+        "--yes", "-y", help="Do not ask for confirmation (required when stdin is not a terminal)."
+    ),
+]
 Offset = Annotated[int, typer.Option(min=0, help="Skip this many.")]
 Limit = Annotated[int, typer.Option(min=1, max=500, help="Page size.")]
 DEFAULT_URL = "http://127.0.0.1:8700"
@@ -73,6 +83,41 @@ def fail(message: str, code: int) -> typer.Exit:
     one_line = " ".join(message.split())
     typer.echo(f"error: {one_line}", err=True)
     return typer.Exit(code)
+
+
+def stdin_is_terminal() -> bool:
+    """Whether a person can answer a question (scripts and pipes cannot)."""
+    return sys.stdin.isatty()
+
+
+def confirm(question: str, yes: bool) -> None:
+    """Ask ``question`` before a destructive step unless ``--yes``; never ask a script.
+
+    Without a terminal on stdin the command does not read an answer from a pipe: it stops
+    with a usage error (exit 2) that asks for ``--yes``. An answer of no exits 1. The
+    question goes to stderr, so that stdout stays the command's output."""
+    if yes:
+        return
+    if not stdin_is_terminal():
+        raise fail(f"not confirmed ({question}): stdin is not a terminal, pass --yes", EXIT_USAGE)
+    if not typer.confirm(question, default=False, err=True):  # stdout may be --output json
+        raise fail("not confirmed; nothing changed", EXIT_REFUSED)
+
+
+def changes(before: dict[str, Any], after: dict[str, Any], prefix: str = "") -> list[str]:
+    """``field old → new`` for every leaf that differs (nested fields as ``a.b``)."""
+    out: list[str] = []
+    for key in sorted(set(before) | set(after)):
+        old, new = before.get(key), after.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            out += changes(old, new, f"{prefix}{key}.")
+        elif old != new:
+            out.append(f"{prefix}{key} {_shown(old)} → {_shown(new)}")
+    return out
+
+
+def _shown(value: Any) -> str:
+    return "none" if value is None else json.dumps(value) if isinstance(value, str) else str(value)
 
 
 def exit_code(error: ApiError) -> int:

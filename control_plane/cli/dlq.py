@@ -23,6 +23,8 @@ from .common import (
     Output,
     Token,
     Url,
+    Yes,
+    confirm,
     emit_json,
     fail,
     run,
@@ -183,7 +185,7 @@ def purge(
     groups: Groups = None,
     before: Before = None,
     everything: Annotated[bool, typer.Option("--all", help="Purge the whole DLQ.")] = False,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    yes: Yes = False,
     batch: Batch = 1000,
     url: Url = DEFAULT_URL,
     token: Token = "",
@@ -201,8 +203,7 @@ def purge(
     else:
         params, what = [("all", "true")], "the whole DLQ"
     params.append(("limit", batch))
-    if not yes:
-        typer.confirm(f"purge {what} of {project}/{name} for good?", abort=True)
+    confirm(f"purge {what} of {project}/{name} for good?", yes)
 
     async def step(api: AdminClient) -> tuple[int, int]:
         result = await api.delete(_messages(project, name), params)

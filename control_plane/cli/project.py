@@ -1,4 +1,4 @@
-"""``httpbus project``: create and list projects."""
+"""``httpbus project``: create, list, update and delete projects."""
 
 from __future__ import annotations
 
@@ -14,18 +14,22 @@ from .common import (
     Output,
     Token,
     Url,
+    Yes,
+    changes,
+    confirm,
     emit_json,
     paged_footer,
     run,
     table,
 )
 
-app = typer.Typer(help="Projects: create, list.", no_args_is_help=True)
+app = typer.Typer(help="Projects: create, list, update, delete.", no_args_is_help=True)
+Name = Annotated[str, typer.Argument(help="Project name.")]
 
 
 @app.command()
 def create(
-    name: Annotated[str, typer.Argument(help="Project name.")],
+    name: Name,
     description: Annotated[str, typer.Option(help="What the project is for.")] = "",
     url: Url = DEFAULT_URL,
     token: Token = "",
@@ -63,3 +67,52 @@ def list_(
     rows = [(p["name"], p.get("description", ""), p.get("created_at", "")) for p in page["items"]]
     table("projects", ("name", "description", "created"), rows)
     paged_footer(page)
+
+
+@app.command()
+def update(
+    name: Name,
+    description: Annotated[str, typer.Option(help="What the project is for.")],
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    output: Output = "text",
+) -> None:
+    """Change a project's description.
+
+    A compare-and-set on the version just read (exit 4 if it changed meanwhile)."""
+    project_path = path("v1", "projects", name)
+
+    async def work(api: AdminClient) -> tuple[Any, Any]:
+        current = await api.get(project_path)
+        body = {"description": description, "version": current["version"]}
+        return current, await api.put(project_path, body)
+
+    before, after = run(url, token, work)
+    if output == "json":
+        emit_json(after)
+        return
+    done = changes({"description": before["description"]}, {"description": after["description"]})
+    typer.echo(f"updated project {name}: {', '.join(done) or 'no change'}")
+
+
+@app.command()
+def delete(
+    name: Name,
+    yes: Yes = False,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    output: Output = "text",
+) -> None:
+    """Delete an empty project (asks first unless --yes).
+
+    Refused (exit 4) while it has topics or subscriptions."""
+    confirm(f"delete project {name}?", yes)
+
+    async def work(api: AdminClient) -> None:
+        await api.delete(path("v1", "projects", name))
+
+    run(url, token, work)
+    if output == "json":
+        emit_json({"deleted": "project", "project": name})
+    else:
+        typer.echo(f"deleted project {name}")

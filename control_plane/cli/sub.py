@@ -1,5 +1,5 @@
-"""``httpbus sub``: create, list, status, pause, resume, seek subscriptions; rotate and reveal
-their signing secrets."""
+"""``httpbus sub``: create, list, update, delete, status, pause, resume, enable, seek
+subscriptions; rotate and reveal their signing secrets."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from ..client import AdminClient, path
+from ..client import SETTINGS_FIELDS, AdminClient, path, update_body
 from .common import (
     DEFAULT_URL,
     EXIT_USAGE,
@@ -17,6 +17,9 @@ from .common import (
     Output,
     Token,
     Url,
+    Yes,
+    changes,
+    confirm,
     emit_json,
     fail,
     paged_footer,
@@ -25,12 +28,14 @@ from .common import (
 )
 
 app = typer.Typer(
-    help="Subscriptions: create, list, status, pause, resume, seek, rotate-secret, reveal-secret.",
+    help="Subscriptions: create, list, update, delete, status, pause, resume, enable, seek, "
+    "rotate-secret, reveal-secret.",
     no_args_is_help=True,
 )
 
 Project = Annotated[str, typer.Argument(help="Project name.")]
 Name = Annotated[str, typer.Argument(help="Subscription name.")]
+Backoff = Literal["fixed", "linear", "exponential"]
 
 
 def _subs(project: str, *rest: str) -> str:
@@ -146,6 +151,123 @@ def print_status(status: dict[str, Any]) -> None:
     ]
     if shard_rows:
         table(None, ("shard", "worker", "state", "lag"), shard_rows)
+
+
+@app.command()
+def update(
+    project: Project,
+    name: Name,
+    endpoint: Annotated[str | None, typer.Option(help="New webhook URL (http or https).")] = None,
+    timeout_ms: Annotated[
+        int | None, typer.Option(min=1, help="How long one delivery may take.")
+    ] = None,
+    method: Annotated[
+        Literal["POST", "PUT"] | None, typer.Option(help="HTTP method of deliveries.")
+    ] = None,
+    filter_: Annotated[str | None, typer.Option("--filter", help="CEL filter expression.")] = None,
+    no_filter: Annotated[bool, typer.Option("--no-filter", help="Deliver everything.")] = False,
+    max_attempts: Annotated[int | None, typer.Option(min=1, help="Delivery attempts.")] = None,
+    backoff: Annotated[Backoff | None, typer.Option(help="Retry backoff.")] = None,
+    max_in_flight: Annotated[int | None, typer.Option(min=1, help="In-flight limit.")] = None,
+    rate_limit: Annotated[float | None, typer.Option(help="Messages per second.")] = None,
+    no_rate_limit: Annotated[
+        bool, typer.Option("--no-rate-limit", help="Remove the rate limit.")
+    ] = False,
+    delay_ms: Annotated[int | None, typer.Option(min=0, help="Hold every message.")] = None,
+    dlq: Annotated[
+        bool | None, typer.Option("--dlq/--no-dlq", help="Dead-letter what fails for good.")
+    ] = None,
+    description: Annotated[str | None, typer.Option(help="What the subscription is for.")] = None,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    output: Output = "text",
+) -> None:
+    """Change a subscription's settings; the others stay as they are.
+
+    A compare-and-set on the version just read (exit 4 if it changed meanwhile). Its topic
+    is fixed; the signing secret changes by rotate-secret, pausing by pause and resume."""
+    if filter_ is not None and no_filter:
+        raise fail("give --filter or --no-filter, not both", EXIT_USAGE)
+    if rate_limit is not None and no_rate_limit:
+        raise fail("give --rate-limit or --no-rate-limit, not both", EXIT_USAGE)
+    endpoint_changes = _given(url=endpoint, timeout_ms=timeout_ms, method=method)
+    retry_changes = _given(max_attempts=max_attempts, backoff=backoff)
+    wanted = _given(
+        filter=filter_,
+        max_in_flight=max_in_flight,
+        rate_limit_per_second=rate_limit,
+        delay_ms=delay_ms,
+        dlq_enabled=dlq,
+        description=description,
+    )
+    wanted.update({"filter": None} if no_filter else {})
+    wanted.update({"rate_limit_per_second": None} if no_rate_limit else {})
+    if not (wanted or endpoint_changes or retry_changes):
+        raise fail("nothing to change: give at least one setting (see --help)", EXIT_USAGE)
+
+    async def work(api: AdminClient) -> tuple[Any, Any]:
+        current = await api.get(_subs(project, name))
+        nested = {
+            "endpoint": {**current["endpoint"], **endpoint_changes},
+            "retry": {**current["retry"], **retry_changes},
+        }
+        body = update_body(current, {**wanted, **nested})
+        return current, await api.put(_subs(project, name), body)
+
+    before, after = run(url, token, work)
+    if output == "json":
+        emit_json(after)
+        return
+    fields = [f for f in SETTINGS_FIELDS if f != "paused"]
+    done = changes({f: before.get(f) for f in fields}, {f: after.get(f) for f in fields})
+    typer.echo(f"updated subscription {project}/{name}: {', '.join(done) or 'no change'}")
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+@app.command()
+def delete(
+    project: Project,
+    name: Name,
+    yes: Yes = False,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    output: Output = "text",
+) -> None:
+    """Delete a subscription (asks first unless --yes).
+
+    Its deliveries stop for good."""
+    confirm(f"delete subscription {project}/{name}?", yes)
+
+    async def work(api: AdminClient) -> None:
+        await api.delete(_subs(project, name))
+
+    run(url, token, work)
+    if output == "json":
+        emit_json({"deleted": "subscription", "project": project, "subscription": name})
+    else:
+        typer.echo(f"deleted subscription {project}/{name}")
+
+
+@app.command()
+def enable(
+    project: Project, name: Name, url: Url = DEFAULT_URL, token: Token = "", output: Output = "text"
+) -> None:
+    """Deliver again after the subscription was disabled.
+
+    A subscription is disabled when its endpoint has failed for too long; enabled, it
+    resumes from the position it stopped at."""
+
+    async def work(api: AdminClient) -> Any:
+        return await api.post(_subs(project, name, "enable"))
+
+    enabled = run(url, token, work)
+    if output == "json":
+        emit_json(enabled)
+    else:
+        typer.echo(f"{project}/{name} enabled")
 
 
 @app.command()

@@ -1,22 +1,27 @@
-"""``httpbus topic``: create, list, show the segment timeline, migrate (a live cutover)."""
+"""``httpbus topic``: create, list, show the segment timeline, update, delete, migrate (a live
+cutover) and ``topic cutover status|abort``."""
 
 from __future__ import annotations
 
-import asyncio
-import time
+import re
 from typing import Annotated, Any
 
 import typer
 
-from ..client import AdminClient, path
+from ..client import AdminClient, ApiError, path
+from . import cutover
 from .common import (
     DEFAULT_URL,
-    EXIT_FAILED,
+    EXIT_CONFLICT,
+    EXIT_USAGE,
     Limit,
     Offset,
     Output,
     Token,
     Url,
+    Yes,
+    changes,
+    confirm,
     console,
     emit_json,
     fail,
@@ -24,13 +29,16 @@ from .common import (
     run,
     table,
 )
+from .cutover import check_outcome, cutover_path, follow
 
-app = typer.Typer(help="Topics: create, list, show the timeline, migrate.", no_args_is_help=True)
+app = typer.Typer(
+    help="Topics: create, list, show the timeline, update, delete, migrate, cutover.",
+    no_args_is_help=True,
+)
+app.add_typer(cutover.app, name="cutover")
 
 Project = Annotated[str, typer.Argument(help="Project name.")]
 Topic = Annotated[str, typer.Argument(help="Topic name.")]
-PHASES = ("PREPARE", "SWITCH", "COMMIT", "COMPLETE")
-FINAL = {"COMPLETE", "ABORTED", "ROLLED_BACK"}
 
 
 @app.command()
@@ -131,29 +139,6 @@ def show(
     )
 
 
-def _acks(cutover: dict[str, Any]) -> str:
-    producers = cutover.get("producers") or {}
-    if not producers:  # the coordinator lists the live producers as it prepares them
-        return "none joined yet"
-    counts = []
-    for phase, key in (
-        ("prepared", "prepared_at"),
-        ("switched", "switched_at"),
-        ("committed", "committed_at"),
-    ):
-        done = sum(1 for p in producers.values() if p.get(key))
-        counts.append(f"{phase} {done}/{len(producers)}")
-    return ", ".join(counts)
-
-
-def _line(cutover: dict[str, Any]) -> str:
-    phase = cutover["phase"]
-    step = PHASES.index(phase) + 1 if phase in PHASES else 0
-    bar = "".join("■" if i < step else "□" for i in range(len(PHASES)))
-    error = f"  error: {cutover['error']}" if cutover.get("error") else ""
-    return f"{bar} {phase:<11} producers: {_acks(cutover)}{error}"
-
-
 @app.command()
 def migrate(
     project: Project,
@@ -170,34 +155,135 @@ def migrate(
     output: Output = "text",
 ) -> None:
     """Move a topic to a new segment (a coordinated cutover), showing each phase live."""
-    cutover_path = path("v1", "projects", project, "topics", name, "cutover")
 
     async def work(api: AdminClient) -> Any:
-        current = await api.post(cutover_path, {"cluster": cluster, "partitions": partitions})
+        where = cutover_path(project, name)
+        current = await api.post(where, {"cluster": cluster, "partitions": partitions})
         if output == "text":
             move = f"segment {current['from_segment']} → {current['to_segment']}"
             typer.echo(f"cutover {current['id']}: {move}")
-        last = ""
-        deadline = time.monotonic() + timeout
-        while wait:
-            line = _line(current)
-            if output == "text" and line != last:
-                typer.echo(line)
-                last = line
-            if current["phase"] in FINAL or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(interval)
-            current = await api.get(cutover_path)
-        return current
+        if not wait:
+            return current
+        show = output == "text"
+        return await follow(api, where, current, interval=interval, timeout=timeout, show=show)
 
     final = run(url, token, work)
     if output == "json":
         emit_json(final)
-    if not wait:
-        return
-    if final["phase"] in ("ABORTED", "ROLLED_BACK"):
+    if wait:
+        check_outcome(final, timeout)
+
+
+SETTINGS = ("max_message_bytes", "retention_hours", "capacity", "description")
+_DURATION = re.compile(r"^\s*(\d+)\s*([hdw]?)\s*$")
+_HOURS = {"": 1, "h": 1, "d": 24, "w": 24 * 7}
+
+
+def retention_hours(text: str) -> int:
+    """``36h``, ``7d``, ``2w`` or a number of hours, as hours (retention is whole hours)."""
+    match = _DURATION.match(text.lower())
+    if not match:
+        raise typer.BadParameter(f"{text!r} is not a duration such as 36h, 7d or 2w")
+    return int(match[1]) * _HOURS[match[2]]
+
+
+@app.command()
+def update(
+    project: Project,
+    name: Topic,
+    retention: Annotated[
+        int | None,
+        typer.Option(parser=retention_hours, help="How long messages are kept: 36h, 7d, 2w."),
+    ] = None,
+    max_message_bytes: Annotated[
+        int | None, typer.Option(min=1, help="The largest message accepted.")
+    ] = None,
+    max_qps: Annotated[
+        int | None, typer.Option(min=1, help="Messages per second accepted (then 429).")
+    ] = None,
+    max_bytes_per_second: Annotated[
+        int | None, typer.Option(min=1024, help="Bytes per second accepted (then 429).")
+    ] = None,
+    description: Annotated[str | None, typer.Option(help="What the topic carries.")] = None,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    output: Output = "text",
+) -> None:
+    """Change a topic's settings; the others stay as they are.
+
+    A compare-and-set on the version just read (exit 4 if it changed meanwhile). Partitions
+    and storage change by a cutover: topic migrate."""
+    wanted: dict[str, Any] = {
+        k: v
+        for k, v in {
+            "retention_hours": retention,
+            "max_message_bytes": max_message_bytes,
+            "description": description,
+        }.items()
+        if v is not None
+    }
+    capacity = {
+        k: v
+        for k, v in {"max_qps": max_qps, "max_bytes_per_second": max_bytes_per_second}.items()
+        if v is not None
+    }
+    if not wanted and not capacity:
         raise fail(
-            f"cutover {final['phase']}: {final.get('error') or 'no reason given'}", EXIT_FAILED
+            "nothing to change: give --retention, --max-message-bytes, --max-qps, "
+            "--max-bytes-per-second or --description",
+            EXIT_USAGE,
         )
-    if final["phase"] != "COMPLETE":
-        raise fail(f"cutover still in {final['phase']} after {timeout:g} s", EXIT_FAILED)
+    topic_path = path("v1", "projects", project, "topics", name)
+
+    async def work(api: AdminClient) -> tuple[Any, Any]:
+        current = await api.get(topic_path)
+        body = {k: current[k] for k in SETTINGS if k in current}
+        body.update(wanted)
+        if capacity:
+            body["capacity"] = {**(current.get("capacity") or {}), **capacity}
+        body["version"] = current["version"]
+        return current, await api.put(topic_path, body)
+
+    before, after = run(url, token, work)
+    if output == "json":
+        emit_json(after)
+        return
+    done = changes({k: before.get(k) for k in SETTINGS}, {k: after.get(k) for k in SETTINGS})
+    typer.echo(f"updated topic {project}/{name}: {', '.join(done) or 'no change'}")
+
+
+@app.command()
+def delete(
+    project: Project,
+    name: Topic,
+    force: Annotated[bool, typer.Option("--force", help="Delete its subscriptions too.")] = False,
+    yes: Yes = False,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    output: Output = "text",
+) -> None:
+    """Delete a topic and its stored messages (asks first unless --yes).
+
+    Refused (exit 4) while subscriptions read it, unless --force, which deletes them too."""
+    also = " and every subscription to it" if force else ""
+    confirm(f"delete topic {project}/{name}{also}, with its messages?", yes)
+
+    async def work(api: AdminClient) -> None:
+        where = path("v1", "projects", project, "topics", name)
+        try:
+            await api.delete(where, {"force": "true"} if force else None)
+        except ApiError as exc:
+            if exc.code != "in_use":
+                raise
+            subs = ", ".join(exc.details.get("subscriptions", [])) or "subscriptions"
+            raise fail(
+                f"409 in_use: topic {project}/{name} is read by {subs}; delete them first, "
+                "or pass --force to delete them too",
+                EXIT_CONFLICT,
+            ) from None
+
+    run(url, token, work)
+    if output == "json":
+        emit_json({"deleted": "topic", "project": project, "topic": name, "force": force})
+    else:
+        typer.echo(f"deleted topic {project}/{name}{also}")

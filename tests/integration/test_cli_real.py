@@ -2,7 +2,8 @@
 worker as real processes, the merged APIs): subscription status / pause / resume / seek with
 real deliveries, the DLQ filled by an endpoint answering 400 then replayed and purged, a topic
 migrated through a real cutover followed live until COMPLETE, ``tail`` following deliveries,
-and for bad input a non-zero exit with a one-line error."""
+a walk through update, delete, produce tokens and ``topic cutover status``, and for bad input
+a non-zero exit with a one-line error."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from typer.testing import CliRunner, Result
 
@@ -60,7 +62,8 @@ def test_help_lists_every_group() -> None:
         timeout=60,
         check=True,
     ).stdout
-    for group in ("dev", "produce", "project", "topic", "sub", "dlq", "tail", "audit", "db"):
+    groups = ("dev", "produce", "project", "topic", "sub", "token", "dlq", "tail", "audit", "db")
+    for group in groups:
         assert f" {group} " in out, (group, out)
     assert "Exit codes" in out
     assert "run" in ok(CliRunner().invoke(cli, ["audit", "--help"]))
@@ -147,8 +150,9 @@ def test_dlq_list_unsideline_and_purge(dev: Dev, endpoint: Hook) -> None:
     publish(dev, "ops", "refunds", [b"bad-1", b"bad-2", b"bad-3"])
     until_sync(lambda: len(_dlq(dev, "ledger")) == 3, what="3 more in the DLQ")
     one_id = _dlq(dev, "ledger")[0]["message_id"]
-    refused = httpbus(dev, "dlq", "purge", "ops", "ledger", "--all", input="n\n")
-    assert refused.exit_code == 1 and len(_dlq(dev, "ledger")) == 3  # asked, said no
+    refused = httpbus(dev, "dlq", "purge", "ops", "ledger", "--all", input="y\n")
+    one_line_error(refused, 2, "not a terminal", "--yes")  # a pipe is never asked
+    assert len(_dlq(dev, "ledger")) == 3
     purged = as_json(
         httpbus(dev, "dlq", "purge", "ops", "ledger", "--id", one_id, "-y", "-o", "json")
     )
@@ -241,3 +245,67 @@ def test_tail_prints_a_line_each_time_deliveries_change(dev: Dev, endpoint: Hook
     rows = ok(httpbus(dev, "tail", "ops", "counter", "--count", "1", "-o", "json")).splitlines()
     assert json.loads(rows[0])["totals"]["delivered"] == 3
     one_line_error(httpbus(dev, "tail", "ops", "nope", "--count", "1"), 3, "404")
+
+
+def _produce_status(dev: Dev, project: str, topic: str, token: str) -> int:
+    url = f"{dev.producer}/v1/projects/{project}/topics/{topic}/produce"
+    headers = {"Authorization": f"Bearer {token}"}
+    return httpx.post(url, content=b"x", headers=headers, timeout=15).status_code
+
+
+def test_update_delete_tokens_and_cutover_status_on_the_real_control_plane(
+    dev: Dev, endpoint: Hook
+) -> None:
+    ok(httpbus(dev, "project", "create", "walk"))
+    ok(httpbus(dev, "topic", "create", "walk", "orders", "--partitions", "2"))
+    changed = ok(httpbus(dev, "topic", "update", "walk", "orders", "--retention", "2d"))
+    assert changed.strip() == "updated topic walk/orders: retention_hours 168 → 48", changed
+    ok(
+        httpbus(
+            dev, "sub", "create", "walk", "mailer", "--topic", "orders", "--endpoint", endpoint.url
+        )
+    )
+    sub = as_json(
+        httpbus(dev, "sub", "update", "walk", "mailer", "--max-in-flight", "50", "-o", "json")
+    )
+    assert sub["max_in_flight"] == 50 and sub["endpoint"]["url"] == endpoint.url
+
+    # A produce token: printed once, listed without it, publishes, and is refused once revoked.
+    made = as_json(httpbus(dev, "token", "create", "walk", "--topic", "orders", "-o", "json"))
+    assert made["id"] in ok(httpbus(dev, "token", "list", "walk"))
+    assert _produce_status(dev, "walk", "orders", made["token"]) == 201
+    until_sync(lambda: len(endpoint.delivered) == 1, what="the token's message delivered")
+    assert f"revoked token {made['id']}" in ok(
+        httpbus(dev, "token", "revoke", "walk", made["id"], "--yes")
+    )
+    assert as_json(httpbus(dev, "token", "list", "walk", "-o", "json")) == []
+    until_sync(
+        lambda: _produce_status(dev, "walk", "orders", made["token"]) == 401,
+        what="the revoked token refused by the producer",
+    )
+
+    # A cutover started without waiting, followed by status --watch, then read and not aborted.
+    one_line_error(httpbus(dev, "topic", "cutover", "status", "walk", "orders"), 3, "no cutover")
+    args = ("topic", "migrate", "walk", "orders", "--cluster", "embedded", "--partitions", "3")
+    ok(httpbus(dev, *args, "--no-wait"))
+    watched = ok(
+        httpbus(dev, "topic", "cutover", "status", "walk", "orders", "-w", "--interval", "0.1")
+    )
+    assert "■■■■ COMPLETE" in watched and "phase COMPLETE" in watched, watched
+    shown = as_json(httpbus(dev, "topic", "cutover", "status", "walk", "orders", "-o", "json"))
+    assert shown["phase"] == "COMPLETE" and set(shown["phase_times"]) >= {"PREPARE", "COMPLETE"}
+    assert all(p["committed_at"] for p in shown["producers"].values()), shown
+    one_line_error(httpbus(dev, "topic", "cutover", "abort", "walk", "orders"), 4, "409")
+
+    # Deletes: refused while something depends on them, then done with --yes.
+    one_line_error(httpbus(dev, "project", "delete", "walk", "--yes"), 4, "in_use")
+    one_line_error(
+        httpbus(dev, "topic", "delete", "walk", "orders", "--yes"), 4, "walk/mailer", "--force"
+    )
+    one_line_error(httpbus(dev, "sub", "delete", "walk", "mailer"), 2, "--yes")  # not a terminal
+    ok(httpbus(dev, "sub", "delete", "walk", "mailer", "--yes"))
+    one_line_error(httpbus(dev, "sub", "status", "walk", "mailer"), 3, "404")
+    deleted = as_json(httpbus(dev, "topic", "delete", "walk", "orders", "--yes", "-o", "json"))
+    assert deleted["topic"] == "orders"
+    assert "deleted project walk" in ok(httpbus(dev, "project", "delete", "walk", "--yes"))
+    one_line_error(httpbus(dev, "topic", "list", "walk"), 3, "404")

@@ -37,3 +37,20 @@ def one_line_error(result: Result, code: int, *words: str) -> str:
     for word in words:
         assert word in text, text
     return text
+
+
+def declined(result: Result, question: str) -> None:
+    """A command that asked ``question`` on stderr, was answered no, and exited 1 having
+    printed nothing on stdout."""
+    assert result.exit_code == 1, (result.exit_code, result.stdout, result.stderr)
+    assert question in result.stderr, result.stderr
+    assert result.stderr.endswith("error: not confirmed; nothing changed\n"), result.stderr
+    assert answered(result) == "", result.stdout
+
+
+def answered(result: Result) -> str:
+    """The stdout of a command that asked a question, without the runner's echo of the
+    answer (a terminal echoes it to the screen; typer's runner writes it to stdout)."""
+    first, _, rest = result.stdout.partition("\n")
+    assert first.strip() in ("", "y", "n"), result.stdout
+    return rest

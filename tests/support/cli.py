@@ -4,13 +4,33 @@ URL, and checking what it printed."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from typer.testing import CliRunner, Result
 
+from control_plane.app import create_app
 from control_plane.cli import cli
+from control_plane.settings import ControlPlaneSettings
+from metastore.config import EmbeddedMetaStoreConfig
+from segments.config import EmbeddedClusterConfig
+from tests.support.contract_api import served
 
 TOKEN = "test-admin-token-0123456789"
+
+
+@contextmanager
+def embedded_control_plane_url(data: Path) -> Iterator[str]:
+    """A control plane on the embedded backends in ``data``, served over HTTP: its URL."""
+    settings = ControlPlaneSettings(
+        admin_token=TOKEN,
+        metastore=EmbeddedMetaStoreConfig(path=str(data / "meta.db")),
+        clusters={"embedded": EmbeddedClusterConfig(path=str(data / "segments.db"))},
+    )
+    with served(create_app(settings)) as base:
+        yield base
 
 
 def httpbus(url: str, *args: str, token: str = TOKEN, input: str | None = None) -> Result:

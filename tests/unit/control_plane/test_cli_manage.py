@@ -7,40 +7,29 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from control_plane.app import create_app
 from control_plane.cli import common
-from control_plane.settings import ControlPlaneSettings
-from metastore.config import EmbeddedMetaStoreConfig
-from segments.config import EmbeddedClusterConfig
 from tests.support.cli import (
     TOKEN,
     answered,
     as_json,
     declined,
+    embedded_control_plane_url,
     httpbus,
     ok,
     one_line_error,
 )
-from tests.support.contract_api import served
 
 HOOK = "http://127.0.0.1:9/hook"
 
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    data: Path = tmp_path_factory.mktemp("cp")
-    settings = ControlPlaneSettings(
-        admin_token=TOKEN,
-        metastore=EmbeddedMetaStoreConfig(path=str(data / "meta.db")),
-        clusters={"embedded": EmbeddedClusterConfig(path=str(data / "segments.db"))},
-    )
-    with served(create_app(settings)) as base:
+    with embedded_control_plane_url(tmp_path_factory.mktemp("cp")) as base:
         yield base
 
 

@@ -5,16 +5,16 @@ when it was rotated, never the secret."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from control_plane.app import create_app
-from control_plane.settings import ControlPlaneSettings
-from metastore.config import EmbeddedMetaStoreConfig
-from segments.config import EmbeddedClusterConfig
-from tests.support.cli import TOKEN, as_json, httpbus, ok, one_line_error
-from tests.support.contract_api import served
+from tests.support.cli import (
+    as_json,
+    embedded_control_plane_url,
+    httpbus,
+    ok,
+    one_line_error,
+)
 
 OLD = "whsec_" + "QUFB" * 8
 NEW = "whsec_" + "QkJC" * 8
@@ -22,13 +22,7 @@ NEW = "whsec_" + "QkJC" * 8
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    data: Path = tmp_path_factory.mktemp("cp")
-    settings = ControlPlaneSettings(
-        admin_token=TOKEN,
-        metastore=EmbeddedMetaStoreConfig(path=str(data / "meta.db")),
-        clusters={"embedded": EmbeddedClusterConfig(path=str(data / "segments.db"))},
-    )
-    with served(create_app(settings)) as base:
+    with embedded_control_plane_url(tmp_path_factory.mktemp("cp")) as base:
         ok(httpbus(base, "project", "create", "shop"))
         ok(httpbus(base, "topic", "create", "shop", "orders"))
         yield base

@@ -201,6 +201,8 @@ def create_app(
                 commit_every_s=settings.commit_every_s,
                 lock_retry_s=settings.lock_retry_s,
                 status_interval_s=settings.status_interval_s,
+                # Half the pool at most: one slow endpoint leaves the rest to the others.
+                max_in_flight_per_subscription=max(1, settings.max_connections // 2),
             )
             await stack.enter_async_context(worker)
             registry = CollectorRegistry()

@@ -92,6 +92,7 @@ class SubscriptionRunner:
         shard: Shard = WHOLE,
         poisoned: Mapping[str, str] | None = None,
         health: HealthRecorder | None = None,
+        in_flight_cap: int | None = None,
     ) -> None:
         self.sub = sub
         self.health = health  # told every attempt's result (.disabling)
@@ -103,7 +104,7 @@ class SubscriptionRunner:
         self.stats = RunnerStats()
         self.name = f"{sub.topic_project}/{sub.topic}"
         self.audit = SubscriptionAudit(audit, sub)
-        self.dispatch = Dispatch(sub, self.stats, audit)
+        self.dispatch = Dispatch(sub, self.stats, audit, in_flight_cap)
         self._policy = commit_policy or CommitPolicy()
         self.routing: Routing | None = None
         self.reading: SegmentReading | None = None  # of the current consume segment

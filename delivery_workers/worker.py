@@ -29,6 +29,12 @@ A sharded subscription (:mod:`core.shards`) is assigned shard by shard: a key
 ``"project/subscription#k"`` is held the same way, with its own lock and status node, and
 runs a runner for that shard only; pause, settings changes and seeks apply to every shard.
 
+One slow endpoint cannot hold the worker: a subscription's deliveries in flight are capped
+at ``max_in_flight_per_subscription`` (the service passes half the sender's connections)
+whatever its own ``max_in_flight`` says, so an endpoint that holds every request for its
+whole ``timeout_ms`` (up to 15 minutes) holds that many connections and no more; the rest of
+the pool serves the other subscriptions.
+
 When a subscription is unassigned the runner is stopped and the lock deleted. Stopping a
 runner cancels its in-flight deliveries without a last commit: the next owner delivers again
 what was delivered but not committed yet (at-least-once).
@@ -107,6 +113,7 @@ class Worker(AsyncResource):
         status_interval_s: float = 1.0,
         notify_backoff_s: tuple[float, ...] = BACKOFF_S,
         clock: Callable[[], float] = time.time,
+        max_in_flight_per_subscription: int | None = None,
     ) -> None:
         self.metastore = metastore
         self.catalog = Catalog(metastore)
@@ -121,6 +128,7 @@ class Worker(AsyncResource):
         self.commit_every_s = commit_every_s
         self.lock_retry_s = lock_retry_s
         self.error_retry_s = error_retry_s
+        self.max_in_flight_per_subscription = max_in_flight_per_subscription
         self.runners: dict[str, SubscriptionRunner] = {}  # running now, by "project/sub"
         self._owned: dict[str, asyncio.Task[None]] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
@@ -396,6 +404,7 @@ class Worker(AsyncResource):
                     shard=_shard_of(sub, parse_unit_key(key)[2]),
                     poisoned=crashes.poisoned,
                     health=health,
+                    in_flight_cap=self.max_in_flight_per_subscription,
                 )
                 runner.stats.latency = self._latency.setdefault(key, LatencyHistogram())
                 self.runners[key] = runner

@@ -226,6 +226,8 @@ class Worker(AsyncResource):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for key in keys:  # its next owner reads the recorded streak back
+            self.disabling.watches.pop(key, None)
         for key in keys:  # unassigned because it was deleted: its internal topics go too
             project, name, _ = parse_unit_key(key)
             try:

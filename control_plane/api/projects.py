@@ -41,18 +41,22 @@ async def get_project(project: ProjectName, admin: AdminDep) -> ProjectView:
 async def update_project(
     project: ProjectName, body: ProjectUpdate, admin: AdminDep
 ) -> ProjectShown:
-    """Replace the description and the notification URL. A project made before
-    notification secrets existed gets one with its first notification URL, shown this
-    once."""
+    """Replace the description; the notification URL too when the body names it (null
+    removes it; absent keeps it, so a client that only knows the description cannot drop
+    it). A project made before notification secrets existed gets one with its first
+    notification URL, shown this once."""
     current = await admin.catalog.get_project(project)
-    admin.check_notification_url(body.notification_url)
+    url = current.notification_url
+    if "notification_url" in body.model_fields_set:
+        url = body.notification_url
+        admin.check_notification_url(url)
     made = None
-    if body.notification_url is not None and current.notification_secret is None:
+    if url is not None and current.notification_secret is None:
         made = new_signing_secret()
     changed = current.model_copy(
         update={
             "description": body.description,
-            "notification_url": body.notification_url,
+            "notification_url": url,
             "notification_secret": made or current.notification_secret,
             "version": body.version,
         }

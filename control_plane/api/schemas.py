@@ -44,7 +44,9 @@ class ProjectCreate(_Body):
 
 class ProjectUpdate(_Body):
     description: str = Field(default="", max_length=1_000)
-    notification_url: AnyHttpUrl | None = Field(default=None, description=_NOTIFICATION_URL)
+    notification_url: AnyHttpUrl | None = Field(
+        default=None, description=_NOTIFICATION_URL + "; absent: unchanged, null: none"
+    )
     version: int = Field(description="the version you read; a stale one is refused (409)")
 
 

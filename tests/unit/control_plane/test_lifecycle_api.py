@@ -55,6 +55,12 @@ async def test_the_notification_secret_is_shown_once(cp: ControlPlane) -> None:
     assert updated["notification_url"] == "http://127.0.0.1:9/other"
     assert updated["notification_secret"] is None  # not made again, so not shown
     assert (await cp.catalog.get_project("shop")).notification_secret == stored.notification_secret
+    # A client that knows only the description keeps the URL; null removes it.
+    keep = {"description": "e", "version": updated["version"]}
+    kept = (await cp.client.put("/v1/projects/shop", json=keep)).json()
+    assert kept["notification_url"] == "http://127.0.0.1:9/other"
+    drop = {"description": "e", "notification_url": None, "version": kept["version"]}
+    assert (await cp.client.put("/v1/projects/shop", json=drop)).json()["notification_url"] is None
 
 
 async def test_the_notification_url_obeys_the_endpoint_policy(cp: ControlPlane) -> None:

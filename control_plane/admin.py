@@ -173,5 +173,30 @@ class Admin:
                 return await self.catalog.update_subscription(rotated)
         raise VersionConflict(f"subscription {project}/{name} keeps changing; try again")
 
-    async def create_project(self, project: Project) -> Project:
+    def check_notification_url(self, url: object | None) -> None:
+        """422 naming ``notification_url`` if the endpoint policy refuses it (the policy of
+        subscription endpoints: notices go out from the workers as deliveries do)."""
+        if url is None:
+            return
+        problem = self.endpoint_policy.url_problem(str(url))
+        if problem is not None:
+            raise ValidationFailed(
+                f"notification_url: {problem}",
+                details={"fields": [{"field": "notification_url", "problem": problem}]},
+            )
+
+    async def create_project(
+        self, name: str, description: str = "", notification_url: object | None = None
+    ) -> Project:
+        """A new project with a notification secret of its own (notices are signed with it
+        whenever a notification URL is set, now or later)."""
+        self.check_notification_url(notification_url)
+        project = Project.model_validate(
+            {
+                "name": name,
+                "description": description,
+                "notification_url": notification_url,
+                "notification_secret": new_signing_secret(),
+            }
+        )
         return await self.catalog.create_project(project)

@@ -5,6 +5,14 @@ concurrent edit). The worker holding the subscription watches it: it stops the r
 once (in-flight deliveries are cancelled, nothing more is committed) and starts it again
 from the committed positions on start, so nothing is skipped.
 
+**Enable** clears a subscription's ``disabled`` field (set by the worker that saw its
+endpoint fail every attempt for ``endpoint.disable_after_s``, ``delivery_workers.disabling``):
+first the recorded failing streak ``/failing/{p}:{s}`` is deleted, so the clock starts over,
+then the field is cleared by compare-and-set; the worker starts the runner from the
+committed positions, so every message not delivered yet is delivered. ``start`` only ends a
+pause: a disabled subscription stays disabled until ``enable`` (an operator resuming a
+paused subscription does not re-arm a dead endpoint by accident).
+
 **Seek** moves what a subscription reads next, while no worker runs it:
 
 1. create the request node ``/seeks/{p}:{s}`` (one seek at a time: 409 otherwise); the
@@ -113,6 +121,23 @@ class SubscriptionOps:
             with contextlib.suppress(VersionConflict):
                 return await self.catalog.update_subscription(
                     sub.model_copy(update={"paused": paused})
+                )
+        raise VersionConflict(f"subscription {project}/{name} keeps changing; try again")
+
+    async def enable(self, project: str, name: str) -> Subscription:
+        """Enable a disabled subscription (see the module doc); idempotent."""
+        sub = await self.catalog.get_subscription(project, name)
+        if sub.disabled is None:
+            return sub
+        with contextlib.suppress(NotFound):
+            await self.meta.delete(paths.endpoint_failing(project, name))
+        for _ in range(10):
+            sub = await self.catalog.get_subscription(project, name)
+            if sub.disabled is None:
+                return sub
+            with contextlib.suppress(VersionConflict):
+                return await self.catalog.update_subscription(
+                    sub.model_copy(update={"disabled": None})
                 )
         raise VersionConflict(f"subscription {project}/{name} keeps changing; try again")
 
@@ -250,6 +275,8 @@ class SubscriptionOps:
                 for k in ("delivered", "failed", "filtered", "retried", "dead_lettered")
             },
             "circuit": figures.get("circuit"),
+            "disabled": sub.disabled.model_dump(mode="json") if sub.disabled else None,
+            "state_detail": sub.disabled.describe() if sub.disabled else state,
             "history": _history(figures.get("history", []), time.time()),
             "updated_at": figures.get("updated_at"),
         }
@@ -266,7 +293,7 @@ class SubscriptionOps:
         lock = await self.meta.get(paths.subscription_lock(sub.project, sub.name, index))
         figures: dict[str, Any] = json.loads(published.data) if published else {}
         holder = json.loads(lock.data).get("member") if lock else None
-        state = "paused" if sub.paused else "running" if lock or published else "unassigned"
+        state = _held_state(sub) or ("running" if lock or published else "unassigned")
         rows = await self._partitions(sub, segment, shard) if segment is not None else []
         return _Unit(shard, figures.get("worker") or holder, state, figures, rows)
 
@@ -317,11 +344,16 @@ def _index(shard: Shard) -> int | None:
     return None if shard.whole else shard.index
 
 
+def _held_state(sub: Subscription) -> str | None:
+    """disabled (its endpoint failed too long), paused, or None: neither."""
+    if sub.disabled is not None:
+        return "disabled"
+    return "paused" if sub.paused else None
+
+
 def _state(sub: Subscription, states: list[str]) -> str:
-    """paused, running (some shard runs), or unassigned (none does)."""
-    if sub.paused:
-        return "paused"
-    return "running" if "running" in states else "unassigned"
+    """disabled, paused, running (some shard runs), or unassigned (none does)."""
+    return _held_state(sub) or ("running" if "running" in states else "unassigned")
 
 
 def _ms(at: datetime | None) -> int | None:

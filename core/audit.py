@@ -25,6 +25,8 @@ class AuditType(StrEnum):
     CIRCUIT = "circuit"  # a subscription's circuit changed state; message_id is ""
     PAUSED = "paused"  # a worker saw its subscription paused; message_id is ""
     RESUMED = "resumed"  # ... and resumed
+    DISABLED = "disabled"  # a worker disabled its subscription (failing endpoint); id ""
+    ENABLED = "enabled"  # a worker saw its disabled subscription enabled again; id ""
 
 
 class AuditEvent(BaseModel):
@@ -54,6 +56,9 @@ class AuditEvent(BaseModel):
     circuit_to: str | None = None
     reason: str | None = None
     failure_rate: float | None = None
+    failing_since_ms: int | None = Field(
+        default=None, description="disabled: the first failed attempt after the last success"
+    )
     latency_ms: float | None = Field(default=None, description="attempted: the attempt's latency")
     answer: str | None = Field(
         default=None, description="attempted: the first characters of the endpoint's answer"

@@ -102,11 +102,27 @@ class Capacity(Model):
     max_bytes_per_second: int = Field(default=10 * MiB, ge=1024, le=1024 * MiB)
 
 
+Secret = Annotated[str, Field(min_length=24, max_length=256)]
+
+
 class Project(Model):
+    """A tenant. ``notification_url`` (optional) receives a signed JSON notice when one of
+    the project's subscriptions is disabled (docs/operations.md), signed with
+    ``notification_secret`` (made at creation, shown once) as deliveries are signed."""
+
     name: Name
     description: str = Field(default="", max_length=1_000)
+    notification_url: AnyHttpUrl | None = None
+    notification_secret: Secret | None = None
     created_at: datetime = Field(default_factory=utcnow)
     version: int = -1
+
+    @field_validator("notification_url")
+    @classmethod
+    def _notification_http_only(cls, url: AnyHttpUrl | None) -> AnyHttpUrl | None:
+        if url is not None and url.scheme not in ("http", "https"):
+            raise ValueError(f"the notification URL must be http or https, not {url.scheme!r}")
+        return url
 
 
 class TopicSettings(Model):
@@ -137,13 +153,31 @@ class Topic(TopicSettings):
         return self.segment(self.produce_pointer.segment_id) if self.produce_pointer else None
 
 
+MAX_TIMEOUT_MS = 15 * 60 * 1000
+DEFAULT_DISABLE_AFTER_S = 24 * 3_600
+MAX_DISABLE_AFTER_S = 30 * 24 * 3_600
+
+
 class Endpoint(Model):
     """Where a subscription's messages are pushed."""
 
     url: AnyHttpUrl
     method: Literal["POST", "PUT"] = "POST"
-    timeout_ms: int = Field(default=10_000, ge=100, le=120_000)
+    timeout_ms: int = Field(
+        default=10_000,
+        ge=100,
+        le=MAX_TIMEOUT_MS,
+        description="how long one attempt may take, up to 15 minutes (a slow endpoint holds "
+        "its subscription's in-flight slots, never another subscription's)",
+    )
     headers: dict[str, str] = Field(default_factory=dict, max_length=32)
+    disable_after_s: int | None = Field(
+        default=DEFAULT_DISABLE_AFTER_S,
+        ge=1,
+        le=MAX_DISABLE_AFTER_S,
+        description="disable the subscription once every attempt has failed for this long "
+        "(seconds, default 24 h, at most 30 days); null: never",
+    )
 
     @field_validator("url")
     @classmethod
@@ -266,7 +300,23 @@ class SubscriptionSettings(Model):
 DEFAULT_SECRET_OVERLAP_S = 24 * 3_600
 MAX_SECRET_OVERLAP_S = 7 * 24 * 3_600
 MAX_RETIRING_SECRETS = 4
-Secret = Annotated[str, Field(min_length=24, max_length=256)]
+
+
+class Disabled(Model):
+    """Why and since when a subscription is disabled: its endpoint failed every attempt
+    from ``failing_since`` (the first failure after the last success) until ``disabled_at``,
+    longer than ``endpoint.disable_after_s``. Set by the worker that saw it (a
+    compare-and-set), cleared by ``POST …/enable``."""
+
+    failing_since: datetime
+    disabled_at: datetime
+    last_error: str | None = Field(default=None, max_length=500)
+    by: str | None = Field(default=None, description="the worker that disabled it")
+
+    def describe(self) -> str:
+        """``disabled (endpoint failing since …)``, as status, the UI and the CLI show it."""
+        since = self.failing_since.astimezone(UTC).isoformat(timespec="seconds")
+        return f"disabled (endpoint failing since {since.replace('+00:00', 'Z')})"
 
 
 class RetiringSecret(Model):
@@ -286,6 +336,9 @@ class SubscriptionBase(SubscriptionSettings):
     topic: Name
     shards: int = Field(default=1, ge=1, le=MAX_SHARDS)
     created_at: datetime = Field(default_factory=utcnow)
+    disabled: Disabled | None = Field(
+        default=None, description="set while the subscription is disabled (failing endpoint)"
+    )
     consume_pointer: Pointer | None = None
     version: int = -1
 

@@ -70,6 +70,7 @@ class WorkerCollector(Collector):
             in_flight.add_metric([key], s.in_flight)
         yield in_flight
         yield from _circuit_metrics(stats)
+        yield from _lifecycle_metrics(stats)
         yield from _backlog_metrics(stats, time.time())
         yield _latency_metric(stats)
         yield GaugeMetricFamily(
@@ -82,6 +83,34 @@ class WorkerCollector(Collector):
             "subscriptions with a running runner",
             value=len(self.worker.runners),
         )
+
+
+def _lifecycle_metrics(stats: Mapping[str, RunnerStats]) -> Iterator[Metric]:
+    """Endpoint lifecycle (:mod:`.disabling`): which subscriptions are disabled, how long
+    each failing endpoint has failed every attempt, and the disablings this worker made."""
+    disabled = GaugeMetricFamily(
+        "httpbus_subscription_disabled",
+        "1 while the subscription is disabled (its endpoint failed for too long)",
+        labels=["subscription"],
+    )
+    failing = GaugeMetricFamily(
+        "httpbus_subscription_endpoint_failing_seconds",
+        "how long the endpoint has failed every attempt (absent: it has not)",
+        labels=["subscription"],
+    )
+    total = CounterMetricFamily(
+        "httpbus_subscription_disablings",
+        "times this worker disabled the subscription because its endpoint failed too long",
+        labels=["subscription"],
+    )
+    for key, s in sorted(stats.items()):
+        disabled.add_metric([key], float(s.disabled))
+        if s.failing_s is not None:
+            failing.add_metric([key], s.failing_s)
+        total.add_metric([key], s.disablings)
+    yield disabled
+    yield failing
+    yield total
 
 
 def _backlog_metrics(stats: Mapping[str, RunnerStats], now: float) -> Iterator[Metric]:
@@ -172,6 +201,8 @@ def create_app(
                 commit_every_s=settings.commit_every_s,
                 lock_retry_s=settings.lock_retry_s,
                 status_interval_s=settings.status_interval_s,
+                # Half the pool at most: one slow endpoint leaves the rest to the others.
+                max_in_flight_per_subscription=max(1, settings.max_connections // 2),
             )
             await stack.enter_async_context(worker)
             registry = CollectorRegistry()

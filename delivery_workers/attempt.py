@@ -48,6 +48,12 @@ class AttemptStats(Protocol):
     latency: LatencyHistogram
 
 
+class HealthRecorder(Protocol):
+    """Told every attempt's result: the endpoint lifecycle (:mod:`.disabling`)."""
+
+    def record(self, result: DeliveryResult) -> None: ...
+
+
 class Attempts:
     """Carries out the attempts of one subscription's messages (see the module doc)."""
 
@@ -60,8 +66,10 @@ class Attempts:
         stats: AttemptStats,
         audit: SubscriptionAudit,
         poisoned: Mapping[str, str] | None = None,
+        health: HealthRecorder | None = None,
     ) -> None:
         self.sub = sub
+        self.health = health
         self.poisoned = poisoned or {}
         self.topic = f"{sub.topic_project}/{sub.topic}"
         self.sender = sender
@@ -98,6 +106,8 @@ class Attempts:
                 await throttle.admit()  # refused while open: waits, costs no attempt
                 result = await self._send(Delivery(sub, self.topic, item.msg, attempt))
                 throttle.record(result)
+                if self.health is not None:
+                    self.health.record(result)
                 stats.attempts += 1
                 audit.item(
                     AuditType.ATTEMPTED,

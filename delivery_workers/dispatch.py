@@ -28,9 +28,18 @@ Start = Callable[[Item], Coroutine[Any, Any, None]]
 class Dispatch:
     """The scheduler, the circuit's throttle and the rate limit of one subscription."""
 
-    def __init__(self, sub: Subscription, stats: CircuitStats, audit: AuditSink | None) -> None:
+    def __init__(
+        self,
+        sub: Subscription,
+        stats: CircuitStats,
+        audit: AuditSink | None,
+        in_flight_cap: int | None = None,
+    ) -> None:
+        # The worker's cap keeps one subscription from holding every connection of the
+        # sender's pool (a slow endpoint, a 15-minute timeout): see Worker.
+        limit = min(sub.max_in_flight, in_flight_cap or sub.max_in_flight)
         self.scheduler: GroupScheduler[Item] = GroupScheduler(
-            max_in_flight=sub.max_in_flight, max_buffered=max(1_000, 4 * sub.max_in_flight)
+            max_in_flight=limit, max_buffered=max(1_000, 4 * limit)
         )
         self.throttle = Throttle.for_subscription(sub, stats, audit)  # circuit breaker
         self._rate = TokenBucket(sub.rate_limit_per_second) if sub.rate_limit_per_second else None

@@ -38,7 +38,7 @@ from core.shards import WHOLE, Shard
 from segments.audit import AuditSink
 from segments.reader import SegmentReader
 
-from .attempt import Attempts
+from .attempt import Attempts, HealthRecorder
 from .audit import SubscriptionAudit
 from .commit import CommitPolicy, Committer
 from .dispatch import Dispatch
@@ -70,6 +70,9 @@ class RunnerStats:
     circuit_rate: float | None = None  # attempts a second the circuit allows now
     lag: int | None = None  # messages of the consume segment not committed (every LAG_S)
     oldest_unacked_ms: int | None = None  # storage time of the oldest read, not terminal
+    disabled: bool = False  # its endpoint failed too long (.disabling); no runner runs
+    failing_s: float | None = None  # how long its endpoint has failed every attempt
+    disablings: int = 0  # the times this worker disabled it
     # Accepted -> 2xx; the worker hands each runner its subscription's (kept over restarts).
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
 
@@ -88,8 +91,11 @@ class SubscriptionRunner:
         read_batch: int = 500,
         shard: Shard = WHOLE,
         poisoned: Mapping[str, str] | None = None,
+        health: HealthRecorder | None = None,
+        in_flight_cap: int | None = None,
     ) -> None:
         self.sub = sub
+        self.health = health  # told every attempt's result (.disabling)
         self.poisoned = poisoned or {}  # origins to dead-letter unseen (.poison)
         self.shard = shard  # the slice of the subscription this runner delivers
         self.reader = reader
@@ -98,7 +104,7 @@ class SubscriptionRunner:
         self.stats = RunnerStats()
         self.name = f"{sub.topic_project}/{sub.topic}"
         self.audit = SubscriptionAudit(audit, sub)
-        self.dispatch = Dispatch(sub, self.stats, audit)
+        self.dispatch = Dispatch(sub, self.stats, audit, in_flight_cap)
         self._policy = commit_policy or CommitPolicy()
         self.routing: Routing | None = None
         self.reading: SegmentReading | None = None  # of the current consume segment
@@ -120,7 +126,14 @@ class SubscriptionRunner:
         routing.start()
         committer = Committer(self._policy, self.name, routing, self.audit.sink)
         attempts = Attempts(
-            self.sub, self.sender, self.dispatch, routing, self.stats, self.audit, self.poisoned
+            self.sub,
+            self.sender,
+            self.dispatch,
+            routing,
+            self.stats,
+            self.audit,
+            self.poisoned,
+            self.health,
         )
         tasks = [
             asyncio.create_task(self.dispatch.run(attempts.run)),

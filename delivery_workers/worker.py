@@ -20,12 +20,20 @@ While a seek request ``/seeks/{project}:{s}`` exists (the control plane is movin
 subscription's positions), the worker stops the runner, releases the lock and waits for the
 request to go before taking the lock again; the control plane holds the lock meanwhile, so
 the runner restarts from the positions the seek committed. A paused subscription keeps its
-lock but runs no runner. A :class:`StatusPublisher` writes each held subscription's figures
+lock but runs no runner; so does a disabled one (its endpoint failed every attempt for
+``endpoint.disable_after_s``: :mod:`.disabling` decides and writes it, ``/enable`` clears
+it). A :class:`StatusPublisher` writes each held subscription's figures
 to ``/status/{project}:{s}`` for the control plane's status endpoint.
 
 A sharded subscription (:mod:`core.shards`) is assigned shard by shard: a key
 ``"project/subscription#k"`` is held the same way, with its own lock and status node, and
 runs a runner for that shard only; pause, settings changes and seeks apply to every shard.
+
+One slow endpoint cannot hold the worker: a subscription's deliveries in flight are capped
+at ``max_in_flight_per_subscription`` (the service passes half the sender's connections)
+whatever its own ``max_in_flight`` says, so an endpoint that holds every request for its
+whole ``timeout_ms`` (up to 15 minutes) holds that many connections and no more; the rest of
+the pool serves the other subscriptions.
 
 When a subscription is unassigned the runner is stopped and the lock deleted. Stopping a
 runner cancels its in-flight deliveries without a last commit: the next owner delivers again
@@ -40,11 +48,11 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from core.audit import AuditEvent, AuditType
-from core.errors import AlreadyExists, HttpbusError
+from core.errors import AlreadyExists, HttpbusError, NotFound
 from core.lifecycle import AsyncResource
 from core.model import Subscription
 from core.shards import WHOLE, Shard, parse_unit_key
@@ -56,7 +64,9 @@ from segments.protocol import SegmentStore
 from segments.subscription.layout import drop_layout
 
 from .commit import CommitPolicy
+from .disabling import Disabling, lifecycle_event
 from .latency import LatencyHistogram
+from .notify import BACKOFF_S, Notifier
 from .poison import RunnerCrashes
 from .runner import RunnerStats, SubscriptionRunner
 from .sender import EndpointSender
@@ -101,6 +111,9 @@ class Worker(AsyncResource):
         lock_retry_s: float = 0.5,
         error_retry_s: float = 1.0,
         status_interval_s: float = 1.0,
+        notify_backoff_s: tuple[float, ...] = BACKOFF_S,
+        clock: Callable[[], float] = time.time,
+        max_in_flight_per_subscription: int | None = None,
     ) -> None:
         self.metastore = metastore
         self.catalog = Catalog(metastore)
@@ -115,6 +128,7 @@ class Worker(AsyncResource):
         self.commit_every_s = commit_every_s
         self.lock_retry_s = lock_retry_s
         self.error_retry_s = error_retry_s
+        self.max_in_flight_per_subscription = max_in_flight_per_subscription
         self.runners: dict[str, SubscriptionRunner] = {}  # running now, by "project/sub"
         self._owned: dict[str, asyncio.Task[None]] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
@@ -124,6 +138,14 @@ class Worker(AsyncResource):
         self._follow: asyncio.Task[None] | None = None
         self._holding: set[str] = set()  # subscriptions whose lock this worker holds
         self._cleanups: set[asyncio.Task[None]] = set()  # releases of orphaned locks
+        self._disabled: set[str] = set()  # held subscriptions seen disabled
+        self.disabling = Disabling(
+            self.catalog,
+            member_id,
+            Notifier(self.catalog, sender, backoff_s=notify_backoff_s),
+            audit=audit,
+            clock=clock,  # epoch seconds: how long an endpoint has failed
+        )
         self.status = StatusPublisher(
             metastore, member_id, self.stats, self.holding, interval_s=status_interval_s
         )
@@ -133,6 +155,10 @@ class Worker(AsyncResource):
         """The subscriptions assigned to this worker (held or waiting for their lock)."""
         return set(self._owned)
 
+    def disabled(self) -> set[str]:
+        """The held subscriptions (shards) that are disabled."""
+        return self._disabled & self._holding
+
     def holding(self) -> set[str]:
         """The subscriptions whose lock this worker holds (running, or paused)."""
         return set(self._holding)
@@ -140,7 +166,7 @@ class Worker(AsyncResource):
     def stats(self) -> dict[str, RunnerStats]:
         """Counters per subscription since this worker started, over all its runners."""
         out: dict[str, RunnerStats] = {}
-        for key in self._totals.keys() | self.runners.keys():
+        for key in self._totals.keys() | self.runners.keys() | self.disabled():
             total = RunnerStats()
             for part in (self._totals.get(key), self._current(key)):
                 if part is not None:
@@ -156,6 +182,9 @@ class Worker(AsyncResource):
             total.lag = runner.stats.lag if runner else None
             total.oldest_unacked_ms = runner.oldest_unacked_ms() if runner else None
             total.latency = self._latency.get(key) or LatencyHistogram()
+            total.disabled = key in self._disabled
+            total.failing_s = self.disabling.failing_for(key)
+            total.disablings = self.disabling.disabled_total.get(key, 0)
             out[key] = total
         return out
 
@@ -177,6 +206,7 @@ class Worker(AsyncResource):
                 await self._follow
             self._follow = None
         await self._disown(list(self._owned))
+        await self.disabling.aclose()
         await self.status.aclose()
 
     # ------------------------------------------------------------ assignment
@@ -196,6 +226,8 @@ class Worker(AsyncResource):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for key in keys:  # its next owner reads the recorded streak back
+            self.disabling.watches.pop(key, None)
         for key in keys:  # unassigned because it was deleted: its internal topics go too
             project, name, _ = parse_unit_key(key)
             try:
@@ -301,12 +333,15 @@ class Worker(AsyncResource):
         """(Re)start the runner as the subscription changes; return when it is deleted."""
         current: bytes | None = None
         paused: bool | None = None
+        disabled: bool | None = None
         try:
             async for node in self.metastore.watch(paths.subscription(project, name)):
                 if node is None:
                     await self._stop_runner(key)
                     if current is not None:  # deleted while we held it: drop its topics
                         await drop_layout(self.metastore, self.stores, project, name)
+                        with contextlib.suppress(NotFound):
+                            await self.metastore.delete(paths.endpoint_failing(project, name))
                     return
                 if node.data == current:
                     continue
@@ -316,9 +351,19 @@ class Worker(AsyncResource):
                 if sub.paused != paused and (sub.paused or paused is not None):
                     self._audit_pause(sub)  # paused, or resumed after a pause we saw
                 paused = sub.paused
-                if not sub.paused:
+                if disabled and sub.disabled is None:  # enabled again
+                    self.disabling.enabled(key)
+                    if self.audit is not None:
+                        self.audit.emit(lifecycle_event(sub, AuditType.ENABLED, time.time()))
+                disabled = sub.disabled is not None
+                if disabled:
+                    self._disabled.add(key)
+                else:
+                    self._disabled.discard(key)
+                if not sub.paused and not disabled:
                     self._running[key] = asyncio.create_task(self._run(key, project, name))
         finally:
+            self._disabled.discard(key)
             await self._stop_runner(key)
 
     def _audit_pause(self, sub: Subscription) -> None:
@@ -351,6 +396,7 @@ class Worker(AsyncResource):
             runner: SubscriptionRunner | None = None
             try:
                 sub = await self.catalog.get_subscription(project, name)
+                health = await self.disabling.watch(key, sub)
                 runner = SubscriptionRunner(
                     sub,
                     self.reader,
@@ -359,6 +405,8 @@ class Worker(AsyncResource):
                     commit_policy=CommitPolicy(self.commit_every_n, self.commit_every_s),
                     shard=_shard_of(sub, parse_unit_key(key)[2]),
                     poisoned=crashes.poisoned,
+                    health=health,
+                    in_flight_cap=self.max_in_flight_per_subscription,
                 )
                 runner.stats.latency = self._latency.setdefault(key, LatencyHistogram())
                 self.runners[key] = runner

@@ -20,6 +20,8 @@ The tree (relative to the store's root)::
                                                     (delay levels, hold, replay, DLQ)
     /seeks/{project}:{s}                            a seek of s in progress (by the control plane)
     /status/{project}:{s}                           ephemeral: s's figures, by the worker running it
+    /failing/{project}:{s}                          {"since_ms": t}: s's endpoint fails every
+                                                    attempt since t (by the worker running it)
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ ACTIVE_CUTOVERS = "/cutovers/active"
 INTERNAL_SUBSCRIPTIONS = "/internal/subscriptions"
 SEEKS = "/seeks"
 STATUS = "/status"
+FAILING = "/failing"
 REVOKED_SESSIONS = "/ui/revoked-sessions"
 
 
@@ -168,6 +171,13 @@ def subscription_status(p: str, s: str, shard: int | None = None) -> str:
     """A worker's figures of subscription s (or of its shard ``shard``)."""
     p, s = _n(p, s)
     return f"{STATUS}/{p}:{s}{_shard(shard)}"
+
+
+def endpoint_failing(p: str, s: str) -> str:
+    """Since when subscription s's endpoint has failed every attempt (absent: it has not);
+    outside the subscription's node, so deleting the subscription stays one transaction."""
+    p, s = _n(p, s)
+    return f"{FAILING}/{p}:{s}"
 
 
 def revoked_session(expires: int, sid: str) -> str:

@@ -110,8 +110,9 @@ def _retry_due(events: DataFrame) -> DataFrame:
 
 def _blocked(events: DataFrame, as_of_ms: int) -> DataFrame:
     """Per subscription, the intervals [start, end) in which it delivered nothing on purpose:
-    paused, or its circuit open or half-open. Each kind of event is a state of its own kind;
-    a state lasts until the next event of that kind (or ``as_of``)."""
+    paused, disabled (a failing endpoint), or its circuit open or half-open. Each kind of
+    event is a state of its own kind; a state lasts until the next event of that kind (or
+    ``as_of``)."""
     circuit = events.where(F.col("type") == AuditType.CIRCUIT.value).select(
         "subscription",
         "at_ms",
@@ -125,7 +126,16 @@ def _blocked(events: DataFrame, as_of_ms: int) -> DataFrame:
         F.lit("pause").alias("kind"),
         (F.col("type") == AuditType.PAUSED.value).alias("blocked"),
     )
-    states = circuit.unionByName(pause).where(F.col("subscription").isNotNull())
+    disable_types = [AuditType.DISABLED.value, AuditType.ENABLED.value]
+    disable = events.where(F.col("type").isin(disable_types)).select(
+        "subscription",
+        "at_ms",
+        F.lit("disable").alias("kind"),
+        (F.col("type") == AuditType.DISABLED.value).alias("blocked"),
+    )
+    states = (
+        circuit.unionByName(pause).unionByName(disable).where(F.col("subscription").isNotNull())
+    )
     order = Window.partitionBy("subscription", "kind").orderBy("at_ms")
     return (
         states.withColumn("end", F.coalesce(F.lead("at_ms").over(order), F.lit(as_of_ms)))

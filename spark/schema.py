@@ -25,7 +25,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from core.audit import AuditEvent
 
-_LONGS = {"at_ms", "produced_at_ms", "due_at_ms", "position", "size"}
+_LONGS = {"at_ms", "produced_at_ms", "due_at_ms", "position", "size", "failing_since_ms"}
 _INTS = {"v", "segment", "partition", "status", "attempt"}
 
 

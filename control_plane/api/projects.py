@@ -4,35 +4,65 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from core.model import Project
-
+from ..admin import new_signing_secret
 from .deps import AdminDep, Limit, Offset, ProjectName, page
-from .schemas import Page, ProjectCreate, ProjectUpdate
+from .schemas import Page, ProjectCreate, ProjectShown, ProjectUpdate, ProjectView
 
 router = APIRouter(prefix="/v1/projects", tags=["projects"])
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
-async def create_project(body: ProjectCreate, admin: AdminDep) -> Project:
-    return await admin.create_project(Project(name=body.name, description=body.description))
+async def create_project(body: ProjectCreate, admin: AdminDep) -> ProjectShown:
+    """Create a project; the answer shows its notification secret this once."""
+    project = await admin.create_project(body.name, body.description, body.notification_url)
+    return ProjectShown(
+        **ProjectView.of(project).model_dump(), notification_secret=project.notification_secret
+    )
 
 
 @router.get("")
-async def list_projects(admin: AdminDep, offset: Offset = 0, limit: Limit = 100) -> Page[Project]:
+async def list_projects(
+    admin: AdminDep, offset: Offset = 0, limit: Limit = 100
+) -> Page[ProjectView]:
     names = await admin.catalog.list_projects()
-    return await page(names, offset, limit, admin.catalog.get_project)
+
+    async def fetch(name: str) -> ProjectView:
+        return ProjectView.of(await admin.catalog.get_project(name))
+
+    return await page(names, offset, limit, fetch)
 
 
 @router.get("/{project}")
-async def get_project(project: ProjectName, admin: AdminDep) -> Project:
-    return await admin.catalog.get_project(project)
+async def get_project(project: ProjectName, admin: AdminDep) -> ProjectView:
+    return ProjectView.of(await admin.catalog.get_project(project))
 
 
 @router.put("/{project}")
-async def update_project(project: ProjectName, body: ProjectUpdate, admin: AdminDep) -> Project:
+async def update_project(
+    project: ProjectName, body: ProjectUpdate, admin: AdminDep
+) -> ProjectShown:
+    """Replace the description; the notification URL too when the body names it (null
+    removes it; absent keeps it, so a client that only knows the description cannot drop
+    it). A project made before notification secrets existed gets one with its first
+    notification URL, shown this once."""
     current = await admin.catalog.get_project(project)
-    changed = current.model_copy(update={"description": body.description, "version": body.version})
-    return await admin.catalog.update_project(changed)
+    url = current.notification_url
+    if "notification_url" in body.model_fields_set:
+        url = body.notification_url
+        admin.check_notification_url(url)
+    made = None
+    if url is not None and current.notification_secret is None:
+        made = new_signing_secret()
+    changed = current.model_copy(
+        update={
+            "description": body.description,
+            "notification_url": url,
+            "notification_secret": made or current.notification_secret,
+            "version": body.version,
+        }
+    )
+    updated = await admin.catalog.update_project(changed)
+    return ProjectShown(**ProjectView.of(updated).model_dump(), notification_secret=made)
 
 
 @router.delete("/{project}", status_code=status.HTTP_204_NO_CONTENT)

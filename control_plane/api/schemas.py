@@ -5,13 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator
 
 from core.model import (
     DEFAULT_SECRET_OVERLAP_S,
     MAX_SECRET_OVERLAP_S,
     Partitions,
     Pointer,
+    Project,
     Segment,
     Subscription,
     SubscriptionBase,
@@ -29,14 +30,50 @@ class _Body(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+_NOTIFICATION_URL = (
+    "where a notice goes when one of the project's subscriptions is disabled (a signed JSON "
+    "POST, docs/operations.md); checked against the endpoint policy"
+)
+
+
 class ProjectCreate(_Body):
     name: Name
     description: str = Field(default="", max_length=1_000)
+    notification_url: AnyHttpUrl | None = Field(default=None, description=_NOTIFICATION_URL)
 
 
 class ProjectUpdate(_Body):
     description: str = Field(default="", max_length=1_000)
+    notification_url: AnyHttpUrl | None = Field(
+        default=None, description=_NOTIFICATION_URL + "; absent: unchanged, null: none"
+    )
     version: int = Field(description="the version you read; a stale one is refused (409)")
+
+
+class ProjectView(_Body):
+    """A project as the API shows it: whether it has a notification secret, never the
+    secret."""
+
+    name: Name
+    description: str
+    notification_url: AnyHttpUrl | None = None
+    notification_secret_set: bool = False
+    created_at: datetime
+    version: int
+
+    @classmethod
+    def of(cls, project: Project) -> ProjectView:
+        fields = project.model_dump(exclude={"notification_secret"})
+        return cls(**fields, notification_secret_set=project.notification_secret is not None)
+
+
+class ProjectShown(ProjectView):
+    """The answer to a create (and to an update that made the project's first notification
+    secret): the view and, this once, the secret notices are signed with."""
+
+    notification_secret: str | None = Field(
+        default=None, description="shown once: verify notices with it (Standard Webhooks)"
+    )
 
 
 class TopicCreate(TopicSettings):

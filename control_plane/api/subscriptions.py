@@ -168,6 +168,17 @@ async def start_subscription(
     return view(await ops.set_paused(project, subscription, False))
 
 
+@router.post("/{subscription}/enable")
+async def enable_subscription(
+    project: ProjectName, subscription: SubscriptionName, ops: OpsDep
+) -> SubscriptionView:
+    """Enable a subscription disabled because its endpoint failed every attempt for
+    ``endpoint.disable_after_s``: delivery resumes from the committed position, so every
+    message not delivered yet is delivered (idempotent). ``start`` does not do this: it
+    ends a pause only."""
+    return view(await ops.enable(project, subscription))
+
+
 @router.post("/{subscription}/seek")
 async def seek_subscription(
     project: ProjectName, subscription: SubscriptionName, body: SeekRequest, ops: OpsDep

@@ -113,7 +113,7 @@ def list_(
             s["name"],
             f"{s['topic_project']}/{s['topic']}",
             s["endpoint"]["url"],
-            "paused" if s.get("paused") else "active",
+            "disabled" if s.get("disabled") else "paused" if s.get("paused") else "active",
             s.get("filter") or "",
             _secret_state(s),
         )
@@ -128,8 +128,9 @@ def print_status(status: dict[str, Any]) -> None:
     """A subscription's status as a few lines and a partition table."""
     rates, totals = status.get("rates") or {}, status.get("totals") or {}
     circuit = status.get("circuit") or {}
+    state = status.get("state_detail") or status["state"]  # disabled (endpoint failing since …)
     typer.echo(
-        f"{status['subscription']}: {status['state']}  worker {status.get('worker') or '-'}  "
+        f"{status['subscription']}: {state}  worker {status.get('worker') or '-'}  "
         f"segment {status.get('segment') or '-'}  circuit {circuit.get('state', '-')}"
     )
     typer.echo(f"lag {status['lag']}  in flight {status['in_flight']}")

@@ -11,6 +11,7 @@ from typing import Any
 
 NUMBERS = {
     "endpoint_timeout_ms": ("endpoint", "timeout_ms", int),
+    "endpoint_disable_after_s": ("endpoint", "disable_after_s", int),
     "retry_max_attempts": ("retry", "max_attempts", int),
     "retry_initial_delay_ms": ("retry", "initial_delay_ms", int),
     "retry_max_delay_ms": ("retry", "max_delay_ms", int),

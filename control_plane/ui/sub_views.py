@@ -169,6 +169,16 @@ async def pause_resume(
     return redirect(request, back, "paused" if paused else "resumed")
 
 
+@router.post("/ui/projects/{project}/subscriptions/{sub}/enable")
+async def enable(
+    project: Name, sub: Name, request: Request, session: SessionDep, api: ApiDep
+) -> Response:
+    """Enable a subscription its failing endpoint disabled (``POST …/enable``)."""
+    await form_of(request, session)
+    await api.post(f"{path('v1', 'projects', project, 'subscriptions', sub)}/enable")
+    return redirect(request, f"/ui/projects/{project}/subscriptions/{sub}", "enabled")
+
+
 def rfc3339(local: str) -> str:
     """A ``datetime-local`` input (``2026-01-31T12:00``, taken as UTC) as RFC 3339."""
     stamp = local.strip()

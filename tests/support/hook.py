@@ -11,8 +11,9 @@ It serves ``POST /hook`` and ``POST /hook/{path}`` (a path per subscription when
 share it). ``behaviour(message id, attempt seen here)`` gives the answer's status and headers;
 ``delay(path)`` the seconds to wait before answering; the paths in ``down`` answer 503 (an
 outage); while ``open`` is cleared every request waits, then is answered 503 once it is set
-again (a held endpoint); with ``secret`` set it counts requests whose Standard Webhooks
-signature does not verify.
+again (a held endpoint); requests on the paths in ``held`` wait until ``released`` is set,
+then are answered as usual (a slow endpoint, released on exit); with ``secret`` set it
+counts requests whose Standard Webhooks signature does not verify.
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ class Hook:
     secret: str = ""
     down: set[str] = field(default_factory=set)
     open: asyncio.Event = field(default_factory=asyncio.Event)
+    held: set[str] = field(default_factory=set)
+    released: asyncio.Event = field(default_factory=asyncio.Event)
     got: list[Delivered] = field(default_factory=list)
     requests: list[Request] = field(default_factory=list)
     tries: dict[str, list[float]] = field(default_factory=dict)  # id → arrival times
@@ -105,6 +108,13 @@ class Hook:
             return web.Response(status=503)
         at, body = time.time(), await request.read()
         path = request.match_info.get("path", "")
+        if path in self.held:
+            self.concurrent += 1
+            self.max_concurrent = max(self.max_concurrent, self.concurrent)
+            try:
+                await self.released.wait()
+            finally:
+                self.concurrent -= 1
         if self.secret and not verify(self.secret, dict(request.headers), body):
             self.bad_signatures += 1
         mid = request.headers.get("X-Message-Id", "")
@@ -146,4 +156,5 @@ async def serve_hook(**options: object) -> AsyncIterator[Hook]:
         yield hook
     finally:
         hook.open.set()
+        hook.released.set()
         await runner.cleanup()

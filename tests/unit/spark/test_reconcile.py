@@ -107,6 +107,7 @@ def _legitimately_waiting() -> tuple[list[Any], list[AuditSubscription]]:
     """One topic and subscription per reason to wait, and two real losses (the issue's
     "an audit that never cries wolf"). As of T0 + 200 s, horizon 60 s."""
     RE, CI, PA, RS = AuditType.RETRIED, AuditType.CIRCUIT, AuditType.PAUSED, AuditType.RESUMED
+    DI, EN = AuditType.DISABLED, AuditType.ENABLED
     subs, events = [], []
 
     def scenario(name: str, trail: list[tuple[Any, ...]], **sub: Any) -> None:
@@ -138,6 +139,10 @@ def _legitimately_waiting() -> tuple[list[Any], list[AuditSubscription]]:
         [(PA, "", 10), (A, "p1", 0), (A, "p2", 0), (RS, "", 150_000), (D, "p2", 150_500)],
     )
     scenario("paused-now", [(PA, "", 10), (A, "pn", 0)], paused=True)
+    scenario(  # disabled by its failing endpoint, enabled at 150 s: one delivered, one due
+        "disabled",
+        [(DI, "", 10), (A, "x1", 0), (A, "x2", 0), (EN, "", 150_000), (D, "x2", 150_500)],
+    )
     scenario(
         "circuit",
         [
@@ -183,6 +188,7 @@ def test_pauses_delays_retries_and_open_circuits_are_never_lost(spark: Any) -> N
         "shop/retry": 1,
         "shop/pause": 1,
         "shop/paused-now": 1,
+        "shop/disabled": 1,
     }
     tallies = {t.subscription: t for t in result.tallies}
     assert (tallies["shop/pause"].delivered, tallies["shop/circuit"].delivered) == (1, 1)

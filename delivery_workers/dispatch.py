@@ -15,6 +15,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from core.model import Subscription
+from core.shards import WHOLE, Shard
 from core.token_bucket import TokenBucket
 from segments.audit import AuditSink
 
@@ -28,11 +29,17 @@ Start = Callable[[Item], Coroutine[Any, Any, None]]
 class Dispatch:
     """The scheduler, the circuit's throttle and the rate limit of one subscription."""
 
-    def __init__(self, sub: Subscription, stats: CircuitStats, audit: AuditSink | None) -> None:
+    def __init__(
+        self,
+        sub: Subscription,
+        stats: CircuitStats,
+        audit: AuditSink | None,
+        shard: Shard = WHOLE,
+    ) -> None:
         self.scheduler: GroupScheduler[Item] = GroupScheduler(
             max_in_flight=sub.max_in_flight, max_buffered=max(1_000, 4 * sub.max_in_flight)
         )
-        self.throttle = Throttle.for_subscription(sub, stats, audit)  # circuit breaker
+        self.throttle = Throttle.for_subscription(sub, stats, audit, shard)  # circuit breaker
         self._rate = TokenBucket(sub.rate_limit_per_second) if sub.rate_limit_per_second else None
         self._changed = asyncio.Event()  # something became ready, terminal or free
         self.attempts: set[asyncio.Task[None]] = set()

@@ -98,7 +98,7 @@ class SubscriptionRunner:
         self.stats = RunnerStats()
         self.name = f"{sub.topic_project}/{sub.topic}"
         self.audit = SubscriptionAudit(audit, sub)
-        self.dispatch = Dispatch(sub, self.stats, audit)
+        self.dispatch = Dispatch(sub, self.stats, audit, shard)
         self._policy = commit_policy or CommitPolicy()
         self.routing: Routing | None = None
         self.reading: SegmentReading | None = None  # of the current consume segment

@@ -30,6 +30,13 @@ def test_the_schema_has_every_field_of_the_event() -> None:
     assert EVENT_SCHEMA.fieldNames() == list(AuditEvent.model_fields)
 
 
+def test_the_batch_job_keeps_every_column_the_reconciliation_reads() -> None:
+    from spark.jobs import JOB_COLUMNS
+    from spark.reconcile import COLUMNS
+
+    assert set(COLUMNS) <= set(JOB_COLUMNS)
+
+
 def _trail() -> list[Any]:
     events = []
     for i in range(100):  # 100 healthy messages

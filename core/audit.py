@@ -69,6 +69,11 @@ class AuditEvent(BaseModel):
     headers: dict[str, str] | None = Field(
         default=None, description="accepted: the headers the client sent with the message"
     )
+    shard: str | None = Field(
+        default=None,
+        description="circuit, paused, resumed: the shard of a sharded subscription, 'k/N' "
+        "(core.shards.Shard.label); absent: the whole subscription",
+    )
 
     def to_bytes(self) -> bytes:
         return self.model_dump_json(exclude_none=True).encode()

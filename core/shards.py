@@ -45,6 +45,12 @@ class Shard:
         """What the shard's names end with: nothing for the whole subscription."""
         return "" if self.whole else f"{SEPARATOR}{self.index}"
 
+    @property
+    def label(self) -> str | None:
+        """How the audit trail names the shard (``AuditEvent.shard``): ``"k/N"``, or None for
+        the whole subscription. The Spark reconciliation parses it back (``spark.reconcile``)."""
+        return None if self.whole else f"{self.index}/{self.count}"
+
     def owns(self, group: bytes | str | None, partition: int) -> bool:
         """Whether the message of ``group`` (None: ungrouped) read from ``partition`` is
         this shard's to deliver."""

@@ -15,6 +15,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from core.model import Subscription
+from core.shards import WHOLE, Shard
 from core.token_bucket import TokenBucket
 from segments.audit import AuditSink
 
@@ -34,6 +35,7 @@ class Dispatch:
         stats: CircuitStats,
         audit: AuditSink | None,
         in_flight_cap: int | None = None,
+        shard: Shard = WHOLE,
     ) -> None:
         # The worker's cap keeps one subscription from holding every connection of the
         # sender's pool (a slow endpoint, a 15-minute timeout): see Worker.
@@ -41,7 +43,7 @@ class Dispatch:
         self.scheduler: GroupScheduler[Item] = GroupScheduler(
             max_in_flight=limit, max_buffered=max(1_000, 4 * limit)
         )
-        self.throttle = Throttle.for_subscription(sub, stats, audit)  # circuit breaker
+        self.throttle = Throttle.for_subscription(sub, stats, audit, shard)  # circuit breaker
         self._rate = TokenBucket(sub.rate_limit_per_second) if sub.rate_limit_per_second else None
         self._changed = asyncio.Event()  # something became ready, terminal or free
         self.attempts: set[asyncio.Task[None]] = set()

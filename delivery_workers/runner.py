@@ -104,7 +104,7 @@ class SubscriptionRunner:
         self.stats = RunnerStats()
         self.name = f"{sub.topic_project}/{sub.topic}"
         self.audit = SubscriptionAudit(audit, sub)
-        self.dispatch = Dispatch(sub, self.stats, audit, in_flight_cap)
+        self.dispatch = Dispatch(sub, self.stats, audit, in_flight_cap, shard)
         self._policy = commit_policy or CommitPolicy()
         self.routing: Routing | None = None
         self.reading: SegmentReading | None = None  # of the current consume segment

@@ -54,6 +54,7 @@ from circuit_breaker import (
 from core.audit import AuditEvent, AuditType
 from core.model import Subscription
 from core.result import DeliveryResult, ErrorKind
+from core.shards import WHOLE, Shard
 from segments.audit import AuditSink
 
 log = logging.getLogger(__name__)
@@ -115,8 +116,14 @@ class Throttle:
 
     @classmethod
     def for_subscription(
-        cls, sub: Subscription, stats: CircuitStats, audit: AuditSink | None = None
+        cls,
+        sub: Subscription,
+        stats: CircuitStats,
+        audit: AuditSink | None = None,
+        shard: Shard = WHOLE,
     ) -> Throttle:
+        """The throttle of ``sub`` (of its slice ``shard``: each shard has its own circuit,
+        and its audited transitions name the shard)."""
         if not sub.circuit_breaker.enabled:
             return cls(None, stats)
         key = f"{sub.project}/{sub.name}"
@@ -130,7 +137,7 @@ class Throttle:
                 change.reason,
             )
             if audit is not None:
-                audit.emit(_audit_event(sub, change))
+                audit.emit(_audit_event(sub, change, shard))
 
         return cls(Governor(governor_config(sub), time.monotonic()), stats, on_transition)
 
@@ -181,7 +188,7 @@ class Throttle:
         self.stats.circuit_state, self.stats.circuit_rate = snap.state.value, snap.rate_per_s
 
 
-def _audit_event(sub: Subscription, change: Transition) -> AuditEvent:
+def _audit_event(sub: Subscription, change: Transition, shard: Shard) -> AuditEvent:
     return AuditEvent(
         type=AuditType.CIRCUIT,
         message_id="",
@@ -193,4 +200,5 @@ def _audit_event(sub: Subscription, change: Transition) -> AuditEvent:
         circuit_to=change.to_state.value,
         reason=change.reason,
         failure_rate=round(change.failure_rate, 4),
+        shard=shard.label,
     )

@@ -349,7 +349,7 @@ class Worker(AsyncResource):
                 await self._stop_runner(key)
                 sub = Subscription.model_validate_json(node.data)
                 if sub.paused != paused and (sub.paused or paused is not None):
-                    self._audit_pause(sub)  # paused, or resumed after a pause we saw
+                    self._audit_pause(sub, parse_unit_key(key)[2])  # paused, or resumed
                 paused = sub.paused
                 if disabled and sub.disabled is None:  # enabled again
                     self.disabling.enabled(key)
@@ -366,11 +366,15 @@ class Worker(AsyncResource):
             self._disabled.discard(key)
             await self._stop_runner(key)
 
-    def _audit_pause(self, sub: Subscription) -> None:
-        """Tell the audit trail the subscription is paused or running (a pause is no loss:
-        the reconciliation stops its clock meanwhile)."""
+    def _audit_pause(self, sub: Subscription, index: int | None) -> None:
+        """Tell the audit trail the subscription (this shard ``index`` of it) is paused or
+        running after a pause we saw (a pause is no loss: the reconciliation stops its clock
+        meanwhile, per shard: each shard's runner stops and starts on its own)."""
         if self.audit is None:
             return
+        # An assignment that does not match the subscription's shards names no shard: the
+        # event then covers the whole subscription (lenient: never a false loss).
+        shard = Shard(index, sub.shards) if index is not None and index < sub.shards else WHOLE
         self.audit.emit(
             AuditEvent(
                 type=AuditType.PAUSED if sub.paused else AuditType.RESUMED,
@@ -379,6 +383,7 @@ class Worker(AsyncResource):
                 topic=sub.topic,
                 subscription=f"{sub.project}/{sub.name}",
                 at_ms=int(time.time() * 1000),
+                shard=shard.label,
             )
         )
 

@@ -36,7 +36,10 @@ JOB_COLUMNS = [
     "due_at_ms",
     "status",
     "circuit_to",
+    "shard",
 ]
+"""Every column the three jobs read (``reconcile.COLUMNS`` among them): the shared frame keeps
+only these."""
 
 
 class AuditJob(BaseModel):

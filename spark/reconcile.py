@@ -12,9 +12,17 @@ the moment it was **due**:
   event), acceptance plus the subscription's ``delay_ms``, and the next attempt of its last
   retry (``due_at_ms`` of its latest ``retried`` event: a message in a one-hour delay level is
   not late for an hour);
+- **behind its group**: a grouped message is delivered only after the earlier messages of its
+  group (produce order: segment, partition, position), so it is not due before the last of
+  them reached its first terminal outcome; while one of them has none (pending, retrying,
+  or itself lost) it is pending, never lost: the loss, if any, is the earlier message's;
 - **blocked time** does not count: the horizon's clock stops while the subscription was
   paused (``paused``/``resumed`` events, and to the end if it is paused when the job runs)
-  and while its circuit was open or half-open (``circuit`` events), from the due time on;
+  and while its circuit was open or half-open (``circuit`` events), from the due time on.
+  Those events name the shard that wrote them (``shard``, ``"k/N"``) when the subscription
+  has several: each shard is a state of its own, and it blocks only the messages it owns
+  (:mod:`core.shards`: by the CRC32 of the group, else by the partition); an event without
+  a shard blocks the whole subscription;
 - **late**: its first terminal event came more than ``horizon`` of unblocked time after due;
 - **lost**: no terminal event, and more than ``horizon`` of unblocked time has passed since
   due by ``as_of`` (never for a subscription paused now);
@@ -55,6 +63,11 @@ COLUMNS = [
     "at_ms",
     "due_at_ms",
     "circuit_to",
+    "segment",
+    "partition",
+    "position",
+    "group",
+    "shard",
 ]
 BLOCKING_CIRCUIT = ("open", "half_open")  # deliveries wait: the horizon's clock stops
 MAX_LISTED = 10_000
@@ -70,15 +83,20 @@ def subscriptions_frame(spark: SparkSession, subs: Sequence[AuditSubscription]) 
     return spark.createDataFrame(rows, schema)
 
 
-def _expected(events: DataFrame, subs: DataFrame, since_ms: int, until_ms: int) -> DataFrame:
+def _expected(events: DataFrame, subs: DataFrame, until_ms: int) -> DataFrame:
+    """Per subscription, the messages it expects accepted before ``until_ms`` (from its
+    creation on; the caller keeps those of the window: earlier ones still hold up their
+    groups), with when each was first due and where it was stored."""
+    at = "at_ms"
     accepted = (
-        events.where(
-            (F.col("type") == AuditType.ACCEPTED.value)
-            & (F.col("at_ms") >= since_ms)
-            & (F.col("at_ms") < until_ms)
-        )
+        events.where((F.col("type") == AuditType.ACCEPTED.value) & (F.col(at) < until_ms))
         .groupBy("message_id", "project", "topic")
-        .agg(F.min("at_ms").alias("accepted_at"), F.max("due_at_ms").alias("deliver_at"))
+        .agg(
+            F.min(at).alias("accepted_at"),
+            F.max("due_at_ms").alias("deliver_at"),
+            # a message accepted twice (a producer retry) is where it was first written
+            *(F.min_by(c, at).alias(c) for c in ("group", "segment", "partition", "position")),
+        )
     )
     on = (accepted.project == subs.sub_project) & (accepted.topic == subs.sub_topic)
     return (
@@ -94,8 +112,34 @@ def _expected(events: DataFrame, subs: DataFrame, since_ms: int, until_ms: int) 
                 F.col("accepted_at") + F.col("delay_ms"),
             ).alias("first_due"),
             "paused",
+            "group",
+            "segment",
+            "partition",
+            "position",
         )
     )
+
+
+def _behind_group(joined: DataFrame) -> DataFrame:
+    """``joined`` with ``group_done`` (when the last earlier message of its group reached its
+    first terminal outcome; null: none earlier, or ungrouped) and ``held`` (an earlier
+    message of its group has no terminal outcome yet)."""
+    grouped = joined.where(F.col("group").isNotNull())
+    order = (
+        Window.partitionBy("subscription", "group")
+        .orderBy("segment", "partition", "position", "accepted_at", "message_id")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+    grouped = grouped.withColumn("group_done", F.max("terminal_at").over(order)).withColumn(
+        "held",
+        F.coalesce(F.sum(F.col("terminal_at").isNull().cast("int")).over(order), F.lit(0)) > 0,
+    )
+    ungrouped = (
+        joined.where(F.col("group").isNull())
+        .withColumn("group_done", F.lit(None).cast("long"))
+        .withColumn("held", F.lit(False))
+    )
+    return grouped.unionByName(ungrouped)
 
 
 def _retry_due(events: DataFrame) -> DataFrame:
@@ -109,12 +153,15 @@ def _retry_due(events: DataFrame) -> DataFrame:
 
 
 def _blocked(events: DataFrame, as_of_ms: int) -> DataFrame:
-    """Per subscription, the intervals [start, end) in which it delivered nothing on purpose:
-    paused, disabled (a failing endpoint), or its circuit open or half-open. Each kind of
-    event is a state of its own kind; a state lasts until the next event of that kind (or
-    ``as_of``)."""
+    """Per subscription and shard, the intervals [start, end) in which it delivered nothing on
+    purpose: paused, disabled (a failing endpoint: the whole subscription), or its circuit
+    open or half-open. Each kind of event of each shard is a state of its own; a state lasts
+    until the next event of that kind and shard (or ``as_of``): one shard's circuit closing
+    does not end another's open interval. ``shard_index``/``shard_count`` are null for an
+    event of the whole subscription."""
     circuit = events.where(F.col("type") == AuditType.CIRCUIT.value).select(
         "subscription",
+        "shard",
         "at_ms",
         F.lit("circuit").alias("kind"),
         F.col("circuit_to").isin(*BLOCKING_CIRCUIT).alias("blocked"),
@@ -122,6 +169,7 @@ def _blocked(events: DataFrame, as_of_ms: int) -> DataFrame:
     pause_types = [AuditType.PAUSED.value, AuditType.RESUMED.value]
     pause = events.where(F.col("type").isin(pause_types)).select(
         "subscription",
+        "shard",
         "at_ms",
         F.lit("pause").alias("kind"),
         (F.col("type") == AuditType.PAUSED.value).alias("blocked"),
@@ -129,6 +177,7 @@ def _blocked(events: DataFrame, as_of_ms: int) -> DataFrame:
     disable_types = [AuditType.DISABLED.value, AuditType.ENABLED.value]
     disable = events.where(F.col("type").isin(disable_types)).select(
         "subscription",
+        F.lit(None).cast("string").alias("shard"),  # a disabled subscription: every shard
         "at_ms",
         F.lit("disable").alias("kind"),
         (F.col("type") == AuditType.DISABLED.value).alias("blocked"),
@@ -136,18 +185,41 @@ def _blocked(events: DataFrame, as_of_ms: int) -> DataFrame:
     states = (
         circuit.unionByName(pause).unionByName(disable).where(F.col("subscription").isNotNull())
     )
-    order = Window.partitionBy("subscription", "kind").orderBy("at_ms")
+    order = Window.partitionBy("subscription", "shard", "kind").orderBy("at_ms")
+    # "k/N" (core.shards.Shard.label); anything else parses to null: the whole subscription
+    label = F.split(F.col("shard"), "/")
     return (
         states.withColumn("end", F.coalesce(F.lead("at_ms").over(order), F.lit(as_of_ms)))
         .where(F.col("blocked"))
-        .select("subscription", F.col("at_ms").alias("start"), "end")
+        .select(
+            "subscription",
+            F.col("at_ms").alias("start"),
+            "end",
+            label.getItem(0).try_cast("int").alias("shard_index"),
+            label.getItem(1).try_cast("int").alias("shard_count"),
+        )
     )
 
 
+def _owned() -> Column:
+    """Whether a blocked interval's shard owns the message (:meth:`core.shards.Shard.owns`:
+    the CRC32 of its group, else its partition, modulo the shard count). An interval of the
+    whole subscription, or a message whose owner cannot be told (no partition in its
+    accepted event), is blocked by every shard's interval: lenient, never a false loss."""
+    count, index = F.col("shard_count"), F.col("shard_index")
+    owner = F.when(
+        F.col("group").isNotNull(), F.crc32(F.col("group").cast("binary")) % count
+    ).otherwise(F.col("partition") % count)
+    return count.isNull() | (count <= 0) | owner.isNull() | (owner == index)
+
+
 def _blocked_time(judged: DataFrame, blocked: DataFrame) -> DataFrame:
-    """``judged`` with ``blocked_ms``: the blocked time between ``due`` and ``until``."""
-    spans = judged.select("subscription", "message_id", "due", "until").join(
-        F.broadcast(blocked), "subscription"
+    """``judged`` with ``blocked_ms``: the blocked time between ``due`` and ``until`` of the
+    intervals of the shard that owns the message (or of the whole subscription)."""
+    messages = judged.select("subscription", "message_id", "group", "partition", "due", "until")
+    spans = messages.join(
+        F.broadcast(blocked.withColumnRenamed("subscription", "blocked_sub")),
+        (F.col("subscription") == F.col("blocked_sub")) & _owned(),
     )
     overlap = F.greatest(F.lit(0), F.least("end", "until") - F.greatest("start", "due")).cast(
         "long"
@@ -187,11 +259,21 @@ def reconcile(
     events = (distinct_events(events, COLUMNS) if dedupe else events.select(*COLUMNS)).cache()
     try:
         terminal = _terminal(events)
-        expected = _expected(events, subs, since_ms, until_ms)
+        # Messages before the window still hold up the later messages of their groups.
+        in_group = _behind_group(
+            _expected(events, subs, until_ms).join(terminal, ["subscription", "message_id"], "left")
+        )
+        expected = in_group.where(F.col("accepted_at") >= since_ms)
         joined = (
-            expected.join(terminal, ["subscription", "message_id"], "left")
-            .join(_retry_due(events), ["subscription", "message_id"], "left")
-            .withColumn("due", F.greatest("first_due", F.coalesce("retry_due", "first_due")))
+            expected.join(_retry_due(events), ["subscription", "message_id"], "left")
+            .withColumn(
+                "due",
+                F.greatest(
+                    "first_due",
+                    F.coalesce("retry_due", "first_due"),
+                    F.coalesce("group_done", "first_due"),
+                ),
+            )
             .withColumn("until", F.coalesce("terminal_at", F.lit(as_of_ms)))
         )
         joined = _blocked_time(joined, _blocked(events, as_of_ms))
@@ -199,7 +281,9 @@ def reconcile(
         status = (
             F.when(
                 F.col("terminal_at").isNull(),
-                F.when(~F.col("paused") & (waited > horizon_ms), "lost").otherwise("pending"),
+                F.when(~F.col("paused") & ~F.col("held") & (waited > horizon_ms), "lost").otherwise(
+                    "pending"
+                ),
             )
             .when(waited > horizon_ms, "late")
             .otherwise(F.col("outcome"))

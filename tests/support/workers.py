@@ -59,14 +59,21 @@ class WorkersWorld:
     def hook(self) -> Hook:
         return self.world.hook
 
-    async def worker(self, member: str) -> Worker:
-        """A started Worker named ``member``, stopped with the world (or :meth:`stop`)."""
+    async def worker(self, member: str, audit: Any = None) -> Worker:
+        """A started Worker named ``member`` (writing its audit events to ``audit``: an
+        ``AuditSink`` or a ``MemoryAudit``), stopped with the world (or :meth:`stop`)."""
         meta = EmbeddedMetaStore(self.file)
         await meta.start()
         sender = FastSender()
         await sender.start()
         worker = Worker(
-            meta, self.world.stores, sender, member, commit_every_s=0.1, lock_retry_s=0.1
+            meta,
+            self.world.stores,
+            sender,
+            member,
+            audit=audit,
+            commit_every_s=0.1,
+            lock_retry_s=0.1,
         )
         await worker.start()
         self.stack.append((worker, meta, sender))

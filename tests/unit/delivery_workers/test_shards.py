@@ -9,12 +9,17 @@ from collections import defaultdict
 
 import pytest
 
+from circuit_breaker import CircuitState, Transition
 from control_plane.assigner import rendezvous
+from core.audit import AuditType
 from core.model import SegmentState, Subscription
 from core.shards import WHOLE, Shard, parse_unit_key, shards, unit_key
+from delivery_workers.runner import RunnerStats
+from delivery_workers.throttle import Throttle
 from metastore import paths
 from segments.protocol import Record, partition_for
 from segments.reader import SegmentReader, commit_group
+from tests.support.memory_audit import MemoryAudit
 from tests.support.until import until as _until
 from tests.support.workers import WorkersWorld as World
 from tests.support.workers import workers_world_fixture  # noqa: F401  (the world fixture)
@@ -55,6 +60,27 @@ def test_names_of_a_shard_and_of_the_whole() -> None:
         Shard(3, 3)
     with pytest.raises(ValueError, match="bad shard"):
         parse_unit_key("p/s#x")
+
+
+async def test_each_shard_names_itself_in_its_pause_and_circuit_events(world: World) -> None:
+    """The reconciliation stops a shard's clock on that shard's events only, so a shard's
+    runner labels its ``paused``/``resumed`` and ``circuit`` events ``k/N``."""
+    audit = MemoryAudit([AuditType.PAUSED, AuditType.RESUMED, AuditType.CIRCUIT])
+    sub = await world.catalog.create_subscription(_sub("big", shards=2))
+    worker = await world.worker("w1", audit)
+    await _until(lambda: set(worker.runners) == {"p/big#0", "p/big#1"})
+    await world.catalog.update_subscription(sub.model_copy(update={"paused": True}))
+    await _until(lambda: len(audit.events) == 2, what="a paused event per shard")
+    assert sorted((e.type, e.shard) for e in audit.events) == [
+        (AuditType.PAUSED, "0/2"),
+        (AuditType.PAUSED, "1/2"),
+    ]
+    throttle = Throttle.for_subscription(sub, RunnerStats(), audit, Shard(1, 2))
+    throttle.on_transition(Transition(0.0, CircuitState.CLOSED, CircuitState.OPEN, "test", 0.9))
+    assert (audit.events[-1].type, audit.events[-1].shard) == (AuditType.CIRCUIT, "1/2")
+    whole = Throttle.for_subscription(_sub("one"), RunnerStats(), audit)
+    whole.on_transition(Transition(0.0, CircuitState.CLOSED, CircuitState.OPEN, "test", 0.9))
+    assert audit.events[-1].shard is None and WHOLE.label is None
 
 
 def test_rendezvous_spreads_the_shards_of_one_subscription() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.audit import AuditSubscription, AuditType, FindingKind
+from core.shards import Shard
 from spark.reconcile import reconcile, subscriptions_frame
 from spark.schema import EVENT_SCHEMA
 from tests.support.audit_events import SUB, T0, ev, frame
@@ -27,6 +28,13 @@ def test_the_schema_has_every_field_of_the_event() -> None:
     from core.audit import AuditEvent
 
     assert EVENT_SCHEMA.fieldNames() == list(AuditEvent.model_fields)
+
+
+def test_the_batch_job_keeps_every_column_the_reconciliation_reads() -> None:
+    from spark.jobs import JOB_COLUMNS
+    from spark.reconcile import COLUMNS
+
+    assert set(COLUMNS) <= set(JOB_COLUMNS)
 
 
 def _trail() -> list[Any]:
@@ -193,3 +201,133 @@ def test_pauses_delays_retries_and_open_circuits_are_never_lost(spark: Any) -> N
     tallies = {t.subscription: t for t in result.tallies}
     assert (tallies["shop/pause"].delivered, tallies["shop/circuit"].delivered) == (1, 1)
     assert tallies["shop/real"].dead_lettered == 1
+
+
+def _topic(
+    name: str, trail: list[tuple[Any, ...]], **sub: Any
+) -> tuple[list[Any], AuditSubscription]:
+    """Subscription ``shop/name`` on topic ``t-name`` and its trail: ``(type, id, at,
+    fields)``; accepted events carry no subscription."""
+    topic, full = f"t-{name}", f"shop/{name}"
+    events = [
+        ev(kind, mid, at, topic=topic, subscription=None if kind is A else full, **fields)
+        for kind, mid, at, fields in trail
+    ]
+    return events, AuditSubscription(name=full, topic_project="shop", topic=topic, **sub)
+
+
+def _judge(spark: Any, *topics: tuple[list[Any], AuditSubscription]) -> Any:
+    events = [e for trail, _ in topics for e in trail]
+    return reconcile(
+        frame(spark, events),
+        subscriptions_frame(spark, [sub for _, sub in topics]),
+        since_ms=T0,
+        until_ms=T0 + 1_000,
+        as_of_ms=T0 + 200_000,
+        horizon_ms=HORIZON,
+    )
+
+
+def _named(result: Any, kind: FindingKind) -> list[str]:
+    return sorted(f.message_id for f in result.findings if f.kind is kind)
+
+
+def test_a_grouped_message_waits_behind_its_group(spark: Any) -> None:
+    """Followers of a head that is retrying (in the window or before it), or that was
+    delivered late after a long retry, are pending or on time, never lost or late; a follower
+    never delivered after its head was is lost, and what waits behind it is pending."""
+    RE = AuditType.RETRIED
+
+    def acc(mid: str, at: int, group: str | None, position: int, segment: int = 1) -> Any:
+        where = {"group": group, "segment": segment, "partition": 0, "position": position}
+        return (A, mid, at, where)
+
+    retrying = {"due_at_ms": T0 + 170_000}  # as of 200 s: due 30 s ago, inside the horizon
+    trail = [
+        # g1: the head waits in a delay level; its followers have no event at all
+        acc("g1-head", 0, "g1", 0),
+        (AT, "g1-head", 5, {"status": 503}),
+        (RE, "g1-head", 6, retrying),
+        acc("g1-next", 0, "g1", 1),
+        acc("g1-last", 1, "g1", 2),
+        # g2: the head delivered after a long retry; a follower right after it (not late),
+        # another one still on its way (due from the follower's delivery: pending)
+        acc("g2-head", 0, "g2", 3),
+        (RE, "g2-head", 10, {"due_at_ms": T0 + 140_000}),
+        (D, "g2-head", 150_000, {}),
+        acc("g2-next", 0, "g2", 4),
+        (D, "g2-next", 150_100, {}),
+        acc("g2-last", 0, "g2", 5),
+        # g3: a real loss: the head delivered at once, its follower never; behind it: pending
+        acc("g3-head", 0, "g3", 6),
+        (D, "g3-head", 10, {}),
+        acc("g3-lost", 0, "g3", 7),
+        acc("g3-behind", 0, "g3", 8),
+        # g4: produce order is segment first: position 0 of segment 2 follows segment 1
+        acc("g4-head", 0, "g4", 9, segment=1),
+        (RE, "g4-head", 10, retrying),
+        acc("g4-next", 1, "g4", 0, segment=2),
+        # g5: its head was accepted before the window and still retries
+        acc("g5-head", -10_000, "g5", 10),
+        (RE, "g5-head", 10, retrying),
+        acc("g5-next", 0, "g5", 11),
+        # ungrouped: nothing holds it
+        acc("u-lost", 0, None, 12),
+    ]
+    result = _judge(spark, _topic("grouped", trail))
+    assert _named(result, FindingKind.LOST) == ["g3-lost", "u-lost"]
+    assert _named(result, FindingKind.LATE) == []
+    (tally,) = result.tallies
+    assert tally.expected == 13  # the head before the window is not expected, only waited for
+    assert (tally.delivered, tally.lost, tally.late) == (3, 2, 0)
+    assert tally.pending == 13 - 3 - 2
+
+
+def _owned_by(shard: Shard, count: int = 40) -> list[str]:
+    return [g for g in (f"grp-{i}" for i in range(count)) if shard.owns(g, 0)]
+
+
+def test_a_shard_blocks_only_the_messages_it_owns(spark: Any) -> None:
+    """Two shards, each with its own circuit (and, on another subscription, its own pause):
+    shard 0 blocked until 150 s, shard 1 until 30 s. Shard 0's messages (ungrouped on an even
+    partition, or of a group whose CRC32 is even) are pending or on time; shard 1's messages
+    never delivered are lost; the closing of shard 1's circuit does not end shard 0's."""
+    CI, PA, RS = AuditType.CIRCUIT, AuditType.PAUSED, AuditType.RESUMED
+    s0, s1 = Shard(0, 2), Shard(1, 2)
+    g0, g1 = _owned_by(s0)[0], _owned_by(s1)[0]
+
+    def acc(mid: str, partition: int, group: str | None = None) -> Any:
+        return (A, mid, 0, {"group": group, "segment": 1, "partition": partition, "position": 0})
+
+    messages = [
+        acc("s0-late", 2),
+        (D, "s0-late", 155_000, {}),  # 5 s after its shard's circuit closed: on time
+        acc("s0-waiting", 0),  # 50 s of unblocked time: pending
+        acc("s0-group", 3, g0),  # odd partition, but its group is shard 0's
+        acc("s1-lost", 1),
+        acc("s1-group", 0, g1),  # even partition, but its group is shard 1's
+    ]
+
+    def circuit(shard: Shard, at: int, to: str) -> Any:
+        return (CI, "", at, {"circuit_to": to, "shard": shard.label})
+
+    def pause(shard: Shard, at: int, kind: Any) -> Any:
+        return (kind, "", at, {"shard": shard.label})
+
+    circuits = [circuit(s0, 10, "open"), circuit(s1, 20, "open")]
+    circuits += [circuit(s1, 30_000, "closed"), circuit(s0, 150_000, "closed")]
+    pauses = [pause(s0, 10, PA), pause(s1, 10, PA), pause(s1, 30_000, RS)]
+    pauses += [pause(s0, 150_000, RS)]  # shard 0's worker resumed last
+    result = _judge(
+        spark, _topic("sharded", circuits + messages), _topic("paused", pauses + messages)
+    )
+    lost = sorted(
+        (f.subscription, f.message_id) for f in result.findings if f.kind is FindingKind.LOST
+    )
+    expected_lost = [
+        (f"shop/{s}", m) for s in ("paused", "sharded") for m in ("s1-group", "s1-lost")
+    ]
+    assert lost == expected_lost
+    assert _named(result, FindingKind.LATE) == []
+    for tally in result.tallies:
+        assert (tally.expected, tally.delivered, tally.pending, tally.lost) == (5, 1, 2, 2)

@@ -29,8 +29,10 @@ from . import (
 )
 from .render import HERE, render
 from .revocation import RevokedSessions
-from .session import CsrfRejected, LoginRequired, Signer, current_session
+from .session import CsrfRejected, LoginRequired, Signer, current_session, session_identity
 from .throttle import LoginThrottle
+
+__all__ = ["install", "session_identity"]
 
 ROUTERS = (
     auth_views,

@@ -9,19 +9,22 @@ import httpx
 from fastapi import Depends, Path, Request
 
 from ..client import AdminClient
-from .session import Session, check_csrf, require_session
+from .session import SESSION_COOKIE, Session, check_csrf, require_session
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 Name = Annotated[str, Path(pattern=NAME)]
 
 
 async def _api(request: Request) -> AsyncIterator[AdminClient]:
-    """The admin API of this very process, called in-process with the admin token: the UI
-    is a client of the same contract as the CLI, and sees a route that is not deployed
-    as "not available"."""
+    """The admin API of this very process, called in-process with the page's session
+    cookie, so the API checks the logged-in user's roles: the UI is a client of the same
+    contract as the CLI, and sees a route that is not deployed as "not available"."""
     transport = httpx.ASGITransport(app=request.app)
-    token = request.app.state.ui_signer.admin_token.decode()
-    async with AdminClient("http://control-plane", token, transport=transport) as client:
+    cookie = request.cookies.get(SESSION_COOKIE, "")
+    headers = {"Cookie": f"{SESSION_COOKIE}={cookie}"}
+    async with AdminClient(
+        "http://control-plane", "", transport=transport, headers=headers
+    ) as client:
         yield client
 
 

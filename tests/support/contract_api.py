@@ -21,7 +21,10 @@ from fastapi import Body, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
 from control_plane.api import audit as audit_api
+from control_plane.api.auth import Authenticator
+from control_plane.ui import session_identity
 from core import http_errors
+from reports.principals import PrincipalStore
 
 NOW = "2026-11-22T06:00:00Z"
 
@@ -326,7 +329,9 @@ def fake_app(
         return c
 
     if reports_url is not None:  # the audit API is the real one, on a report database
-        app.include_router(audit_api.router(admin_token, reports_url))
+        store = PrincipalStore.from_url(reports_url)
+        app.state.authenticator = Authenticator(admin_token, store, session_identity)
+        app.include_router(audit_api.router(reports_url))
     return app
 
 

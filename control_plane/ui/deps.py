@@ -8,8 +8,18 @@ from typing import Annotated
 import httpx
 from fastapi import Depends, Path, Request
 
+from core.errors import Unauthorized
+
+from ..api.auth import Authenticator
 from ..client import AdminClient
-from .session import SESSION_COOKIE, Session, check_csrf, require_session
+from .session import (
+    SESSION_COOKIE,
+    LoginRequired,
+    Session,
+    check_csrf,
+    current_session,
+    require_session,
+)
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 Name = Annotated[str, Path(pattern=NAME)]
@@ -26,6 +36,20 @@ async def _api(request: Request) -> AsyncIterator[AdminClient]:
         "http://control-plane", "", transport=transport, headers=headers
     ) as client:
         yield client
+
+
+async def page_principal(request: Request) -> None:
+    """Who is looking at the page (``request.state.principal``, for ``render``'s ``can``):
+    the session's user with the roles they hold now. A session whose user is gone must log
+    in again."""
+    request.state.principal = None
+    if current_session(request) is None:
+        return  # the login form; every other page refuses without a session anyway
+    authenticator: Authenticator = request.app.state.authenticator
+    try:
+        request.state.principal = await authenticator.resolve(request)
+    except Unauthorized:
+        raise LoginRequired() from None
 
 
 SessionDep = Annotated[Session, Depends(require_session)]

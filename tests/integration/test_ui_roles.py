@@ -85,7 +85,7 @@ def test_a_viewer_sees_and_cannot_change(page: Page, world: Dev) -> None:
     expect(page.locator("#new-subscription")).to_have_count(0)
     page.goto(f"{base}/ui/projects/shop/subscriptions/billing")
     expect(page.locator("#signing-secret")).to_contain_text("signing secret set")
-    expect(page.locator("#status [data-k='state']")).to_be_visible()
+    expect(page.locator("#delivered")).to_be_visible()
     for hidden in ("#pause-resume", "#seek", "#edit"):
         expect(page.locator(hidden)).to_have_count(0)
     assert "whsec_" not in page.content()

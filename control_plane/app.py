@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request, Response
+from fastapi import FastAPI, Request, Response
 from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -19,6 +19,7 @@ from metastore.catalog import Catalog
 from metastore.config import open_metastore
 from metastore.protocol import MetaStore
 from reports import migrate
+from reports.principals import PrincipalStore
 from reports.trace import TraceIndex
 from segments.protocol import SegmentStore
 from segments.registry import open_stores
@@ -29,7 +30,7 @@ from .api import audit as audit_api
 from .api import cutover as cutover_api
 from .api import dlq as dlq_api
 from .api import trace as trace_api
-from .api.auth import admin_guard
+from .api.auth import Authenticator
 from .assigner import Assigner
 from .cutover import open_cutovers
 from .metrics import ControlPlaneMetrics, MetricsMiddleware
@@ -78,7 +79,8 @@ def create_app(
             )
             yield
 
-    trace_index = TraceIndex(audit_api.shared_store(settings.database_url).engine)  # one pool
+    engine = audit_api.shared_store(settings.database_url).engine  # one pool
+    trace_index = TraceIndex(engine)
     app = FastAPI(title="httpbus control plane", version=VERSION, lifespan=lifespan)
     http_errors.install(app)
     metrics = ControlPlaneMetrics()
@@ -116,9 +118,11 @@ def create_app(
             raise NotReady(f"down, being restarted: {', '.join(down)}", retry_after=2)
         return {"status": "ready"}
 
-    app.include_router(api.router(settings.admin_token.get_secret_value()))
-    guard = Depends(admin_guard(settings.admin_token.get_secret_value()))
-    app.include_router(cutover_api.router, dependencies=[guard])
+    app.state.authenticator = Authenticator(
+        settings.admin_token.get_secret_value(), PrincipalStore(engine), ui.session_identity
+    )
+    app.include_router(api.router())
+    app.include_router(cutover_api.router)
     ui.install(
         app,
         settings.admin_token.get_secret_value(),
@@ -126,11 +130,9 @@ def create_app(
         settings.default_cluster,
         public_url=settings.public_url,
     )
-    app.include_router(dlq_api.router(settings.admin_token.get_secret_value()))
-    app.include_router(trace_api.router(settings.admin_token.get_secret_value(), trace_index))
-    app.include_router(
-        audit_api.router(settings.admin_token.get_secret_value(), settings.database_url)
-    )
+    app.include_router(dlq_api.router())
+    app.include_router(trace_api.router(trace_index))
+    app.include_router(audit_api.router(settings.database_url))
     return app
 
 

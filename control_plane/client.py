@@ -78,10 +78,13 @@ class AdminClient:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         timeout: float = 15.0,
+        headers: dict[str, str] | None = None,
     ) -> None:
+        """``headers``, when given, authenticate instead of ``token`` (the UI forwards its
+        session cookie)."""
         self._http = httpx.AsyncClient(
             base_url=base_url,
-            headers={"Authorization": f"Bearer {token}"},
+            headers=headers if headers is not None else {"Authorization": f"Bearer {token}"},
             transport=transport,
             timeout=timeout,
         )

@@ -23,6 +23,7 @@ class ErrorCode(Enum):
     MALFORMED = ("malformed", 400)
     UNAUTHORIZED = ("unauthorized", 401)
     FORBIDDEN = ("forbidden", 403)
+    GRANT_REQUIRED = ("grant_required", 403)
     NOT_FOUND = ("not_found", 404)
     METHOD_NOT_ALLOWED = ("method_not_allowed", 405)
     REQUEST_TIMEOUT = ("request_timeout", 408)
@@ -82,6 +83,12 @@ class Unauthorized(HttpbusError):
 
 class Forbidden(HttpbusError):
     code = ErrorCode.FORBIDDEN
+
+
+class GrantRequired(Forbidden):
+    """A subscription to another project's topic, without a grant from that topic's owner."""
+
+    code = ErrorCode.GRANT_REQUIRED
 
 
 class NotFound(HttpbusError):

@@ -155,3 +155,57 @@ class TraceEventRow(Base):
     answer: Mapped[str | None] = mapped_column(Text)
     level_ms: Mapped[int | None] = mapped_column(BigInteger)
     headers: Mapped[str | None] = mapped_column(Text)  # JSON of the accepted event's headers
+
+
+class UserRow(Base):
+    """A person who logs in to the UI (and owns API tokens): only an argon2 hash of the
+    password is kept."""
+
+    __tablename__ = "users"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    password_hash: Mapped[str] = mapped_column(Text)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class ApiTokenRow(Base):
+    """An API token of the admin API: a user's (acting as that user) or a machine's (with
+    roles of its own). Only the SHA-256 of the token is kept."""
+
+    __tablename__ = "api_tokens"
+    __table_args__ = (Index("ix_api_tokens_user", "user"),)
+
+    id: Mapped[str] = mapped_column(String(12), primary_key=True)
+    sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    user: Mapped[str | None] = mapped_column(ForeignKey("users.name", ondelete="CASCADE"))
+    description: Mapped[str] = mapped_column(Text, default="")
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class RoleGrantRow(Base):
+    """One role of one principal (``user:<name>`` or ``token:<id>``); ``project`` is empty
+    for ``admin``. Deleted with the user or token by the store."""
+
+    __tablename__ = "role_grants"
+    __table_args__ = (
+        UniqueConstraint("principal", "role", "project", name="uq_role_grant"),
+        Index("ix_role_grants_project", "project"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    principal: Mapped[str] = mapped_column(String(80))
+    role: Mapped[str] = mapped_column(String(16))
+    project: Mapped[str] = mapped_column(String(128))
+
+
+class TopicGrantRow(Base):
+    """Consent of a topic's owner: subscriptions of project ``grantee`` may read the topic."""
+
+    __tablename__ = "topic_grants"
+    __table_args__ = (UniqueConstraint("project", "topic", "grantee", name="uq_topic_grant"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project: Mapped[str] = mapped_column(String(128))
+    topic: Mapped[str] = mapped_column(String(128))
+    grantee: Mapped[str] = mapped_column(String(128))
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)

@@ -17,7 +17,7 @@ import json
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from fastapi import Path as FastPath
 
 from core.errors import NotFound, ValidationFailed
@@ -28,7 +28,7 @@ from reports.models import (
 )
 from reports.store import ReportStore
 
-from .auth import admin_guard
+from .auth import ADMIN
 
 MAX_ID = 2**63 - 1  # a run id is a SQL BIGINT: a larger one is refused (422), not a 500
 
@@ -140,21 +140,20 @@ def latest_run_summary(database_url: str) -> dict[str, Any] | None:
     return _summary(runs[0]) | {"started_at_ms": runs[0].started_at_ms} if runs else None
 
 
-def router(admin_token: str, database_url: str) -> APIRouter:
-    """The audit routes on the report database at ``database_url``."""
-    api = APIRouter(
-        prefix="/v1/audit", tags=["audit"], dependencies=[Depends(admin_guard(admin_token))]
-    )
+def router(database_url: str) -> APIRouter:
+    """The audit routes on the report database at ``database_url``: admins only (the
+    reports span every project)."""
+    api = APIRouter(prefix="/v1/audit", tags=["audit"])
 
     def store() -> ReportStore:
         return shared_store(database_url)
 
-    @api.get("/runs")
+    @api.get("/runs", **ADMIN)
     def list_runs(limit: Annotated[int, Query(ge=1, le=500)] = 20) -> dict[str, Any]:
         """The latest reconciliation runs, newest first."""
         return {"runs": [_summary(r) for r in store().runs(limit)]}
 
-    @api.get("/runs/{run_id}")
+    @api.get("/runs/{run_id}", **ADMIN)
     def get_run(run_id: Annotated[int, FastPath(ge=0, le=MAX_ID)]) -> dict[str, Any]:
         """One run: its summary, counts per subscription and the message ids it names."""
         run = store().run(run_id)
@@ -162,7 +161,7 @@ def router(admin_token: str, database_url: str) -> APIRouter:
             raise NotFound(f"reconciliation run {run_id} does not exist")
         return _detail(run)
 
-    @api.get("/hourly")
+    @api.get("/hourly", **ADMIN)
     def hourly(
         project: Annotated[str | None, Query(max_length=128)] = None,
         subscription: Annotated[
@@ -181,7 +180,7 @@ def router(admin_token: str, database_url: str) -> APIRouter:
         )
         return {"rows": [_hourly(r) for r in rows]}
 
-    @api.get("/cutovers")
+    @api.get("/cutovers", **ADMIN)
     def cutovers(limit: Annotated[int, Query(ge=1, le=500)] = 100) -> dict[str, Any]:
         """Cutover verifications, newest first."""
         return {"cutovers": [_cutover(c) for c in store().cutovers(limit)]}

@@ -12,6 +12,7 @@ from core.model import MAX_PARTITIONS
 from core.names import Name
 
 from ..cutover import Cutovers
+from .auth import OWNER, VIEWER
 from .deps import ProjectName, TopicName
 
 router = APIRouter(prefix="/v1/projects/{project}/topics/{topic}/cutover", tags=["cutover"])
@@ -56,7 +57,7 @@ class CutoverView(BaseModel):
     error: str | None
 
 
-@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=CutoverView)
+@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=CutoverView, **OWNER)
 async def start_cutover(
     project: ProjectName, topic: TopicName, body: CutoverStart, cutovers: CutoversDep
 ) -> dict[str, Any]:
@@ -65,7 +66,7 @@ async def start_cutover(
     return state.public()
 
 
-@router.get("", response_model=CutoverView)
+@router.get("", response_model=CutoverView, **VIEWER)
 async def get_cutover(
     project: ProjectName, topic: TopicName, cutovers: CutoversDep
 ) -> dict[str, Any]:
@@ -73,7 +74,7 @@ async def get_cutover(
     return (await cutovers.get(project, topic)).public()
 
 
-@router.delete("", response_model=CutoverView)
+@router.delete("", response_model=CutoverView, **OWNER)
 async def abort_cutover(
     project: ProjectName, topic: TopicName, cutovers: CutoversDep
 ) -> dict[str, Any]:

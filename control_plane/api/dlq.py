@@ -16,7 +16,7 @@ import base64
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.envelope import CONTENT_TYPE, GROUP_ID, MESSAGE_ID, decode, header, own_headers
@@ -28,7 +28,7 @@ from segments.subscription.layout import Layout, load_layout
 from segments.subscription.retry_meta import RetryMeta
 
 from ..admin import Admin
-from .auth import admin_guard
+from .auth import OWNER, VIEWER
 from .deps import AdminDep, ProjectName, SubscriptionName
 
 PREFIX = "/v1/projects/{project}/subscriptions/{subscription}/dlq/messages"
@@ -83,12 +83,12 @@ class Purged(BaseModel):
     remaining: int
 
 
-def router(admin_token: str) -> APIRouter:
-    """The DLQ routes, behind the admin bearer token."""
-    api = APIRouter(prefix=PREFIX, tags=["dlq"], dependencies=[Depends(admin_guard(admin_token))])
-    api.add_api_route("", browse, methods=["GET"])
-    api.add_api_route("/unsideline", unsideline, methods=["POST"])
-    api.add_api_route("", purge, methods=["DELETE"])
+def router() -> APIRouter:
+    """The DLQ routes: a viewer browses, an owner unsidelines and purges."""
+    api = APIRouter(prefix=PREFIX, tags=["dlq"])
+    api.add_api_route("", browse, methods=["GET"], **VIEWER)
+    api.add_api_route("/unsideline", unsideline, methods=["POST"], **OWNER)
+    api.add_api_route("", purge, methods=["DELETE"], **OWNER)
     return api
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 from fastapi import APIRouter, status
 
 from ..admin import new_signing_secret
+from .auth import ADMIN, ANY, OWNER, VIEWER, PrincipalDep
 from .deps import AdminDep, Limit, Offset, ProjectName, page
 from .schemas import Page, ProjectCreate, ProjectShown, ProjectUpdate, ProjectView
 
 router = APIRouter(prefix="/v1/projects", tags=["projects"])
 
 
-@router.post("", status_code=status.HTTP_201_CREATED)
+@router.post("", status_code=status.HTTP_201_CREATED, **ADMIN)
 async def create_project(body: ProjectCreate, admin: AdminDep) -> ProjectShown:
     """Create a project; the answer shows its notification secret this once."""
     project = await admin.create_project(body.name, body.description, body.notification_url)
@@ -20,11 +21,14 @@ async def create_project(body: ProjectCreate, admin: AdminDep) -> ProjectShown:
     )
 
 
-@router.get("")
+@router.get("", **ANY)
 async def list_projects(
-    admin: AdminDep, offset: Offset = 0, limit: Limit = 100
+    admin: AdminDep, principal: PrincipalDep, offset: Offset = 0, limit: Limit = 100
 ) -> Page[ProjectView]:
+    """The projects the caller holds a role in (an admin: every project)."""
     names = await admin.catalog.list_projects()
+    if not principal.is_admin:
+        names = [n for n in names if n in principal.projects()]
 
     async def fetch(name: str) -> ProjectView:
         return ProjectView.of(await admin.catalog.get_project(name))
@@ -32,12 +36,12 @@ async def list_projects(
     return await page(names, offset, limit, fetch)
 
 
-@router.get("/{project}")
+@router.get("/{project}", **VIEWER)
 async def get_project(project: ProjectName, admin: AdminDep) -> ProjectView:
     return ProjectView.of(await admin.catalog.get_project(project))
 
 
-@router.put("/{project}")
+@router.put("/{project}", **OWNER)
 async def update_project(
     project: ProjectName, body: ProjectUpdate, admin: AdminDep
 ) -> ProjectShown:
@@ -65,6 +69,6 @@ async def update_project(
     return ProjectShown(**ProjectView.of(updated).model_dump(), notification_secret=made)
 
 
-@router.delete("/{project}", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete("/{project}", status_code=status.HTTP_204_NO_CONTENT, **ADMIN)
 async def delete_project(project: ProjectName, admin: AdminDep) -> None:
     await admin.catalog.delete_project(project)

@@ -12,7 +12,9 @@ from core.model import DEFAULT_SECRET_OVERLAP_S, Subscription, utcnow
 
 from ..admin import rotate
 from ..operations import SeekTarget, SubscriptionOps
+from .auth import ADMIN, OWNER, VIEWER, PrincipalDep
 from .deps import AdminDep, Limit, Offset, ProjectName, SubscriptionName, page
+from .grants import check_consent
 from .schemas import (
     Page,
     SecretRotate,
@@ -33,16 +35,18 @@ def view(sub: Subscription) -> SubscriptionView:
     return SubscriptionView.of(sub, utcnow())
 
 
-@router.post("", status_code=status.HTTP_201_CREATED)
+@router.post("", status_code=status.HTTP_201_CREATED, **OWNER)
 async def create_subscription(
-    project: ProjectName, body: SubscriptionCreate, admin: AdminDep
+    project: ProjectName, body: SubscriptionCreate, admin: AdminDep, request: Request
 ) -> SubscriptionCreated:
-    """Create a subscription; the answer shows its signing secret this once."""
+    """Create a subscription; the answer shows its signing secret this once. A topic of
+    another project (``other/topic``) needs its owner's grant (403 ``grant_required``)."""
+    await check_consent(request, project, body.topic)
     sub = await admin.create_subscription(project, body)
     return SubscriptionCreated(**view(sub).model_dump(), signing_secret=sub.signing_secret)
 
 
-@router.get("")
+@router.get("", **VIEWER)
 async def list_subscriptions(
     project: ProjectName, admin: AdminDep, offset: Offset = 0, limit: Limit = 100
 ) -> Page[SubscriptionView]:
@@ -55,14 +59,14 @@ async def list_subscriptions(
     return await page(names, offset, limit, fetch)
 
 
-@router.get("/{subscription}")
+@router.get("/{subscription}", **VIEWER)
 async def get_subscription(
     project: ProjectName, subscription: SubscriptionName, admin: AdminDep
 ) -> SubscriptionView:
     return view(await admin.catalog.get_subscription(project, subscription))
 
 
-@router.put("/{subscription}")
+@router.put("/{subscription}", **OWNER)
 async def update_subscription(
     project: ProjectName, subscription: SubscriptionName, body: SubscriptionUpdate, admin: AdminDep
 ) -> SubscriptionView:
@@ -80,7 +84,7 @@ async def update_subscription(
     return view(await admin.catalog.update_subscription(updated))
 
 
-@router.delete("/{subscription}", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete("/{subscription}", status_code=status.HTTP_204_NO_CONTENT, **OWNER)
 async def delete_subscription(
     project: ProjectName, subscription: SubscriptionName, admin: AdminDep
 ) -> None:
@@ -90,7 +94,7 @@ async def delete_subscription(
 # ------------------------------------------------------------ signing secrets
 
 
-@router.post("/{subscription}/secret:rotate")
+@router.post("/{subscription}/secret:rotate", **OWNER)
 async def rotate_secret(
     project: ProjectName,
     subscription: SubscriptionName,
@@ -105,9 +109,13 @@ async def rotate_secret(
     return SecretsShown.of(sub, utcnow())
 
 
-@router.post("/{subscription}/secret:reveal")
+@router.post("/{subscription}/secret:reveal", **ADMIN)
 async def reveal_secret(
-    project: ProjectName, subscription: SubscriptionName, admin: AdminDep, request: Request
+    project: ProjectName,
+    subscription: SubscriptionName,
+    admin: AdminDep,
+    request: Request,
+    principal: PrincipalDep,
 ) -> SecretsShown:
     """Every signing secret in force (admin only), written to the audit log with who asked."""
     sub = await admin.catalog.get_subscription(project, subscription)
@@ -116,7 +124,7 @@ async def reveal_secret(
         "signing secret revealed: subscription=%s/%s by=%s client=%s user_agent=%r",
         project,
         subscription,
-        "admin-token",  # the one principal there is (docs/security.md)
+        principal.label,
         client,
         request.headers.get("user-agent", ""),
     )
@@ -152,7 +160,7 @@ class SeekResponse(BaseModel):
     positions: dict[str, int] = Field(description="per partition, the next position to read")
 
 
-@router.post("/{subscription}/stop")
+@router.post("/{subscription}/stop", **OWNER)
 async def stop_subscription(
     project: ProjectName, subscription: SubscriptionName, ops: OpsDep
 ) -> SubscriptionView:
@@ -160,7 +168,7 @@ async def stop_subscription(
     return view(await ops.set_paused(project, subscription, True))
 
 
-@router.post("/{subscription}/start")
+@router.post("/{subscription}/start", **OWNER)
 async def start_subscription(
     project: ProjectName, subscription: SubscriptionName, ops: OpsDep
 ) -> SubscriptionView:
@@ -168,7 +176,7 @@ async def start_subscription(
     return view(await ops.set_paused(project, subscription, False))
 
 
-@router.post("/{subscription}/enable")
+@router.post("/{subscription}/enable", **OWNER)
 async def enable_subscription(
     project: ProjectName, subscription: SubscriptionName, ops: OpsDep
 ) -> SubscriptionView:
@@ -179,7 +187,7 @@ async def enable_subscription(
     return view(await ops.enable(project, subscription))
 
 
-@router.post("/{subscription}/seek")
+@router.post("/{subscription}/seek", **OWNER)
 async def seek_subscription(
     project: ProjectName, subscription: SubscriptionName, body: SeekRequest, ops: OpsDep
 ) -> SeekResponse:
@@ -190,7 +198,7 @@ async def seek_subscription(
     )
 
 
-@router.get("/{subscription}/status")
+@router.get("/{subscription}/status", **VIEWER)
 async def subscription_status(
     project: ProjectName, subscription: SubscriptionName, ops: OpsDep
 ) -> dict[str, Any]:

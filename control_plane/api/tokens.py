@@ -11,6 +11,7 @@ from core.model import ProduceToken
 from core.names import Name
 from core.tokens import make_token
 
+from .auth import OWNER, VIEWER
 from .deps import AdminDep, ProjectName
 
 router = APIRouter(prefix="/v1/projects/{project}/tokens", tags=["tokens"])
@@ -38,19 +39,19 @@ def _view(token: ProduceToken) -> dict[str, object]:
     return token.model_dump(include={"id", "project", "topics", "description"})
 
 
-@router.post("", status_code=status.HTTP_201_CREATED)
+@router.post("", status_code=status.HTTP_201_CREATED, **OWNER)
 async def create_token(project: ProjectName, body: TokenCreate, admin: AdminDep) -> TokenCreated:
     model, plaintext = make_token(project, body.topics, body.description)
     await admin.catalog.create_token(model)
     return TokenCreated.model_validate({**_view(model), "token": plaintext})
 
 
-@router.get("")
+@router.get("", **VIEWER)
 async def list_tokens(project: ProjectName, admin: AdminDep) -> list[TokenView]:
     return [TokenView.model_validate(_view(t)) for t in await admin.catalog.list_tokens(project)]
 
 
-@router.delete("/{token_id}", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete("/{token_id}", status_code=status.HTTP_204_NO_CONTENT, **OWNER)
 async def delete_token(
     project: ProjectName, admin: AdminDep, token_id: str = Path(pattern=r"^[a-f0-9]{12}$")
 ) -> None:

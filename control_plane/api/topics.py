@@ -4,23 +4,26 @@ from __future__ import annotations
 
 from functools import partial
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Query, Request, status
+from starlette.concurrency import run_in_threadpool
 
 from core.model import Topic
 
+from .auth import OWNER, VIEWER
 from .deps import AdminDep, Limit, Offset, ProjectName, TopicName, merged, page
+from .principals import principal_store
 from .schemas import Page, Timeline, TopicCreate, TopicUpdate
 
 router = APIRouter(prefix="/v1/projects/{project}/topics", tags=["topics"])
 
 
-@router.post("", status_code=status.HTTP_201_CREATED)
+@router.post("", status_code=status.HTTP_201_CREATED, **OWNER)
 async def create_topic(project: ProjectName, body: TopicCreate, admin: AdminDep) -> Topic:
     """Create a topic and its first segment (and that segment's storage topic)."""
     return await admin.create_topic(project, body)
 
 
-@router.get("")
+@router.get("", **VIEWER)
 async def list_topics(
     project: ProjectName, admin: AdminDep, offset: Offset = 0, limit: Limit = 100
 ) -> Page[Topic]:
@@ -29,12 +32,12 @@ async def list_topics(
     return await page(names, offset, limit, partial(admin.catalog.get_topic, project))
 
 
-@router.get("/{topic}")
+@router.get("/{topic}", **VIEWER)
 async def get_topic(project: ProjectName, topic: TopicName, admin: AdminDep) -> Topic:
     return await admin.catalog.get_topic(project, topic)
 
 
-@router.put("/{topic}")
+@router.put("/{topic}", **OWNER)
 async def update_topic(
     project: ProjectName, topic: TopicName, body: TopicUpdate, admin: AdminDep
 ) -> Topic:
@@ -42,17 +45,19 @@ async def update_topic(
     return await admin.catalog.update_topic(merged(current, body))
 
 
-@router.delete("/{topic}", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete("/{topic}", status_code=status.HTTP_204_NO_CONTENT, **OWNER)
 async def delete_topic(
     project: ProjectName,
     topic: TopicName,
     admin: AdminDep,
+    request: Request,
     force: bool = Query(False, description="delete its subscriptions too"),
 ) -> None:
     await admin.delete_topic(project, topic, force=force)
+    await run_in_threadpool(principal_store(request).remove_topic_grants, project, topic)
 
 
-@router.get("/{topic}/segments")
+@router.get("/{topic}/segments", **VIEWER)
 async def segments(project: ProjectName, topic: TopicName, admin: AdminDep) -> Timeline:
     """The topic's timeline: every segment, oldest first, and the produce pointer."""
     found = await admin.catalog.get_topic(project, topic)

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Path, Query
 from starlette.concurrency import run_in_threadpool
 
 from core.errors import NotFound
 from reports.trace import TraceIndex
 
 from ..trace_view import message_trace
-from .auth import admin_guard
+from .auth import VIEWER
 from .deps import AdminDep, ProjectName, TopicName
 
 PREFIX = "/v1/projects/{project}/topics/{topic}"
@@ -22,11 +22,11 @@ MessageId = Annotated[str, Path(min_length=1, max_length=256)]
 GroupId = Annotated[str, Path(min_length=1, max_length=256)]
 
 
-def router(admin_token: str, index: TraceIndex) -> APIRouter:
-    """The trace routes on ``index``, behind the admin bearer token."""
-    api = APIRouter(prefix=PREFIX, tags=["trace"], dependencies=[Depends(admin_guard(admin_token))])
+def router(index: TraceIndex) -> APIRouter:
+    """The trace routes on ``index``, for viewers of the topic's project."""
+    api = APIRouter(prefix=PREFIX, tags=["trace"])
 
-    @api.get("/messages/{message_id}")
+    @api.get("/messages/{message_id}", **VIEWER)
     async def trace_message(
         project: ProjectName, topic: TopicName, message_id: MessageId, admin: AdminDep
     ) -> dict[str, Any]:
@@ -44,7 +44,7 @@ def router(admin_token: str, index: TraceIndex) -> APIRouter:
         names = [f"{p}/{s}" for p, s in subs]
         return message_trace(project, topic, message_id, rows, names)
 
-    @api.get("/groups/{group}/messages")
+    @api.get("/groups/{group}/messages", **VIEWER)
     async def trace_group(
         project: ProjectName,
         topic: TopicName,

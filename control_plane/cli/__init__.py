@@ -10,7 +10,7 @@ import typer
 
 from core.version import VERSION
 
-from . import audit, db, dev, dlq, produce, project, run, sub, tail, token, topic, trace
+from . import audit, db, dev, dlq, produce, project, run, sub, tail, token, topic, trace, user
 from .common import EXIT_CODES_HELP
 
 cli = typer.Typer(
@@ -23,6 +23,7 @@ cli.add_typer(project.app, name="project")
 cli.add_typer(topic.app, name="topic")
 cli.add_typer(sub.app, name="sub")
 cli.add_typer(token.app, name="token")
+cli.add_typer(user.app, name="user")
 cli.add_typer(dlq.app, name="dlq")
 cli.command()(tail.tail)
 cli.command()(trace.trace)

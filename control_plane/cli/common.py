@@ -8,8 +8,9 @@ Exit codes (also in ``httpbus --help`` and the README):
 1     the control plane refused the request (validation 422, 400, 401, 403, …), or you
       answered no to a confirmation
 2     bad usage: unknown flag, bad value, missing argument (Click's convention); a delete
-      without ``--yes`` when stdin is not a terminal
-3     not found: the project, topic, subscription, token or cutover does not exist
+      without ``--yes`` when stdin is not a terminal; a password off a terminal without
+      ``--password-stdin``
+3     not found: the project, topic, subscription, token, user or cutover does not exist
 4     conflict: already exists, stale version, a cutover already running or past COMMIT,
       in use (a delete refused while dependents exist) (409)
 5     not available: this control plane does not serve that API (yet)
@@ -57,7 +58,7 @@ Token = Annotated[
     typer.Option(
         "--token",
         envvar=["HTTPBUS_ADMIN_TOKEN", "HTTPBUS_TOKEN"],
-        help="Admin token.",
+        help="Admin token, or an API token (hbk.…) acting with its roles.",
         show_default=False,
     ),
 ]
@@ -136,7 +137,11 @@ def exit_code(error: ApiError) -> int:
 def run(url: str, token: str, work: Callable[[AdminClient], Awaitable[T]]) -> T:
     """Run ``work`` with a client; API errors end the command with one line and their code."""
     if not token:
-        raise fail("no admin token: pass --token or set HTTPBUS_ADMIN_TOKEN", EXIT_USAGE)
+        raise fail(
+            "no admin token: pass --token or set HTTPBUS_ADMIN_TOKEN (or an API token in "
+            "HTTPBUS_TOKEN)",
+            EXIT_USAGE,
+        )
 
     async def main() -> T:
         async with AdminClient(url, token) as api:

@@ -1,10 +1,12 @@
 """The web control plane, served by the control plane at ``/ui/``.
 
 Server-rendered pages (Jinja2) with a little plain JavaScript and one vendored chart
-library (uPlot); no build step. Every page needs a session, made by logging in with the
-admin token. The pages call the admin API of the same process through the same REST client
-as the CLI (:mod:`control_plane.client`), so they follow its contract and show
-"not available" for a route this control plane does not serve.
+library (uPlot); no build step. Every page needs a session, made by logging in as a user
+(name and password) or with the admin token; a page shows only what the user's roles allow
+and hides the buttons they may not use. The pages call the admin API of the same process
+through the same REST client as the CLI (:mod:`control_plane.client`), with the session's
+cookie, so they follow its contract and its role checks, and show "not available" for a
+route this control plane does not serve.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from urllib.parse import quote
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import Response
@@ -27,10 +29,13 @@ from . import (
     sub_views,
     trace_views,
 )
+from .deps import page_principal
 from .render import HERE, render
 from .revocation import RevokedSessions
-from .session import CsrfRejected, LoginRequired, Signer, current_session
+from .session import CsrfRejected, LoginRequired, Signer, current_session, session_identity
 from .throttle import LoginThrottle
+
+__all__ = ["install", "session_identity"]
 
 ROUTERS = (
     auth_views,
@@ -61,7 +66,9 @@ def install(
     app.state.ui_default_cluster = default_cluster
     app.mount("/ui/static", StaticFiles(directory=str(HERE / "static")), name="ui-static")
     for module in ROUTERS:
-        app.include_router(module.router, include_in_schema=False)
+        app.include_router(
+            module.router, include_in_schema=False, dependencies=[Depends(page_principal)]
+        )
     app.add_exception_handler(LoginRequired, _login_required)
     app.add_exception_handler(CsrfRejected, _csrf_rejected)
     app.add_exception_handler(ApiError, _api_error)

@@ -1,4 +1,5 @@
-"""Login and logout: the admin token, typed once, becomes a signed session cookie."""
+"""Login and logout: a user's name and password (argon2id, ``reports.principals``) or the
+admin token, typed once, becomes a signed session cookie naming who logged in."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import math
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from ..api.auth import Authenticator
 from . import session as sessions
 from .deps import SessionDep, form_of
 from .render import redirect, render
@@ -36,6 +39,7 @@ async def login_form(request: Request) -> Response:
 async def login(request: Request) -> Response:
     form = await request.form()
     token, nonce = str(form.get("token", "")), str(form.get("nonce", ""))
+    user, password = str(form.get("user", "")).strip(), str(form.get("password", ""))
     target = _next(str(form.get("next", "")))
     throttle: LoginThrottle = request.app.state.ui_throttle
     client = request.client.host if request.client else "unknown"
@@ -46,14 +50,21 @@ async def login(request: Request) -> Response:
         return redirect(
             request, f"/ui/login?next={quote(target)}", "the login form expired; try again", "error"
         )
-    if not sessions.signer(request).token_ok(token):
+    if user:
+        authenticator: Authenticator = request.app.state.authenticator
+        found = await run_in_threadpool(authenticator.principals.login, user[:64], password)
+        if found is None:
+            throttle.failed(client)
+            message = "that user name and password do not match"
+            return redirect(request, f"/ui/login?next={quote(target)}", message, "error")
+    elif not sessions.signer(request).token_ok(token):
         throttle.failed(client)
         return redirect(
             request, f"/ui/login?next={quote(target)}", "that is not the admin token", "error"
         )
     throttle.succeeded(client)
     response = redirect(request, target)
-    sessions.start_session(request, response)
+    sessions.start_session(request, response, user or None)
     return response
 
 

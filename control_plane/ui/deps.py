@@ -8,21 +8,48 @@ from typing import Annotated
 import httpx
 from fastapi import Depends, Path, Request
 
+from core.errors import Unauthorized
+
+from ..api.auth import Authenticator
 from ..client import AdminClient
-from .session import Session, check_csrf, require_session
+from .session import (
+    SESSION_COOKIE,
+    LoginRequired,
+    Session,
+    check_csrf,
+    current_session,
+    require_session,
+)
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 Name = Annotated[str, Path(pattern=NAME)]
 
 
 async def _api(request: Request) -> AsyncIterator[AdminClient]:
-    """The admin API of this very process, called in-process with the admin token: the UI
-    is a client of the same contract as the CLI, and sees a route that is not deployed
-    as "not available"."""
+    """The admin API of this very process, called in-process with the page's session
+    cookie, so the API checks the logged-in user's roles: the UI is a client of the same
+    contract as the CLI, and sees a route that is not deployed as "not available"."""
     transport = httpx.ASGITransport(app=request.app)
-    token = request.app.state.ui_signer.admin_token.decode()
-    async with AdminClient("http://control-plane", token, transport=transport) as client:
+    cookie = request.cookies.get(SESSION_COOKIE, "")
+    headers = {"Cookie": f"{SESSION_COOKIE}={cookie}"}
+    async with AdminClient(
+        "http://control-plane", "", transport=transport, headers=headers
+    ) as client:
         yield client
+
+
+async def page_principal(request: Request) -> None:
+    """Who is looking at the page (``request.state.principal``, for ``render``'s ``can``):
+    the session's user with the roles they hold now. A session whose user is gone must log
+    in again."""
+    request.state.principal = None
+    if current_session(request) is None:
+        return  # the login form; every other page refuses without a session anyway
+    authenticator: Authenticator = request.app.state.authenticator
+    try:
+        request.state.principal = await authenticator.resolve(request)
+    except Unauthorized:
+        raise LoginRequired() from None
 
 
 SessionDep = Annotated[Session, Depends(require_session)]

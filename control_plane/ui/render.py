@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from fastapi import Request
 from fastapi.templating import Jinja2Templates
 from starlette.responses import RedirectResponse, Response
+
+from core.principals import Need, Principal, PrincipalKind
 
 from . import session as sessions
 
@@ -54,6 +57,21 @@ templates.env.filters["compact"] = _compact
 templates.env.filters["heading"] = _heading
 
 
+def _can(principal: Principal | None, need: str, project: str | None = None) -> bool:
+    """What templates ask before they show a button: the API's own rule (the API refuses
+    anyway; the page only hides what would be refused)."""
+    return principal is not None and principal.may(Need(need), project)
+
+
+def _who(principal: Principal | None) -> str:
+    if principal is None:
+        return ""
+    if principal.is_admin and principal.kind is not PrincipalKind.USER:
+        return "admin token"
+    roles = "admin" if principal.is_admin else ", ".join(sorted(str(g) for g in principal.grants))
+    return f"{principal.name} ({roles or 'no roles'})"
+
+
 def render(
     request: Request,
     name: str,
@@ -65,8 +83,13 @@ def render(
     (or ``flash=(message, kind)`` given here)."""
     given = context.pop("flash", None)
     flashed = sessions.take_flash(request)
+    principal: Principal | None = getattr(request.state, "principal", None)
     context.update(
-        csrf=session.csrf if session else "", flash=given or flashed, logged_in=bool(session)
+        csrf=session.csrf if session else "",
+        flash=given or flashed,
+        logged_in=bool(session),
+        can=partial(_can, principal),
+        who=_who(principal),
     )
     response = templates.TemplateResponse(request, name, context, status_code=status_code)
     if flashed:

@@ -46,6 +46,7 @@ class Session:
     sid: str
     csrf: str
     expires: int
+    user: str | None = None  # None: logged in with the admin token
 
 
 def _same(given: str, expected: str) -> bool:
@@ -124,7 +125,24 @@ def current_session(request: Request) -> Session | None:
         return None
     if sid in revoked(request):
         return None
-    return Session(sid=sid, csrf=str(payload.get("csrf", "")), expires=expires)
+    user = payload.get("user")
+    return Session(
+        sid=sid,
+        csrf=str(payload.get("csrf", "")),
+        expires=expires,
+        user=user if isinstance(user, str) else None,
+    )
+
+
+def session_identity(request: Request) -> tuple[str, str | None] | None:
+    """Who the session cookie of ``request`` stands for, for the admin API's authenticator:
+    ``("admin", None)`` for the admin token's session, ``("user", name)`` for a user's."""
+    if getattr(request.app.state, "ui_signer", None) is None:
+        return None
+    session = current_session(request)
+    if session is None:
+        return None
+    return ("user", session.user) if session.user is not None else ("admin", None)
 
 
 def require_session(request: Request) -> Session:
@@ -135,10 +153,18 @@ def require_session(request: Request) -> Session:
     return session
 
 
-def start_session(request: Request, response: Response) -> None:
+def start_session(request: Request, response: Response, user: str | None = None) -> None:
+    """A session of ``user`` (None: of the admin token)."""
     expires = int(time.time()) + SESSION_SECONDS
     sid = secrets.token_hex(16)
-    payload = {"kind": "session", "sid": sid, "exp": expires, "csrf": secrets.token_urlsafe(24)}
+    payload: dict[str, Any] = {
+        "kind": "session",
+        "sid": sid,
+        "exp": expires,
+        "csrf": secrets.token_urlsafe(24),
+    }
+    if user is not None:
+        payload["user"] = user
     _set(request, response, SESSION_COOKIE, signer(request).sign(payload), SESSION_SECONDS)
     response.delete_cookie(LOGIN_COOKIE, path=COOKIE_PATH)
 

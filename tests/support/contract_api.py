@@ -21,7 +21,10 @@ from fastapi import Body, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
 from control_plane.api import audit as audit_api
+from control_plane.api.auth import Authenticator
+from control_plane.ui import session_identity
 from core import http_errors
+from reports.principals import PrincipalStore
 
 NOW = "2026-11-22T06:00:00Z"
 
@@ -107,6 +110,7 @@ def fake_app(
     ``reports_url``, the real audit routes on that report database."""
     app = FastAPI()
     http_errors.install(app)
+    _authenticate(app, admin_token)
     state = State(dlq_size)
     state.cutover_end = cutover_end
     app.state.fake = state
@@ -326,7 +330,8 @@ def fake_app(
         return c
 
     if reports_url is not None:  # the audit API is the real one, on a report database
-        app.include_router(audit_api.router(admin_token, reports_url))
+        _authenticate(app, admin_token, reports_url)
+        app.include_router(audit_api.router(reports_url))
     return app
 
 
@@ -340,7 +345,15 @@ def bare_app() -> FastAPI:
     """A control plane with none of the contract routes (renders 404 as the real one does)."""
     app = FastAPI()
     http_errors.install(app)
+    _authenticate(app, "")
     return app
+
+
+def _authenticate(app: FastAPI, admin_token: str, reports_url: str = "sqlite://") -> None:
+    """The authenticator the UI's pages and the real audit routes ask (UI sessions; users
+    only where ``reports_url`` holds them)."""
+    store = PrincipalStore.from_url(reports_url)
+    app.state.authenticator = Authenticator(admin_token, store, session_identity)
 
 
 def _free_port() -> int:

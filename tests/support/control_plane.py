@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from fastapi import FastAPI
 
 from control_plane.app import create_app
 from control_plane.settings import ControlPlaneSettings
@@ -32,6 +33,7 @@ class ControlPlane:
     client: httpx.AsyncClient
     meta: EmbeddedMetaStore
     store: SegmentStore  # the one the app was given (``wrap`` of the embedded store)
+    app: FastAPI | None = None
 
     @property
     def catalog(self) -> Catalog:
@@ -61,7 +63,7 @@ async def embedded_control_plane(
             app.router.lifespan_context(app),
             httpx.AsyncClient(transport=transport, base_url=base_url, headers=headers) as client,
         ):
-            yield ControlPlane(client, meta, store)
+            yield ControlPlane(client, meta, store, app)
 
 
 async def create_shop(client: httpx.AsyncClient, **topic: Any) -> None:

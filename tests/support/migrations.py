@@ -19,6 +19,10 @@ TABLES = {
     "cutover_verifications",
     "produce_tokens",
     "trace_events",
+    "users",
+    "api_tokens",
+    "role_grants",
+    "topic_grants",
 }
 
 

@@ -13,6 +13,7 @@ import pytest
 from fastapi import FastAPI
 
 from control_plane.api import audit as audit_api
+from control_plane.api.auth import Authenticator
 from core import http_errors
 from core.audit import (
     AuditCutover,
@@ -24,6 +25,7 @@ from core.audit import (
     SubscriptionTally,
 )
 from reports import migrate
+from reports.principals import PrincipalStore
 from reports.store import ReportStore
 
 TOKEN = "t" * 32
@@ -72,7 +74,8 @@ async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     store.close()
     app = FastAPI()
     http_errors.install(app)
-    app.include_router(audit_api.router(TOKEN, url))
+    app.state.authenticator = Authenticator(TOKEN, PrincipalStore.from_url(url))
+    app.include_router(audit_api.router(url))
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://cp") as opened:
         yield opened

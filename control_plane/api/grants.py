@@ -1,0 +1,95 @@
+"""``/v1/projects/{project}/topics/{topic}/grants``: consent for other projects' subscriptions.
+
+A subscription of project A to a topic of project B is made only if B's owner granted the
+topic to A here; without a grant the creation answers 403 ``grant_required`` saying what to
+ask for. Removing a grant stops new subscriptions; the ones made under it stay until deleted.
+Deleting the topic removes its grants.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request, status
+from pydantic import BaseModel, ConfigDict
+from starlette.concurrency import run_in_threadpool
+
+from core.errors import GrantRequired, ValidationFailed
+from core.names import MAX_NAME, Name
+from reports.principals import TopicGrant
+
+from .auth import OWNER, VIEWER
+from .deps import NAME_PATTERN, AdminDep, ProjectName, TopicName
+from .principals import principal_store
+
+router = APIRouter(prefix="/v1/projects/{project}/topics/{topic}/grants", tags=["grants"])
+Grantee = Annotated[str, Path(pattern=NAME_PATTERN, max_length=MAX_NAME)]
+
+
+class GrantCreate(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    project: Name  # the project whose subscriptions may read the topic
+
+
+class GrantView(BaseModel):
+    project: str
+    topic: str
+    grantee: str
+    created_at_ms: int
+
+
+def _view(grant: TopicGrant) -> GrantView:
+    return GrantView(
+        project=grant.project,
+        topic=grant.topic,
+        grantee=grant.grantee,
+        created_at_ms=grant.created_at_ms,
+    )
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, **OWNER)
+async def add_grant(
+    project: ProjectName, topic: TopicName, body: GrantCreate, admin: AdminDep, request: Request
+) -> GrantView:
+    """Let subscriptions of ``body.project`` read this topic (idempotent)."""
+    await admin.catalog.get_topic(project, topic)
+    if body.project not in await admin.catalog.list_projects():
+        raise ValidationFailed(
+            f"project: {body.project} does not exist",
+            details={"fields": [{"field": "project", "problem": "unknown project"}]},
+        )
+    store = principal_store(request)
+    return _view(await run_in_threadpool(store.add_topic_grant, project, topic, body.project))
+
+
+@router.get("", **VIEWER)
+async def list_grants(
+    project: ProjectName, topic: TopicName, admin: AdminDep, request: Request
+) -> list[GrantView]:
+    await admin.catalog.get_topic(project, topic)
+    store = principal_store(request)
+    return [_view(g) for g in await run_in_threadpool(store.topic_grants, project, topic)]
+
+
+@router.delete("/{grantee}", status_code=status.HTTP_204_NO_CONTENT, **OWNER)
+async def remove_grant(
+    project: ProjectName, topic: TopicName, grantee: Grantee, request: Request
+) -> None:
+    await run_in_threadpool(principal_store(request).remove_topic_grant, project, topic, grantee)
+
+
+async def check_consent(request: Request, project: str, topic_ref: str) -> None:
+    """Raise ``GrantRequired`` unless ``project`` may subscribe to ``topic_ref`` (``topic``
+    of its own, or ``other/topic`` granted to it)."""
+    owner, _, topic = topic_ref.rpartition("/")
+    if not owner or owner == project:
+        return
+    store = principal_store(request)
+    if not await run_in_threadpool(store.has_topic_grant, owner, topic, project):
+        raise GrantRequired(
+            f"topic {owner}/{topic} belongs to project {owner}: ask an owner of {owner} to "
+            f"grant it to {project} (POST /v1/projects/{owner}/topics/{topic}/grants "
+            f'{{"project": "{project}"}}) before subscribing',
+            details={"topic": f"{owner}/{topic}", "grantee": project},
+        )

@@ -29,6 +29,9 @@ PRODUCED_AT = "x-produced-at"  # epoch milliseconds when httpbus accepted it
 GROUP_ID = "x-group-id"  # also the record key, so a group stays in one partition
 DELIVER_AT = "x-deliver-at"  # epoch milliseconds, for a delayed message
 CONTENT_TYPE = "content-type"
+# The topic schema version the payload was validated against (absent: the topic had none).
+# The producer sets it (a client's own value is dropped); carried to the endpoint as is.
+SCHEMA_VERSION = "x-schema-version"
 # Read from a produce request, never stored (it becomes DELIVER_AT).
 DELAY_MS = "x-delay-ms"
 # Set on the delivery request only, never stored.

@@ -34,8 +34,10 @@ class ErrorCode(Enum):
     SEGMENT_FENCED = ("segment_fenced", 409)
     CUTOVER_IN_PROGRESS = ("cutover_in_progress", 409)
     CUTOVER_COMMITTED = ("cutover_committed", 409)
+    SCHEMA_INCOMPATIBLE = ("schema_incompatible", 409)
     TOO_LARGE = ("too_large", 413)
     VALIDATION_FAILED = ("validation_failed", 422)
+    SCHEMA_VIOLATION = ("schema_violation", 422)
     THROTTLED = ("throttled", 429)
     HEADERS_TOO_LARGE = ("headers_too_large", 431)
     INTERNAL = ("internal", 500)
@@ -135,6 +137,20 @@ class RequestTimeout(HttpbusError):
 
 class ValidationFailed(HttpbusError):
     code = ErrorCode.VALIDATION_FAILED
+
+
+class SchemaViolation(ValidationFailed):
+    """A payload the topic's schema refuses (``details``: ``path``, ``rule``,
+    ``schema_version``)."""
+
+    code = ErrorCode.SCHEMA_VIOLATION
+
+
+class SchemaIncompatible(HttpbusError):
+    """A schema version that breaks the topic's compatibility mode (``details``: ``path``,
+    ``rule``, ``compatibility``)."""
+
+    code = ErrorCode.SCHEMA_INCOMPATIBLE
 
 
 class SecretInForce(ValidationFailed):

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from core.errors import AlreadyExists, InUse, NotFound, VersionConflict
 from core.model import Pointer, ProduceToken, Project, Segment, Subscription, Topic
+from core.schemas import SchemaState, SchemaVersion
 
 from . import paths
 from .protocol import Check, Create, Delete, MetaStore, Node, Op, Update
@@ -145,6 +146,53 @@ class Catalog:
             await self.delete_subscription(sub_project, sub)
         await self.store.delete(paths.topic(project, name), recursive=True)
         return topic
+
+    # ------------------------------------------------------------ topic schemas
+    async def get_schema_state(self, project: str, topic: str) -> tuple[SchemaState, int] | None:
+        """The topic's schema state and its node version, or None if it never had one."""
+        node = await self.store.get(paths.topic_schema(project, topic))
+        if node is None:
+            return None
+        return SchemaState.model_validate_json(node.data), node.version
+
+    async def get_schema_version(self, project: str, topic: str, version: int) -> SchemaVersion:
+        node = await self._require(
+            paths.schema_version(project, topic, version),
+            f"schema version {version} of topic {project}/{topic}",
+        )
+        return SchemaVersion.model_validate_json(node.data)
+
+    async def list_schema_versions(self, project: str, topic: str) -> list[int]:
+        return [int(n) for n in await self.store.children(paths.topic_schema(project, topic))]
+
+    async def put_schema_version(
+        self, project: str, topic: str, state: SchemaState, version: SchemaVersion, read_at: int
+    ) -> None:
+        """Write ``version`` and the new ``state`` in one transaction: a compare-and-set on
+        the state node's version ``read_at`` (-1: it did not exist), so two writers that
+        checked against the same previous version never both win."""
+        state_path = paths.topic_schema(project, topic)
+        ops: list[Op] = [Check(paths.topic(project, topic), -1)] if read_at < 0 else []
+        ops += [
+            Create(state_path, _dump(state, set()))
+            if read_at < 0
+            else Update(state_path, _dump(state, set()), read_at),
+            Create(paths.schema_version(project, topic, version.version), version.dump()),
+        ]
+        try:
+            await self.store.transaction(ops)
+        except (AlreadyExists, VersionConflict):
+            raise VersionConflict(
+                f"the schema of {project}/{topic} changed meanwhile; read it and try again"
+            ) from None
+
+    async def set_schema_state(
+        self, project: str, topic: str, state: SchemaState, read_at: int
+    ) -> None:
+        """Replace the state (``active`` off removes validation) by CAS on ``read_at``."""
+        await self.store.update(
+            paths.topic_schema(project, topic), _dump(state, set()), expected_version=read_at
+        )
 
     # ------------------------------------------------------------ segments
     async def list_segments(self, project: str, topic: str) -> list[Segment]:

@@ -7,6 +7,8 @@ The tree (relative to the store's root)::
     /projects/{p}/topics/{t}/segments/{id:010d}     Segment
     /projects/{p}/topics/{t}/produce-pointer        {"segment_id": n}; version = znode version
     /projects/{p}/topics/{t}/cutover                the topic's latest cutover (its state)
+    /projects/{p}/topics/{t}/schema                 SchemaState: latest version, active, mode
+    /projects/{p}/topics/{t}/schema/{n:010d}        SchemaVersion n (written once)
     /projects/{p}/subscriptions/{s}                 Subscription (without consume pointer)
     /projects/{p}/subscriptions/{s}/consume-pointer {"segment_id": n}
     /projects/{p}/tokens/{id}                       ProduceToken (a hash, never the secret)
@@ -71,6 +73,15 @@ def segment(p: str, t: str, segment_id: int) -> str:
 
 def produce_pointer(p: str, t: str) -> str:
     return f"{topic(p, t)}/produce-pointer"
+
+
+def topic_schema(p: str, t: str) -> str:
+    """The topic's schema state (absent: it never had a schema)."""
+    return f"{topic(p, t)}/schema"
+
+
+def schema_version(p: str, t: str, version: int) -> str:
+    return f"{topic_schema(p, t)}/{version:010d}"
 
 
 def subscriptions(p: str) -> str:

@@ -38,6 +38,7 @@ READ_PARAMS = {
     "token_id": "0123456789ab",
     "grantee": "other",
     "role": "viewer:shop",
+    "version": "1",
 }
 # Changes name what does not exist (or send an empty body), so an allowed call is a 404 or a
 # 422 and the walk never destroys the world it walks in.

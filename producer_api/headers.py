@@ -35,6 +35,7 @@ from core.envelope import (
     GROUP_ID,
     MESSAGE_ID,
     PRODUCED_AT,
+    SCHEMA_VERSION,
     TRACE_CONTEXT,
 )
 from core.envelope import decode as _unwire
@@ -43,7 +44,8 @@ from core.errors import HeadersTooLarge, HttpbusError, Malformed, TooLarge
 from core.http_fields import content_type_problem, field_problem
 from core.ids import new_message_id
 
-OWN = {MESSAGE_ID, GROUP_ID, DELIVER_AT, DELAY_MS, PRODUCED_AT}
+# SCHEMA_VERSION: the producer sets it after validation; a client's own value is dropped.
+OWN = {MESSAGE_ID, GROUP_ID, DELIVER_AT, DELAY_MS, PRODUCED_AT, SCHEMA_VERSION}
 _HOP = ("x-forwarded-", "x-real-ip")
 _ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MAX_DELAY_MS = 366 * 24 * 3_600_000

@@ -17,8 +17,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from core.errors import NotFound
 from core.model import ProduceToken, Topic
+from core.schemas import CompiledSchema
 from metastore import paths
 from metastore.catalog import Catalog
+
+from .schemas import TopicSchemas
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
@@ -36,6 +39,11 @@ class TopicCache:
         self._loading: dict[Key, asyncio.Future[Topic]] = {}
         self._watches: dict[Key, list[asyncio.Task[None]]] = {}
         self._tokens: dict[Key, ProduceToken | None] = {}
+        self.schemas = TopicSchemas(catalog)  # reloaded with the topic, by the same watches
+
+    def schema(self, project: str, name: str) -> CompiledSchema | None:
+        """The compiled schema in force of a loaded topic (None: no validation)."""
+        return self.schemas.get((project, name))
 
     async def topic(self, project: str, name: str) -> Topic:
         """The topic from memory; loaded (once, however many ask at once) on first use."""
@@ -77,11 +85,12 @@ class TopicCache:
             store.watch(paths.topic(p, t)),
             store.watch(paths.produce_pointer(p, t)),
             store.watch_children(paths.segments(p, t)),
+            store.watch(paths.topic_schema(p, t)),
         ]
 
     async def _reload(self, key: Key) -> Topic:
         try:
-            topic = await self.catalog.get_topic(*key)
+            topic, _ = await asyncio.gather(self.catalog.get_topic(*key), self.schemas.reload(key))
         except NotFound:
             self._forget(key)
             self._remember_unknown(key)
@@ -115,6 +124,7 @@ class TopicCache:
 
     def _forget(self, key: Key) -> None:
         self._topics.pop(key, None)
+        self.schemas.forget(key)
         current = asyncio.current_task()
         for task in self._watches.pop(key, []):
             if task is not current:

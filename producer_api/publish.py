@@ -19,6 +19,7 @@ from segments.writer import SegmentWriter, Written
 from . import headers
 from .limits import TopicLimits
 from .metadata import TopicCache
+from .schemas import stamp
 
 if TYPE_CHECKING:
     from .cutover import Gate
@@ -75,6 +76,12 @@ class Publisher:
         )
         if problem is not None:
             raise problem
+        schema = self.cache.schema(topic.project, topic.name)
+        if schema is not None:
+            stamped = stamp(schema, draft.payload, parsed)
+            if not isinstance(stamped, headers.Parsed):
+                raise stamped
+            parsed = stamped
         key = parsed.group_id.encode() if parsed.group_id is not None else None
         return Record(draft.payload, key=key, headers=parsed.headers, timestamp_ms=now_ms), parsed
 
@@ -100,6 +107,7 @@ class Publisher:
         topic = await self.cache.topic(project, name)
         now_ms = started_ns // 1_000_000
         parser = headers.BatchParser(grouped=topic.grouped, rules=self.rules, now_ms=now_ms)
+        schema = self.cache.schema(project, name)
         limit = topic.max_message_bytes
         # The refused ones now; each valid one's slot is filled below from its write's outcome.
         results: list[Accepted | HttpbusError | None] = []
@@ -117,6 +125,8 @@ class Publisher:
             )
             if isinstance(parsed, headers.Parsed):
                 parsed = headers.size_problem(size, parsed, limit, self.rules) or parsed
+            if schema is not None and isinstance(parsed, headers.Parsed):
+                parsed = stamp(schema, draft.payload, parsed)
             if isinstance(parsed, HttpbusError):
                 results.append(parsed)
                 continue

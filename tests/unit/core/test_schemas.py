@@ -22,7 +22,7 @@ SCHEMA = {
     ("payload", "path", "rule", "message"),
     [
         (b'{"amount": -3}', "$.amount", "minimum", "`$.amount`: -3 is less than the minimum of 0"),
-        (b"{}", "$", "required", "`$`: 'amount' is a required property"),
+        (b"{}", "$", "required", '`$`: "amount" is a required property'),
         (b'{"amount": 1, "lines": [{"sku": 1}, {}]}', "$.lines[1]", "required", None),
         (b'{"amount": 1, "odd key": 2}', '$["odd key"]', "type", None),
         (b"not json", "$", "json", None),
@@ -47,11 +47,11 @@ def test_a_valid_payload_passes() -> None:
     assert compiled.header == b"1"
 
 
-def test_remote_refs_are_refused_and_a_dangling_one_refuses_payloads() -> None:
+def test_remote_and_dangling_refs_are_refused() -> None:
     with pytest.raises(ValidationFailed, match="only local references"):
         check_document({"properties": {"a": {"$ref": "http://169.254.169.254/s.json"}}})
-    problem = CompiledSchema.compile(1, {"$ref": "#/$defs/missing"}).problem(b"{}")
-    assert problem is not None and problem.details["rule"] == "$ref"
+    with pytest.raises(ValidationFailed, match="does not compile"):
+        check_document({"$ref": "#/$defs/missing"})
 
 
 @pytest.mark.parametrize(

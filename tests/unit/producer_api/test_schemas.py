@@ -85,7 +85,7 @@ async def test_batch_reports_each_refusal(env: ProducerEnv) -> None:
     results = r.json()["results"]
     assert [x["status"] for x in results] == [201, 422, 422, 201]
     assert results[1]["code"] == "schema_violation"
-    assert "$.amount" in results[1]["message"] and "'one' is not of type" in results[1]["message"]
+    assert "$.amount" in results[1]["message"] and '"one" is not of type' in results[1]["message"]
     assert "not JSON" in results[2]["message"]
     assert len(await env.stored("orders")) == 2
 

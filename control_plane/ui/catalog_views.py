@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -106,6 +107,22 @@ async def _latest_cutover(api: AdminClient, project: str, topic: str) -> tuple[A
         raise
 
 
+async def _schema(api: AdminClient, project: str, topic: str) -> tuple[Any, str | None]:
+    """The topic's schema versions (None: it never had a schema) and, while it validates,
+    its latest schema as indented JSON."""
+    where = path("v1", "projects", project, "topics", topic, "schema")
+    try:
+        versions = await api.get(f"{where}/versions")
+    except ApiError as exc:
+        if exc.status == 404:
+            return None, None
+        raise
+    if not versions["active"]:
+        return versions, None
+    latest = await api.get(where)
+    return versions, json.dumps(latest["schema"], indent=2)
+
+
 @router.get("/ui/projects/{project}/topics/{topic}")
 async def topic_page(
     project: Name, topic: Name, request: Request, session: SessionDep, api: ApiDep
@@ -113,10 +130,13 @@ async def topic_page(
     found = await api.get(path("v1", "projects", project, "topics", topic))
     timeline = await api.get(path("v1", "projects", project, "topics", topic, "segments"))
     cutover, cutovers = await _latest_cutover(api, project, topic)
+    schema_versions, schema_text = await _schema(api, project, topic)
     return render(
         request,
         "topic.html",
         session,
+        schema_versions=schema_versions,
+        schema_text=schema_text,
         project=project,
         topic=found,
         timeline=timeline,

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from . import grants, principals, projects, subscriptions, tokens, topics
+from . import grants, principals, projects, quotas, subscriptions, tokens, topics
 
 
 def router() -> APIRouter:
     api = APIRouter()
-    for module in (projects, topics, subscriptions, tokens, grants, principals):
+    for module in (projects, quotas, topics, subscriptions, tokens, grants, principals):
         api.include_router(module.router)
     return api

@@ -185,6 +185,7 @@ async def test_two_producer_services_stay_within_the_quota_together(tmp_path: Pa
 
             try:
                 await asyncio.gather(hammer(0), hammer(1))
+                metrics = (await clients[0].get("/metrics")).text
             finally:
                 for client in clients:
                     await client.aclose()
@@ -193,3 +194,8 @@ async def test_two_producer_services_stay_within_the_quota_together(tmp_path: Pa
             assert all(a / window > quota for a in asked), asked  # each alone asks for more
             assert set(counted[0]) | set(counted[1]) == {201, 429}, counted
             assert retry_after == {"1"}
+            labels = '{project="shop",quota="messages_per_second"}'
+            assert f"httpbus_project_quota{labels} 150.0" in metrics
+            assert f"httpbus_project_quota_share{labels}" in metrics
+            assert f"httpbus_project_quota_usage{labels}" in metrics
+            assert f"httpbus_project_quota_throttled_total{labels}" in metrics

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from core.errors import QuotaExceeded
 from core.model import Backend, Project, Segment, SegmentState, Topic
 from core.quotas import ProjectQuota
 from metastore.catalog import Catalog
@@ -139,3 +140,30 @@ async def test_two_producer_processes_hold_the_quota_together(
     }
     assert set(other) == {201}, other
     assert 'httpbus_project_quota{project="shop",quota="messages_per_second"} 120.0' in metrics
+
+
+async def test_racing_creates_on_zookeeper_never_pass_the_last_slot(
+    real_services: RealServices, unique: str
+) -> None:
+    """Two ZooKeeper sessions (two control planes) race ten topic creates for 3 slots."""
+    config = ZooKeeperConfig(hosts=real_services.zookeeper, root=f"/quota-race-{unique}")
+    async with open_metastore(config) as one, open_metastore(config) as two:
+        catalogs = [Catalog(one), Catalog(two)]
+        await catalogs[0].create_project(Project(name="shop"))
+        await catalogs[0].quotas.set("shop", ProjectQuota(max_topics=3))
+
+        async def create(i: int) -> None:
+            seg = Segment(
+                id=1,
+                cluster="kafka-main",
+                backend=Backend.KAFKA,
+                storage_topic=f"unused.{unique}.{i}",
+                partitions=1,
+                state=SegmentState.ACTIVE,
+            )
+            await catalogs[i % 2].create_topic(Topic(project="shop", name=f"t{i}"), seg)
+
+        outcomes = await asyncio.gather(*(create(i) for i in range(10)), return_exceptions=True)
+        assert sum(o is None for o in outcomes) == 3, outcomes
+        assert all(isinstance(o, QuotaExceeded) for o in outcomes if o is not None), outcomes
+        assert len(await catalogs[1].list_topics("shop")) == 3

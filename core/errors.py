@@ -35,6 +35,7 @@ class ErrorCode(Enum):
     CUTOVER_IN_PROGRESS = ("cutover_in_progress", 409)
     CUTOVER_COMMITTED = ("cutover_committed", 409)
     SCHEMA_INCOMPATIBLE = ("schema_incompatible", 409)
+    QUOTA_EXCEEDED = ("quota_exceeded", 409)
     TOO_LARGE = ("too_large", 413)
     VALIDATION_FAILED = ("validation_failed", 422)
     SCHEMA_VIOLATION = ("schema_violation", 422)
@@ -165,6 +166,12 @@ class TooManySecrets(HttpbusError):
 
 class Throttled(HttpbusError):
     code = ErrorCode.THROTTLED
+
+
+class QuotaExceeded(HttpbusError):
+    """A project already has as many topics (or subscriptions) as its quota allows."""
+
+    code = ErrorCode.QUOTA_EXCEEDED
 
 
 class StorageUnavailable(HttpbusError):

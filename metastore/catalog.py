@@ -17,10 +17,12 @@ from pydantic import BaseModel
 
 from core.errors import AlreadyExists, InUse, NotFound, VersionConflict
 from core.model import Pointer, ProduceToken, Project, Segment, Subscription, Topic
+from core.quotas import CountQuota
 from core.schemas import SchemaState, SchemaVersion
 
 from . import paths
 from .protocol import Check, Create, Delete, MetaStore, Node, Op, Update
+from .quotas import QuotaStore
 
 _TOPIC_ONLY = {"segments", "produce_pointer", "version"}
 _SUB_ONLY = {"consume_pointer", "version"}
@@ -45,6 +47,7 @@ class Catalog:
 
     def __init__(self, store: MetaStore) -> None:
         self.store = store
+        self.quotas = QuotaStore(store)
 
     async def _require(self, path: str, what: str) -> Node:
         node = await self.store.get(path)
@@ -81,21 +84,27 @@ class Catalog:
 
     # ------------------------------------------------------------ topics
     async def create_topic(self, topic: Topic, first: Segment) -> Topic:
-        """Create ``topic`` with ``first`` as its active segment, in one transaction."""
+        """Create ``topic`` with ``first`` as its active segment, in one transaction (and
+        within the project's topic quota: ``metastore.quotas``)."""
         await self.get_project(topic.project)
         p, t = topic.project, topic.name
-        if await self.store.get(paths.topic(p, t)) is not None:
-            raise AlreadyExists(f"topic {p}/{t} already exists")
-        ops: list[Op] = [
-            Create(paths.topic(p, t), _dump(topic, _TOPIC_ONLY)),
-            Create(paths.segments(p, t), b""),
-            Create(paths.segment(p, t, first.id), _dump(first)),
-            Create(paths.produce_pointer(p, t), _pointer_bytes(first.id)),
-        ]
-        try:
-            await self.store.transaction(ops)
-        except AlreadyExists:
-            raise AlreadyExists(f"topic {p}/{t} already exists") from None
+
+        async def attempt() -> None:
+            if await self.store.get(paths.topic(p, t)) is not None:
+                raise AlreadyExists(f"topic {p}/{t} already exists")
+            ops: list[Op] = [
+                *await self.quotas.count_guard(p, CountQuota.TOPICS),
+                Create(paths.topic(p, t), _dump(topic, _TOPIC_ONLY)),
+                Create(paths.segments(p, t), b""),
+                Create(paths.segment(p, t, first.id), _dump(first)),
+                Create(paths.produce_pointer(p, t), _pointer_bytes(first.id)),
+            ]
+            try:
+                await self.store.transaction(ops)
+            except AlreadyExists:
+                raise AlreadyExists(f"topic {p}/{t} already exists") from None
+
+        await self.quotas.guarded(attempt)
         return await self.get_topic(p, t)
 
     async def get_topic(self, project: str, name: str) -> Topic:
@@ -252,28 +261,37 @@ class Catalog:
     # ------------------------------------------------------------ subscriptions
     async def create_subscription(self, sub: Subscription) -> Subscription:
         """Create ``sub`` reading its topic from the topic's active segment, atomically
-        with its marker under the topic (checked against the topic's version)."""
+        with its marker under the topic (checked against the topic's version), within the
+        project's subscription quota (``metastore.quotas``)."""
         await self.get_project(sub.project)
-        topic = await self.get_topic(sub.topic_project, sub.topic)
-        if topic.produce_pointer is None:
-            raise NotFound(f"topic {sub.topic_project}/{sub.topic} has no active segment")
         path = paths.subscription(sub.project, sub.name)
-        if await self.store.get(path) is not None:
-            raise AlreadyExists(f"subscription {sub.project}/{sub.name} already exists")
         marker = paths.topic_subscriber(sub.topic_project, sub.topic, sub.project, sub.name)
-        ops: list[Op] = [
-            Check(paths.topic(topic.project, topic.name), topic.version),
-            Create(path, _dump(sub, _SUB_ONLY)),
-            Create(
-                paths.consume_pointer(sub.project, sub.name), _pointer_bytes(_first_needed(topic))
-            ),
-            Create(marker, b""),
-        ]
-        await self._ensure(paths.topic_subscribers(sub.topic_project, sub.topic))
-        try:
-            await self.store.transaction(ops)
-        except AlreadyExists:
-            raise AlreadyExists(f"subscription {sub.project}/{sub.name} already exists") from None
+
+        async def attempt() -> None:
+            topic = await self.get_topic(sub.topic_project, sub.topic)
+            if topic.produce_pointer is None:
+                raise NotFound(f"topic {sub.topic_project}/{sub.topic} has no active segment")
+            if await self.store.get(path) is not None:
+                raise AlreadyExists(f"subscription {sub.project}/{sub.name} already exists")
+            ops: list[Op] = [
+                *await self.quotas.count_guard(sub.project, CountQuota.SUBSCRIPTIONS),
+                Check(paths.topic(topic.project, topic.name), topic.version),
+                Create(path, _dump(sub, _SUB_ONLY)),
+                Create(
+                    paths.consume_pointer(sub.project, sub.name),
+                    _pointer_bytes(_first_needed(topic)),
+                ),
+                Create(marker, b""),
+            ]
+            await self._ensure(paths.topic_subscribers(sub.topic_project, sub.topic))
+            try:
+                await self.store.transaction(ops)
+            except AlreadyExists:
+                raise AlreadyExists(
+                    f"subscription {sub.project}/{sub.name} already exists"
+                ) from None
+
+        await self.quotas.guarded(attempt)
         return await self.get_subscription(sub.project, sub.name)
 
     async def _ensure(self, path: str) -> None:

@@ -12,6 +12,9 @@ The tree (relative to the store's root)::
     /projects/{p}/subscriptions/{s}                 Subscription (without consume pointer)
     /projects/{p}/subscriptions/{s}/consume-pointer {"segment_id": n}
     /projects/{p}/tokens/{id}                       ProduceToken (a hash, never the secret)
+    /projects/{p}/quota                             ProjectQuota; every create of a topic or
+                                                    subscription of p bumps its version (CAS)
+    /quota-leases/{p}/{member}                      ephemeral: a producer's LeaseReport for p
     /subscribers/{p}/{t}/{project}:{s}              marks a subscription of topic p/t
     /members/{group}/{member}                       ephemeral process membership
     /leader/{role}                                  ephemeral: the elected leader of a role
@@ -43,6 +46,7 @@ SEEKS = "/seeks"
 STATUS = "/status"
 FAILING = "/failing"
 REVOKED_SESSIONS = "/ui/revoked-sessions"
+QUOTA_LEASES = "/quota-leases"
 
 
 def _n(*names: str) -> tuple[str, ...]:
@@ -104,6 +108,20 @@ def tokens(p: str) -> str:
 def token(p: str, token_id: str) -> str:
     (token_id,) = _n(token_id)
     return f"{tokens(p)}/{token_id}"
+
+
+def quota(p: str) -> str:
+    return f"{project(p)}/quota"
+
+
+def quota_leases(p: str) -> str:
+    (p,) = _n(p)
+    return f"{QUOTA_LEASES}/{p}"
+
+
+def quota_lease(p: str, member_id: str) -> str:
+    (member_id,) = _n(member_id)
+    return f"{quota_leases(p)}/{member_id}"
 
 
 def topic_subscribers(p: str, t: str) -> str:

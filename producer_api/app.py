@@ -17,6 +17,7 @@ from core.version import VERSION
 from metastore.catalog import Catalog
 from metastore.config import open_metastore
 from metastore.protocol import MetaStore
+from metastore.quotas import QuotaStore
 from segments.audit import open_audit
 from segments.protocol import SegmentStore
 from segments.registry import open_stores
@@ -29,6 +30,7 @@ from .headers import HeaderRules
 from .metadata import TopicCache
 from .metrics import ProducerMetrics
 from .publish import Publisher
+from .quotas import ProjectQuotas, QuotaCollector
 from .service import RequestRules, Service
 from .settings import ProducerSettings
 
@@ -63,6 +65,11 @@ def create_app(
             )
             await stack.enter_async_context(participant)
             cache.on_load = participant.follow
+            quotas = await stack.enter_async_context(
+                ProjectQuotas(QuotaStore(meta), settings.member_id)
+            )
+            metrics = ProducerMetrics()
+            metrics.registry.register(QuotaCollector(quotas))
             token = settings.admin_token.get_secret_value() if settings.admin_token else None
             app.state.service = Service(
                 Publisher(
@@ -71,10 +78,11 @@ def create_app(
                     audit,
                     rules=HeaderRules(settings.max_carried_headers, settings.max_header_bytes),
                     gates=participant.gates,
+                    quotas=quotas,
                 ),
                 Authorizer(cache, token),
                 cache,
-                ProducerMetrics(),
+                metrics,
                 RequestRules(settings.max_header_bytes, settings.body_timeout_s),
             )
             await meta.join(

@@ -23,6 +23,7 @@ from .schemas import stamp
 
 if TYPE_CHECKING:
     from .cutover import Gate
+    from .quotas import ProjectQuotas
 
 
 class Accepted(NamedTuple):
@@ -53,7 +54,9 @@ class Publisher:
         *,
         rules: headers.HeaderRules = headers.DEFAULT_RULES,
         gates: dict[tuple[str, str], Gate] | None = None,
+        quotas: ProjectQuotas | None = None,
     ) -> None:
+        self.quotas = quotas  # per-project quotas over all producers (None: not enforced)
         self.gates: dict[tuple[str, str], Gate] = {} if gates is None else gates
         self.cache = cache
         self.writer = writer
@@ -91,7 +94,11 @@ class Publisher:
         topic = await self.cache.topic(project, name)
         now_ms = started_ns // 1_000_000
         record, parsed = self._record(topic, draft, now_ms)
-        self.limits.check(topic, 1, len(draft.payload) + parsed.header_bytes)
+        size = len(draft.payload) + parsed.header_bytes
+        if self.quotas is None:
+            self.limits.check(topic, 1, size)
+        else:
+            await self.quotas.admit(topic, 1, size, self.limits)
         gate = self.gates.get((project, name))  # only topics in a cutover have one
         if gate is None:
             written = await self.writer.write(topic, record)
@@ -137,7 +144,10 @@ class Publisher:
                 Record(draft.payload, key=key, headers=parsed.headers, timestamp_ms=now_ms)
             )
             total += size + parsed.header_bytes  # a message's size: payload and stored headers
-        self.limits.check(topic, len(valid), total)
+        if self.quotas is None:
+            self.limits.check(topic, len(valid), total)
+        else:
+            await self.quotas.admit(topic, len(valid), total, self.limits)
         gate = self.gates.get((project, name))
         if gate is None:
             written = await self.writer.write_many(topic, records)

@@ -5,11 +5,20 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from . import grants, principals, projects, subscriptions, tokens, topic_schemas, topics
+from . import grants, principals, projects, quotas, subscriptions, tokens, topic_schemas, topics
 
 
 def router() -> APIRouter:
     api = APIRouter()
-    for module in (projects, topics, topic_schemas, subscriptions, tokens, grants, principals):
+    for module in (
+        projects,
+        quotas,
+        topics,
+        topic_schemas,
+        subscriptions,
+        tokens,
+        grants,
+        principals,
+    ):
         api.include_router(module.router)
     return api

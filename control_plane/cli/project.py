@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from ..client import AdminClient, path
+from . import quota
 from .common import (
     DEFAULT_URL,
     Limit,
@@ -23,7 +24,8 @@ from .common import (
     table,
 )
 
-app = typer.Typer(help="Projects: create, list, update, delete.", no_args_is_help=True)
+app = typer.Typer(help="Projects: create, list, update, delete; quotas.", no_args_is_help=True)
+app.add_typer(quota.app, name="quota")
 Name = Annotated[str, typer.Argument(help="Project name.")]
 
 

@@ -57,12 +57,14 @@ async def topics(project: Name, request: Request, session: SessionDep, api: ApiD
     page = await api.get(
         path("v1", "projects", project, "topics"), {"offset": offset, "limit": limit}
     )
+    usage = await api.get(path("v1", "projects", project, "quota"))
     return render(
         request,
         "topics.html",
         session,
         project=project,
         page=page,
+        quota_rows=quota_rows(usage),
         base=f"/ui/projects/{project}/topics",
         clusters=request.app.state.ui_clusters,
         default_cluster=request.app.state.ui_default_cluster,
@@ -145,3 +147,15 @@ async def topic_page(
         cutovers_available=cutovers,
         clusters=request.app.state.ui_clusters,
     )
+
+
+def quota_rows(usage: dict[str, Any]) -> list[tuple[str, float, float | None]]:
+    """``(what, used, limit)`` of each quota of the project page's usage bars (the limit
+    None: unlimited, no bar)."""
+    quota = usage["quota"]
+    return [
+        ("messages/s", usage["messages_per_second"], quota["messages_per_second"]),
+        ("bytes/s", usage["bytes_per_second"], quota["bytes_per_second"]),
+        ("topics", usage["topics"], quota["max_topics"]),
+        ("subscriptions", usage["subscriptions"], quota["max_subscriptions"]),
+    ]

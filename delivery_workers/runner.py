@@ -40,6 +40,7 @@ from segments.reader import SegmentReader
 
 from .attempt import Attempts, HealthRecorder
 from .audit import SubscriptionAudit
+from .bodies import BodyCache
 from .commit import CommitPolicy, Committer
 from .dispatch import Dispatch
 from .filter_budget import FilterBudget
@@ -93,8 +94,10 @@ class SubscriptionRunner:
         poisoned: Mapping[str, str] | None = None,
         health: HealthRecorder | None = None,
         in_flight_cap: int | None = None,
+        bodies: BodyCache | None = None,
     ) -> None:
         self.sub = sub
+        self.bodies = bodies or BodyCache()  # parsed payloads, the worker's (.bodies)
         self.health = health  # told every attempt's result (.disabling)
         self.poisoned = poisoned or {}  # origins to dead-letter unseen (.poison)
         self.shard = shard  # the slice of the subscription this runner delivers
@@ -190,6 +193,7 @@ class SubscriptionRunner:
                 read_batch=self.read_batch,
                 poisoned=self.poisoned,
                 budget=budget,
+                bodies=self.bodies,
             )
             await reading.run()
             advanced = await self.reader.try_advance(self.sub)

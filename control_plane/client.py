@@ -157,6 +157,7 @@ SETTINGS_FIELDS = (
     "delay_ms",
     "paused",
     "description",
+    "batch",
 )
 
 

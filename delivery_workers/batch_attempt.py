@@ -30,7 +30,7 @@ from .attempt import AttemptStats, HealthRecorder, accepted_s
 from .audit import SubscriptionAudit
 from .dispatch import Dispatch
 from .items import Item, sleep_until
-from .poison import poisoned_result
+from .poison import crash_names, poisoned_result
 from .routing import Routing
 from .sender import BatchDelivery, EndpointSender
 
@@ -126,31 +126,39 @@ class BatchAttempts:
         again: list[Item] = []
         again_attempts: list[int] = []
         wait_ms = 0
-        policy, stats = self.sub.retry, self.stats
         for item, attempt in zip(batch, attempts, strict=True):
-            verdict = decide(policy, result, attempt)
-            if verdict is DELIVERED:
-                stats.delivered += 1
-                stats.latency.observe(time.time() - accepted_s(item))
-                self.audit.item(AuditType.DELIVERED, item, attempt=attempt, status=result.status)
-                self.dispatch.done(item)
-                self.routing.delivered(item)
-                continue
-            stats.failed_attempts += 1
-            if isinstance(verdict, DeadLetter):
-                stats.dead_lettered += 1
-                drained = self.dispatch.stop_group(item)
-                self.routing.dead_letter(item, result, attempt, drained)
-            elif isinstance(verdict, ToLevel):
-                stats.retried += 1
-                drained = self.dispatch.stop_group(item)
-                self.routing.to_level(item, result, attempt, verdict, drained)
-            else:
-                assert isinstance(verdict, RetryInPlace)
+            with crash_names(item.origin):  # a failure here is this message's (.poison)
+                wait = self._verdict(item, attempt, result)
+            if wait is not None:
                 again.append(item)
                 again_attempts.append(attempt)
-                wait_ms = max(wait_ms, verdict.wait_ms)
+                wait_ms = max(wait_ms, wait)
         return again, again_attempts, wait_ms
+
+    def _verdict(self, item: Item, attempt: int, result: DeliveryResult) -> int | None:
+        """Carry out one message's verdict; the wait if it is retried in place."""
+        policy, stats = self.sub.retry, self.stats
+        verdict = decide(policy, result, attempt)
+        if verdict is DELIVERED:
+            stats.delivered += 1
+            stats.latency.observe(time.time() - accepted_s(item))
+            self.audit.item(AuditType.DELIVERED, item, attempt=attempt, status=result.status)
+            self.dispatch.done(item)
+            self.routing.delivered(item)
+            return None
+        stats.failed_attempts += 1
+        if isinstance(verdict, DeadLetter):
+            stats.dead_lettered += 1
+            drained = self.dispatch.stop_group(item)
+            self.routing.dead_letter(item, result, attempt, drained)
+        elif isinstance(verdict, ToLevel):
+            stats.retried += 1
+            drained = self.dispatch.stop_group(item)
+            self.routing.to_level(item, result, attempt, verdict, drained)
+        else:
+            assert isinstance(verdict, RetryInPlace)
+            return verdict.wait_ms
+        return None
 
     async def _send(self, delivery: BatchDelivery) -> DeliveryResult:
         """One request; a sender that raises fails the batch as an unexpected error (retried

@@ -13,6 +13,13 @@ answers 204). Per backend:
 - *raw consumer*: the client library (confluent-kafka, pulsar-client) reading the ungrouped
   run's storage topic from the start: the ceiling a worker could reach; the ratio is printed.
 
+With ``--batch N`` (N > 1) the subscriptions deliver in batches of up to N messages
+(``batch: {max_messages: N, max_wait_ms: 100}``); the receiver counts every message of a
+batch's JSON array. ``--throughput-only`` skips the latency and raw-consumer runs. To compare::
+
+    .venv/bin/python bench/deliver.py --backend kafka --messages 10000 --throughput-only
+    .venv/bin/python bench/deliver.py --backend kafka --messages 10000 --throughput-only --batch 50
+
 It prints figures, never asserts them. Everything it starts is stopped and everything it
 creates is deleted at the end, also on Ctrl-C. Usage::
 
@@ -45,6 +52,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 CLUSTERS = {"kafka": "kafka-main", "pulsar": "pulsar-main"}
 UNTHROTTLED = {"max_qps": 1_000_000, "max_bytes_per_second": 1024**3}
 BATCH = 500
+# The receiver listens on loopback, which the endpoint policy refuses by default.
+LOOPBACK = {"endpoint_policy": {"allow_private_networks": True}}
 
 
 @dataclass
@@ -109,9 +118,15 @@ class Bench:
             "default_cluster": "kafka-main",
             "storage_topic_prefix": self.tag,
             "assign_interval_s": 0.5,
+            **LOOPBACK,
         }
         producer = {**common, "admin_token": self.token}
-        worker = {**common, "member_id": f"{self.tag}-w1", "sender": self.args.sender}
+        worker = {
+            **common,
+            **LOOPBACK,
+            "member_id": f"{self.tag}-w1",
+            "sender": self.args.sender,
+        }
         with contextlib.ExitStack() as stack:
             stack.callback(self.drop_metadata)
             receiver = stack.enter_context(
@@ -172,6 +187,8 @@ class Bench:
             "max_in_flight": self.args.in_flight,
             "paused": paused,
         }
+        if self.args.batch > 1:
+            sub["batch"] = {"max_messages": self.args.batch, "max_wait_ms": 100}
         _expect(self.admin.post(f"/v1/projects/{self.tag}/subscriptions", json=sub), 201)
         return name, topic["segments"][0]["storage_topic"]
 
@@ -239,6 +256,7 @@ class Bench:
         dups = got - len(arrivals)
         note += f", {dups} duplicates" if dups else ""
         label = f"{backend} {'grouped, ' + str(groups) + ' groups' if groups else 'ungrouped'}"
+        label += f", batch {self.args.batch}" if self.args.batch > 1 else ""
         self.add(Row(label, rate, worker_cpu=cpu.process, host_cpu=cpu.host, note=note))
         return storage
 
@@ -369,6 +387,7 @@ class _ReceiverProtocol:
         self.transport: Any = None
         self.url = b""
         self.mid = b""
+        self.body = b""
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -392,13 +411,21 @@ class _ReceiverProtocol:
         if name.lower() == b"x-message-id":
             self.mid = value
 
+    def on_body(self, body: bytes) -> None:
+        if not self.mid:  # a batch: its ids are in the JSON array
+            self.body += body
+
     def on_message_complete(self) -> None:
         path, self.url = self.url.decode(), b""
         mid, self.mid = self.mid.decode(), b""
+        body, self.body = self.body, b""
         if self.parser.get_method() == b"POST":
             sub = path.strip("/")
-            self.seen.setdefault(sub, {}).setdefault(mid, time.time())
-            self.counts[sub] = self.counts.get(sub, 0) + 1
+            now, seen = time.time(), self.seen.setdefault(sub, {})
+            ids = [mid] if mid else [m["id"] for m in json.loads(body)]
+            for one in ids:
+                seen.setdefault(one, now)
+            self.counts[sub] = self.counts.get(sub, 0) + len(ids)
             self.transport.write(b"HTTP/1.1 204 No Content\r\n\r\n")
             return
         if path.startswith("/count/"):
@@ -446,6 +473,8 @@ def run(bench: Bench) -> None:
             )
             storage = bench.throughput(backend, groups=0)
             bench.throughput(backend, groups=bench.args.groups)
+            if bench.args.throughput_only:
+                continue
             bench.latency(backend)
             raw = raw_kafka if backend == "kafka" else raw_pulsar
             bench.add(raw(bench, storage, bench.args.messages))
@@ -475,7 +504,9 @@ def report(bench: Bench) -> None:
     found = {r.scenario: r.msgs_per_s for r in bench.rows}
     ratios = []
     for backend in bench.backends:
-        raw = next(v for k, v in found.items() if k.startswith(f"{backend} raw"))
+        raw = next((v for k, v in found.items() if k.startswith(f"{backend} raw")), None)
+        if raw is None:  # --throughput-only
+            continue
         for k, v in found.items():
             if k.startswith(f"{backend} ") and "latency" not in k and "raw" not in k:
                 ratios.append([f"{k} / raw consumer", f"{v / raw:.1%}"])
@@ -494,6 +525,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--size", type=int, default=256, help="payload bytes")
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--in-flight", type=int, default=200, help="the subscription's max in-flight")
+    p.add_argument("--batch", type=int, default=1, help="deliver in batches of up to N (1: off)")
+    p.add_argument("--throughput-only", action="store_true", help="skip latency and raw runs")
     p.add_argument(
         "--sender",
         choices=["fast"],  # the aiohttp and httpx senders: bench/senders.py

@@ -4,7 +4,9 @@ For a few typical expressions, each on a message it matches and on one it does n
 the nanoseconds per ``Filter.matches()`` call and per call of a Python function written by hand
 to answer the same question from the same input (stored headers as (name, bytes) pairs), and
 the ratio of the two. Then the cost of building the ``headers`` map alone, how the cost grows
-with the number of headers, and what compiling costs. With ``--compare`` it also times the CEL
+with the number of headers, what compiling costs, and what a filter over the JSON body costs
+beside a header filter (1 KiB and 64 KiB bodies; the first subscription to read a message
+parses and converts it, the others reuse its Body). With ``--compare`` it also times the CEL
 libraries we did not pick, when they are installed (``pip install cel-python
 common-expression-language``), on the same activation. It prints figures, never asserts.
 Usage::
@@ -16,12 +18,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import platform
 import timeit
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from core.filters import Filter, compile_filter, header_map
+from core.filters import Body, Filter, compile_filter, header_map, parse_body
 
 Headers = Sequence[tuple[str, bytes]]
 Check = Callable[[Headers, str | None, str, str | None], bool]
@@ -206,6 +209,43 @@ def bench_hostile(seconds: float = 2.0) -> None:
         print(f"  {expression[:62]:62s} {rate:9.0f}/s  worst {worst * 1000:6.2f} ms")
 
 
+def json_body(size: int) -> bytes:
+    """An order of about ``size`` bytes of JSON: a few fields and many line items."""
+    items: list[object] = []
+    order = {"region": "eu", "amount": 150, "customer": {"vip": True}, "items": items}
+    while len(json.dumps(order)) < size - 60:
+        items.append({"sku": f"abc-{len(items):05}", "qty": 3, "price": 12.5, "tags": ["x"]})
+    return json.dumps(order).encode()
+
+
+def bench_body(number: int, repeat: int) -> None:
+    """Per message: a header filter; a body filter on a fresh message (parse + conversion, what
+    the first subscription pays), and on a Body already read (what every other one pays)."""
+    header = compile_filter('headers["x-region"] == "eu-west"')
+    body = compile_filter('body.region == "eu" && body.amount > 100')
+    print(f"\n{'filter':44} {'body':>7} {'first us':>9} {'others us':>10}")
+    plain = per_call_ns(_filter_call(header, HIT, "g2"), number, repeat) / 1000
+    print(f"{header.expression:44} {'-':>7} {plain:9.1f}")
+    for size in (1024, 64 * 1024):
+        payload = json_body(size)
+
+        def first(p: bytes = payload) -> object:
+            return body.matches(HIT, group="g2", topic=TOPIC, content_type=None, body=parse_body(p))
+
+        shared = parse_body(payload)
+
+        def others(b: Body = shared) -> object:
+            return body.matches(HIT, group="g2", topic=TOPIC, content_type=None, body=b)
+
+        assert body.matches(HIT, group="g2", topic=TOPIC, content_type=None, body=shared).matched
+        calls = max(number // (size // 512), 20)
+        once = per_call_ns(first, calls, repeat) / 1000
+        again = per_call_ns(others, number, repeat) / 1000
+        print(f"{body.expression:44} {len(payload) / 1024:5.0f}Ki {once:9.1f} {again:10.1f}")
+        parse = per_call_ns(lambda p=payload: parse_body(p), calls, repeat) / 1000
+        print(f"{'  of which parse_body':44} {'':7} {parse:9.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--number", type=int, default=20_000, help="calls per timing run")
@@ -216,6 +256,7 @@ def main() -> None:
     bench_cases(args.number, args.repeat)
     bench_scaling(args.number, args.repeat)
     bench_compile(args.repeat)
+    bench_body(args.number, args.repeat)
     bench_hostile()
     if args.compare:
         bench_compare(args.number, args.repeat)

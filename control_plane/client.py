@@ -160,6 +160,7 @@ SETTINGS_FIELDS = (
     "delay_ms",
     "paused",
     "description",
+    "batch",
 )
 
 

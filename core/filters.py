@@ -9,7 +9,9 @@ filters and Kubernetes validation rules) that must give ``true`` or ``false``. I
   ``content-type`` and every carried ``x-`` header;
 - ``group`` — the group id, ``""`` when the message has none;
 - ``topic`` — ``"project/topic"``;
-- ``content_type`` — the content type, ``""`` when none.
+- ``content_type`` — the content type, ``""`` when none;
+- ``body`` — the payload parsed as a JSON object (:func:`parse_body`), read only by filters
+  that name it.
 
 For example::
 
@@ -18,6 +20,8 @@ For example::
     headers["x-region"].startsWith("eu-") || headers["x-region"].endsWith("-1")
     !(group == "g1") && content_type == "application/json"
     topic == "shop/orders" || headers["x-kind"] != "test"
+    body.region == "eu" && body.amount > 100
+    has(body.customer) && has(body.customer.vip)
 
 ``compile_filter`` checks an expression once, when a subscription is created or updated: syntax,
 unknown names and functions, operand types (``headers["x"] == 1`` is refused), that it gives a
@@ -34,12 +38,28 @@ filter that reads a header most messages lack shows up. CEL's ``||`` and ``&&`` 
 when the other side decides (``!("x-region" in headers) || headers["x-region"] == "eu"`` is
 never an error). Write ``"x-region" in headers && ...`` to test for a header first.
 
+Filters over the body: a filter that names ``body`` parses the payload as JSON whatever its
+content type (a producer may omit it). The payload must be a JSON object of at most
+:data:`MAX_BODY_BYTES` (256 KiB) nesting at most :data:`MAX_BODY_DEPTH` (32) levels, with no
+``NaN`` or ``Infinity``; integers past CEL's 64 bits become doubles. Any other payload (not
+UTF-8, not JSON, a JSON array or scalar, too large, too deep) is not evaluated at all: the
+filter's result is ERROR with the reason (``body: not JSON …``), so the message is filtered
+out, counted as a ``filter_error`` and its ``filtered`` audit event names the reason; it is
+never retried. This holds even if another branch of the expression (``headers[...] == ...
+|| body...``) could have matched without the body: a filter that names ``body`` sees JSON
+objects only. JSON values map to CEL's: object → map, array → list, string, number (int when
+written without a fraction or exponent, else double; ``body.amount > 100`` compares either),
+true/false, null. A field a message lacks is an ERROR as for headers, and so is
+``has(body.a.b)`` when ``a`` itself is absent: write ``has(body.a) && has(body.a.b)``.
+
 Cost: the checks above bound one evaluation to the length of the expression (4096 characters)
 times the size of the lists it walks; the runtime also stops any evaluation past 10,000
 comprehension iterations (an ERROR), and CEL's ``matches()`` uses RE2, linear in its input.
 ``bench/filters.py`` measures it: 5 to 10 microseconds per message with seven headers (about
 5 of them fixed cost of the runtime, 1 to build ``headers``), 10 to 50 times a hand-written
-Python function; compiling takes about 0.1 ms.
+Python function; compiling takes about 0.1 ms. A body filter adds the parse and CEL's
+conversion of the parsed object, which grow with the body: see docs/receiving.md for the
+figures at 1 KiB and 64 KiB (``bench/filters.py``).
 
 Library: ``cel-expr-python``, the CEL team's own binding of cel-cpp, chosen over ``cel-python``
 (celpy, pure Python) and ``common-expression-language`` (a binding of the Rust ``cel`` crate).
@@ -62,17 +82,21 @@ settings change pays once per distinct expression.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from cel_expr_python import cel  # type: ignore[import-untyped]  # .pyi, no py.typed
 
 from .errors import ValidationFailed
 
 MAX_FILTER_LENGTH = 4_096
-VARIABLES = ("headers", "group", "topic", "content_type")
+MAX_BODY_BYTES = 256 * 1024
+MAX_BODY_DEPTH = 32
+VARIABLES = ("headers", "group", "topic", "content_type", "body")
 MACROS = ("all", "exists", "exists_one", "map", "filter")
 
 # One CEL token that may hold a quote: a comment, a raw string or a string (bytes or text).
@@ -86,6 +110,8 @@ _HEADERS_KEY = re.compile(r"(?<![\w.])headers\s*\[\s*$")
 _IN_HEADERS = re.compile(r"\s*in\s+headers\b")
 _DIAGNOSTIC = re.compile(r"ERROR: <input>:(-?\d+):(-?\d+): ([^\n]*)")
 _OPERATOR = re.compile(r"'(?:_([^'_]+)_|([!-])_|@(in))'")
+_NAMES_BODY = re.compile(r"(?<![\w.])body\b")
+_INT64 = (-(2**63), 2**63 - 1)
 _UNDECLARED = re.compile(r"undeclared reference to '([^']*)' \(in container ''\)")
 
 
@@ -146,11 +172,77 @@ class FilterError(ValidationFailed):
         self.position = position
 
 
+class Body:
+    """A payload as a body filter sees it: the JSON object (``value``), or why there is none
+    (``refusal``).
+
+    A Body belongs to one message of one topic. The first evaluation on it converts the object
+    into CEL's values (about as long as the parse) and keeps them in an activation, with that
+    message's other variables; every later evaluation on it, of any filter, reuses them (a few
+    microseconds). So a Body shared by the subscriptions that read one message parses and
+    converts it once for all of them."""
+
+    __slots__ = ("_activation", "refusal", "value")
+
+    def __init__(self, value: dict[str, object] | None, refusal: str | None = None) -> None:
+        self.value = value
+        self.refusal = refusal
+        self._activation: cel.Activation | None = None
+
+    def activation(self, data: dict[str, object]) -> cel.Activation:
+        """The activation of this body and ``data`` (the message's other variables, the same
+        on every call for one message), made on the first call."""
+        if self._activation is None:
+            self._activation = _env().Activation(data={**data, "body": self.value})
+        return self._activation
+
+
+def parse_body(payload: bytes) -> Body:
+    """The ``body`` of a filter: ``payload`` as a JSON object within the bounds of the module
+    doc, or a :class:`Body` whose ``refusal`` says why not. Never raises."""
+    if len(payload) > MAX_BODY_BYTES:
+        return Body(None, f"body: {len(payload)} bytes, a filter parses at most {MAX_BODY_BYTES}")
+    try:
+        value = json.loads(payload, parse_constant=_no_constant)
+    except RecursionError:
+        return Body(None, f"body: nests deeper than {MAX_BODY_DEPTH} levels")
+    except (ValueError, TypeError) as exc:  # UnicodeDecodeError and JSONDecodeError included
+        return Body(None, f"body: not JSON ({str(exc)[:120]})")
+    if not isinstance(value, dict):
+        return Body(None, f"body: a JSON {type(value).__name__}, a filter needs an object")
+    if not _fits(value):
+        return Body(None, f"body: nests deeper than {MAX_BODY_DEPTH} levels")
+    return Body(value)
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _fits(root: dict[str, object]) -> bool:
+    """Within :data:`MAX_BODY_DEPTH`; integers past 64 bits made doubles (CEL refuses them)."""
+    stack: list[tuple[dict[Any, object] | list[object], int]] = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_BODY_DEPTH:
+            return False
+        pairs = node.items() if isinstance(node, dict) else enumerate(node)
+        wide: list[tuple[Any, float]] = []
+        for key, child in pairs:
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1))
+            elif type(child) is int and not _INT64[0] <= child <= _INT64[1]:
+                wide.append((key, float(child)))
+        for key, value in wide:
+            node[key] = value
+    return True
+
+
 @functools.cache
 def _env() -> cel.Env:
     text = cel.Type.STRING
     types = {"headers": cel.Type.Map(text, text), "group": text, "topic": text}
-    return cel.NewEnv(variables={**types, "content_type": text})
+    return cel.NewEnv(variables={**types, "content_type": text, "body": cel.Type.DYN})
 
 
 class Filter:
@@ -162,13 +254,20 @@ class Filter:
         f.matches([("x-region", b"eu")], group=None, topic="shop/orders", content_type=None)
     """
 
-    __slots__ = ("_expression", "_program", "_reads_headers")
+    __slots__ = ("_expression", "_program", "_reads_body", "_reads_headers")
 
     def __init__(self, expression: str, program: cel.Expression | None) -> None:
         self._expression = expression
         self._program = program
         # A variable the text never names is not read: skip converting the headers for it.
         self._reads_headers = re.search(r"\bheaders\b", expression) is not None
+        # The body is parsed only for a filter that names it outside a string or comment.
+        self._reads_body = bool(expression) and _NAMES_BODY.search(_masked(expression)) is not None
+
+    @property
+    def reads_body(self) -> bool:
+        """Whether the filter names ``body``: pass ``body`` to :meth:`matches` then."""
+        return self._reads_body
 
     @property
     def expression(self) -> str:
@@ -184,10 +283,13 @@ class Filter:
         group: str | None,
         topic: str,
         content_type: str | None,
+        body: Body | None = None,
     ) -> FilterResult:
-        """Evaluate the filter on one message (stored headers, group, "project/topic").
+        """Evaluate the filter on one message (stored headers, group, "project/topic"), and
+        ``body`` (:func:`parse_body` of its payload) when :attr:`reads_body`.
 
-        Never raises: a failed evaluation is an ERROR result with CEL's reason.
+        Never raises: a failed evaluation, or a body that is not a JSON object, is an ERROR
+        result with the reason.
         """
         program = self._program
         if program is None:
@@ -197,10 +299,18 @@ class Filter:
             "topic": topic,
             "content_type": content_type or "",
         }
-        if self._reads_headers:
+        if self._reads_body:
+            if body is None or body.value is None:
+                return FilterResult(FilterOutcome.ERROR, body.refusal if body else "body: none")
+            data["headers"] = header_map(headers)  # the body's activation serves every filter
+        elif self._reads_headers:
             data["headers"] = header_map(headers)
         try:
-            value = program.eval(data=data)
+            if self._reads_body:
+                assert body is not None
+                value = program.eval(activation=body.activation(data))
+            else:
+                value = program.eval(data=data)
         except RuntimeError as exc:  # the runtime's iteration budget, spent
             return FilterResult(FilterOutcome.ERROR, str(exc))
         # Type-checked as bool, the value is a bool or an error's message, never null (whose
@@ -281,9 +391,7 @@ def _library_error(expression: str, text: str) -> FilterError:
 
 def _check_text(expression: str) -> None:
     """The checks CEL cannot make: header keys in upper case, nested comprehensions."""
-    masked = list(expression)
     for token in _LITERAL.finditer(expression):
-        masked[token.start() : token.end()] = " " * (token.end() - token.start())
         body = token["body"]
         if body is None or token["p"] or "\\" in body or body == body.lower():
             continue
@@ -298,13 +406,21 @@ def _check_text(expression: str) -> None:
             f"header names are stored in lower case, so {use}: write {token[0].lower()}",
             FilterPosition.at_offset(expression, token.start()),
         )
-    nested = _nested_macro("".join(masked))
+    nested = _nested_macro(_masked(expression))
     if nested is not None:
         raise FilterError(
             f"a comprehension ({', '.join(MACROS)}) may not run inside another: the cost "
             "would grow with the product of the two lists",
             FilterPosition.at_offset(expression, nested),
         )
+
+
+def _masked(expression: str) -> str:
+    """``expression`` with every comment and string literal blanked out."""
+    masked = list(expression)
+    for token in _LITERAL.finditer(expression):
+        masked[token.start() : token.end()] = " " * (token.end() - token.start())
+    return "".join(masked)
 
 
 def _nested_macro(code: str) -> int | None:

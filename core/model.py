@@ -260,6 +260,21 @@ class CircuitBreakerPolicy(Model):
         return self
 
 
+MAX_BATCH_MESSAGES = 1_000
+MAX_BATCH_BYTES = 16 * 1024 * 1024
+
+
+class BatchPolicy(Model):
+    """Delivery in batches: one request carries up to ``max_messages`` messages as a JSON
+    array (docs/receiving.md, "Batches"), of at most ``max_bytes`` of payload in all (a single
+    larger message goes alone), sent when full or ``max_wait_ms`` after its first message was
+    ready. The batch is one attempt: the endpoint's answer applies to every message of it."""
+
+    max_messages: int = Field(default=100, ge=1, le=MAX_BATCH_MESSAGES)
+    max_bytes: int = Field(default=1024 * 1024, ge=1, le=MAX_BATCH_BYTES)
+    max_wait_ms: int = Field(default=100, ge=0, le=60_000)
+
+
 class SubscriptionSettings(Model):
     """What an operator sets on a subscription (and may change later)."""
 
@@ -273,6 +288,11 @@ class SubscriptionSettings(Model):
     delay_ms: int = Field(default=0, ge=0, le=7 * 24 * 3_600_000)
     paused: bool = False
     description: str = Field(default="", max_length=1_000)
+    batch: BatchPolicy | None = Field(
+        default=None,
+        description="deliver up to max_messages messages per request (docs/receiving.md); "
+        "absent: one message per request",
+    )
 
     @field_validator("circuit_breaker")
     @classmethod

@@ -139,7 +139,7 @@ class Attempts:
             stats.in_flight -= 1
             self.dispatch.wake()
         stats.delivered += 1
-        stats.latency.observe(time.time() - _accepted_s(item))
+        stats.latency.observe(time.time() - accepted_s(item))
         audit.item(AuditType.DELIVERED, item, attempt=attempt, status=result.status)
         self.dispatch.done(item)
         self.routing.delivered(item)
@@ -171,7 +171,7 @@ class Attempts:
         return result
 
 
-def _accepted_s(item: Item) -> float:
+def accepted_s(item: Item) -> float:
     """When httpbus accepted the message (``x-produced-at``, else its storage timestamp)."""
     produced = header(item.msg.headers, PRODUCED_AT)
     ms = int(produced) if produced and produced.isdigit() else item.msg.timestamp_ms

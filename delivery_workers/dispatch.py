@@ -4,7 +4,9 @@ Messages wait in the subscription's :class:`~.groups.GroupScheduler`: one in fli
 group, in order, across groups in parallel, up to ``max_in_flight``; :meth:`Dispatch.offer`
 waits while it is full (the readers' back-pressure). :meth:`Dispatch.run` starts an attempt
 for each message the scheduler lets go, at most ``rate_limit_per_second``, and none while the
-circuit is open (:class:`~.throttle.Throttle`).
+circuit is open (:class:`~.throttle.Throttle`). A subscription with ``batch`` set runs
+:meth:`Dispatch.run_batches` instead: it gathers what the scheduler lets go into batches (see
+there) and starts one attempt per batch.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import contextlib
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from core.model import Subscription
+from core.model import BatchPolicy, Subscription
 from core.shards import WHOLE, Shard
 from core.token_bucket import TokenBucket
 from segments.audit import AuditSink
@@ -24,6 +26,7 @@ from .items import Item
 from .throttle import CircuitStats, Throttle
 
 Start = Callable[[Item], Coroutine[Any, Any, None]]
+StartBatch = Callable[[list[Item]], Coroutine[Any, Any, None]]
 
 
 class Dispatch:
@@ -39,9 +42,11 @@ class Dispatch:
     ) -> None:
         # The worker's cap keeps one subscription from holding every connection of the
         # sender's pool (a slow endpoint, a 15-minute timeout): see Worker.
-        limit = min(sub.max_in_flight, in_flight_cap or sub.max_in_flight)
+        limit = self.max_requests = min(sub.max_in_flight, in_flight_cap or sub.max_in_flight)
+        # Batched, max_in_flight counts requests: each may carry a full batch.
+        messages = limit * (sub.batch.max_messages if sub.batch is not None else 1)
         self.scheduler: GroupScheduler[Item] = GroupScheduler(
-            max_in_flight=limit, max_buffered=max(1_000, 4 * limit)
+            max_in_flight=messages, max_buffered=max(1_000, 4 * messages)
         )
         self.throttle = Throttle.for_subscription(sub, stats, audit, shard)  # circuit breaker
         self._rate = TokenBucket(sub.rate_limit_per_second) if sub.rate_limit_per_second else None
@@ -77,6 +82,50 @@ class Dispatch:
                 while (wait := self._rate.take()) > 0:
                     await asyncio.sleep(wait)
             task = asyncio.create_task(start(item))
+            self.attempts.add(task)
+            task.add_done_callback(self._finished)
+
+    async def run_batches(self, start: StartBatch, policy: BatchPolicy) -> None:
+        """Start ``start(batch)`` for every batch gathered, until cancelled.
+
+        A batch takes what the scheduler lets go, in its order, until it holds
+        ``max_messages`` messages or ``max_bytes`` of payload (a message that would pass the
+        bound opens the next batch; one larger than it goes alone), or ``max_wait_ms`` passed
+        since its first message. The scheduler lets one message of a group go at a time, so a
+        batch holds at most one message per group, and a group's next message goes in a later
+        batch, once this one is terminal: group order holds within and across batches. At most
+        ``max_in_flight`` batches are in flight; the rate limit counts requests."""
+        loop = asyncio.get_running_loop()
+        carried: Item | None = None  # let go, past the last batch's bound: the next one's first
+        while True:
+            await self.throttle.gate()
+            if len(self.attempts) >= self.max_requests:
+                await self.wait_change(1.0)
+                continue
+            first = carried or self.scheduler.next_ready()
+            carried = None
+            if first is None:
+                await self.wait_change(1.0)
+                continue
+            batch, size = [first], len(first.msg.value)
+            deadline = loop.time() + policy.max_wait_ms / 1000
+            while len(batch) < policy.max_messages:
+                item = self.scheduler.next_ready()
+                if item is None:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        break
+                    await self.wait_change(remaining)
+                    continue
+                if size + len(item.msg.value) > policy.max_bytes:
+                    carried = item
+                    break
+                batch.append(item)
+                size += len(item.msg.value)
+            if self._rate is not None:
+                while (wait := self._rate.take()) > 0:
+                    await asyncio.sleep(wait)
+            task = asyncio.create_task(start(batch))
             self.attempts.add(task)
             task.add_done_callback(self._finished)
 

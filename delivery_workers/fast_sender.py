@@ -33,7 +33,7 @@ from .fast_http import (
     encode_request,
     parse_origin,
 )
-from .sender import Delivery, build_request
+from .sender import BatchDelivery, Delivery, build_batch_request, build_request
 from .settings import WorkerSettings
 
 _OriginKey = tuple[str, str, int]
@@ -234,10 +234,14 @@ class FastSender(AsyncResource):
     async def aclose(self) -> None:
         await self.pool.close()
 
-    async def send(self, delivery: Delivery) -> DeliveryResult:
+    async def send(self, delivery: Delivery | BatchDelivery) -> DeliveryResult:
         """One attempt; every failure of the endpoint or the network is a result."""
         try:
-            out = build_request(delivery, int(self._clock()))
+            if type(delivery) is Delivery:
+                out = build_request(delivery, int(self._clock()))
+            else:
+                assert isinstance(delivery, BatchDelivery)
+                out = build_batch_request(delivery, int(self._clock()))
         except ValueError as exc:
             return DeliveryResult.invalid(f"cannot build the request: {exc}")
         try:

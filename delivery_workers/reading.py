@@ -27,6 +27,7 @@ from segments.reader import SegmentReader, commit_group
 from segments.subscription.retry_meta import RetryMeta
 
 from .audit import SubscriptionAudit
+from .bodies import BodyCache
 from .commit import Committer
 from .dispatch import Dispatch
 from .filter_budget import FilterBudget
@@ -62,6 +63,7 @@ class SegmentReading:
         read_batch: int,
         poisoned: Mapping[str, str] | None = None,
         budget: FilterBudget | None = None,
+        bodies: BodyCache | None = None,
     ) -> None:
         self.sub = sub
         self.shard = shard
@@ -79,6 +81,7 @@ class SegmentReading:
         self.poisoned = poisoned or {}
         self.source: Source | None = None  # the consume segment's, once reading started
         self.budget = budget or FilterBudget()
+        self.bodies = bodies or BodyCache()  # the worker's, shared by its runners
 
     async def run(self) -> None:
         starts = await self.reader.start_positions(self.sub, self.segment, self.shard)
@@ -160,18 +163,22 @@ class SegmentReading:
         if not self.shard.owns(group, msg.partition):  # another shard's to deliver
             source.done(msg)
             return
-        started = self.budget.timer()
-        verdict = self.matcher.matches(
+        started = self.budget.timer()  # a body's parse is filter time too
+        matcher = self.matcher
+        verdict = matcher.matches(
             msg.headers,
             group=group or None,
             topic=self.name,
             content_type=envelope.content_type or None,
+            body=self.bodies.body(msg) if matcher.reads_body else None,
         )
         await self.budget.spend(started)  # yields the loop, or sleeps past its share
         if verdict.outcome is not FilterOutcome.MATCH:
             self.stats.filtered += 1
-            self.stats.filter_errors += verdict.outcome is FilterOutcome.ERROR
-            self.audit.message(AuditType.FILTERED, msg, self.segment)
+            error = verdict.outcome is FilterOutcome.ERROR
+            self.stats.filter_errors += error
+            reason = {"reason": verdict.error} if error else {}
+            self.audit.message(AuditType.FILTERED, msg, self.segment, **reason)
             source.done(msg)
             self.dispatch.wake()
             return

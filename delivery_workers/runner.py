@@ -12,8 +12,9 @@ through the modules in this order:
 3. :mod:`.dispatch` lets it go when its group's turn comes, within ``max_in_flight``, the
    rate limit and the circuit breaker;
 4. :mod:`.attempt` pushes it through the :class:`~.sender.EndpointSender`
-   (:mod:`.fast_sender`) and carries out :func:`core.retry.decide`'s verdict: delivered,
-   retried in place, to a delay level, or to the DLQ (through the routing);
+   (:mod:`.fast_sender`; :mod:`.batch_attempt` a batch of them, if ``batch`` is set) and
+   carries out :func:`core.retry.decide`'s verdict: delivered, retried in place, to a delay
+   level, or to the DLQ (through the routing);
 5. :mod:`.commit` commits, in batches, per source, the highest position below which every
    message is terminal: delivered, filtered, or durably handed to a level, hold or DLQ.
 
@@ -40,6 +41,8 @@ from segments.reader import SegmentReader
 
 from .attempt import Attempts, HealthRecorder
 from .audit import SubscriptionAudit
+from .batch_attempt import BatchAttempts
+from .bodies import BodyCache
 from .commit import CommitPolicy, Committer
 from .dispatch import Dispatch
 from .filter_budget import FilterBudget
@@ -93,8 +96,10 @@ class SubscriptionRunner:
         poisoned: Mapping[str, str] | None = None,
         health: HealthRecorder | None = None,
         in_flight_cap: int | None = None,
+        bodies: BodyCache | None = None,
     ) -> None:
         self.sub = sub
+        self.bodies = bodies or BodyCache()  # parsed payloads, the worker's (.bodies)
         self.health = health  # told every attempt's result (.disabling)
         self.poisoned = poisoned or {}  # origins to dead-letter unseen (.poison)
         self.shard = shard  # the slice of the subscription this runner delivers
@@ -135,8 +140,22 @@ class SubscriptionRunner:
             self.poisoned,
             self.health,
         )
+        if self.sub.batch is None:
+            dispatching = self.dispatch.run(attempts.run)
+        else:
+            batches = BatchAttempts(
+                self.sub,
+                self.sender,
+                self.dispatch,
+                routing,
+                self.stats,
+                self.audit,
+                self.poisoned,
+                self.health,
+            )
+            dispatching = self.dispatch.run_batches(batches.run, self.sub.batch)
         tasks = [
-            asyncio.create_task(self.dispatch.run(attempts.run)),
+            asyncio.create_task(dispatching),
             asyncio.create_task(self.dispatch.failures()),
             asyncio.create_task(committer.run()),
             asyncio.create_task(self._sample_lag()),
@@ -190,6 +209,7 @@ class SubscriptionRunner:
                 read_batch=self.read_batch,
                 poisoned=self.poisoned,
                 budget=budget,
+                bodies=self.bodies,
             )
             await reading.run()
             advanced = await self.reader.try_advance(self.sub)

@@ -13,12 +13,18 @@ separated, so during a secret rotation's overlap a receiver holding either secre
 carried < static < httpbus's own, so neither a producer nor an operator can forge the id, the
 attempt or the signature a receiver relies on.
 
+A subscription with ``batch`` set sends a :class:`BatchDelivery` instead: one request whose
+body is a JSON array of its messages (:func:`build_batch_request`, docs/receiving.md).
+
 ``send`` never raises for anything the endpoint does: every attempt ends as a
 :class:`~core.result.DeliveryResult`.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -167,5 +173,95 @@ class EndpointSender(Lifecycle, Protocol):
     subscription of it; ``send`` is safe to call concurrently and never raises for an
     endpoint's failure."""
 
-    async def send(self, delivery: Delivery) -> DeliveryResult:
-        """Make one attempt and say how it went."""
+    async def send(self, delivery: Delivery | BatchDelivery) -> DeliveryResult:
+        """Make one attempt (of one message, or of a batch) and say how it went."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchDelivery:
+    """One attempt to push ``messages`` of ``topic`` to ``subscription`` in one request (a
+    subscription with ``batch`` set); ``attempts`` is each message's attempt, in order, and
+    ``attempt`` how often this batch was sent in place, from 1."""
+
+    subscription: Subscription
+    topic: str
+    messages: tuple[Stored, ...]
+    attempts: tuple[int, ...]
+    attempt: int = 1
+
+    @property
+    def message_id(self) -> str:
+        """The batch's id (``webhook-id``): a digest of its message ids, so a batch sent again
+        as it was carries the same id, and another batch another one."""
+        ids = "\n".join(_message_id(self.topic, m) for m in self.messages)
+        return "batch_" + hashlib.sha256(ids.encode()).hexdigest()[:32]
+
+
+BATCH_CONTENT_TYPE = "application/json"
+BATCH_SIZE = "x-batch-size"
+_TEXTUAL = ("text/", "application/json", "application/xml", "application/x-www-form-urlencoded")
+
+
+def _message_id(topic: str, msg: Stored) -> str:
+    return stored_header(msg.headers, MESSAGE_ID) or f"{topic}/{msg.partition}/{msg.position}"
+
+
+def batch_entry(topic: str, msg: Stored, attempt: int) -> dict[str, object]:
+    """One message of a batch's JSON array (docs/receiving.md, "Batches")."""
+    own: dict[str, str] = {}
+    carried: dict[str, str] = {}
+    for name, raw in msg.headers:
+        if name in _OWN:
+            own.setdefault(name, raw.decode("latin-1"))
+        elif _carried(name):
+            carried[name] = raw.decode("latin-1")
+    produced = own.get(PRODUCED_AT)
+    produced_ms = int(produced) if produced and produced.isdigit() else msg.timestamp_ms
+    content_type = own.get(CONTENT_TYPE) or DEFAULT_CONTENT_TYPE
+    base = content_type.split(";", 1)[0].strip().lower()
+    payload: str | None = None
+    if base.startswith(_TEXTUAL) or base.endswith(("+json", "+xml")):
+        try:
+            payload = msg.value.decode("utf-8")
+        except UnicodeDecodeError:
+            payload = None
+    return {
+        "id": own.get(MESSAGE_ID) or _message_id(topic, msg),
+        "group": own.get(GROUP_ID),
+        "headers": carried,
+        "produced_at": _rfc3339_ms(produced_ms),
+        "attempt": attempt,
+        "content_type": content_type,
+        "encoding": "text" if payload is not None else "base64",
+        "payload": payload if payload is not None else base64.b64encode(msg.value).decode(),
+    }
+
+
+def build_batch_request(batch: BatchDelivery, now_s: int) -> OutgoingRequest:
+    """The request of one batch attempt, signed at ``now_s``: a JSON array of
+    :func:`batch_entry`, with the endpoint's static headers, ``X-Topic``, ``X-Batch-Size``,
+    ``X-Attempt`` and the Standard Webhooks headers of the batch id. ``ValueError`` as
+    :func:`build_request`."""
+    sub, endpoint = batch.subscription, batch.subscription.endpoint
+    pairs = zip(batch.messages, batch.attempts, strict=True)
+    entries = [batch_entry(batch.topic, m, a) for m, a in pairs]
+    body = json.dumps(entries, separators=(",", ":"), ensure_ascii=False).encode()
+    headers: dict[str, tuple[str, str]] = {
+        "user-agent": ("User-Agent", USER_AGENT),
+        "accept-encoding": ("Accept-Encoding", "identity"),
+    }
+    for name, value in (endpoint.headers or {}).items():
+        lower = name.lower()
+        if lower not in _FRAMING:
+            headers[lower] = (name, value)
+    batch_id = batch.message_id
+    headers[CONTENT_TYPE] = ("Content-Type", BATCH_CONTENT_TYPE)
+    headers[TOPIC] = ("X-Topic", batch.topic)
+    headers[BATCH_SIZE] = ("X-Batch-Size", str(len(entries)))
+    headers[ATTEMPT] = ("X-Attempt", str(batch.attempt))
+    headers["webhook-id"] = ("webhook-id", batch_id)
+    headers["webhook-timestamp"] = ("webhook-timestamp", str(now_s))
+    secrets = sub.secrets_at(now_s)
+    signature = " ".join(sign_with_key(_key(s), batch_id, now_s, body) for s in secrets)
+    headers["webhook-signature"] = ("webhook-signature", signature)
+    return OutgoingRequest(endpoint.method, _url(endpoint.url), tuple(headers.values()), body)

@@ -63,6 +63,7 @@ from segments.audit import AuditSink
 from segments.protocol import SegmentStore
 from segments.subscription.layout import drop_layout
 
+from .bodies import BodyCache
 from .commit import CommitPolicy
 from .disabling import Disabling, lifecycle_event
 from .latency import LatencyHistogram
@@ -120,6 +121,7 @@ class Worker(AsyncResource):
         self.stores = stores
         # One read per storage partition for every subscription at its tail (shared_reads).
         self.reader = SharedSegmentReader(self.catalog, stores)
+        self.bodies = BodyCache()  # one parse of a shared read for every body filter
         self.sender = sender
         self.member_id = member_id
         self.audit = audit
@@ -412,6 +414,7 @@ class Worker(AsyncResource):
                     poisoned=crashes.poisoned,
                     health=health,
                     in_flight_cap=self.max_in_flight_per_subscription,
+                    bodies=self.bodies,
                 )
                 runner.stats.latency = self._latency.setdefault(key, LatencyHistogram())
                 self.runners[key] = runner

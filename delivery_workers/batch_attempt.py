@@ -1,0 +1,171 @@
+"""A batch attempt: push the messages :meth:`.dispatch.Dispatch.run_batches` gathered in one
+request (:class:`~.sender.BatchDelivery`), then carry out :func:`core.retry.decide`'s verdict
+on each of them, as :mod:`.attempt` does for one message.
+
+The batch is one attempt: the circuit's permit is taken once, the breaker and the endpoint's
+health are told its one result, and the endpoint's answer applies to every message of it.
+
+- a 2xx: every message is delivered (:meth:`.routing.Routing.delivered`);
+- otherwise each message gets the verdict its own attempt count gives with that result:
+  to a delay level or to the DLQ with its group behind it (as a single message would), or
+  retried in place; the messages retried in place are sent again together, as one batch,
+  after the longest of their waits.
+
+A message named in ``poisoned`` is never sent: it is dead-lettered alone, as in :mod:`.attempt`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+
+from core.audit import AuditType
+from core.model import Subscription
+from core.result import DeliveryResult
+from core.retry import DELIVERED, DeadLetter, RetryInPlace, ToLevel, decide
+
+from .attempt import AttemptStats, HealthRecorder, accepted_s
+from .audit import SubscriptionAudit
+from .dispatch import Dispatch
+from .items import Item, sleep_until
+from .poison import crash_names, poisoned_result
+from .routing import Routing
+from .sender import BatchDelivery, EndpointSender
+
+log = logging.getLogger(__name__)
+
+
+class BatchAttempts:
+    """Carries out the batch attempts of one subscription (see the module doc)."""
+
+    def __init__(
+        self,
+        sub: Subscription,
+        sender: EndpointSender,
+        dispatch: Dispatch,
+        routing: Routing,
+        stats: AttemptStats,
+        audit: SubscriptionAudit,
+        poisoned: Mapping[str, str] | None = None,
+        health: HealthRecorder | None = None,
+    ) -> None:
+        self.sub = sub
+        self.topic = f"{sub.topic_project}/{sub.topic}"
+        self.sender = sender
+        self.dispatch = dispatch
+        self.routing = routing
+        self.stats = stats
+        self.audit = audit
+        self.poisoned = poisoned or {}
+        self.health = health
+
+    async def run(self, batch: list[Item]) -> None:
+        """Attempt ``batch`` until every message of it left memory (delivered, to a level,
+        to the DLQ)."""
+        stats = self.stats
+        stats.in_flight += len(batch)
+        try:
+            await self._attempt(self._without_poisoned(batch))
+        finally:
+            stats.in_flight -= len(batch)
+            self.dispatch.wake()
+
+    def _without_poisoned(self, batch: list[Item]) -> list[Item]:
+        kept = []
+        for item in batch:
+            why = self.poisoned.get(item.origin)
+            if why is None:
+                kept.append(item)
+                continue
+            self.stats.dead_lettered += 1
+            drained = self.dispatch.stop_group(item)
+            self.routing.dead_letter(item, poisoned_result(why), item.meta.attempts, drained)
+        return kept
+
+    async def _attempt(self, batch: list[Item]) -> None:
+        throttle, stats = self.dispatch.throttle, self.stats
+        if not batch:
+            return
+        await sleep_until(max(item.not_before_ms for item in batch))
+        attempts = [item.meta.attempts + 1 for item in batch]
+        sent = 1
+        while batch:
+            await throttle.admit()  # refused while open: waits, costs no attempt
+            delivery = BatchDelivery(
+                self.sub, self.topic, tuple(i.msg for i in batch), tuple(attempts), sent
+            )
+            result = await self._send(delivery)
+            throttle.record(result)
+            if self.health is not None:
+                self.health.record(result)
+            stats.attempts += len(batch)
+            latency_ms = round(result.latency_s * 1000, 1)
+            for item, attempt in zip(batch, attempts, strict=True):
+                self.audit.item(
+                    AuditType.ATTEMPTED,
+                    item,
+                    attempt=attempt,
+                    status=result.status,
+                    error=result.error,
+                    latency_ms=latency_ms,
+                    answer=result.answer,
+                )
+            batch, attempts, wait_ms = self._verdicts(batch, attempts, result)
+            if batch:
+                await asyncio.sleep(wait_ms / 1000)  # shorter than every level
+                attempts = [a + 1 for a in attempts]
+                sent += 1
+
+    def _verdicts(
+        self, batch: list[Item], attempts: list[int], result: DeliveryResult
+    ) -> tuple[list[Item], list[int], int]:
+        """Carry out each message's verdict; what stays to be sent again in place, and the
+        longest wait among them."""
+        again: list[Item] = []
+        again_attempts: list[int] = []
+        wait_ms = 0
+        for item, attempt in zip(batch, attempts, strict=True):
+            with crash_names(item.origin):  # a failure here is this message's (.poison)
+                wait = self._verdict(item, attempt, result)
+            if wait is not None:
+                again.append(item)
+                again_attempts.append(attempt)
+                wait_ms = max(wait_ms, wait)
+        return again, again_attempts, wait_ms
+
+    def _verdict(self, item: Item, attempt: int, result: DeliveryResult) -> int | None:
+        """Carry out one message's verdict; the wait if it is retried in place."""
+        policy, stats = self.sub.retry, self.stats
+        verdict = decide(policy, result, attempt)
+        if verdict is DELIVERED:
+            stats.delivered += 1
+            stats.latency.observe(time.time() - accepted_s(item))
+            self.audit.item(AuditType.DELIVERED, item, attempt=attempt, status=result.status)
+            self.dispatch.done(item)
+            self.routing.delivered(item)
+            return None
+        stats.failed_attempts += 1
+        if isinstance(verdict, DeadLetter):
+            stats.dead_lettered += 1
+            drained = self.dispatch.stop_group(item)
+            self.routing.dead_letter(item, result, attempt, drained)
+        elif isinstance(verdict, ToLevel):
+            stats.retried += 1
+            drained = self.dispatch.stop_group(item)
+            self.routing.to_level(item, result, attempt, verdict, drained)
+        else:
+            assert isinstance(verdict, RetryInPlace)
+            return verdict.wait_ms
+        return None
+
+    async def _send(self, delivery: BatchDelivery) -> DeliveryResult:
+        """One request; a sender that raises fails the batch as an unexpected error (retried
+        by each message's policy), as :meth:`.attempt.Attempts._send` does."""
+        started = time.perf_counter()
+        try:
+            return await self.sender.send(delivery)
+        except Exception as exc:
+            log.exception("delivery of %s failed in the worker", delivery.message_id)
+            return DeliveryResult.from_exception(exc, time.perf_counter() - started)

@@ -1,0 +1,136 @@
+"""Delivery in batches (embedded backend): batches up to max_messages and max_bytes, signed as
+one request, group order within and across batches, a failed batch retried as one attempt and
+dead-lettered message by message, and the max_wait flush of a batch that does not fill."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from core.model import BatchPolicy, Endpoint, RetryPolicy
+from segments.subscription import dlq
+from tests.support.hook import SECRET
+from tests.support.until import until
+from tests.support.world import (
+    World,
+    embedded_world_fixture,  # noqa: F401  (the world fixture)
+    layout_of,
+    produce,
+    quick_running,
+    subscribe,
+)
+
+FAST = RetryPolicy(
+    max_attempts=3,
+    backoff="fixed",
+    initial_delay_ms=150,
+    jitter=0,
+    delay_levels_ms=(100,),
+)
+
+
+def batches(world: World, path: str = "") -> list[list[dict[str, object]]]:
+    """The JSON arrays the endpoint answered with a 2xx, in arrival order."""
+    return [json.loads(r.body) for r in world.hook.on(path)]
+
+
+def ids_of(batch: list[dict[str, object]]) -> list[str]:
+    return [str(m["id"]) for m in batch]
+
+
+async def test_batches_keep_group_order_and_deliver_each_message_once(world: World) -> None:
+    world.hook.secret = SECRET
+    policy = BatchPolicy(max_messages=8, max_bytes=1_000_000, max_wait_ms=50)
+    sub = await subscribe(world, batch=policy)
+    sent = [await produce(world, f"g{i % 12}-{i // 12}", f"g{i % 12}") for i in range(120)]
+    async with quick_running(world, sub):
+        await until(lambda: sum(map(len, batches(world))) >= 120, 30, "120 messages")
+    got = batches(world)
+    assert sorted(mid for b in got for mid in ids_of(b)) == sorted(sent)  # each exactly once
+    assert all(1 <= len(b) <= 8 for b in got) and max(map(len, got)) > 1
+    for b in got:  # the rule: at most one message of a group per batch
+        groups = [m["group"] for m in b]
+        assert len(groups) == len(set(groups))
+    for g in range(12):  # and a group's messages in order across batches
+        seen = [mid for b in got for mid in ids_of(b) if mid.startswith(f"g{g}-")]
+        assert seen == [f"g{g}-{i}" for i in range(10)]
+    assert world.hook.bad_signatures == 0
+    first = world.hook.on("")[0]
+    assert first.headers["Content-Type"] == "application/json"
+    assert first.headers["webhook-id"].startswith("batch_")
+    assert first.headers["X-Batch-Size"] == str(len(got[0]))
+    entry = got[0][0]
+    assert set(entry) == {
+        "id",
+        "group",
+        "headers",
+        "produced_at",
+        "attempt",
+        "content_type",
+        "encoding",
+        "payload",
+    }
+    assert entry["encoding"] == "base64"  # no content type: application/octet-stream
+    assert base64.b64decode(str(entry["payload"])) == str(entry["id"]).encode()
+
+
+async def test_max_bytes_bounds_a_batch_and_text_payloads_come_as_text(world: World) -> None:
+    policy = BatchPolicy(max_messages=100, max_bytes=10, max_wait_ms=50)
+    sub = await subscribe(world, batch=policy)
+    for i in range(9):  # payloads of 3 bytes ("uN-i"... is 4): at most 2 per batch
+        await produce(world, f"u{i}", None, **{"content-type": b"text/plain; charset=utf-8"})
+    async with quick_running(world, sub):
+        await until(lambda: sum(map(len, batches(world))) >= 9, 30, "9 messages")
+    got = batches(world)
+    assert all(sum(len(str(m["payload"])) for m in b) <= 10 for b in got)
+    assert all(m["encoding"] == "text" and m["payload"] == m["id"] for b in got for m in b)
+
+
+async def test_a_batch_that_does_not_fill_goes_after_max_wait(world: World) -> None:
+    policy = BatchPolicy(max_messages=1_000, max_bytes=1_000_000, max_wait_ms=300)
+    sub = await subscribe(world, batch=policy)
+    for i in range(3):
+        await produce(world, f"w{i}", None)
+    async with quick_running(world, sub) as runner:
+        await until(lambda: runner.stats.delivered == 3, 10, "the three, flushed by max_wait")
+    assert sorted(mid for b in batches(world) for mid in ids_of(b)) == ["w0", "w1", "w2"]
+
+
+async def test_a_failed_batch_is_retried_as_one_and_its_messages_dead_lettered(
+    world: World,
+) -> None:
+    # The first request fails, the second succeeds: every message of it attempted twice.
+    world.hook.behaviour = lambda mid, n: (503, {}) if n == 1 else (204, {})
+    ok = await subscribe(
+        world,
+        "ok",
+        batch=BatchPolicy(max_messages=50, max_wait_ms=100),
+        retry=FAST,
+        endpoint=Endpoint(url=world.hook.url_for("ok")),
+    )
+    sent = [await produce(world, f"r{i}", None) for i in range(5)]
+    async with quick_running(world, ok) as runner:
+        await until(lambda: runner.stats.delivered == 5, 20, "the batch, on its second attempt")
+        assert runner.stats.dead_lettered == 0 and runner.stats.failed_attempts == 5
+    delivered = [m for b in batches(world, "ok") for m in b]
+    assert sorted(ids_of(delivered)) == sent
+    assert {m["attempt"] for m in delivered} == {2}
+    # An endpoint that always fails: each message of the batch ends in the DLQ, its own entry.
+    world.hook.down.add("dead")
+    dead = await subscribe(
+        world,
+        "dead",
+        batch=BatchPolicy(max_messages=50, max_wait_ms=100),
+        retry=FAST,
+        endpoint=Endpoint(url=world.hook.url_for("dead")),
+    )
+    async with quick_running(world, dead) as runner:
+        await until(lambda: runner.stats.dead_lettered == 5, 20, "five dead letters")
+        assert runner.stats.attempts == 15  # 3 attempts each, in batches
+    layout = await layout_of(world, dead)
+
+    async def dead_lettered() -> bool:
+        view = await dlq.scan(world.store, layout)
+        return sorted(dict(e.headers)["x-message-id"].decode() for e in view.live()) == sent
+
+    await until(dead_lettered, 10, "the five in the DLQ, one entry each")

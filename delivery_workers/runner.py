@@ -130,29 +130,12 @@ class SubscriptionRunner:
         )
         routing.start()
         committer = Committer(self._policy, self.name, routing, self.audit.sink)
-        attempts = Attempts(
-            self.sub,
-            self.sender,
-            self.dispatch,
-            routing,
-            self.stats,
-            self.audit,
-            self.poisoned,
-            self.health,
-        )
+        parts = (self.sub, self.sender, self.dispatch, routing, self.stats, self.audit)
         if self.sub.batch is None:
+            attempts = Attempts(*parts, self.poisoned, self.health)
             dispatching = self.dispatch.run(attempts.run)
         else:
-            batches = BatchAttempts(
-                self.sub,
-                self.sender,
-                self.dispatch,
-                routing,
-                self.stats,
-                self.audit,
-                self.poisoned,
-                self.health,
-            )
+            batches = BatchAttempts(*parts, self.poisoned, self.health)
             dispatching = self.dispatch.run_batches(batches.run, self.sub.batch)
         tasks = [
             asyncio.create_task(dispatching),

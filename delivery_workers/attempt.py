@@ -54,8 +54,9 @@ class HealthRecorder(Protocol):
     def record(self, result: DeliveryResult) -> None: ...
 
 
-class Attempts:
-    """Carries out the attempts of one subscription's messages (see the module doc)."""
+class AttemptParts:
+    """What every kind of attempt of one subscription works with: the single attempts here,
+    the batch attempts of :mod:`.batch_attempt`."""
 
     def __init__(
         self,
@@ -77,6 +78,10 @@ class Attempts:
         self.routing = routing
         self.stats = stats
         self.audit = audit
+
+
+class Attempts(AttemptParts):
+    """Carries out the attempts of one subscription's messages (see the module doc)."""
 
     async def run(self, item: Item) -> None:
         """Attempt ``item`` until its verdict takes it out of memory; a failure of the worker

@@ -19,47 +19,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
 
 from core.audit import AuditType
-from core.model import Subscription
 from core.result import DeliveryResult
 from core.retry import DELIVERED, DeadLetter, RetryInPlace, ToLevel, decide
 
-from .attempt import AttemptStats, HealthRecorder, accepted_s
-from .audit import SubscriptionAudit
-from .dispatch import Dispatch
+from .attempt import AttemptParts, accepted_s
 from .items import Item, sleep_until
 from .poison import crash_names, poisoned_result
-from .routing import Routing
-from .sender import BatchDelivery, EndpointSender
+from .sender import BatchDelivery
 
 log = logging.getLogger(__name__)
 
 
-class BatchAttempts:
+class BatchAttempts(AttemptParts):
     """Carries out the batch attempts of one subscription (see the module doc)."""
-
-    def __init__(
-        self,
-        sub: Subscription,
-        sender: EndpointSender,
-        dispatch: Dispatch,
-        routing: Routing,
-        stats: AttemptStats,
-        audit: SubscriptionAudit,
-        poisoned: Mapping[str, str] | None = None,
-        health: HealthRecorder | None = None,
-    ) -> None:
-        self.sub = sub
-        self.topic = f"{sub.topic_project}/{sub.topic}"
-        self.sender = sender
-        self.dispatch = dispatch
-        self.routing = routing
-        self.stats = stats
-        self.audit = audit
-        self.poisoned = poisoned or {}
-        self.health = health
 
     async def run(self, batch: list[Item]) -> None:
         """Attempt ``batch`` until every message of it left memory (delivered, to a level,

@@ -74,3 +74,21 @@ async def create_shop(client: httpx.AsyncClient, **topic: Any) -> None:
     body = {k: v for k, v in fields.items() if v is not None}
     r = await client.post("/v1/projects/shop/topics", json=body)
     assert r.status_code == 201, r.text
+
+
+# The web UI's subscription form, filled in: what the UI tests post to create and edit.
+SUB_FORM = {
+    "name": "s1",
+    "topic": "orders",
+    "endpoint_url": "http://127.0.0.1:9/hook",
+    "endpoint_method": "POST",
+    "endpoint_timeout_ms": "5000",
+    "retry_max_attempts": "3",
+    "retry_backoff": "linear",
+    "retry_initial_delay_ms": "200",
+    "retry_max_delay_ms": "2000",
+    "max_in_flight": "7",
+    "rate_limit_per_second": "",
+    "delay_ms": "0",
+    "dlq_enabled": "on",
+}

@@ -17,26 +17,19 @@ import pytest
 from control_plane.api.schemas import SubscriptionView
 from core.model import DEFAULT_SECRET_OVERLAP_S, MAX_RETIRING_SECRETS, Subscription
 from metastore import paths
-from tests.support.control_plane import AUTH, ControlPlane, create_shop, embedded_control_plane
+from tests.support.control_plane import (
+    AUTH,
+    SUB_FORM,
+    ControlPlane,
+    create_shop,
+    embedded_control_plane,
+)
 from tests.support.ui_pages import csrf, login
 
 SUBS = "/v1/projects/shop/subscriptions"
 OLD = "whsec_" + "QUFB" * 8
 NEW = "whsec_" + "QkJC" * 8
 SUB = {"name": "s1", "topic": "orders", "endpoint": {"url": "http://127.0.0.1:9/hook"}}
-SUB_FORM = {
-    "endpoint_url": "http://127.0.0.1:9/hook",
-    "endpoint_method": "POST",
-    "endpoint_timeout_ms": "5000",
-    "retry_max_attempts": "3",
-    "retry_backoff": "linear",
-    "retry_initial_delay_ms": "200",
-    "retry_max_delay_ms": "2000",
-    "max_in_flight": "7",
-    "rate_limit_per_second": "",
-    "delay_ms": "0",
-    "dlq_enabled": "on",
-}
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from control_plane.ui.session import SESSION_COOKIE
-from tests.support.control_plane import embedded_control_plane
+from tests.support.control_plane import SUB_FORM, embedded_control_plane
 from tests.support.ui_pages import TOKEN, csrf, login
 
 API = {"Authorization": f"Bearer {TOKEN}"}
@@ -108,23 +108,6 @@ async def test_bad_topic_input_is_reported_and_creates_nothing(browser: httpx.As
         for t in (await browser.get("/v1/projects/shop/topics", headers=API)).json()["items"]
     ]
     assert names == ["orders"]
-
-
-SUB_FORM = {
-    "name": "s1",
-    "topic": "orders",
-    "endpoint_url": "http://127.0.0.1:9/hook",
-    "endpoint_method": "POST",
-    "endpoint_timeout_ms": "5000",
-    "retry_max_attempts": "3",
-    "retry_backoff": "linear",
-    "retry_initial_delay_ms": "200",
-    "retry_max_delay_ms": "2000",
-    "max_in_flight": "7",
-    "rate_limit_per_second": "",
-    "delay_ms": "0",
-    "dlq_enabled": "on",
-}
 
 
 async def test_invalid_filter_is_shown_inline_and_creates_nothing(

@@ -54,7 +54,8 @@ class Source:
 
     async def lag(self) -> int:
         """Messages stored in the partitions read here and not committed yet."""
-        backlog = await self.store.backlog(self.name, self.group)
+        known = {p: self.tracker.committed(p) for p in self.tracker.partitions}
+        backlog = await self.store.backlog(self.name, self.group, known)
         return sum(backlog.get(p, 0) for p in self.tracker.partitions)
 
     async def commit(self, barrier: AuditBarrier | None = None) -> bool:

@@ -23,7 +23,7 @@ The contract every backend meets (``tests/contract/segment_store_contract.py``):
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -139,7 +139,13 @@ class SegmentStore(Lifecycle, Protocol):
     async def committed(self, name: str, group: str) -> dict[int, int]:
         """What ``group`` committed, per partition (partitions never committed: absent)."""
 
-    async def backlog(self, name: str, group: str) -> dict[int, int]:
+    async def backlog(
+        self, name: str, group: str, committed: Mapping[int, int] | None = None
+    ) -> dict[int, int]:
         """Per partition (every one), how many stored messages ``group`` has not committed:
         those at or after its committed position (all retained ones if it never committed).
-        A count of messages, not a difference of positions (positions need not be dense)."""
+        A count of messages, not a difference of positions (positions need not be dense).
+
+        ``committed``: what the caller knows ``group`` committed, being its only committer (a
+        worker sampling its own lag); a store that would have to ask its brokers for the
+        group's positions takes these instead, one call fewer."""

@@ -31,7 +31,7 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from core.errors import AlreadyExists, HttpbusError, NotFound, ValidationFailed
@@ -151,8 +151,12 @@ class EmbeddedSegmentStore(AsyncResource):
     async def committed(self, name: str, group: str) -> dict[int, int]:
         return await self._consumer.committed(name, group)
 
-    async def backlog(self, name: str, group: str) -> dict[int, int]:
-        return await self._consumer.backlog(name, group)
+    async def backlog(
+        self, name: str, group: str, committed: Mapping[int, int] | None = None
+    ) -> dict[int, int]:
+        return await self._consumer.backlog(
+            name, group
+        )  # one local query: no need of ``committed``
 
     async def enforce_retention(self) -> int:
         """Delete the expired messages of every topic now; the number deleted."""

@@ -8,7 +8,8 @@ safe for concurrent use, so each reader is guarded by its own lock, taken on the
 
 Positions are Kafka offsets: end positions are high watermarks (``OffsetSpec.latest``, read
 uncommitted), timestamps are looked up with ``OffsetSpec.for_timestamp``, and commits are the
-consumer-group offsets of the given group, altered and listed through the AdminClient.
+consumer-group offsets of the given group, altered through the AdminClient and read through a
+consumer of that group (:mod:`.offsets` says why not the AdminClient).
 """
 
 from __future__ import annotations
@@ -211,25 +212,6 @@ async def _list_offsets(
         *(resolve(f, timeout=timeout, what=what) for f in futures.values())
     )
     return {tp.partition: int(r.offset) for tp, r in zip(futures, results, strict=True)}
-
-
-async def group_offsets(
-    admin: Any, group: str, topic: str, partitions: int, timeout: float
-) -> dict[int, int]:
-    """What ``group`` committed on ``topic``, per partition (never committed: absent)."""
-    request = ConsumerGroupTopicPartitions(
-        group, [TopicPartition(topic, p) for p in range(partitions)]
-    )
-    futures = admin.list_consumer_group_offsets([request], request_timeout=timeout)
-    what = f"list offsets of group {group} on {topic}"
-    got = await resolve(futures[group], timeout=timeout, what=what)
-    out: dict[int, int] = {}
-    for tp in got.topic_partitions or ():
-        if tp.error is not None:
-            raise translate(tp.error, what)
-        if tp.offset >= 0:
-            out[tp.partition] = int(tp.offset)
-    return out
 
 
 async def commit_offsets(

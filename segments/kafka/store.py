@@ -73,7 +73,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -94,11 +94,11 @@ from .consumer import (
     PartitionReaders,
     commit_offsets,
     end_offsets,
-    group_offsets,
     offset_at,
     start_offsets,
 )
 from .errors import resolve, retrying, translate, unavailable
+from .offsets import GroupOffsets
 from .producer import DurableProducer, probe_until_refused
 
 _FENCE = "max.message.bytes"
@@ -113,6 +113,7 @@ class KafkaSegmentStore(AsyncResource):
         self._admin: Any = None
         self._producer = DurableProducer(settings)
         self._readers = PartitionReaders(settings)
+        self._groups = GroupOffsets(settings)  # not the AdminClient's: see .offsets
         self._counts: dict[str, int] = {}  # partition counts seen; a segment never grows
         self._sealed: set[str] = set()  # a seal is forever, so only True is cached
         self._fenced: set[str] = set()  # fenced here, and every leader was seen refusing
@@ -136,6 +137,7 @@ class KafkaSegmentStore(AsyncResource):
         self._started = False
         await self._producer.close()
         await self._readers.close()
+        await self._groups.close()
 
     async def create_topic(self, name: str, partitions: int, *, retention_ms: int) -> None:
         """Create the topic and return once every partition has a leader."""
@@ -306,23 +308,28 @@ class KafkaSegmentStore(AsyncResource):
         count = await self._count(name, time.monotonic() + self._timeout)
         return await self._group_offsets(group, name, count)
 
-    async def backlog(self, name: str, group: str) -> dict[int, int]:
+    async def backlog(
+        self, name: str, group: str, committed: Mapping[int, int] | None = None
+    ) -> dict[int, int]:
         """End offset minus the committed one (or the log start, if later or never
         committed): like Kafka's consumer lag, transaction markers count as messages."""
         _check_group(group)
         count = await self._count(name, time.monotonic() + self._timeout)
-        ends, starts, committed = await asyncio.gather(
+        ends, starts, fetched = await asyncio.gather(
             self._ends(name, count),
             retrying(
                 lambda: start_offsets(self._admin, name, count, self._timeout),
                 timeout=self._timeout,
                 what=f"start positions of {name}",
             ),
-            self._group_offsets(group, name, count),
+            self._known_or_fetched(group, name, count, committed),
         )
-        return {
-            p: max(0, ends[p] - max(committed.get(p, 0), starts.get(p, 0))) for p in range(count)
-        }
+        return {p: max(0, ends[p] - max(fetched.get(p, 0), starts.get(p, 0))) for p in range(count)}
+
+    async def _known_or_fetched(
+        self, group: str, name: str, count: int, known: Mapping[int, int] | None
+    ) -> Mapping[int, int]:
+        return known if known is not None else await self._group_offsets(group, name, count)
 
     async def _count(self, name: str, deadline: float, *, fresh: bool = False) -> int:
         """The partition count of an existing topic (cached); ``NotFound`` if absent."""
@@ -343,7 +350,7 @@ class KafkaSegmentStore(AsyncResource):
 
     async def _group_offsets(self, group: str, name: str, count: int) -> dict[int, int]:
         return await retrying(
-            lambda: group_offsets(self._admin, group, name, count, self._timeout),
+            lambda: self._groups.committed(group, name, count, self._timeout),
             timeout=self._timeout,
             what=f"committed positions of {group} on {name}",
         )

@@ -40,7 +40,7 @@ import contextlib
 import itertools
 import math
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -287,9 +287,12 @@ class PulsarSegmentStore(AsyncResource):
                 out[p] = _read_position(str(cursor[group].get("readPosition", "")))
         return out
 
-    async def backlog(self, name: str, group: str) -> dict[int, int]:
+    async def backlog(
+        self, name: str, group: str, committed: Mapping[int, int] | None = None
+    ) -> dict[int, int]:
         """The broker's ``msgBacklog`` of ``group``'s cursor per partition; where ``group``
-        never committed, the entries the managed ledger holds (a batch counts once there)."""
+        never committed, the entries the managed ledger holds (a batch counts once there).
+        The cursor's stats come with the call, so ``committed`` is not needed here."""
         count = await self._count(name)
         stats, internal = await asyncio.gather(
             self._admin.partitioned_stats(name), self._admin.partitioned_internal_stats(name)

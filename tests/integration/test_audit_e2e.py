@@ -144,6 +144,8 @@ async def test_audit_after_a_worker_kill_reports_no_loss_and_the_exact_duplicate
                     }
                     print(f"delivered {counts} of {expected}; held now {held}")
                     print(f"live workers {live}; assignments {plan}")
+                    # None: running; a negative number: the signal that ended it (-11 SIGSEGV)
+                    print(f"survivor exit code {survivor.proc.poll()}")
                     print("zookeeper:", *real_services.expired_sessions(), sep="\n  ")
                     print(f"survivor log:\n{survivor.log.read_text()[-3000:]}")
                     raise

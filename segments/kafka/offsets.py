@@ -1,0 +1,110 @@
+"""Committed offsets of a consumer group, read through a consumer *of that group*.
+
+Why not the AdminClient's ``list_consumer_group_offsets``: when the broker answers it with a
+group-level error that asks the client to find the coordinator again (``NOT_COORDINATOR``,
+``COORDINATOR_NOT_AVAILABLE``), librdkafka hands that re-query to the client's own consumer
+group, and an AdminClient has none: it dereferences NULL and the whole process dies with
+SIGSEGV in thread ``rdk:main`` (librdkafka 2.16 still does; upstream
+confluentinc/librdkafka#5040, fix proposed in #5318). A fresh broker answers so while it loads
+``__consumer_offsets``: one run in three died in ``scripts``' reproduction, and a delivery worker
+taking over a subscription died that way in CI. A consumer with ``group.id`` set owns that
+group, so the same answer makes it look the coordinator up and retry. It never subscribes,
+so it never joins the group or disturbs anyone's commits.
+
+Consumers are kept per group, least recently used evicted (each holds a few librdkafka
+threads and a connection), and used one call at a time under their own lock, on threads of
+their own: a blocking ``committed()`` waits for the coordinator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from .config import KafkaSettings
+from .errors import translate
+
+CACHE_SIZE = 8  # groups whose consumer is kept; commits and status read a handful at once
+THREADS = 4
+
+
+class _GroupReader:
+    """One consumer of ``group``, created on first use."""
+
+    def __init__(self, settings: KafkaSettings, group: str) -> None:
+        self._settings = settings
+        self._group = group
+        self._lock = threading.Lock()
+        self._consumer: Any = None
+        self._closed = False
+
+    def committed(self, topic: str, partitions: int, timeout: float) -> dict[int, int] | None:
+        """What the group committed on ``topic`` (never committed: absent); None if closed."""
+        with self._lock:
+            if self._closed:
+                return None
+            if self._consumer is None:
+                self._consumer = Consumer({**self._settings.consumer(), "group.id": self._group})
+            wanted = [TopicPartition(topic, p) for p in range(partitions)]
+            try:
+                got = self._consumer.committed(wanted, timeout=timeout)
+            except KafkaException as exc:
+                raise translate(exc, f"committed positions of {self._group} on {topic}") from exc
+        out: dict[int, int] = {}
+        for tp in got:
+            if tp.error is not None:
+                raise translate(tp.error, f"committed positions of {self._group} on {topic}")
+            if tp.offset >= 0:
+                out[tp.partition] = int(tp.offset)
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
+
+
+class GroupOffsets:
+    """The group readers of one store (see the module doc)."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self._settings = settings
+        self._readers: OrderedDict[str, _GroupReader] = OrderedDict()
+        self._executor = ThreadPoolExecutor(THREADS, thread_name_prefix="httpbus-kafka-group")
+
+    async def committed(
+        self, group: str, topic: str, partitions: int, timeout: float
+    ) -> dict[int, int]:
+        """What ``group`` committed on ``topic``, per partition (never committed: absent)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            reader = self._reader(group)
+            got = await loop.run_in_executor(
+                self._executor, reader.committed, topic, partitions, timeout
+            )
+            if got is not None:
+                return got
+
+    def _reader(self, group: str) -> _GroupReader:
+        reader = self._readers.get(group)
+        if reader is None:
+            reader = self._readers[group] = _GroupReader(self._settings, group)
+        self._readers.move_to_end(group)
+        while len(self._readers) > CACHE_SIZE:
+            _, evicted = self._readers.popitem(last=False)
+            self._executor.submit(evicted.close)
+        return reader
+
+    async def close(self) -> None:
+        readers = list(self._readers.values())
+        self._readers.clear()
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(self._executor, r.close) for r in readers))
+        self._executor.shutdown(wait=False)

@@ -121,12 +121,19 @@ class Server:
         return self.proc.pid
 
     def cpu_seconds(self) -> float:
-        """CPU time (user + system, all threads) used so far; NaN where /proc is missing."""
-        try:
-            fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
-        except OSError:
+        """CPU time (user + system, all threads) used so far by the server and every process
+        of its session (the children of ``--processes N``); NaN where /proc is missing."""
+        if not Path(f"/proc/{self.pid}/stat").exists():
             return math.nan
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        ticks = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rpartition(")")[2].split()
+            except OSError:  # ended meanwhile
+                continue
+            if int(fields[3]) == self.pid:  # its session: started with start_new_session
+                ticks += int(fields[11]) + int(fields[12])
+        return ticks / os.sysconf("SC_CLK_TCK")
 
     def settle(self, timeout_s: float = 30.0, busy: float = 0.05, window_s: float = 0.5) -> float:
         """Wait (bounded) until the server uses under ``busy`` of a core, so what an earlier

@@ -128,7 +128,11 @@ class Bench:
                 self.server("control-plane", "-m", "control_plane", "--config", control_yaml)
             )
             producer = stack.enter_context(
-                self.server("producer", "-m", "producer_api", "--config", producer_yaml)
+                self.server(
+                    "producer",
+                    *("-m", "producer_api", "--config", producer_yaml),
+                    *("--processes", str(self.args.processes)),
+                )
             )
             admin = stack.enter_context(
                 httpx.Client(
@@ -438,6 +442,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--size", type=int, default=1024, help="message size in bytes")
     p.add_argument("--batch", type=int, default=100, help="messages per batch request")
     p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--processes", default="1", help="the producer's processes (N or auto)")
     p.add_argument("--load", choices=["wrk", "httpx"], default="wrk", help="load generator")
     p.add_argument("--linger-ms", type=int, default=1, help="the Kafka cluster's linger_ms")
     p.add_argument("--py-spy", action="store_true", help="profile every run (py-spy)")

@@ -125,10 +125,11 @@ def default_member_id(role: str) -> str:
 
 
 def service_args(
-    prog: str, description: str, argv: list[str] | None = None
+    prog: str, description: str, argv: list[str] | None = None, *, processes: bool = False
 ) -> tuple[Path | None, dict[str, Any]]:
     """The command line every service's ``__main__`` takes: ``--config`` (default
-    ``$HTTPBUS_CONFIG``), ``--host``, ``--port``; returns the file and the overrides."""
+    ``$HTTPBUS_CONFIG``), ``--host``, ``--port`` (and ``--processes`` where ``processes``);
+    returns the file and the overrides."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument(
         "--config",
@@ -138,6 +139,15 @@ def service_args(
     )
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
+    if processes:
+        parser.add_argument(
+            "--processes", help="processes serving the port: a number, or auto (one per core)"
+        )
     args = parser.parse_args(argv)
-    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    given = (
+        ("host", args.host),
+        ("port", args.port),
+        ("processes", getattr(args, "processes", None)),
+    )
+    overrides = {k: v for k, v in given if v is not None}
     return args.config, overrides

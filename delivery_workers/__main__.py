@@ -1,12 +1,11 @@
-"""``python -m delivery_workers [--config FILE] [--host H] [--port P]``."""
+"""``python -m delivery_workers [--config FILE] [--host H] [--port P] [--processes N|auto]``."""
 
 from __future__ import annotations
 
 import logging
 
-import uvicorn
-
 from core.http_server import uvicorn_options
+from core.prefork import Slot, member_of, resolve_processes, serve
 from core.settings import service_args
 
 from .app import create_app
@@ -15,19 +14,28 @@ from .settings import WorkerSettings
 
 def main(argv: list[str] | None = None) -> None:
     config, overrides = service_args(
-        "python -m delivery_workers", "The httpbus delivery worker.", argv
+        "python -m delivery_workers", "The httpbus delivery worker.", argv, processes=True
     )
     settings = WorkerSettings.load(config, **overrides)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    uvicorn.run(
-        create_app(settings),
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
+    options = {
+        "loop": "uvloop",
+        "log_level": "warning",
+        "access_log": False,
+        **uvicorn_options(settings.http_server),
+    }
+    serve(
+        lambda slot: create_app(_for(settings, slot), slot=slot),
         host=settings.host,
         port=settings.port,
-        loop="uvloop",
-        log_level="warning",
-        access_log=False,
-        **uvicorn_options(settings.http_server),
+        processes=resolve_processes(settings.processes),
+        options=options,
     )
+
+
+def _for(settings: WorkerSettings, slot: Slot | None) -> WorkerSettings:
+    return settings.model_copy(update={"member_id": member_of(settings.member_id, slot)})
 
 
 if __name__ == "__main__":

@@ -22,8 +22,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from core import telemetry
+from core import metrics_group, telemetry
 from core.errors import HttpbusError
+from core.metrics_group import LOCAL
+from core.prefork import Slot
 from core.version import VERSION
 from metastore.config import open_metastore
 from metastore.protocol import MetaStore
@@ -175,9 +177,11 @@ def create_app(
     *,
     metastore: MetaStore | None = None,
     stores: dict[str, SegmentStore] | None = None,
+    slot: Slot | None = None,
 ) -> Starlette:
     """The worker service; ``metastore`` and ``stores`` are opened from ``settings`` unless
-    given (already started) by the caller."""
+    given (already started) by the caller; ``slot``: which process of a group
+    (:mod:`core.prefork`) this is, whose ``/metrics`` answers for all of them."""
     telemetry.setup("worker")  # spans, if OTEL_EXPORTER_OTLP_ENDPOINT says so
 
     @asynccontextmanager
@@ -210,7 +214,7 @@ def create_app(
             app.state.worker, app.state.registry = worker, registry
             yield
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/healthz", _healthz),
             Route("/readyz", _readyz),
@@ -218,6 +222,8 @@ def create_app(
         ],
         lifespan=lifespan,
     )
+    app.state.slot = slot
+    return app
 
 
 def _member_data(settings: WorkerSettings) -> bytes:
@@ -254,4 +260,8 @@ async def _readyz(request: Request) -> Response:
 
 async def _metrics(request: Request) -> Response:
     registry: CollectorRegistry = request.app.state.registry
-    return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
+    body = generate_latest(registry)
+    slot: Slot | None = request.app.state.slot
+    if slot is not None and LOCAL not in request.query_params:
+        body = await metrics_group.gather(body, slot)
+    return Response(body, media_type="text/plain; version=0.0.4")

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from core.endpoint_policy import EndpointPolicy
 from core.http_server import HttpServerLimits
+from core.prefork import Processes
 from core.settings import SettingsBase, default_member_id
 from metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
 from segments.config import AuditConfig, ClusterConfig, EmbeddedClusterConfig
@@ -24,6 +25,10 @@ class WorkerSettings(SettingsBase):
     metastore: MetaStoreConfig = EmbeddedMetaStoreConfig()
     clusters: dict[str, ClusterConfig] = Field(default_factory=_embedded_only)
     audit: AuditConfig = AuditConfig()
+    processes: Processes = Field(
+        default=1,
+        description="processes serving the port, each a member of its own (auto: one per core)",
+    )
     member_id: str = Field(
         default_factory=lambda: default_member_id("worker"),
         description="its name in the group of workers (unique per process)",

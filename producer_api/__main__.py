@@ -1,12 +1,11 @@
-"""``python -m producer_api [--config FILE] [--host H] [--port P]``."""
+"""``python -m producer_api [--config FILE] [--host H] [--port P] [--processes N|auto]``."""
 
 from __future__ import annotations
 
 import gc
 
-import uvicorn
-
 from core.http_server import uvicorn_options
+from core.prefork import Slot, member_of, resolve_processes, serve
 from core.settings import service_args
 
 from .app import create_app
@@ -15,28 +14,35 @@ from .settings import ProducerSettings
 
 def main(argv: list[str] | None = None) -> None:
     config, overrides = service_args(
-        "python -m producer_api", "The httpbus producer service.", argv
+        "python -m producer_api", "The httpbus producer service.", argv, processes=True
     )
     settings = ProducerSettings.load(config, **overrides)
-    app = create_app(settings)
     # A batch makes a dozen short-lived objects per message, so the default GC ran a young
     # collection every few hundred messages and full ones over every module and class:
     # a quarter of the batch path's CPU (measured). Startup objects are frozen out of the
     # collector and the young generation is collected less often; cycles still get collected.
     gc.freeze()
     gc.set_threshold(50_000, 50, 1_000)
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        loop="uvloop",
-        log_level="warning",
-        access_log=False,
+    options = {
+        "loop": "uvloop",
+        "log_level": "warning",
+        "access_log": False,
         # The service does not use the client's address: no per-request X-Forwarded-* work.
-        proxy_headers=False,
+        "proxy_headers": False,
         # httptools, with a request-header size limit and header/body read timeouts.
         **uvicorn_options(settings.http_server),
+    }
+    serve(
+        lambda slot: create_app(_for(settings, slot), slot=slot),
+        host=settings.host,
+        port=settings.port,
+        processes=resolve_processes(settings.processes),
+        options=options,
     )
+
+
+def _for(settings: ProducerSettings, slot: Slot | None) -> ProducerSettings:
+    return settings.model_copy(update={"member_id": member_of(settings.member_id, slot)})
 
 
 if __name__ == "__main__":

@@ -11,8 +11,10 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import PlainTextResponse
 
-from core import http_errors, telemetry
+from core import http_errors, metrics_group, telemetry
 from core.errors import HttpbusError, MetaStoreUnavailable
+from core.metrics_group import LOCAL
+from core.prefork import Slot
 from core.version import VERSION
 from metastore.catalog import Catalog
 from metastore.config import open_metastore
@@ -40,9 +42,11 @@ def create_app(
     *,
     metastore: MetaStore | None = None,
     stores: dict[str, SegmentStore] | None = None,
+    slot: Slot | None = None,
 ) -> ProducerASGI:
     """Build the producer service; ``metastore`` and ``stores`` are opened from
-    ``settings`` unless given (already started) by the caller."""
+    ``settings`` unless given (already started) by the caller; ``slot``: which process of a
+    group (:mod:`core.prefork`) this is, whose ``/metrics`` answers for all of them."""
     telemetry.setup("producer")  # spans, if OTEL_EXPORTER_OTLP_ENDPOINT says so
 
     @asynccontextmanager
@@ -101,6 +105,7 @@ def create_app(
             yield
 
     app = FastAPI(title="httpbus producer", version=VERSION, lifespan=lifespan)
+    app.state.slot = slot
     http_errors.install(app)
     _routes(app)
     return ProducerASGI(app)
@@ -166,4 +171,8 @@ def _routes(app: FastAPI) -> None:
     )
     async def metrics(request: Request) -> Response:
         service: Service = request.app.state.service
-        return Response(service.metrics.render(), media_type="text/plain; version=0.0.4")
+        body = service.metrics.render()
+        slot: Slot | None = request.app.state.slot
+        if slot is not None and LOCAL not in request.query_params:
+            body = await metrics_group.gather(body, slot)
+        return Response(body, media_type="text/plain; version=0.0.4")

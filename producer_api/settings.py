@@ -7,6 +7,7 @@ from typing import ClassVar
 from pydantic import Field, SecretStr
 
 from core.http_server import HttpServerLimits
+from core.prefork import Processes
 from core.settings import SettingsBase, default_member_id
 from metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
 from segments.config import AuditConfig, ClusterConfig, EmbeddedClusterConfig
@@ -24,6 +25,10 @@ class ProducerSettings(SettingsBase):
     metastore: MetaStoreConfig = EmbeddedMetaStoreConfig()
     clusters: dict[str, ClusterConfig] = Field(default_factory=_embedded_only)
     audit: AuditConfig = AuditConfig()
+    processes: Processes = Field(
+        default=1,
+        description="processes serving the port, each a member of its own (auto: one per core)",
+    )
     member_id: str = Field(
         default_factory=lambda: default_member_id("producer"),
         description="its name among the producers of a cutover (unique per process)",

@@ -131,6 +131,7 @@ component's `config` map on top. Keys are exactly the settings fields (snake_cas
 {{- $c := dict
     "host" "0.0.0.0"
     "port" (int .Values.producer.port)
+    "processes" .Values.producer.processes
     "metastore" (include "httpbus.metastore" . | fromYaml)
     "clusters" (include "httpbus.clusters" . | fromYaml)
     "audit" (include "httpbus.auditTrail" . | fromYaml) -}}
@@ -141,6 +142,7 @@ component's `config` map on top. Keys are exactly the settings fields (snake_cas
 {{- $c := dict
     "host" "0.0.0.0"
     "port" (int .Values.worker.port)
+    "processes" .Values.worker.processes
     "metastore" (include "httpbus.metastore" . | fromYaml)
     "clusters" (include "httpbus.clusters" . | fromYaml)
     "audit" (include "httpbus.auditTrail" . | fromYaml) -}}

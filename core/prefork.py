@@ -35,10 +35,10 @@ import signal
 import socket
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol, Self, TypeVar
 
 import uvicorn
 from pydantic import Field
@@ -94,6 +94,38 @@ def member_of(member_id: str, slot: Slot | None) -> str:
 
 
 AppFactory = Callable[[Slot | None], Any]
+
+
+class ServiceSettings(Protocol):
+    """What :func:`serve_service` reads of a service's settings."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def processes(self) -> int | Literal["auto"]: ...
+    @property
+    def member_id(self) -> str: ...
+
+    def model_copy(
+        self, *, update: Mapping[str, Any] | None = None, deep: bool = False
+    ) -> Self: ...
+
+
+S = TypeVar("S", bound=ServiceSettings)
+
+
+def serve_service(create_app: Callable[..., Any], settings: S, options: dict[str, Any]) -> None:
+    """:func:`serve` a service's ``create_app(settings, slot=slot)`` on its host, port and
+    processes, each process with its own member id (:func:`member_of`)."""
+
+    def make_app(slot: Slot | None) -> Any:
+        own = settings.model_copy(update={"member_id": member_of(settings.member_id, slot)})
+        return create_app(own, slot=slot)
+
+    processes = resolve_processes(settings.processes)
+    serve(make_app, host=settings.host, port=settings.port, processes=processes, options=options)
 
 
 def serve(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 
 from core.http_server import uvicorn_options
-from core.prefork import Slot, member_of, resolve_processes, serve
+from core.prefork import serve_service
 from core.settings import service_args
 
 from .app import create_app
@@ -32,17 +32,7 @@ def main(argv: list[str] | None = None) -> None:
         # httptools, with a request-header size limit and header/body read timeouts.
         **uvicorn_options(settings.http_server),
     }
-    serve(
-        lambda slot: create_app(_for(settings, slot), slot=slot),
-        host=settings.host,
-        port=settings.port,
-        processes=resolve_processes(settings.processes),
-        options=options,
-    )
-
-
-def _for(settings: ProducerSettings, slot: Slot | None) -> ProducerSettings:
-    return settings.model_copy(update={"member_id": member_of(settings.member_id, slot)})
+    serve_service(create_app, settings, options)
 
 
 if __name__ == "__main__":

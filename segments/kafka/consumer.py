@@ -18,8 +18,9 @@ import asyncio
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from confluent_kafka import (
     Consumer,
@@ -35,20 +36,38 @@ from ..protocol import Stored
 from .config import KafkaSettings
 from .errors import resolve, translate
 
+K = TypeVar("K")
+R = TypeVar("R", bound="GuardedConsumer")
+
 _OUT_OF_RANGE = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
 
 
-class _Reader:
+class GuardedConsumer:
+    """A librdkafka consumer made on first use, used by one thread at a time under
+    ``_lock``; once closed, users get None instead of it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._consumer: Any = None
+        self._closed = False
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
+
+
+class _Reader(GuardedConsumer):
     """One assign-only consumer of one partition, created on first use."""
 
     def __init__(self, settings: KafkaSettings, topic: str, partition: int) -> None:
+        super().__init__()
         self._settings = settings
         self._topic = topic
         self._partition = partition
-        self._lock = threading.Lock()
-        self._consumer: Any = None
         self._next: int | None = None  # where the assigned fetch stands
-        self._closed = False
 
     def read(self, start: int, max_records: int, timeout: float) -> list[Stored] | None:
         """Up to ``max_records`` messages from ``start`` on; None if this reader was closed."""
@@ -111,13 +130,6 @@ class _Reader:
         self._next = low
         return True
 
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            consumer.close()
-
 
 def _stored(msg: Any) -> Stored:
     headers = tuple((k, v if v is not None else b"") for k, v in (msg.headers() or ()))
@@ -131,15 +143,39 @@ def _stored(msg: Any) -> Stored:
     )
 
 
-class PartitionReaders:
+class ConsumerCache(Generic[K, R]):
+    """Guarded consumers by key, least recently used evicted past ``size``, and the threads
+    their blocking calls run on."""
+
+    def __init__(self, size: int, threads: int, name: str) -> None:
+        self._size = size
+        self._readers: OrderedDict[K, R] = OrderedDict()
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix=name)
+
+    def _get(self, key: K, make: Callable[[], R]) -> R:
+        reader = self._readers.get(key)
+        if reader is None:
+            reader = self._readers[key] = make()
+        self._readers.move_to_end(key)
+        while len(self._readers) > self._size:
+            _, evicted = self._readers.popitem(last=False)
+            self._executor.submit(evicted.close)
+        return reader
+
+    async def close(self) -> None:
+        readers = list(self._readers.values())
+        self._readers.clear()
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(self._executor, r.close) for r in readers))
+        self._executor.shutdown(wait=False)
+
+
+class PartitionReaders(ConsumerCache[tuple[str, int], _Reader]):
     """The cache of readers of one store, and the threads their blocking polls run on."""
 
     def __init__(self, settings: KafkaSettings) -> None:
+        super().__init__(settings.reader_cache_size, settings.reader_threads, "httpbus-kafka-read")
         self._settings = settings
-        self._readers: OrderedDict[tuple[str, int], _Reader] = OrderedDict()
-        self._executor = ThreadPoolExecutor(
-            settings.reader_threads, thread_name_prefix="httpbus-kafka-read"
-        )
 
     async def read(
         self, topic: str, partition: int, start: int, max_records: int, timeout: float
@@ -148,35 +184,19 @@ class PartitionReaders:
         first one."""
         loop = asyncio.get_running_loop()
         while True:
-            reader = self._reader(topic, partition)
+            reader = self._get(
+                (topic, partition), lambda: _Reader(self._settings, topic, partition)
+            )
             got = await loop.run_in_executor(
                 self._executor, reader.read, start, max(1, max_records), max(0.0, timeout)
             )
             if got is not None:
                 return got
 
-    def _reader(self, topic: str, partition: int) -> _Reader:
-        key = (topic, partition)
-        reader = self._readers.get(key)
-        if reader is None:
-            reader = self._readers[key] = _Reader(self._settings, topic, partition)
-        self._readers.move_to_end(key)
-        while len(self._readers) > self._settings.reader_cache_size:
-            _, evicted = self._readers.popitem(last=False)
-            self._executor.submit(evicted.close)
-        return reader
-
     def forget(self, topic: str) -> None:
         """Close the readers of ``topic`` (deleted)."""
         for key in [k for k in self._readers if k[0] == topic]:
             self._executor.submit(self._readers.pop(key).close)
-
-    async def close(self) -> None:
-        readers = list(self._readers.values())
-        self._readers.clear()
-        loop = asyncio.get_running_loop()
-        await asyncio.gather(*(loop.run_in_executor(self._executor, r.close) for r in readers))
-        self._executor.shutdown(wait=False)
 
 
 async def end_offsets(admin: Any, topic: str, partitions: int, timeout: float) -> dict[int, int]:

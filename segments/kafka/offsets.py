@@ -19,29 +19,24 @@ their own: a blocking ``committed()`` waits for the coordinator.
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from .config import KafkaSettings
+from .consumer import ConsumerCache, GuardedConsumer
 from .errors import translate
 
 CACHE_SIZE = 8  # groups whose consumer is kept; commits and status read a handful at once
 THREADS = 4
 
 
-class _GroupReader:
+class _GroupReader(GuardedConsumer):
     """One consumer of ``group``, created on first use."""
 
     def __init__(self, settings: KafkaSettings, group: str) -> None:
+        super().__init__()
         self._settings = settings
         self._group = group
-        self._lock = threading.Lock()
-        self._consumer: Any = None
-        self._closed = False
 
     def committed(self, topic: str, partitions: int, timeout: float) -> dict[int, int] | None:
         """What the group committed on ``topic`` (never committed: absent); None if closed."""
@@ -63,21 +58,13 @@ class _GroupReader:
                 out[tp.partition] = int(tp.offset)
         return out
 
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            consumer.close()
 
-
-class GroupOffsets:
+class GroupOffsets(ConsumerCache[str, _GroupReader]):
     """The group readers of one store (see the module doc)."""
 
     def __init__(self, settings: KafkaSettings) -> None:
+        super().__init__(CACHE_SIZE, THREADS, "httpbus-kafka-group")
         self._settings = settings
-        self._readers: OrderedDict[str, _GroupReader] = OrderedDict()
-        self._executor = ThreadPoolExecutor(THREADS, thread_name_prefix="httpbus-kafka-group")
 
     async def committed(
         self, group: str, topic: str, partitions: int, timeout: float
@@ -85,26 +72,9 @@ class GroupOffsets:
         """What ``group`` committed on ``topic``, per partition (never committed: absent)."""
         loop = asyncio.get_running_loop()
         while True:
-            reader = self._reader(group)
+            reader = self._get(group, lambda: _GroupReader(self._settings, group))
             got = await loop.run_in_executor(
                 self._executor, reader.committed, topic, partitions, timeout
             )
             if got is not None:
                 return got
-
-    def _reader(self, group: str) -> _GroupReader:
-        reader = self._readers.get(group)
-        if reader is None:
-            reader = self._readers[group] = _GroupReader(self._settings, group)
-        self._readers.move_to_end(group)
-        while len(self._readers) > CACHE_SIZE:
-            _, evicted = self._readers.popitem(last=False)
-            self._executor.submit(evicted.close)
-        return reader
-
-    async def close(self) -> None:
-        readers = list(self._readers.values())
-        self._readers.clear()
-        loop = asyncio.get_running_loop()
-        await asyncio.gather(*(loop.run_in_executor(self._executor, r.close) for r in readers))
-        self._executor.shutdown(wait=False)

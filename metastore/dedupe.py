@@ -1,0 +1,217 @@
+"""Idempotent publish: the message ids a topic accepted within its dedupe window, shared by
+every producer process through the metastore (docs/producing.md, "Idempotent publish").
+
+Time is cut into buckets as long as the window ``W``. An id claimed at time ``now`` is
+written to two nodes, in its bucket ``B = now // W * W`` and in the next one ``B + W``, in
+one transaction (:func:`metastore.paths.dedupe_id`). A later publish of the same id within
+``W`` falls in bucket ``B`` or ``B + W`` and its own transaction creates the node that is
+already there, so it fails: of two processes racing with the same id, **exactly one
+transaction succeeds**, whatever their buckets. Lookups never read older buckets, so a
+bucket older than the previous one is deleted whole (:meth:`DedupeStore.sweep`), never
+node by node by age.
+
+A claim is *pending* (owned by a producer, written before the storage write) until
+:meth:`DedupeStore.record` stores the message's place in it, or :meth:`DedupeStore.release`
+deletes it when the write failed. A publish that finds a pending claim waits for it (up to
+``wait_s``, then ``DuplicateInFlight``, 503), or takes it over at once if its owner is no
+live producer any more (a crashed process; a compare-and-set, so one taker wins).
+
+    store = DedupeStore(metastore, member_id="producer-1")
+    found = await store.claim("shop", "orders", "order-42", window_ms=600_000, now_ms=now)
+    if isinstance(found, Original):
+        ...  # answer 200, duplicate, with found.segment / partition / position
+    else:
+        written = await write(...)
+        await store.record(found, written.segment_id, written.partition, written.position)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+from core.errors import (
+    AlreadyExists,
+    DuplicateInFlight,
+    HttpbusError,
+    NotFound,
+    VersionConflict,
+)
+
+from . import paths
+from .protocol import Create, Delete, MetaStore, Node, Op, Update
+
+log = logging.getLogger(__name__)
+PRODUCERS = "producers"  # the membership group of producer processes (producer_api.app)
+
+
+@dataclass(frozen=True, slots=True)
+class Original:
+    """Where the first publish of an id was stored."""
+
+    message_id: str
+    segment: int
+    partition: int
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """This process owns the id's two nodes, at these versions, until it records or
+    releases them."""
+
+    message_id: str
+    nodes: tuple[tuple[str, int], ...]
+    at_ms: int
+
+
+class DedupeStore:
+    def __init__(
+        self,
+        store: MetaStore,
+        member_id: str,
+        *,
+        wait_s: float = 5.0,
+        poll_s: float = 0.02,
+    ) -> None:
+        self.store = store
+        self.member_id = member_id
+        self.wait_s = wait_s
+        self.poll_s = poll_s
+        self._swept: dict[tuple[str, str], int] = {}
+        self._sweeps: set[asyncio.Task[int]] = set()
+
+    async def claim(
+        self, project: str, topic: str, message_id: str, window_ms: int, now_ms: int
+    ) -> Claim | Original:
+        """Claim ``message_id`` for a write, or the place of its original if it was stored
+        within ``window_ms``. ``DuplicateInFlight`` if another live producer is still
+        storing it after ``wait_s``."""
+        start = now_ms // window_ms * window_ms
+        self._maybe_sweep(project, topic, start, window_ms)
+        here = paths.dedupe_id(project, topic, start, message_id)
+        after = paths.dedupe_id(project, topic, start + window_ms, message_id)
+        mine = _pending(self.member_id, now_ms)
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            try:
+                await self.store.transaction([Create(here, mine), Create(after, mine)])
+                return Claim(message_id, ((here, 0), (after, 0)), now_ms)
+            except AlreadyExists:
+                pass
+            first, second = await asyncio.gather(self.store.get(here), self.store.get(after))
+            found = first or second
+            if found is None:
+                continue  # released meanwhile: claim again
+            record = json.loads(found.data)
+            expired = record["at"] < now_ms - window_ms
+            if not expired and "s" in record:
+                return Original(message_id, record["s"], record["p"], record["o"])
+            if expired or not await self._live(record["by"]):
+                taken = await self._take_over(((here, first), (after, second)), mine)
+                if taken is not None:
+                    return Claim(message_id, taken, now_ms)
+                continue  # another process took it first: look again
+            if time.monotonic() >= deadline:
+                raise DuplicateInFlight(
+                    f"message {message_id} is being stored by another request; retry",
+                    retry_after=1,
+                )
+            await asyncio.sleep(self.poll_s)
+
+    async def record(self, claim: Claim, segment: int, partition: int, position: int) -> None:
+        """Store the message's place in its claim: later publishes of its id are answered
+        with it. A claim taken over meanwhile (this process was thought dead) is logged:
+        the message may then be stored twice."""
+        data = json.dumps(
+            {"at": claim.at_ms, "by": self.member_id, "s": segment, "p": partition, "o": position}
+        ).encode()
+        ops: list[Op] = [Update(path, data, version) for path, version in claim.nodes]
+        try:
+            await self.store.transaction(ops)
+        except (VersionConflict, NotFound):
+            log.warning("the dedupe claim of %s was taken over before it was recorded", claim)
+
+    async def release(self, claim: Claim) -> None:
+        """Give the id up after a failed write, so a retry may store it."""
+        ops: list[Op] = [Delete(path, version) for path, version in claim.nodes]
+        with contextlib.suppress(HttpbusError):
+            await self.store.transaction(ops)
+
+    async def _take_over(
+        self, nodes: tuple[tuple[str, Node | None], ...], data: bytes
+    ) -> tuple[tuple[str, int], ...] | None:
+        """Replace an expired or orphaned claim with ours: one compare-and-set for both
+        nodes, so of two takers one wins; None if we lost."""
+        ops: list[Op] = [
+            Create(path, data) if node is None else Update(path, data, node.version)
+            for path, node in nodes
+        ]
+        try:
+            await self.store.transaction(ops)
+        except (AlreadyExists, VersionConflict, NotFound):
+            return None
+        return tuple((path, 0 if node is None else node.version + 1) for path, node in nodes)
+
+    async def _live(self, member: str) -> bool:
+        if member == self.member_id:
+            return True
+        return member in await self.store.members(PRODUCERS)
+
+    def _maybe_sweep(self, project: str, topic: str, start: int, window_ms: int) -> None:
+        """Once per bucket and topic in this process, delete the buckets no lookup reads
+        any more (older than the previous one), in the background."""
+        key = (project, topic)
+        if self._swept.get(key) == start:
+            return
+        self._swept[key] = start
+        task = asyncio.create_task(self.sweep(project, topic, start - window_ms))
+        self._sweeps.add(task)
+        task.add_done_callback(self._sweeps.discard)
+
+    async def sweep(self, project: str, topic: str, keep_from_ms: int) -> int:
+        """Delete the topic's buckets that start before ``keep_from_ms``; each under an
+        ephemeral lock, so producers do not delete the same bucket twice. The number
+        deleted here."""
+        deleted = 0
+        try:
+            names = await self.store.children(paths.dedupe_topic(project, topic))
+            for name in names:
+                if not name.isdigit() or int(name) >= keep_from_ms:
+                    continue
+                lock = paths.dedupe_sweep(project, topic, int(name))
+                try:
+                    await self.store.create(lock, b"", ephemeral=True)
+                except AlreadyExists:
+                    continue  # another producer is on it
+                try:
+                    await self._delete_bucket(paths.dedupe_bucket(project, topic, int(name)))
+                    deleted += 1
+                finally:
+                    with contextlib.suppress(HttpbusError):
+                        await self.store.delete(lock)
+        except HttpbusError as exc:  # the next bucket's sweep tries again
+            log.warning("dedupe sweep of %s/%s failed: %s", project, topic, exc)
+        return deleted
+
+    async def _delete_bucket(self, bucket: str) -> None:
+        # Shard by shard: a recursive delete is one multi-op, and a whole bucket's could
+        # pass ZooKeeper's 1 MB request limit.
+        for shard in await self.store.children(bucket):
+            with contextlib.suppress(NotFound):
+                await self.store.delete(f"{bucket}/{shard}", recursive=True)
+        with contextlib.suppress(NotFound):
+            await self.store.delete(bucket, recursive=True)
+
+    async def aclose(self) -> None:
+        for task in list(self._sweeps):
+            task.cancel()
+        await asyncio.gather(*self._sweeps, return_exceptions=True)
+
+
+def _pending(member_id: str, now_ms: int) -> bytes:
+    return json.dumps({"at": now_ms, "by": member_id}).encode()

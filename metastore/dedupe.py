@@ -198,6 +198,15 @@ class DedupeStore:
             log.warning("dedupe sweep of %s/%s failed: %s", project, topic, exc)
         return deleted
 
+    async def forget(self, project: str, topic: str) -> None:
+        """Delete every id of a topic (the topic is deleted: a new one of the same name
+        starts with none)."""
+        where = paths.dedupe_topic(project, topic)
+        for name in await self.store.children(where):
+            await self._delete_bucket(f"{where}/{name}")
+        with contextlib.suppress(NotFound):
+            await self.store.delete(where, recursive=True)
+
     async def _delete_bucket(self, bucket: str) -> None:
         # Shard by shard: a recursive delete is one multi-op, and a whole bucket's could
         # pass ZooKeeper's 1 MB request limit.

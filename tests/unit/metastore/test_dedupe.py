@@ -13,6 +13,7 @@ from core.errors import DuplicateInFlight
 from metastore import paths
 from metastore.dedupe import PRODUCERS, Claim, DedupeStore, Original
 from metastore.embedded import EmbeddedMetaStore
+from tests.support.until import until
 
 P, T, W = "shop", "orders", 60_000
 NOW = 1_000_000_000_000
@@ -98,11 +99,34 @@ async def test_a_pending_claim_of_a_dead_producer_is_taken_over(tmp_path: Path) 
 async def test_the_sweep_deletes_buckets_no_lookup_reads(tmp_path: Path) -> None:
     async with EmbeddedMetaStore(str(tmp_path / "m.db")) as meta:
         store = DedupeStore(meta, "p1")
-        for k in range(4):
+        for k in range(4):  # each new bucket starts a sweep in the background
             found = await store.claim(P, T, f"id-{k}", W, NOW + k * W)
             assert isinstance(found, Claim)
-        await store.aclose()  # the background sweeps, if any, end
         start = (NOW + 3 * W) // W * W
-        await store.sweep(P, T, start - W)
-        left = [int(n) for n in await meta.children(paths.dedupe_topic(P, T))]
-        assert min(left) >= start - W and start in left
+
+        async def swept() -> bool:
+            left = [int(n) for n in await meta.children(paths.dedupe_topic(P, T))]
+            return min(left) >= start - W and start in left
+
+        await until(swept, timeout=10, what="the buckets older than the previous one deleted")
+        await store.aclose()
+
+
+async def test_deleting_the_topic_forgets_its_ids(tmp_path: Path) -> None:
+    from core.model import Project, Topic
+    from metastore.catalog import Catalog
+    from tests.support.world import segment
+
+    async with EmbeddedMetaStore(str(tmp_path / "m.db")) as meta:
+        catalog = Catalog(meta)
+        await catalog.create_project(Project(name=P))
+        topic = Topic(project=P, name=T, dedupe_window="1m")
+        await catalog.create_topic(topic, segment("embedded", storage=T))
+        store = DedupeStore(meta, "p1")
+        claim = await store.claim(P, T, "id", W, NOW)
+        assert isinstance(claim, Claim)
+        await store.record(claim, 1, 0, 0)
+        await catalog.delete_topic(P, T)
+        assert await meta.children(paths.dedupe_topic(P, T)) == []
+        await catalog.create_topic(topic, segment("embedded", storage=T))
+        assert isinstance(await store.claim(P, T, "id", W, NOW), Claim)

@@ -14,7 +14,8 @@ A claim is *pending* (owned by a producer, written before the storage write) unt
 :meth:`DedupeStore.record` stores the message's place in it, or :meth:`DedupeStore.release`
 deletes it when the write failed. A publish that finds a pending claim waits for it (up to
 ``wait_s``, then ``DuplicateInFlight``, 503), or takes it over at once if its owner is no
-live producer any more (a crashed process; a compare-and-set, so one taker wins).
+live producer any more (a crashed process) or it is older than ``stale_s`` (a publish never
+takes that long); a compare-and-set, so one taker wins.
 
     store = DedupeStore(metastore, member_id="producer-1")
     found = await store.claim("shop", "orders", "order-42", window_ms=600_000, now_ms=now)
@@ -69,6 +70,72 @@ class Claim:
     at_ms: int
 
 
+class _Coalescer:
+    """Transactions of concurrent publishes joined into one multi-op (at most ``parallel``
+    in flight, each of at most ``max_ops`` ops): under load a few round trips to the
+    metastore carry many claims. Alone, a transaction goes at once, as it is. When a joint
+    transaction fails (an id was claimed already: the usual duplicate), each of its parts
+    is tried again alone, concurrently, so each gets its own outcome."""
+
+    def __init__(self, store: MetaStore, parallel: int = 4, max_ops: int = 256) -> None:
+        self.store = store
+        self.parallel = parallel
+        self.max_ops = max_ops
+        self._queue: list[tuple[list[Op], asyncio.Future[None]]] = []
+        self._running = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def transaction(self, ops: list[Op]) -> None:
+        done = asyncio.get_running_loop().create_future()
+        self._queue.append((ops, done))
+        if self._running < self.parallel:
+            self._running += 1
+            task = asyncio.create_task(self._drain())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        await done
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue:
+                group: list[tuple[list[Op], asyncio.Future[None]]] = []
+                size = 0
+                while self._queue and (not group or size + len(self._queue[0][0]) <= self.max_ops):
+                    ops, done = self._queue.pop(0)
+                    group.append((ops, done))
+                    size += len(ops)
+                await self._apply(group)
+        finally:
+            self._running -= 1
+
+    async def _apply(self, group: list[tuple[list[Op], asyncio.Future[None]]]) -> None:
+        if len(group) > 1:
+            try:
+                await self.store.transaction([op for ops, _ in group for op in ops])
+            except HttpbusError:
+                pass  # one part failed (or the store did): each alone below
+            else:
+                for _, done in group:
+                    if not done.done():
+                        done.set_result(None)
+                return
+        outcomes = await asyncio.gather(
+            *(self.store.transaction(ops) for ops, _ in group), return_exceptions=True
+        )
+        for (_, done), outcome in zip(group, outcomes, strict=True):
+            if done.done():
+                continue
+            if isinstance(outcome, BaseException):
+                done.set_exception(outcome)
+            else:
+                done.set_result(None)
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
 class DedupeStore:
     def __init__(
         self,
@@ -77,11 +144,14 @@ class DedupeStore:
         *,
         wait_s: float = 5.0,
         poll_s: float = 0.02,
+        stale_s: float = 60.0,
     ) -> None:
         self.store = store
         self.member_id = member_id
         self.wait_s = wait_s
         self.poll_s = poll_s
+        self.stale_ms = int(stale_s * 1000)
+        self._tx = _Coalescer(store)
         self._swept: dict[tuple[str, str], int] = {}
         self._sweeps: set[asyncio.Task[int]] = set()
 
@@ -99,7 +169,7 @@ class DedupeStore:
         deadline = time.monotonic() + self.wait_s
         while True:
             try:
-                await self.store.transaction([Create(here, mine), Create(after, mine)])
+                await self._tx.transaction([Create(here, mine), Create(after, mine)])
                 return Claim(message_id, ((here, 0), (after, 0)), now_ms)
             except AlreadyExists:
                 pass
@@ -111,7 +181,8 @@ class DedupeStore:
             expired = record["at"] < now_ms - window_ms
             if not expired and "s" in record:
                 return Original(message_id, record["s"], record["p"], record["o"])
-            if expired or not await self._live(record["by"]):
+            stale = record["at"] < now_ms - self.stale_ms  # a publish never takes this long
+            if expired or stale or not await self._live(record["by"]):
                 taken = await self._take_over(((here, first), (after, second)), mine)
                 if taken is not None:
                     return Claim(message_id, taken, now_ms)
@@ -132,7 +203,7 @@ class DedupeStore:
         ).encode()
         ops: list[Op] = [Update(path, data, version) for path, version in claim.nodes]
         try:
-            await self.store.transaction(ops)
+            await self._tx.transaction(ops)
         except (VersionConflict, NotFound):
             log.warning("the dedupe claim of %s was taken over before it was recorded", claim)
 
@@ -140,7 +211,7 @@ class DedupeStore:
         """Give the id up after a failed write, so a retry may store it."""
         ops: list[Op] = [Delete(path, version) for path, version in claim.nodes]
         with contextlib.suppress(HttpbusError):
-            await self.store.transaction(ops)
+            await self._tx.transaction(ops)
 
     async def _take_over(
         self, nodes: tuple[tuple[str, Node | None], ...], data: bytes
@@ -152,7 +223,7 @@ class DedupeStore:
             for path, node in nodes
         ]
         try:
-            await self.store.transaction(ops)
+            await self._tx.transaction(ops)
         except (AlreadyExists, VersionConflict, NotFound):
             return None
         return tuple((path, 0 if node is None else node.version + 1) for path, node in nodes)
@@ -217,6 +288,7 @@ class DedupeStore:
             await self.store.delete(bucket, recursive=True)
 
     async def aclose(self) -> None:
+        await self._tx.aclose()
         for task in list(self._sweeps):
             task.cancel()
         await asyncio.gather(*self._sweeps, return_exceptions=True)

@@ -130,3 +130,12 @@ async def test_deleting_the_topic_forgets_its_ids(tmp_path: Path) -> None:
         assert await meta.children(paths.dedupe_topic(P, T)) == []
         await catalog.create_topic(topic, segment("embedded", storage=T))
         assert isinstance(await store.claim(P, T, "id", W, NOW), Claim)
+
+
+async def test_a_pending_claim_older_than_any_publish_is_taken_over(tmp_path: Path) -> None:
+    async with EmbeddedMetaStore(str(tmp_path / "m.db")) as meta:
+        await meta.join(PRODUCERS, "p1", b"")
+        stuck = await DedupeStore(meta, "p1").claim(P, T, "id", W, NOW)  # never recorded
+        assert isinstance(stuck, Claim)
+        later = DedupeStore(meta, "p2", wait_s=0.2, stale_s=1)
+        assert isinstance(await later.claim(P, T, "id", W, NOW + 1_001), Claim)

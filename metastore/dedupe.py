@@ -154,6 +154,7 @@ class DedupeStore:
         self._tx = _Coalescer(store)
         self._swept: dict[tuple[str, str], int] = {}
         self._sweeps: set[asyncio.Task[int]] = set()
+        self._records: set[asyncio.Task[None]] = set()
 
     async def claim(
         self, project: str, topic: str, message_id: str, window_ms: int, now_ms: int
@@ -206,6 +207,14 @@ class DedupeStore:
             await self._tx.transaction(ops)
         except (VersionConflict, NotFound):
             log.warning("the dedupe claim of %s was taken over before it was recorded", claim)
+
+    def record_soon(self, claim: Claim, segment: int, partition: int, position: int) -> None:
+        """:meth:`record` in the background: the answer to the client does not wait for
+        the metastore's second round trip. Until it lands, a publish of the same id waits
+        for it as for any claim in flight; :meth:`aclose` waits for every one."""
+        task = asyncio.create_task(self.record(claim, segment, partition, position))
+        self._records.add(task)
+        task.add_done_callback(self._records.discard)
 
     async def release(self, claim: Claim) -> None:
         """Give the id up after a failed write, so a retry may store it."""
@@ -288,6 +297,7 @@ class DedupeStore:
             await self.store.delete(bucket, recursive=True)
 
     async def aclose(self) -> None:
+        await asyncio.gather(*self._records, return_exceptions=True)  # before the session ends
         await self._tx.aclose()
         for task in list(self._sweeps):
             task.cancel()

@@ -123,7 +123,7 @@ class Publisher:
                 await asyncio.shield(self.dedupe.release(claim))
             raise
         if claim is not None and self.dedupe is not None:
-            await self.dedupe.record(claim, written.segment_id, written.partition, written.position)
+            self.dedupe.record_soon(claim, written.segment_id, written.partition, written.position)
         return self._accepted(topic, parsed, written, len(draft.payload), now_ms, started_ns)
 
     async def publish_many(
@@ -262,16 +262,15 @@ class Publisher:
         outcomes: Sequence[Written | Exception | None] = (
             [None] * len(claims) if written is None else written
         )
-        await asyncio.gather(
-            *(
-                dedupe.record(claim, w.segment_id, w.partition, w.position)
-                if isinstance(w, Written)
-                else dedupe.release(claim)
-                for claim, w in zip(claims, outcomes, strict=True)
-                if claim is not None
-            ),
-            return_exceptions=True,
-        )
+        releases = []
+        for claim, w in zip(claims, outcomes, strict=True):
+            if claim is None:
+                continue
+            if isinstance(w, Written):
+                dedupe.record_soon(claim, w.segment_id, w.partition, w.position)
+            else:
+                releases.append(dedupe.release(claim))
+        await asyncio.gather(*releases, return_exceptions=True)
 
     def _accepted(
         self,

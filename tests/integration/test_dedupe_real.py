@@ -5,7 +5,8 @@ Three ``python -m producer_api`` processes share a topic with ``dedupe_window``.
 than the first, and some after a producer restart. 1 000 are stored, 1 000 delivered to the
 endpoint, every second publish answered 200 ``"duplicate": true`` with the original's place.
 Then 100 ids are each published through two processes at the same moment: each is stored
-exactly once.
+exactly once; and after a cutover to a new segment, the 1 000 ids published a third time are
+still answered as duplicates, with their places in the first segment.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
+from control_plane.app import create_app as create_control_plane
+from control_plane.settings import ControlPlaneSettings
+from core.model import Subscription
 from tests.support.processes import ProducerProcess
 from tests.support.services import RealServices
 from tests.support.until import until
@@ -29,6 +33,38 @@ pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
 ADMIN = "dedupe-admin-token-0123456789"
 COUNT, RACED = 1_000, 100
 PATH = "/v1/projects/p/topics/t/produce"
+
+
+async def _cutover(world: World) -> str:
+    """Move p/t's produce pointer to a new Kafka segment (the control plane's cutover, every
+    producer taking part); the new segment's storage topic."""
+    settings = ControlPlaneSettings(
+        admin_token=ADMIN,
+        metastore=world.zk,
+        clusters={world.cluster: world.config},
+        default_cluster=world.cluster,
+        member_id="cp-dedupe",
+    )
+    app = create_control_plane(settings, stores=world.stores)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        headers = {"Authorization": f"Bearer {ADMIN}"}
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://cp", headers=headers
+        ) as cp:
+            where = "/v1/projects/p/topics/t/cutover"
+            r = await cp.post(where, json={"cluster": world.cluster, "partitions": 2})
+            assert r.status_code == 202, r.text
+
+            async def done() -> dict[str, Any] | None:
+                doc: dict[str, Any] = (await cp.get(where)).json()
+                return doc if doc.get("phase") in {"COMPLETE", "ROLLED_BACK", "ABORTED"} else None
+
+            doc = await until(done, 90, "the cutover to end")
+            assert doc["phase"] == "COMPLETE", doc
+    topic = await world.catalog.get_topic("p", "t")
+    assert topic.active_segment is not None and topic.active_segment.id == 2
+    return topic.active_segment.storage_topic
 
 
 def _settings(world: World, member: str) -> dict[str, Any]:
@@ -51,17 +87,18 @@ async def test_three_producers_store_each_id_once_and_answer_every_repeat_as_dup
     async with kafka_world(real_services, unique, partitions=4, grouped=False) as world:
         topic = await world.catalog.get_topic("p", "t")
         await world.catalog.update_topic(topic.model_copy(update={"dedupe_window": "10m"}))
+        sub = await subscribe(world)  # from segment 1: it walks to segment 2 after the cutover
         procs = [ProducerProcess(_settings(world, f"dd{i}-{unique}"), tmp_path) for i in range(3)]
         try:
             for proc in procs:
                 proc.start(timeout=60)
-            await _scenario(world, procs)
+            await _scenario(world, procs, sub)
         finally:
             for proc in procs:
                 proc.stop()
 
 
-async def _scenario(world: World, procs: list[ProducerProcess]) -> None:
+async def _scenario(world: World, procs: list[ProducerProcess], sub: Subscription) -> None:
     ids = [f"order-{i:04d}" for i in range(COUNT)]
     limits = httpx.Limits(max_connections=32)
     headers = {"Authorization": f"Bearer {ADMIN}"}
@@ -117,16 +154,23 @@ async def _scenario(world: World, procs: list[ProducerProcess]) -> None:
             )
         assert await _stored(world) == COUNT + RACED
 
-    sub = await subscribe(world)
+        # A cutover to a new segment: the ids are the topic's, not the segment's.
+        new_storage = await _cutover(world)
+        third = await round_of([((i + 2) % 3, mid) for i, mid in enumerate(ids)], b"third")
+        assert [r.json() for r in third] == [{**r.json(), "duplicate": True} for r in first]
+        assert sum((await world.store.end_positions(new_storage)).values()) == 0
+
     async with Running(world, sub) as runner:
         await until(
             lambda: runner.stats.delivered >= COUNT + RACED, 120, "every stored id delivered"
         )
+    await world.store.delete_topic(new_storage)  # the servers are shared: leave nothing
     delivered = Counter(world.hook.delivered())
     assert delivered == Counter(ids + raced)  # each once
     print(
         f"\nfirst round: {COUNT} stored in {first_s:.2f} s; second round: {COUNT} answered "
         f"200 duplicate in {second_s:.2f} s (two producer restarts); stored {stored}; "
-        f"races: {RACED} ids through two processes at once, {RACED} stored; delivered "
+        f"races: {RACED} ids through two processes at once, {RACED} stored; after a "
+        f"cutover to segment 2, {COUNT} answered duplicate again, none stored; delivered "
         f"{sum(delivered.values())} ({len(delivered)} distinct)"
     )

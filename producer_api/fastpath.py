@@ -192,6 +192,8 @@ async def produce_one(
         service.metrics.refused(project, topic, exc.code.code, seen=seen)
         return http_errors.render(exc)
     service.metrics.accepted(project, topic, size, time.perf_counter() - t0)
+    if accepted.duplicate:
+        service.metrics.duplicate(project, topic)
     answer: dict[str, Any] = {
         "message_id": accepted.message_id,
         "segment": accepted.segment,
@@ -322,6 +324,9 @@ async def produce_many(
         return http_errors.render(exc)
     status, accepted, answer = _batch_body(results)
     service.metrics.accepted(project, topic, 0, 0.0, messages=accepted)
+    duplicates = sum(1 for r in results if isinstance(r, Accepted) and r.duplicate)
+    if duplicates:
+        service.metrics.duplicate(project, topic, duplicates)
     return status, {}, answer
 
 

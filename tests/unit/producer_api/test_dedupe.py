@@ -23,6 +23,8 @@ async def test_a_repeated_id_is_answered_with_the_original_and_stored_once(
         assert again.json() == {**first.json(), "duplicate": True}
         assert again.headers["X-Message-Id"] == "m1"
         assert [s.value for s in await env.stored("d")] == [b"a"]
+        metrics = (await env.client.get("/metrics")).text
+        assert 'httpbus_produce_duplicates_total{project="shop",topic="d"} 1.0' in metrics
         # no window: every publish is stored
         for _ in range(2):
             r = await env.client.post(

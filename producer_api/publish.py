@@ -177,7 +177,9 @@ class Publisher:
             )
         gate = self.gates.get((project, name))
         try:
-            if gate is None:
+            if not records:  # nothing left to store (every message a duplicate, say)
+                written: list[Written | Exception] = []
+            elif gate is None:
                 written = await self.writer.write_many(topic, records)
             else:
                 written = await gate.write_many(self.writer, topic, records)

@@ -139,3 +139,17 @@ async def test_a_pending_claim_older_than_any_publish_is_taken_over(tmp_path: Pa
         assert isinstance(stuck, Claim)
         later = DedupeStore(meta, "p2", wait_s=0.2, stale_s=1)
         assert isinstance(await later.claim(P, T, "id", W, NOW + 1_001), Claim)
+
+
+async def test_claims_sharing_one_transaction_each_get_their_own_outcome(tmp_path: Path) -> None:
+    async with EmbeddedMetaStore(str(tmp_path / "m.db")) as meta:
+        store = DedupeStore(meta, "p1")
+        for k in range(0, 30, 6):  # five of the thirty were stored before
+            claim = await store.claim(P, T, f"id-{k}", W, NOW)
+            assert isinstance(claim, Claim)
+            await store.record(claim, 1, 0, k)
+        found = await asyncio.gather(*(store.claim(P, T, f"id-{k}", W, NOW) for k in range(30)))
+        originals = {o.message_id: o.position for o in found if isinstance(o, Original)}
+        assert originals == {f"id-{k}": k for k in range(0, 30, 6)}
+        assert sum(isinstance(o, Claim) for o in found) == 25
+        await store.aclose()

@@ -54,6 +54,13 @@ async def test_a_batch_reports_duplicates_per_message(tmp_path: Path) -> None:
         assert [x.get("duplicate", False) for x in results] == [True, False, True, False]
         assert results[2]["position"] == results[1]["position"]
         assert sorted(s.value for s in await env.stored("d")) == [b"2", b"4", b"a"]
+        again = await env.client.post(produce_url("d") + "/batch", json=batch)
+        assert again.status_code == 200 and again.json()["duplicates"] == 3  # all but "4"
+        every = {"messages": [{"payload": "5", "headers": {"X-Message-Id": "new"}}] * 2}
+        both = (await env.client.post(produce_url("d") + "/batch", json=every)).json()
+        assert [x["duplicate"] for x in both["results"]] == [True, True]
+        assert both["results"][0]["position"] == results[1]["position"]
+        assert len(await env.stored("d")) == 4
 
 
 async def test_a_topic_refuses_a_window_beyond_a_day() -> None:

@@ -205,6 +205,7 @@ class LoadSpec:
     threads: int
     seconds: float
     rate: float | None = None
+    unique_ids: str | None = None  # a prefix: each request gets X-Message-Id <prefix>-<n>
 
 
 @dataclass(frozen=True)
@@ -243,7 +244,9 @@ statuses = {}
 
 function setup(thread)
   table.insert(threads, thread)
+  thread:set("tid", #threads)
 end
+$request
 
 function response(status, headers, body)
   statuses[status] = (statuses[status] or 0) + 1
@@ -266,6 +269,16 @@ function done(summary, latency, requests)
     summary.requests, summary.duration, table.concat(parts, ", "),
     e.connect + e.read + e.write + e.timeout,
     latency:percentile(50), latency:percentile(99), latency:percentile(99.9)))
+end
+""")
+
+# A new X-Message-Id per request (for dedupe runs, where a repeated id is not stored again).
+_WRK_UNIQUE_IDS = Template(r"""
+local sent = 0
+function request()
+  sent = sent + 1
+  wrk.headers["X-Message-Id"] = $prefix .. "-" .. tid .. "-" .. sent
+  return wrk.format()
 end
 """)
 
@@ -328,6 +341,9 @@ def run_wrk(wrk: str, spec: LoadSpec, workdir: Path) -> LoadResult:
                 f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in spec.headers.items()
             ),
             pacing=pacing,
+            request=_WRK_UNIQUE_IDS.substitute(prefix=json.dumps(spec.unique_ids))
+            if spec.unique_ids
+            else "",
         )
     )
     argv = [wrk, f"-t{spec.threads}", f"-c{spec.connections}", f"-d{max(1, round(spec.seconds))}s"]
@@ -405,8 +421,11 @@ def _httpx_worker(
                 await asyncio.sleep(max(0.0, next_at - now))
                 next_at = max(next_at + interval, time.perf_counter() - 0.1)
             t0 = time.perf_counter()
+            extra = {}
+            if spec.unique_ids:
+                extra["X-Message-Id"] = f"{spec.unique_ids}-{os.getpid()}-{index}-{t0}"
             try:
-                response = await client.post(spec.url, content=spec.body)
+                response = await client.post(spec.url, content=spec.body, headers=extra)
             except httpx.HTTPError:
                 errors += 1
                 continue

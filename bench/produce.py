@@ -10,7 +10,11 @@ backend through the admin API, and loads the producer with wrk (another process)
 - single-message produce at a fixed, moderate rate: half the bare handler's ceiling (and half
   our own maximum too, when the first is more than the service can take);
 - the raw clients (confluent-kafka acks=all + idempotence; pulsar-client send_async with
-  batching) writing as many messages straight to a storage topic as our batch run stored.
+  batching) writing as many messages straight to a storage topic as our batch run stored;
+- idempotent publish: single-message produce with a new ``X-Message-Id`` per request, on a
+  topic without and with ``dedupe_window`` (``--dedupe-window``), at full speed and at a fixed
+  rate both can take (half the slower one's full speed), with the ratios and the load average
+  (``--dedupe-only`` runs just these).
 
 It prints msgs/s, latency percentiles and CPU use per scenario and the ratios to the
 baselines; it never asserts timings. Every run ends by itself; everything it starts is stopped
@@ -77,6 +81,7 @@ class Bench:
         self.batch_body = json.dumps({"messages": [{"payload": self.payload}] * args.batch})
         self.backends = list(CLUSTERS) if args.backend == "both" else [args.backend]
         self.rows: list[Row] = []
+        self.dedupe_rows: list[DedupeRow] = []
         self.wrk = None if args.load == "httpx" else s.ensure_wrk()
         if self.wrk is None:
             print("NOTE: wrk is unusable: the (much slower) httpx load generator is used.")
@@ -147,13 +152,17 @@ class Bench:
                 topic = {"name": backend, "cluster": CLUSTERS[backend], "capacity": UNTHROTTLED}
                 topic["partitions"] = self.args.partitions
                 _expect(admin.post(f"/v1/projects/{self.tag}/topics", json=topic), 201)
+                deduped = {**topic, "name": f"{backend}-dedupe"}
+                deduped["dedupe_window"] = self.args.dedupe_window
+                _expect(admin.post(f"/v1/projects/{self.tag}/topics", json=deduped), 201)
             yield producer
 
     def drop_catalog(self, admin: httpx.Client) -> None:
         """Delete our topics (the control plane deletes their storage topics) and project."""
         with s.warn_on_error("delete the benchmark's topics"):
             for backend in self.backends:
-                admin.delete(f"/v1/projects/{self.tag}/topics/{backend}", params={"force": True})
+                for name in (backend, f"{backend}-dedupe"):
+                    admin.delete(f"/v1/projects/{self.tag}/topics/{name}", params={"force": True})
             admin.delete(f"/v1/projects/{self.tag}")
 
     def drop_storage(self) -> None:
@@ -181,7 +190,14 @@ class Bench:
 
     # ------------------------------------------------------------ load
 
-    def spec(self, url: str, *, batch: bool = False, rate: float | None = None) -> LoadSpec:
+    def spec(
+        self,
+        url: str,
+        *,
+        batch: bool = False,
+        rate: float | None = None,
+        unique_ids: str | None = None,
+    ) -> LoadSpec:
         content_type = "application/json" if batch else "application/octet-stream"
         return LoadSpec(
             url=url,
@@ -191,6 +207,7 @@ class Bench:
             threads=self.args.threads,
             seconds=self.args.seconds,
             rate=rate,
+            unique_ids=unique_ids,
         )
 
     def load(self, name: str, server: Server, spec: LoadSpec, per_request: int = 1) -> Row:
@@ -353,16 +370,23 @@ def _timed(
 def run(bench: Bench) -> None:
     """Every scenario, in an order that lets later ones use earlier figures."""
     args = bench.args
-    print("bare handlers (uvicorn + uvloop + httptools)")
     bare_rows = {}
-    for framework in ("starlette", "fastapi"):
+    for framework in () if args.dedupe_only else ("starlette", "fastapi"):
+        if not bare_rows:
+            print("bare handlers (uvicorn + uvloop + httptools)")
         argv = (BENCH_DIR / "_support.py", "bare", "--framework", framework)
         with bench.server(f"bare-{framework}", *argv) as bare:
             name = f"bare {framework} handler"
             bare_rows[framework] = bench.load(name, bare, bench.spec(f"{bare.url}/p"))
+    if args.dedupe_only:
+        with bench.services() as producer:
+            for backend in bench.backends:
+                dedupe(bench, producer, backend)
+        return
     ceiling = bare_rows["starlette"].msgs_per_s
     with bench.services() as producer:
         for backend in bench.backends:
+            dedupe(bench, producer, backend)
             url = f"{producer.url}/v1/projects/{bench.tag}/topics/{backend}/produce"
             print(f"{backend} (topic of {args.partitions} partitions)")
             single = bench.load(f"{backend} single", producer, bench.spec(url))
@@ -373,6 +397,64 @@ def run(bench: Bench) -> None:
             (raw_kafka if backend == "kafka" else raw_pulsar)(bench, count)
         if any(row.result is not None and row.result.describe_errors() for row in bench.rows):
             print(f"\nproducer service log (tail of {producer.log}):\n{producer.tail(30)}")
+
+
+@dataclass
+class DedupeRow:
+    row: Row
+    loadavg: tuple[float, float, float]
+
+
+def dedupe(bench: Bench, producer: Server, backend: str) -> None:
+    """Single-message produce, a new X-Message-Id each, dedupe off then on: at full speed,
+    then at half the slower one's full speed (latency at a load both can take)."""
+    base = f"{producer.url}/v1/projects/{bench.tag}/topics"
+    print(f"{backend}: idempotent publish (dedupe_window {bench.args.dedupe_window}) off / on")
+    full: dict[str, float] = {}
+    for rate_label in ("max", "fixed"):
+        for mode, topic in (("off", backend), ("on", f"{backend}-dedupe")):
+            rate = None if rate_label == "max" else max(1.0, min(full.values()) / 2)
+            label = "max" if rate is None else f"@ {s.fmt(rate, 0)}/s"
+            name = f"{backend} single, unique ids, dedupe {mode} {label}"
+            ids = f"{bench.tag}-{mode}-{rate_label}"
+            row = bench.load(
+                name, producer, bench.spec(f"{base}/{topic}/produce", rate=rate, unique_ids=ids)
+            )
+            bench.dedupe_rows.append(DedupeRow(row, os.getloadavg()))
+            if rate is None:
+                full[mode] = row.msgs_per_s
+
+
+def dedupe_report(bench: Bench) -> None:
+    if not bench.dedupe_rows:
+        return
+    print(f"\n== idempotent publish: dedupe_window {bench.args.dedupe_window} off vs on")
+    table = []
+    for d in bench.dedupe_rows:
+        r, row = d.row.result, d.row
+        ratio = ""
+        if " dedupe on " in row.scenario:  # each "on" run follows its "off" run
+            off = bench.dedupe_rows[bench.dedupe_rows.index(d) - 1].row
+            if r is not None and off.result is not None and off.msgs_per_s:
+                ratio = (
+                    f"{row.msgs_per_s / off.msgs_per_s:.1%} msgs/s, p50 "
+                    f"x{r.p50_ms / off.result.p50_ms:.2f}, p99 x{r.p99_ms / off.result.p99_ms:.2f}"
+                )
+        load = " ".join(f"{x:.2f}" for x in d.loadavg)
+        latencies = [s.fmt(x, 2) for x in (r.p50_ms, r.p99_ms)] if r else ["-"] * 2
+        table.append(
+            [
+                row.scenario,
+                s.fmt(row.msgs_per_s, 0),
+                *latencies,
+                s.fmt(_cpu_us(row), 1),
+                ratio,
+                load,
+                row.note,
+            ]
+        )
+    headers = ["scenario", "msgs/s", "p50 ms", "p99 ms", "py µs/msg", "on / off", "load avg"]
+    s.print_table([*headers, "errors / notes"], table)
 
 
 def moderate(
@@ -392,6 +474,10 @@ def moderate(
 def report(bench: Bench) -> None:
     """The table and the ratios to the baselines."""
     a = bench.args
+    if a.dedupe_only:
+        dedupe_report(bench)
+        print(f"\nlogs, configs, wrk outputs: {bench.workdir}")
+        return
     load = bench.wrk or "httpx, the fallback (slow: it is the bottleneck when py CPU is low)"
     print(
         f"\n== produce: {a.seconds:g}s per run, {a.connections} connections, {a.threads} load "
@@ -424,6 +510,7 @@ def report(bench: Bench) -> None:
             cpu = per_msg[baseline] / per_msg[f"{backend} {ours}"]
             ratios.append([f"{backend} {ours} / {baseline}", f"{ratio:.1%}", f"{cpu:.1%}"])
     s.print_table(["ratio", "of msgs/s", "of CPU per msg (inverse)"], ratios)
+    dedupe_report(bench)
     print(f"\nlogs, configs, wrk outputs{' and profiles' * a.py_spy}: {bench.workdir}")
 
 
@@ -446,6 +533,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--load", choices=["wrk", "httpx"], default="wrk", help="load generator")
     p.add_argument("--linger-ms", type=int, default=1, help="the Kafka cluster's linger_ms")
     p.add_argument("--py-spy", action="store_true", help="profile every run (py-spy)")
+    p.add_argument("--dedupe-window", default="10m", help="of the dedupe topics")
+    p.add_argument("--dedupe-only", action="store_true", help="run only the dedupe off/on runs")
     p.add_argument(
         "--services-file",
         type=Path,

@@ -45,6 +45,7 @@ class ErrorCode(Enum):
     STORAGE_UNAVAILABLE = ("storage_unavailable", 503)
     METASTORE_UNAVAILABLE = ("metastore_unavailable", 503)
     CUTOVER_TIMEOUT = ("cutover_timeout", 503)
+    DUPLICATE_IN_FLIGHT = ("duplicate_in_flight", 503)
     NOT_READY = ("not_ready", 503)
 
     def __init__(self, code: str, status: int) -> None:
@@ -206,3 +207,10 @@ class CutoverTimeout(HttpbusError):
     """A producer held a request through a cutover's switch longer than it may."""
 
     code = ErrorCode.CUTOVER_TIMEOUT
+
+
+class DuplicateInFlight(HttpbusError):
+    """A publish with the same ``X-Message-Id`` is being stored by another request right now
+    (a topic with ``dedupe_window``); retry after a moment to learn its outcome."""
+
+    code = ErrorCode.DUPLICATE_IN_FLIGHT

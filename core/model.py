@@ -7,6 +7,7 @@ compare-and-set against it. They are filled in by the metastore catalog, never s
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Literal
@@ -125,6 +126,19 @@ class Project(Model):
         return url
 
 
+MAX_DEDUPE_WINDOW_S = 24 * 3_600
+_WINDOW = re.compile(r"(\d{1,6})(s|m|h|d)")
+_WINDOW_UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
+
+
+def window_seconds(text: str) -> int:
+    """``90s``, ``10m``, ``2h`` or ``1d`` as seconds; ValueError for anything else."""
+    match = _WINDOW.fullmatch(text.strip().lower())
+    if match is None:
+        raise ValueError(f"{text!r} is not a window such as 90s, 10m, 2h or 1d")
+    return int(match[1]) * _WINDOW_UNITS[match[2]]
+
+
 class TopicSettings(Model):
     """What an operator sets on a topic (and may change later)."""
 
@@ -132,6 +146,28 @@ class TopicSettings(Model):
     retention_hours: int = Field(default=168, ge=1, le=24 * 365)
     capacity: Capacity = Capacity()
     description: str = Field(default="", max_length=1_000)
+    dedupe_window: str | None = Field(
+        default=None,
+        max_length=16,
+        description="idempotent publish: a message whose X-Message-Id was accepted within "
+        "this window (90s, 10m, 2h, 1d; at most a day) is answered as a duplicate and not "
+        "stored again (docs/producing.md); absent: off",
+    )
+
+    @field_validator("dedupe_window")
+    @classmethod
+    def _window(cls, window: str | None) -> str | None:
+        if window is None:
+            return None
+        seconds = window_seconds(window)
+        if not 1 <= seconds <= MAX_DEDUPE_WINDOW_S:
+            raise ValueError("the dedupe window must lie between 1s and 1d")
+        return window.strip().lower()
+
+    @property
+    def dedupe_window_ms(self) -> int | None:
+        """The dedupe window in milliseconds, or None when dedupe is off."""
+        return None if self.dedupe_window is None else window_seconds(self.dedupe_window) * 1000
 
 
 class Topic(TopicSettings):

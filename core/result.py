@@ -7,7 +7,9 @@ choice: :func:`core.retry.decide` is the one place that reads these facts agains
 - ``retry_after``: the endpoint's own ``Retry-After`` in seconds (delta-seconds or an
   HTTP-date, capped at :data:`MAX_RETRY_AFTER_S`), read on every failed answer;
 - ``error``: a human line for the DLQ and the audit trail (never parsed);
-- ``answer``: the first characters of the answer's body (whitespace folded), for the trace.
+- ``answer``: the first characters of the answer's body (whitespace folded), for the trace;
+- ``failed_ids``: for a batch answered 2xx with ``{"failed": ["id", …]}`` (docs/receiving.md,
+  "Batches"), the ids the endpoint names failed; None for any other answer.
 
 Redirects are never followed: the endpoint is what the operator configured, and a redirect
 would send a signed payload to a URL nobody approved (and 301/302/303 turn a POST into a
@@ -17,6 +19,7 @@ the subscription's URL.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Mapping
@@ -35,6 +38,7 @@ class ErrorKind(StrEnum):
     CONNECTION = "connection"  # could not connect, or the connection was lost
     INVALID_REQUEST = "invalid_request"  # the request cannot be sent as configured
     UNEXPECTED = "unexpected"  # anything else: may be transient
+    REPORTED_FAILED = "reported_failed"  # a batch's answer named this message failed
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -88,6 +92,7 @@ class DeliveryResult:
     error: str | None = None
     latency_s: float = 0.0
     answer: str | None = None
+    failed_ids: frozenset[str] | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -104,12 +109,15 @@ class DeliveryResult:
         *,
         body: bytes = b"",
         now: float | None = None,
+        batch: bool = False,
     ) -> DeliveryResult:
         """An answer. ``body`` (the start of the response) goes into the error of a failure,
-        so the DLQ shows what the endpoint said; ``now`` reads HTTP-dates."""
+        so the DLQ shows what the endpoint said; ``now`` reads HTTP-dates; for a ``batch``, a
+        2xx body may name failed messages (:func:`failed_ids`)."""
         answer = _excerpt(body) or None
         if 200 <= status < 300:
-            return cls(status, latency_s=latency_s, answer=answer)
+            failed = failed_ids(body) if batch else None
+            return cls(status, latency_s=latency_s, answer=answer, failed_ids=failed)
         error = _status_error(status, headers, answer)
         now = time.time() if now is None else now
         after = parse_retry_after(_header(headers, "retry-after"), now)
@@ -119,6 +127,13 @@ class DeliveryResult:
     def failure(cls, kind: ErrorKind, error: str, latency_s: float = 0.0) -> DeliveryResult:
         """An attempt without an answer, of a known kind."""
         return cls(None, kind, None, error, latency_s)
+
+    @classmethod
+    def reported_failed(cls, batch: DeliveryResult, why: str) -> DeliveryResult:
+        """One message of a batch answered 2xx that the answer names failed: a failure of
+        this message alone, always retryable."""
+        error = f"HTTP {batch.status}, {why}"
+        return cls(None, ErrorKind.REPORTED_FAILED, None, error, batch.latency_s, batch.answer)
 
     @classmethod
     def invalid(cls, error: str, latency_s: float = 0.0) -> DeliveryResult:
@@ -143,3 +158,21 @@ class DeliveryResult:
 def timeout_error(kind: str, latency_s: float) -> str:
     """The error line of a timeout raised as ``kind`` after ``latency_s``."""
     return f"timeout after {latency_s * 1000:.0f} ms ({kind})"
+
+
+def failed_ids(body: bytes) -> frozenset[str] | None:
+    """The ids of a batch answer's ``{"failed": ["id", …]}``; None for any other body (an
+    empty one, text, JSON of another shape): the whole batch is then delivered. The answer
+    is read up to the sender's limit (64 KiB); a cut one does not parse, so it is None too:
+    keep the list within the limit (1 000 ids of 60 characters fit)."""
+    start = body.lstrip()[:1]
+    if start != b"{" or b'"failed"' not in body:
+        return None
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    failed = doc.get("failed") if isinstance(doc, dict) else None
+    if not isinstance(failed, list) or not all(isinstance(x, str) for x in failed):
+        return None
+    return frozenset(failed)

@@ -101,12 +101,14 @@ def retries(policy: RetryPolicy, result: DeliveryResult) -> bool:
     """Whether ``policy`` tries a failed ``result`` again, attempts aside: an answer by its
     status (:func:`status_retries`), a timeout if ``retry_timeouts``, a lost or refused
     connection (or an unexpected error) if ``retry_connection_errors``; a request that
-    cannot be sent as configured never."""
+    cannot be sent as configured never; a message a batch's answer named failed always."""
     if result.status is not None:
         return status_retries(policy, result.status)
     kind = result.error_kind
     if kind is ErrorKind.TIMEOUT:
         return policy.retry_timeouts
+    if kind is ErrorKind.REPORTED_FAILED:  # the endpoint asked for it again
+        return True
     if kind is ErrorKind.INVALID_REQUEST:
         return False
     return policy.retry_connection_errors

@@ -3,13 +3,19 @@ request (:class:`~.sender.BatchDelivery`), then carry out :func:`core.retry.deci
 on each of them, as :mod:`.attempt` does for one message.
 
 The batch is one attempt: the circuit's permit is taken once, the breaker and the endpoint's
-health are told its one result, and the endpoint's answer applies to every message of it.
+health are told its one result, and the endpoint's answer applies to every message of it,
+unless a 2xx answer names failed messages (``{"failed": ["id", …]}``, docs/receiving.md):
 
-- a 2xx: every message is delivered (:meth:`.routing.Routing.delivered`);
-- otherwise each message gets the verdict its own attempt count gives with that result:
-  to a delay level or to the DLQ with its group behind it (as a single message would), or
-  retried in place; the messages retried in place are sent again together, as one batch,
-  after the longest of their waits.
+- a 2xx: every message is delivered (:meth:`.routing.Routing.delivered`), but those the
+  answer names failed: each of these gets the verdict of a failed attempt of its own
+  (:meth:`core.result.DeliveryResult.reported_failed`, always retryable), so only they are
+  sent again, by their own attempt counts, and end in the DLQ when those are spent. The
+  endpoint was up, so the breaker and the endpoint's health count the batch's 2xx; each
+  retry of these messages is a request of its own that the breaker admits and counts;
+- otherwise each message gets the verdict its own attempt count gives with that result: to a
+  delay level or to the DLQ with its group behind it (as a single message would), or retried
+  in place; the messages retried in place are sent again together, as one batch, after the
+  longest of their waits.
 
 A message named in ``poisoned`` is never sent: it is dead-lettered alone, as in :mod:`.attempt`.
 """
@@ -27,7 +33,7 @@ from core.retry import DELIVERED, DeadLetter, RetryInPlace, ToLevel, decide
 from .attempt import AttemptParts, accepted_s
 from .items import Item, sleep_until
 from .poison import crash_names, poisoned_result
-from .sender import BatchDelivery
+from .sender import BatchDelivery, batch_message_id
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +106,10 @@ class BatchAttempts(AttemptParts):
         again: list[Item] = []
         again_attempts: list[int] = []
         wait_ms = 0
-        for item, attempt in zip(batch, attempts, strict=True):
+        outcomes = _per_message(self.topic, batch, result)
+        for item, attempt, outcome in zip(batch, attempts, outcomes, strict=True):
             with crash_names(item.origin):  # a failure here is this message's (.poison)
-                wait = self._verdict(item, attempt, result)
+                wait = self._verdict(item, attempt, outcome)
             if wait is not None:
                 again.append(item)
                 again_attempts.append(attempt)
@@ -143,3 +150,14 @@ class BatchAttempts(AttemptParts):
         except Exception as exc:
             log.exception("delivery of %s failed in the worker", delivery.message_id)
             return DeliveryResult.from_exception(exc, time.perf_counter() - started)
+
+
+def _per_message(topic: str, batch: list[Item], result: DeliveryResult) -> list[DeliveryResult]:
+    """Each message's result: the batch's, but for the messages a 2xx answer names failed.
+    (A batch holds at most one message of a group, so no later message of a failed one's
+    group was in it: the group waits behind it as after any failed attempt.)"""
+    failed = result.failed_ids
+    if not failed:
+        return [result] * len(batch)
+    named = DeliveryResult.reported_failed(result, "the batch's answer names this message failed")
+    return [named if batch_message_id(topic, item.msg) in failed else result for item in batch]

@@ -50,7 +50,7 @@ from .notify import Notifier
 
 log = logging.getLogger(__name__)
 
-_NEUTRAL = frozenset({ErrorKind.INVALID_REQUEST, ErrorKind.UNEXPECTED})
+_NEUTRAL = frozenset({ErrorKind.INVALID_REQUEST, ErrorKind.UNEXPECTED, ErrorKind.REPORTED_FAILED})
 
 
 def endpoint_failed(result: DeliveryResult) -> bool | None:

@@ -263,6 +263,7 @@ class FastSender(AsyncResource):
             time.perf_counter() - started,
             body=answer.body,
             now=self._clock(),
+            batch=type(delivery) is not Delivery,
         )
 
     async def _exchange(self, origin: Origin, data: bytes, timeout_s: float) -> Answer:

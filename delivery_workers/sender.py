@@ -193,7 +193,7 @@ class BatchDelivery:
     def message_id(self) -> str:
         """The batch's id (``webhook-id``): a digest of its message ids, so a batch sent again
         as it was carries the same id, and another batch another one."""
-        ids = "\n".join(_message_id(self.topic, m) for m in self.messages)
+        ids = "\n".join(batch_message_id(self.topic, m) for m in self.messages)
         return "batch_" + hashlib.sha256(ids.encode()).hexdigest()[:32]
 
 
@@ -202,7 +202,9 @@ BATCH_SIZE = "x-batch-size"
 _TEXTUAL = ("text/", "application/json", "application/xml", "application/x-www-form-urlencoded")
 
 
-def _message_id(topic: str, msg: Stored) -> str:
+def batch_message_id(topic: str, msg: Stored) -> str:
+    """A message's ``id`` in a batch (and in a batch answer's ``failed``): its
+    ``X-Message-Id``, else ``topic/partition/position``."""
     return stored_header(msg.headers, MESSAGE_ID) or f"{topic}/{msg.partition}/{msg.position}"
 
 
@@ -226,7 +228,7 @@ def batch_entry(topic: str, msg: Stored, attempt: int) -> dict[str, object]:
         except UnicodeDecodeError:
             payload = None
     return {
-        "id": own.get(MESSAGE_ID) or _message_id(topic, msg),
+        "id": own.get(MESSAGE_ID) or batch_message_id(topic, msg),
         "group": own.get(GROUP_ID),
         "headers": carried,
         "produced_at": _rfc3339_ms(produced_ms),

@@ -91,8 +91,8 @@ def call_outcome(result: DeliveryResult) -> CallOutcome | None:
     URL, say), which says nothing about the endpoint's health."""
     if result.status is not None:
         return CallOutcome(result.status, result.retry_after)
-    if result.error_kind is ErrorKind.INVALID_REQUEST:
-        return None
+    if result.error_kind in (ErrorKind.INVALID_REQUEST, ErrorKind.REPORTED_FAILED):
+        return None  # the second: one message of a batch the endpoint answered 2xx
     timed_out = result.error_kind is ErrorKind.TIMEOUT
     return CallOutcome(error=CallError.TIMEOUT if timed_out else CallError.CONNECTION)
 

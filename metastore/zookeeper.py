@@ -284,9 +284,13 @@ class ZooKeeperMetaStore(AsyncResource):
         return found
 
     async def transaction(self, ops: Sequence[Op]) -> None:
-        """One ZooKeeper multi; missing parents of ``Create`` ops are added to it, first."""
-        for _ in range(_TX_ATTEMPTS):
-            parents = await self._missing_parents(ops)
+        """One ZooKeeper multi; missing parents of ``Create`` ops are added to it, first.
+
+        The multi is tried first as it is (one round trip when the parents exist, as on
+        the publish path of a dedupe topic); only a ``Create`` refused for a missing parent
+        makes it look the parents up (an ``exists`` each) and try again with them."""
+        for attempt in range(_TX_ATTEMPTS):
+            parents = [] if attempt == 0 else await self._missing_parents(ops)
             tx = self._client.transaction()
             for parent in parents:
                 tx.create(self._abs(parent), b"")
@@ -304,6 +308,12 @@ class ZooKeeperMetaStore(AsyncResource):
             index, exc = failed[0]
             if index < len(parents) and isinstance(exc, NodeExistsError):
                 continue  # someone created the parent meanwhile
+            if (
+                index >= len(parents)
+                and isinstance(ops[index - len(parents)], Create)
+                and isinstance(exc, NoNodeError)
+            ):
+                continue  # a parent is missing (or was deleted meanwhile): add it
             path = parents[index] if index < len(parents) else ops[index - len(parents)].path
             raise _translate(exc, path) from exc
         raise MetaStoreUnavailable("transaction kept racing with concurrent parent creation")

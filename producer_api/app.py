@@ -18,6 +18,7 @@ from core.prefork import Slot
 from core.version import VERSION
 from metastore.catalog import Catalog
 from metastore.config import open_metastore
+from metastore.dedupe import PRODUCERS, DedupeStore
 from metastore.protocol import MetaStore
 from metastore.quotas import QuotaStore
 from segments.audit import open_audit
@@ -72,6 +73,8 @@ def create_app(
             quotas = await stack.enter_async_context(
                 ProjectQuotas(QuotaStore(meta), settings.member_id)
             )
+            dedupe = DedupeStore(meta, settings.member_id, wait_s=settings.cutover_hold_timeout_s)
+            stack.push_async_callback(dedupe.aclose)
             metrics = ProducerMetrics()
             metrics.registry.register(QuotaCollector(quotas))
             token = settings.admin_token.get_secret_value() if settings.admin_token else None
@@ -83,6 +86,7 @@ def create_app(
                     rules=HeaderRules(settings.max_carried_headers, settings.max_header_bytes),
                     gates=participant.gates,
                     quotas=quotas,
+                    dedupe=dedupe,
                 ),
                 Authorizer(cache, token),
                 cache,
@@ -90,7 +94,7 @@ def create_app(
                 RequestRules(settings.max_header_bytes, settings.body_timeout_s),
             )
             await meta.join(
-                "producers",
+                PRODUCERS,
                 settings.member_id,
                 json.dumps(
                     {
@@ -119,7 +123,8 @@ def _routes(app: FastAPI) -> None:
         openapi_extra={"requestBody": {"content": {"*/*": {}}, "required": True}},
     )
     async def produce(project: str, topic: str, request: Request) -> Response:
-        """Publish the body as one message; 201 only once the storage stored it durably.
+        """Publish the body as one message; 201 only once the storage stored it durably;
+        200 with ``"duplicate": true`` for an id the topic's dedupe window already saw.
         (Served by the fast path of ``fastpath.ProducerASGI``; this route documents it.)"""
         status, headers, body = await produce_one(
             request.app.state.service, project, topic, request.scope["headers"], request.receive

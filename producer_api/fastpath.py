@@ -192,15 +192,18 @@ async def produce_one(
         service.metrics.refused(project, topic, exc.code.code, seen=seen)
         return http_errors.render(exc)
     service.metrics.accepted(project, topic, size, time.perf_counter() - t0)
-    body = orjson.dumps(
-        {
-            "message_id": accepted.message_id,
-            "segment": accepted.segment,
-            "partition": accepted.partition,
-            "position": accepted.position,
-        }
-    )
-    return 201, {"X-Message-Id": accepted.message_id}, body
+    if accepted.duplicate:
+        service.metrics.duplicate(project, topic)
+    answer: dict[str, Any] = {
+        "message_id": accepted.message_id,
+        "segment": accepted.segment,
+        "partition": accepted.partition,
+        "position": accepted.position,
+    }
+    if accepted.duplicate:  # stored by an earlier publish of this id: nothing stored now
+        answer["duplicate"] = True
+    status = 200 if accepted.duplicate else 201
+    return status, {"X-Message-Id": accepted.message_id}, orjson.dumps(answer)
 
 
 def batch_drafts(body: bytes) -> list[Draft]:
@@ -270,24 +273,29 @@ def _common_draft(message: object) -> Draft | None:
 def _batch_body(results: Sequence[Accepted | HttpbusError]) -> tuple[int, int, bytes]:
     """Status, number accepted and JSON body of a batch's answer."""
     out: list[dict[str, Any]] = []
-    failed = 0
+    failed = duplicates = 0
     for index, result in enumerate(results):
         if isinstance(result, Accepted):
-            out.append(
-                {
-                    "index": index,
-                    "status": 201,
-                    "message_id": result.message_id,
-                    "segment": result.segment,
-                    "partition": result.partition,
-                    "position": result.position,
-                }
-            )
+            one = {
+                "index": index,
+                "status": 201,
+                "message_id": result.message_id,
+                "segment": result.segment,
+                "partition": result.partition,
+                "position": result.position,
+            }
+            if result.duplicate:
+                duplicates += 1
+                one["status"] = 200
+                one["duplicate"] = True
+            out.append(one)
         else:
             failed += 1
             out.append({"index": index, "status": result.code.status, **result.to_body()})
     accepted = len(results) - failed
-    body = {"accepted": accepted, "failed": failed, "results": out}
+    body: dict[str, Any] = {"accepted": accepted, "failed": failed, "results": out}
+    if duplicates:
+        body["duplicates"] = duplicates
     return (207 if failed else 200), accepted, orjson.dumps(body)
 
 
@@ -316,6 +324,9 @@ async def produce_many(
         return http_errors.render(exc)
     status, accepted, answer = _batch_body(results)
     service.metrics.accepted(project, topic, 0, 0.0, messages=accepted)
+    duplicates = sum(1 for r in results if isinstance(r, Accepted) and r.duplicate)
+    if duplicates:
+        service.metrics.duplicate(project, topic, duplicates)
     return status, {}, answer
 
 

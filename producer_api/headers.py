@@ -60,6 +60,7 @@ class Parsed(NamedTuple):
     deliver_at_ms: int | None
     headers: tuple[tuple[str, bytes], ...]
     header_bytes: int  # the size of the client's stored headers (names and values)
+    client_id: bool = False  # the client named the id (X-Message-Id): dedupe may apply
 
 
 def _digits(text: str) -> int | None:
@@ -129,7 +130,14 @@ class _Shape:
         message_id = self.message_id or new_id or new_message_id(now_ms)
         stored = ((MESSAGE_ID, message_id.encode()), *self.rest)
         size = self.rest_bytes + _id_bytes(self.message_id)
-        return Parsed(message_id, self.group_id, self.deliver_at_ms, stored, size)
+        return Parsed(
+            message_id,
+            self.group_id,
+            self.deliver_at_ms,
+            stored,
+            size,
+            self.message_id is not None,
+        )
 
 
 def audit_headers(stored: Sequence[tuple[str, bytes]]) -> dict[str, str] | None:

@@ -32,6 +32,12 @@ class ProducerMetrics:
             ["project", "topic"],
             registry=self.registry,
         )
+        self.duplicates = Counter(
+            "httpbus_produce_duplicates",
+            "publishes answered as duplicates (dedupe_window): nothing stored",
+            ["project", "topic"],
+            registry=self.registry,
+        )
         self.latency = Histogram(
             "httpbus_produce_latency_seconds",
             "accept latency (storage ack included)",
@@ -60,6 +66,10 @@ class ProducerMetrics:
         messages_c.inc(messages)
         bytes_c.inc(size)
         self.latency.observe(latency_s)
+
+    def duplicate(self, project: str, topic: str, count: int = 1) -> None:
+        """Count publishes answered as duplicates (they count as accepted too)."""
+        self.duplicates.labels(project, topic).inc(count)
 
     def refused(self, project: str, topic: str, code: str, *, seen: bool) -> None:
         """Count a refused request. Only a topic that exists and that the caller may publish

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from core.audit import AuditEvent, AuditType
 from core.errors import HttpbusError, StorageUnavailable, TooLarge
 from core.ids import new_message_ids
 from core.model import Topic
+from metastore.dedupe import Claim, DedupeStore, Original
 from segments.audit import AuditSink
 from segments.protocol import Record
 from segments.writer import SegmentWriter, Written
@@ -27,12 +29,14 @@ if TYPE_CHECKING:
 
 
 class Accepted(NamedTuple):
-    """Where a message was stored (a tuple: a batch makes one per message)."""
+    """Where a message was stored (a tuple: a batch makes one per message); ``duplicate``:
+    stored before, by an earlier publish of its id within the topic's dedupe window."""
 
     message_id: str
     segment: int
     partition: int
     position: int
+    duplicate: bool = False
 
 
 @dataclass(slots=True)
@@ -55,7 +59,9 @@ class Publisher:
         rules: headers.HeaderRules = headers.DEFAULT_RULES,
         gates: dict[tuple[str, str], Gate] | None = None,
         quotas: ProjectQuotas | None = None,
+        dedupe: DedupeStore | None = None,
     ) -> None:
+        self.dedupe = dedupe  # ids seen within a topic's dedupe window (None: not enforced)
         self.quotas = quotas  # per-project quotas over all producers (None: not enforced)
         self.gates: dict[tuple[str, str], Gate] = {} if gates is None else gates
         self.cache = cache
@@ -99,11 +105,25 @@ class Publisher:
             self.limits.check(topic, 1, size)
         else:
             await self.quotas.admit(topic, 1, size, self.limits)
+        claim = None
+        window = topic.dedupe_window_ms
+        if window is not None and parsed.client_id and self.dedupe is not None:
+            found = await self.dedupe.claim(project, name, parsed.message_id, window, now_ms)
+            if isinstance(found, Original):
+                return _duplicate(found)
+            claim = found
         gate = self.gates.get((project, name))  # only topics in a cutover have one
-        if gate is None:
-            written = await self.writer.write(topic, record)
-        else:
-            written = await gate.write(self.writer, topic, record)
+        try:
+            if gate is None:
+                written = await self.writer.write(topic, record)
+            else:
+                written = await gate.write(self.writer, topic, record)
+        except BaseException:
+            if claim is not None and self.dedupe is not None:  # a retry may store it
+                await asyncio.shield(self.dedupe.release(claim))
+            raise
+        if claim is not None and self.dedupe is not None:
+            self.dedupe.record_soon(claim, written.segment_id, written.partition, written.position)
         return self._accepted(topic, parsed, written, len(draft.payload), now_ms, started_ns)
 
     async def publish_many(
@@ -148,18 +168,111 @@ class Publisher:
             self.limits.check(topic, len(valid), total)
         else:
             await self.quotas.admit(topic, len(valid), total, self.limits)
+        window = topic.dedupe_window_ms
+        claims: list[Claim | None] = [None] * len(valid)
+        repeats: dict[int, int] = {}
+        if window is not None and self.dedupe is not None:
+            valid, records, claims, repeats = await self._claim_many(
+                topic, window, now_ms, valid, records, results
+            )
         gate = self.gates.get((project, name))
-        if gate is None:
-            written = await self.writer.write_many(topic, records)
-        else:
-            written = await gate.write_many(self.writer, topic, records)
+        try:
+            if not records:  # nothing left to store (every message a duplicate, say)
+                written: list[Written | Exception] = []
+            elif gate is None:
+                written = await self.writer.write_many(topic, records)
+            else:
+                written = await gate.write_many(self.writer, topic, records)
+        except BaseException:
+            await asyncio.shield(self._settle(claims, None))
+            raise
+        await self._settle(claims, written)
         for (index, parsed, size), outcome in zip(valid, written, strict=True):
             results[index] = (
                 self._accepted(topic, parsed, outcome, size, now_ms, started_ns)
                 if isinstance(outcome, Written)
                 else _as_error(outcome)
             )
+        for index, first in repeats.items():  # the same id twice in one batch
+            earlier = results[first]
+            results[index] = (
+                earlier._replace(duplicate=True) if isinstance(earlier, Accepted) else earlier
+            )
         return cast("list[Accepted | HttpbusError]", results)
+
+    async def _claim_many(
+        self,
+        topic: Topic,
+        window: int,
+        now_ms: int,
+        valid: list[tuple[int, headers.Parsed, int]],
+        records: list[Record],
+        results: list[Accepted | HttpbusError | None],
+    ) -> tuple[
+        list[tuple[int, headers.Parsed, int]],
+        list[Record],
+        list[Claim | None],
+        dict[int, int],
+    ]:
+        """Claim a batch's client ids at once: duplicates and refusals are filled into
+        ``results``; the messages left to write, their records and claims, and the
+        indexes of ids repeated within the batch (to the first index of each)."""
+        assert self.dedupe is not None
+        first_of: dict[str, int] = {}
+        repeats: dict[int, int] = {}
+        todo: list[tuple[tuple[int, headers.Parsed, int], Record]] = []
+        for entry, record in zip(valid, records, strict=True):
+            index, parsed, _ = entry
+            if parsed.client_id:
+                if parsed.message_id in first_of:
+                    repeats[index] = first_of[parsed.message_id]
+                    continue
+                first_of[parsed.message_id] = index
+            todo.append((entry, record))
+        found = await asyncio.gather(
+            *(
+                self.dedupe.claim(topic.project, topic.name, p.message_id, window, now_ms)
+                if p.client_id
+                else _no_claim()
+                for (_, p, _), _ in todo
+            ),
+            return_exceptions=True,
+        )
+        kept: list[tuple[int, headers.Parsed, int]] = []
+        kept_records: list[Record] = []
+        claims: list[Claim | None] = []
+        for (entry, record), outcome in zip(todo, found, strict=True):
+            if isinstance(outcome, Original):
+                results[entry[0]] = _duplicate(outcome)
+            elif isinstance(outcome, BaseException):
+                if not isinstance(outcome, Exception):
+                    raise outcome
+                results[entry[0]] = _as_error(outcome)
+            else:
+                kept.append(entry)
+                kept_records.append(record)
+                claims.append(outcome)
+        return kept, kept_records, claims, repeats
+
+    async def _settle(
+        self, claims: Sequence[Claim | None], written: Sequence[Written | Exception] | None
+    ) -> None:
+        """Record each claim whose message was written, release the others."""
+        if self.dedupe is None or not any(claims):
+            return
+        dedupe = self.dedupe
+        outcomes: Sequence[Written | Exception | None] = (
+            [None] * len(claims) if written is None else written
+        )
+        releases = []
+        for claim, w in zip(claims, outcomes, strict=True):
+            if claim is None:
+                continue
+            if isinstance(w, Written):
+                dedupe.record_soon(claim, w.segment_id, w.partition, w.position)
+            else:
+                releases.append(dedupe.release(claim))
+        await asyncio.gather(*releases, return_exceptions=True)
 
     def _accepted(
         self,
@@ -194,6 +307,16 @@ class Publisher:
                 )
             )
         return Accepted(parsed.message_id, written.segment_id, written.partition, written.position)
+
+
+def _duplicate(original: Original) -> Accepted:
+    return Accepted(
+        original.message_id, original.segment, original.partition, original.position, True
+    )
+
+
+async def _no_claim() -> None:
+    return None
 
 
 def _too_large(topic: Topic, size: int) -> TooLarge:

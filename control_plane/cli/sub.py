@@ -38,6 +38,19 @@ Name = Annotated[str, typer.Argument(help="Subscription name.")]
 Backoff = Literal["fixed", "linear", "exponential"]
 
 
+BatchMessages = Annotated[
+    int | None,
+    typer.Option("--batch", min=1, max=1_000, help="Deliver up to this many messages per request."),
+]
+BatchMaxBytes = Annotated[
+    int | None, typer.Option(min=1, help="Batches: the most payload bytes per request.")
+]
+BatchMaxWait = Annotated[
+    int | None,
+    typer.Option(min=0, max=60_000, help="Batches: send a batch this long after its first."),
+]
+
+
 def _subs(project: str, *rest: str) -> str:
     return path("v1", "projects", project, "subscriptions", *rest)
 
@@ -60,6 +73,9 @@ def create(
     shards: Annotated[
         int | None, typer.Option(min=1, max=64, help="Workers sharing the delivery (fixed).")
     ] = None,
+    batch: BatchMessages = None,
+    batch_max_bytes: BatchMaxBytes = None,
+    batch_max_wait_ms: BatchMaxWait = None,
     url: Url = DEFAULT_URL,
     token: Token = "",
     output: Output = "text",
@@ -78,6 +94,9 @@ def create(
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     body["dlq_enabled"] = dlq
+    batching = _given(max_messages=batch, max_bytes=batch_max_bytes, max_wait_ms=batch_max_wait_ms)
+    if batching:
+        body["batch"] = batching
 
     async def work(api: AdminClient) -> Any:
         return await api.post(_subs(project), body)
@@ -179,6 +198,12 @@ def update(
         bool | None, typer.Option("--dlq/--no-dlq", help="Dead-letter what fails for good.")
     ] = None,
     description: Annotated[str | None, typer.Option(help="What the subscription is for.")] = None,
+    batch: BatchMessages = None,
+    batch_max_bytes: BatchMaxBytes = None,
+    batch_max_wait_ms: BatchMaxWait = None,
+    no_batch: Annotated[
+        bool, typer.Option("--no-batch", help="One message per request again.")
+    ] = False,
     url: Url = DEFAULT_URL,
     token: Token = "",
     output: Output = "text",
@@ -191,6 +216,11 @@ def update(
         raise fail("give --filter or --no-filter, not both", EXIT_USAGE)
     if rate_limit is not None and no_rate_limit:
         raise fail("give --rate-limit or --no-rate-limit, not both", EXIT_USAGE)
+    batch_changes = _given(
+        max_messages=batch, max_bytes=batch_max_bytes, max_wait_ms=batch_max_wait_ms
+    )
+    if batch_changes and no_batch:
+        raise fail("give --batch… or --no-batch, not both", EXIT_USAGE)
     endpoint_changes = _given(url=endpoint, timeout_ms=timeout_ms, method=method)
     retry_changes = _given(max_attempts=max_attempts, backoff=backoff)
     wanted = _given(
@@ -203,7 +233,8 @@ def update(
     )
     wanted.update({"filter": None} if no_filter else {})
     wanted.update({"rate_limit_per_second": None} if no_rate_limit else {})
-    if not (wanted or endpoint_changes or retry_changes):
+    wanted.update({"batch": None} if no_batch else {})
+    if not (wanted or endpoint_changes or retry_changes or batch_changes):
         raise fail("nothing to change: give at least one setting (see --help)", EXIT_USAGE)
 
     async def work(api: AdminClient) -> tuple[Any, Any]:
@@ -212,6 +243,8 @@ def update(
             "endpoint": {**current["endpoint"], **endpoint_changes},
             "retry": {**current["retry"], **retry_changes},
         }
+        if batch_changes:  # on the batch settings in force, or the defaults
+            nested["batch"] = {**(current.get("batch") or {}), **batch_changes}
         body = update_body(current, {**wanted, **nested})
         return current, await api.put(_subs(project, name), body)
 

@@ -50,6 +50,10 @@ def create(
     cluster: Annotated[str | None, typer.Option(help="Storage cluster (default: config).")] = None,
     grouped: Annotated[bool, typer.Option(help="Messages carry a group id.")] = False,
     retention_hours: Annotated[int | None, typer.Option(min=1, help="Retention.")] = None,
+    dedupe_window: Annotated[
+        str | None,
+        typer.Option(help="Idempotent publish: answer a repeated X-Message-Id within 10m, 1h, 1d."),
+    ] = None,
     url: Url = DEFAULT_URL,
     token: Token = "",
     output: Output = "text",
@@ -60,6 +64,8 @@ def create(
         body["cluster"] = cluster
     if retention_hours:
         body["retention_hours"] = retention_hours
+    if dedupe_window:
+        body["dedupe_window"] = dedupe_window
 
     async def work(api: AdminClient) -> Any:
         return await api.post(path("v1", "projects", project, "topics"), body)
@@ -175,7 +181,7 @@ def migrate(
         check_outcome(final, timeout)
 
 
-SETTINGS = ("max_message_bytes", "retention_hours", "capacity", "description")
+SETTINGS = ("max_message_bytes", "retention_hours", "capacity", "description", "dedupe_window")
 _DURATION = re.compile(r"^\s*(\d+)\s*([hdw]?)\s*$")
 _HOURS = {"": 1, "h": 1, "d": 24, "w": 24 * 7}
 
@@ -206,6 +212,10 @@ def update(
         int | None, typer.Option(min=1024, help="Bytes per second accepted (then 429).")
     ] = None,
     description: Annotated[str | None, typer.Option(help="What the topic carries.")] = None,
+    dedupe_window: Annotated[
+        str | None,
+        typer.Option(help="Idempotent publish window (10m, 1h, 1d), or off."),
+    ] = None,
     url: Url = DEFAULT_URL,
     token: Token = "",
     output: Output = "text",
@@ -223,6 +233,8 @@ def update(
         }.items()
         if v is not None
     }
+    if dedupe_window is not None:
+        wanted["dedupe_window"] = None if dedupe_window.lower() == "off" else dedupe_window
     capacity = {
         k: v
         for k, v in {"max_qps": max_qps, "max_bytes_per_second": max_bytes_per_second}.items()
@@ -231,7 +243,7 @@ def update(
     if not wanted and not capacity:
         raise fail(
             "nothing to change: give --retention, --max-message-bytes, --max-qps, "
-            "--max-bytes-per-second or --description",
+            "--max-bytes-per-second, --description or --dedupe-window",
             EXIT_USAGE,
         )
     topic_path = path("v1", "projects", project, "topics", name)

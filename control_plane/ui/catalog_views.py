@@ -88,6 +88,8 @@ async def create_topic(
         return redirect(request, back, "not created: partitions must be a whole number", "error")
     if form.get("cluster"):
         body["cluster"] = form["cluster"]
+    if form.get("dedupe_window", "").strip():
+        body["dedupe_window"] = form["dedupe_window"].strip()
     try:
         await api.post(path("v1", "projects", project, "topics"), body)
     except ApiError as exc:

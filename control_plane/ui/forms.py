@@ -18,6 +18,9 @@ NUMBERS = {
     "max_in_flight": (None, "max_in_flight", int),
     "delay_ms": (None, "delay_ms", int),
     "rate_limit_per_second": (None, "rate_limit_per_second", float),
+    "batch_max_messages": ("batch", "max_messages", int),
+    "batch_max_bytes": ("batch", "max_bytes", int),
+    "batch_max_wait_ms": ("batch", "max_wait_ms", int),
 }
 TEXTS = {
     "endpoint_url": ("endpoint", "url"),
@@ -54,6 +57,7 @@ def body_of(
     body: dict[str, Any] = {
         "endpoint": dict(base.get("endpoint") or {}),
         "retry": dict(base.get("retry") or {}),
+        "batch": dict(base.get("batch") or {}),
     }
     problems: dict[str, str] = {}
     for field, (group, key) in TEXTS.items():
@@ -72,6 +76,10 @@ def body_of(
             target[key] = kind(raw)
         except ValueError:
             problems[field] = "must be a number" if kind is float else "must be a whole number"
+    if not form.get("batch_max_messages", "").strip():
+        body["batch"] = None  # no messages per request: one message per request
+        for field in ("batch_max_bytes", "batch_max_wait_ms"):
+            problems.pop(field, None)
     body["filter"] = form.get("filter", "").strip() or None
     body["dlq_enabled"] = form.get("dlq_enabled") == "on"
     if not body["endpoint"].get("url"):
@@ -84,7 +92,7 @@ def field_errors(problems: Mapping[str, str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for field, problem in problems.items():
         name = field.replace(".", "_")
-        if name.startswith(("retry_", "endpoint_")) or name in FORM_FIELDS:
+        if name.startswith(("retry_", "endpoint_", "batch_")) or name in FORM_FIELDS:
             out[name] = problem.removeprefix("Value error, ")
         else:
             out.setdefault("form", problem)

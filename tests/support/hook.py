@@ -8,12 +8,13 @@ records what it gets and answers as the test says.
         assert hook.delivered() == ["m-0", "m-1"]
 
 It serves ``POST /hook`` and ``POST /hook/{path}`` (a path per subscription when several
-share it). ``behaviour(message id, attempt seen here)`` gives the answer's status and headers;
-``delay(path)`` the seconds to wait before answering; the paths in ``down`` answer 503 (an
-outage); while ``open`` is cleared every request waits, then is answered 503 once it is set
-again (a held endpoint); requests on the paths in ``held`` wait until ``released`` is set,
-then are answered as usual (a slow endpoint, released on exit); with ``secret`` set it
-counts requests whose Standard Webhooks signature does not verify.
+share it). ``behaviour(message id, attempt seen here)`` gives the answer's status and
+headers; ``delay(path)`` the seconds to wait before answering; ``answer(path, body)`` the
+body of the answer; the paths in ``down`` answer 503 (an outage); while ``open`` is cleared
+every request waits, then is answered 503 once it is set again (a held endpoint); requests
+on the paths in ``held`` wait until ``released`` is set, then are answered as usual (a slow
+endpoint, released on exit); with ``secret`` set it counts requests whose Standard Webhooks
+signature does not verify.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ def always_204(mid: str, attempt: int) -> tuple[int, dict[str, str]]:
 
 def no_delay(path: str) -> float:
     return 0.0
+
+
+def no_body(path: str, request_body: bytes) -> bytes:
+    return b""
 
 
 class Delivered(NamedTuple):
@@ -71,6 +76,7 @@ class Hook:
     url: str = ""
     behaviour: Behaviour = always_204
     delay: Callable[[str], float] = no_delay
+    answer: Callable[[str, bytes], bytes] = no_body  # (path, request body) → answer's body
     secret: str = ""
     down: set[str] = field(default_factory=set)
     open: asyncio.Event = field(default_factory=asyncio.Event)
@@ -135,7 +141,7 @@ class Hook:
                 await asyncio.sleep(wait)
         finally:
             self.concurrent -= 1
-        return web.Response(status=status, headers=headers)
+        return web.Response(status=status, headers=headers, body=self.answer(path, body) or None)
 
 
 @asynccontextmanager

@@ -252,3 +252,36 @@ def test_token_errors(url: str) -> None:
     one_line_error(httpbus(url, "token", "revoke", "p9", "0123456789ab", "--yes"), 3, "404")
     one_line_error(httpbus(url, "token", "revoke", "p9", "not-an-id", "--yes"), 1, "422")
     one_line_error(httpbus(url, "token", "list", "p9", token="wrong"), 1, "401")
+
+
+def test_batches_and_a_dedupe_window_from_the_cli(url: str) -> None:
+    ok(httpbus(url, "project", "create", "pbd"))
+    made = ok(httpbus(url, "topic", "create", "pbd", "once", "--dedupe-window", "10m"))
+    assert "created topic pbd/once" in made
+    assert _get(url, "pbd", "topics", "once").json()["dedupe_window"] == "10m"
+    out = ok(httpbus(url, "topic", "update", "pbd", "once", "--dedupe-window", "1h"))
+    assert out.strip() == 'updated topic pbd/once: dedupe_window "10m" → "1h"', out
+    off = as_json(
+        httpbus(url, "topic", "update", "pbd", "once", "--dedupe-window", "off", "-o", "json")
+    )
+    assert off["dedupe_window"] is None
+    one_line_error(
+        httpbus(url, "topic", "update", "pbd", "once", "--dedupe-window", "2d"), 1, "422"
+    )
+
+    created = as_json(
+        httpbus(
+            url, "sub", "create", "pbd", "bulk", "--topic", "once", "--endpoint", HOOK,
+            "--batch", "50", "--batch-max-wait-ms", "20", "-o", "json",
+        )
+    )  # fmt: skip
+    assert created["batch"] == {"max_messages": 50, "max_bytes": 1024 * 1024, "max_wait_ms": 20}
+    changed = as_json(
+        httpbus(url, "sub", "update", "pbd", "bulk", "--batch-max-bytes", "4096", "-o", "json")
+    )
+    assert changed["batch"] == {"max_messages": 50, "max_bytes": 4096, "max_wait_ms": 20}
+    single = as_json(httpbus(url, "sub", "update", "pbd", "bulk", "--no-batch", "-o", "json"))
+    assert single["batch"] is None
+    one_line_error(
+        httpbus(url, "sub", "update", "pbd", "bulk", "--batch", "5", "--no-batch"), 2, "not both"
+    )

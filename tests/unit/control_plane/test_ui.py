@@ -161,6 +161,37 @@ async def test_create_edit_pause_resume_a_subscription(browser: httpx.AsyncClien
     assert 'href="/ui/projects/shop/subscriptions/s1"' in listing.text
 
 
+async def test_batches_and_a_dedupe_window_through_the_forms(browser: httpx.AsyncClient) -> None:
+    await _project_and_topic(browser)
+    token = await csrf(browser)
+    form = {"name": "once", "cluster": "embedded", "dedupe_window": "10m", "csrf": token}
+    r = await browser.post("/ui/projects/shop/topics", data=form)
+    assert r.status_code == 303, r.text
+    topic = (await browser.get("/v1/projects/shop/topics/once", headers=API)).json()
+    assert topic["dedupe_window"] == "10m"
+    assert "dedupe 10m" in (await browser.get("/ui/projects/shop/topics/once")).text
+    form = {"name": "bad", "cluster": "embedded", "dedupe_window": "2d", "csrf": token}
+    r = await browser.post("/ui/projects/shop/topics", data=form)
+    assert "between 1s and 1d" in (await browser.get(r.headers["location"])).text
+
+    token = await csrf(browser, "/ui/projects/shop/subscriptions/new")
+    form = {**SUB_FORM, "batch_max_messages": "50", "batch_max_wait_ms": "20", "csrf": token}
+    r = await browser.post("/ui/projects/shop/subscriptions/new", data=form)
+    assert r.status_code == 303, r.text[:2000]
+    sub = (await browser.get("/v1/projects/shop/subscriptions/s1", headers=API)).json()
+    assert sub["batch"] == {"max_messages": 50, "max_bytes": 1024 * 1024, "max_wait_ms": 20}
+    page = await browser.get("/ui/projects/shop/subscriptions/s1/edit")
+    assert 'name="batch_max_messages" type="number" min="1" max="1000" value="50"' in page.text
+    edit = {**SUB_FORM, "batch_max_messages": "5000", "csrf": token}
+    r = await browser.post("/ui/projects/shop/subscriptions/s1/edit", data=edit)
+    assert r.status_code == 422 and 'id="error-batch_max_messages"' in r.text
+    edit = {**SUB_FORM, "batch_max_messages": "", "csrf": token}  # off again
+    r = await browser.post("/ui/projects/shop/subscriptions/s1/edit", data=edit)
+    assert r.status_code == 303
+    sub = (await browser.get("/v1/projects/shop/subscriptions/s1", headers=API)).json()
+    assert sub["batch"] is None
+
+
 async def test_unknown_entities_get_a_page_not_a_crash(
     browser: httpx.AsyncClient,
 ) -> None:

@@ -127,3 +127,23 @@ def test_results_are_frozen_values() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         result.status = 500  # type: ignore[misc]
     assert DeliveryResult.invalid("bad secret").error_kind is ErrorKind.INVALID_REQUEST
+
+
+def test_a_batch_answer_may_name_failed_messages() -> None:
+    from core.model import RetryPolicy
+    from core.result import failed_ids
+    from core.retry import RetryInPlace, decide
+
+    ok = DeliveryResult.from_response(200, {}, 0.1, body=b'{"failed": ["a", "b"]}', batch=True)
+    assert ok.succeeded and ok.failed_ids == frozenset({"a", "b"})
+    single = DeliveryResult.from_response(200, {}, 0.1, body=b'{"failed": ["a"]}')
+    assert single.failed_ids is None  # only a batch's answer is read so
+    for body in (b"", b"ok", b'{"failed": "a"}', b'{"failed": [1]}', b'["a"]', b'{"failed": ['):
+        assert failed_ids(body) is None, body
+    assert failed_ids(b' {"failed": []} ') == frozenset()
+    one = DeliveryResult.reported_failed(ok, "named failed")
+    assert not one.succeeded and one.error == "HTTP 200, named failed"
+    # always retried, whatever the policy says of connection errors
+    policy = RetryPolicy(max_attempts=2, retry_connection_errors=False, delay_levels_ms=(60_000,))
+    assert isinstance(decide(policy, one, 1), RetryInPlace)
+    assert not isinstance(decide(policy, one, 2), RetryInPlace)

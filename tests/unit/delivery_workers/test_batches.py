@@ -134,3 +134,68 @@ async def test_a_failed_batch_is_retried_as_one_and_its_messages_dead_lettered(
         return sorted(dict(e.headers)["x-message-id"].decode() for e in view.live()) == sent
 
     await until(dead_lettered, 10, "the five in the DLQ, one entry each")
+
+
+def failing(*ids: str) -> object:
+    """An ``answer`` naming ``ids`` failed when a batch carries them."""
+
+    def answer(path: str, body: bytes) -> bytes:
+        named = [m["id"] for m in json.loads(body) if m["id"] in ids]
+        return json.dumps({"failed": named}).encode() if named else b""
+
+    return answer
+
+
+async def test_a_message_the_answer_names_failed_is_retried_alone_and_dead_lettered(
+    world: World,
+) -> None:
+    world.hook.behaviour = lambda mid, n: (200, {})
+    world.hook.answer = failing("b3")  # type: ignore[assignment]
+    sub = await subscribe(world, batch=BatchPolicy(max_messages=50, max_wait_ms=100), retry=FAST)
+    sent = [await produce(world, f"b{i}", None) for i in range(6)]
+    async with quick_running(world, sub) as runner:
+        await until(lambda: runner.stats.dead_lettered == 1, 20, "b3 dead-lettered")
+        assert runner.stats.delivered == 5
+        assert runner.stats.failed_attempts == 3  # b3's three attempts, no other message's
+    requests = batches(world)
+    once = [mid for b in requests for mid in ids_of(b) if mid != "b3"]
+    assert sorted(once) == [m for m in sent if m != "b3"]  # each of the rest once
+    alone = [ids_of(b) for b in requests if "b3" in ids_of(b)]
+    assert alone[1:] == [["b3"], ["b3"]]  # retried alone
+    assert [m["attempt"] for b in requests for m in b if m["id"] == "b3"] == [1, 2, 3]
+    layout = await layout_of(world, sub)
+
+    async def dead_lettered() -> list[str]:
+        view = await dlq.scan(world.store, layout)
+        return [dict(e.headers)["x-message-id"].decode() for e in view.live()]
+
+    assert await until(dead_lettered, 10, "b3 in the DLQ") == ["b3"]
+
+
+async def test_on_a_grouped_topic_a_failed_message_s_group_waits_behind_it(
+    world: World,
+) -> None:
+    world.hook.behaviour = lambda mid, n: (200, {})
+    accepted: list[str] = []  # what the endpoint took, in order
+    tries = {"g1-0": 0}
+
+    def answer(path: str, body: bytes) -> bytes:  # g1-0 fails its first attempt only
+        ids = [m["id"] for m in json.loads(body)]
+        failed = []
+        if "g1-0" in ids:
+            tries["g1-0"] += 1
+            failed = ["g1-0"] if tries["g1-0"] == 1 else []
+        accepted.extend(mid for mid in ids if mid not in failed)
+        return json.dumps({"failed": failed}).encode()
+
+    world.hook.answer = answer
+    sub = await subscribe(world, batch=BatchPolicy(max_messages=50, max_wait_ms=100), retry=FAST)
+    for i in range(3):
+        for g in ("g1", "g2"):
+            await produce(world, f"{g}-{i}", g)
+    async with quick_running(world, sub) as runner:
+        await until(lambda: runner.stats.delivered == 6, 20, "all six")
+        assert runner.stats.failed_attempts == 1 and runner.stats.dead_lettered == 0
+    assert [m for m in accepted if m.startswith("g1")] == ["g1-0", "g1-1", "g1-2"]
+    assert [m for m in accepted if m.startswith("g2")] == ["g2-0", "g2-1", "g2-2"]
+    assert tries["g1-0"] == 2

@@ -26,6 +26,16 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+HOUR_MS = 3_600_000
+
+
+def whole_hours(since_ms: int | None, until_ms: int | None) -> tuple[int | None, int | None]:
+    """A window widened to whole hours (the export rewrites whole hours, so each hour it
+    writes must be read complete: plan from the widened start too)."""
+    since = None if since_ms is None else since_ms - since_ms % HOUR_MS
+    until = None if until_ms is None else -(-until_ms // HOUR_MS) * HOUR_MS
+    return since, until
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -96,6 +96,13 @@ def export_parquet(
     )
 
 
+def earliest_ms(messages: DataFrame) -> int | None:
+    """The earliest ``produced_at`` of ``messages`` (epoch ms), None if there are none: a
+    followed export rewrites the hours from that one on."""
+    row = messages.agg(F.min(F.unix_millis("produced_at")).alias("t")).collect()[0]
+    return None if row["t"] is None else int(row["t"])
+
+
 def write_manifest(out: str, result: ExportResult, plan_json: str) -> None:
     """The manifest beside a local output (skipped for remote URLs: the driver's files are not
     there)."""

@@ -112,3 +112,26 @@ class TimelinePlan(_Frozen):
         if ids != sorted(set(ids)):
             raise ValueError(f"segments must be distinct and in timeline order, not {ids}")
         return self
+
+
+Ends = dict[int, dict[int, int]]
+"""Per segment, per partition: the position a reader has read up to (exclusive)."""
+
+
+def ends_of(plan: TimelinePlan) -> Ends:
+    """Where reading ``plan`` whole leaves off: the checkpoint of a followed export."""
+    return {s.segment: {p: r.end for p, r in s.ranges.items()} for s in plan.segments}
+
+
+def after(plan: TimelinePlan, read: Ends) -> TimelinePlan:
+    """``plan`` narrowed to what lies past ``read``: each range starts where the checkpoint
+    left off (a segment or partition it has not seen starts where ``plan`` does)."""
+    segments = []
+    for seg in plan.segments:
+        done = read.get(seg.segment, {})
+        ranges = {
+            p: PositionRange(start=max(r.start, min(done.get(p, r.start), r.end)), end=r.end)
+            for p, r in seg.ranges.items()
+        }
+        segments.append(seg.model_copy(update={"ranges": ranges}))
+    return plan.model_copy(update={"segments": segments})

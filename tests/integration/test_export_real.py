@@ -174,3 +174,80 @@ async def test_a_kafka_then_pulsar_topic_exports_every_message_once_byte_for_byt
     assert current and all(last[f] != after.get(f) for f in current)  # replaced
     assert spark.read.parquet(str(out)).count() == len(records)
     assert all(after[f] != before.get(f) for f in after)  # the full re-run replaced every hour
+
+
+async def _cutover_to_kafka(
+    real: RealServices, zk: ZooKeeperConfig, unique: str, records: list[Record]
+) -> None:
+    """Seal the Pulsar segment 2 (terminated) and move the produce pointer to a new Kafka
+    segment 3 holding ``records``, as a cutover's commit does."""
+    kafka_cfg = KafkaClusterConfig(bootstrap_servers=real.kafka)
+    pulsar_cfg = PulsarClusterConfig(service_url=real.pulsar, admin_url=real.pulsar_admin)
+    s3 = Segment(
+        id=3,
+        cluster="kafka-main",
+        backend=Backend.KAFKA,
+        storage_topic=f"it.{unique}.orders.3",
+        partitions=1,
+    )
+    async with (
+        open_metastore(zk) as meta,
+        open_store(kafka_cfg) as kafka,
+        open_store(pulsar_cfg) as pulsar,
+    ):
+        catalog = Catalog(meta)
+        topic = await catalog.get_topic("shop", "orders")
+        s2 = topic.segment(2)
+        assert s2 is not None
+        ends = await pulsar.seal(s2.storage_topic)
+        await kafka.create_topic(s3.storage_topic, s3.partitions, retention_ms=RETENTION_MS)
+        await catalog.add_segment("shop", "orders", s3)
+        sealed = s2.model_copy(update={"state": SegmentState.SEALED, "end_positions": ends})
+        await catalog.commit_segment_switch(
+            topic, sealed, s3.model_copy(update={"state": SegmentState.ACTIVE})
+        )
+        await _produce(kafka, s3.storage_topic, records)
+
+
+async def test_a_followed_export_moves_on_to_the_next_segment_and_keeps_each_message_once(
+    real_services: RealServices, unique: str, tmp_path: Path, spark: Any
+) -> None:
+    now = int(time.time() * 1000)
+    hour = now - now % HOUR_MS
+    old = [_record(i, hour - HOUR_MS + 1_000 + i) for i in range(40)]
+    zk = ZooKeeperConfig(hosts=real_services.zookeeper, root=f"/export-f-{unique}")
+    await _topic_on_kafka_then_pulsar(real_services, zk, unique, old)
+    config = _config(tmp_path, real_services, zk)
+    out = tmp_path / "orders"
+    follow = ["--follow", "--rounds", "1", "--every", "1s"]
+
+    await _export(config, out, *follow)  # the first round: everything, then the checkpoint
+    assert spark.read.parquet(str(out)).count() == len(old)
+    assert (out / "_httpbus_export_checkpoint.json").is_file()
+    before = _files(out)
+    # A cutover from Pulsar to a new Kafka segment, with messages of the current hour.
+    new = [_record(i, hour + i) for i in range(1000, 1030)]
+    await _cutover_to_kafka(real_services, zk, unique, new)
+
+    output = await _export(config, out, *follow)
+    print(output)
+    rows = spark.read.parquet(str(out)).collect()
+    assert sorted(r["id"] for r in rows) == sorted(
+        envelope.header(r.headers, envelope.MESSAGE_ID) or "" for r in old + new
+    )
+    assert {r["segment"] for r in rows} == {1, 2, 3}
+    assert all(
+        bytes(r["payload"]) == rec.value
+        for r, rec in zip(
+            sorted((r for r in rows if r["segment"] == 3), key=lambda r: r["position"]),
+            new,
+            strict=True,
+        )
+    )
+    # Only the current hour was rewritten: the new messages' earliest produced_at is in it.
+    previous = [f for f in before if f"hour={(hour // HOUR_MS - 1) % 24}/" in f]
+    after = _files(out)
+    assert previous and all(after.get(f) == before[f] for f in previous)
+    # A round with nothing new writes nothing.
+    again = await _export(config, out, *follow)
+    assert "nothing new" in again and _files(out) == after

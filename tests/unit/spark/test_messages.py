@@ -9,7 +9,15 @@ import pytest
 from pydantic import ValidationError
 
 from spark.messages import RAW_SCHEMA, kafka_options, messages
-from spark.plan import KafkaSource, PositionRange, PulsarSource, SegmentPlan, TimelinePlan
+from spark.plan import (
+    KafkaSource,
+    PositionRange,
+    PulsarSource,
+    SegmentPlan,
+    TimelinePlan,
+    after,
+    ends_of,
+)
 
 
 def _raw(spark: Any, rows: list[tuple[Any, ...]]) -> Any:
@@ -66,3 +74,33 @@ def test_a_plan_is_json_and_keeps_its_segments_in_timeline_order() -> None:
     assert TimelinePlan.model_validate_json(plan.model_dump_json()) == plan
     with pytest.raises(ValidationError):
         TimelinePlan(project="p", topic="t", segments=[seg, seg])
+
+
+def test_a_followed_plan_starts_where_the_checkpoint_left_off() -> None:
+    kafka = KafkaSource(bootstrap_servers="k:9092")
+    plan = TimelinePlan(
+        project="p",
+        topic="t",
+        segments=[
+            SegmentPlan(
+                segment=1,
+                storage_topic="s.1",
+                source=kafka,
+                ranges={0: PositionRange(start=0, end=10), 1: PositionRange(start=2, end=5)},
+            ),
+            SegmentPlan(
+                segment=2,
+                storage_topic="s.2",
+                source=kafka,
+                ranges={0: PositionRange(start=0, end=4)},
+            ),
+        ],
+    )
+    assert ends_of(plan) == {1: {0: 10, 1: 5}, 2: {0: 4}}
+    narrowed = after(plan, {1: {0: 7, 1: 1}})
+    assert narrowed.segments[0].ranges == {
+        0: PositionRange(start=7, end=10),
+        1: PositionRange(start=2, end=5),
+    }
+    assert narrowed.segments[1].ranges == {0: PositionRange(start=0, end=4)}  # new segment
+    assert after(plan, ends_of(plan)).segments[0].reads == {}

@@ -80,11 +80,13 @@ async def plan_timeline(
             )
         source = source_of(seg.cluster, config)
         ranges = await _ranges(stores[seg.cluster], seg, since_ms)
-        segments.append(
-            SegmentPlan(
-                segment=seg.id, storage_topic=seg.storage_topic, source=source, ranges=ranges
-            )
+        plan = SegmentPlan(
+            segment=seg.id, storage_topic=seg.storage_topic, source=source, ranges=ranges
         )
+        if isinstance(config, KafkaClusterConfig) and config.read_only and config.id_header:
+            # An external segment: ids as its ExternalStore gives them to subscriptions.
+            plan = plan.model_copy(update={"id_header": config.id_header.lower()})
+        segments.append(plan)
     out.plan = TimelinePlan(project=project, topic=topic, segments=segments)
     return out
 

@@ -105,11 +105,14 @@ def read_segment(spark: SparkSession, seg: SegmentPlan) -> DataFrame:
 def messages(raw: DataFrame, id_header: str) -> DataFrame:
     """:data:`MESSAGE_COLUMNS` of raw records (:data:`RAW_SCHEMA`): the envelope headers
     decoded as :mod:`core.envelope` decodes them (latin-1, whole milliseconds)."""
+    # The precedence of segments.external.ExternalStore: the httpbus id, the segment's own id
+    # header, the record's address.
     fallback = F.concat_ws(":", "storage_topic", "partition", "position")
+    ids = [header_text(envelope.MESSAGE_ID), header_text(id_header), fallback]
     produced = header_text(envelope.PRODUCED_AT)
     produced_ms = F.when(produced.rlike("^[0-9]+$"), produced.cast("long"))
     return raw.select(
-        F.coalesce(header_text(id_header), fallback).alias("id"),
+        F.coalesce(*ids).alias("id"),
         header_text(envelope.GROUP_ID).alias("group"),
         "headers",
         "payload",

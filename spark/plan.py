@@ -89,7 +89,8 @@ class SegmentPlan(_Frozen):
     ranges: dict[int, PositionRange] = Field(description="partition -> positions to read")
     id_header: str = Field(
         default="x-message-id",
-        description="the header holding a message's id; a message without it gets the id "
+        description="the header holding a message's id when it has no x-message-id (an "
+        "external segment's legacy header); a message with neither gets the id "
         "'<storage topic>:<partition>:<position>' (deterministic, the same on every read)",
     )
 

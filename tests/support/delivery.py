@@ -90,14 +90,18 @@ async def delivery_world(
     cluster: str,
     *,
     database_url: str | None = None,
+    cluster_config: ClusterConfig | None = None,
     **worker_options: Any,
 ) -> AsyncIterator[DeliveryWorld]:
     """Everything above, torn down (and the ZooKeeper root deleted) on exit. With a
     ``database_url`` the producer and the worker also write an audit trail (a topic of this
-    world on its cluster) and the control plane keeps its reports and trace index there."""
+    world on its cluster) and the control plane keeps its reports and trace index there.
+    ``cluster_config`` replaces the standard config of ``cluster`` (a read_only one, say)."""
     root = f"/delivery-{unique}"
     zk = ZooKeeperConfig(hosts=real.zookeeper, root=root)
     configured = clusters(real)
+    if cluster_config is not None:
+        configured[cluster] = cluster_config
     audit = AuditConfig(cluster=cluster, topic=f"it-{unique}.audit", partitions=2)
     reports = {"database_url": database_url, "audit": audit} if database_url else {}
     settings = ControlPlaneSettings(

@@ -48,8 +48,13 @@ def test_envelope_headers_become_columns_and_missing_ones_fall_back(spark: Any) 
 
 
 def test_an_external_topic_names_its_own_id_header(spark: Any) -> None:
-    rows = [(1, "legacy", 0, 0, 1, [("event-id", b"e1"), ("x-message-id", b"no")], b"")]
-    assert messages(_raw(spark, rows), "event-id").collect()[0]["id"] == "e1"
+    rows = [
+        (1, "legacy", 0, 0, 1, [("event-id", b"e1")], b""),
+        (1, "legacy", 0, 1, 1, [("event-id", b"e2"), ("x-message-id", b"m2")], b""),
+        (1, "legacy", 0, 2, 1, [], b""),
+    ]
+    ids = [r["id"] for r in messages(_raw(spark, rows), "event-id").collect()]
+    assert ids == ["e1", "m2", "legacy:0:2"]  # as segments.external.ExternalStore gives them
 
 
 def test_kafka_options_assign_exactly_the_non_empty_ranges() -> None:

@@ -90,3 +90,64 @@ async def test_an_adopted_kafka_topic_delivers_and_is_never_written(
         assert await kafka.partitions(legacy) == 2
         assert sum((await kafka.end_positions(legacy)).values()) == COUNT
         await kafka.delete_topic(legacy)
+
+
+async def test_a_cutover_seals_the_external_segment_logically_and_moves_subscribers_on(
+    real_services: RealServices, unique: str, tmp_path: Path
+) -> None:
+    """The cutover off an adopted topic records its ends without touching it; the legacy
+    producer's later writes are not delivered, publishes through httpbus are."""
+    legacy = f"legacy-{unique}.payments"
+    plain = KafkaClusterConfig(bootstrap_servers=real_services.kafka)
+    async with open_store(plain) as kafka:
+        await kafka.create_topic(legacy, 2, retention_ms=3_600_000)
+    _legacy_produce(real_services.kafka, legacy)
+    adopted = plain.model_copy(update={"read_only": True, "id_header": "event-id"})
+    async with delivery_world(
+        real_services,
+        unique,
+        tmp_path,
+        "legacy",
+        cluster_config=adopted,
+        extra_clusters={"kafka-main": plain},
+    ) as world:
+        await world.topic("payments", partitions=2, external_topic=legacy)
+        await world.subscribe("all", "payments")
+        await world.running("all")
+        await until(lambda: len(set(world.hook.ids("all"))) >= COUNT, 60, "the legacy records")
+        r = await world.cp.post(
+            "/v1/projects/shop/topics/payments/cutover",
+            json={"cluster": "kafka-main", "partitions": 2},
+        )
+        assert r.status_code == 202, r.text
+
+        async def phase() -> str:
+            got = await world.cp.get("/v1/projects/shop/topics/payments/cutover")
+            return str(got.json()["phase"])
+
+        phases: list[str] = []
+
+        async def done() -> bool:
+            phases.append(await phase())
+            return phases[-1] in ("COMPLETE", "ABORTED", "ROLLED_BACK")
+
+        await until(done, 90, "the cutover's end", interval=0.2)
+        assert phases[-1] == "COMPLETE", phases
+        topic = (await world.cp.get("/v1/projects/shop/topics/payments")).json()
+        first = topic["segments"][0]
+        assert first["state"] == "sealed" and sum(first["end_positions"].values()) == COUNT
+        # The legacy producer writes on (nothing fenced it): not delivered, past the end.
+        producer = Producer({"bootstrap.servers": real_services.kafka, "acks": "all"})
+        producer.produce(legacy, b"after the cutover", headers=[("event-id", b"late")])
+        assert producer.flush(30) == 0
+        r = await world.producer.post(
+            "/v1/projects/shop/topics/payments/produce",
+            content=b"through httpbus",
+            headers={"X-Message-Id": "h1"},
+        )
+        assert r.status_code == 201, r.text
+        await until(lambda: "h1" in world.hook.ids("all"), 60, "the httpbus message")
+        assert "late" not in world.hook.ids("all")
+    async with open_store(plain) as kafka:
+        assert sum((await kafka.end_positions(legacy)).values()) == COUNT + 1
+        await kafka.delete_topic(legacy)

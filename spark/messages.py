@@ -2,8 +2,9 @@
 DataFrame of messages, segment after segment.
 
 Columns (:data:`MESSAGE_COLUMNS`): ``id`` (the ``x-message-id`` header, else
-``<storage topic>:<partition>:<position>``), ``group`` (``x-group-id``, null on ungrouped
-topics), ``headers`` (every stored header, in order, as ``array<struct<name, value: binary>>``),
+``<storage topic>:<partition>:<position>``), ``group`` (``x-group-id``, else the record key,
+null on ungrouped topics), ``headers`` (every stored header, in order, as
+``array<struct<name, value: binary>>``),
 ``payload`` (binary, byte for byte), ``produced_at`` (timestamp, UTC: ``x-produced-at``, else
 the storage timestamp), ``segment``, ``partition``, ``position``.
 
@@ -64,6 +65,7 @@ RAW_SCHEMA = StructType(
         StructField("timestamp_ms", LongType(), True),
         StructField("headers", HEADERS_TYPE, True),
         StructField("payload", BinaryType(), True),
+        StructField("key", BinaryType(), True),
     ]
 )
 """What each backend's reader yields: a stored record and where it is."""
@@ -113,7 +115,11 @@ def messages(raw: DataFrame, id_header: str) -> DataFrame:
     produced_ms = F.when(produced.rlike("^[0-9]+$"), produced.cast("long"))
     return raw.select(
         F.coalesce(*ids).alias("id"),
-        header_text(envelope.GROUP_ID).alias("group"),
+        # The group header, else the record key (which httpbus sets to the group; an external
+        # segment's key is its group too, as segments.external gives it to subscriptions).
+        F.coalesce(header_text(envelope.GROUP_ID), F.decode(F.col("key"), "ISO-8859-1")).alias(
+            "group"
+        ),
         "headers",
         "payload",
         F.timestamp_millis(F.coalesce(produced_ms, F.col("timestamp_ms"))).alias("produced_at"),
@@ -162,6 +168,7 @@ def _kafka_raw(spark: SparkSession, seg: SegmentPlan, source: KafkaSource) -> Da
         F.unix_millis("timestamp").alias("timestamp_ms"),
         headers.alias("headers"),
         F.col("value").alias("payload"),
+        F.col("key"),
     )
 
 
@@ -187,16 +194,16 @@ def _pulsar_raw(spark: SparkSession, seg: SegmentPlan, source: PulsarSource) -> 
 
 def _read_pulsar_task(task: tuple[int, str, str, str, int, int, int]) -> Iterator[tuple[Any, ...]]:
     segment, storage_topic, service_url, topic, partition, start, end = task
-    for position, timestamp_ms, headers, payload in read_pulsar_range(
+    for position, timestamp_ms, headers, payload, key in read_pulsar_range(
         service_url, topic, start, end
     ):
-        yield (segment, storage_topic, partition, position, timestamp_ms, headers, payload)
+        yield (segment, storage_topic, partition, position, timestamp_ms, headers, payload, key)
 
 
 def read_pulsar_range(
     service_url: str, topic: str, start: int, end: int, timeout_ms: int = PULSAR_READ_TIMEOUT_MS
-) -> Iterator[tuple[int, int, list[tuple[str, bytes]], bytes]]:
-    """``(position, timestamp_ms, headers, payload)`` of every message of one partition topic
+) -> Iterator[tuple[int, int, list[tuple[str, bytes]], bytes, bytes | None]]:
+    """``(position, timestamp_ms, headers, payload, key)`` of every message of one partition topic
     at positions ``[start, end)``, in order. Runs in an executor (blocking client)."""
     import pulsar  # in the executor: the driver of a Kafka-only job needs no client
 
@@ -228,6 +235,7 @@ def read_pulsar_range(
                     msg.event_timestamp() or msg.publish_timestamp(),
                     list(wire.decode_headers(props)),
                     msg.data(),
+                    wire.decode_key(msg.partition_key(), props),
                 )
         finally:
             reader.close()

@@ -81,10 +81,11 @@ async def test_an_adopted_kafka_topic_delivers_and_is_never_written(
             planned = await plan_timeline(
                 Catalog(meta), {"legacy": adopted}, {"legacy": store}, "shop", "orders"
             )
-        exported = {
-            r["id"]: bytes(r["payload"]) for r in read_timeline(spark, planned.plan).collect()
-        }
+        rows = read_timeline(spark, planned.plan).collect()
+        exported = {r["id"]: bytes(r["payload"]) for r in rows}
         assert exported == bodies
+        groups = {req.id: req.headers.get("X-Group-Id") for req in requests}
+        assert {r["id"]: r["group"] for r in rows} == groups  # the key, on both paths
     # The world deleted its topics: the legacy topic is still there, with every record.
     async with open_store(plain) as kafka:
         assert await kafka.partitions(legacy) == 2

@@ -18,7 +18,16 @@ T0 = 1_790_000_000_000 - 1_790_000_000_000 % HOUR_MS  # the start of an hour
 def _frame(spark: Any, rows: list[tuple[str, int, int, int]]) -> Any:
     """(id, produced_at_ms, segment, position) -> a frame of messages."""
     raw = [
-        (seg, f"t.{seg}", 0, pos, at, [("x-message-id", mid.encode())], f"{mid}@{seg}".encode())
+        (
+            seg,
+            f"t.{seg}",
+            0,
+            pos,
+            at,
+            [("x-message-id", mid.encode())],
+            f"{mid}@{seg}".encode(),
+            None,
+        )
         for mid, at, seg, pos in rows
     ]
     return messages(spark.createDataFrame(raw, RAW_SCHEMA), "x-message-id")

@@ -21,7 +21,8 @@ from spark.plan import (
 
 
 def _raw(spark: Any, rows: list[tuple[Any, ...]]) -> Any:
-    return spark.createDataFrame(rows, RAW_SCHEMA)
+    keyed = [r if len(r) == len(RAW_SCHEMA) else (*r, None) for r in rows]
+    return spark.createDataFrame(keyed, RAW_SCHEMA)
 
 
 def test_envelope_headers_become_columns_and_missing_ones_fall_back(spark: Any) -> None:
@@ -37,6 +38,7 @@ def test_envelope_headers_become_columns_and_missing_ones_fall_back(spark: Any) 
         ),
         (1, "t.1", 1, 7, 3_000, [("x-produced-at", b"soon")], b""),
         (2, "t.2", 0, 9, 4_000, None, None),
+        (2, "t.2", 0, 11, 4_000, None, None, b"k\xe9"),
     ]
     out = {r["position"]: r for r in messages(_raw(spark, rows), "x-message-id").collect()}
     assert out[5]["id"] == "mé" and out[5]["group"] == "g"  # latin-1, as core.envelope
@@ -45,6 +47,7 @@ def test_envelope_headers_become_columns_and_missing_ones_fall_back(spark: Any) 
     assert out[7]["id"] == "t.1:1:7" and out[7]["group"] is None
     assert int(out[7]["produced_at"].timestamp() * 1000) == 3_000  # not digits: storage time
     assert out[9]["id"] == "t.2:0:9"
+    assert out[11]["group"] == "ké"  # no group header: the record key, as ExternalStore gives it
 
 
 def test_an_external_topic_names_its_own_id_header(spark: Any) -> None:

@@ -22,7 +22,7 @@ store in :class:`ExternalStore`:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from core import envelope
 from core.errors import NotFound, ValidationFailed
@@ -137,5 +137,9 @@ class ExternalStore(AsyncResource):
     async def committed(self, name: str, group: str) -> dict[int, int]:
         return await self.inner.committed(name, group)
 
-    async def backlog(self, name: str, group: str) -> dict[int, int]:
+    async def backlog(
+        self, name: str, group: str, committed: Mapping[int, int] | None = None
+    ) -> dict[int, int]:
+        """``committed`` (what the caller knows it committed) is an optional shortcut of the
+        protocol; the inner store is asked for the group's positions itself."""
         return await self.inner.backlog(name, group)

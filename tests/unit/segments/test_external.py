@@ -48,6 +48,8 @@ async def test_never_written_sealed_only_logically_never_deleted(legacy: Segment
     assert all(
         isinstance(r, ValidationFailed) for r in await external.produce_many(NAME, [Record(b"x")])
     )
+    # The protocol's optional ``committed`` shortcut is taken and the inner store asked.
+    assert await external.backlog(NAME, "g", {0: 0}) == await legacy.backlog(NAME, "g")
     ends = await external.seal(NAME)
     assert (await external.fence(NAME)).ends == ends and not await external.is_sealed(NAME)
     await legacy.produce(NAME, Record(b"later"))  # its own producers go on writing

@@ -68,3 +68,17 @@ def test_the_cli_refuses_an_unknown_format(tmp_path: Path) -> None:
     args = ["export", "shop", "orders", "--to", str(tmp_path), "--format", "csv"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2 and "parquet" in result.output
+
+
+def test_the_spark_submit_entry_point_runs_a_plan(spark: Any, tmp_path: Path) -> None:
+    from spark.export import ExportResult, main
+    from spark.plan import TimelinePlan
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(TimelinePlan(project="p", topic="t", segments=[]).model_dump_json())
+    out, result = tmp_path / "out", tmp_path / "result.json"
+    args = ["--plan", str(plan), "--to", str(out), "--since", "2026-11-24T10:30:00"]
+    assert main([*args, "--out", str(result)]) == 0
+    done = ExportResult.model_validate_json(result.read_text())
+    assert done.messages == 0 and done.since_ms == 1_795_514_400_000  # 10:00 UTC, whole hour
+    assert (out / "_httpbus_export.json").is_file()

@@ -20,7 +20,7 @@ from core.errors import (
 )
 from core.model import Project, Segment, SegmentState, Subscription, Topic, utcnow
 from metastore.catalog import Catalog
-from segments.config import ClusterConfig
+from segments.config import ClusterConfig, KafkaClusterConfig
 from segments.protocol import SegmentStore
 
 from .api.schemas import SubscriptionCreate, TopicCreate
@@ -45,6 +45,23 @@ def rotate(
         raise ValidationFailed(
             f"{field}: {problem}", details={"fields": [{"field": field, "problem": problem}]}
         ) from None
+
+
+def _first_storage_topic(config: ClusterConfig, cluster: str, body: TopicCreate) -> str | None:
+    """The adopted topic of an external first segment (docs/migrating.md), or None for a new
+    storage topic; 422 naming the field when the request and the cluster disagree."""
+    read_only = isinstance(config, KafkaClusterConfig) and config.read_only
+    if read_only == (body.external_topic is not None):
+        return body.external_topic
+    problem = (
+        f"cluster {cluster!r} is read_only: name the existing topic to adopt"
+        if read_only
+        else f"only a read_only cluster's topic can be adopted, not one of {cluster!r}"
+    )
+    raise ValidationFailed(
+        f"external_topic: {problem}",
+        details={"fields": [{"field": "external_topic", "problem": problem}]},
+    )
 
 
 class Admin:
@@ -85,11 +102,12 @@ class Admin:
             id=1,
             cluster=cluster,
             backend=config.backend,
-            storage_topic=self.storage_name(project, body.name, 1),
+            storage_topic=_first_storage_topic(config, cluster, body)
+            or self.storage_name(project, body.name, 1),
             partitions=body.partitions,
             state=SegmentState.ACTIVE,
         )
-        fields = body.model_dump(exclude={"cluster", "partitions"})
+        fields = body.model_dump(exclude={"cluster", "partitions", "external_topic"})
         topic = Topic(project=project, **fields)
         store = self.stores[cluster]
         await store.create_topic(

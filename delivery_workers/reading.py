@@ -22,6 +22,7 @@ from core.envelope import GROUP_ID, Envelope, header
 from core.filters import Filter, FilterOutcome
 from core.model import Segment, Subscription, Topic
 from core.shards import Shard
+from segments.external import ExternalStore
 from segments.protocol import Stored
 from segments.reader import SegmentReader, commit_group
 from segments.subscription.retry_meta import RetryMeta
@@ -105,6 +106,7 @@ class SegmentReading:
 
     async def _read(self, source: Source, partition: int, position: int) -> None:
         last_refresh = time.monotonic()
+        external = isinstance(self.reader.store(self.segment), ExternalStore)
         throttle = self.dispatch.throttle
         while True:
             await throttle.gate()  # the circuit is open: stop pulling
@@ -116,14 +118,37 @@ class SegmentReading:
                 max_records=self.read_batch,
                 timeout=1.0,
             )
+            if batch and external:
+                await self._refresh_external()
+            end = self._end(partition)
             for msg in batch:
+                if end is not None and msg.position >= end:
+                    return  # past a sealed segment's end: an external one, written on
                 await self._take(source, msg)
                 position = msg.position + 1
-            if batch or time.monotonic() - last_refresh < IDLE_REFRESH_S:
+            # Busy or idle, the segment record is looked at again every IDLE_REFRESH_S: an
+            # external segment (segments.external) is sealed only logically and its own
+            # producers keep writing it, so its reader is never idle at the end.
+            if time.monotonic() - last_refresh < IDLE_REFRESH_S:
                 continue
             last_refresh = time.monotonic()
             if await self._finished(partition, position):
                 return
+
+    async def _refresh_external(self) -> None:
+        """An external segment is sealed only logically (segments.external): records past its
+        recorded end keep coming. A record read now that lies past the end was written after
+        the seal was committed, so the segment's record read *after* it shows the seal."""
+        if not self.segment.finished:
+            self.segment = await self.reader.catalog.get_segment(
+                self.topic.project, self.topic.name, self.segment.id
+            )
+
+    def _end(self, partition: int) -> int | None:
+        """The recorded end of ``partition`` once the segment is known finished, else None."""
+        if not self.segment.finished or self.segment.end_positions is None:
+            return None
+        return self.segment.end_positions.get(partition, 0)
 
     async def _finished(self, partition: int, position: int) -> bool:
         """Idle: has the segment been sealed, and is this partition read to its end?"""

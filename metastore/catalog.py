@@ -213,6 +213,13 @@ class Catalog:
         out = [Segment.model_validate_json(n.data) for n in nodes if n is not None]
         return sorted(out, key=lambda s: s.id)
 
+    async def get_segment(self, project: str, topic: str, segment_id: int) -> Segment:
+        """One segment's record, read now (never from a cache)."""
+        node = await self._require(
+            paths.segment(project, topic, segment_id), f"segment {segment_id} of {project}/{topic}"
+        )
+        return Segment.model_validate_json(node.data)
+
     async def add_segment(self, project: str, topic: str, segment: Segment) -> None:
         """Add a (PENDING) segment to the timeline; its id must be new."""
         try:

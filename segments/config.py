@@ -43,6 +43,16 @@ class KafkaClusterConfig(_Cluster):
     client: dict[str, str] = Field(
         default_factory=dict, description="extra librdkafka settings, e.g. security.protocol"
     )
+    read_only: bool = Field(
+        default=False,
+        description="an existing cluster whose topics httpbus adopts as external first "
+        "segments: read, never written, sealed only logically, never deleted (docs/migrating.md)",
+    )
+    id_header: str | None = Field(
+        default=None,
+        description="read_only: the header the legacy producers put a message's id in; none: "
+        "'<topic>:<partition>:<offset>'",
+    )
 
 
 class PulsarClusterConfig(_Cluster):

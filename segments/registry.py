@@ -12,14 +12,19 @@ from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from typing import cast
 
-from .config import ClusterConfig
+from .config import ClusterConfig, KafkaClusterConfig
+from .external import ExternalStore
 from .protocol import SegmentStore
 
 
 def open_store(config: ClusterConfig) -> SegmentStore:
-    """A new, not yet started store for ``config`` (``async with`` it, or call ``start``)."""
+    """A new, not yet started store for ``config`` (``async with`` it, or call ``start``);
+    a ``read_only`` Kafka cluster's store is wrapped read-only (:mod:`.external`)."""
     backend = importlib.import_module(f"{__package__}.{config.backend}")
-    return cast(SegmentStore, backend.create_store(config))
+    store = cast(SegmentStore, backend.create_store(config))
+    if isinstance(config, KafkaClusterConfig) and config.read_only:
+        return cast(SegmentStore, ExternalStore(store, id_header=config.id_header))
+    return store
 
 
 async def open_stores(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 
 from pyspark.sql import SparkSession
@@ -26,7 +27,11 @@ def build_session(
 ) -> SparkSession:
     """A session (the active one if it exists). ``jars`` are local jar paths passed as
     ``spark.jars`` -- the Kafka connector, resolved once by ``scripts.realservices fetch``;
-    nothing is downloaded at run time. ``master`` None leaves it to ``spark-submit``."""
+    nothing is downloaded at run time. ``master`` None leaves it to ``spark-submit``.
+
+    A local master runs its Python workers on this interpreter, not on the ``python3`` of the
+    PATH (pyspark's default, which may lack our packages): the reader of Pulsar segments runs
+    pulsar-client in them (``spark.messages``)."""
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
@@ -35,7 +40,10 @@ def build_session(
         settings["spark.jars"] = ",".join(jars)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    if master and master.startswith("local"):
+        session.sparkContext.pythonExec = sys.executable
+    return session
 
 
 def describe(spark: SparkSession) -> dict[str, str]:

@@ -81,6 +81,14 @@ class TopicCreate(TopicSettings):
     grouped: bool = False
     cluster: str | None = Field(default=None, description="storage cluster; default from config")
     partitions: Partitions = 1
+    external_topic: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=249,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="adopt this existing Kafka topic of a read_only cluster as the first "
+        "segment (docs/migrating.md); partitions must be its partition count",
+    )
 
 
 class TopicUpdate(TopicSettings):

@@ -10,7 +10,22 @@ import typer
 
 from core.version import VERSION
 
-from . import audit, db, dev, dlq, produce, project, run, sub, tail, token, topic, trace, user
+from . import (
+    audit,
+    db,
+    dev,
+    dlq,
+    export,
+    produce,
+    project,
+    run,
+    sub,
+    tail,
+    token,
+    topic,
+    trace,
+    user,
+)
 from .common import EXIT_CODES_HELP
 
 cli = typer.Typer(
@@ -28,6 +43,7 @@ cli.add_typer(dlq.app, name="dlq")
 cli.command()(tail.tail)
 cli.command()(trace.trace)
 cli.add_typer(audit.app, name="audit")
+cli.command()(export.export)
 cli.add_typer(db.app, name="db")
 
 

@@ -25,15 +25,16 @@ an empty partition key from none. Headers -> one property ``httpbus-headers`` ho
 JSON list of ``[name, base64(value)]``: Pulsar properties are an unordered map of strings,
 while headers are ordered, may repeat and carry arbitrary bytes. A message without that
 property (written by a plain Pulsar producer) reads its properties back as headers.
+
+The codec itself (packing, properties) is :mod:`core.pulsar_format`, shared with the Spark
+reader; this module adds the client calls and turns its ``OutOfRange`` into
+``PositionOverflow``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
-import json
 import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -41,17 +42,13 @@ from typing import Any, TypeVar
 import pulsar
 import pulsar.asyncio as pulsar_asyncio
 
+from core import pulsar_format as wire
 from core.errors import StorageUnavailable
-from segments.protocol import Headers, Record, Stored
+from segments.protocol import Record, Stored
 
 from .config import PulsarSettings
 from .errors import PULSAR_ERRORS, PositionOverflow, from_pulsar, result_of
 
-BATCH_BITS = 12
-ENTRY_BITS = 20
-LEDGER_BITS = 31
-HEADERS_PROPERTY = "httpbus-headers"
-EMPTY_KEY_PROPERTY = "httpbus-empty-key"
 T = TypeVar("T")
 # After these the cached producer is useless: drop it, the next produce makes a new one.
 _STALE = {
@@ -64,44 +61,28 @@ _STALE = {
 
 def pack(ledger: int, entry: int, batch_index: int) -> int:
     """The position of message id (ledger, entry, batch_index); see the module doc."""
-    batch = max(batch_index, 0)
-    if not (
-        0 <= ledger < 1 << LEDGER_BITS and 0 <= entry < 1 << ENTRY_BITS and batch < 1 << BATCH_BITS
-    ):
-        raise PositionOverflow(
-            f"pulsar message id ({ledger}, {entry}, {batch_index}) does not fit a position: "
-            f"needs ledger < 2^{LEDGER_BITS}, entry < 2^{ENTRY_BITS}, batch < 2^{BATCH_BITS}"
-        )
-    return ledger << (ENTRY_BITS + BATCH_BITS) | entry << BATCH_BITS | batch
+    try:
+        return wire.pack(ledger, entry, batch_index)
+    except wire.OutOfRange as exc:
+        raise PositionOverflow(str(exc)) from None
 
 
 def unpack(position: int) -> tuple[int, int, int]:
     """(ledger, entry, batch index) of a position."""
-    if position < 0:
-        raise PositionOverflow(f"position {position} is negative")
-    return (
-        position >> (ENTRY_BITS + BATCH_BITS),
-        (position >> BATCH_BITS) & ((1 << ENTRY_BITS) - 1),
-        position & ((1 << BATCH_BITS) - 1),
-    )
+    try:
+        return wire.unpack(position)
+    except wire.OutOfRange as exc:
+        raise PositionOverflow(str(exc)) from None
 
 
-def end_after(ledger: int, entry: int) -> int:
-    """The exclusive end of a partition whose last entry is (ledger, entry); 0 if empty."""
-    return 0 if entry < 0 else pack(ledger, entry + 1, 0)
+end_after = wire.end_after
 
 
 def encode(record: Record, timestamp_ms: int) -> dict[str, Any]:
     """Keyword arguments of ``Producer.send`` (except the payload) for ``record``."""
-    properties: dict[str, str] = {}
-    if record.headers:
-        blob = [[name, base64.b64encode(value).decode("ascii")] for name, value in record.headers]
-        properties[HEADERS_PROPERTY] = json.dumps(blob, separators=(",", ":"))
-    kwargs: dict[str, Any] = {"properties": properties}
+    kwargs: dict[str, Any] = {"properties": wire.properties(record.headers, record.key)}
     if record.key is not None:
-        kwargs["partition_key"] = record.key.decode("latin-1")
-        if not record.key:
-            properties[EMPTY_KEY_PROPERTY] = "1"
+        kwargs["partition_key"] = wire.partition_key(record.key)
     if timestamp_ms > 0:
         kwargs["event_timestamp"] = timestamp_ms
     return kwargs
@@ -116,28 +97,9 @@ def decode(msg: pulsar.Message, partition: int) -> Stored:
         position=pack(mid.ledger_id(), mid.entry_id(), mid.batch_index()),
         timestamp_ms=msg.event_timestamp() or msg.publish_timestamp(),
         value=msg.data(),
-        key=_decode_key(msg.partition_key(), props),
-        headers=_decode_headers(props),
+        key=wire.decode_key(msg.partition_key(), props),
+        headers=wire.decode_headers(props),
     )
-
-
-def _decode_key(text: str, props: dict[str, str]) -> bytes | None:
-    if text:
-        try:
-            return text.encode("latin-1")
-        except UnicodeEncodeError:  # a key set by a plain Pulsar producer
-            return text.encode()
-    return b"" if EMPTY_KEY_PROPERTY in props else None
-
-
-def _decode_headers(props: dict[str, str]) -> Headers:
-    blob = props.get(HEADERS_PROPERTY)
-    if blob is None:
-        return tuple((k, v.encode()) for k, v in props.items() if k != EMPTY_KEY_PROPERTY)
-    try:
-        return tuple((str(name), base64.b64decode(value)) for name, value in json.loads(blob))
-    except (ValueError, TypeError, binascii.Error):
-        return ((HEADERS_PROPERTY, blob.encode()),)
 
 
 def now_ms() -> int:

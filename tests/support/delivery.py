@@ -90,20 +90,27 @@ async def delivery_world(
     cluster: str,
     *,
     database_url: str | None = None,
+    cluster_config: ClusterConfig | None = None,
+    extra_clusters: dict[str, ClusterConfig] | None = None,
     **worker_options: Any,
 ) -> AsyncIterator[DeliveryWorld]:
     """Everything above, torn down (and the ZooKeeper root deleted) on exit. With a
     ``database_url`` the producer and the worker also write an audit trail (a topic of this
-    world on its cluster) and the control plane keeps its reports and trace index there."""
+    world on its cluster) and the control plane keeps its reports and trace index there.
+    ``cluster_config`` replaces the standard config of ``cluster`` (a read_only one, say);
+    ``extra_clusters`` are configured beside it everywhere (a cutover's target, say)."""
     root = f"/delivery-{unique}"
     zk = ZooKeeperConfig(hosts=real.zookeeper, root=root)
     configured = clusters(real)
+    if cluster_config is not None:
+        configured[cluster] = cluster_config
+    used = {cluster: configured[cluster], **(extra_clusters or {})}
     audit = AuditConfig(cluster=cluster, topic=f"it-{unique}.audit", partitions=2)
     reports = {"database_url": database_url, "audit": audit} if database_url else {}
     settings = ControlPlaneSettings(
         admin_token=ADMIN,
         metastore=zk,
-        clusters={cluster: configured[cluster]},
+        clusters=used,
         default_cluster=cluster,
         storage_topic_prefix=f"it-{unique}",
         assign_interval_s=0.3,
@@ -112,7 +119,7 @@ async def delivery_world(
     producer_settings = {
         "admin_token": ADMIN,
         "metastore": {"kind": "zookeeper", "hosts": real.zookeeper, "root": root},
-        "clusters": {cluster: configured[cluster].model_dump()},
+        "clusters": {name: config.model_dump() for name, config in used.items()},
     }
     if database_url:
         producer_settings["audit"] = audit.model_dump()
@@ -124,7 +131,10 @@ async def delivery_world(
         store = await stack.enter_async_context(open_store(configured[cluster]))
         if database_url:
             stack.push_async_callback(_drop_audit_topic, store, audit.topic)
-        app = create_app(settings, metastore=cp_meta, stores={cluster: store})
+        cp_stores = {cluster: store}
+        for name, config in (extra_clusters or {}).items():
+            cp_stores[name] = await stack.enter_async_context(open_store(config))
+        app = create_app(settings, metastore=cp_meta, stores=cp_stores)
         await stack.enter_async_context(app.router.lifespan_context(app))
         cp = await stack.enter_async_context(
             httpx.AsyncClient(
@@ -139,13 +149,16 @@ async def delivery_world(
         )
         worker_meta = await stack.enter_async_context(open_metastore(zk))
         worker_store = await stack.enter_async_context(open_store(configured[cluster]))
+        worker_stores = {cluster: worker_store}
+        for name, config in (extra_clusters or {}).items():
+            worker_stores[name] = await stack.enter_async_context(open_store(config))
         sender = await stack.enter_async_context(FastSender())  # the worker's default
         if database_url:
             worker_options["audit"] = await open_audit(stack, {cluster: worker_store}, audit)
         options = {"commit_every_s": 0.2, "lock_retry_s": 0.1, "status_interval_s": 0.5}
         worker = Worker(
             worker_meta,
-            {cluster: worker_store},
+            worker_stores,
             sender,
             f"w-{unique}",
             **{**options, **worker_options},

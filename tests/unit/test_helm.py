@@ -27,6 +27,7 @@ import yaml
 from typer.testing import CliRunner
 
 from control_plane.cli import audit, cli
+from control_plane.cli import export as export_cli
 from control_plane.settings import ControlPlaneSettings
 from core.settings import SettingsBase
 from delivery_workers.settings import WorkerSettings
@@ -40,6 +41,9 @@ FULLNAME = "rel-httpbus"
 POD_IP = "10.42.7.19"
 AUDIT_DB = "postgresql+psycopg://audit:pw@db:5432/httpbus"
 AUDIT_ON = ["--set", "audit.enabled=true", "--set-string", f"secret.databaseUrl={AUDIT_DB}"]
+EXPORT_ON = ["--set", "export.enabled=true", "--set", "export.to=s3a://lake/bus/"]
+EXPORT_ON += ["--set", "export.topics[0].project=shop,export.topics[0].topic=orders"]
+EXPORT_ON += ["--set", "export.topics[1].project=shop,export.topics[1].topic=payments"]
 
 pytestmark = pytest.mark.timeout(1_500)
 
@@ -581,6 +585,10 @@ def test_service_monitor_scrapes_the_services_that_serve_metrics(rendered: Rende
             "cannot read an audit trail on Pulsar",
         ),
         ([*AUDIT_ON, "--set", "audit.since=yesterday"], "does not match pattern"),
+        # the export job: nothing to export, nowhere to write, a topic without its project
+        (["--set", "export.enabled=true,export.to=s3a://l"], "export.enabled needs export.topics"),
+        ([*EXPORT_ON, "--set", "export.to="], "export.enabled needs export.to"),
+        ([*EXPORT_ON, "--set", "export.topics[2].topic=x"], "missing property 'project'"),
     ],
 )
 def test_inconsistent_values_are_refused_at_render(
@@ -682,3 +690,51 @@ def test_producers_keep_serving_while_they_leave_the_endpoints(rendered: Rendere
         assert command[0] == "sleep" and int(command[1]) >= 1
         grace = rendered.deployment(component)["spec"]["template"]["spec"]
         assert grace["terminationGracePeriodSeconds"] > int(command[1])
+
+
+class _StopAtPlan(Exception):
+    """Raised where ``httpbus export`` first opens the metastore."""
+
+
+def test_export_cronjobs_run_httpbus_export_per_topic_with_settings_from_the_values(
+    helm: str, tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    """One CronJob per topic of export.topics; its command line runs the real CLI up to the
+    plan, with the settings of the mounted file (Spark master and jars from the values)."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    r = Rendered("export", values, render(helm, *EXPORT_ON))
+    jobs = [j for j in r.of_kind("CronJob") if "export" in j["metadata"]["name"]]
+    assert [j["metadata"]["annotations"]["httpbus.io/export-topic"] for j in jobs] == [
+        "shop/orders",
+        "shop/payments",
+    ]
+    pod = jobs[1]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    _assert_unprivileged("export", pod)
+    (container,) = pod["containers"]
+    args = container["args"]
+    assert args[:4] == ["httpbus", "export", "shop", "payments"], args
+    assert args[args.index("--to") + 1] == "s3a://lake/bus/shop/payments"
+    assert args[args.index("--since") + 1] == r.values["export"]["since"]
+    config_path = Path(args[args.index("--config") + 1])
+    configmap = r.one("ConfigMap", FULLNAME)
+    file = tmp_path / config_path.name
+    file.write_text(configmap["data"][config_path.name])
+    env = _container_env(r, container, f"{FULLNAME}-export-1-29384551-qk5tz")
+    assert "spark.driver.host=" in env["PYSPARK_SUBMIT_ARGS"]
+    for key, value in env.items():
+        clean_env.setenv(key, value)
+    seen: list[tuple[ControlPlaneSettings, str, str]] = []
+
+    async def plan(settings: ControlPlaneSettings, project: str, topic: str, since: int) -> None:
+        seen.append((settings, project, topic))
+        raise _StopAtPlan
+
+    clean_env.setattr(export_cli, "_plan", plan)
+    pod_args = [str(file) if a == str(config_path) else a for a in args[1:]]
+    result = CliRunner().invoke(cli, pod_args)
+    assert isinstance(result.exception, _StopAtPlan), f"{result.exit_code}: {result.output}"
+    ((settings, project, topic),) = seen
+    assert (project, topic) == ("shop", "payments")
+    assert settings.spark_master == r.values["export"]["spark"]["master"]
+    assert settings.spark_jars == r.values["export"]["spark"]["jars"]
+    assert settings.default_cluster in settings.clusters

@@ -167,19 +167,37 @@ Kafka connector jars (in the image, see the Dockerfile); database_url comes from
 {{- end -}}
 
 {{/*
-PYSPARK_SUBMIT_ARGS of the audit job (split like a shell line by pyspark, which appends them to
-its spark-submit command): the driver's address for the executors, then audit.spark.conf.
+PYSPARK_SUBMIT_ARGS of a Spark job (split like a shell line by pyspark, which appends them to
+its spark-submit command): the driver's address for the executors, then the job's spark.conf.
+Called with (dict "conf" <the job's spark.conf> "name" <its values key, for the error>).
 */}}
-{{- define "httpbus.audit.submitArgs" -}}
+{{- define "httpbus.spark.submitArgs" -}}
+{{- $name := .name -}}
 {{- $args := list "--conf" "spark.driver.host=$(POD_IP)" "--conf" "spark.driver.bindAddress=0.0.0.0" -}}
-{{- range $k, $v := .Values.audit.spark.conf -}}
+{{- range $k, $v := .conf -}}
 {{- $kv := printf "%s=%v" $k $v -}}
 {{- if contains "'" $kv -}}
-{{- fail (printf "audit.spark.conf %s: a value may not hold a single quote" $k) -}}
+{{- fail (printf "%s.spark.conf %s: a value may not hold a single quote" $name $k) -}}
 {{- end -}}
 {{- $args = append (append $args "--conf") (squote $kv) -}}
 {{- end -}}
 {{- append $args "pyspark-shell" | join " " -}}
+{{- end -}}
+
+{{- define "httpbus.audit.submitArgs" -}}
+{{- include "httpbus.spark.submitArgs" (dict "conf" .Values.audit.spark.conf "name" "audit") -}}
+{{- end -}}
+
+{{/* The settings file of the export CronJob: a ControlPlaneSettings (httpbus export). */}}
+{{- define "httpbus.config.exportJob" -}}
+{{- $c := dict
+    "metastore" (include "httpbus.metastore" . | fromYaml)
+    "clusters" (include "httpbus.clusters" . | fromYaml)
+    "default_cluster" .Values.defaultCluster
+    "storage_topic_prefix" .Values.storageTopicPrefix
+    "spark_master" .Values.export.spark.master
+    "spark_jars" .Values.export.spark.jars -}}
+{{- toYaml (mergeOverwrite $c (deepCopy .Values.export.config)) -}}
 {{- end -}}
 
 {{/* Secret settings every service gets as HTTPBUS_ environment overrides. */}}

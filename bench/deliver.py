@@ -415,7 +415,7 @@ class _ReceiverProtocol:
         self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() == b"x-message-id":
+        if name.lower() in (b"x-message-id", b"hermes-message-id"):  # Hermes: bench/peers.py
             self.mid = value
 
     def on_body(self, body: bytes) -> None:

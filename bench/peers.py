@@ -236,7 +236,13 @@ def run_hermes(peers: Peers) -> None:
     from scripts.realservices import hermes
 
     print("Kafka 3.9 (ZooKeeper mode) with Hermes 0.11 (scripts/realservices/hermes.py)")
-    with hermes.stack(peers.workdir / "hermes", peers.endpoints.zookeeper) as stack:
+    delivering = not peers.args.no_delivery
+    with hermes.stack(
+        peers.workdir / "hermes", peers.endpoints.zookeeper, consumers=delivering
+    ) as stack:
+        if peers.args.no_publish:
+            delivery(peers, stack)
+            return
         brokers = {"kafka 3.9 broker": stack.kafka_pid}
         # Both JVMs are fresh: the first run on each gets a JIT warm-up as long as the other's.
         jit = peers.args.jvm_warmup
@@ -253,6 +259,105 @@ def run_hermes(peers: Peers) -> None:
         pids = {"hermes frontend": stack.frontend_pid, **brokers}
         theirs = peers.measure("Hermes 0.11 frontend", spec, pids, jit)
         compare(ours, theirs)
+        if delivering:
+            delivery(peers, stack)
+
+
+def delivery(peers: Peers, stack: Any) -> None:
+    """The same drain as ``bench/deliver.py``: N messages stored first, then one subscription
+    started; msgs/s from its start to the last arrival at a fast local receiver, with the
+    same in-flight limit; CPU of the pushing process and the broker during the drain."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import deliver
+
+    n, in_flight = peers.args.messages, peers.args.in_flight
+    print(f"delivery: {n:,} messages of {peers.args.size} B, in flight {in_flight}")
+    broker = {"kafka 3.9 broker": stack.kafka_pid}
+    # httpbus: bench/deliver.py's own throughput run, on the same broker.
+    args = deliver.parse_args(
+        ["--backend", "kafka", "--messages", str(n), "--throughput-only"]
+        + ["--in-flight", str(in_flight), "--size", str(peers.args.size)]
+        + ["--services-file", str(peers.args.services_file)]
+    )
+    endpoints = dataclasses.replace(peers.endpoints, kafka=stack.kafka)
+    ours = deliver.Bench(args, endpoints, peers.workdir / "deliver-httpbus")
+    ours.workdir.mkdir(parents=True, exist_ok=True)
+    with ours.services():
+        broker_before = proc_cpu_s(stack.kafka_pid)
+        ours.throughput("kafka", groups=0)
+        broker_s = proc_cpu_s(stack.kafka_pid) - broker_before  # produce and drain both
+        our_steady = _steady(ours.arrivals("kafka-ungrouped"))
+    row = ours.rows[-1]
+    # Hermes: produce through its frontend, then start the subscription.
+    port = s.free_port()
+    argv = [sys.executable, str(ROOT / "bench" / "deliver.py"), "receiver", "--port", str(port)]
+    with s.Server("receiver", argv, port, peers.workdir / "receiver.log") as receiver:
+        topic = f"drain{secrets.token_hex(3)}"
+        url = stack.create_topic(topic, peers.args.partitions)
+        stack.create_subscription(topic, "s1", f"{receiver.url}/hermes", in_flight)
+        body = json.dumps({"payload": "x" * max(0, peers.args.size - 14)}).encode()
+        with httpx.Client(timeout=30) as client, ThreadPoolExecutor(8) as pool:
+            posts = pool.map(lambda _: client.post(url, content=body).status_code, range(n))
+            statuses = list(posts)
+        accepted = sum(1 for code in statuses if code in (201, 202))
+        load = s.load_average()
+        pids = {"hermes consumers": stack.consumers_pid, **broker}
+        before = {name: proc_cpu_s(pid) for name, pid in pids.items()}
+        t0 = time.time()
+        stack.activate(topic, "s1")
+        deadline, got = time.monotonic() + max(120.0, n / 200), 0
+        while time.monotonic() < deadline and got < accepted:
+            got = int(httpx.get(f"{receiver.url}/count/hermes", timeout=10).text)
+            time.sleep(0.05)
+        cpu = {name: proc_cpu_s(pid) - before[name] for name, pid in pids.items()}
+        arrivals = httpx.get(f"{receiver.url}/dump/hermes", timeout=60).json()
+    last = max(arrivals.values(), default=t0)
+    rate = len(arrivals) / max(last - t0, 1e-6)
+    first = min(arrivals.values(), default=t0) - t0
+    steady = _steady(arrivals)
+    print(
+        f"  Hermes 0.11 consumers: {s.fmt(rate, 0)} msgs/s start to last arrival, "
+        f"{s.fmt(steady, 0)} first to last; {len(arrivals):,} of {accepted:,} arrived, the "
+        f"first after {first:.2f} s (load average before: {s.fmt(load, 2)})"
+    )
+    per_1000 = {name: 1000 * sec / max(1, len(arrivals)) for name, sec in cpu.items()}
+    # worker_cpu is its share of a core during the drain, which took n / msgs_per_s seconds.
+    ours_worker = 1000 * row.worker_cpu / row.msgs_per_s if row.msgs_per_s else math.nan
+    rows = [
+        [
+            "httpbus worker (1 process)",
+            s.fmt(row.msgs_per_s, 0),
+            s.fmt(our_steady, 0),
+            f"worker {s.fmt(ours_worker, 3)}; broker {s.fmt(1000 * broker_s / n, 3)} "
+            "(its produce too)",
+            s.fmt(row.load, 2),
+        ],
+        [
+            "Hermes 0.11 consumers",
+            s.fmt(rate, 0),
+            s.fmt(steady, 0),
+            "; ".join(f"{k} {s.fmt(v, 3)}" for k, v in per_1000.items()),
+            s.fmt(load, 2),
+        ],
+    ]
+    print()
+    headers = ["delivery", "msgs/s from start", "msgs/s first to last"]
+    s.print_table([*headers, "CPU-s per 1,000 msgs", "load"], rows)
+    if rate > 0 and steady > 0:
+        print(
+            f"\n  ratio of msgs/s: {row.msgs_per_s / rate:.2f}x from start, "
+            f"{our_steady / steady:.2f}x first to last\n"
+        )
+
+
+def _steady(arrivals: dict[str, float]) -> float:
+    """msgs/s from the first arrival to the last (the steady state, start-up left out)."""
+    if len(arrivals) < 2:
+        return math.nan
+    times = arrivals.values()
+    return (len(arrivals) - 1) / max(max(times) - min(times), 1e-6)
 
 
 def compare(ours: list[Run], peer: Run) -> None:
@@ -306,6 +411,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="warm-up of the first run on a freshly started JVM (the Kafka 3.9 broker, Hermes)",
     )
     p.add_argument("--no-pulsar", action="store_true", help="skip the Pulsar comparison")
+    p.add_argument("--no-delivery", action="store_true", help="skip the Hermes delivery drain")
+    p.add_argument("--no-publish", action="store_true", help="with --hermes: only the drain")
+    p.add_argument("--messages", type=int, default=20_000, help="of the delivery drain")
+    p.add_argument("--in-flight", type=int, default=200, help="of the delivery drain")
     p.add_argument(
         "--services-file",
         type=Path,

@@ -100,6 +100,32 @@ class Stack:
         del partitions  # Hermes 0.11 takes the partition count of its Kafka default
         return f"{self.frontend_url}/topics/{GROUP}.{name}"
 
+    def create_subscription(self, topic: str, name: str, endpoint: str, in_flight: int) -> None:
+        """A suspended subscription of ``topic`` (``bench.<name>``) pushing to ``endpoint``, its
+        rate limit raised from Hermes's default 400/s so that it does not cap the drain."""
+        subscription = {
+            "name": name,
+            "topicName": f"{GROUP}.{topic}",
+            "endpoint": endpoint,
+            "description": "bench/peers.py",
+            "owner": {"source": "Plaintext", "id": "bench"},
+            "contentType": "JSON",
+            "state": "SUSPENDED",
+            "subscriptionPolicy": {
+                "rate": 1_000_000,
+                "messageTtl": 3600,
+                "inflightSize": in_flight,
+            },
+        }
+        _post(f"{self.management_url}/topics/{GROUP}.{topic}/subscriptions", subscription)
+
+    def activate(self, topic: str, name: str) -> None:
+        url = f"{self.management_url}/topics/{GROUP}.{topic}/subscriptions/{name}/state"
+        request = urllib.request.Request(
+            url, b'"ACTIVE"', {"Content-Type": "application/json"}, method="PUT"
+        )
+        urllib.request.urlopen(request, timeout=30).close()
+
 
 def _post(url: str, body: Mapping[str, object]) -> None:
     request = urllib.request.Request(
@@ -108,8 +134,9 @@ def _post(url: str, body: Mapping[str, object]) -> None:
     try:
         urllib.request.urlopen(request, timeout=30).close()
     except urllib.error.HTTPError as exc:
-        if exc.code != 409:  # already there
-            raise RuntimeError(f"POST {url}: {exc.code} {exc.read()[:500]!r}") from exc
+        text = exc.read()
+        if exc.code != 409 and b"ALREADY_EXISTS" not in text:  # already there is fine
+            raise RuntimeError(f"POST {url}: {exc.code} {text[:500]!r}") from exc
 
 
 def _status(url: str, body: bytes | None = None) -> int:
@@ -140,7 +167,10 @@ def _start(
     argv: list[str], log: Path, procs: list[subprocess.Popen[bytes]]
 ) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        # In the work folder: Hermes writes log files of its own into its working directory.
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=log.parent
+        )
     procs.append(proc)
     return proc
 
@@ -262,7 +292,12 @@ def stack(
             cons_argv = _java(
                 maven.classpath("hermes-consumers", cache),
                 "pl.allegro.tech.hermes.consumers.HermesConsumers",
-                {**common, "consumer.status.health.port": free_port()},
+                {
+                    **common,
+                    "consumer.status.health.port": free_port(),
+                    # A new subscription reads what its topic holds (as a paused one of ours).
+                    "kafka.consumer.auto.offset.reset": "earliest",
+                },
             )
             hermes.consumers_pid = _start(cons_argv, workdir / "consumers.log", procs).pid
         yield hermes

@@ -40,8 +40,8 @@ import contextlib
 import itertools
 import math
 import re
-from collections.abc import AsyncIterator, Awaitable, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import httpx
 import pulsar.asyncio as pulsar_asyncio
@@ -58,7 +58,6 @@ from .errors import PULSAR_ERRORS, from_pulsar, timed_out
 from .handover import Handover
 from .producer import Inflight, PartitionProducers, end_after, now_ms, pack, unpack
 
-T = TypeVar("T")
 _CURSOR = re.compile(r"^(-?\d+):(-?\d+)")
 
 
@@ -160,7 +159,8 @@ class PulsarSegmentStore(AsyncResource):
         deadline = self._deadline()
         count = self._partition_counts.get(name)
         if count is None:
-            count = await self._by(deadline, self._count(name), f"produce to {name}")
+            async with self._until(deadline, f"produce to {name}"):
+                count = await self._count(name)
         target = self._target(record, count, partition)
         ts = _timestamp(record)
         url = self._settings.partition_url(name, target)
@@ -178,7 +178,8 @@ class PulsarSegmentStore(AsyncResource):
         out: list[Produced | Exception | None] = [None] * len(records)
         failure: HttpbusError | None = None
         try:
-            count = await self._by(deadline, self._count(name), f"produce to {name}")
+            async with self._until(deadline, f"produce to {name}"):
+                count = await self._count(name)
             plan = [(self._target(r, count, None), _timestamp(r)) for r in records]
             producers = await self._producers_for(name, {p for p, _ in plan}, deadline)
             sends: list[tuple[int, tuple[str, Any, Record, int]]] = []
@@ -373,11 +374,12 @@ class PulsarSegmentStore(AsyncResource):
         """When a produce starting now must have its answer (loop time)."""
         return asyncio.get_running_loop().time() + self._settings.produce_timeout_s
 
-    async def _by(self, deadline: float, call: Awaitable[T], what: str) -> T:
-        """``call``'s result, or ``StorageUnavailable`` at ``deadline``."""
+    @contextlib.asynccontextmanager
+    async def _until(self, deadline: float, what: str) -> AsyncIterator[None]:
+        """Bound a step of a produce by its ``deadline``: ``StorageUnavailable`` at it."""
         try:
             async with asyncio.timeout_at(deadline):
-                return await call
+                yield
         except TimeoutError as exc:
             raise timed_out(what, self._settings.produce_timeout_s) from exc
 

@@ -132,9 +132,17 @@ class H2Connection(asyncio.Protocol):
         ]
         headers += [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in out.headers]
         headers.append((b"content-length", str(len(out.body)).encode("ascii")))
-        stream_id = self._h2.get_next_available_stream_id()
+        try:
+            stream_id = self._h2.get_next_available_stream_id()
+        except h2.exceptions.NoAvailableStreamIDError:  # a billion requests: a new one
+            self._going_away = True
+            raise ConnectionLost("no stream ids left on the connection", answered=False) from None
         try:
             self._h2.send_headers(stream_id, headers, end_stream=not out.body)
+        except h2.exceptions.TooManyStreamsError:
+            # The endpoint's limit is lower than we counted: full until a stream ends.
+            self._max_streams = len(self._streams)
+            raise ConnectionLost("the endpoint takes no more streams", answered=False) from None
         except h2.exceptions.ProtocolError as exc:
             raise InvalidRequest(str(exc)) from None
         stream = _Stream(asyncio.get_running_loop().create_future(), out.body)

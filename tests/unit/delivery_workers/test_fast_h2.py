@@ -141,3 +141,15 @@ def test_the_worker_setting_turns_http2_on_and_it_is_off_by_default() -> None:
 
     assert make_sender(WorkerSettings(http2=True)).pool.http2
     assert not make_sender(WorkerSettings()).pool.http2
+
+
+async def test_past_the_endpoints_stream_limit_more_connections_carry_the_rest(
+    certificate: tuple[Path, Path], endpoints: list[H2Endpoint]
+) -> None:
+    endpoint = await H2Endpoint.start(*certificate, status=200, max_streams=2)
+    endpoints.append(endpoint)
+    async with FastSender(ssl_context=_trusting(certificate[0]), http2=True) as sender:
+        assert (await sender.send(_delivery(endpoint.url))).succeeded  # SETTINGS are known
+        results = await asyncio.gather(*(sender.send(_delivery(endpoint.url)) for _ in range(12)))
+    assert all(r.succeeded for r in results), [r.error for r in results if not r.succeeded]
+    assert set(endpoint.protocols_seen) == {"h2"} and endpoint.connections >= 2

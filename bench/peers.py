@@ -34,8 +34,10 @@ import dataclasses
 import json
 import math
 import os
+import random
 import resource
 import secrets
+import string
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -102,6 +104,10 @@ class Peers:
         if self.wrk is None:
             raise SystemExit("bench/peers.py needs wrk (apt-get install -y wrk)")
         state = json.loads(args.services_file.read_text())
+        # The body bench/produce.py sends (random letters and digits): a run of one letter
+        # would compress to nothing wherever a peer compresses, and flatter it.
+        alphabet = string.ascii_letters + string.digits
+        self.payload = "".join(random.Random(1).choices(alphabet, k=args.size))
         self.shared_pids = {
             name: int(info["pid"]) for name, info in state.get("processes", {}).items()
         }
@@ -182,7 +188,7 @@ class Peers:
         admin = f"{self.endpoints.pulsar_admin}/admin/v2/persistent/public/default/{topic}"
         httpx.put(f"{admin}/partitions", json=self.args.partitions, timeout=30).raise_for_status()
         try:
-            payload = "x" * self.args.size
+            payload = self.payload
             spec = LoadSpec(
                 url=f"{self.endpoints.pulsar_admin}/topics/persistent/public/default/{topic}",
                 body=json.dumps({"messages": [{"payload": payload}]}).encode(),
@@ -250,7 +256,7 @@ def run_hermes(peers: Peers) -> None:
         topic_url = stack.create_topic(f"bench{secrets.token_hex(3)}", peers.args.partitions)
         spec = LoadSpec(
             url=topic_url,
-            body=("x" * peers.args.size).encode(),
+            body=peers.payload.encode(),
             headers={"Content-Type": "application/octet-stream"},
             connections=peers.args.connections,
             threads=2,
@@ -297,7 +303,7 @@ def delivery(peers: Peers, stack: Any) -> None:
         topic = f"drain{secrets.token_hex(3)}"
         url = stack.create_topic(topic, peers.args.partitions)
         stack.create_subscription(topic, "s1", f"{receiver.url}/hermes", in_flight)
-        body = json.dumps({"payload": "x" * max(0, peers.args.size - 14)}).encode()
+        body = json.dumps({"payload": peers.payload[: max(0, peers.args.size - 14)]}).encode()
         with httpx.Client(timeout=30) as client, ThreadPoolExecutor(8) as pool:
             posts = pool.map(lambda _: client.post(url, content=body).status_code, range(n))
             statuses = list(posts)

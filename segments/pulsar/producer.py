@@ -25,14 +25,6 @@ an empty partition key from none. Headers -> one property ``httpbus-headers`` ho
 JSON list of ``[name, base64(value)]``: Pulsar properties are an unordered map of strings,
 while headers are ordered, may repeat and carry arbitrary bytes. A message without that
 property (written by a plain Pulsar producer) reads its properties back as headers.
-
-**Sends.** A record goes to the client with ``send_async`` and a callback; the callback
-(on the client's thread) only queues its outcome on the ``Handover``, which completes the
-outcomes on the loop, many per wake-up, and one future per ``send_many`` when its last
-record is acknowledged. The broker acknowledges only what it persisted, so every outcome
-that carries a message id is a durable write; an error carries the client's result code.
-``pulsar.asyncio`` (a future and a ``call_soon_threadsafe`` per message) still creates and
-closes producers, which is rare.
 """
 
 from __future__ import annotations
@@ -71,8 +63,6 @@ LEDGER_BITS = 31
 HEADERS_PROPERTY = "httpbus-headers"
 EMPTY_KEY_PROPERTY = "httpbus-empty-key"
 T = TypeVar("T")
-# One encoder: json.dumps with separators builds a new one per call (most of its cost).
-_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
 # After these the cached producer is useless: drop it, the next produce makes a new one.
 _STALE = {
     pulsar.Result.AlreadyClosed,
@@ -111,9 +101,24 @@ def end_after(ledger: int, entry: int) -> int:
     return 0 if entry < 0 else pack(ledger, entry + 1, 0)
 
 
-def decode(msg: Any, partition: int) -> Stored:
-    """The stored record of a message read from partition ``partition`` (a ``_pulsar`` or
-    a ``pulsar`` message: they answer the same calls)."""
+def encode(record: Record, timestamp_ms: int) -> dict[str, Any]:
+    """Keyword arguments of ``Producer.send`` (except the payload) for ``record``."""
+    properties: dict[str, str] = {}
+    if record.headers:
+        blob = [[name, base64.b64encode(value).decode("ascii")] for name, value in record.headers]
+        properties[HEADERS_PROPERTY] = json.dumps(blob, separators=(",", ":"))
+    kwargs: dict[str, Any] = {"properties": properties}
+    if record.key is not None:
+        kwargs["partition_key"] = record.key.decode("latin-1")
+        if not record.key:
+            properties[EMPTY_KEY_PROPERTY] = "1"
+    if timestamp_ms > 0:
+        kwargs["event_timestamp"] = timestamp_ms
+    return kwargs
+
+
+def decode(msg: pulsar.Message, partition: int) -> Stored:
+    """The stored record of a message read from partition ``partition``."""
     mid = msg.message_id()
     props: dict[str, str] = msg.properties()
     return Stored(
@@ -192,21 +197,16 @@ def native(handle: Any) -> Any:
 
 
 def build(record: Record, timestamp_ms: int) -> Any:
-    """The ``_pulsar.Message`` of ``record`` (see the module doc for the format)."""
+    """The ``_pulsar.Message`` of ``record``: its payload and what :func:`encode` gives."""
     builder = _pulsar.MessageBuilder()
     builder.content(record.value)
-    properties: dict[str, str] = {}
-    if record.headers:
-        blob = [[name, base64.b64encode(value).decode("ascii")] for name, value in record.headers]
-        properties[HEADERS_PROPERTY] = _COMPACT_JSON.encode(blob)
-    if record.key is not None:
-        builder.partition_key(record.key.decode("latin-1"))
-        if not record.key:
-            properties[EMPTY_KEY_PROPERTY] = "1"
-    if properties:
-        builder.properties(properties)
-    if timestamp_ms > 0:
-        builder.event_timestamp(timestamp_ms)
+    kwargs = encode(record, timestamp_ms)
+    if kwargs["properties"]:
+        builder.properties(kwargs["properties"])
+    if "partition_key" in kwargs:
+        builder.partition_key(kwargs["partition_key"])
+    if "event_timestamp" in kwargs:
+        builder.event_timestamp(kwargs["event_timestamp"])
     return builder.build()
 
 
@@ -237,7 +237,16 @@ def _expire(future: asyncio.Future[None]) -> None:
 
 
 class PartitionProducers:
-    """One producer per partition topic, made on first use and kept until closed."""
+    """One producer per partition topic, made on first use and kept until closed.
+
+    A record goes to the client with ``send_async`` and a callback; the callback
+    (on the client's thread) only queues its outcome on the ``Handover``, which completes the
+    outcomes on the loop, many per wake-up, and one future per ``send_many`` when its last
+    record is acknowledged. The broker acknowledges only what it persisted, so every outcome
+    that carries a message id is a durable write; an error carries the client's result code.
+    ``pulsar.asyncio`` (a future and a ``call_soon_threadsafe`` per message) still creates and
+    closes producers, which is rare.
+    """
 
     def __init__(
         self,

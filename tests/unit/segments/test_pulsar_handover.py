@@ -11,13 +11,7 @@ import pulsar.asyncio as pulsar_asyncio
 
 from segments.protocol import Record
 from segments.pulsar.handover import Handover
-from segments.pulsar.producer import (
-    EMPTY_KEY_PROPERTY,
-    _decode_headers,
-    _decode_key,
-    build,
-    native,
-)
+from segments.pulsar.producer import build, decode, native
 from tests.support.until import until
 
 
@@ -78,6 +72,32 @@ async def test_a_failing_call_does_not_strand_the_ones_behind_it() -> None:
     await until(lambda: got == [7], what="the call after the failing one")
 
 
+class _Stored:
+    """A built message as the reader would get it back: the same calls, and an id."""
+
+    def __init__(self, built: object) -> None:
+        self._built = built
+
+    def message_id(self) -> object:
+        class Id:
+            def ledger_id(self) -> int:
+                return 7
+
+            def entry_id(self) -> int:
+                return 3
+
+            def batch_index(self) -> int:
+                return 2
+
+        return Id()
+
+    def publish_timestamp(self) -> int:
+        return 1
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._built, name)
+
+
 def test_a_record_is_built_into_the_message_the_reader_decodes() -> None:
     record = Record(
         value=b"\x00payload",
@@ -85,19 +105,15 @@ def test_a_record_is_built_into_the_message_the_reader_decodes() -> None:
         headers=(("x-a", b"1"), ("x-a", b"\x00\x01")),
         timestamp_ms=1_700_000_000_123,
     )
-    msg = build(record, 1_700_000_000_123)
-    assert msg.data() == b"\x00payload"
-    assert msg.event_timestamp() == 1_700_000_000_123
-    props = msg.properties()
-    assert _decode_key(msg.partition_key(), props) == b"\xffk"
-    assert _decode_headers(props) == record.headers
+    stored = decode(_Stored(build(record, 1_700_000_000_123)), partition=2)
+    assert stored.value == b"\x00payload" and stored.key == b"\xffk"
+    assert stored.headers == record.headers and stored.timestamp_ms == 1_700_000_000_123
+    assert stored.partition == 2 and stored.position == 7 << 32 | 3 << 12 | 2
 
 
 def test_an_empty_key_is_told_apart_from_none() -> None:
-    empty = build(Record(value=b"v", key=b""), 1).properties()
-    none = build(Record(value=b"v"), 1).properties()
-    assert EMPTY_KEY_PROPERTY in empty and _decode_key("", empty) == b""
-    assert _decode_key("", none) is None
+    assert decode(_Stored(build(Record(value=b"v", key=b""), 5)), 0).key == b""
+    assert decode(_Stored(build(Record(value=b"v"), 5)), 0).key is None
 
 
 def test_the_asyncio_wrappers_expose_the_client_objects_the_hot_paths_call() -> None:

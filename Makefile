@@ -8,7 +8,7 @@ PHASE := scripts/phase.sh
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: install run run-real test test-unit lint types check services-up services-down services-status clean
+.PHONY: install run run-real test test-unit lint types check services-up services-down services-status clean bench-peers
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,14 @@ types: install
 	$(VENV)/bin/mypy
 
 check: lint types test
+
+## Publish beside two peers (bench/peers.py): Pulsar's REST produce on the running broker, and
+## Allegro Hermes 0.11 on a Kafka 3.9 broker of its own (jars from Maven Central, started and
+## stopped by scripts/realservices/hermes.py). Needs the servers of make services-up.
+PEERS_ARGS ?= --seconds 10
+bench-peers: install
+	$(PY) -m scripts.realservices.hermes
+	$(PY) bench/peers.py --hermes $(PEERS_ARGS)
 
 services-up: install
 	$(SERVICES) up

@@ -481,6 +481,15 @@ class Cpu:
         self.host = (busy_now - busy) / max(1.0, total_now - total)
 
 
+def load_average() -> float:
+    """The 1-minute load average of the machine (NaN where /proc is missing): printed before
+    each run, since on a shared machine it says how much the figures may be moved by others."""
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return math.nan
+
+
 def percentile(ordered: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (nearest rank) of an ascending sequence; NaN if empty."""
     if not ordered:

@@ -66,6 +66,7 @@ class Row:
     worker_cpu: float = math.nan
     host_cpu: float = math.nan
     note: str = ""
+    load: float = math.nan  # the 1-minute load average just before the run
 
 
 class Bench:
@@ -241,6 +242,7 @@ class Bench:
         ids = [f"{kind}-{i}" for i in range(n)]
         self.produce(sub, ids, groups)
         self.worker.settle()
+        load = s.load_average()
         profile = self.workdir / f"profile-{backend}-{kind}.txt"
         spy = s.py_spy(self.worker.pid, self.args.profile_s, profile) if self.args.py_spy else None
         with Cpu(self.worker.cpu_seconds) as cpu:
@@ -257,7 +259,8 @@ class Bench:
         note += f", {dups} duplicates" if dups else ""
         label = f"{backend} {'grouped, ' + str(groups) + ' groups' if groups else 'ungrouped'}"
         label += f", batch {self.args.batch}" if self.args.batch > 1 else ""
-        self.add(Row(label, rate, worker_cpu=cpu.process, host_cpu=cpu.host, note=note))
+        row = Row(label, rate, worker_cpu=cpu.process, host_cpu=cpu.host, note=note, load=load)
+        self.add(row)
         return storage
 
     def latency(self, backend: str) -> None:
@@ -285,6 +288,7 @@ class Bench:
                     accepted.update(dict.fromkeys(ids, now))
 
         batches = warm + int(rate * seconds / per_batch)
+        load = s.load_average()
         with httpx.Client(timeout=30) as client, ThreadPoolExecutor(8) as pool:
             start = time.monotonic()
             for b in range(batches):
@@ -307,13 +311,14 @@ class Bench:
         row = Row(f"{backend} latency at {rate:g} msgs/s", len(lat) / seconds)
         row.p50_ms, row.p99_ms = s.percentile(lat, 50), s.percentile(lat, 99)
         row.p999_ms, row.worker_cpu, row.host_cpu = s.percentile(lat, 99.9), cpu.process, cpu.host
-        row.note = note
+        row.note, row.load = note, load
         self.add(row)
 
     def add(self, row: Row) -> None:
         self.rows.append(row)
         lat = f", p99 {s.fmt(row.p99_ms, 1)} ms" if not math.isnan(row.p99_ms) else ""
-        print(f"  {row.scenario}: {s.fmt(row.msgs_per_s, 0)} msgs/s{lat}  ({row.note})")
+        load = f", load average before: {s.fmt(row.load, 2)}"
+        print(f"  {row.scenario}: {s.fmt(row.msgs_per_s, 0)} msgs/s{lat}  ({row.note}{load})")
 
 
 # ---------------------------------------------------------------- raw consumers
@@ -332,6 +337,7 @@ def raw_kafka(bench: Bench, topic: str, count: int) -> Row:
     parts = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(bench.args.partitions)]
     consumer.assign(parts)
     got, deadline = 0, time.monotonic() + 120
+    load = s.load_average()
     with Cpu() as cpu:
         t0 = time.perf_counter()
         while got < count and time.monotonic() < deadline:
@@ -339,7 +345,7 @@ def raw_kafka(bench: Bench, topic: str, count: int) -> Row:
         elapsed = time.perf_counter() - t0
     consumer.close()
     return Row("kafka raw confluent-kafka consumer", got / elapsed, worker_cpu=cpu.process,
-               host_cpu=cpu.host, note=f"{got:,} msgs read")  # fmt: skip
+               host_cpu=cpu.host, note=f"{got:,} msgs read", load=load)  # fmt: skip
 
 
 def raw_pulsar(bench: Bench, topic: str, count: int) -> Row:
@@ -355,6 +361,7 @@ def raw_pulsar(bench: Bench, topic: str, count: int) -> Row:
             receiver_queue_size=5000,
         )
         got, deadline = 0, time.monotonic() + 120
+        load = s.load_average()
         with Cpu() as cpu:
             t0 = time.perf_counter()
             while got < count and time.monotonic() < deadline:
@@ -367,7 +374,7 @@ def raw_pulsar(bench: Bench, topic: str, count: int) -> Row:
     finally:
         client.close()
     return Row("pulsar raw pulsar-client consumer", got / elapsed, worker_cpu=cpu.process,
-               host_cpu=cpu.host, note=f"{got:,} msgs read")  # fmt: skip
+               host_cpu=cpu.host, note=f"{got:,} msgs read", load=load)  # fmt: skip
 
 
 # ---------------------------------------------------------------- the receiver
@@ -408,7 +415,7 @@ class _ReceiverProtocol:
         self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() == b"x-message-id":
+        if name.lower() in (b"x-message-id", b"hermes-message-id"):  # Hermes: bench/peers.py
             self.mid = value
 
     def on_body(self, body: bytes) -> None:
@@ -491,15 +498,19 @@ def report(bench: Bench) -> None:
             s.fmt(r.p999_ms, 1),
             s.fmt(r.worker_cpu * 100, 0) + "%",
             s.fmt(r.host_cpu * 100, 0) + "%",
+            s.fmt(1e6 * r.worker_cpu / r.msgs_per_s if r.msgs_per_s > 0 else math.nan, 1),
+            s.fmt(r.load, 2),
             r.note,
         ]
         for r in bench.rows
     ]
-    headers = ["scenario", "msgs/s", "p50 ms", "p99 ms", "p99.9 ms", "py CPU", "host CPU", "notes"]
+    headers = ["scenario", "msgs/s", "p50 ms", "p99 ms", "p99.9 ms", "py CPU", "host CPU"]
+    headers += ["py µs/msg", "load", "notes"]
     s.print_table(headers, table)
     print(
         "\npy CPU: the worker process (the raw client for raw rows), 100% = one core; "
-        "host CPU: the whole machine, 100% = every core.\n"
+        "host CPU: the whole machine, 100% = every core; py µs/msg: CPU of that process per "
+        "message delivered; load: the 1-minute load average just before the run.\n"
     )
     found = {r.scenario: r.msgs_per_s for r in bench.rows}
     ratios = []

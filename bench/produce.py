@@ -65,6 +65,7 @@ class Row:
     note: str = ""
     cpu: float = math.nan  # the Python process that produces (server or raw client); 1 = a core
     host_cpu: float = math.nan  # the whole machine; 1 = every core
+    load: float = math.nan  # the 1-minute load average just before the run
 
 
 class Bench:
@@ -218,6 +219,7 @@ class Bench:
         if self.args.warmup > 0:
             self._generate(f"{name} warm-up", dataclasses.replace(spec, seconds=self.args.warmup))
         profile = self.workdir / f"profile-{s.slug(name)}.txt"
+        load = s.load_average()
         spy = s.py_spy(server.pid, spec.seconds, profile) if self.args.py_spy else None
         try:
             with Cpu(server.cpu_seconds) as cpu:
@@ -227,13 +229,14 @@ class Bench:
                 spy.wait(spec.seconds + 30)
         msgs_per_s = result.ok * per_request / result.seconds
         return self.add(
-            Row(name, msgs_per_s, result, result.describe_errors(), cpu.process, cpu.host)
+            Row(name, msgs_per_s, result, result.describe_errors(), cpu.process, cpu.host, load)
         )
 
     def add(self, row: Row) -> Row:
         self.rows.append(row)
         p99 = f", p99 {s.fmt(row.result.p99_ms, 2)} ms" if row.result else ""
-        print(f"  {row.scenario}: {s.fmt(row.msgs_per_s, 0)} msgs/s{p99} {row.note}")
+        load = f" (load average before: {s.fmt(row.load, 2)})"
+        print(f"  {row.scenario}: {s.fmt(row.msgs_per_s, 0)} msgs/s{p99} {row.note}{load}")
         return row
 
     def _generate(self, name: str, spec: LoadSpec) -> LoadResult:
@@ -350,6 +353,7 @@ def _timed(
     """``send`` ``count`` messages, ``finish`` (await their acks), within a time budget."""
     deadline = time.monotonic() + 3 * bench.args.seconds + 30
     sent = 0
+    load = s.load_average()
     with Cpu() as cpu:
         t0 = time.perf_counter()
         while sent < count and time.monotonic() < deadline:
@@ -361,7 +365,7 @@ def _timed(
     notes += [f"{outcomes['failed']} failed"] if outcomes["failed"] else []
     notes += [f"{missing} unacknowledged"] if missing else []
     msgs_per_s = outcomes["acked"] / elapsed
-    return bench.add(Row(name, msgs_per_s, None, ", ".join(notes), cpu.process, cpu.host))
+    return bench.add(Row(name, msgs_per_s, None, ", ".join(notes), cpu.process, cpu.host, load))
 
 
 # ---------------------------------------------------------------- the run
@@ -490,15 +494,16 @@ def report(bench: Bench) -> None:
         latencies = [s.fmt(x, 2) for x in (r.p50_ms, r.p99_ms, r.p999_ms)] if r else ["-"] * 3
         cpu = [f"{s.fmt(100 * x, 0)}%" for x in (row.cpu, row.host_cpu)]
         per = s.fmt(_cpu_us(row), 1)
-        table.append([row.scenario, s.fmt(row.msgs_per_s, 0), *latencies, *cpu, per, row.note])
+        figures = [s.fmt(row.msgs_per_s, 0), *latencies, *cpu, per, s.fmt(row.load, 2)]
+        table.append([row.scenario, *figures, row.note])
     headers = ["scenario", "msgs/s", "p50 ms", "p99 ms", "p99.9 ms", "py CPU", "host CPU"]
-    headers.append("py µs/msg")
+    headers += ["py µs/msg", "load"]
     s.print_table([*headers, "errors / notes"], table)
     print(
         "\npy CPU: the Python process that produces (the server, or the raw client), 100% = "
         "one core; host CPU: the whole machine (wrk and the brokers too), 100% = every core; "
         "py µs/msg: CPU of that process per message, the figure least moved by other load on "
-        "a shared machine.\n"
+        "a shared machine; load: the 1-minute load average just before the run.\n"
     )
     found = {row.scenario.split(" (")[0]: row.msgs_per_s for row in bench.rows}
     per_msg = {row.scenario.split(" (")[0]: _cpu_us(row) for row in bench.rows}

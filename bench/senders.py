@@ -10,6 +10,13 @@ Run it to compare their throughput on loopback (figures only, no assertion)::
 
     .venv/bin/python bench/senders.py --deliveries 20000 --in-flight 100
 
+``--http2`` compares instead FastSender's two protocols over TLS to one endpoint (a process of
+its own, offering h2 and http/1.1): HTTP/1.1 keep-alive against negotiated HTTP/2, with the
+same in-flight limit, printing deliveries/s, the sender's CPU per delivery and the
+connections it opened::
+
+    .venv/bin/python bench/senders.py --http2 --deliveries 10000 --in-flight 100
+
 httpx spends most of a small request in its connection pool (httpcore); aiohttp does the same
 work for a fraction of the CPU; FastSender does only what a delivery needs (see its module).
 """
@@ -19,16 +26,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import os
 import re
+import ssl
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import httpx
 import uvicorn
+import uvloop
 from yarl import URL
 
 from core.lifecycle import AsyncResource
@@ -43,6 +56,8 @@ from delivery_workers.sender import (
     build_request,
 )
 from segments.protocol import Stored
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _encoded(out: OutgoingRequest) -> list[tuple[bytes, bytes]]:
@@ -348,11 +363,102 @@ async def _run(sender: EndpointSender, delivery: Delivery, total: int, in_flight
         return total / (time.perf_counter() - started)
 
 
+def _tls_endpoint(cert: str, key: str, ports: Any, stop: Any) -> None:
+    """The HTTPS endpoint of ``--http2``, in a process of its own (h2 and http/1.1 by ALPN)."""
+    sys.path.insert(0, str(ROOT))
+    from tests.support.h2_endpoint import H2Endpoint
+
+    async def serve() -> None:
+        endpoint = await H2Endpoint.start(Path(cert), Path(key), status=204)
+        ports.put(endpoint.server.sockets[0].getsockname()[1])
+        await asyncio.get_running_loop().run_in_executor(None, stop.wait)
+        await endpoint.aclose()
+
+    uvloop.run(serve())
+
+
+async def _timed(
+    sender: FastSender, delivery: Delivery, total: int, in_flight: int
+) -> tuple[float, float, int]:
+    """(deliveries/s, sender CPU µs per delivery, connections opened) of one run."""
+    async with sender:
+        await sender.send(delivery)  # warm: TLS handshake and protocol choice done
+        left, failed = total, 0
+
+        async def lane() -> None:
+            nonlocal left, failed
+            while left > 0:
+                left -= 1
+                failed += not (await sender.send(delivery)).succeeded
+
+        cpu, started = time.process_time(), time.perf_counter()
+        await asyncio.gather(*(lane() for _ in range(in_flight)))
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+        if failed:
+            print(f"  ({failed} deliveries failed)")
+        return total / elapsed, 1e6 * cpu / total, sender.pool.open_connections
+
+
+def compare_http2(args: argparse.Namespace) -> None:
+    """FastSender over TLS to one endpoint that offers h2 and http/1.1: HTTP/1.1 keep-alive
+    (``http2`` off) against negotiated HTTP/2, with the same in-flight limit."""
+    import multiprocessing
+
+    with tempfile.TemporaryDirectory() as where:
+        sys.path.insert(0, str(ROOT))
+        from tests.support.h2_endpoint import make_certificate
+
+        cert, key = make_certificate(Path(where))
+        spawn = multiprocessing.get_context("spawn")
+        ports, stop = spawn.Queue(), spawn.Event()
+        proc = spawn.Process(target=_tls_endpoint, args=(str(cert), str(key), ports, stop))
+        proc.start()
+        try:
+            port = ports.get(timeout=60)
+            sub = Subscription(
+                project="bench",
+                name="senders",
+                topic_project="bench",
+                topic="t",
+                endpoint=Endpoint(url=f"https://localhost:{port}/hook"),
+                signing_secret="whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            )
+            message = Stored(partition=0, position=0, timestamp_ms=0, value=b"x" * 256)
+            delivery = Delivery(sub, "bench/t", message)
+            print(
+                f"{args.deliveries:,} deliveries, {args.in_flight} in flight, TLS to one endpoint"
+            )
+            for label, http2 in (("HTTP/1.1 keep-alive", False), ("HTTP/2 (ALPN)", True)):
+                load = os.getloadavg()[0]
+                context = ssl.create_default_context(cafile=str(cert))
+                sender = FastSender(ssl_context=context, http2=http2)
+                rate, cpu_us, conns = uvloop.run(
+                    _timed(sender, delivery, args.deliveries, args.in_flight)
+                )
+                print(
+                    f"{label:>20}: {rate:9.0f} deliveries/s, sender CPU {cpu_us:6.1f} µs/delivery,"
+                    f" {conns} connection(s)  (load average before: {load:.2f})"
+                )
+        finally:
+            stop.set()
+            proc.join(30)
+            if proc.is_alive():
+                proc.kill()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--deliveries", type=int, default=20_000)
     p.add_argument("--in-flight", type=int, default=100)
+    p.add_argument(
+        "--http2",
+        action="store_true",
+        help="instead: FastSender over TLS, HTTP/1.1 keep-alive against negotiated HTTP/2",
+    )
     args = p.parse_args()
+    if args.http2:
+        compare_http2(args)
+        return
     server, port = _serve()
     sub = Subscription(
         project="bench",

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -37,6 +37,53 @@ from .errors import HeadersTooLarge, HttpbusError, RequestTimeout
 # much or for this long, so it reads the answer instead of a connection reset.
 LINGER_BYTES = 1024 * 1024
 LINGER_S = 1.0
+
+
+class _Coalescing:
+    """The connection's transport, writing a response's head and body in one ``send``.
+
+    uvicorn writes the status line and headers, then the body, as two writes: two system
+    calls and two TCP segments per response (uvloop sets ``TCP_NODELAY``), a fifth of the
+    single-publish path's CPU in a profile. Here a write is held until the next one, which
+    goes out with it, or until the end of the loop iteration, whichever comes first; order
+    is kept and ``write_eof`` and ``close`` send what is held first. Everything else is the
+    transport's."""
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held + bytes(data))
+        else:
+            self._held = bytes(data)
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        held, self._held = self._held, None
+        if held is not None and not self._transport.is_closing():
+            self._transport.write(held)
+
+    def write_eof(self) -> None:
+        self._flush()
+        self._transport.write_eof()
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._held = None
+        self._transport.abort()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class HttpServerLimits(BaseModel):
@@ -86,7 +133,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._dropped = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        super().connection_made(cast(asyncio.Transport, _Coalescing(transport, self.loop)))
         self._arm(self.limits.header_timeout_s, "the request's headers")
 
     def connection_lost(self, exc: Exception | None) -> None:

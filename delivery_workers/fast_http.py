@@ -23,7 +23,7 @@ same way (:class:`core.result.DeliveryResult`) as by the senders ``bench/`` comp
 - redirects are never followed, nothing is compressed or decompressed, no cookies, no proxy.
 
 HTTPS goes through the ``ssl`` context given (default: the system's trust store, hostnames
-checked). HTTP/2 is not spoken.
+checked). HTTP/2, where an HTTPS endpoint selects it through ALPN, is :mod:`.fast_h2`.
 """
 
 from __future__ import annotations
@@ -129,6 +129,8 @@ class ConnectionLost(ConnectionError):
 
 class Connection(asyncio.Protocol):
     """One HTTP/1.1 connection: one request at a time, keep-alive unless told otherwise."""
+
+    http2 = False
 
     def __init__(self, origin_key: tuple[str, str, int]) -> None:
         self.origin_key = origin_key

@@ -8,7 +8,8 @@ keep-alive connection of the endpoint's origin (or open one), write the request 
 The attempt's deadline is one timer on the loop. It sends the same request
 (:func:`.sender.build_request`) and classifies the same way (:class:`core.result.DeliveryResult`)
 as the aiohttp and httpx senders that ``bench/senders.py`` keeps as comparisons; the module
-doc of :mod:`.fast_http` lists how each failure is reported. HTTP/1.1 only.
+doc of :mod:`.fast_http` lists how each failure is reported. HTTP/1.1, and with ``http2`` on,
+HTTP/2 to HTTPS endpoints that select it through ALPN (:mod:`.fast_h2`), never otherwise.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from core.endpoint_policy import EndpointPolicy
 from core.lifecycle import AsyncResource
 from core.result import DeliveryResult
 
+from .fast_h2 import ALPN, H2Connection, Negotiating
 from .fast_http import (
     Answer,
     Connection,
@@ -33,10 +35,17 @@ from .fast_http import (
     encode_request,
     parse_origin,
 )
-from .sender import BatchDelivery, Delivery, build_batch_request, build_request
+from .sender import (
+    BatchDelivery,
+    Delivery,
+    OutgoingRequest,
+    build_batch_request,
+    build_request,
+)
 from .settings import WorkerSettings
 
 _OriginKey = tuple[str, str, int]
+AnyConnection = Connection | H2Connection
 
 
 class EndpointRefused(Exception):
@@ -49,7 +58,9 @@ def _expire(waiter: asyncio.Future[Answer]) -> None:
 
 
 class ConnectionPool:
-    """Keep-alive HTTP/1.1 connections, by origin, at most ``max_connections`` open in all.
+    """Keep-alive connections, by origin, at most ``max_connections`` open in all: HTTP/1.1
+    ones carry one request at a time; an HTTP/2 one (``http2`` on, selected through ALPN) is
+    shared by up to the endpoint's stream limit and counts once.
 
     A connection idle longer than ``keepalive_expiry`` seconds, or one the endpoint closed,
     is never handed out. At the limit, an idle connection of another origin is closed to make
@@ -63,14 +74,22 @@ class ConnectionPool:
         keepalive_expiry: float,
         ssl_context: ssl.SSLContext | None,
         policy: EndpointPolicy | None = None,
+        http2: bool = False,
     ) -> None:
         self.max_connections = max_connections
         self.policy = policy
         self.keepalive_expiry = keepalive_expiry
+        self.http2 = http2
         self._ssl = ssl_context
+        if http2 and ssl_context is not None:
+            ssl_context.set_alpn_protocols(ALPN)
         self._idle: dict[_OriginKey, deque[Connection]] = {}
+        # HTTP/2 connections by origin, shared by many requests at once (``fast_h2``).
+        self._multiplexed: dict[_OriginKey, list[H2Connection]] = {}
+        self._opening: dict[_OriginKey, asyncio.Future[None]] = {}  # maybe-h2 connects
+        self._http1_only: set[_OriginKey] = set()  # HTTPS origins that did not select h2
         self._open = 0  # idle or in use
-        self._every: set[Connection] = set()  # idle or in use, until closed
+        self._every: set[AnyConnection] = set()  # idle or in use, until closed
         self._closed = False
         self._waiters: deque[asyncio.Future[None]] = deque()
 
@@ -80,8 +99,14 @@ class ConnectionPool:
         until they are next looked at)."""
         return self._open
 
-    def take_idle(self, key: _OriginKey, now: float) -> Connection | None:
-        """A live idle connection to ``key``, without waiting; None if there is none."""
+    def take_idle(self, key: _OriginKey, now: float) -> AnyConnection | None:
+        """A connection to ``key`` that can take a request now, without waiting (an HTTP/2
+        one with a free stream, or a live idle HTTP/1.1 one); None if there is none."""
+        shared = self._multiplexed.get(key)
+        if shared:
+            found = self._take_shared(shared, now)
+            if found is not None:
+                return found
         idle = self._idle.get(key)
         while idle:
             conn = idle.pop()
@@ -92,9 +117,21 @@ class ConnectionPool:
             return conn
         return None
 
-    async def acquire(self, origin: Origin) -> Connection:
+    def _take_shared(self, shared: list[H2Connection], now: float) -> H2Connection | None:
+        for conn in list(shared):
+            idle = conn.in_flight == 0
+            expired = idle and now - conn.idle_since > self.keepalive_expiry
+            if conn.closed or (idle and (expired or not conn.reusable)):
+                self._discard(conn)
+            elif conn.available:
+                conn.reused = True
+                return conn
+        return None
+
+    async def acquire(self, origin: Origin) -> AnyConnection:
         """A connection to ``origin``: idle, or new once the limit allows (the caller bounds
-        the wait)."""
+        the wait). While a connection that may turn out HTTP/2 is being opened to an origin,
+        other callers wait for it instead of opening their own (it may carry them all)."""
         loop = asyncio.get_running_loop()
         key = origin.key
         while True:
@@ -103,22 +140,40 @@ class ConnectionPool:
             conn = self.take_idle(key, loop.time())
             if conn is not None:
                 return conn
+            opening = self._opening.get(key)
+            if opening is not None:
+                await asyncio.shield(opening)
+                continue
             if self._open < self.max_connections or self._close_an_idle(loop.time()):
                 break
             await self._wait(loop)
         self._open += 1
+        may_be_h2 = self.http2 and origin.scheme == "https" and key not in self._http1_only
+        if may_be_h2:
+            self._opening[key] = loop.create_future()
         try:
             conn = await self._connect(loop, origin)
         except BaseException:
             self._open -= 1
             self._wake()
             raise
+        finally:
+            if may_be_h2:
+                self._opening.pop(key).set_result(None)
         self._every.add(conn)
+        if isinstance(conn, H2Connection):
+            self._multiplexed.setdefault(key, []).append(conn)
+        elif may_be_h2:
+            self._http1_only.add(key)  # it did not select h2: no more waiting on it
         return conn
 
-    def release(self, conn: Connection) -> None:
-        """Give ``conn`` back after an exchange: kept if it can carry another, else closed."""
-        if conn.reusable and not self._closed:
+    def release(self, conn: AnyConnection) -> None:
+        """Give ``conn`` back after an exchange: kept if it can carry another, else closed.
+        An HTTP/2 connection stays shared until it is closed (or, going away, idle)."""
+        if isinstance(conn, H2Connection):
+            if conn.closed:
+                self._discard(conn)
+        elif conn.reusable and not self._closed:
             conn.idle_since = asyncio.get_running_loop().time()
             self._idle.setdefault(conn.origin_key, deque()).append(conn)
         else:
@@ -131,6 +186,7 @@ class ConnectionPool:
         loop that stops right after must not drop a socket still open."""
         self._closed = True
         self._idle.clear()
+        self._multiplexed.clear()
         every, self._every = self._every, set()
         for conn in every:
             conn.close()
@@ -142,15 +198,23 @@ class ConnectionPool:
         if every:
             await asyncio.wait([conn.gone for conn in every], timeout=grace_s)
 
-    async def _connect(self, loop: asyncio.AbstractEventLoop, origin: Origin) -> Connection:
+    async def _connect(self, loop: asyncio.AbstractEventLoop, origin: Origin) -> AnyConnection:
         key = origin.key
         host = await self._checked_address(loop, origin)
         if origin.scheme == "https":
-            context = self._ssl or ssl.create_default_context()
-            self._ssl = context
-            _, conn = await loop.create_connection(
-                lambda: Connection(key), host, origin.port, ssl=context, server_hostname=origin.host
+            if self._ssl is None:
+                self._ssl = ssl.create_default_context()
+                if self.http2:
+                    self._ssl.set_alpn_protocols(ALPN)
+            _, chooser = await loop.create_connection(
+                lambda: Negotiating(key),
+                host,
+                origin.port,
+                ssl=self._ssl,
+                server_hostname=origin.host,
             )
+            assert chooser.chosen is not None, "connection_made picks the protocol"
+            return chooser.chosen
         else:
             _, conn = await loop.create_connection(lambda: Connection(key), host, origin.port)
         return conn
@@ -201,8 +265,12 @@ class ConnectionPool:
         self._discard(oldest.popleft())
         return True
 
-    def _discard(self, conn: Connection) -> None:
+    def _discard(self, conn: AnyConnection) -> None:
         conn.close()
+        if isinstance(conn, H2Connection):
+            shared = self._multiplexed.get(conn.origin_key, [])
+            if conn in shared:
+                shared.remove(conn)
         if conn in self._every:
             self._every.discard(conn)
             self._open -= 1
@@ -224,8 +292,9 @@ class FastSender(AsyncResource):
         ssl_context: ssl.SSLContext | None = None,
         clock: Callable[[], float] = time.time,
         policy: EndpointPolicy | None = None,
+        http2: bool = False,
     ) -> None:
-        self.pool = ConnectionPool(max_connections, keepalive_expiry, ssl_context, policy)
+        self.pool = ConnectionPool(max_connections, keepalive_expiry, ssl_context, policy, http2)
         self._clock = clock
 
     async def start(self) -> None:
@@ -252,7 +321,9 @@ class FastSender(AsyncResource):
         timeout_s = delivery.subscription.endpoint.timeout_ms / 1000
         started = time.perf_counter()
         try:
-            answer = await self._exchange(origin, data, timeout_s)
+            answer = await self._exchange(origin, out, data, timeout_s)
+        except InvalidRequest as exc:  # a header HTTP/2 cannot carry: nothing was sent
+            return DeliveryResult.invalid(f"invalid request: {exc}")
         except EndpointRefused as exc:  # not retried: only a policy change lets it through
             return DeliveryResult.invalid(f"endpoint refused: {exc}")
         except Exception as exc:
@@ -266,7 +337,9 @@ class FastSender(AsyncResource):
             batch=type(delivery) is not Delivery,
         )
 
-    async def _exchange(self, origin: Origin, data: bytes, timeout_s: float) -> Answer:
+    async def _exchange(
+        self, origin: Origin, out: OutgoingRequest, data: bytes, timeout_s: float
+    ) -> Answer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
@@ -274,7 +347,9 @@ class FastSender(AsyncResource):
             if conn is None:  # the slow path: wait for the limit, or connect
                 async with asyncio.timeout_at(deadline):
                     conn = await self.pool.acquire(origin)
-            waiter = conn.request(data)
+            waiter = (
+                conn.request(out, origin) if isinstance(conn, H2Connection) else conn.request(data)
+            )
             timer = loop.call_at(deadline, _expire, waiter)
             try:
                 return await waiter
@@ -290,4 +365,8 @@ class FastSender(AsyncResource):
 
 def make_sender(settings: WorkerSettings) -> FastSender:
     """The worker's sender, unstarted, with its pool limit."""
-    return FastSender(max_connections=settings.max_connections, policy=settings.endpoint_policy)
+    return FastSender(
+        max_connections=settings.max_connections,
+        policy=settings.endpoint_policy,
+        http2=settings.http2,
+    )

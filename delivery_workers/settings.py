@@ -44,9 +44,20 @@ class WorkerSettings(SettingsBase):
     sender: Literal["fast", "aiohttp", "httpx"] = Field(
         default="fast",
         description=(
-            "the HTTP client pushing deliveries: always fast (HTTP/1.1 on asyncio + httptools); "
-            "aiohttp and httpx are accepted from older configs and mean fast (they are "
-            "comparisons in bench/senders.py now)"
+            "the HTTP client pushing deliveries: always fast (HTTP/1.1 on asyncio + httptools, "
+            "and HTTP/2 only where `http2` is on and the endpoint selects it); aiohttp and "
+            "httpx are accepted from older configs and mean fast, with no HTTP/2 of their own "
+            "(they are comparisons in bench/senders.py now)"
+        ),
+    )
+    http2: bool = Field(
+        default=False,
+        description=(
+            "offer HTTP/2 to HTTPS endpoints through ALPN and multiplex deliveries on one "
+            "connection where they select it (HTTP/1.1 otherwise, and always for http:// "
+            "endpoints: no h2c); off by default: it costs about 3x the CPU per delivery of "
+            "HTTP/1.1 keep-alive (bench/senders.py --http2), worth it only where connections "
+            "are scarce or far away"
         ),
     )
     commit_every_n: int = Field(

@@ -42,7 +42,11 @@ def result_of(exc: BaseException) -> pulsar.Result | None:
 
 def from_pulsar(exc: BaseException, what: str) -> HttpbusError:
     """The httpbus error for a failed client call on ``what`` (a topic, usually)."""
-    result = result_of(exc)
+    return from_result(result_of(exc), what, str(exc))
+
+
+def from_result(result: pulsar.Result | None, what: str, text: str = "") -> HttpbusError:
+    """The httpbus error for a callback's ``result`` (not ``Ok``) on ``what``."""
     if result == pulsar.Result.TopicTerminated:
         return SegmentFenced(f"{what} is sealed (Pulsar topic terminated)")
     if result == pulsar.Result.TopicNotFound:
@@ -52,7 +56,7 @@ def from_pulsar(exc: BaseException, what: str) -> HttpbusError:
     if result == pulsar.Result.InvalidTopicName:
         return Malformed(f"{what} is not a valid Pulsar topic name")
     return StorageUnavailable(
-        f"pulsar failed on {what}: {exc}",
+        f"pulsar failed on {what}: {text or result}",
         details={"result": str(result)},
         retry_after=RETRY_AFTER_S,
     )

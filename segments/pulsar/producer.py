@@ -35,19 +35,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 import pulsar
 import pulsar.asyncio as pulsar_asyncio
+from pulsar import _pulsar  # the C extension under both of its Python APIs
 
 from core import pulsar_format as wire
-from core.errors import StorageUnavailable
+from core.errors import HttpbusError
 from segments.protocol import Record, Stored
 
 from .config import PulsarSettings
-from .errors import PULSAR_ERRORS, PositionOverflow, from_pulsar, result_of
+from .errors import (
+    PULSAR_ERRORS,
+    PositionOverflow,
+    from_pulsar,
+    from_result,
+    result_of,
+    timed_out,
+)
+from .handover import Handover
 
 T = TypeVar("T")
 # After these the cached producer is useless: drop it, the next produce makes a new one.
@@ -131,15 +141,87 @@ class Inflight:
             await asyncio.wait(set(self._tasks), timeout=timeout)
 
 
+Sent = tuple[int, int, int]
+"""The message id of a stored record: (ledger, entry, batch index)."""
+
+
+def native(handle: Any) -> Any:
+    """The ``_pulsar`` object under a ``pulsar.asyncio`` producer or reader. The hot paths
+    call its callback API (``send_async``, ``read_next_async``, ``read_next``) themselves,
+    to complete many futures per wake-up of the loop (see ``handover``); ``pulsar.asyncio``
+    keeps making and closing them. Checked by the unit tests, so a pulsar-client that renames
+    the attribute fails there, not in production."""
+    for attribute in ("_producer", "_reader"):
+        inner = getattr(handle, attribute, None)
+        if inner is not None:
+            return inner
+    raise TypeError(f"{type(handle).__name__} wraps no pulsar-client object")
+
+
+def build(record: Record, timestamp_ms: int) -> Any:
+    """The ``_pulsar.Message`` of ``record``: its payload and what :func:`encode` gives."""
+    builder = _pulsar.MessageBuilder()
+    builder.content(record.value)
+    kwargs = encode(record, timestamp_ms)
+    if kwargs["properties"]:
+        builder.properties(kwargs["properties"])
+    if "partition_key" in kwargs:
+        builder.partition_key(kwargs["partition_key"])
+    if "event_timestamp" in kwargs:
+        builder.event_timestamp(kwargs["event_timestamp"])
+    return builder.build()
+
+
+class _Sends:
+    """The outcomes of one ``send_many``: a (result, message id) per record, and one future
+    completed when the last is in. Touched on the loop thread only (the client's callbacks
+    reach it through the ``Handover``), so it needs no lock."""
+
+    __slots__ = ("future", "left", "outcomes")
+
+    def __init__(self, future: asyncio.Future[None], size: int) -> None:
+        self.future = future
+        # (None, None) while unreported; a report after the deadline still lands here, but
+        # the caller has taken its copy and answered already.
+        self.outcomes: list[tuple[Any, Any]] = [(None, None)] * size
+        self.left = size
+
+    def report(self, index: int, result: Any, message_id: Any) -> None:
+        self.outcomes[index] = (result, message_id)
+        self.left -= 1
+        if self.left == 0 and not self.future.done():
+            self.future.set_result(None)
+
+
+def _expire(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class PartitionProducers:
-    """One producer per partition topic, made on first use and kept until closed."""
+    """One producer per partition topic, made on first use and kept until closed.
+
+    A record goes to the client with ``send_async`` and a callback; the callback
+    (on the client's thread) only queues its outcome on the ``Handover``, which completes the
+    outcomes on the loop, many per wake-up, and one future per ``send_many`` when its last
+    record is acknowledged. The broker acknowledges only what it persisted, so every outcome
+    that carries a message id is a durable write; an error carries the client's result code.
+    ``pulsar.asyncio`` (a future and a ``call_soon_threadsafe`` per message) still creates and
+    closes producers, which is rare.
+    """
 
     def __init__(
-        self, client: pulsar_asyncio.Client, settings: PulsarSettings, inflight: Inflight
+        self,
+        client: pulsar_asyncio.Client,
+        settings: PulsarSettings,
+        inflight: Inflight,
+        handover: Handover,
     ) -> None:
         self._client = client
         self._settings = settings
         self._inflight = inflight
+        self._handover = handover
+        self._timeout_s = settings.produce_timeout_s
         self._producers: dict[str, pulsar_asyncio.Producer] = {}
         self._creating: dict[str, asyncio.Task[pulsar_asyncio.Producer]] = {}
 
@@ -168,28 +250,84 @@ class PartitionProducers:
         self._producers[topic_url] = producer
         return producer
 
-    async def send(
-        self, producer: pulsar_asyncio.Producer, topic_url: str, record: Record, ts: int
-    ) -> tuple[int, int, int]:
-        """Send one record and wait for the broker's persisted ack: its message id."""
+    async def get_by(self, topic_url: str, deadline: float) -> pulsar_asyncio.Producer:
+        """``get``, failing (``StorageUnavailable``) at ``deadline`` (loop time)."""
+        producer = self._producers.get(topic_url)
+        if producer is not None:
+            return producer
         try:
-            mid = await producer.send(record.value, **encode(record, ts))
-        except PULSAR_ERRORS as exc:
-            if result_of(exc) in _STALE and self._producers.get(topic_url) is producer:
-                del self._producers[topic_url]
-            raise from_pulsar(exc, topic_url) from exc
-        return mid.ledger_id(), mid.entry_id(), mid.batch_index()
+            async with asyncio.timeout_at(deadline):
+                return await self.get(topic_url)
+        except TimeoutError as exc:
+            raise timed_out(f"opening a producer on {topic_url}", self._timeout_s) from exc
 
-    async def produce(self, topic_url: str, record: Record, ts: int) -> tuple[int, int, int]:
+    async def send_many(
+        self, items: Sequence[tuple[str, pulsar_asyncio.Producer, Record, int]], deadline: float
+    ) -> list[Sent | HttpbusError]:
+        """Send every (topic url, producer, record, timestamp) and wait for every broker's
+        persisted ack, until ``deadline`` (loop time): a message id or an error per item, in
+        order. Records of one producer reach the client in the order given, so they are
+        stored in that order."""
+        outcomes = await self._send_all(items, deadline)
+        return [
+            self._outcome(url, producer, result, mid)
+            for (url, producer, _, _), (result, mid) in zip(items, outcomes, strict=True)
+        ]
+
+    async def produce(self, topic_url: str, record: Record, ts: int, deadline: float) -> Sent:
         """Send with the cached producer; once more with a new one if it was closed under
-        us (a broker that dropped it, a topic unloaded)."""
-        producer = await self.get(topic_url)
-        try:
-            return await self.send(producer, topic_url, record, ts)
-        except StorageUnavailable as exc:
-            if exc.__cause__ is None or result_of(exc.__cause__) != pulsar.Result.AlreadyClosed:
-                raise
-        return await self.send(await self.get(topic_url), topic_url, record, ts)
+        us (a broker that dropped it, a topic unloaded). Fails at ``deadline``."""
+        producer = await self.get_by(topic_url, deadline)
+        [(result, mid)] = await self._send_all([(topic_url, producer, record, ts)], deadline)
+        if result == pulsar.Result.AlreadyClosed:
+            self._forget(topic_url, producer)
+            producer = await self.get_by(topic_url, deadline)
+            [(result, mid)] = await self._send_all([(topic_url, producer, record, ts)], deadline)
+        outcome = self._outcome(topic_url, producer, result, mid)
+        if isinstance(outcome, HttpbusError):
+            raise outcome
+        return outcome
+
+    async def _send_all(
+        self, items: Sequence[tuple[str, pulsar_asyncio.Producer, Record, int]], deadline: float
+    ) -> list[tuple[Any, Any]]:
+        """(result, message id) per item; (None, None) for one not acknowledged by
+        ``deadline``. Per record only a message build, ``send_async`` and one queued
+        callback; one future and one timer for the whole call (see ``handover``)."""
+        loop = self._handover.loop
+        sends = _Sends(loop.create_future(), len(items))
+        call = self._handover.call
+        for index, (_, producer, record, ts) in enumerate(items):
+            try:
+                native(producer).send_async(
+                    build(record, ts), functools.partial(call, sends.report, index)
+                )
+            except PULSAR_ERRORS as exc:
+                sends.report(index, result_of(exc), None)
+        if sends.left:
+            # A timer, not asyncio.timeout: no task bookkeeping per request.
+            timer = loop.call_at(deadline, _expire, sends.future)
+            try:
+                await sends.future
+            finally:
+                timer.cancel()
+        return list(sends.outcomes)  # a copy: reports arriving later do not change it
+
+    def _outcome(
+        self, url: str, producer: pulsar_asyncio.Producer, result: Any, mid: Any
+    ) -> Sent | HttpbusError:
+        if result == pulsar.Result.Ok:
+            return mid.ledger_id(), mid.entry_id(), mid.batch_index()
+        if result is None:
+            return timed_out(f"produce to {url}", self._timeout_s)
+        if result in _STALE:
+            self._forget(url, producer)
+        return from_result(result, url)
+
+    def _forget(self, url: str, producer: pulsar_asyncio.Producer) -> None:
+        """Drop a cached producer that is useless now; the next produce makes a new one."""
+        if self._producers.get(url) is producer:
+            del self._producers[url]
 
     async def close_topics(self, prefix: str) -> None:
         """Close the producers of every partition of one storage topic."""

@@ -55,6 +55,7 @@ from .admin import EARLIEST, PulsarAdmin
 from .config import PulsarSettings, partition_name
 from .consumer import PartitionReaders
 from .errors import PULSAR_ERRORS, from_pulsar, timed_out
+from .handover import Handover
 from .producer import Inflight, PartitionProducers, end_after, now_ms, pack, unpack
 
 _CURSOR = re.compile(r"^(-?\d+):(-?\d+)")
@@ -97,8 +98,9 @@ class PulsarSegmentStore(AsyncResource):
             token=s.admin_token,
             http=self._http,
         )
-        self._producer_pool = PartitionProducers(client, s, self._inflight)
-        self._reader_pool = PartitionReaders(client, s, self._inflight)
+        handover = Handover(asyncio.get_running_loop())
+        self._producer_pool = PartitionProducers(client, s, self._inflight, handover)
+        self._reader_pool = PartitionReaders(client, s, self._inflight, handover)
 
     async def aclose(self) -> None:
         client, self._pulsar = self._pulsar, None
@@ -154,69 +156,71 @@ class PulsarSegmentStore(AsyncResource):
     # -- produce ----------------------------------------------------------------------
 
     async def produce(self, name: str, record: Record, *, partition: int | None = None) -> Produced:
-        async with self._within(f"produce to {name}"):
-            count = await self._count(name)
-            target = self._target(record, count, partition)
-            ts = _timestamp(record)
-            url = self._settings.partition_url(name, target)
-            try:
-                ledger, entry, batch = await self._producers.produce(url, record, ts)
-            except NotFound:
-                self._partition_counts.pop(name, None)  # deleted by someone else
-                raise
+        deadline = self._deadline()
+        count = self._partition_counts.get(name)
+        if count is None:
+            async with self._until(deadline, f"produce to {name}"):
+                count = await self._count(name)
+        target = self._target(record, count, partition)
+        ts = _timestamp(record)
+        url = self._settings.partition_url(name, target)
+        try:
+            ledger, entry, batch = await self._producers.produce(url, record, ts, deadline)
+        except NotFound:
+            self._partition_counts.pop(name, None)  # deleted by someone else
+            raise
         return Produced(target, pack(ledger, entry, batch), ts)
 
     async def produce_many(
         self, name: str, records: Sequence[Record]
     ) -> list[Produced | Exception]:
-        plan: list[tuple[int, int]] = []  # (partition, timestamp) per record
-        sends: list[asyncio.Task[Produced] | HttpbusError] = []
+        deadline = self._deadline()
+        out: list[Produced | Exception | None] = [None] * len(records)
         failure: HttpbusError | None = None
         try:
-            async with self._within(f"produce to {name}"):
+            async with self._until(deadline, f"produce to {name}"):
                 count = await self._count(name)
-                plan = [(self._target(r, count, None), _timestamp(r)) for r in records]
-                producers = await self._producers_for(name, {p for p, _ in plan})
-                # Tasks start in creation order and each hands its message to the client
-                # before its first await: per partition, the client gets records in order.
-                for record, (p, ts) in zip(records, plan, strict=True):
-                    producer = producers[p]
-                    sends.append(
-                        producer
-                        if isinstance(producer, HttpbusError)
-                        else asyncio.ensure_future(self._send(name, producer, p, record, ts))
-                    )
-                tasks = [t for t in sends if isinstance(t, asyncio.Task)]
-                if tasks:
-                    await asyncio.wait(tasks)
+            plan = [(self._target(r, count, None), _timestamp(r)) for r in records]
+            producers = await self._producers_for(name, {p for p, _ in plan}, deadline)
+            sends: list[tuple[int, tuple[str, Any, Record, int]]] = []
+            for i, (record, (p, ts)) in enumerate(zip(records, plan, strict=True)):
+                producer = producers[p]
+                if isinstance(producer, HttpbusError):
+                    out[i] = producer
+                else:
+                    url = self._settings.partition_url(name, p)
+                    sends.append((i, (url, producer, record, ts)))
+            results = await self._producers.send_many([item for _, item in sends], deadline)
+            for (i, _), result in zip(sends, results, strict=True):
+                p, ts = plan[i]
+                out[i] = (
+                    result if isinstance(result, HttpbusError) else Produced(p, pack(*result), ts)
+                )
         except HttpbusError as exc:
             failure = exc
-        return [
-            _outcome(sends[i] if i < len(sends) else None, failure) for i in range(len(records))
-        ]
+        return [o if o is not None else failure or HttpbusError("not sent") for o in out]
 
     async def _producers_for(
-        self, name: str, partitions: set[int]
+        self, name: str, partitions: set[int], deadline: float
     ) -> dict[int, Any | HttpbusError]:
         out: dict[int, Any | HttpbusError] = {}
         for p in sorted(partitions):
             try:
-                out[p] = await self._producers.get(self._settings.partition_url(name, p))
+                url = self._settings.partition_url(name, p)
+                out[p] = await self._producers.get_by(url, deadline)
             except HttpbusError as exc:
                 out[p] = exc
         return out
-
-    async def _send(self, name: str, producer: Any, p: int, record: Record, ts: int) -> Produced:
-        url = self._settings.partition_url(name, p)
-        ledger, entry, batch = await self._producers.send(producer, url, record, ts)
-        return Produced(p, pack(ledger, entry, batch), ts)
 
     async def open_producers(self, name: str) -> None:
         """Open (and cache) a producer on every partition now, so the first writes do not
         pay for it (a cutover's PREPARE calls this on the target segment)."""
         async with self._within(f"open producers on {name}"):
             count = await self._count(name)
-            for p, outcome in (await self._producers_for(name, set(range(count)))).items():
+            deadline = self._deadline()
+            for p, outcome in (
+                await self._producers_for(name, set(range(count)), deadline)
+            ).items():
                 if isinstance(outcome, HttpbusError):
                     raise outcome
                 del p
@@ -369,6 +373,19 @@ class PulsarSegmentStore(AsyncResource):
         if not 0 <= partition < count:
             raise ValidationFailed(f"partition {partition} is not in 0..{count - 1}")
 
+    def _deadline(self) -> float:
+        """When a produce starting now must have its answer (loop time)."""
+        return asyncio.get_running_loop().time() + self._settings.produce_timeout_s
+
+    @contextlib.asynccontextmanager
+    async def _until(self, deadline: float, what: str) -> AsyncIterator[None]:
+        """Bound a step of a produce by its ``deadline``: ``StorageUnavailable`` at it."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                yield
+        except TimeoutError as exc:
+            raise timed_out(what, self._settings.produce_timeout_s) from exc
+
     @contextlib.asynccontextmanager
     async def _within(self, what: str) -> AsyncIterator[None]:
         """Bound a produce by ``produce_timeout_s``: it fails, it never hangs."""
@@ -384,23 +401,6 @@ def _timestamp(record: Record) -> int:
     # Pulsar reads an event time of 0 as "none": such records take the store's clock.
     ts = record.timestamp_ms
     return ts if ts is not None and ts > 0 else now_ms()
-
-
-def _outcome(
-    send: asyncio.Task[Produced] | HttpbusError | None, failure: HttpbusError | None
-) -> Produced | Exception:
-    if isinstance(send, HttpbusError):
-        return send
-    if send is not None and send.done() and not send.cancelled():
-        exc = send.exception()
-        if exc is None:
-            return send.result()
-        if isinstance(exc, Exception):
-            return exc
-        raise exc
-    if send is not None:
-        send.cancel()
-    return failure or HttpbusError("not sent")
 
 
 def _read_position(text: str) -> int:

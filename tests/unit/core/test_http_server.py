@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import importlib
 import json
@@ -129,3 +130,43 @@ def test_every_service_runs_its_server_with_the_limits(
 def test_the_limits_refuse_nonsense() -> None:
     with pytest.raises(ValueError, match="max_header_bytes"):
         HttpServerLimits(max_header_bytes=10)
+
+
+class _Recording:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.events: list[str] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def write_eof(self) -> None:
+        self.events.append("eof")
+
+    def close(self) -> None:
+        self.events.append("close")
+
+    def get_extra_info(self, name: str) -> str:
+        return f"info:{name}"
+
+
+async def test_a_response_head_and_body_go_out_in_one_write() -> None:
+    from core.http_server import _Coalescing
+
+    raw = _Recording()
+    coalescing = _Coalescing(raw, asyncio.get_running_loop())  # type: ignore[arg-type]
+    coalescing.write(b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\n")
+    coalescing.write(b"{}")
+    assert raw.writes == [b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\n{}"]
+    coalescing.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # alone: out by the next iteration
+    assert len(raw.writes) == 1
+    await asyncio.sleep(0)
+    assert raw.writes[-1] == b"HTTP/1.1 100 Continue\r\n\r\n"
+    coalescing.write(b"last")
+    coalescing.write_eof()
+    coalescing.close()
+    assert raw.writes[-1] == b"last" and raw.events == ["eof", "close"]
+    assert coalescing.get_extra_info("peername") == "info:peername"

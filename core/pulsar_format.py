@@ -47,6 +47,9 @@ class OutOfRange(ValueError):
     """A Pulsar message id that does not fit a packed position."""
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"))  # built once: json.dumps makes one a call
+
+
 def pack(ledger: int, entry: int, batch_index: int) -> int:
     """The position of message id (ledger, entry, batch_index)."""
     batch = max(batch_index, 0)
@@ -81,7 +84,7 @@ def properties(headers: Headers, key: bytes | None) -> dict[str, str]:
     props: dict[str, str] = {}
     if headers:
         blob = [[name, base64.b64encode(value).decode("ascii")] for name, value in headers]
-        props[HEADERS_PROPERTY] = json.dumps(blob, separators=(",", ":"))
+        props[HEADERS_PROPERTY] = _COMPACT.encode(blob)
     if key is not None and not key:
         props[EMPTY_KEY_PROPERTY] = "1"
     return props

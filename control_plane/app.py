@@ -149,6 +149,9 @@ def _state(app: FastAPI) -> dict[str, Any]:
     return {
         "leader": leader,
         "cutovers_active": coordinator.driving if coordinator else 0,
+        "failovers": dict(coordinator.monitor.failovers)
+        if coordinator is not None and coordinator.monitor is not None
+        else {},
         "audit": getattr(app.state, "audit_latest", None),
     }
 

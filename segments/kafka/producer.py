@@ -103,7 +103,7 @@ class DurableProducer:
                 )
             except BufferError as exc:
                 batch.outcomes[index] = unavailable(
-                    f"produce to {topic}", f"refused: local queue full ({exc})"
+                    f"produce to {topic}", f"refused: local queue full ({exc})", stored=False
                 )
                 refused += 1
             except KafkaException as exc:

@@ -72,6 +72,7 @@ STALE_COMMIT_S = 0.3
 SEAL_SKEW_MS = 60_000  # producer clocks may run behind the seal by this much
 BUCKET_S = 10
 HISTORY_S = 3_600
+UNSEALED_STATUS_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -277,6 +278,7 @@ class SubscriptionOps:
             "circuit": figures.get("circuit"),
             "disabled": sub.disabled.model_dump(mode="json") if sub.disabled else None,
             "state_detail": sub.disabled.describe() if sub.disabled else state,
+            "waiting": waiting_for(topic, segment),
             "history": _history(figures.get("history", []), time.time()),
             "updated_at": figures.get("updated_at"),
         }
@@ -300,15 +302,18 @@ class SubscriptionOps:
     async def _partitions(
         self, sub: Subscription, segment: Segment, shard: Shard
     ) -> list[dict[str, int]]:
+        # A segment a failover left unsealed lives on a cluster that may be down: ask briefly.
+        bound = UNSEALED_STATUS_TIMEOUT_S if segment.state is SegmentState.UNSEALED else None
         try:
             store, group = self._store(segment), commit_group(sub, shard)
-            committed, ends, backlog = await asyncio.gather(
-                store.committed(segment.storage_topic, group),
-                store.end_positions(segment.storage_topic),
-                store.backlog(segment.storage_topic, group),
-            )
-        except HttpbusError:  # storage away or the segment gone: the worker's figures remain
-            return []
+            async with asyncio.timeout(bound):
+                committed, ends, backlog = await asyncio.gather(
+                    store.committed(segment.storage_topic, group),
+                    store.end_positions(segment.storage_topic),
+                    store.backlog(segment.storage_topic, group),
+                )
+        except (HttpbusError, TimeoutError):  # storage away or the segment gone: the worker's
+            return []  # figures remain
         return [
             {
                 "partition": p,
@@ -349,6 +354,17 @@ def _held_state(sub: Subscription) -> str | None:
     if sub.disabled is not None:
         return "disabled"
     return "paused" if sub.paused else None
+
+
+def waiting_for(topic: Topic, segment: Segment | None) -> str | None:
+    """Why a subscription's deliveries wait, when a failover is the reason (else None)."""
+    if segment is None or segment.state is not SegmentState.UNSEALED:
+        return None
+    return (
+        f"segment {segment.id} was left unsealed by a failover: its cluster {segment.cluster} "
+        "could not be reached; deliveries of the next segment wait until the cluster is back "
+        "and this one is sealed and read to its end (ordered failover)"
+    )
 
 
 def _state(sub: Subscription, states: list[str]) -> str:

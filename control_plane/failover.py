@@ -10,7 +10,8 @@ While it leads the cutovers, the coordinator runs a :class:`FailoverMonitor`. Ev
    first standby cluster (in the topic's order) that is not the failing one and answers a
    metadata request now. The coordinator drives it like any cutover, minus the seal;
 2. tries to seal every segment a failover left UNSEALED (one attempt at a time per segment,
-   again every ``seal_retry_s``): once its cluster answers, the store's ``seal`` fences it and
+   again every ``seal_retry_s``): once its cluster answers a metadata request, the store's
+   ``seal`` fences it and
    waits its strict settle (a producer that missed the switch may still have a write in
    flight), and the record becomes SEALED with its final ends, so subscriptions drain it and
    move on by the normal path (and the retire job removes it later).
@@ -172,6 +173,10 @@ class FailoverMonitor:
             store = self.stores.get(segment.cluster)
             if store is None:
                 return
+            # A metadata request first: the seal's admin requests are sent only to a cluster
+            # that answers (librdkafka mishandles admin requests piled up on a frozen broker).
+            async with asyncio.timeout(PROBE_TIMEOUT_S * 5):
+                await store.partitions(segment.storage_topic)
             t0 = time.perf_counter()
             async with asyncio.timeout(SEAL_TIMEOUT_S):
                 ends = await store.seal(segment.storage_topic)

@@ -72,7 +72,6 @@ STALE_COMMIT_S = 0.3
 SEAL_SKEW_MS = 60_000  # producer clocks may run behind the seal by this much
 BUCKET_S = 10
 HISTORY_S = 3_600
-UNSEALED_STATUS_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -302,18 +301,17 @@ class SubscriptionOps:
     async def _partitions(
         self, sub: Subscription, segment: Segment, shard: Shard
     ) -> list[dict[str, int]]:
-        # A segment a failover left unsealed lives on a cluster that may be down: ask briefly.
-        bound = UNSEALED_STATUS_TIMEOUT_S if segment.state is SegmentState.UNSEALED else None
+        if segment.state is SegmentState.UNSEALED:  # its cluster may be down: not asked
+            return []
         try:
             store, group = self._store(segment), commit_group(sub, shard)
-            async with asyncio.timeout(bound):
-                committed, ends, backlog = await asyncio.gather(
-                    store.committed(segment.storage_topic, group),
-                    store.end_positions(segment.storage_topic),
-                    store.backlog(segment.storage_topic, group),
-                )
-        except (HttpbusError, TimeoutError):  # storage away or the segment gone: the worker's
-            return []  # figures remain
+            committed, ends, backlog = await asyncio.gather(
+                store.committed(segment.storage_topic, group),
+                store.end_positions(segment.storage_topic),
+                store.backlog(segment.storage_topic, group),
+            )
+        except HttpbusError:  # storage away or the segment gone: the worker's figures remain
+            return []
         return [
             {
                 "partition": p,

@@ -36,7 +36,7 @@ from typing import Any
 
 from core.errors import HttpbusError
 from core.filters import compile_filter
-from core.model import Segment, Subscription, Topic
+from core.model import Segment, SegmentState, Subscription, Topic
 from core.shards import WHOLE, Shard
 from segments.audit import AuditSink
 from segments.reader import SegmentReader, left_behind
@@ -181,6 +181,12 @@ class SubscriptionRunner:
         while True:
             topic, segment = await self.reader.consume_segment(self.sub)
             self.stats.segment = segment.id
+            if segment.state is SegmentState.UNSEALED and not left_behind(topic, segment):
+                # Ordered failover: its cluster may be down, and it cannot be passed before
+                # the leader seals it; no storage call meanwhile (a frozen Kafka broker piles
+                # up admin requests that librdkafka mishandles when it wakes).
+                await asyncio.sleep(IDLE_REFRESH_S)
+                continue
             if not left_behind(topic, segment):  # else: read later, by _behind
                 reading = self.reading = self._reading(topic, segment, routing, committer)
                 reading.matcher, reading.budget = matcher, budget

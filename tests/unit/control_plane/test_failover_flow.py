@@ -177,6 +177,9 @@ async def test_a_dead_cluster_fails_over_to_the_standby_and_is_sealed_when_back(
     assert new.cluster == "standby" and (new.opened_by or "").startswith("failover: embedded")
     cutover = (await env.cp.get(f"{TOPIC}/cutover")).json()
     assert cutover["failover"] is True and "writes failed" in cutover["reason"]
+    status = (await env.cp.get(f"{TOPIC}/failover")).json()
+    assert status["unsealed"] == [1] and status["latest"]["to_segment"] == 2, status
+    assert {h["member"] for h in status["health"]} <= {"prod-0", "prod-1"}
     metrics = (await env.cp.get("/metrics")).text
     assert 'httpbus_failovers_total{topic="shop/orders",trigger="failures"} 1.0' in metrics
     await asyncio.sleep(0.3)  # not a wait: the unsealed segment must stay so while it is down

@@ -81,6 +81,12 @@ def test_the_cli_sets_shows_and_clears_it(url: str) -> None:
                 "--failover-mode", "available", "-o", "json")
     )  # fmt: skip
     assert topic["failover"] == {"clusters": ["embedded"], "mode": "available"}
+    status = ok(httpbus(url, "topic", "failover", "status", "p", "t"))
+    assert "p/t: failover available to embedded" in status and "active segment 1" in status
+    assert (
+        as_json(httpbus(url, "topic", "failover", "status", "p", "t", "-o", "json"))["unsealed"]
+        == []
+    )
     topic = as_json(httpbus(url, "topic", "update", "p", "t", "--no-failover", "-o", "json"))
     assert topic["failover"] is None
     one_line_error(

@@ -9,7 +9,9 @@ other, recording every publish's timing and outcome.
 The worker runs as a process because librdkafka may abort the process whose AdminClient
 requests (offset commits, group offsets) were left waiting on a frozen broker, when the
 broker wakes (``rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0'``, seen
-here); a crash restarts it from its committed positions, as in production."""
+here), or leave its admin requests unanswered for good; a crash restarts it from its
+committed positions, as in production, and a test may restart a stuck one
+(:meth:`Workers.restart`, counted and printed)."""
 
 from __future__ import annotations
 
@@ -60,11 +62,19 @@ class Workers:
         while True:
             await asyncio.sleep(0.5)
             if self.process.proc.poll() is not None:
-                tail = self.process.log.read_text(errors="replace")[-600:]
-                self.crashes.append(f"exit {self.process.proc.returncode}: {tail}")
-                print(f"\nworker died (exit {self.process.proc.returncode}); started again")
+                code = self.process.proc.returncode
+                if code not in (0, -15):  # not a restart of ours
+                    tail = self.process.log.read_text(errors="replace")[-600:]
+                    self.crashes.append(f"exit {code}: {tail}")
+                    print(f"\nworker died (exit {code}); started again")
                 self.process = WorkerProcess(self.settings, self.workdir, self.member)
                 await self.process.ready()
+
+    async def restart(self, why: str) -> None:
+        """Stop and start the worker (a stuck one: see the module doc); counted."""
+        self.crashes.append(f"restarted: {why}")
+        print(f"\nworker restarted: {why}")
+        self.process.stop()  # the watch starts the next one
 
     async def aclose(self) -> None:
         if self._task is not None:

@@ -63,21 +63,29 @@ async def _sealed_and_drained(world: FailoverWorld, topic: str, sub: str) -> Non
         found = await world.catalog.get_subscription("shop", sub)
         return found.consume_pointer is not None and found.consume_pointer.segment_id == 2
 
+    await _or_restart(world, moved_on, "the subscription draining segment 1")
+
+
+async def _or_restart(
+    world: FailoverWorld, condition: Callable[[], Awaitable[bool]], what: str
+) -> None:
+    """``condition`` within 45 s, or within 90 s more after a restart of the worker: one
+    whose Kafka admin requests stay unanswered after the freeze (docs/failover.md, "Known
+    limits"); the restart is counted and printed."""
     try:
-        await until(moved_on, 45, "the subscription draining segment 1", interval=0.5)
-    except AssertionError:  # a worker whose Kafka admin client stays stuck after the freeze
-        await world.workers.restart("its Kafka admin requests go unanswered after the freeze")
-        await until(moved_on, 90, "the subscription draining segment 1", interval=0.5)
+        await until(condition, 45, what, interval=0.5)
+    except AssertionError:
+        await world.workers.restart(f"no progress in 45 s ({what})")
+        await until(condition, 90, what, interval=0.5)
 
 
 async def _all_delivered(world: FailoverWorld, load: Load) -> None:
-    def missing() -> int:
-        return sum(
-            len(set(seqs) - set(first_seen(world.hook.of_group(g))))
-            for g, seqs in load.acked.items()
+    async def none_missing() -> bool:
+        return not any(
+            set(seqs) - set(first_seen(world.hook.of_group(g))) for g, seqs in load.acked.items()
         )
 
-    await until(lambda: missing() == 0, 120, "every acknowledged message delivered", interval=1)
+    await _or_restart(world, none_missing, "every acknowledged message delivered")
 
 
 async def _retired(world: FailoverWorld) -> None:
@@ -178,7 +186,7 @@ async def test_available_mode_delivers_during_the_outage_and_counts_order_breaks
         print(
             f"  failover after {took:.2f}s; deliveries of the new segment during the outage; "
             f"order breaks across the switch: {breaks} (over {len(load.acked)} groups); "
-            f"load average {_load_average()}"
+            f"load average {_load_average()}; worker restarts: {len(world.workers.crashes)}"
         )
         assert took < 10
 

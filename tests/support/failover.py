@@ -67,8 +67,11 @@ class Workers:
                     tail = self.process.log.read_text(errors="replace")[-600:]
                     self.crashes.append(f"exit {code}: {tail}")
                     print(f"\nworker died (exit {code}); started again")
-                self.process = WorkerProcess(self.settings, self.workdir, self.member)
-                await self.process.ready()
+                # A new member id: the dead one's membership lasts until its session expires.
+                member = f"{self.member}-{len(self.crashes)}"
+                self.process = WorkerProcess(self.settings, self.workdir, member)
+                with contextlib.suppress(RuntimeError):  # exited at once: the next round
+                    await self.process.ready()
 
     async def restart(self, why: str) -> None:
         """Stop and start the worker (a stuck one: see the module doc); counted."""

@@ -253,6 +253,8 @@ class CutoverParticipant(AsyncResource):
                 await self._ack(key, state, Phase.SWITCH)
         elif state.phase is Phase.COMMIT and state.pointer_moved:
             gate.set_mode(Mode.NEW)
+            if state.failover and (mine is None or mine.committed_at is None):
+                await self._abandon_unsent(key, state)
             if mine is None or mine.committed_at is None:
                 await self._ack(key, state, Phase.COMMIT)
 
@@ -269,6 +271,17 @@ class CutoverParticipant(AsyncResource):
         else:
             await store.partitions(state.storage_topic)
         return True
+
+    async def _abandon_unsent(self, key: Key, state: Cutover) -> None:
+        """A failover left the old segment: the records still queued for its cluster (never
+        sent) fail at once as not stored, and the writer writes them to the new segment,
+        instead of their callers waiting out the produce timeout on a dead cluster."""
+        topic = await self.cache.topic(*key)
+        old = topic.segment(state.from_segment)
+        store = self.stores.get(old.cluster) if old is not None else None
+        abandon = getattr(store, "abandon_unsent", None)  # backends that queue locally
+        if abandon is not None:
+            await abandon()
 
     async def _ack(self, key: Key, state: Cutover, phase: Phase) -> None:
         await self.records.ack(*key, state.id, self.member_id, phase, self.now())

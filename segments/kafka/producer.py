@@ -146,6 +146,13 @@ class DurableProducer:
         except RuntimeError:  # the loop closed meanwhile: nobody is waiting any more
             pass
 
+    def purge_unsent(self) -> None:
+        """Fail every record still queued here, not yet sent to a broker: their callers get a
+        ``StorageUnavailable`` that says they were never stored (``_PURGE_QUEUE``). Records
+        sent and unanswered are left alone: they may be stored."""
+        if self._producer is not None:
+            self._producer.purge(in_queue=True, in_flight=False, blocking=False)
+
     async def close(self) -> None:
         """Stop polling; records still unacknowledged after a short flush are purged (their
         callers, if still waiting, get ``StorageUnavailable``)."""

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
+from core.errors import StorageUnavailable
+from core.model import Pointer, Segment, SegmentState, Topic
 from segments.cutover.machine import (
     Acked,
     Clock,
@@ -20,6 +24,8 @@ from segments.cutover.machine import (
     step,
 )
 from segments.failover.health import Detection, HealthJudge, HealthReport, Outcome, WriteHealth
+from segments.protocol import Produced, Record
+from segments.writer import SegmentWriter
 
 KEY = ("p", "t", 1)
 
@@ -135,3 +141,56 @@ def test_a_failover_whose_target_cannot_be_made_rolls_back() -> None:
     out = begin("f1", "p", "t", 1, 2, "pulsar-main", 2, "st2", live={"a"}, clock=clock(),
                 failover="kafka-main unhealthy")  # fmt: skip
     assert step(out.state, Tick(), clock(3)).state.phase is Phase.ROLLED_BACK
+
+
+class _Store:
+    """A store whose produce answers with ``error`` (or stores, when None)."""
+
+    def __init__(self, error: Exception | None) -> None:
+        self.error = error
+        self.stored: list[bytes] = []
+
+    async def produce(self, name: str, record: Record, *, partition: int | None = None) -> Produced:
+        if self.error is not None:
+            raise self.error
+        self.stored.append(record.value)
+        return Produced(0, len(self.stored) - 1, 1)
+
+
+def _topic(active: int) -> Topic:
+    segments = tuple(
+        Segment(id=i, cluster=c, backend="embedded", storage_topic=f"s{i}", partitions=1,
+                state=SegmentState.ACTIVE if i == active else SegmentState.UNSEALED)
+        for i, c in ((1, "old"), (2, "new"))
+    )  # fmt: skip
+    return Topic(
+        project="p", name="t", segments=segments, produce_pointer=Pointer(segment_id=active)
+    )
+
+
+@pytest.mark.parametrize(
+    ("error", "moved"),
+    [
+        (StorageUnavailable("purged", details={"stored": False}), True),
+        (StorageUnavailable("timed out: may be stored"), False),
+    ],
+)
+async def test_a_write_moves_to_the_new_segment_only_when_known_not_stored(
+    error: StorageUnavailable, moved: bool
+) -> None:
+    old, new = _Store(error), _Store(None)
+    health = WriteHealth()
+
+    async def refresh(project: str, name: str) -> Topic:
+        return _topic(active=2)
+
+    writer = SegmentWriter({"old": old, "new": new}, refresh, health)  # type: ignore[dict-item]
+    if moved:
+        written = await writer.write(_topic(active=1), Record(b"m"))
+        assert (written.segment_id, new.stored) == (2, [b"m"])
+    else:
+        with pytest.raises(StorageUnavailable):
+            await writer.write(_topic(active=1), Record(b"m"))
+        assert new.stored == []
+    [report] = [r for r in health.reports("a") if r.segment == 1]
+    assert report.failed == 1

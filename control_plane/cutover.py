@@ -26,7 +26,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 
@@ -405,7 +405,7 @@ async def open_cutovers(
         HealthJudge(detection),
         interval_s=settings.failover_check_interval_s,
         seal_retry_s=settings.failover_seal_retry_s,
-        audit=await _audit_sink(stack, stores, settings),
+        audit=_audit_sink(stack, stores, settings),
     )
     coordinator = CutoverCoordinator(
         cutovers,
@@ -419,18 +419,27 @@ async def open_cutovers(
     return cutovers
 
 
-async def _audit_sink(
+def _audit_sink(
     stack: AsyncExitStack, stores: dict[str, SegmentStore], settings: ControlPlaneSettings
-) -> AuditSink | None:
-    """Where failovers are audited: the audit topic (None if its cluster is not reachable
-    at start: a failover is then only logged and counted)."""
-    cluster = settings.audit.cluster or settings.default_cluster
-    store = stores.get(cluster)
-    if store is None:
-        return None
-    sink = AuditSink(store, settings.audit.topic, partitions=settings.audit.partitions)
-    try:
-        return await stack.enter_async_context(sink)
-    except HttpbusError as exc:
-        log.warning("failovers will not be audited: %s", exc)
-        return None
+) -> Callable[[], Awaitable[AuditSink | None]]:
+    """Where failovers are audited: the audit topic, opened (and created if missing) at the
+    first failover, not at start; None if its cluster is not reachable then (a failover is
+    then only logged and counted)."""
+    opened: list[AuditSink] = []
+
+    async def sink() -> AuditSink | None:
+        if opened:
+            return opened[0]
+        cluster = settings.audit.cluster or settings.default_cluster
+        store = stores.get(cluster)
+        if store is None:
+            return None
+        new = AuditSink(store, settings.audit.topic, partitions=settings.audit.partitions)
+        try:
+            opened.append(await stack.enter_async_context(new))
+        except HttpbusError as exc:
+            log.warning("failover not audited: %s", exc)
+            return None
+        return opened[0]
+
+    return sink

@@ -27,7 +27,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
 from core.audit import AuditEvent, AuditType
@@ -57,7 +57,7 @@ class FailoverMonitor:
         *,
         interval_s: float = 0.5,
         seal_retry_s: float = 2.0,
-        audit: AuditSink | None = None,
+        audit: Callable[[], Awaitable[AuditSink | None]] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.cutovers = cutovers
@@ -67,7 +67,7 @@ class FailoverMonitor:
         self.judge = judge
         self.interval_s = interval_s
         self.seal_retry_s = seal_retry_s
-        self.audit = audit
+        self.audit = audit  # opens the audit sink on first use
         self.clock = clock
         self.failovers: Counter[tuple[str, str]] = Counter()  # (project/topic, trigger)
         self._sealing: dict[SegmentKey, asyncio.Task[None]] = {}
@@ -132,8 +132,9 @@ class FailoverMonitor:
         log.warning("failover %s of %s/%s: segment %s on %s → segment %s on %s (%s)", state.id,
                     project, name, segment_id, active.cluster, state.to_segment, target,
                     reason)  # fmt: skip
-        if self.audit is not None:
-            self.audit.emit(
+        sink = None if self.audit is None else await self.audit()
+        if sink is not None:
+            sink.emit(
                 AuditEvent(
                     type=AuditType.FAILOVER,
                     message_id="",

@@ -1,10 +1,10 @@
 """The failover world of issue 20's integration tests: a Kafka broker of the test's own
-(:mod:`tests.support.dedicated_kafka`; the test stops and kills it) as ``kafka-main``, the
-shared Pulsar as the standby ``pulsar-main``, the shared ZooKeeper (a root of its own), three
-producer processes, the control plane in-process (its leader detects and fails over), a
-worker process (:class:`Workers` starts it again if it dies, and counts it) and the endpoint
-double; and :class:`Load`, groups that each publish their sequence numbers one after the
-other, recording every publish's timing and outcome.
+(:class:`tests.support.dedicated.DedicatedKafka`; the test stops and kills it) as
+``kafka-main``, the shared Pulsar as the standby ``pulsar-main``, the shared ZooKeeper (a
+root of its own), three producer processes, the control plane in-process (its leader
+detects and fails over), a worker process (:class:`Workers` starts it again if it dies,
+and counts it) and the endpoint double; and :class:`Load`, groups that each publish their
+sequence numbers one after the other, recording every publish's timing and outcome.
 
 The worker runs as a process because librdkafka may abort the process whose AdminClient
 requests (offset commits, group offsets) were left waiting on a frozen broker, when the
@@ -35,7 +35,7 @@ from metastore.config import ZooKeeperConfig, open_metastore
 from segments.config import AuditConfig, KafkaClusterConfig, PulsarClusterConfig
 from segments.protocol import SegmentStore
 from segments.registry import open_store
-from tests.support.dedicated_kafka import DedicatedKafka
+from tests.support.dedicated import DedicatedKafka
 from tests.support.hook import SECRET, Hook, serve_hook
 from tests.support.processes import ProducerProcess, WorkerProcess
 from tests.support.services import RealServices

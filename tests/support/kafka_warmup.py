@@ -1,4 +1,4 @@
-"""Run as a process by :class:`tests.support.dedicated_kafka.DedicatedKafka`: wait until a
+"""Run as a process by :class:`tests.support.dedicated.DedicatedKafka`: wait until a
 fresh broker's producer-id and group coordinators serve (an idempotent write and an offset
 commit both succeed). librdkafka can crash a process that meets a coordinator still loading
 (seen: a segfault in ``rdk:main`` right after a broker's first start), so this is done in a

@@ -18,13 +18,15 @@ import pytest
 
 from control_plane.app import create_app as create_cp
 from control_plane.settings import ControlPlaneSettings
+from core.audit import AuditType
 from core.errors import StorageUnavailable
 from core.model import SegmentState
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
 from producer_api.app import create_app as create_producer
 from producer_api.settings import ProducerSettings
-from segments.config import EmbeddedClusterConfig
+from segments.audit import decode_audit_record
+from segments.config import AuditConfig, EmbeddedClusterConfig
 from segments.embedded import create_store
 from segments.protocol import SegmentStore
 from tests.support.until import until
@@ -79,6 +81,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         failover_check_interval_s=0.1,
         failover_seal_retry_s=0.2,
         failover_phase_timeout_s=1.0,
+        audit=AuditConfig(cluster="standby", topic="audit", partitions=1),
     )
     async with contextlib.AsyncExitStack() as stack:
         meta = await stack.enter_async_context(EmbeddedMetaStore(str(tmp_path / "meta.db")))
@@ -180,6 +183,16 @@ async def test_a_dead_cluster_fails_over_to_the_standby_and_is_sealed_when_back(
     status = (await env.cp.get(f"{TOPIC}/failover")).json()
     assert status["unsealed"] == [1] and status["latest"]["to_segment"] == 2, status
     assert {h["member"] for h in status["health"]} <= {"prod-0", "prod-1"}
+
+    async def audited() -> list[str]:
+        if await env.standby.partitions("audit") is None:
+            return []
+        records = await env.standby.read("audit", 0, 0, timeout=0.05)
+        events = [e for r in records for e in decode_audit_record(r.value)]
+        return [e.reason or "" for e in events if e.type is AuditType.FAILOVER]
+
+    [reason] = await until(audited, 10, "the failover's audit event")
+    assert reason.startswith("to segment 2 on standby: writes failed"), reason
     metrics = (await env.cp.get("/metrics")).text
     assert 'httpbus_failovers_total{topic="shop/orders",trigger="failures"} 1.0' in metrics
     await asyncio.sleep(0.3)  # not a wait: the unsealed segment must stay so while it is down

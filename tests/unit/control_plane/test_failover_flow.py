@@ -1,8 +1,10 @@
 """Automatic failover end to end on embedded backends, in one process (issue 20): a control
-plane and two producer services under a grouped load; the active cluster "breaks" (every call
-to it fails), the leader sees the producers' failures and moves the produce pointer to a new
-segment on the standby cluster without sealing the old one, which stays UNSEALED until the
-cluster is back; then the leader seals it. Nothing acknowledged is lost or out of order."""
+plane, two producer services and a worker under a grouped load; the active cluster "breaks"
+(every call to it fails), the leader sees the producers' failures and moves the produce
+pointer to a new segment on the standby cluster without sealing the old one, which stays
+UNSEALED until the cluster is back; then the leader seals it. Nothing acknowledged is lost;
+``ordered`` delivers nothing of the new segment before the old one is drained, ``available``
+delivers from the new segment while the old cluster is down."""
 
 from __future__ import annotations
 
@@ -19,8 +21,11 @@ import pytest
 from control_plane.app import create_app as create_cp
 from control_plane.settings import ControlPlaneSettings
 from core.audit import AuditType
+from core.endpoint_policy import EndpointPolicy
 from core.errors import StorageUnavailable
 from core.model import SegmentState
+from delivery_workers.fast_sender import FastSender
+from delivery_workers.worker import Worker
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
 from producer_api.app import create_app as create_producer
@@ -29,12 +34,16 @@ from segments.audit import decode_audit_record
 from segments.config import AuditConfig, EmbeddedClusterConfig
 from segments.embedded import create_store
 from segments.protocol import SegmentStore
+from tests.support.hook import Hook, serve_hook
 from tests.support.until import until
 
 TOKEN = "test-admin-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 TOPIC = "/v1/projects/shop/topics/orders"
-BROKEN = ("produce", "produce_many", "partitions", "seal", "fence", "end_positions", "read")
+BROKEN = (
+    "produce", "produce_many", "partitions", "seal", "fence", "end_positions", "read",
+    "commit", "committed", "backlog",
+)  # fmt: skip
 
 
 class Breakable:
@@ -65,7 +74,13 @@ class Env:
     catalog: Catalog
     main: Breakable
     standby: SegmentStore
+    hook: Hook
     acked: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+
+    async def subscribe(self, name: str) -> None:
+        body = {"name": name, "topic": "orders", "endpoint": {"url": self.hook.url_for(name)}}
+        r = await self.cp.post("/v1/projects/shop/subscriptions", json=body)
+        assert r.status_code == 201, r.text
 
 
 @pytest.fixture
@@ -82,6 +97,8 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         failover_seal_retry_s=0.2,
         failover_phase_timeout_s=1.0,
         audit=AuditConfig(cluster="standby", topic="audit", partitions=1),
+        endpoint_policy=EndpointPolicy(allow_private_networks=True),
+        assign_interval_s=0.2,
     )
     async with contextlib.AsyncExitStack() as stack:
         meta = await stack.enter_async_context(EmbeddedMetaStore(str(tmp_path / "meta.db")))
@@ -121,7 +138,12 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
             "failover": {"clusters": ["embedded", "standby"]},
         }
         assert (await cp.post("/v1/projects/shop/topics", json=body)).status_code == 201
-        yield Env(cp, producers, Catalog(meta), main, standby)
+        hook = await stack.enter_async_context(serve_hook())
+        worker_meta = await stack.enter_async_context(EmbeddedMetaStore(str(tmp_path / "meta.db")))
+        sender = await stack.enter_async_context(FastSender())
+        worker = Worker(worker_meta, stores, sender, "w-1", commit_every_s=0.1, lock_retry_s=0.1)
+        await stack.enter_async_context(worker)
+        yield Env(cp, producers, Catalog(meta), main, standby, hook)
 
 
 async def _load(env: Env, stop: asyncio.Event) -> None:
@@ -163,6 +185,7 @@ async def _stored(env: Env) -> dict[str, list[int]]:
 async def test_a_dead_cluster_fails_over_to_the_standby_and_is_sealed_when_back(
     env: Env,
 ) -> None:
+    await env.subscribe("audit")
     env.acked.update({f"g{i}": [] for i in range(8)})
     stop = asyncio.Event()
     load = asyncio.create_task(_load(env, stop))
@@ -195,8 +218,13 @@ async def test_a_dead_cluster_fails_over_to_the_standby_and_is_sealed_when_back(
     assert reason.startswith("to segment 2 on standby: writes failed"), reason
     metrics = (await env.cp.get("/metrics")).text
     assert 'httpbus_failovers_total{topic="shop/orders",trigger="failures"} 1.0' in metrics
-    await asyncio.sleep(0.3)  # not a wait: the unsealed segment must stay so while it is down
+    await asyncio.sleep(0.5)  # not a wait: nothing changes while the old cluster is down
     assert (await env.catalog.get_topic("shop", "orders")).segment(1).state is SegmentState.UNSEALED  # type: ignore[union-attr]
+    on_new = {f"{g}:{seq}" for g, acks in env.acked.items() for seq, seg in acks if seg == 2}
+    early = on_new & {mid for mid in _payloads(env.hook)}
+    assert not early, f"ordered: delivered from the new segment before the old one: {early}"
+    status = (await env.cp.get("/v1/projects/shop/subscriptions/audit/status")).json()
+    assert "left unsealed by a failover" in (status["waiting"] or ""), status
 
     env.main.broken = False
 
@@ -212,3 +240,59 @@ async def test_a_dead_cluster_fails_over_to_the_standby_and_is_sealed_when_back(
         seqs = [seq for seq, _ in acks]
         assert stored[g] == list(range(len(stored[g]))), f"group {g} out of order"
         assert set(seqs) <= set(stored[g]), f"group {g} lost acknowledged messages"
+
+    def delivered_all() -> bool:
+        got = _payloads(env.hook)
+        return all(f"{g}:{seq}" in got for g, acks in env.acked.items() for seq, _ in acks)
+
+    await until(delivered_all, 20, "every acknowledged message delivered")
+    for g in env.acked:  # in order per group (duplicates allowed: at least once)
+        seqs = _first_seen(
+            [int(m.split(":")[1]) for m in _payloads(env.hook) if m.startswith(f"{g}:")]
+        )
+        assert seqs == sorted(seqs), f"group {g} delivered out of order: {seqs}"
+
+
+async def test_available_mode_delivers_from_the_standby_while_the_old_cluster_is_down(
+    env: Env,
+) -> None:
+    topic = (await env.cp.get(TOPIC)).json()
+    update = {
+        "version": topic["version"],
+        "failover": {"clusters": ["standby"], "mode": "available"},
+    }
+    assert (await env.cp.put(TOPIC, json=update)).status_code == 200
+    await env.subscribe("stats")
+    env.acked.update({f"g{i}": [] for i in range(8)})
+    stop = asyncio.Event()
+    load = asyncio.create_task(_load(env, stop))
+    await until(lambda: sum(map(len, env.acked.values())) >= 20, 10, "the load under way")
+    env.main.broken = True
+
+    def delivered_new() -> bool:
+        on_new = {f"{g}:{seq}" for g, acks in env.acked.items() for seq, seg in acks if seg == 2}
+        return bool(on_new & set(_payloads(env.hook)))
+
+    await until(delivered_new, 20, "deliveries from the new segment while the old one is down")
+    env.main.broken = False
+
+    def delivered_all() -> bool:
+        got = set(_payloads(env.hook))
+        return all(f"{g}:{seq}" in got for g, acks in env.acked.items() for seq, _ in acks)
+
+    stop.set()
+    await load
+    await until(delivered_all, 30, "every acknowledged message, the old segment's too")
+
+
+def _payloads(hook: Hook) -> list[str]:
+    return [r.body.decode() for r in hook.requests if r.status // 100 == 2]
+
+
+def _first_seen(seqs: list[int]) -> list[int]:
+    """The sequence numbers in the order of their first delivery."""
+    out: list[int] = []
+    for seq in seqs:
+        if seq not in out:
+            out.append(seq)
+    return out

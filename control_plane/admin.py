@@ -18,7 +18,7 @@ from core.errors import (
     ValidationFailed,
     VersionConflict,
 )
-from core.model import Project, Segment, SegmentState, Subscription, Topic, utcnow
+from core.model import Failover, Project, Segment, SegmentState, Subscription, Topic, utcnow
 from metastore.catalog import Catalog
 from segments.config import ClusterConfig, KafkaClusterConfig
 from segments.protocol import SegmentStore
@@ -96,6 +96,7 @@ class Admin:
                 f"{', '.join(sorted(self.clusters))}",
                 details={"fields": [{"field": "cluster", "problem": "unknown cluster"}]},
             )
+        self.check_failover(body.failover)
         await self.catalog.get_project(project)  # 404 before touching storage
         config = self.clusters[cluster]
         segment = Segment(
@@ -120,6 +121,21 @@ class Admin:
         except BaseException:
             await self._drop_storage(store, segment.storage_topic)
             raise
+
+    def check_failover(self, failover: Failover | None) -> None:
+        """Every standby cluster a topic names must be configured (422 naming the field)."""
+        unknown = [c for c in (failover.clusters if failover else ()) if c not in self.clusters]
+        if unknown:
+            raise ValidationFailed(
+                f"failover.clusters: unknown storage cluster(s) {', '.join(unknown)}; "
+                f"configured: {', '.join(sorted(self.clusters))}",
+                details={"fields": [{"field": "failover.clusters", "problem": "unknown cluster"}]},
+            )
+
+    async def update_topic(self, topic: Topic) -> Topic:
+        """Store new settings of a topic (a compare-and-set on its version)."""
+        self.check_failover(topic.failover)
+        return await self.catalog.update_topic(topic)
 
     async def delete_topic(self, project: str, name: str, *, force: bool) -> None:
         topic = await self.catalog.delete_topic(project, name, force=force)

@@ -29,6 +29,7 @@ from .admin import Admin
 from .api import audit as audit_api
 from .api import cutover as cutover_api
 from .api import dlq as dlq_api
+from .api import failover as failover_api
 from .api import trace as trace_api
 from .api.auth import Authenticator
 from .assigner import Assigner
@@ -123,6 +124,7 @@ def create_app(
     )
     app.include_router(api.router())
     app.include_router(cutover_api.router)
+    app.include_router(failover_api.router)
     ui.install(
         app,
         settings.admin_token.get_secret_value(),
@@ -149,6 +151,9 @@ def _state(app: FastAPI) -> dict[str, Any]:
     return {
         "leader": leader,
         "cutovers_active": coordinator.driving if coordinator else 0,
+        "failovers": dict(coordinator.monitor.failovers)
+        if coordinator is not None and coordinator.monitor is not None
+        else {},
         "audit": getattr(app.state, "audit_latest", None),
     }
 

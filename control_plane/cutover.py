@@ -26,7 +26,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 
@@ -42,6 +42,7 @@ from core.errors import (
 from core.model import SegmentState
 from metastore.catalog import Catalog
 from metastore.protocol import MetaStore
+from segments.audit import AuditSink
 from segments.config import ClusterConfig
 from segments.cutover.machine import TERMINAL as TERMINAL_PHASES
 from segments.cutover.machine import (
@@ -55,6 +56,7 @@ from segments.cutover.machine import (
     EndsSettled,
     Event,
     Failed,
+    LeaveUnsealed,
     MovePointer,
     Outcome,
     PointerMoved,
@@ -70,9 +72,11 @@ from segments.cutover.machine import (
     step,
 )
 from segments.cutover.records import CutoverRecords
+from segments.failover.health import Detection, HealthJudge
 from segments.protocol import SegmentStore
 
 from .cutover_actions import CutoverActions
+from .failover import FailoverMonitor
 from .leader import LeaderElection
 from .retire import retire_segments
 from .settings import ControlPlaneSettings
@@ -109,8 +113,19 @@ class Cutovers:
         self.prefix = prefix
         self.now = now
 
-    async def start(self, project: str, topic: str, cluster: str, partitions: int) -> Cutover:
-        """Begin a cutover of ``project/topic`` to a fresh segment on ``cluster``."""
+    async def start(
+        self,
+        project: str,
+        topic: str,
+        cluster: str,
+        partitions: int,
+        *,
+        failover: str | None = None,
+        from_segment: int | None = None,
+    ) -> Cutover:
+        """Begin a cutover of ``project/topic`` to a fresh segment on ``cluster``; with
+        ``failover`` (its reason), an emergency one of segment ``from_segment`` (a
+        ``VersionConflict`` if the pointer left it meanwhile)."""
         if cluster not in self.clusters:
             raise ValidationFailed(
                 f"cluster: unknown storage cluster {cluster!r}; configured: "
@@ -120,6 +135,8 @@ class Cutovers:
         found = await self.catalog.get_topic(project, topic)
         if found.produce_pointer is None:
             raise NotFound(f"topic {project}/{topic} has no active segment")
+        if from_segment is not None and found.produce_pointer.segment_id != from_segment:
+            raise VersionConflict(f"{project}/{topic} no longer writes segment {from_segment}")
         last = await self.records.get(project, topic)
         # Never reuse an id, not even that of a cutover aborted before its segment existed.
         target = max([s.id for s in found.segments] + [last[0].to_segment if last else 0]) + 1
@@ -136,6 +153,7 @@ class Cutovers:
             storage,
             live=live,
             clock=Clock(self.now(), self.timeouts),
+            failover=failover,
         )
         await self.records.create(out.state, found.version)
         return out.state
@@ -177,8 +195,10 @@ class CutoverCoordinator(LeaderElection):
         *,
         interval_s: float = 0.2,
         retire_interval_s: float = 300.0,
+        monitor: FailoverMonitor | None = None,
     ) -> None:
         super().__init__(cutovers.metastore, ROLE, member_id)
+        self.monitor = monitor  # automatic failover, run while this process leads
         self.cutovers = cutovers
         self.records = cutovers.records
         self.actions = CutoverActions(
@@ -197,6 +217,7 @@ class CutoverCoordinator(LeaderElection):
     async def lead(self, lost: asyncio.Event) -> None:
         """Drive every active cutover until the leadership is lost."""
         next_retire = 0.0
+        watching = None if self.monitor is None else asyncio.create_task(self.monitor.run(lost))
         try:
             while not lost.is_set():
                 if time.monotonic() >= next_retire:
@@ -216,6 +237,8 @@ class CutoverCoordinator(LeaderElection):
                         await lost.wait()
         finally:
             drivers, self._drivers = list(self._drivers.values()), {}
+            if watching is not None:
+                drivers.append(watching)
             for task in drivers:
                 task.cancel()
             await asyncio.gather(*drivers, return_exceptions=True)
@@ -317,6 +340,15 @@ class CutoverCoordinator(LeaderElection):
                          state.id, state.from_segment, 1000 * (time.perf_counter() - t0),
                          "strict" if settle is None else f"{settle}s")  # fmt: skip
                 return EndsSettled(ends)
+            if isinstance(action, LeaveUnsealed):
+                t0 = time.perf_counter()
+                after = step(state, PointerMoved(), self._clock()).state
+                await self.actions.leave_unsealed(state, version, after)
+                log.warning("failover %s of %s/%s: produce pointer moved to %s in %.0f ms, "
+                            "segment %s left unsealed (%s)", state.id, state.project,
+                            state.topic, state.to_segment, 1000 * (time.perf_counter() - t0),
+                            state.from_segment, state.reason)  # fmt: skip
+                return PointerMoved()
             if isinstance(action, MovePointer):
                 t0 = time.perf_counter()
                 after = step(state, PointerMoved(), self._clock()).state
@@ -353,6 +385,7 @@ async def open_cutovers(
         switch_s=settings.cutover_switch_timeout_s,
         complete_s=settings.cutover_complete_timeout_s,
         settle_s=settings.cutover_settle_s,
+        failover_phase_s=settings.failover_phase_timeout_s,
     )
     cutovers = Cutovers(
         metastore,
@@ -361,9 +394,52 @@ async def open_cutovers(
         timeouts,
         settings.storage_topic_prefix,
     )
+    detection = Detection(
+        fail_after_s=settings.failover_after_s,
+        latency_p99_ms=settings.failover_latency_p99_ms,
+        latency_for_s=settings.failover_latency_for_s,
+    )
+    monitor = FailoverMonitor(
+        cutovers,
+        stores,
+        HealthJudge(detection),
+        interval_s=settings.failover_check_interval_s,
+        seal_retry_s=settings.failover_seal_retry_s,
+        audit=_audit_sink(stack, stores, settings),
+    )
     coordinator = CutoverCoordinator(
-        cutovers, stores, settings.member_id, retire_interval_s=settings.segment_retire_interval_s
+        cutovers,
+        stores,
+        settings.member_id,
+        retire_interval_s=settings.segment_retire_interval_s,
+        monitor=monitor,
     )
     await stack.enter_async_context(coordinator)
     cutovers.coordinator = coordinator
     return cutovers
+
+
+def _audit_sink(
+    stack: AsyncExitStack, stores: dict[str, SegmentStore], settings: ControlPlaneSettings
+) -> Callable[[], Awaitable[AuditSink | None]]:
+    """Where failovers are audited: the audit topic, opened (and created if missing) at the
+    first failover, not at start; None if its cluster is not reachable then (a failover is
+    then only logged and counted)."""
+    opened: list[AuditSink] = []
+
+    async def sink() -> AuditSink | None:
+        if opened:
+            return opened[0]
+        cluster = settings.audit.cluster or settings.default_cluster
+        store = stores.get(cluster)
+        if store is None:
+            return None
+        new = AuditSink(store, settings.audit.topic, partitions=settings.audit.partitions)
+        try:
+            opened.append(await stack.enter_async_context(new))
+        except HttpbusError as exc:
+            log.warning("failover not audited: %s", exc)
+            return None
+        return opened[0]
+
+    return sink

@@ -11,6 +11,7 @@ from metastore.catalog import Catalog
 from segments.config import ClusterConfig
 from segments.cutover.machine import Cutover
 from segments.cutover.records import CutoverRecords
+from segments.failover.records import FailoverRecords
 from segments.protocol import Fence, SegmentStore
 
 
@@ -59,6 +60,7 @@ class CutoverActions:
             backend=backend,
             storage_topic=state.storage_topic,
             partitions=state.partitions,
+            opened_by=f"failover: {state.reason}" if state.failover else None,
         )
         await self.catalog.add_segment(state.project, state.topic, segment)
 
@@ -116,4 +118,23 @@ class CutoverActions:
         active = new.model_copy(update={"state": SegmentState.ACTIVE})
         await self.catalog.commit_segment_switch(
             topic, sealed, active, extra=[self.records.update_op(after, version)]
+        )
+
+    async def leave_unsealed(self, state: Cutover, version: int, after: Cutover) -> None:
+        """A failover's commit, one transaction: old segment UNSEALED with the time of the
+        switch, new one ACTIVE, pointer moved, the old one marked for the leader to seal
+        when its cluster is back, and the cutover document at ``after``."""
+        topic = await self.catalog.get_topic(state.project, state.topic)
+        old, new = topic.segment(state.from_segment), topic.segment(state.to_segment)
+        if old is None or new is None:
+            raise NotFound(f"a segment of failover {state.id} is missing")
+        if topic.produce_pointer is not None and topic.produce_pointer.segment_id == new.id:
+            raise VersionConflict("the pointer moved already; the document will tell")
+        unsealed = old.model_copy(
+            update={"state": SegmentState.UNSEALED, "unsealed_at": self.now()}
+        )
+        active = new.model_copy(update={"state": SegmentState.ACTIVE})
+        mark = FailoverRecords.mark_unsealed((state.project, state.topic, old.id))
+        await self.catalog.commit_segment_switch(
+            topic, unsealed, active, extra=[self.records.update_op(after, version), mark]
         )

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -58,6 +58,14 @@ class _StateCollector(Collector):
             "cutovers this process drives now (0 unless it leads the cutovers)",
             value=found.get("cutovers_active", 0),
         )
+        failovers = CounterMetricFamily(
+            "httpbus_failovers",
+            "failovers this process started as leader, by topic and trigger (failures, latency)",
+            labels=["topic", "trigger"],
+        )
+        for (topic, trigger), count in sorted(found.get("failovers", {}).items()):
+            failovers.add_metric([topic, trigger], float(count))
+        yield failovers
         yield from _audit_metrics(found.get("audit"))
 
 

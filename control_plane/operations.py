@@ -277,6 +277,7 @@ class SubscriptionOps:
             "circuit": figures.get("circuit"),
             "disabled": sub.disabled.model_dump(mode="json") if sub.disabled else None,
             "state_detail": sub.disabled.describe() if sub.disabled else state,
+            "waiting": waiting_for(topic, segment),
             "history": _history(figures.get("history", []), time.time()),
             "updated_at": figures.get("updated_at"),
         }
@@ -300,6 +301,8 @@ class SubscriptionOps:
     async def _partitions(
         self, sub: Subscription, segment: Segment, shard: Shard
     ) -> list[dict[str, int]]:
+        if segment.state is SegmentState.UNSEALED:  # its cluster may be down: not asked
+            return []
         try:
             store, group = self._store(segment), commit_group(sub, shard)
             committed, ends, backlog = await asyncio.gather(
@@ -349,6 +352,17 @@ def _held_state(sub: Subscription) -> str | None:
     if sub.disabled is not None:
         return "disabled"
     return "paused" if sub.paused else None
+
+
+def waiting_for(topic: Topic, segment: Segment | None) -> str | None:
+    """Why a subscription's deliveries wait, when a failover is the reason (else None)."""
+    if segment is None or segment.state is not SegmentState.UNSEALED:
+        return None
+    return (
+        f"segment {segment.id} was left unsealed by a failover: its cluster {segment.cluster} "
+        "could not be reached; deliveries of the next segment wait until the cluster is back "
+        "and this one is sealed and read to its end (ordered failover)"
+    )
 
 
 def _state(sub: Subscription, states: list[str]) -> str:

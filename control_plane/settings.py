@@ -78,6 +78,40 @@ class ControlPlaneSettings(SettingsBase):
     segment_retire_interval_s: float = Field(
         default=300.0, gt=0, le=86_400, description="how often the leader retires old segments"
     )
+    # Automatic failover (docs/failover.md).
+    failover_after_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=3_600,
+        description="fail a topic over once writes to its active segment have failed this long "
+        "across producers",
+    )
+    failover_latency_p99_ms: float | None = Field(
+        default=None,
+        gt=0,
+        le=600_000,
+        description="fail over when producers' write latency p99 stays above this (ms); "
+        "none: the latency trigger is off",
+    )
+    failover_latency_for_s: float = Field(
+        default=30.0, gt=0, le=3_600, description="how long the p99 must stay above that bound"
+    )
+    failover_check_interval_s: float = Field(
+        default=0.5, gt=0, le=60, description="how often the leader judges the health reports"
+    )
+    failover_phase_timeout_s: float = Field(
+        default=3.0,
+        gt=0,
+        le=600,
+        description="how long a failover's PREPARE and SWITCH wait for the producers before "
+        "going on without the silent ones",
+    )
+    failover_seal_retry_s: float = Field(
+        default=2.0,
+        gt=0,
+        le=600,
+        description="how often the leader tries to seal a segment a failover left unsealed",
+    )
     # The audit pipeline (docs/audit.md): where the trail is, the report database, Spark.
     audit: AuditConfig = Field(
         default_factory=AuditConfig, description="the audit topic; no cluster: default_cluster"

@@ -27,6 +27,7 @@ class AuditType(StrEnum):
     RESUMED = "resumed"  # ... and resumed
     DISABLED = "disabled"  # a worker disabled its subscription (failing endpoint); id ""
     ENABLED = "enabled"  # a worker saw its disabled subscription enabled again; id ""
+    FAILOVER = "failover"  # the leader failed a topic's segment over (issue 20); id ""
 
 
 class AuditEvent(BaseModel):

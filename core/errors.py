@@ -176,9 +176,17 @@ class QuotaExceeded(HttpbusError):
 
 
 class StorageUnavailable(HttpbusError):
-    """Kafka, Pulsar or the embedded store did not answer in time or refused to work."""
+    """Kafka, Pulsar or the embedded store did not answer in time or refused to work.
+
+    ``details["stored"] is False`` when the backend knows the message was never handed to the
+    storage (refused locally, purged before it was sent): a failover may write it elsewhere
+    (:attr:`not_stored`). Otherwise it may have been stored, and only the client may retry."""
 
     code = ErrorCode.STORAGE_UNAVAILABLE
+
+    @property
+    def not_stored(self) -> bool:
+        return self.details.get("stored") is False
 
 
 class MetaStoreUnavailable(HttpbusError):

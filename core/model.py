@@ -46,12 +46,24 @@ class Backend(StrEnum):
 
 
 class SegmentState(StrEnum):
-    """PENDING (made for a cutover) → ACTIVE (the produce pointer's) → SEALED → RETIRED."""
+    """PENDING (made for a cutover) → ACTIVE (the produce pointer's) → SEALED → RETIRED.
+
+    A failover (docs/failover.md) leaves the old segment UNSEALED: the produce pointer moved
+    on while its cluster could not be reached to fence it; the leader seals it when its cluster
+    is back (UNSEALED → SEALED)."""
 
     PENDING = "pending"
     ACTIVE = "active"
+    UNSEALED = "unsealed"
     SEALED = "sealed"
     RETIRED = "retired"
+
+
+class FailoverMode(StrEnum):
+    """How subscriptions read across a failover (docs/failover.md)."""
+
+    ORDERED = "ordered"  # the old segment to its end first: order per group kept
+    AVAILABLE = "available"  # the new segment at once, the old one when it returns
 
 
 Partitions = Annotated[
@@ -77,6 +89,16 @@ class Segment(Model):
         default=True,
         description="false while a cutover's Kafka seal settles: the produce pointer has moved "
         "on the fence, and readers wait for the final ends before they pass this segment",
+    )
+    unsealed_at: datetime | None = Field(
+        default=None,
+        description="when a failover moved the produce pointer off this segment without "
+        "sealing it (its cluster could not be reached); kept once it is sealed later",
+    )
+    opened_by: str | None = Field(
+        default=None,
+        max_length=500,
+        description="why this segment was opened, when a failover opened it",
     )
 
     @property
@@ -139,6 +161,32 @@ def window_seconds(text: str) -> int:
     return int(match[1]) * _WINDOW_UNITS[match[2]]
 
 
+MAX_FAILOVER_CLUSTERS = 8
+
+
+class Failover(Model):
+    """Standby clusters a topic fails over to when its active segment's cluster is down or
+    slow, tried in this order (docs/failover.md)."""
+
+    clusters: tuple[Name, ...] = Field(
+        min_length=1,
+        max_length=MAX_FAILOVER_CLUSTERS,
+        description="standby storage clusters, in the order they are tried",
+    )
+    mode: FailoverMode = Field(
+        default=FailoverMode.ORDERED,
+        description="ordered: subscriptions read the old segment to its end before the new "
+        "one; available: the new one at once, the old one when its cluster returns",
+    )
+
+    @field_validator("clusters")
+    @classmethod
+    def _distinct(cls, clusters: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(clusters)) != len(clusters):
+            raise ValueError("each standby cluster may be named once")
+        return clusters
+
+
 class TopicSettings(Model):
     """What an operator sets on a topic (and may change later)."""
 
@@ -146,6 +194,9 @@ class TopicSettings(Model):
     retention_hours: int = Field(default=168, ge=1, le=24 * 365)
     capacity: Capacity = Capacity()
     description: str = Field(default="", max_length=1_000)
+    failover: Failover | None = Field(
+        default=None, description="standby clusters for automatic failover; null: none"
+    )
     dedupe_window: str | None = Field(
         default=None,
         max_length=16,

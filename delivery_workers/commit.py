@@ -255,6 +255,8 @@ class Committer:
         self.retry_path = retry_path
         self.barrier = barrier  # the audit sink: events before positions (see _commit_now)
         self.main: Committable | None = None
+        # Segments a failover left behind, read beside the consume segment (available mode).
+        self.behind: list[Committable] = []
         self._committing: asyncio.Future[None] | None = None
 
     async def run(self) -> None:
@@ -297,6 +299,8 @@ class Committer:
             done = True
             if self.main is not None:
                 done = await self.main.commit(self.barrier)
+            for source in list(self.behind):
+                done = await source.commit(self.barrier) and done
             done = await self.retry_path.commit(self.barrier) and done
         except BaseException:
             self.policy.record()  # not written: due again at the next round

@@ -7,6 +7,12 @@ rest go to :meth:`.routing.Routing.admit` as fresh items. Reading stops while th
 is open (:meth:`.throttle.Throttle.gate`) and while the scheduler is full (the routing's offer
 waits). :meth:`SegmentReading.run` returns once the segment is finished: sealed, read to its
 end, and every message read is terminal and committed.
+
+Failover (docs/failover.md): a segment left UNSEALED is not finished, so in ``ordered`` mode
+the reading waits on it. In ``available`` mode it is left behind: :meth:`SegmentReading.run`
+returns at once without its final commit (its cluster is down; the messages read and not
+committed are read again later, at least once), and a *behind* reading
+(``behind=True``) reads it to its end once it is sealed, beside the consume segment.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from core.model import Segment, Subscription, Topic
 from core.shards import Shard
 from segments.external import ExternalStore
 from segments.protocol import Stored
-from segments.reader import SegmentReader, commit_group
+from segments.reader import SegmentReader, commit_group, left_behind
 from segments.subscription.retry_meta import RetryMeta
 
 from .audit import SubscriptionAudit
@@ -65,7 +71,10 @@ class SegmentReading:
         poisoned: Mapping[str, str] | None = None,
         budget: FilterBudget | None = None,
         bodies: BodyCache | None = None,
+        behind: bool = False,
     ) -> None:
+        self.behind = behind  # a segment a failover left behind, read beside the consume one
+        self.left = False  # set when a failover left this (consume) segment behind
         self.sub = sub
         self.shard = shard
         self.reader = reader
@@ -89,15 +98,24 @@ class SegmentReading:
         store = self.reader.store(self.segment)
         group = commit_group(self.sub, self.shard)
         policy = self.committer.policy
-        source = self.source = Source(store, self.segment.storage_topic, group, starts, policy)
-        self.committer.main, self.audit.segment = source, self.segment
+        source = Source(store, self.segment.storage_topic, group, starts, policy)
+        if self.behind:
+            self.committer.behind.append(source)
+        else:
+            self.source = source
+            self.committer.main, self.audit.segment = source, self.segment
         tasks = [asyncio.create_task(self._read(source, p, pos)) for p, pos in starts.items()]
         try:
             await asyncio.gather(*tasks)  # the readers end when the sealed segment is read
+            if self.left:  # left behind: nothing more is committed on its cluster now
+                self.committer.main = None
+                return
             while source.pending():
                 await self.dispatch.wait_change(1.0)
             await self.committer.commit()
         finally:
+            if source in self.committer.behind:
+                self.committer.behind.remove(source)
             for task in tasks:
                 task.cancel()
             for task in tasks:
@@ -154,6 +172,9 @@ class SegmentReading:
         """Idle: has the segment been sealed, and is this partition read to its end?"""
         topic = await self.reader.catalog.get_topic(self.topic.project, self.topic.name)
         fresh = topic.segment(self.segment.id)
+        if fresh is not None and not self.behind and left_behind(topic, fresh):
+            self.left = True
+            return True
         if fresh is None or not fresh.finished:  # sealed, with its final ends
             return False
         self.segment = fresh

@@ -20,7 +20,9 @@ through the modules in this order:
 
 When the segment is sealed and every partition is committed to its end, the runner moves
 the subscription's consume pointer to the next segment (by compare-and-set) and goes on;
-the group state lives in the routing, so it survives the change.
+the group state lives in the routing, so it survives the change. In ``available`` failover
+mode a segment a failover left unsealed is passed at once, and read beside the consume
+segment once it is sealed (:meth:`SubscriptionRunner._behind`, docs/failover.md).
 """
 
 from __future__ import annotations
@@ -34,10 +36,10 @@ from typing import Any
 
 from core.errors import HttpbusError
 from core.filters import compile_filter
-from core.model import Subscription
+from core.model import Segment, SegmentState, Subscription, Topic
 from core.shards import WHOLE, Shard
 from segments.audit import AuditSink
-from segments.reader import SegmentReader
+from segments.reader import SegmentReader, left_behind
 
 from .attempt import Attempts, HealthRecorder
 from .audit import SubscriptionAudit
@@ -53,6 +55,7 @@ from .sender import EndpointSender
 
 log = logging.getLogger(__name__)
 LAG_S = 5.0  # how often a runner samples its lag (a storage call)
+BEHIND_S = 1.0  # how often a runner looks for segments a failover left behind
 
 
 @dataclass
@@ -142,6 +145,7 @@ class SubscriptionRunner:
             asyncio.create_task(self.dispatch.failures()),
             asyncio.create_task(committer.run()),
             asyncio.create_task(self._sample_lag()),
+            asyncio.create_task(self._behind(routing, committer)),
         ]
         try:
             await _first_to_end(self._segments(routing, committer), tasks)
@@ -177,29 +181,64 @@ class SubscriptionRunner:
         while True:
             topic, segment = await self.reader.consume_segment(self.sub)
             self.stats.segment = segment.id
-            reading = self.reading = SegmentReading(
-                self.sub,
-                self.shard,
-                self.reader,
-                topic,
-                segment,
-                matcher=matcher,
-                routing=routing,
-                dispatch=self.dispatch,
-                committer=committer,
-                audit=self.audit,
-                stats=self.stats,
-                read_batch=self.read_batch,
-                poisoned=self.poisoned,
-                budget=budget,
-                bodies=self.bodies,
-            )
-            await reading.run()
+            if segment.state is SegmentState.UNSEALED and not left_behind(topic, segment):
+                # Ordered failover: its cluster may be down, and it cannot be passed before
+                # the leader seals it; no storage call meanwhile (a frozen Kafka broker piles
+                # up admin requests that librdkafka mishandles when it wakes).
+                await asyncio.sleep(IDLE_REFRESH_S)
+                continue
+            if not left_behind(topic, segment):  # else: read later, by _behind
+                reading = self.reading = self._reading(topic, segment, routing, committer)
+                reading.matcher, reading.budget = matcher, budget
+                await reading.run()
             advanced = await self.reader.try_advance(self.sub)
             if advanced is None:
                 await asyncio.sleep(IDLE_REFRESH_S)
             else:
                 self.sub = advanced
+
+    def _reading(
+        self,
+        topic: Topic,
+        segment: Segment,
+        routing: Routing,
+        committer: Committer,
+        *,
+        behind: bool = False,
+    ) -> SegmentReading:
+        return SegmentReading(
+            self.sub,
+            self.shard,
+            self.reader,
+            topic,
+            segment,
+            matcher=compile_filter(self.sub.filter),
+            routing=routing,
+            dispatch=self.dispatch,
+            committer=committer,
+            audit=self.audit,
+            stats=self.stats,
+            read_batch=self.read_batch,
+            poisoned=self.poisoned,
+            bodies=self.bodies,
+            behind=behind,
+        )
+
+    async def _behind(self, routing: Routing, committer: Committer) -> None:
+        """Read the segments a failover left behind (available mode), each once it is
+        sealed, to its end, beside the consume segment; runs for ever."""
+        done: set[int] = set()
+        while True:
+            await asyncio.sleep(BEHIND_S)
+            try:
+                for segment in await self.reader.behind(self.sub, self.shard, done):
+                    topic, _ = await self.reader.consume_segment(self.sub)
+                    log.info("%s: reading segment %s, left behind by a failover", self.name,
+                             segment.id)  # fmt: skip
+                    await self._reading(topic, segment, routing, committer, behind=True).run()
+                    done.add(segment.id)
+            except HttpbusError as exc:  # its cluster is away again: the next round retries
+                log.warning("%s: reading a segment left behind: %s", self.name, exc)
 
 
 async def _first_to_end(main: Coroutine[Any, Any, None], helpers: list[asyncio.Task[None]]) -> None:

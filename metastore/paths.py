@@ -31,6 +31,10 @@ The tree (relative to the store's root)::
                                                     a topic with a dedupe window: its bucket's
                                                     start (ms), a hash shard, the id
     /dedupe-sweeps/{p}:{t}:{start}                  ephemeral: the producer deleting that bucket
+    /failover/health/{p}:{t}:{segment}:{member}     ephemeral: a producer's write figures of one
+                                                    segment (segments.failover.health)
+    /failover/unsealed/{p}:{t}:{segment}            a segment a failover left unsealed: the
+                                                    leader seals it when its cluster is back
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ REVOKED_SESSIONS = "/ui/revoked-sessions"
 QUOTA_LEASES = "/quota-leases"
 DEDUPE = "/dedupe"
 DEDUPE_SWEEPS = "/dedupe-sweeps"
+FAILOVER_HEALTH = "/failover/health"
+FAILOVER_UNSEALED = "/failover/unsealed"
 
 
 def _n(*names: str) -> tuple[str, ...]:
@@ -246,3 +252,30 @@ def dedupe_id(p: str, t: str, start_ms: int, message_id: str) -> str:
 def dedupe_sweep(p: str, t: str, start_ms: int) -> str:
     p, t = _n(p, t)
     return f"{DEDUPE_SWEEPS}/{p}:{t}:{int(start_ms)}"
+
+
+def segment_health(p: str, t: str, segment_id: int, member: str) -> str:
+    """A producer's write figures of segment ``segment_id`` of topic p/t (ephemeral)."""
+    p, t, member = _n(p, t, member)
+    return f"{FAILOVER_HEALTH}/{p}:{t}:{int(segment_id)}:{member}"
+
+
+def parse_segment_health(name: str) -> tuple[str, str, int, str] | None:
+    """``(p, t, segment_id, member)`` of a child name of ``FAILOVER_HEALTH`` (None: not one)."""
+    parts = name.split(":")
+    if len(parts) != 4 or not parts[2].isdigit():
+        return None
+    return parts[0], parts[1], int(parts[2]), parts[3]
+
+
+def unsealed_segment(p: str, t: str, segment_id: int) -> str:
+    """Marks a segment a failover left unsealed, until the leader has sealed it."""
+    p, t = _n(p, t)
+    return f"{FAILOVER_UNSEALED}/{p}:{t}:{int(segment_id)}"
+
+
+def parse_unsealed(name: str) -> tuple[str, str, int] | None:
+    parts = name.split(":")
+    if len(parts) != 3 or not parts[2].isdigit():
+        return None
+    return parts[0], parts[1], int(parts[2])

@@ -22,6 +22,8 @@ from metastore.dedupe import PRODUCERS, DedupeStore
 from metastore.protocol import MetaStore
 from metastore.quotas import QuotaStore
 from segments.audit import open_audit
+from segments.failover.health import WriteHealth
+from segments.failover.records import FailoverRecords
 from segments.protocol import SegmentStore
 from segments.registry import open_stores
 from segments.writer import SegmentWriter
@@ -30,6 +32,7 @@ from .auth import Authorizer
 from .cutover import CutoverParticipant
 from .fastpath import Batch, ProducerASGI, produce_many, produce_one
 from .headers import HeaderRules
+from .health import HealthReporter
 from .metadata import TopicCache
 from .metrics import ProducerMetrics
 from .publish import Publisher
@@ -60,7 +63,16 @@ def create_app(
             audit = await open_audit(stack, opened, settings.audit)
             cache = TopicCache(Catalog(meta), settings.unknown_topic_cache_s)
             stack.push_async_callback(cache.aclose)
-            writer = SegmentWriter(opened, cache.refresh)
+            health = WriteHealth(stall_s=settings.failover_stall_s)
+            writer = SegmentWriter(opened, cache.refresh, health)
+            await stack.enter_async_context(
+                HealthReporter(
+                    FailoverRecords(meta),
+                    health,
+                    settings.member_id,
+                    settings.failover_report_interval_s,
+                )
+            )
             participant = CutoverParticipant(
                 meta,
                 settings.member_id,

@@ -14,7 +14,9 @@ without one costs the hot path a single dict lookup. The gate follows the phase:
 
 A producer whose metastore session is lost (or replaced) cannot know whether a cutover
 moved on without it: it answers 503 for every topic it knows to be in cutover until it has
-read that topic's state again. Whatever it does, the fence of the sealed segment refuses a
+read that topic's state again. The same holds for every topic it serves that names standby
+clusters: a failover needs no seal, so nothing would refuse its writes to the old segment
+after the switch (docs/failover.md). Whatever it does, the fence of the sealed segment refuses a
 write that missed the switch, so no client gets a 2xx for a message consumers will not see.
 """
 
@@ -245,10 +247,14 @@ class CutoverParticipant(AsyncResource):
                 if await self._open_target(state):
                     await self._ack(key, state, Phase.PREPARE)
         elif state.phase is Phase.SWITCH and (mine is None or mine.switched_at is None):
-            if await gate.drained(self.drain_timeout_s):
+            # A failover does not drain: writes in flight to the dead cluster end in their
+            # own time, and what they stored is read before the new segment (ordered mode).
+            if state.failover or await gate.drained(self.drain_timeout_s):
                 await self._ack(key, state, Phase.SWITCH)
         elif state.phase is Phase.COMMIT and state.pointer_moved:
             gate.set_mode(Mode.NEW)
+            if state.failover and (mine is None or mine.committed_at is None):
+                await self._abandon_unsent(key, state)
             if mine is None or mine.committed_at is None:
                 await self._ack(key, state, Phase.COMMIT)
 
@@ -266,6 +272,17 @@ class CutoverParticipant(AsyncResource):
             await store.partitions(state.storage_topic)
         return True
 
+    async def _abandon_unsent(self, key: Key, state: Cutover) -> None:
+        """A failover left the old segment: the records still queued for its cluster (never
+        sent) fail at once as not stored, and the writer writes them to the new segment,
+        instead of their callers waiting out the produce timeout on a dead cluster."""
+        topic = await self.cache.topic(*key)
+        old = topic.segment(state.from_segment)
+        store = self.stores.get(old.cluster) if old is not None else None
+        abandon = getattr(store, "abandon_unsent", None)  # backends that queue locally
+        if abandon is not None:
+            await abandon()
+
     async def _ack(self, key: Key, state: Cutover, phase: Phase) -> None:
         await self.records.ack(*key, state.id, self.member_id, phase, self.now())
 
@@ -278,6 +295,11 @@ class CutoverParticipant(AsyncResource):
                 continue
             for gate in self.gates.values():
                 gate.set_mode(gate.mode, out_of_sync=True)
+            for topic in self.cache.loaded():
+                key = (topic.project, topic.name)
+                if topic.failover is not None and key not in self.gates:
+                    gate = self.gates[key] = Gate(key, self.cache, self.hold_timeout_s)
+                    gate.set_mode(Mode.OLD, out_of_sync=True)
             if session is None:
                 continue
             if await self._resync():
@@ -286,6 +308,8 @@ class CutoverParticipant(AsyncResource):
     async def _resync(self) -> bool:
         try:
             for key in list(self.gates):
+                if self.cache.cached(*key):  # a failover may have moved its pointer meanwhile
+                    await self.cache.refresh(*key)
                 found = await self.records.get(*key)
                 if found is None:
                     self.gates.pop(key, None)

@@ -60,6 +60,10 @@ class TopicCache:
             pending.add_done_callback(lambda _: self._loading.pop(key, None))
         return await asyncio.shield(pending)
 
+    def loaded(self) -> list[Topic]:
+        """Every topic in memory."""
+        return list(self._topics.values())
+
     def cached(self, project: str, name: str) -> bool:
         """Whether the topic is in memory (and watched)."""
         return (project, name) in self._topics

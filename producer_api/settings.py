@@ -53,3 +53,15 @@ class ProducerSettings(SettingsBase):
     cutover_hold_timeout_s: float = Field(
         default=5.0, gt=0, le=120, description="longest a request waits through a cutover switch"
     )
+    failover_report_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="how often it reports its write figures per segment (failover detection)",
+    )
+    failover_stall_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="a write unanswered this long counts as failing (failover detection)",
+    )

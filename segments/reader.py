@@ -4,6 +4,11 @@ A subscription reads its consume segment. It moves on to the next segment of the
 only when the consume segment is sealed (its end positions recorded) and the subscription
 has committed every partition up to those ends; the move is a compare-and-set of the consume
 pointer, so two workers never both advance it.
+
+A segment a failover left UNSEALED (docs/failover.md) is not finished: in ``ordered`` mode
+the subscription stays on it until the leader has sealed it. In ``available`` mode it is
+*left behind* (:func:`left_behind`): the subscription moves on at once, and reads it later,
+beside its consume segment, once it is sealed (:meth:`SegmentReader.behind`).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from core.errors import NotFound, StorageUnavailable
-from core.model import Segment, SegmentState, Subscription, Topic
+from core.model import FailoverMode, Segment, SegmentState, Subscription, Topic
 from core.shards import WHOLE, Shard, shards
 from metastore.catalog import Catalog
 
@@ -23,6 +28,16 @@ def commit_group(sub: Subscription, shard: Shard = WHOLE) -> str:
     under, in storage."""
     base = f"httpbus.{sub.project}.{sub.name}"
     return base if shard.whole else f"{base}.shard{shard.index}"
+
+
+def left_behind(topic: Topic, segment: Segment) -> bool:
+    """Whether subscriptions move past ``segment`` before it is finished: a failover left it
+    unsealed and the topic fails over in ``available`` mode."""
+    return (
+        segment.state is SegmentState.UNSEALED
+        and topic.failover is not None
+        and topic.failover.mode is FailoverMode.AVAILABLE
+    )
 
 
 class SegmentReader:
@@ -86,9 +101,11 @@ class SegmentReader:
         """Move ``sub`` to the next segment if it has finished its sealed consume segment;
         return the updated subscription, or None if it must stay."""
         topic, segment = await self.consume_segment(sub)
-        if not segment.finished or segment.end_positions is None:
+        if left_behind(topic, segment):
+            pass  # read later, beside the next segment (behind)
+        elif not segment.finished or segment.end_positions is None:
             return None
-        if not await self._finished(sub, segment, segment.end_positions):
+        elif not await self._finished(sub, segment, segment.end_positions):
             return None
         following = [
             s for s in topic.segments if s.id > segment.id and s.state is not SegmentState.PENDING
@@ -111,3 +128,37 @@ class SegmentReader:
             ):
                 return False
         return True
+
+    async def behind(
+        self, sub: Subscription, shard: Shard = WHOLE, skip: set[int] | None = None
+    ) -> list[Segment]:
+        """Segments before the consume segment that a failover left behind (``available``
+        mode), sealed since, and not read to their ends by ``shard`` yet. ``skip``: ids known
+        read to their ends, not asked again (those found so are added to it)."""
+        skip = set() if skip is None else skip
+        topic, current = await self.consume_segment(sub)
+        out = []
+        for segment in topic.segments:
+            if (
+                segment.id >= current.id
+                or segment.id in skip
+                or segment.unsealed_at is None
+                or segment.state is SegmentState.RETIRED
+                or not segment.finished
+            ):
+                continue
+            if await self.drained(sub, segment, shard):
+                skip.add(segment.id)
+            else:
+                out.append(segment)
+        return out
+
+    async def drained(self, sub: Subscription, segment: Segment, shard: Shard = WHOLE) -> bool:
+        """Whether ``shard`` has committed every partition it reads of a finished segment."""
+        ends, n = segment.end_positions or {}, segment.partitions
+        committed = await self.store(segment).committed(
+            segment.storage_topic, commit_group(sub, shard)
+        )
+        return all(
+            committed.get(p, 0) >= end for p, end in ends.items() if end > 0 and shard.reads(p, n)
+        )

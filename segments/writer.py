@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from core.errors import NotFound, SegmentFenced, StorageUnavailable
 from core.model import Topic
 
+from .failover.health import Outcome, WriteHealth
 from .protocol import Produced, Record, SegmentStore
 
 
@@ -27,14 +28,23 @@ class SegmentWriter:
     ``refresh`` re-reads a topic (from the metastore, or a watched cache). When the fence of
     a sealed segment refuses a write, the writer refreshes once: if the produce pointer has
     moved, the write goes to the new segment; if not, the refusal stands. Either way no
-    message is acknowledged that the old segment's consumers will not see.
+    message is acknowledged that the old segment's consumers will not see. A write the store
+    knows it never stored (``StorageUnavailable.not_stored``) is written again the same way
+    when a failover moved the pointer meanwhile; one that may have been stored never is.
+
+    ``health`` (optional) counts every write's outcome and latency per segment, for the
+    failover's detection (``segments.failover.health``).
     """
 
     def __init__(
-        self, stores: Mapping[str, SegmentStore], refresh: Callable[[str, str], Awaitable[Topic]]
+        self,
+        stores: Mapping[str, SegmentStore],
+        refresh: Callable[[str, str], Awaitable[Topic]],
+        health: WriteHealth | None = None,
     ) -> None:
         self.stores = stores
         self.refresh = refresh
+        self.health = health
 
     def _target(self, topic: Topic) -> tuple[int, str, SegmentStore]:
         segment = topic.active_segment
@@ -48,14 +58,50 @@ class SegmentWriter:
     async def write(self, topic: Topic, record: Record) -> Written:
         segment_id, name, store = self._target(topic)
         try:
-            done = await store.produce(name, record)
-        except SegmentFenced:
+            done = await self._produce(topic, segment_id, store, name, record)
+        except (SegmentFenced, StorageUnavailable) as exc:
+            if isinstance(exc, StorageUnavailable) and not exc.not_stored:
+                raise
             fresh = await self.refresh(topic.project, topic.name)
             if fresh.produce_pointer is None or fresh.produce_pointer.segment_id == segment_id:
                 raise
             segment_id, name, store = self._target(fresh)
-            done = await store.produce(name, record)
+            done = await self._produce(fresh, segment_id, store, name, record)
         return Written(segment_id, done.partition, done.position, done.timestamp_ms)
+
+    async def _produce(
+        self, topic: Topic, segment_id: int, store: SegmentStore, name: str, record: Record
+    ) -> Produced:
+        if self.health is None:
+            return await store.produce(name, record)
+        ticket = self.health.begin((topic.project, topic.name, segment_id))
+        outcome = Outcome.NEUTRAL
+        try:
+            done = await store.produce(name, record)
+            outcome = Outcome.OK
+            return done
+        except StorageUnavailable:
+            outcome = Outcome.FAILED
+            raise
+        finally:
+            self.health.end(ticket, outcome)
+
+    async def _produce_many(
+        self, topic: Topic, segment_id: int, store: SegmentStore, name: str, records: list[Record]
+    ) -> list[Produced | Exception]:
+        if self.health is None:
+            return await store.produce_many(name, records)
+        ticket = self.health.begin((topic.project, topic.name, segment_id))
+        outcome = Outcome.NEUTRAL
+        try:
+            results = await store.produce_many(name, records)
+            outcome = _batch_outcome(results)
+            return results
+        except StorageUnavailable:
+            outcome = Outcome.FAILED
+            raise
+        finally:
+            self.health.end(ticket, outcome)
 
     async def write_many(
         self, topic: Topic, records: Sequence[Record]
@@ -64,19 +110,39 @@ class SegmentWriter:
         again, in order, to the new segment if the produce pointer moved: the fence refuses
         everything after the seal, so the refused ones are a suffix per key and order holds."""
         segment_id, name, store = self._target(topic)
-        results = await store.produce_many(name, records)
+        results = await self._produce_many(topic, segment_id, store, name, list(records))
         out: list[Written | Exception] = [_written(segment_id, r) for r in results]
-        fenced = [i for i, r in enumerate(results) if isinstance(r, SegmentFenced)]
+        fenced = [i for i, r in enumerate(results) if _again(r)]
         if not fenced:
             return out
         fresh = await self.refresh(topic.project, topic.name)
         if fresh.produce_pointer is None or fresh.produce_pointer.segment_id == segment_id:
             return out
         segment_id, name, store = self._target(fresh)
-        again = await store.produce_many(name, [records[i] for i in fenced])
+        again = await self._produce_many(
+            fresh, segment_id, store, name, [records[i] for i in fenced]
+        )
         for i, result in zip(fenced, again, strict=True):
             out[i] = _written(segment_id, result)
         return out
+
+
+def _again(result: Produced | Exception) -> bool:
+    """Whether a failed record may be written to the next segment: refused by a fence, or
+    known never stored. A record that may have been stored is not written twice."""
+    if isinstance(result, SegmentFenced):
+        return True
+    return isinstance(result, StorageUnavailable) and result.not_stored
+
+
+def _batch_outcome(results: list[Produced | Exception]) -> Outcome:
+    """A batch counts as one write: ok if any record was stored, failed if the storage
+    failed them all, else neutral (refused for their own sake)."""
+    if any(not isinstance(r, Exception) for r in results):
+        return Outcome.OK
+    if results and all(isinstance(r, StorageUnavailable) for r in results):
+        return Outcome.FAILED
+    return Outcome.NEUTRAL
 
 
 def _written(segment_id: int, result: Produced | Exception) -> Written | Exception:

@@ -55,6 +55,10 @@ class CutoverView(BaseModel):
     phase_times: dict[str, datetime]
     producers: dict[str, ProducerAcks]
     error: str | None
+    failover: bool = Field(
+        default=False, description="an automatic failover: the old segment was left unsealed"
+    )
+    reason: str | None = Field(default=None, description="why the failover began")
 
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=CutoverView, **OWNER)

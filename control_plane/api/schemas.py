@@ -10,6 +10,7 @@ from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator
 from core.model import (
     DEFAULT_SECRET_OVERLAP_S,
     MAX_SECRET_OVERLAP_S,
+    Failover,
     Partitions,
     Pointer,
     Project,
@@ -230,3 +231,4 @@ class Timeline(_Body):
     topic: str
     produce_pointer: Pointer | None
     segments: list[Segment]
+    failover: Failover | None = None

@@ -42,7 +42,7 @@ async def update_topic(
     project: ProjectName, topic: TopicName, body: TopicUpdate, admin: AdminDep
 ) -> Topic:
     current = await admin.catalog.get_topic(project, topic)
-    return await admin.catalog.update_topic(merged(current, body))
+    return await admin.update_topic(merged(current, body))
 
 
 @router.delete("/{topic}", status_code=status.HTTP_204_NO_CONTENT, **OWNER)
@@ -66,4 +66,5 @@ async def segments(project: ProjectName, topic: TopicName, admin: AdminDep) -> T
         topic=topic,
         produce_pointer=found.produce_pointer,
         segments=list(found.segments),
+        failover=found.failover,
     )

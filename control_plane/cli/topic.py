@@ -1,5 +1,6 @@
 """``httpbus topic``: create, list, show the segment timeline, update, delete, migrate (a live
-cutover), ``topic cutover status|abort`` and ``topic schema set|get|versions|delete``."""
+cutover), ``topic cutover status|abort``, ``topic failover status`` and
+``topic schema set|get|versions|delete``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from ..client import AdminClient, ApiError, path
-from . import cutover, topic_schema
+from . import cutover, failover, topic_schema
 from .common import (
     DEFAULT_URL,
     EXIT_CONFLICT,
@@ -36,10 +37,39 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(cutover.app, name="cutover")
+app.add_typer(failover.app, name="failover")
 app.add_typer(topic_schema.app, name="schema")
 
 Project = Annotated[str, typer.Argument(help="Project name.")]
 Topic = Annotated[str, typer.Argument(help="Topic name.")]
+FailoverClusters = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--failover-cluster",
+        help="A standby cluster for automatic failover (repeat, in the order to try).",
+    ),
+]
+FailoverMode = Annotated[
+    str | None,
+    typer.Option(help="ordered (default: old segment first) or available (new one at once)."),
+]
+
+
+def failover_body(clusters: list[str] | None, mode: str | None) -> dict[str, Any] | None:
+    """The ``failover`` setting the options name (None: they name none)."""
+    if mode is not None and mode not in ("ordered", "available"):
+        raise typer.BadParameter(f"--failover-mode must be ordered or available, not {mode!r}")
+    if not clusters:
+        if mode is not None:
+            raise typer.BadParameter("--failover-mode needs at least one --failover-cluster")
+        return None
+    return {"clusters": clusters, "mode": mode or "ordered"}
+
+
+def describe_failover(failover: dict[str, Any] | None) -> str:
+    if not failover:
+        return "none"
+    return f"{failover['mode']}: {' → '.join(failover['clusters'])}"
 
 
 @app.command()
@@ -54,6 +84,8 @@ def create(
         str | None,
         typer.Option(help="Idempotent publish: answer a repeated X-Message-Id within 10m, 1h, 1d."),
     ] = None,
+    failover_cluster: FailoverClusters = None,
+    failover_mode: FailoverMode = None,
     url: Url = DEFAULT_URL,
     token: Token = "",
     output: Output = "text",
@@ -62,6 +94,9 @@ def create(
     body: dict[str, Any] = {"name": name, "partitions": partitions, "grouped": grouped}
     if cluster:
         body["cluster"] = cluster
+    failover = failover_body(failover_cluster, failover_mode)
+    if failover:
+        body["failover"] = failover
     if retention_hours:
         body["retention_hours"] = retention_hours
     if dedupe_window:
@@ -77,7 +112,7 @@ def create(
         seg = created["segments"][0]
         typer.echo(
             f"created topic {project}/{name} on {seg['cluster']} ({seg['backend']}), "
-            f"{seg['partitions']} partition(s)"
+            f"{seg['partitions']} partition(s); failover {describe_failover(created['failover'])}"
         )
 
 
@@ -126,6 +161,7 @@ def show(
     if output == "json":
         emit_json(timeline)
         return
+    failover = timeline.get("failover")
     pointer = (timeline.get("produce_pointer") or {}).get("segment_id")
     rows = [
         (
@@ -136,11 +172,13 @@ def show(
             s["state"] + (" ◀ produce" if s["id"] == pointer else ""),
             s.get("created_at", ""),
             s.get("sealed_at") or "",
+            _failover_note(s),
         )
         for s in timeline["segments"]
     ]
-    cols = ("segment", "backend", "cluster", "partitions", "state", "created", "sealed")
+    cols = ("segment", "backend", "cluster", "partitions", "state", "created", "sealed", "failover")
     table(f"{project}/{name} timeline", cols, rows)
+    console.print(f"failover: {describe_failover(failover)}")
     console.print(
         " → ".join(f"[{s['id']} {s['backend']}×{s['partitions']}]" for s in timeline["segments"])
     )
@@ -181,7 +219,24 @@ def migrate(
         check_outcome(final, timeout)
 
 
-SETTINGS = ("max_message_bytes", "retention_hours", "capacity", "description", "dedupe_window")
+def _failover_note(segment: dict[str, Any]) -> str:
+    """Why a failover opened this segment, or when it left it unsealed."""
+    notes = []
+    if segment.get("opened_by"):
+        notes.append(f"opened: {segment['opened_by']}")
+    if segment.get("unsealed_at"):
+        notes.append(f"left unsealed {segment['unsealed_at']}")
+    return "; ".join(notes)
+
+
+SETTINGS = (
+    "max_message_bytes",
+    "retention_hours",
+    "capacity",
+    "description",
+    "dedupe_window",
+    "failover",
+)
 _DURATION = re.compile(r"^\s*(\d+)\s*([hdw]?)\s*$")
 _HOURS = {"": 1, "h": 1, "d": 24, "w": 24 * 7}
 
@@ -216,6 +271,11 @@ def update(
         str | None,
         typer.Option(help="Idempotent publish window (10m, 1h, 1d), or off."),
     ] = None,
+    failover_cluster: FailoverClusters = None,
+    failover_mode: FailoverMode = None,
+    no_failover: Annotated[
+        bool, typer.Option("--no-failover", help="Name no standby cluster any more.")
+    ] = False,
     url: Url = DEFAULT_URL,
     token: Token = "",
     output: Output = "text",
@@ -240,10 +300,14 @@ def update(
         for k, v in {"max_qps": max_qps, "max_bytes_per_second": max_bytes_per_second}.items()
         if v is not None
     }
+    failover = failover_body(failover_cluster, failover_mode)
+    if failover is not None or no_failover:
+        wanted["failover"] = failover
     if not wanted and not capacity:
         raise fail(
             "nothing to change: give --retention, --max-message-bytes, --max-qps, "
-            "--max-bytes-per-second, --description or --dedupe-window",
+            "--max-bytes-per-second, --description, --dedupe-window, --failover-cluster or "
+            "--no-failover",
             EXIT_USAGE,
         )
     topic_path = path("v1", "projects", project, "topics", name)

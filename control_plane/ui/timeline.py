@@ -7,7 +7,13 @@ from typing import Any
 
 BOX_W, BOX_H, GAP, PAD = 190, 96, 34, 10
 COLORS = {"kafka": "#2f6fb0", "pulsar": "#7b3fa0", "embedded": "#2e8b57"}
-STATE_OPACITY = {"pending": 0.45, "active": 1.0, "sealed": 0.75, "retired": 0.35}
+STATE_OPACITY = {
+    "pending": 0.45,
+    "active": 1.0,
+    "unsealed": 0.6,
+    "sealed": 0.75,
+    "retired": 0.35,
+}
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,8 @@ def draw(timeline: dict[str, Any]) -> Picture:
     for i, seg in enumerate(timeline.get("segments", [])):
         x = PAD + i * (BOX_W + GAP)
         state = str(seg.get("state", ""))
-        until = _day(seg.get("sealed_at")) if seg.get("sealed_at") else "now"
+        ended = seg.get("sealed_at") or seg.get("unsealed_at")
+        until = _day(ended) if ended else "now"
         lines = (
             f"#{seg['id']} {seg['backend']} · {state}",
             f"{seg['cluster']} · {seg['partitions']} partition(s)",
@@ -63,10 +70,20 @@ def draw(timeline: dict[str, Any]) -> Picture:
                 fill=COLORS.get(str(seg.get("backend")), "#666"),
                 opacity=STATE_OPACITY.get(state, 1.0),
                 lines=lines,
-                tooltip=f"storage topic {seg.get('storage_topic', '')}",
+                tooltip=_tooltip(seg),
                 produce=seg["id"] == pointer,
             )
         )
     arrows = tuple((b.x + BOX_W, b.x + BOX_W + GAP, PAD + BOX_H // 2) for b in boxes[:-1])
     width = PAD * 2 + max(1, len(boxes)) * BOX_W + max(0, len(boxes) - 1) * GAP
     return Picture(width=width, height=BOX_H + PAD * 2 + 18, boxes=tuple(boxes), arrows=arrows)
+
+
+def _tooltip(seg: dict[str, Any]) -> str:
+    """The storage topic, and why a failover opened or left the segment."""
+    parts = [f"storage topic {seg.get('storage_topic', '')}"]
+    if seg.get("opened_by"):
+        parts.append(f"opened by {seg['opened_by']}")
+    if seg.get("unsealed_at"):
+        parts.append(f"left unsealed by a failover at {seg['unsealed_at']}")
+    return "; ".join(parts)

@@ -112,7 +112,8 @@ class Supervisor:
         return resolve() if resolve is not None else maven.classpath(name, self.cache)
 
     def start(self, names: list[str], die_with_parent: bool = False) -> None:
-        """Start ``names`` on fresh data folders and wait until every one answers."""
+        """Start ``names`` on fresh data folders and wait until every one answers
+        (``die_with_parent``: see :meth:`restart`)."""
         if self.running():
             raise RuntimeError(f"servers of {self.run_dir} are already running; stop them first")
         classpaths = self.fetch(names)
@@ -127,17 +128,39 @@ class Supervisor:
             self.stop()
             raise
 
-    def _spawn(self, server: Server, cp: str, die_with_parent: bool) -> Started:
+    def restart(self, name: str, die_with_parent: bool = False, wait: bool = True) -> None:
+        """Start ``name`` again on the data it has (after a crash or a SIGKILL): its command
+        line only, not the steps that made its data (Kafka's storage format); then wait
+        until it answers, unless ``wait`` is False (:meth:`wait` does it later).
+
+        ``die_with_parent`` ties the server to the *thread* that starts it (the kernel's
+        parent-death signal follows the thread): start from a thread that lives as long."""
+        if name in self.running():
+            raise RuntimeError(f"{name} of {self.run_dir} is still running")
+        started = {n: s for n, s in self._load().items() if n != name and _alive(s)}
+        server = self.servers[name]
+        started[name] = self._spawn(server, self._resolve(name), die_with_parent, fresh=False)
+        self._save(started)
+        if wait:
+            self._wait([server], started)
+
+    def wait(self, names: list[str]) -> None:
+        """Wait until the running servers ``names`` answer."""
+        self._wait([self.servers[n] for n in names], self._load())
+
+    def _spawn(
+        self, server: Server, cp: str, die_with_parent: bool, *, fresh: bool = True
+    ) -> Started:
         data = self.run_dir / server.name
-        data.mkdir(parents=True)
+        data.mkdir(parents=True, exist_ok=not fresh)
         launch = server.prepare(data, cp)
         log = data / "server.log"
-        for argv in launch.pre:
+        for argv in launch.pre if fresh else []:
             done = subprocess.run(argv, cwd=data, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 output = done.stdout + done.stderr
                 raise RuntimeError(f"{server.name}: {argv[-5:]} failed:\n{output}")
-        with log.open("wb") as out:
+        with log.open("wb" if fresh else "ab") as out:
             proc = subprocess.Popen(
                 launch.argv,
                 cwd=data,

@@ -17,6 +17,15 @@ segment says ``ends_final: false`` and readers do not pass it.
 
     PREPARE / SWITCH ──timeout, failure──▶ ROLLED_BACK      ──abort──▶ ABORTED
 
+A **failover** (``failover=True``, docs/failover.md) is the same protocol minus the seal: the
+old segment's cluster cannot be reached, so COMMIT moves the pointer at once and records the
+old segment UNSEALED (:class:`LeaveUnsealed`); the leader seals it later, when its cluster is
+back. Producers acknowledge SWITCH without draining (a write in flight to the dead cluster
+ends in its own time and, if stored, is read before the new segment in ``ordered`` mode). Its
+PREPARE and SWITCH wait ``failover_phase_s`` for the producers and then go on without the
+silent ones once the target exists: a producer that cannot answer cannot write the old
+segment either, and whatever it stored there is read when the old segment is sealed.
+
 Nothing here does I/O. The coordinator feeds :func:`step` with events (a producer
 acknowledged a phase, joined, left; a timeout tick; the coordinator restarted; an abort; the
 result of an action it ran) and runs the returned actions, which are idempotent, so a new
@@ -106,6 +115,8 @@ class Cutover(BaseModel):
     pointer_moved: bool = False
     cleaned: bool = False
     error: str | None = None
+    failover: bool = False  # an emergency cutover: no seal (module doc)
+    reason: str | None = None  # why the failover began
 
     def waiting_for(self, phase: Phase) -> list[str]:
         """Participants that have not acknowledged ``phase`` yet."""
@@ -118,6 +129,7 @@ class Cutover(BaseModel):
             include={
                 "id", "phase", "from_segment", "to_segment", "cluster", "partitions",
                 "started_at", "updated_at", "phase_times", "producers", "error",
+                "failover", "reason",
             },
         )  # fmt: skip
         return doc
@@ -130,6 +142,8 @@ class Timeouts:
     prepare_s: float = 30.0
     switch_s: float = 5.0
     complete_s: float = 30.0
+    # A failover's PREPARE and SWITCH: then it goes on without the producers that are silent.
+    failover_phase_s: float = 3.0
     # How long the seal waits after the fence is in force when every live producer drained
     # (see seal_settle); otherwise the store's own, strict wait (Kafka: the produce timeout).
     settle_s: float = 0.05
@@ -240,6 +254,13 @@ class MovePointer:
 
 
 @dataclass(frozen=True)
+class LeaveUnsealed:
+    """A failover's commit, one metastore transaction: old segment UNSEALED (with the time
+    of the switch), new one ACTIVE, the produce pointer moved, the old segment marked for the
+    leader to seal later, and this document updated."""
+
+
+@dataclass(frozen=True)
 class SettleEnds:
     """Wait out the fence's settle (``settle_s``; None: the strict wait), then record the
     final ends in the old segment's record; report :class:`EndsSettled`."""
@@ -247,7 +268,7 @@ class SettleEnds:
     settle_s: float | None
 
 
-Action = CreateTarget | DropTarget | SealOld | MovePointer | SettleEnds
+Action = CreateTarget | DropTarget | SealOld | MovePointer | SettleEnds | LeaveUnsealed
 
 
 @dataclass(frozen=True)
@@ -275,9 +296,12 @@ def begin(
     *,
     live: Iterable[str],
     clock: Clock,
+    failover: str | None = None,
 ) -> Outcome:
-    """A new cutover in PREPARE; its first action creates the target."""
+    """A new cutover in PREPARE; its first action creates the target. ``failover``: the
+    reason of an emergency cutover (module doc)."""
     now = clock.now
+    wait = clock.timeouts.failover_phase_s if failover else clock.timeouts.prepare_s
     state = Cutover(
         id=cutover_id,
         project=project,
@@ -292,7 +316,9 @@ def begin(
         updated_at=now,
         phase_times={Phase.PREPARE.value: now},
         participants=tuple(sorted(set(live))),
-        deadline=now + timedelta(seconds=clock.timeouts.prepare_s),
+        deadline=now + timedelta(seconds=wait),
+        failover=failover is not None,
+        reason=failover,
     )
     return Outcome(state, (CreateTarget(),))
 
@@ -382,18 +408,33 @@ def record_ack(state: Cutover, member: str, phase: Phase, now: datetime) -> Cuto
 
 
 def _advance(state: Cutover, clock: Clock) -> Outcome:
-    """Move on when every participant acknowledged; roll back when the deadline passed."""
+    """Move on when every participant acknowledged; roll back when the deadline passed
+    (a failover goes on without the silent producers once its target exists)."""
     phase, timeouts = state.phase, clock.timeouts
-    if phase is Phase.PREPARE and state.target_ready and not state.waiting_for(phase):
-        return Outcome(_moved(state, Phase.SWITCH, clock, timeouts.switch_s))
-    if phase is Phase.SWITCH and not state.waiting_for(phase):
-        return Outcome(_moved(state, Phase.COMMIT, clock), (SealOld(),))
+    late = state.deadline is not None and clock.now >= state.deadline
+    going_on = state.failover and late and state.target_ready
+    if phase is Phase.PREPARE and state.target_ready and (not state.waiting_for(phase) or going_on):
+        switch_s = timeouts.failover_phase_s if state.failover else timeouts.switch_s
+        return Outcome(_silent(_moved(state, Phase.SWITCH, clock, switch_s), state, phase))
+    if phase is Phase.SWITCH and (not state.waiting_for(phase) or going_on):
+        committing = _silent(_moved(state, Phase.COMMIT, clock), state, phase)
+        return Outcome(committing, (LeaveUnsealed(),) if state.failover else (SealOld(),))
     if phase is Phase.COMMIT:
         return _commit(state, Tick(), clock)
-    if state.deadline is not None and clock.now >= state.deadline:
+    if late:
         waiting = ", ".join(state.waiting_for(phase)) or "the target segment"
         return _undo(state, Phase.ROLLED_BACK, f"{phase} timed out waiting for {waiting}", clock)
     return Outcome(state)
+
+
+def _silent(moved: Cutover, before: Cutover, phase: Phase) -> Cutover:
+    """``moved``, noting the producers a failover went on without in ``phase``."""
+    waiting = before.waiting_for(phase)
+    if not waiting:
+        return moved
+    note = f"{phase} went on without {', '.join(waiting)}"
+    error = note if before.error is None else f"{before.error}; {note}"
+    return moved.model_copy(update={"error": error})
 
 
 def _commit(state: Cutover, event: Event, clock: Clock) -> Outcome:
@@ -409,9 +450,10 @@ def _commit(state: Cutover, event: Event, clock: Clock) -> Outcome:
         return Outcome(
             state.model_copy(update=update), (MovePointer(dict(event.ends), event.final),)
         )
-    moved = isinstance(event, PointerMoved) and state.sealed_ends is not None
+    moved = isinstance(event, PointerMoved) and (state.sealed_ends is not None or state.failover)
     if moved and not state.pointer_moved:  # the pointer moves only past a fenced segment
-        deadline = clock.now + timedelta(seconds=clock.timeouts.complete_s)
+        wait = clock.timeouts.failover_phase_s if state.failover else clock.timeouts.complete_s
+        deadline = clock.now + timedelta(seconds=wait)
         state = state.model_copy(
             update={"pointer_moved": True, "deadline": deadline, "updated_at": clock.now}
         )
@@ -440,9 +482,11 @@ def _restarted(state: Cutover, event: Restarted, clock: Clock) -> Outcome:
     if state.phase is Phase.PREPARE and not state.target_ready:
         return Outcome(state, (CreateTarget(),))
     if state.phase is Phase.COMMIT:
-        if state.sealed_ends is None:
+        if state.failover and not state.pointer_moved:
+            return Outcome(state, (LeaveUnsealed(),))
+        if state.sealed_ends is None and not state.failover:
             return Outcome(state, (SealOld(),))
-        if not state.pointer_moved:
+        if not state.pointer_moved and state.sealed_ends is not None:
             return Outcome(state, (MovePointer(dict(state.sealed_ends), state.ends_final),))
         if not state.ends_final:
             return Outcome(state, (SettleEnds(state.fence_settle_s),))

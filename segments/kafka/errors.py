@@ -51,6 +51,8 @@ _TRANSIENT = frozenset(
     }
 )
 _TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
+# Purged from librdkafka's queue before it was sent: known never stored.
+_NEVER_SENT = frozenset({KafkaError._PURGE_QUEUE})
 
 
 def error_of(exc: BaseException) -> KafkaError | None:
@@ -88,14 +90,18 @@ def translate(err: KafkaError | BaseException, what: str) -> HttpbusError:
         return TooLarge(message, details=details)
     if code == KafkaError.INVALID_TIMESTAMP:
         return ValidationFailed(message, details=details)
+    if code in _NEVER_SENT:
+        details["stored"] = False
     return StorageUnavailable(message, details=details, retry_after=RETRY_AFTER_S)
 
 
-def unavailable(what: str, reason: str) -> StorageUnavailable:
-    """A ``StorageUnavailable`` for a failure that is not a Kafka error (timeout, closed)."""
-    return StorageUnavailable(
-        f"kafka: {what} {reason}", details={"backend": "kafka"}, retry_after=RETRY_AFTER_S
-    )
+def unavailable(what: str, reason: str, *, stored: bool | None = None) -> StorageUnavailable:
+    """A ``StorageUnavailable`` for a failure that is not a Kafka error (timeout, closed);
+    ``stored=False`` when the record is known never to have left this process."""
+    details: dict[str, Any] = {"backend": "kafka"}
+    if stored is not None:
+        details["stored"] = stored
+    return StorageUnavailable(f"kafka: {what} {reason}", details=details, retry_after=RETRY_AFTER_S)
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -103,7 +103,7 @@ class DurableProducer:
                 )
             except BufferError as exc:
                 batch.outcomes[index] = unavailable(
-                    f"produce to {topic}", f"refused: local queue full ({exc})"
+                    f"produce to {topic}", f"refused: local queue full ({exc})", stored=False
                 )
                 refused += 1
             except KafkaException as exc:
@@ -145,6 +145,13 @@ class DurableProducer:
             loop.call_soon_threadsafe(_complete_all, reports)
         except RuntimeError:  # the loop closed meanwhile: nobody is waiting any more
             pass
+
+    def purge_unsent(self) -> None:
+        """Fail every record still queued here, not yet sent to a broker: their callers get a
+        ``StorageUnavailable`` that says they were never stored (``_PURGE_QUEUE``). Records
+        sent and unanswered are left alone: they may be stored."""
+        if self._producer is not None:
+            self._producer.purge(in_queue=True, in_flight=False, blocking=False)
 
     async def close(self) -> None:
         """Stop polling; records still unacknowledged after a short flush are purged (their

@@ -173,6 +173,13 @@ class KafkaSegmentStore(AsyncResource):
     async def partitions(self, name: str) -> int | None:
         return await self._lookup(name, self._timeout)
 
+    async def abandon_unsent(self) -> None:
+        """Fail at once, as never stored, every record this process has queued for the
+        cluster and not sent yet (all topics: librdkafka purges per producer). A failover
+        calls it on the cluster it leaves, so the segment writer writes those records to
+        the new segment instead of waiting out the produce timeout (docs/failover.md)."""
+        self._producer.purge_unsent()
+
     async def produce(self, name: str, record: Record, *, partition: int | None = None) -> Produced:
         count = await self._count(name, time.monotonic() + self._timeout)
         if partition is None:

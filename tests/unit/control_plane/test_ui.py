@@ -89,6 +89,13 @@ async def test_create_topic_through_the_form_and_see_its_timeline(
     assert 'id="migrate"' in page.text or "Cutover is not available" in page.text
     listing = await browser.get("/ui/projects/shop/topics")
     assert 'href="/ui/projects/shop/topics/orders"' in listing.text and "1–1 of 1" in listing.text
+    assert "No standby cluster: no automatic failover." in page.text
+    update = {"version": topic["version"], "failover": {"clusters": ["embedded"]}}
+    assert (
+        await browser.put("/v1/projects/shop/topics/orders", json=update, headers=API)
+    ).is_success
+    page = await browser.get("/ui/projects/shop/topics/orders")
+    assert "Failover (ordered) to embedded" in page.text
 
 
 async def test_bad_topic_input_is_reported_and_creates_nothing(browser: httpx.AsyncClient) -> None:

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 
 from core.prefork import Slot, cpu_count, member_of, resolve_processes
 from tests.support.processes import free_port
+from tests.support.until import until_sync
 
 ROOT = Path(__file__).parents[3]
 
@@ -28,7 +28,7 @@ def group_fixture() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        _until(lambda: len(_pids(url)) == 2, "both processes answer")
+        until_sync(lambda: len(_pids(url)) == 2, 30, "both processes answer")
         yield proc, url
     finally:
         if proc.poll() is None:
@@ -45,14 +45,6 @@ def _pids(url: str, tries: int = 40) -> set[int]:
         except httpx.HTTPError:
             pass
     return seen
-
-
-def _until(condition: object, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.1)
 
 
 def test_two_processes_share_the_port_and_one_scrape_shows_both(
@@ -77,7 +69,7 @@ def test_a_process_that_dies_is_started_again(
     _, url = group
     victim = min(_pids(url))
     os.kill(victim, signal.SIGKILL)
-    _until(lambda: len(pids := _pids(url)) == 2 and victim not in pids, "a new second process")
+    until_sync(lambda: len(pids := _pids(url)) == 2 and victim not in pids, 30, "a second process")
 
 
 def test_sigterm_stops_every_process_and_the_supervisor_exits_cleanly(
@@ -88,7 +80,7 @@ def test_sigterm_stops_every_process_and_the_supervisor_exits_cleanly(
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(20) == 0
     for pid in children:
-        _until(lambda pid=pid: not Path(f"/proc/{pid}").exists(), f"{pid} ended", 10)
+        until_sync(lambda pid=pid: not Path(f"/proc/{pid}").exists(), 10, f"{pid} ended")
 
 
 def test_a_killed_supervisor_takes_its_processes_with_it(
@@ -99,7 +91,7 @@ def test_a_killed_supervisor_takes_its_processes_with_it(
     proc.kill()
     proc.wait(10)
     for pid in children:  # PR_SET_PDEATHSIG: no orphan keeps the port
-        _until(lambda pid=pid: not Path(f"/proc/{pid}").exists(), f"{pid} ended", 10)
+        until_sync(lambda pid=pid: not Path(f"/proc/{pid}").exists(), 10, f"{pid} ended")
 
 
 def test_member_ids_and_counts() -> None:

@@ -123,8 +123,12 @@ class AuditCutover(BaseModel):
     topic: str
     from_segment: int
     to_segment: int
-    sealed_at_ms: int
+    sealed_at_ms: int  # the switch: for a failover, when the old segment was left unsealed
     end_positions: dict[int, int] = Field(default_factory=dict)
+    # A failover switch (docs/failover.md); in ``available`` mode order across it may break
+    # by design, so ``check_order`` is off there.
+    failover: bool = False
+    check_order: bool = True
 
 
 class Finding(BaseModel):

@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from core.audit import AuditCutover, AuditSubscription, FindingKind, Reconciliation
+from core.model import FailoverMode
 from metastore.catalog import Catalog
 from metastore.config import open_metastore
 from reports import migrate
@@ -80,21 +81,34 @@ async def _metadata(catalog: Catalog) -> tuple[list[AuditSubscription], list[Aud
                 )
             )
         for topic in await catalog.list_topics(project):
-            segments = sorted(await catalog.list_segments(project, topic), key=lambda s: s.id)
-            for old, new in zip(segments, segments[1:], strict=False):
-                if old.sealed_at is None:
-                    continue
-                cutovers.append(
-                    AuditCutover(
-                        project=project,
-                        topic=topic,
-                        from_segment=old.id,
-                        to_segment=new.id,
-                        sealed_at_ms=int(old.sealed_at.timestamp() * 1000),
-                        end_positions=old.end_positions or {},
-                    )
-                )
+            cutovers += await switch_boundaries(catalog, project, topic)
     return subs, cutovers
+
+
+async def switch_boundaries(catalog: Catalog, project: str, topic: str) -> list[AuditCutover]:
+    """Every switch of ``topic``'s timeline: a planned cutover at its seal, a failover at the
+    moment the old segment was left unsealed (its seal comes later, when its cluster is back)."""
+    segments = sorted(await catalog.list_segments(project, topic), key=lambda s: s.id)
+    failover = (await catalog.get_topic(project, topic)).failover
+    ordered = failover is None or failover.mode is FailoverMode.ORDERED
+    out = []
+    for old, new in zip(segments, segments[1:], strict=False):
+        switched = old.unsealed_at or old.sealed_at
+        if switched is None:
+            continue
+        out.append(
+            AuditCutover(
+                project=project,
+                topic=topic,
+                from_segment=old.id,
+                to_segment=new.id,
+                sealed_at_ms=int(switched.timestamp() * 1000),
+                end_positions=old.end_positions or {},
+                failover=old.unsealed_at is not None,
+                check_order=old.unsealed_at is None or ordered,
+            )
+        )
+    return out
 
 
 async def export_trail(store: SegmentStore, topic: str, folder: Path) -> int:

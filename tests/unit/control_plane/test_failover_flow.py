@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from control_plane.app import create_app as create_cp
+from control_plane.cli.audit import switch_boundaries
 from control_plane.settings import ControlPlaneSettings
 from core.audit import AuditType
 from core.endpoint_policy import EndpointPolicy
@@ -251,6 +252,12 @@ async def test_a_dead_cluster_fails_over_to_the_standby_and_is_sealed_when_back(
             [int(m.split(":")[1]) for m in _payloads(env.hook) if m.startswith(f"{g}:")]
         )
         assert seqs == sorted(seqs), f"group {g} delivered out of order: {seqs}"
+    # The audit pipeline checks this switch at the failover's moment, order included.
+    (boundary,) = await switch_boundaries(env.catalog, "shop", "orders")
+    old = (await env.catalog.get_topic("shop", "orders")).segment(1)
+    assert old is not None and old.unsealed_at is not None
+    assert boundary.failover and boundary.check_order
+    assert boundary.sealed_at_ms == int(old.unsealed_at.timestamp() * 1000)
 
 
 async def test_available_mode_delivers_from_the_standby_while_the_old_cluster_is_down(
@@ -283,6 +290,9 @@ async def test_available_mode_delivers_from_the_standby_while_the_old_cluster_is
     stop.set()
     await load
     await until(delivered_all, 30, "every acknowledged message, the old segment's too")
+    # Order across an available-mode switch may break by design: the audit checks placement.
+    (boundary,) = await switch_boundaries(env.catalog, "shop", "orders")
+    assert boundary.failover and not boundary.check_order
 
 
 def _payloads(hook: Hook) -> list[str]:

@@ -116,3 +116,9 @@ def test_cutover_verification(spark: Any) -> None:
     assert check.groups_across == 2
     assert not check.ok
     assert empty.ok and empty.old_segment_messages == 0
+    # An available-mode failover: placement is checked, order across it is not.
+    (unordered,) = verify_cutovers(
+        frame(spark, _cutover_trail()), [cut.model_copy(update={"check_order": False})]
+    )
+    kinds = {f.kind for f in unordered.findings}
+    assert FindingKind.MISPLACED in kinds and FindingKind.ORDER not in kinds

@@ -127,10 +127,10 @@ async def delivery_world(
     try:
         hook = await stack.enter_async_context(serve_hook())
         cp_meta = await stack.enter_async_context(open_metastore(zk))
-        stack.push_async_callback(_wipe, cp_meta)
+        stack.push_async_callback(wipe, cp_meta)
         store = await stack.enter_async_context(open_store(configured[cluster]))
         if database_url:
-            stack.push_async_callback(_drop_audit_topic, store, audit.topic)
+            stack.push_async_callback(drop_storage_topic, store, audit.topic)
         cp_stores = {cluster: store}
         for name, config in (extra_clusters or {}).items():
             cp_stores[name] = await stack.enter_async_context(open_store(config))
@@ -165,28 +165,33 @@ async def delivery_world(
         )
         await stack.enter_async_context(worker)
         yield DeliveryWorld(cluster, cp, producer_client, hook, worker)
-        await _drop_topics(cp)
+        await drop_topics(cp)
     finally:
-        try:
-            async with asyncio.timeout(90):
-                await stack.aclose()
-        except TimeoutError:
-            tasks = "\n".join(repr(t) for t in asyncio.all_tasks())
-            raise AssertionError(f"teardown hung; tasks:\n{tasks}") from None
+        await close_within(stack, 90)
 
 
-async def _drop_audit_topic(store: SegmentStore, topic: str) -> None:
+async def close_within(stack: AsyncExitStack, timeout: float) -> None:
+    """Close ``stack``, failing with every task's state if that takes over ``timeout`` s."""
+    try:
+        async with asyncio.timeout(timeout):
+            await stack.aclose()
+    except TimeoutError:
+        tasks = "\n".join(repr(t) for t in asyncio.all_tasks())
+        raise AssertionError(f"teardown hung; tasks:\n{tasks}") from None
+
+
+async def drop_storage_topic(store: SegmentStore, topic: str) -> None:
     with contextlib.suppress(HttpbusError):
         await store.delete_topic(topic)
 
 
-async def _drop_topics(cp: httpx.AsyncClient) -> None:
+async def drop_topics(cp: httpx.AsyncClient) -> None:
     r = await cp.get("/v1/projects/shop/topics", params={"limit": 500})
     for name in [t["name"] for t in r.json().get("items", [])]:
         await cp.delete(f"/v1/projects/shop/topics/{name}", params={"force": "true"})
 
 
-async def _wipe(meta: Any) -> None:
+async def wipe(meta: Any) -> None:
     for child in await meta.children("/"):
         await meta.delete(f"/{child}", recursive=True)
 

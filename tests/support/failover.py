@@ -27,13 +27,13 @@ import httpx
 
 from control_plane.app import create_app
 from control_plane.settings import ControlPlaneSettings
-from core.errors import HttpbusError
 from metastore.catalog import Catalog
 from metastore.config import ZooKeeperConfig, open_metastore
 from segments.config import AuditConfig, KafkaClusterConfig, PulsarClusterConfig
 from segments.protocol import SegmentStore
 from segments.registry import open_store
 from tests.support.dedicated import DedicatedKafka
+from tests.support.delivery import close_within, drop_storage_topic, drop_topics, wipe
 from tests.support.hook import SECRET, Hook, serve_hook
 from tests.support.processes import ProducerProcess, WorkerProcess
 from tests.support.services import RealServices
@@ -150,9 +150,9 @@ async def failover_world(
     try:
         hook = await stack.enter_async_context(serve_hook())
         cp_meta = await stack.enter_async_context(open_metastore(zk))
-        stack.push_async_callback(_wipe, cp_meta)
+        stack.push_async_callback(wipe, cp_meta)
         stores = {n: await stack.enter_async_context(open_store(c)) for n, c in clusters.items()}
-        stack.push_async_callback(_drop, stores["pulsar-main"], settings.audit.topic)
+        stack.push_async_callback(drop_storage_topic, stores["pulsar-main"], settings.audit.topic)
         app = create_app(settings, metastore=cp_meta, stores=stores)
         await stack.enter_async_context(app.router.lifespan_context(app))
         cp = await stack.enter_async_context(
@@ -182,30 +182,9 @@ async def failover_world(
         stack.push_async_callback(workers.aclose)
         await workers.start()
         yield FailoverWorld(kafka, cp, producers, hook, Catalog(cp_meta), stores, workers)
-        await _drop_topics(cp)
+        await drop_topics(cp)
     finally:
-        try:
-            async with asyncio.timeout(120):
-                await stack.aclose()
-        except TimeoutError:
-            tasks = "\n".join(repr(t) for t in asyncio.all_tasks())
-            raise AssertionError(f"teardown hung; tasks:\n{tasks}") from None
-
-
-async def _drop(store: SegmentStore, topic: str) -> None:
-    with contextlib.suppress(HttpbusError):
-        await store.delete_topic(topic)
-
-
-async def _drop_topics(cp: httpx.AsyncClient) -> None:
-    r = await cp.get("/v1/projects/shop/topics", params={"limit": 500})
-    for name in [t["name"] for t in r.json().get("items", [])]:
-        await cp.delete(f"/v1/projects/shop/topics/{name}", params={"force": "true"})
-
-
-async def _wipe(meta: Any) -> None:
-    for child in await meta.children("/"):
-        await meta.delete(f"/{child}", recursive=True)
+        await close_within(stack, 120)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from core.quotas import (
 )
 
 from . import paths
+from .ephemeral import put_ephemeral, remove
 from .protocol import MetaStore, Op, Update
 
 T = TypeVar("T")
@@ -133,17 +134,7 @@ class QuotaStore:
     async def report(self, project: str, member: str, report: LeaseReport) -> None:
         """Write ``member``'s report (an ephemeral node, gone with the producer's session)."""
         path = paths.quota_lease(project, member)
-        data = report.model_dump_json().encode()
-        try:
-            await self.store.update(path, data, expected_version=-1)
-        except NotFound:
-            try:
-                await self.store.create(path, data, ephemeral=True)
-            except AlreadyExists:
-                await self.store.update(path, data, expected_version=-1)
+        await put_ephemeral(self.store, path, report.model_dump_json().encode())
 
     async def withdraw(self, project: str, member: str) -> None:
-        try:
-            await self.store.delete(paths.quota_lease(project, member))
-        except NotFound:
-            pass
+        await remove(self.store, paths.quota_lease(project, member))

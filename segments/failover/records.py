@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 
-from core.errors import AlreadyExists, NotFound
+from core.errors import NotFound
 from metastore import paths
+from metastore.ephemeral import put_ephemeral, remove
 from metastore.protocol import Create, MetaStore
 
 from .health import HealthReport, SegmentKey
@@ -26,20 +27,10 @@ class FailoverRecords:
     async def report(self, report: HealthReport) -> None:
         """Write a producer's report (an ephemeral node per producer and segment)."""
         path = paths.segment_health(report.project, report.topic, report.segment, report.member)
-        data = report.model_dump_json().encode()
-        try:
-            await self.store.update(path, data, expected_version=-1)
-        except NotFound:
-            try:
-                await self.store.create(path, data, ephemeral=True)
-            except AlreadyExists:
-                await self.store.update(path, data, expected_version=-1)
+        await put_ephemeral(self.store, path, report.model_dump_json().encode())
 
     async def withdraw(self, key: SegmentKey, member: str) -> None:
-        try:
-            await self.store.delete(paths.segment_health(*key, member))
-        except NotFound:
-            pass
+        await remove(self.store, paths.segment_health(*key, member))
 
     async def reports(self) -> dict[SegmentKey, list[HealthReport]]:
         """Every live producer's reports, per segment."""

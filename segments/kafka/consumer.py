@@ -8,8 +8,8 @@ safe for concurrent use, so each reader is guarded by its own lock, taken on the
 
 Positions are Kafka offsets: end positions are high watermarks (``OffsetSpec.latest``, read
 uncommitted), timestamps are looked up with ``OffsetSpec.for_timestamp``, and commits are the
-consumer-group offsets of the given group, read and written through a consumer of that group
-(:mod:`.offsets` says why not the AdminClient).
+consumer-group offsets of the given group, altered through the AdminClient and read through a
+consumer of that group (:mod:`.offsets` says why not the AdminClient).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 
 from confluent_kafka import (
     Consumer,
+    ConsumerGroupTopicPartitions,
     IsolationLevel,
     KafkaError,
     KafkaException,
@@ -231,3 +232,21 @@ async def _list_offsets(
         *(resolve(f, timeout=timeout, what=what) for f in futures.values())
     )
     return {tp.partition: int(r.offset) for tp, r in zip(futures, results, strict=True)}
+
+
+async def commit_offsets(
+    admin: Any, group: str, topic: str, positions: dict[int, int], timeout: float
+) -> None:
+    """Set the committed offsets of ``group`` on ``topic`` to ``positions`` (see
+    :mod:`.offsets` for what librdkafka may do when a frozen broker cuts this off)."""
+    if not positions:
+        return
+    request = ConsumerGroupTopicPartitions(
+        group, [TopicPartition(topic, p, off) for p, off in sorted(positions.items())]
+    )
+    futures = admin.alter_consumer_group_offsets([request], request_timeout=timeout)
+    what = f"commit offsets of group {group} on {topic}"
+    got = await resolve(futures[group], timeout=timeout, what=what)
+    for tp in got.topic_partitions or ():
+        if tp.error is not None:
+            raise translate(tp.error, what)

@@ -92,6 +92,7 @@ from ..protocol import Fence, Produced, Record, Stored, partition_for
 from .config import MAX_FUTURE_TIMESTAMP_MS, SEAL_GROUP, KafkaSettings
 from .consumer import (
     PartitionReaders,
+    commit_offsets,
     end_offsets,
     offset_at,
     start_offsets,
@@ -363,7 +364,7 @@ class KafkaSegmentStore(AsyncResource):
 
     async def _commit_offsets(self, group: str, name: str, positions: dict[int, int]) -> None:
         await retrying(
-            lambda: self._groups.commit(group, name, positions, self._timeout),
+            lambda: commit_offsets(self._admin, group, name, positions, self._timeout),
             timeout=self._timeout,
             what=f"commit of {group} on {name}",
         )

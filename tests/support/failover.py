@@ -6,10 +6,12 @@ detects and fails over), a worker process (:class:`Workers` starts it again if i
 and counts it) and the endpoint double; and :class:`Load`, groups that each publish their
 sequence numbers one after the other, recording every publish's timing and outcome.
 
-The worker runs as a process, as in production: a worker that dies (librdkafka used to abort
-one whose AdminClient group-offset requests were cut off by a frozen broker; the store no
-longer uses them) is counted in ``Workers.crashes``, which the tests require empty, and
-started again so that the test can still report what it saw."""
+The worker runs as a process because librdkafka may abort the process whose AdminClient
+requests (offset commits, group offsets) were left waiting on a frozen broker, when the
+broker wakes (``rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0'``, seen
+here), or leave its admin requests unanswered for good; a crash restarts it from its
+committed positions, as in production, and a test may restart a stuck one
+(:meth:`Workers.restart`, counted and printed)."""
 
 from __future__ import annotations
 
@@ -70,6 +72,12 @@ class Workers:
                 self.process = WorkerProcess(self.settings, self.workdir, member)
                 with contextlib.suppress(RuntimeError):  # exited at once: the next round
                     await self.process.ready()
+
+    async def restart(self, why: str) -> None:
+        """Stop and start the worker (a stuck one: see the module doc); counted."""
+        self.crashes.append(f"restarted: {why}")
+        print(f"\nworker restarted: {why}")
+        self.process.stop()  # the watch starts the next one
 
     async def aclose(self) -> None:
         if self._task is not None:

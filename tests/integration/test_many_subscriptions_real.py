@@ -5,6 +5,7 @@ twice that of a run without it)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from pathlib import Path
 
@@ -66,11 +67,19 @@ async def test_a_slow_endpoint_does_not_slow_the_other_499(
         await until(lambda: len(world.worker.runners) >= len(FAST), 180, "499 runners")
         print(f"\n500 subscriptions created and running in {time.monotonic() - started:.1f}s")
         await _round(world, "w")  # warm-up: connections made, every runner at the tail
-        without = await _round(world, "a")
-        r = await world.cp.post("/v1/projects/shop/subscriptions/slow/start")
-        assert r.status_code == 200
-        await until(lambda: "shop/slow" in world.worker.runners, 30, "the slow runner")
-        with_slow = await _round(world, "b")
+        # The worker runs in pytest's process, whose heap holds what every earlier test left:
+        # a full collection of it (seen: one stall of ~650 ms in CI, never in a fresh process)
+        # is not what this test measures. Freeze it out of the collector for the two rounds.
+        gc.collect()
+        gc.freeze()
+        try:
+            without = await _round(world, "a")
+            r = await world.cp.post("/v1/projects/shop/subscriptions/slow/start")
+            assert r.status_code == 200
+            await until(lambda: "shop/slow" in world.worker.runners, 30, "the slow runner")
+            with_slow = await _round(world, "b")
+        finally:
+            gc.unfreeze()
         slow_seen = len(world.hook.on("slow"))
     figures = {
         name: (_pct(v, 50), _pct(v, 95), _pct(v, 99))

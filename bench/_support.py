@@ -560,3 +560,14 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    """``--services-file`` and ``--workdir``, the same in every benchmark."""
+    p.add_argument(
+        "--services-file",
+        type=Path,
+        default=Path("/tmp/httpbus-services/state.json"),
+        help="endpoints of the running servers (written by scripts.realservices)",
+    )
+    p.add_argument("--workdir", type=Path, help="for logs and outputs (default: a new temp dir)")

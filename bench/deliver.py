@@ -546,13 +546,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--py-spy", action="store_true", help="profile the worker's drains")
     p.add_argument("--profile-s", type=float, default=5.0)
-    p.add_argument(
-        "--services-file",
-        type=Path,
-        default=Path("/tmp/httpbus-services/state.json"),
-        help="endpoints of the running servers (written by scripts.realservices)",
-    )
-    p.add_argument("--workdir", type=Path, help="for logs and outputs (default: a new temp dir)")
+    s.add_run_args(p)
     return p.parse_args(argv)
 
 

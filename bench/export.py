@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._support import Cpu, Endpoints, fmt, print_table
+from bench._support import Cpu, Endpoints, add_run_args, fmt, print_table
 from core import envelope
 from core import pulsar_format as wire
 from segments.config import KafkaClusterConfig, PulsarClusterConfig
@@ -163,8 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--size", type=int, default=200, help="payload bytes")
     p.add_argument("--fill-seconds", type=float, default=240.0)
     p.add_argument("--master", default="local[2]")
-    p.add_argument("--services-file", type=Path, default=Path("/tmp/httpbus-services/state.json"))
-    p.add_argument("--workdir", type=Path, default=None)
+    add_run_args(p)
     args = p.parse_args(argv)
     end = Endpoints.read(args.services_file)
     run = uuid.uuid4().hex[:8]

@@ -427,13 +427,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-publish", action="store_true", help="with --hermes: only the drain")
     p.add_argument("--messages", type=int, default=20_000, help="of the delivery drain")
     p.add_argument("--in-flight", type=int, default=200, help="of the delivery drain")
-    p.add_argument(
-        "--services-file",
-        type=Path,
-        default=Path("/tmp/httpbus-services/state.json"),
-        help="endpoints of the running servers (written by scripts.realservices)",
-    )
-    p.add_argument("--workdir", type=Path, help="for logs and outputs (default: a new temp dir)")
+    s.add_run_args(p)
     return p.parse_args(argv)
 
 

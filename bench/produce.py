@@ -540,13 +540,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--py-spy", action="store_true", help="profile every run (py-spy)")
     p.add_argument("--dedupe-window", default="10m", help="of the dedupe topics")
     p.add_argument("--dedupe-only", action="store_true", help="run only the dedupe off/on runs")
-    p.add_argument(
-        "--services-file",
-        type=Path,
-        default=Path("/tmp/httpbus-services/state.json"),
-        help="endpoints of the running servers (written by scripts.realservices)",
-    )
-    p.add_argument("--workdir", type=Path, help="for logs and outputs (default: a new temp dir)")
+    s.add_run_args(p)
     return p.parse_args(argv)
 
 

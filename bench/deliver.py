@@ -13,7 +13,9 @@ answers 204). Per backend:
 - *raw consumer*: the client library (confluent-kafka, pulsar-client) reading the ungrouped
   run's storage topic from the start: the ceiling a worker could reach; the ratio is printed.
 
-With ``--batch N`` (N > 1) the subscriptions deliver in batches of up to N messages
+With ``--processes N --shards N`` the worker runs N processes (``core/prefork.py``) and each
+subscription has N shards, so every process holds one; the worker's CPU is the whole process
+group's. With ``--batch N`` (N > 1) the subscriptions deliver in batches of up to N messages
 (``batch: {max_messages: N, max_wait_ms: 100}``); the receiver counts every message of a
 batch's JSON array. ``--throughput-only`` skips the latency and raw-consumer runs. To compare::
 
@@ -136,7 +138,9 @@ class Bench:
             cp = stack.enter_context(self.server("control-plane", control, "-m", "control_plane"))
             prod = stack.enter_context(self.server("producer", producer, "-m", "producer_api"))
             self.worker = stack.enter_context(
-                self.server("worker", worker, "-m", "delivery_workers")
+                self.server(
+                    "worker", worker, "-m", "delivery_workers", "--processes", self.args.processes
+                )
             )
             self.admin = stack.enter_context(
                 httpx.Client(
@@ -154,6 +158,20 @@ class Bench:
             for topic in self.topics:
                 self.admin.delete(f"/v1/projects/{self.tag}/topics/{topic}", params={"force": True})
             self.admin.delete(f"/v1/projects/{self.tag}")
+
+    def holders(self, sub: str) -> int:
+        """How many worker processes the assignment gave shards of ``sub`` to."""
+        from kazoo.client import KazooClient
+
+        zk = KazooClient(hosts=self.endpoints.zookeeper, timeout=10)
+        zk.start(timeout=10)
+        try:
+            root = f"/{self.tag}/assignments"
+            lists = [json.loads(zk.get(f"{root}/{w}")[0]) for w in zk.get_children(root)]
+        finally:
+            zk.stop()
+            zk.close()
+        return sum(any(k.startswith(f"{self.tag}/{sub}#") for k in keys) for keys in lists)
 
     def drop_metadata(self) -> None:
         from kazoo.client import KazooClient
@@ -187,6 +205,7 @@ class Bench:
             "endpoint": {"url": f"{self.receiver_url}/{name}"},
             "max_in_flight": self.args.in_flight,
             "paused": paused,
+            "shards": self.args.shards,
         }
         if self.args.batch > 1:
             sub["batch"] = {"max_messages": self.args.batch, "max_wait_ms": 100}
@@ -255,6 +274,8 @@ class Bench:
         last = max(arrivals.values(), default=t0)
         rate = len(arrivals) / max(last - t0, 1e-6)
         note = f"{n:,} msgs" + (f", only {got:,} arrived" if got < n else "")
+        if self.args.shards > 1:
+            note += f", shards held by {self.holders(sub)} processes"
         dups = got - len(arrivals)
         note += f", {dups} duplicates" if dups else ""
         label = f"{backend} {'grouped, ' + str(groups) + ' groups' if groups else 'ungrouped'}"
@@ -538,6 +559,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--in-flight", type=int, default=200, help="the subscription's max in-flight")
     p.add_argument("--batch", type=int, default=1, help="deliver in batches of up to N (1: off)")
     p.add_argument("--throughput-only", action="store_true", help="skip latency and raw runs")
+    p.add_argument("--processes", default="1", help="the worker's processes (N or auto)")
+    p.add_argument(
+        "--shards", type=int, default=1, help="of each subscription (one worker process holds one)"
+    )
     p.add_argument(
         "--sender",
         choices=["fast"],  # the aiohttp and httpx senders: bench/senders.py

@@ -286,6 +286,8 @@ def delivery(peers: Peers, stack: Any) -> None:
         ["--backend", "kafka", "--messages", str(n), "--throughput-only"]
         + ["--in-flight", str(in_flight), "--size", str(peers.args.size)]
         + ["--services-file", str(peers.args.services_file)]
+        + ["--processes", str(peers.args.worker_processes)]
+        + ["--shards", str(peers.args.worker_processes)]
     )
     endpoints = dataclasses.replace(peers.endpoints, kafka=stack.kafka)
     ours = deliver.Bench(args, endpoints, peers.workdir / "deliver-httpbus")
@@ -339,7 +341,7 @@ def delivery(peers: Peers, stack: Any) -> None:
     ours_worker = 1000 * row.worker_cpu / row.msgs_per_s if row.msgs_per_s else math.nan
     rows = [
         [
-            "httpbus worker (1 process)",
+            f"httpbus worker ({peers.args.worker_processes} process(es))",
             s.fmt(row.msgs_per_s, 0),
             s.fmt(our_steady, 0),
             f"worker {s.fmt(ours_worker, 3)}; broker {s.fmt(1000 * broker_s / n, 3)} "
@@ -427,6 +429,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-publish", action="store_true", help="with --hermes: only the drain")
     p.add_argument("--messages", type=int, default=20_000, help="of the delivery drain")
     p.add_argument("--in-flight", type=int, default=200, help="of the delivery drain")
+    p.add_argument(
+        "--worker-processes",
+        type=int,
+        default=1,
+        help="of httpbus's worker in the drain; N > 1 shards the subscription N ways",
+    )
     s.add_run_args(p)
     return p.parse_args(argv)
 

@@ -16,8 +16,10 @@ The assignment says who *should* run a subscription; the ephemeral lock
 ``/locks/subscriptions/{project}:{s}`` held by the worker that runs it says who *does*, so two
 workers never deliver one subscription at once while an assignment moves.
 
-A subscription of N > 1 shards (:mod:`core.shards`) is N units, ``"project/sub#k"``,
-each placed on its own by the same hashing, so its shards spread over the workers. The shard
+A subscription of N > 1 shards (:mod:`core.shards`) is N units, ``"project/sub#k"``:
+the workers are ranked by the same hashing of ``"project/sub"`` and shard k goes to the k-th
+of them (round robin), so its shards spread evenly over the workers and a worker joining or
+leaving moves only the shards whose rank changed. The shard
 count is fixed when a subscription is created; the leader reads it again every
 ``SHARDS_TTL_S`` (a subscription deleted and made again with another count is noticed then).
 """
@@ -33,7 +35,7 @@ import time
 from collections.abc import Iterable
 
 from core.errors import AlreadyExists, NotFound, VersionConflict
-from core.shards import shards, unit_key
+from core.shards import parse_unit_key, shards, unit_key
 from metastore import paths
 from metastore.catalog import Catalog
 from metastore.protocol import MetaStore
@@ -63,8 +65,21 @@ def rendezvous(keys: Iterable[str], workers: Iterable[str]) -> dict[str, list[st
     if not members:
         return plan
     for key in sorted(set(keys)):
-        plan[max(members, key=lambda w: _weight(w, key))].append(key)
+        plan[_owner(key, members)].append(key)
     return plan
+
+
+def _owner(key: str, members: list[str]) -> str:
+    """The worker of ``key``: of highest weight for it, or for a shard k of a subscription,
+    the k-th (round robin) in the order of weight for the subscription's whole key, so its
+    shards spread over as many workers as there are (a fair draw per shard would put two of
+    two shards on one of two workers half of the time)."""
+    project, name, index = parse_unit_key(key)
+    if index is None:
+        return max(members, key=lambda w: _weight(w, key))
+    whole = f"{project}/{name}"
+    ranked = sorted(members, key=lambda w: _weight(w, whole), reverse=True)
+    return ranked[index % len(ranked)]
 
 
 class Assigner(LeaderElection):

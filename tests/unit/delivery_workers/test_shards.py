@@ -87,7 +87,14 @@ def test_rendezvous_spreads_the_shards_of_one_subscription() -> None:
     keys = [unit_key("p", "big", s) for s in shards(16)]
     plan = rendezvous(keys, ["w1", "w2", "w3"])
     assert sorted(k for ks in plan.values() for k in ks) == sorted(keys)
-    assert all(ks for ks in plan.values())
+    assert sorted(len(ks) for ks in plan.values()) == [5, 5, 6]
+
+
+def test_shards_never_share_a_worker_while_one_is_idle() -> None:
+    for name in (f"sub{i}" for i in range(50)):
+        keys = [unit_key("p", name, s) for s in shards(2)]
+        plan = rendezvous(keys, ["w1", "w2"])
+        assert sorted(len(ks) for ks in plan.values()) == [1, 1], (name, plan)
 
 
 def _sub(name: str, *, shards: int = 1, url: str = "http://127.0.0.1:9/x") -> Subscription:

@@ -78,12 +78,19 @@ class Run:
 
 
 def proc_cpu_s(pid: int) -> float:
-    """CPU-seconds (user + system, every thread) of ``pid`` so far; NaN if it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
+    """CPU-seconds (user + system, every thread) of ``pid`` so far, and of every process of
+    its session if it leads one (the children of ``--processes N``); NaN if it is gone."""
+    if not Path(f"/proc/{pid}").exists():
         return math.nan
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # ended meanwhile
+            continue
+        if int(stat.parent.name) == pid or int(fields[3]) == pid:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def children_cpu_s() -> float:
@@ -161,6 +168,7 @@ class Peers:
                     "size": self.args.size,
                     "partitions": self.args.partitions,
                     "services_file": self.args.services_file,
+                    "processes": str(self.args.producer_processes),
                 }
             )
             endpoints = dataclasses.replace(self.endpoints, kafka=kafka)
@@ -170,7 +178,7 @@ class Peers:
                 url = f"{producer.url}/v1/projects/{bench.tag}/topics/{backend}/produce"
                 producer.settle()
                 label = "everything on" if audit else "audit off, token checked"
-                pids = {"httpbus producer": producer.pid, **broker_pids}
+                pids = {f"httpbus producer x{self.args.producer_processes}": producer.pid, **broker_pids}
                 if audit:
                     pids.setdefault("kafka broker (audit)", audit_pid)
                     if audit_pid in broker_pids.values():
@@ -429,6 +437,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-publish", action="store_true", help="with --hermes: only the drain")
     p.add_argument("--messages", type=int, default=20_000, help="of the delivery drain")
     p.add_argument("--in-flight", type=int, default=200, help="of the delivery drain")
+    p.add_argument("--producer-processes", type=int, default=1, help="of httpbus's producer")
     p.add_argument(
         "--worker-processes",
         type=int,

@@ -178,7 +178,8 @@ class Peers:
                 url = f"{producer.url}/v1/projects/{bench.tag}/topics/{backend}/produce"
                 producer.settle()
                 label = "everything on" if audit else "audit off, token checked"
-                pids = {f"httpbus producer x{self.args.producer_processes}": producer.pid, **broker_pids}
+                ours = f"httpbus producer x{self.args.producer_processes}"
+                pids = {ours: producer.pid, **broker_pids}
                 if audit:
                     pids.setdefault("kafka broker (audit)", audit_pid)
                     if audit_pid in broker_pids.values():

@@ -53,6 +53,11 @@ class CutoverView(BaseModel):
     started_at: datetime
     updated_at: datetime
     phase_times: dict[str, datetime]
+    step_times: dict[str, datetime] = Field(
+        default_factory=dict,
+        description="inside COMMIT: when the old segment was fenced ('fenced'), the produce "
+        "pointer moved ('pointer_moved') and the final ends were recorded ('ends_settled')",
+    )
     producers: dict[str, ProducerAcks]
     error: str | None
     failover: bool = Field(

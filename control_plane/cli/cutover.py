@@ -127,7 +127,9 @@ def print_cutover(project: str, topic: str, cutover: dict[str, Any]) -> None:
     )
     start = cutover["started_at"]
     times = cutover.get("phase_times") or {}
-    rows = [(phase, _at(at), _after(start, at)) for phase, at in times.items()]
+    steps = {f"  {step}": at for step, at in (cutover.get("step_times") or {}).items()}
+    ordered = sorted({**times, **steps}.items(), key=lambda item: str(item[1]))
+    rows = [(phase, _at(at), _after(start, at)) for phase, at in ordered]
     table("phases", ("phase", "at", "after start"), rows)
     producers = cutover.get("producers") or {}
     if producers:

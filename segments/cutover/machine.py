@@ -105,6 +105,8 @@ class Cutover(BaseModel):
     started_at: datetime
     updated_at: datetime
     phase_times: dict[str, datetime]
+    # Inside COMMIT: when the old segment was fenced, the pointer moved and the ends settled.
+    step_times: dict[str, datetime] = {}
     producers: dict[str, Acks] = {}
     participants: tuple[str, ...] = ()
     deadline: datetime | None = None
@@ -128,7 +130,7 @@ class Cutover(BaseModel):
             mode="json",
             include={
                 "id", "phase", "from_segment", "to_segment", "cluster", "partitions",
-                "started_at", "updated_at", "phase_times", "producers", "error",
+                "started_at", "updated_at", "phase_times", "step_times", "producers", "error",
                 "failover", "reason",
             },
         )  # fmt: skip
@@ -427,6 +429,11 @@ def _advance(state: Cutover, clock: Clock) -> Outcome:
     return Outcome(state)
 
 
+def _step(state: Cutover, step: str, clock: Clock) -> dict[str, datetime]:
+    """``state``'s step times with ``step`` at now."""
+    return {**state.step_times, step: clock.now}
+
+
 def _silent(moved: Cutover, before: Cutover, phase: Phase) -> Cutover:
     """``moved``, noting the producers a failover went on without in ``phase``."""
     waiting = before.waiting_for(phase)
@@ -446,6 +453,7 @@ def _commit(state: Cutover, event: Event, clock: Clock) -> Outcome:
             "ends_final": event.final,
             "fence_settle_s": event.settle_s,
             "updated_at": clock.now,
+            "step_times": _step(state, "fenced", clock),
         }
         return Outcome(
             state.model_copy(update=update), (MovePointer(dict(event.ends), event.final),)
@@ -454,11 +462,12 @@ def _commit(state: Cutover, event: Event, clock: Clock) -> Outcome:
     if moved and not state.pointer_moved:  # the pointer moves only past a fenced segment
         wait = clock.timeouts.failover_phase_s if state.failover else clock.timeouts.complete_s
         deadline = clock.now + timedelta(seconds=wait)
-        state = state.model_copy(
-            update={"pointer_moved": True, "deadline": deadline, "updated_at": clock.now}
-        )
+        update = {"pointer_moved": True, "deadline": deadline, "updated_at": clock.now}
+        update["step_times"] = _step(state, "pointer_moved", clock)
+        state = state.model_copy(update=update)
     if isinstance(event, EndsSettled) and state.pointer_moved and not state.ends_final:
         update = {"sealed_ends": dict(event.ends), "ends_final": True, "updated_at": clock.now}
+        update["step_times"] = _step(state, "ends_settled", clock)
         state = state.model_copy(update=update)
     if not state.pointer_moved:
         return Outcome(state)

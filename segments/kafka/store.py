@@ -32,7 +32,9 @@ that the partition leader checks on every append:
    >= the end.
 4. The ends are recorded as the committed offsets of the consumer group ``__httpbus_seal`` (the
    broker drops them with the topic), so sealing again returns exactly the same positions at
-   once. Should they expire (``offsets.retention.minutes``), a seal simply runs again.
+   once. Should they expire (``offsets.retention.minutes``), a seal simply runs again. They
+   are looked up only when the fence is already up (it is never lowered, so a topic without
+   it has no recorded ends): a first fence costs no group read.
 
 **Fence first, settle after** (what a cutover uses). ``fence`` runs steps 1 and 2 and reads
 the ends at once, as provisional ends: the fence is in force within tens of milliseconds, so
@@ -259,13 +261,14 @@ class KafkaSegmentStore(AsyncResource):
     async def _raise_fence(self, name: str) -> tuple[int, dict[int, int] | None]:
         """Fence ``name`` (steps 1 and 2) unless this store did already; its partition count,
         and the recorded final ends if a seal finished before."""
-        count = await self._count(name, time.monotonic() + self._timeout, fresh=True)
-        recorded, configs = await asyncio.gather(  # both before the fence: one round trip
-            self._group_offsets(SEAL_GROUP, name, count), self._configs(name)
+        count, configs = await asyncio.gather(  # both before the fence: one round trip
+            self._count(name, time.monotonic() + self._timeout, fresh=True), self._configs(name)
         )
-        if len(recorded) == count:
-            self._sealed.add(name)
-            return count, recorded
+        if configs.get(_FENCE) == "0":  # raised before (never lowered): a seal may be done
+            recorded = await self._group_offsets(SEAL_GROUP, name, count)
+            if len(recorded) == count:
+                self._sealed.add(name)
+                return count, recorded
         if name in self._fenced:  # raised here, every leader seen refusing: no need again
             return count, None
         ahead = configs.get("message.timestamp.after.max.ms", str(2**63 - 1))

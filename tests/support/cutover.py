@@ -192,6 +192,8 @@ def timeline(doc: dict[str, Any]) -> str:
     events: list[tuple[float, str]] = []
     for phase, at in doc["phase_times"].items():
         events.append((datetime.fromisoformat(at).timestamp(), f"phase {phase}"))
+    for step, at in doc.get("step_times", {}).items():
+        events.append((datetime.fromisoformat(at).timestamp(), f"  {step}"))
     for member, acks in doc["producers"].items():
         for key, at in acks.items():
             if at:

@@ -89,6 +89,22 @@ def warn_on_error(what: str) -> Iterator[None]:
         print(f"WARNING: could not {what}: {exc!r}")
 
 
+def session_cpu_s(pid: int) -> float:
+    """CPU-seconds (user + system, every thread) of ``pid`` so far, and of every process of
+    its session if it leads one; NaN if it is gone (or /proc is missing)."""
+    if not Path(f"/proc/{pid}/stat").exists():
+        return math.nan
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # ended meanwhile
+            continue
+        if int(stat.parent.name) == pid or int(fields[3]) == pid:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 class Server:
     """A server in its own process, its output in ``log``; ready once ``/healthz`` answers."""
 
@@ -122,18 +138,8 @@ class Server:
 
     def cpu_seconds(self) -> float:
         """CPU time (user + system, all threads) used so far by the server and every process
-        of its session (the children of ``--processes N``); NaN where /proc is missing."""
-        if not Path(f"/proc/{self.pid}/stat").exists():
-            return math.nan
-        ticks = 0
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rpartition(")")[2].split()
-            except OSError:  # ended meanwhile
-                continue
-            if int(fields[3]) == self.pid:  # its session: started with start_new_session
-                ticks += int(fields[11]) + int(fields[12])
-        return ticks / os.sysconf("SC_CLK_TCK")
+        of its session (started with start_new_session: the children of ``--processes N``)."""
+        return session_cpu_s(self.pid)
 
     def settle(self, timeout_s: float = 30.0, busy: float = 0.05, window_s: float = 0.5) -> float:
         """Wait (bounded) until the server uses under ``busy`` of a core, so what an earlier

@@ -77,22 +77,6 @@ class Run:
         return 1000 * sum(self.cpu_s.values()) / ok if ok else math.nan
 
 
-def proc_cpu_s(pid: int) -> float:
-    """CPU-seconds (user + system, every thread) of ``pid`` so far, and of every process of
-    its session if it leads one (the children of ``--processes N``); NaN if it is gone."""
-    if not Path(f"/proc/{pid}").exists():
-        return math.nan
-    ticks = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:  # ended meanwhile
-            continue
-        if int(stat.parent.name) == pid or int(fields[3]) == pid:
-            ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
 def children_cpu_s() -> float:
     """CPU-seconds of this script's finished children (wrk, once waited for)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -127,10 +111,10 @@ class Peers:
         if warmup > 0:
             s.run_wrk(self.wrk, dataclasses.replace(spec, seconds=warmup), self.workdir)
         load = s.load_average()
-        before = {name: proc_cpu_s(pid) for name, pid in pids.items()}
+        before = {name: s.session_cpu_s(pid) for name, pid in pids.items()}
         wrk_before = children_cpu_s()
         result = s.run_wrk(self.wrk, spec, self.workdir)
-        cpu = {name: proc_cpu_s(pid) - before[name] for name, pid in pids.items()}
+        cpu = {name: s.session_cpu_s(pid) - before[name] for name, pid in pids.items()}
         cpu["wrk"] = children_cpu_s() - wrk_before
         (self.workdir / f"wrk-{s.slug(scenario)}.txt").write_text(result.raw)
         run = Run(scenario, result, load, cpu)
@@ -302,9 +286,9 @@ def delivery(peers: Peers, stack: Any) -> None:
     ours = deliver.Bench(args, endpoints, peers.workdir / "deliver-httpbus")
     ours.workdir.mkdir(parents=True, exist_ok=True)
     with ours.services():
-        broker_before = proc_cpu_s(stack.kafka_pid)
+        broker_before = s.session_cpu_s(stack.kafka_pid)
         ours.throughput("kafka", groups=0)
-        broker_s = proc_cpu_s(stack.kafka_pid) - broker_before  # produce and drain both
+        broker_s = s.session_cpu_s(stack.kafka_pid) - broker_before  # produce and drain both
         our_steady = _steady(ours.arrivals("kafka-ungrouped"))
     row = ours.rows[-1]
     # Hermes: produce through its frontend, then start the subscription.
@@ -327,14 +311,14 @@ def delivery(peers: Peers, stack: Any) -> None:
         accepted = sum(1 for code in statuses if code in (201, 202))
         load = s.load_average()
         pids = {"hermes consumers": stack.consumers_pid, **broker}
-        before = {name: proc_cpu_s(pid) for name, pid in pids.items()}
+        before = {name: s.session_cpu_s(pid) for name, pid in pids.items()}
         t0 = time.time()
         stack.activate(topic, "s1")
         deadline, got = time.monotonic() + max(120.0, n / 200), 0
         while time.monotonic() < deadline and got < accepted:
             got = int(httpx.get(f"{receiver.url}/count/hermes", timeout=10).text)
             time.sleep(0.05)
-        cpu = {name: proc_cpu_s(pid) - before[name] for name, pid in pids.items()}
+        cpu = {name: s.session_cpu_s(pid) - before[name] for name, pid in pids.items()}
         arrivals = httpx.get(f"{receiver.url}/dump/hermes", timeout=60).json()
     last = max(arrivals.values(), default=t0)
     rate = len(arrivals) / max(last - t0, 1e-6)

@@ -20,7 +20,7 @@ from core.errors import (
 )
 from core.model import Failover, Project, Segment, SegmentState, Subscription, Topic, utcnow
 from metastore.catalog import Catalog
-from segments.config import ClusterConfig, KafkaClusterConfig
+from segments.config import ClusterConfig, is_read_only
 from segments.protocol import SegmentStore
 
 from .api.schemas import SubscriptionCreate, TopicCreate
@@ -50,7 +50,7 @@ def rotate(
 def _first_storage_topic(config: ClusterConfig, cluster: str, body: TopicCreate) -> str | None:
     """The adopted topic of an external first segment (docs/migrating.md), or None for a new
     storage topic; 422 naming the field when the request and the cluster disagree."""
-    read_only = isinstance(config, KafkaClusterConfig) and config.read_only
+    read_only = is_read_only(config)
     if read_only == (body.external_topic is not None):
         return body.external_topic
     problem = (

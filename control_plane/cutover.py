@@ -34,13 +34,15 @@ from core.errors import (
     AlreadyExists,
     CutoverCommitted,
     HttpbusError,
+    MigrationInProgress,
     NotFound,
     StorageUnavailable,
     ValidationFailed,
     VersionConflict,
 )
-from core.model import SegmentState
+from core.model import SegmentState, Topic
 from metastore.catalog import Catalog
+from metastore.migrations import MigrationRecords
 from metastore.protocol import MetaStore
 from segments.audit import AuditSink
 from segments.config import ClusterConfig
@@ -107,6 +109,7 @@ class Cutovers:
         self.metastore = metastore
         self.catalog = catalog
         self.records = CutoverRecords(metastore)
+        self.migrations = MigrationRecords(metastore)
         self.coordinator: CutoverCoordinator | None = None  # this process's, once started
         self.clusters = clusters
         self.timeouts = timeouts
@@ -137,10 +140,8 @@ class Cutovers:
             raise NotFound(f"topic {project}/{topic} has no active segment")
         if from_segment is not None and found.produce_pointer.segment_id != from_segment:
             raise VersionConflict(f"{project}/{topic} no longer writes segment {from_segment}")
-        last = await self.records.get(project, topic)
-        # Never reuse an id, not even that of a cutover aborted before its segment existed.
-        target = max([s.id for s in found.segments] + [last[0].to_segment if last else 0]) + 1
-        storage = f"{self.prefix}.{project}.{topic}.s{target}.{uuid.uuid4().hex[:8]}"
+        await self.check_no_migration(project, topic)
+        target, storage = await self.next_segment(found)
         live = await self.metastore.members(PRODUCERS)
         out = begin(
             uuid.uuid4().hex[:12],
@@ -157,6 +158,24 @@ class Cutovers:
         )
         await self.records.create(out.state, found.version)
         return out.state
+
+    async def next_segment(self, found: Topic) -> tuple[int, str]:
+        """A new segment id of ``found`` and a fresh storage topic name for it. An id is
+        never reused, not even that of a cutover aborted before its segment existed."""
+        last = await self.records.get(found.project, found.name)
+        target = max([s.id for s in found.segments] + [last[0].to_segment if last else 0]) + 1
+        storage = f"{self.prefix}.{found.project}.{found.name}.s{target}.{uuid.uuid4().hex[:8]}"
+        return target, storage
+
+    async def check_no_migration(self, project: str, topic: str) -> None:
+        """A cutover of a topic in a verified migration's dual write is refused: the
+        migration's own switch moves it (core.migration)."""
+        found = await self.migrations.get(project, topic)
+        if found is not None and not found[0].finished:
+            raise MigrationInProgress(
+                f"topic {project}/{topic} is in migration {found[0].id} ({found[0].state}): "
+                "abandon it before a cutover"
+            )
 
     async def get(self, project: str, topic: str) -> Cutover:
         found = await self.records.get(project, topic)

@@ -100,6 +100,11 @@ class Segment(Model):
         max_length=500,
         description="why this segment was opened, when a failover opened it",
     )
+    dual_write: bool = Field(
+        default=False,
+        description="a verified migration's shadow segment: while it is PENDING, producers "
+        "write it instead of the external active segment (core.migration)",
+    )
 
     @property
     def finished(self) -> bool:
@@ -238,6 +243,14 @@ class Topic(TopicSettings):
     @property
     def active_segment(self) -> Segment | None:
         return self.segment(self.produce_pointer.segment_id) if self.produce_pointer else None
+
+    @property
+    def write_segment(self) -> Segment | None:
+        """Where producers write: the active segment, or during a verified migration's dual
+        write the PENDING shadow segment (``dual_write``), since the active one is external
+        and written by its legacy producers (core.migration)."""
+        shadow = (s for s in self.segments if s.dual_write and s.state is SegmentState.PENDING)
+        return next(shadow, None) or self.active_segment
 
 
 MAX_TIMEOUT_MS = 15 * 60 * 1000

@@ -7,6 +7,7 @@ The tree (relative to the store's root)::
     /projects/{p}/topics/{t}/segments/{id:010d}     Segment
     /projects/{p}/topics/{t}/produce-pointer        {"segment_id": n}; version = znode version
     /projects/{p}/topics/{t}/cutover                the topic's latest cutover (its state)
+    /projects/{p}/topics/{t}/migration              the topic's latest verified migration
     /projects/{p}/topics/{t}/schema                 SchemaState: latest version, active, mode
     /projects/{p}/topics/{t}/schema/{n:010d}        SchemaVersion n (written once)
     /projects/{p}/subscriptions/{s}                 Subscription (without consume pointer)
@@ -190,6 +191,10 @@ def unit_status(key: str) -> str:
 
 def cutover(p: str, t: str) -> str:
     return f"{topic(p, t)}/cutover"
+
+
+def migration(p: str, t: str) -> str:
+    return f"{topic(p, t)}/migration"
 
 
 def active_cutover(p: str, t: str) -> str:

@@ -1,0 +1,207 @@
+"""The verified migration's object and API (docs/migrating.md) on the embedded metastore,
+with an adopted topic over an embedded store (the external store wraps any store): validation
+answers stable codes, the dual write sends publishes to the shadow segment while the legacy
+topic stays untouched, abandon sends producers back to being refused, and the check's
+windows are stored bounded."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from control_plane.app import create_app as create_cp
+from control_plane.settings import ControlPlaneSettings
+from core.migration import MAX_IDS, MAX_WINDOWS, MigrationWindow
+from metastore.catalog import Catalog
+from metastore.embedded import EmbeddedMetaStore
+from metastore.migrations import MigrationRecords
+from producer_api.app import create_app as create_producer
+from producer_api.settings import ProducerSettings
+from segments.config import EmbeddedClusterConfig, KafkaClusterConfig
+from segments.embedded import create_store
+from segments.external import ExternalStore
+from segments.protocol import Record, SegmentStore
+from tests.support.until import until
+
+TOKEN = "test-admin-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+LEGACY = "legacy.orders"
+MIGRATION = "/v1/projects/shop/topics/orders/migration"
+PRODUCE = "/v1/projects/shop/topics/orders/produce"
+
+
+@dataclass
+class Env:
+    cp: httpx.AsyncClient
+    producer: httpx.AsyncClient
+    meta: EmbeddedMetaStore
+    legacy: SegmentStore  # the legacy topic's own store (its producers write it directly)
+    target: SegmentStore
+
+
+async def _client(stack: contextlib.AsyncExitStack, app: Any, base: str) -> httpx.AsyncClient:
+    await stack.enter_async_context(app.router.lifespan_context(app))
+    return await stack.enter_async_context(
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=base, headers=AUTH)
+    )
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
+    target_config = EmbeddedClusterConfig(path=str(tmp_path / "target.db"))
+    legacy_config = EmbeddedClusterConfig(path=str(tmp_path / "legacy.db"))
+    clusters: dict[str, Any] = {
+        "embedded": target_config,
+        # Declared read_only Kafka; its store here is the external view of an embedded one.
+        "legacy": KafkaClusterConfig(read_only=True, id_header="event-id"),
+    }
+    async with contextlib.AsyncExitStack() as stack:
+        meta = await stack.enter_async_context(EmbeddedMetaStore(str(tmp_path / "meta.db")))
+        target = await stack.enter_async_context(create_store(target_config))
+        legacy = await stack.enter_async_context(create_store(legacy_config))
+        await legacy.create_topic(LEGACY, 2, retention_ms=3_600_000)
+        stores = {"embedded": target, "legacy": ExternalStore(legacy, id_header="event-id")}
+        cp_settings = ControlPlaneSettings(admin_token=TOKEN, clusters=clusters, member_id="cp")
+        cp = await _client(stack, create_cp(cp_settings, metastore=meta, stores=stores), "http://c")
+        p_settings = ProducerSettings(admin_token=TOKEN, clusters=clusters, member_id="p")
+        app = create_producer(p_settings, metastore=meta, stores=stores)
+        producer = await _client(stack, app, "http://p")
+        assert (await cp.post("/v1/projects", json={"name": "shop"})).status_code == 201
+        body = {"name": "orders", "partitions": 2, "cluster": "legacy", "external_topic": LEGACY}
+        assert (await cp.post("/v1/projects/shop/topics", json=body)).status_code == 201
+        body = {"name": "plain", "partitions": 1}
+        assert (await cp.post("/v1/projects/shop/topics", json=body)).status_code == 201
+        yield Env(cp, producer, meta, legacy, target)
+
+
+def _error(r: httpx.Response, status: int, code: str, *words: str) -> None:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["code"] == code, body
+    assert all(w in body["message"] for w in words), body
+
+
+async def test_start_validates_with_stable_codes(env: Env) -> None:
+    r = await env.cp.post(MIGRATION, json={"cluster": "nowhere"})
+    _error(r, 422, "validation_failed", "cluster", "unknown", "embedded")
+    r = await env.cp.post(MIGRATION, json={"cluster": "legacy"})
+    _error(r, 422, "validation_failed", "cluster", "read_only")
+    r = await env.cp.post(MIGRATION.replace("orders", "plain"), json={"cluster": "embedded"})
+    _error(r, 422, "validation_failed", "external", "topic migrate")
+    r = await env.cp.post(MIGRATION.replace("orders", "absent"), json={"cluster": "embedded"})
+    _error(r, 404, "not_found", "absent")
+    for bad in (
+        {"cluster": "embedded", "window": "soon"},
+        {"cluster": "embedded", "window": "0s"},
+        {"cluster": "embedded", "window": "1m", "session_gap": "2m"},
+        {"cluster": "embedded", "guard": "99d"},
+        {"cluster": "embedded", "clean_windows": 0},
+        {"cluster": "embedded", "partitions": 0},
+        {"cluster": "embedded", "surprise": 1},
+    ):
+        r = await env.cp.post(MIGRATION, json=bad)
+        assert r.status_code == 422 and r.json()["code"] == "validation_failed", (bad, r.text)
+    _error(await env.cp.get(MIGRATION), 404, "not_found", "no migration")
+    _error(await env.cp.delete(MIGRATION), 404, "not_found", "no migration")
+
+
+async def test_dual_write_goes_to_the_shadow_segment_until_abandoned(env: Env) -> None:
+    await env.legacy.produce(LEGACY, Record(b"before", headers=(("event-id", b"e0"),)))
+    _error(await env.producer.post(PRODUCE, content=b"x"), 422, "validation_failed", "external")
+    body = {"cluster": "embedded", "window": "10s", "session_gap": "2s", "clean_windows": 2}
+    r = await env.cp.post(MIGRATION, json=body)
+    assert r.status_code == 201, r.text
+    started = r.json()
+    assert started["state"] == "dual_write" and started["shadow_segment"] == 2
+    assert (started["window_s"], started["session_gap_s"], started["clean_windows"]) == (10, 2, 2)
+    assert started["partitions"] == 2 and started["guard_s"] == 3_600
+    assert sum(started["legacy_start"].values()) == 1  # the legacy side is read from here
+    # A second migration, or a cutover, waits for this one.
+    _error(await env.cp.post(MIGRATION, json=body), 409, "migration_in_progress", "abandon")
+    r = await env.cp.post(
+        "/v1/projects/shop/topics/orders/cutover", json={"cluster": "embedded", "partitions": 1}
+    )
+    _error(r, 409, "migration_in_progress", "abandon")
+
+    catalog = Catalog(env.meta)
+    topic = await catalog.get_topic("shop", "orders")
+    shadow = topic.segment(2)
+    assert shadow is not None and shadow.dual_write and shadow.state.value == "pending"
+    assert topic.produce_pointer is not None and topic.produce_pointer.segment_id == 1
+
+    async def published() -> bool:
+        r = await env.producer.post(PRODUCE, content=b"dual", headers={"X-Message-Id": "e1"})
+        return r.status_code in (200, 201, 202)
+
+    await until(published, 10, "the producer writes the shadow segment")
+    stored = [m for p in range(2) for m in await env.target.read(shadow.storage_topic, p, 0)]
+    assert stored and {m.value for m in stored} == {b"dual"}
+    legacy = [m for p in range(2) for m in await env.legacy.read(LEGACY, p, 0, timeout=0.1)]
+    assert [m.value for m in legacy] == [b"before"]  # httpbus never wrote the legacy topic
+
+    r = await env.cp.delete(MIGRATION)
+    assert r.status_code == 200 and r.json()["state"] == "abandoned", r.text
+    assert (await env.cp.delete(MIGRATION)).json()["state"] == "abandoned"  # idempotent
+    assert await env.target.partitions(shadow.storage_topic) is None  # its storage dropped
+
+    async def refused() -> bool:
+        r = await env.producer.post(PRODUCE, content=b"late")
+        return r.status_code == 422 and "external" in r.json()["message"]
+
+    await until(refused, 10, "producers are refused again")
+    after = (await catalog.get_topic("shop", "orders")).segment(2)
+    assert after is not None and not after.dual_write  # the id stays taken
+    again = await env.cp.post(MIGRATION, json=body)
+    assert again.status_code == 201 and again.json()["shadow_segment"] == 3, again.text
+
+
+def _window(i: int, *, closed: bool = True, missing: int = 0) -> MigrationWindow:
+    ids = [f"m{i}-{n}" for n in range(missing)]
+    return MigrationWindow(
+        start_ms=i * 1_000,
+        end_ms=(i + 1) * 1_000,
+        matched=5,
+        late=0,
+        missing_in_bus=missing,
+        missing_in_legacy=0,
+        duplicates=0,
+        closed=closed,
+        missing_in_bus_ids=ids,
+    )
+
+
+async def test_check_rounds_are_stored_bounded_and_closed_verdicts_kept(env: Env) -> None:
+    r = await env.cp.post(MIGRATION, json={"cluster": "embedded", "clean_windows": 2})
+    assert r.status_code == 201, r.text
+    records = MigrationRecords(env.meta)
+
+    def now() -> datetime:
+        return datetime.now(UTC)
+
+    await records.record_check("shop", "orders", [_window(0), _window(1, closed=False)], now)
+    # The next round saw window 0 differently (a late read): its closed verdict stands; the
+    # open window 1 takes the new one, dirty, with its ids capped.
+    fresh = [_window(0, missing=1), _window(1, missing=MAX_IDS + 5), _window(2), _window(3)]
+    await records.record_check("shop", "orders", fresh, now)
+    shown = (await env.cp.get(MIGRATION)).json()
+    first, second = shown["windows"][:2]
+    assert first["clean"] and first["missing_in_bus"] == 0
+    assert not second["clean"] and second["missing_in_bus"] == MAX_IDS + 5
+    assert len(second["missing_in_bus_ids"]) == MAX_IDS
+    assert shown["clean_streak"] == 2 and shown["checked_at"] is not None
+    # The batch re-run judges every window again.
+    await records.record_check("shop", "orders", [_window(0, missing=1)], now, rerun=True)
+    shown = (await env.cp.get(MIGRATION)).json()
+    assert [w["missing_in_bus_ids"] for w in shown["windows"]] == [["m0-0"]]
+    many = [_window(i) for i in range(MAX_WINDOWS + 30)]
+    await records.record_check("shop", "orders", many, now, rerun=True)
+    shown = (await env.cp.get(MIGRATION)).json()
+    assert len(shown["windows"]) == MAX_WINDOWS
+    assert shown["windows"][0]["start_ms"] == 30_000  # the newest ones are kept

@@ -80,6 +80,8 @@ from segments.protocol import SegmentStore
 from .cutover_actions import CutoverActions
 from .failover import FailoverMonitor
 from .leader import LeaderElection
+from .migration_monitor import MigrationMonitor
+from .migration_starts import MigrationStarts
 from .retire import retire_segments
 from .settings import ControlPlaneSettings
 
@@ -125,10 +127,14 @@ class Cutovers:
         *,
         failover: str | None = None,
         from_segment: int | None = None,
+        migration: str | None = None,
+        onto: tuple[int, str] | None = None,
     ) -> Cutover:
         """Begin a cutover of ``project/topic`` to a fresh segment on ``cluster``; with
         ``failover`` (its reason), an emergency one of segment ``from_segment`` (a
-        ``VersionConflict`` if the pointer left it meanwhile)."""
+        ``VersionConflict`` if the pointer left it meanwhile). A verified migration's
+        ``switch`` or ``rollback`` (``migration``) names its new segment's id and storage
+        topic (``onto``: the shadow segment, or the legacy topic again)."""
         if cluster not in self.clusters:
             raise ValidationFailed(
                 f"cluster: unknown storage cluster {cluster!r}; configured: "
@@ -140,8 +146,9 @@ class Cutovers:
             raise NotFound(f"topic {project}/{topic} has no active segment")
         if from_segment is not None and found.produce_pointer.segment_id != from_segment:
             raise VersionConflict(f"{project}/{topic} no longer writes segment {from_segment}")
-        await self.check_no_migration(project, topic)
-        target, storage = await self.next_segment(found)
+        if migration is None:
+            await self.check_no_migration(project, topic)
+        target, storage = onto or await self.next_segment(found)
         live = await self.metastore.members(PRODUCERS)
         out = begin(
             uuid.uuid4().hex[:12],
@@ -155,6 +162,7 @@ class Cutovers:
             live=live,
             clock=Clock(self.now(), self.timeouts),
             failover=failover,
+            migration=migration,
         )
         await self.records.create(out.state, found.version)
         return out.state
@@ -215,13 +223,16 @@ class CutoverCoordinator(LeaderElection):
         interval_s: float = 0.2,
         retire_interval_s: float = 300.0,
         monitor: FailoverMonitor | None = None,
+        migrations: MigrationMonitor | None = None,
     ) -> None:
         super().__init__(cutovers.metastore, ROLE, member_id)
         self.monitor = monitor  # automatic failover, run while this process leads
+        self.migrations = migrations  # verified migrations' switch and rollback, likewise
         self.cutovers = cutovers
         self.records = cutovers.records
+        starts = MigrationStarts(cutovers.migrations, stores, cutovers.now)
         self.actions = CutoverActions(
-            cutovers.catalog, stores, cutovers.records, cutovers.now, cutovers.clusters
+            cutovers.catalog, stores, cutovers.records, cutovers.now, cutovers.clusters, starts
         )
         self.interval_s = interval_s
         self.retire_interval_s = retire_interval_s
@@ -236,7 +247,8 @@ class CutoverCoordinator(LeaderElection):
     async def lead(self, lost: asyncio.Event) -> None:
         """Drive every active cutover until the leadership is lost."""
         next_retire = 0.0
-        watching = None if self.monitor is None else asyncio.create_task(self.monitor.run(lost))
+        monitors = [m for m in (self.monitor, self.migrations) if m is not None]
+        watching = [asyncio.create_task(m.run(lost)) for m in monitors]
         try:
             while not lost.is_set():
                 if time.monotonic() >= next_retire:
@@ -256,8 +268,7 @@ class CutoverCoordinator(LeaderElection):
                         await lost.wait()
         finally:
             drivers, self._drivers = list(self._drivers.values()), {}
-            if watching is not None:
-                drivers.append(watching)
+            drivers.extend(watching)
             for task in drivers:
                 task.cancel()
             await asyncio.gather(*drivers, return_exceptions=True)
@@ -432,6 +443,7 @@ async def open_cutovers(
         settings.member_id,
         retire_interval_s=settings.segment_retire_interval_s,
         monitor=monitor,
+        migrations=MigrationMonitor(cutovers),
     )
     await stack.enter_async_context(coordinator)
     cutovers.coordinator = coordinator

@@ -85,12 +85,16 @@ async def plan_segment(
     *,
     since_ms: int | None = None,
     starts: Mapping[int, int] | None = None,
+    live: bool = False,
 ) -> SegmentPlan:
     """One segment's plan; ``starts`` (per partition) moves the ranges' starts up to them
-    (a verified migration reads the legacy side from where it began)."""
+    (a verified migration reads the legacy side from where it began), ``live`` reads up to
+    the store's ends now even if the segment was sealed (the legacy side after a switch)."""
     config = clusters.get(seg.cluster)
     if config is None or seg.cluster not in stores:
         raise ValidationFailed(f"segment {seg.id} is on cluster {seg.cluster!r}: not configured")
+    if live:
+        seg = seg.model_copy(update={"end_positions": None, "start_positions": None})
     ranges = await _ranges(stores[seg.cluster], seg, since_ms)
     if starts is not None:
         ranges = {
@@ -122,6 +126,7 @@ async def _ranges(
         start = 0
         if since_ms is not None and end > 0:
             start = await store.position_at(seg.storage_topic, partition, since_ms)
+        start = max(start, seg.start_of(partition))  # a migration's switch or rollback
         ranges[partition] = PositionRange(start=min(start, end), end=end)
     return ranges
 

@@ -59,8 +59,12 @@ async def plan_sides(
     external, shadow = t.segment(migration.external_segment), t.segment(migration.shadow_segment)
     if external is None or shadow is None:
         raise NotFound(f"a segment of migration {migration.id} of {project}/{topic} is gone")
-    legacy = await plan_segment(clusters, stores, external, starts=migration.legacy_start)
-    bus = await plan_segment(clusters, stores, shadow)
+    # Both sides whole: the legacy topic past the switch's seal (dual writes go on during
+    # the guard period) and the shadow segment from 0, whatever its readers skip.
+    legacy = await plan_segment(
+        clusters, stores, external, starts=migration.legacy_start, live=True
+    )
+    bus = await plan_segment(clusters, stores, shadow, live=True)
     return Sides(
         migration,
         TimelinePlan(project=project, topic=topic, segments=[legacy]),

@@ -17,6 +17,7 @@ from datetime import datetime
 from core.errors import (
     CutoverInProgress,
     HttpbusError,
+    MigrationInProgress,
     NotFound,
     ValidationFailed,
     VersionConflict,
@@ -162,7 +163,8 @@ class Migrations:
     async def abandon(self, project: str, topic: str) -> Migration:
         """End the dual write: the shadow segment stays PENDING without ``dual_write`` (its
         id is never reused) and its storage is deleted; producers are refused again, the
-        legacy producers go on as before. A finished migration is returned as it is."""
+        legacy producers go on as before. A finished migration is returned as it is; one
+        past its switch is refused (409)."""
         for _ in range(_CAS_RETRIES):
             found = await self.records.get(project, topic)
             if found is None:
@@ -170,6 +172,12 @@ class Migrations:
             migration, version = found
             if migration.finished:
                 return migration
+            if migration.state is not MigrationState.DUAL_WRITE:
+                raise MigrationInProgress(
+                    f"migration {migration.id} of {project}/{topic} is {migration.state}: "
+                    "past the switch it cannot be abandoned (a dirty window within the "
+                    "guard period rolls it back)"
+                )
             shadow = await self.catalog.get_segment(project, topic, migration.shadow_segment)
             ended = migration.model_copy(
                 update={"state": MigrationState.ABANDONED, "updated_at": self.now()}

@@ -7,9 +7,18 @@ gets a migration: an httpbus-owned **shadow segment** on a target cluster, writt
 windows and stores the reports here; the switch to the shadow segment waits for
 ``clean_windows`` closed clean windows in a row.
 
-States: ``dual_write`` until an operator abandons it (``abandoned``: the shadow segment is
-retired, producers go back to being refused). The automatic switch, its guard period and the
-rollback are not built yet (docs/migrating.md says what an operator does meanwhile).
+States (the control plane's leader moves them, ``control_plane.migration_monitor``)::
+
+    dual_write ──(N clean windows)──▶ switching ──(cutover committed)──▶ guard
+        │  ▲                            │ (cutover failed: back)            │
+        │  └────────────────────────────┘      (guard over, clean)──────────┼──▶ completed
+        └──(abandon)──▶ abandoned       rolled_back ◀──(cutover)── rolling_back ◀──(dirty window)
+
+The switch is a coordinated cutover whose new segment is the shadow segment; the external
+one is sealed logically at its ends then (``switch_ends``), and readers begin the shadow
+segment after what the legacy side carried up to them (``Segment.start_positions``). A dirty
+closed window within ``guard_s`` after the switch rolls back: a cutover to a new external
+segment on the same legacy topic, starting where the bus side first lost a message.
 """
 
 from __future__ import annotations
@@ -31,10 +40,26 @@ class MigrationState(StrEnum):
     """Where a migration is (see the module doc)."""
 
     DUAL_WRITE = "dual_write"
+    SWITCHING = "switching"
+    GUARD = "guard"
+    ROLLING_BACK = "rolling_back"
+    COMPLETED = "completed"
+    ROLLED_BACK = "rolled_back"
     ABANDONED = "abandoned"
 
 
-FINISHED = frozenset({MigrationState.ABANDONED})
+FINISHED = frozenset(
+    {MigrationState.COMPLETED, MigrationState.ROLLED_BACK, MigrationState.ABANDONED}
+)
+
+
+class Move(StrEnum):
+    """What the leader does next about a migration (:func:`next_move`)."""
+
+    NONE = "none"
+    SWITCH = "switch"
+    ROLLBACK = "rollback"
+    COMPLETE = "complete"
 
 
 class MigrationWindow(Model):
@@ -122,6 +147,29 @@ class Migration(Model):
     checked_at: datetime | None = Field(default=None, description="the last check round")
     windows: tuple[MigrationWindow, ...] = ()
     reason: str | None = Field(default=None, max_length=2_000)
+    cutover_id: str | None = Field(default=None, description="the switch's or rollback's")
+    switched_at: datetime | None = Field(default=None, description="when E was recorded")
+    switch_ends: dict[int, int] | None = Field(
+        default=None, description="E: the external segment's ends at the switch"
+    )
+    shadow_starts: dict[int, int] | None = Field(
+        default=None, description="where readers begin the shadow segment after the switch"
+    )
+    switch_duplicates: int | None = Field(
+        default=None,
+        description="messages the switch delivers a second time (module doc of "
+        "control_plane.migration_starts)",
+    )
+    rollback_segment: int | None = Field(default=None, description="the new external segment")
+    rollback_starts: dict[int, int] | None = Field(
+        default=None, description="where readers begin the legacy topic again after a rollback"
+    )
+    rollback_duplicates: int | None = Field(
+        default=None,
+        description="messages the rollback delivers a second time (read from the legacy topic "
+        "after the first loss, though the shadow segment delivered them already)",
+    )
+    finished_at: datetime | None = None
 
     @property
     def streak(self) -> int:
@@ -131,3 +179,39 @@ class Migration(Model):
     @property
     def finished(self) -> bool:
         return self.state in FINISHED
+
+
+def _ms(at: datetime) -> int:
+    return int(at.timestamp() * 1000)
+
+
+def dirty_in_guard(m: Migration) -> MigrationWindow | None:
+    """The first closed dirty window overlapping the guard period after the switch."""
+    if m.switched_at is None:
+        return None
+    start, end = _ms(m.switched_at), _ms(m.switched_at) + m.guard_s * 1000
+    return next(
+        (
+            w
+            for w in m.windows
+            if w.closed and not w.clean and w.end_ms > start and w.start_ms < end
+        ),
+        None,
+    )
+
+
+def next_move(m: Migration) -> Move:
+    """What the leader does next (the facts are the stored windows, the decision is here):
+    switch after ``clean_windows`` closed clean windows in a row; within the guard period
+    roll back on a dirty window; complete once a check ran after every window of the guard
+    period could close (its end, a window and the gap) with none dirty."""
+    if m.state is MigrationState.DUAL_WRITE and m.streak >= m.clean_windows:
+        return Move.SWITCH
+    if m.state is not MigrationState.GUARD or m.switched_at is None:
+        return Move.NONE
+    if dirty_in_guard(m) is not None:
+        return Move.ROLLBACK
+    settled = _ms(m.switched_at) + (m.guard_s + m.window_s + m.session_gap_s) * 1000
+    if m.checked_at is not None and _ms(m.checked_at) >= settled:
+        return Move.COMPLETE
+    return Move.NONE

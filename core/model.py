@@ -100,11 +100,21 @@ class Segment(Model):
         max_length=500,
         description="why this segment was opened, when a failover opened it",
     )
+    start_positions: dict[int, int] | None = Field(
+        default=None,
+        description="per partition, where readers begin in this segment (a verified "
+        "migration's switch or rollback: what lies before was delivered from the other side); "
+        "none: at 0",
+    )
     dual_write: bool = Field(
         default=False,
         description="a verified migration's shadow segment: while it is PENDING, producers "
         "write it instead of the external active segment (core.migration)",
     )
+
+    def start_of(self, partition: int) -> int:
+        """Where readers begin in ``partition`` (``start_positions``, else 0)."""
+        return (self.start_positions or {}).get(partition, 0)
 
     @property
     def finished(self) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Any
 
 from core.errors import AlreadyExists, MigrationInProgress, NotFound, VersionConflict
 from core.migration import Migration, MigrationWindow, merge_windows
@@ -70,6 +71,8 @@ class MigrationRecords:
             Create(paths.segment(p, t, shadow.id), shadow.model_dump_json().encode()),
             doc,
         ]
+        if await self.store.get(paths.active_migration(p, t)) is None:
+            ops.append(Create(paths.active_migration(p, t), b""))
         try:
             await self.store.transaction(ops)
         except (AlreadyExists, VersionConflict):
@@ -104,6 +107,30 @@ class MigrationRecords:
                 Update(paths.topic(p, t), topic_node.data, topic_node.version),
             ]
         )
+        await self.finish(p, t)
+
+    async def change(self, project: str, topic: str, changes: dict[str, Any]) -> Migration:
+        """The migration with ``changes`` applied to it as it is now (a compare-and-set,
+        retried on a conflict: the check stores windows on the same document)."""
+        for _ in range(_CAS_RETRIES):
+            found = await self.get(project, topic)
+            if found is None:
+                raise NotFound(f"topic {project}/{topic} has had no migration")
+            changed = Migration.model_validate({**found[0].model_dump(), **changes})
+            with contextlib.suppress(VersionConflict):
+                await self.put(changed, found[1])
+                return changed
+        raise VersionConflict(f"migration of {project}/{topic} keeps changing; try again")
+
+    async def active(self) -> list[tuple[str, str]]:
+        """``(project, topic)`` of every migration the leader still drives."""
+        names = await self.store.children(paths.ACTIVE_MIGRATIONS)
+        return [(n.split(":", 1)[0], n.split(":", 1)[1]) for n in names]
+
+    async def finish(self, project: str, topic: str) -> None:
+        """Unmark a migration that needs nothing more."""
+        with contextlib.suppress(NotFound):
+            await self.store.delete(paths.active_migration(project, topic))
 
     async def record_check(
         self,

@@ -205,3 +205,10 @@ async def test_check_rounds_are_stored_bounded_and_closed_verdicts_kept(env: Env
     shown = (await env.cp.get(MIGRATION)).json()
     assert len(shown["windows"]) == MAX_WINDOWS
     assert shown["windows"][0]["start_ms"] == 30_000  # the newest ones are kept
+
+
+async def test_past_the_switch_it_cannot_be_abandoned(env: Env) -> None:
+    r = await env.cp.post(MIGRATION, json={"cluster": "embedded"})
+    assert r.status_code == 201, r.text
+    await MigrationRecords(env.meta).change("shop", "orders", {"state": "guard"})
+    _error(await env.cp.delete(MIGRATION), 409, "migration_in_progress", "guard", "rolls")

@@ -51,6 +51,19 @@ class MigrationView(BaseModel):
     updated_at: datetime
     checked_at: datetime | None
     reason: str | None
+    cutover_id: str | None = Field(description="the switch's or the rollback's cutover")
+    switched_at: datetime | None
+    switch_ends: dict[int, int] | None = Field(description="E: the external segment's ends")
+    shadow_starts: dict[int, int] | None = Field(
+        description="where readers begin the shadow segment after the switch"
+    )
+    switch_duplicates: int | None = Field(description="messages the switch delivers twice")
+    rollback_segment: int | None
+    rollback_starts: dict[int, int] | None = Field(
+        description="where readers begin the legacy topic again after a rollback"
+    )
+    rollback_duplicates: int | None = Field(description="messages the rollback delivers twice")
+    finished_at: datetime | None
     clean_streak: int = Field(description="closed clean windows in a row at the end")
     windows: list[WindowView] = Field(description="oldest first, the newest 200 at most")
 

@@ -1,4 +1,4 @@
-"""The window check of a verified migration (issue 23, item 4; the first piece of it).
+"""The window check of a verified migration (issue 23, item 4; docs/migrating.md).
 
 During a dual-write period the legacy producers write the external segment and the producers
 that moved publish through httpbus, both with the same ids. This job compares the two sides
@@ -17,7 +17,8 @@ that moved publish through httpbus, both with the same ids. This job compares th
 :func:`clean_streak` (:mod:`core.migration`, with the window model) counts the closed clean
 windows at the end of the list: the switch waits for N of them. Ids of each finding are
 listed up to ``max_ids`` per window (counts are exact). :mod:`spark.migration_job` runs this
-over a migration's two segments; what is not built yet is listed in docs/migrating.md.
+over a migration's two segments, and the control plane's leader switches or rolls back on the
+stored windows (``control_plane.migration_monitor``).
 """
 
 from __future__ import annotations

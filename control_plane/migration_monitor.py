@@ -83,7 +83,14 @@ class MigrationMonitor:
         await self.records.finish(m.project, m.topic)
 
     async def _switch(self, m: Migration) -> None:
-        shadow = await self.cutovers.catalog.get_segment(m.project, m.topic, m.shadow_segment)
+        topic = await self.cutovers.catalog.get_topic(m.project, m.topic)
+        shadow = topic.segment(m.shadow_segment)
+        if shadow is None:
+            raise NotFound(f"segment {m.shadow_segment} of {m.project}/{m.topic}")
+        if topic.produce_pointer is not None and topic.produce_pointer.segment_id == shadow.id:
+            # A leader died between starting the switch and recording it: it committed.
+            await self._change(m, {"state": MigrationState.GUARD})
+            return
         try:
             cutover = await self.cutovers.start(
                 m.project,

@@ -29,7 +29,8 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from .model import Model, Name, Partitions, utcnow
+from .model import Model, Partitions, utcnow
+from .names import Name
 
 MAX_WINDOWS = 200  # stored per migration: the newest ones
 MAX_IDS = 20  # ids stored per finding and window (the counts are exact); a ZooKeeper node

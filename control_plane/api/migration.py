@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request, status
 from pydantic import BaseModel, Field
 
-from core.migration import Migration, MigrationState, MigrationWindow
+from core.migration import Migration, MigrationState
 
 from ..migrations import Migrations
 from .auth import OWNER, VIEWER
@@ -27,7 +27,20 @@ def _migrations(request: Request) -> Migrations:
 MigrationsDep = Annotated[Migrations, Depends(_migrations)]
 
 
-class WindowView(MigrationWindow):
+class WindowView(BaseModel):
+    """One tumbling window of the check (``core.migration.MigrationWindow``) and its verdict."""
+
+    start_ms: int
+    end_ms: int
+    matched: int
+    late: int
+    missing_in_bus: int
+    missing_in_legacy: int
+    duplicates: int
+    closed: bool
+    missing_in_bus_ids: list[str] = Field(description="the first 20")
+    missing_in_legacy_ids: list[str] = Field(description="the first 20")
+    late_ids: list[str] = Field(description="the first 20")
     clean: bool = Field(description="closed, nothing missing on either side, nothing late")
 
 

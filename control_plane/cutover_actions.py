@@ -71,7 +71,11 @@ class CutoverActions:
         await self.catalog.add_segment(state.project, state.topic, segment)
 
     async def drop_target(self, state: Cutover) -> None:
-        """Delete the target's storage; its PENDING record stays (ids are never reused)."""
+        """Delete the target's storage; its PENDING record stays (ids are never reused).
+        A migration's switch keeps it: the target is the shadow segment, still dual-written
+        (and a rollback's target is the legacy topic, which is never deleted)."""
+        if state.migration is not None:
+            return
         try:
             await self._store(state.cluster).delete_topic(state.storage_topic)
         except NotFound:

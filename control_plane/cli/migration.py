@@ -55,7 +55,7 @@ def summary(m: dict[str, Any]) -> str:
 
 
 def _at(ms: int) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000))
+    return time.strftime("%m-%dT%H:%M:%S", time.gmtime(ms / 1000))
 
 
 def print_migration(m: dict[str, Any], last: int = 20) -> None:
@@ -82,8 +82,7 @@ def print_migration(m: dict[str, Any], last: int = 20) -> None:
         )
         for w in m["windows"][-last:]
     ]
-    columns = ("window (UTC)", "matched", "missing in bus", "missing in legacy", "late",
-               "duplicates", "verdict", "missing ids (first 5)")  # fmt: skip
+    columns = ("window UTC", "matched", "no bus", "no legacy", "late", "dup", "verdict", "missing")
     table(f"windows (newest {last})", columns, rows)
 
 

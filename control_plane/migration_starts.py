@@ -11,7 +11,12 @@ the last shadow message whose id the legacy side carried up to E (those were del
 the legacy side), but never after a shadow message the legacy side did not carry up to E:
 with legacy producers slower than ours a message can sit in the shadow segment before a
 matched one while its legacy copy lies after E, and starting past it would lose it. Matched
-messages at or after the start are delivered twice; they are counted (``switch_duplicates``).
+messages at or after the start are delivered twice, and so are the dual writes in flight at
+the switch (legacy copy up to E, httpbus copy stored after the switch): both are counted, the
+second as an upper bound (``switch_duplicates``). So are the legacy records written between
+the fence (E) and the commit: a worker reading the external segment may deliver them before
+it sees the seal (the seal is logical; the time between is this computation), counted as
+the legacy ends just before the commit minus E.
 
 **Rollback** (new segment: the legacy topic again). Per legacy partition, from E: the first
 message whose id the shadow segment does not carry (the first loss), else the legacy end at
@@ -156,11 +161,27 @@ class MigrationStarts:
         since = int(at.timestamp() * 1000) - self._lookback_ms(m)
         # The legacy tail reaches a lookback further back: a shadow message near the start
         # of its tail may have its legacy copy up to a gap earlier.
-        legacy, _ = await tail(self._store(external), external, since - self._lookback_ms(m), ends)
+        legacy_store = self._store(external)
+        legacy, _ = await tail(legacy_store, external, since - self._lookback_ms(m), ends)
         shadow_store = self._store(shadow)
         shadow_ends = await shadow_store.end_positions(shadow.storage_topic)
         located, floors = await tail(shadow_store, shadow, since, shadow_ends)
         starts, duplicates = switch_starts(located, {mid for _, _, mid in legacy}, floors)
+        # Dual writes in flight: recent legacy messages up to E whose httpbus copy is not
+        # stored yet (held by the switch, say) arrive in the shadow segment after its start
+        # and are delivered a second time (or never arrive: a loss the check reports).
+        recent = {
+            p: await legacy_store.position_at(external.storage_topic, p, since)
+            for p in range(external.partitions)
+        }
+        shadow_ids = {mid for _, _, mid in located}
+        in_flight = {mid for p, pos, mid in legacy if pos >= recent[p]} - shadow_ids
+        duplicates += len(in_flight)
+        # Legacy records past E written before the commit: a worker reading the external
+        # segment may deliver them before it sees the seal (delivery_workers/reading.py),
+        # and their shadow copies again (read last, just before the commit transaction).
+        now_ends = await legacy_store.end_positions(external.storage_topic)
+        duplicates += sum(max(0, now_ends.get(p, 0) - e) for p, e in ends.items())
         changes = {
             "switched_at": at,
             "switch_ends": dict(ends),

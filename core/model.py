@@ -257,9 +257,13 @@ class Topic(TopicSettings):
     @property
     def write_segment(self) -> Segment | None:
         """Where producers write: the active segment, or during a verified migration's dual
-        write the PENDING shadow segment (``dual_write``), since the active one is external
-        and written by its legacy producers (core.migration)."""
-        shadow = (s for s in self.segments if s.dual_write and s.state is SegmentState.PENDING)
+        write the shadow segment (``dual_write``), since the active one is external and
+        written by its legacy producers (core.migration). The shadow segment is chosen while
+        it is PENDING or ACTIVE, not only once the pointer names it: a topic read across the
+        switch's commit (segments after it, pointer before) must not send a write to the
+        external segment (refused) instead."""
+        open_ = (SegmentState.PENDING, SegmentState.ACTIVE)
+        shadow = (s for s in self.segments if s.dual_write and s.state in open_)
         return next(shadow, None) or self.active_segment
 
 

@@ -44,6 +44,7 @@ class Load:
         self.producer = producer
         self.written: list[str] = []  # to the legacy topic, acknowledged
         self.skip_bus: set[str] = set()  # planted: never written through httpbus
+        self.refused: list[str] = []  # 422: after the rollback, the legacy side alone
         self.n = 0
 
     def _legacy(self, mid: str) -> None:
@@ -61,6 +62,8 @@ class Load:
             )
             if r.status_code != 503:
                 assert r.status_code in (200, 201, 202, 422), r.text
+                if r.status_code == 422:
+                    self.refused.append(mid)
                 return
             await asyncio.sleep(0.1)
         raise AssertionError(f"{mid}: httpbus kept answering 503")

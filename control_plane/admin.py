@@ -64,6 +64,17 @@ def _first_storage_topic(config: ClusterConfig, cluster: str, body: TopicCreate)
     )
 
 
+async def drop_storage(store: SegmentStore, storage_topic: str) -> None:
+    """Delete a storage topic whose metadata is gone or never came to be: the metadata is
+    the truth, so a failure leaves an orphan that is only logged."""
+    try:
+        await store.delete_topic(storage_topic)
+    except NotFound:
+        pass
+    except HttpbusError as exc:
+        log.warning("could not delete storage topic %s: %s", storage_topic, exc)
+
+
 class Admin:
     """Topics and subscriptions on top of the catalog and the storage clusters."""
 
@@ -145,12 +156,7 @@ class Admin:
                 await self._drop_storage(store, segment.storage_topic)
 
     async def _drop_storage(self, store: SegmentStore, storage_topic: str) -> None:
-        try:
-            await store.delete_topic(storage_topic)
-        except NotFound:
-            pass
-        except HttpbusError as exc:  # metadata is the truth; an orphan is only logged
-            log.warning("could not delete storage topic %s: %s", storage_topic, exc)
+        await drop_storage(store, storage_topic)
 
     def check_endpoint(self, sub: Subscription) -> None:
         """422 naming ``endpoint.url`` if the endpoint policy refuses the URL as written."""

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import CutoverInProgress, HttpbusError, NotFound
 from core.migration import Migration, MigrationState, Move, dirty_in_guard, next_move
+from core.model import Segment
 from metastore.migrations import MigrationRecords
-from segments.cutover.machine import UNDONE
+from segments.cutover.machine import UNDONE, Cutover
 
 if TYPE_CHECKING:
     from .cutover import Cutovers
@@ -91,17 +92,8 @@ class MigrationMonitor:
             # A leader died between starting the switch and recording it: it committed.
             await self._change(m, {"state": MigrationState.GUARD})
             return
-        try:
-            cutover = await self.cutovers.start(
-                m.project,
-                m.topic,
-                m.cluster,
-                m.partitions,
-                migration="switch",
-                onto=(shadow.id, shadow.storage_topic),
-            )
-        except CutoverInProgress as exc:
-            log.info("migration %s waits to switch: %s", m.id, exc)
+        cutover = await self._start(m, shadow, (shadow.id, shadow.storage_topic), "switch")
+        if cutover is None:
             return
         log.info("migration %s of %s/%s: %s clean windows, switching (cutover %s)",
                  m.id, m.project, m.topic, m.streak, cutover.id)  # fmt: skip
@@ -113,17 +105,8 @@ class MigrationMonitor:
         if external is None:
             raise NotFound(f"segment {m.external_segment} of {m.project}/{m.topic}")
         target, _ = await self.cutovers.next_segment(topic)
-        try:
-            cutover = await self.cutovers.start(
-                m.project,
-                m.topic,
-                external.cluster,
-                external.partitions,
-                migration="rollback",
-                onto=(target, external.storage_topic),
-            )
-        except CutoverInProgress as exc:
-            log.info("migration %s waits to roll back: %s", m.id, exc)
+        cutover = await self._start(m, external, (target, external.storage_topic), "rollback")
+        if cutover is None:
             return
         dirty = dirty_in_guard(m)
         reason = None if dirty is None else _why(dirty.start_ms, dirty.missing_in_bus_ids)
@@ -138,6 +121,19 @@ class MigrationMonitor:
                 "reason": reason,
             },
         )
+
+    async def _start(
+        self, m: Migration, like: Segment, onto: tuple[int, str], kind: str
+    ) -> Cutover | None:
+        """The ``kind`` (switch, rollback) cutover onto segment ``onto`` (id, storage topic)
+        on ``like``'s cluster and partition count; None while another cutover runs."""
+        try:
+            return await self.cutovers.start(
+                m.project, m.topic, like.cluster, like.partitions, migration=kind, onto=onto
+            )
+        except CutoverInProgress as exc:
+            log.info("migration %s waits to %s: %s", m.id, kind, exc)
+            return None
 
     async def _follow(self, m: Migration) -> None:
         """Follow the switch's or rollback's cutover to its end."""

@@ -16,7 +16,6 @@ from datetime import datetime
 
 from core.errors import (
     CutoverInProgress,
-    HttpbusError,
     MigrationInProgress,
     NotFound,
     ValidationFailed,
@@ -29,6 +28,7 @@ from segments.config import ClusterConfig, is_read_only
 from segments.cutover.machine import TERMINAL
 from segments.protocol import SegmentStore
 
+from .admin import drop_storage
 from .api.schemas import MigrationStart
 from .cutover import Cutovers
 
@@ -98,7 +98,7 @@ class Migrations:
         try:
             await self.records.create(migration, shadow, found)
         except BaseException:
-            await self._drop(store, storage)
+            await drop_storage(store, storage)
             raise
         return migration
 
@@ -145,14 +145,6 @@ class Migrations:
             raise _invalid("cluster", f"storage cluster {cluster!r} is not opened here")
         return store
 
-    async def _drop(self, store: SegmentStore, storage: str) -> None:
-        try:
-            await store.delete_topic(storage)
-        except NotFound:
-            pass
-        except HttpbusError as exc:  # metadata is the truth; an orphan is only logged
-            log.warning("could not delete storage topic %s: %s", storage, exc)
-
     async def get(self, project: str, topic: str) -> Migration:
         found = await self.records.get(project, topic)
         if found is None:
@@ -188,6 +180,6 @@ class Migrations:
                 )
                 store = self.stores.get(shadow.cluster)
                 if store is not None:
-                    await self._drop(store, shadow.storage_topic)
+                    await drop_storage(store, shadow.storage_topic)
                 return ended
         raise VersionConflict(f"migration of {project}/{topic} keeps changing; try again")

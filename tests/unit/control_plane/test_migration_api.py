@@ -312,3 +312,30 @@ async def test_the_leader_switches_after_clean_windows_and_rolls_back_on_a_loss(
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+async def test_a_guard_period_that_ends_clean_completes_the_migration(env: Env) -> None:
+    body = {
+        "cluster": "embedded",
+        "window": "1s",
+        "session_gap": "0s",
+        "clean_windows": 1,
+        "guard": "1s",
+    }
+    assert (await env.cp.post(MIGRATION, json=body)).status_code == 201
+    records = MigrationRecords(env.meta)
+    await records.record_check("shop", "orders", [_facts(_now_ms() - 60_000)], _now)
+    switched = await _state(env, "guard")
+
+    async def checked_clean() -> dict[str, Any] | None:
+        # The check keeps running; once a round ran after the guard period plus a window
+        # and the gap, with nothing dirty in it, the leader completes the migration.
+        await records.record_check("shop", "orders", [_facts(_now_ms() - 30_000)], _now)
+        found: dict[str, Any] = (await env.cp.get(MIGRATION)).json()
+        return found if found["state"] == "completed" else None
+
+    done = await until(checked_clean, 30, "the migration completed", interval=0.2)
+    assert done["finished_at"] is not None and done["switched_at"] == switched["switched_at"]
+    topic = await Catalog(env.meta).get_topic("shop", "orders")
+    assert topic.produce_pointer is not None and topic.produce_pointer.segment_id == 2
+    assert (await env.cp.delete(MIGRATION)).json()["state"] == "completed"  # nothing to undo

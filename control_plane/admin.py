@@ -20,7 +20,7 @@ from core.errors import (
 )
 from core.model import Failover, Project, Segment, SegmentState, Subscription, Topic, utcnow
 from metastore.catalog import Catalog
-from segments.config import ClusterConfig, KafkaClusterConfig
+from segments.config import ClusterConfig, is_read_only
 from segments.protocol import SegmentStore
 
 from .api.schemas import SubscriptionCreate, TopicCreate
@@ -50,7 +50,7 @@ def rotate(
 def _first_storage_topic(config: ClusterConfig, cluster: str, body: TopicCreate) -> str | None:
     """The adopted topic of an external first segment (docs/migrating.md), or None for a new
     storage topic; 422 naming the field when the request and the cluster disagree."""
-    read_only = isinstance(config, KafkaClusterConfig) and config.read_only
+    read_only = is_read_only(config)
     if read_only == (body.external_topic is not None):
         return body.external_topic
     problem = (
@@ -62,6 +62,17 @@ def _first_storage_topic(config: ClusterConfig, cluster: str, body: TopicCreate)
         f"external_topic: {problem}",
         details={"fields": [{"field": "external_topic", "problem": problem}]},
     )
+
+
+async def drop_storage(store: SegmentStore, storage_topic: str) -> None:
+    """Delete a storage topic whose metadata is gone or never came to be: the metadata is
+    the truth, so a failure leaves an orphan that is only logged."""
+    try:
+        await store.delete_topic(storage_topic)
+    except NotFound:
+        pass
+    except HttpbusError as exc:
+        log.warning("could not delete storage topic %s: %s", storage_topic, exc)
 
 
 class Admin:
@@ -145,12 +156,7 @@ class Admin:
                 await self._drop_storage(store, segment.storage_topic)
 
     async def _drop_storage(self, store: SegmentStore, storage_topic: str) -> None:
-        try:
-            await store.delete_topic(storage_topic)
-        except NotFound:
-            pass
-        except HttpbusError as exc:  # metadata is the truth; an orphan is only logged
-            log.warning("could not delete storage topic %s: %s", storage_topic, exc)
+        await drop_storage(store, storage_topic)
 
     def check_endpoint(self, sub: Subscription) -> None:
         """422 naming ``endpoint.url`` if the endpoint policy refuses the URL as written."""

@@ -30,11 +30,13 @@ from .api import audit as audit_api
 from .api import cutover as cutover_api
 from .api import dlq as dlq_api
 from .api import failover as failover_api
+from .api import migration as migration_api
 from .api import trace as trace_api
 from .api.auth import Authenticator
 from .assigner import Assigner
 from .cutover import open_cutovers
 from .metrics import ControlPlaneMetrics, MetricsMiddleware
+from .migrations import Migrations
 from .settings import ControlPlaneSettings
 from .trace_indexer import TraceIndexer
 
@@ -64,6 +66,7 @@ def create_app(
             assigner = Assigner(meta, Catalog(meta), settings.member_id, settings.assign_interval_s)
             app.state.assigner = await stack.enter_async_context(assigner)
             app.state.cutovers = await open_cutovers(stack, meta, opened, settings)
+            app.state.migrations = Migrations(app.state.cutovers, opened)
             if settings.trace_index:
                 app.state.trace_indexer = await stack.enter_async_context(
                     _trace_indexer(settings, meta, opened, trace_index)
@@ -124,6 +127,7 @@ def create_app(
     )
     app.include_router(api.router())
     app.include_router(cutover_api.router)
+    app.include_router(migration_api.router)
     app.include_router(failover_api.router)
     ui.install(
         app,

@@ -34,13 +34,15 @@ from core.errors import (
     AlreadyExists,
     CutoverCommitted,
     HttpbusError,
+    MigrationInProgress,
     NotFound,
     StorageUnavailable,
     ValidationFailed,
     VersionConflict,
 )
-from core.model import SegmentState
+from core.model import SegmentState, Topic
 from metastore.catalog import Catalog
+from metastore.migrations import MigrationRecords
 from metastore.protocol import MetaStore
 from segments.audit import AuditSink
 from segments.config import ClusterConfig
@@ -78,6 +80,8 @@ from segments.protocol import SegmentStore
 from .cutover_actions import CutoverActions
 from .failover import FailoverMonitor
 from .leader import LeaderElection
+from .migration_monitor import MigrationMonitor
+from .migration_starts import MigrationStarts
 from .retire import retire_segments
 from .settings import ControlPlaneSettings
 
@@ -107,6 +111,7 @@ class Cutovers:
         self.metastore = metastore
         self.catalog = catalog
         self.records = CutoverRecords(metastore)
+        self.migrations = MigrationRecords(metastore)
         self.coordinator: CutoverCoordinator | None = None  # this process's, once started
         self.clusters = clusters
         self.timeouts = timeouts
@@ -122,10 +127,14 @@ class Cutovers:
         *,
         failover: str | None = None,
         from_segment: int | None = None,
+        migration: str | None = None,
+        onto: tuple[int, str] | None = None,
     ) -> Cutover:
         """Begin a cutover of ``project/topic`` to a fresh segment on ``cluster``; with
         ``failover`` (its reason), an emergency one of segment ``from_segment`` (a
-        ``VersionConflict`` if the pointer left it meanwhile)."""
+        ``VersionConflict`` if the pointer left it meanwhile). A verified migration's
+        ``switch`` or ``rollback`` (``migration``) names its new segment's id and storage
+        topic (``onto``: the shadow segment, or the legacy topic again)."""
         if cluster not in self.clusters:
             raise ValidationFailed(
                 f"cluster: unknown storage cluster {cluster!r}; configured: "
@@ -137,10 +146,9 @@ class Cutovers:
             raise NotFound(f"topic {project}/{topic} has no active segment")
         if from_segment is not None and found.produce_pointer.segment_id != from_segment:
             raise VersionConflict(f"{project}/{topic} no longer writes segment {from_segment}")
-        last = await self.records.get(project, topic)
-        # Never reuse an id, not even that of a cutover aborted before its segment existed.
-        target = max([s.id for s in found.segments] + [last[0].to_segment if last else 0]) + 1
-        storage = f"{self.prefix}.{project}.{topic}.s{target}.{uuid.uuid4().hex[:8]}"
+        if migration is None:
+            await self.check_no_migration(project, topic)
+        target, storage = onto or await self.next_segment(found)
         live = await self.metastore.members(PRODUCERS)
         out = begin(
             uuid.uuid4().hex[:12],
@@ -154,9 +162,28 @@ class Cutovers:
             live=live,
             clock=Clock(self.now(), self.timeouts),
             failover=failover,
+            migration=migration,
         )
         await self.records.create(out.state, found.version)
         return out.state
+
+    async def next_segment(self, found: Topic) -> tuple[int, str]:
+        """A new segment id of ``found`` and a fresh storage topic name for it. An id is
+        never reused, not even that of a cutover aborted before its segment existed."""
+        last = await self.records.get(found.project, found.name)
+        target = max([s.id for s in found.segments] + [last[0].to_segment if last else 0]) + 1
+        storage = f"{self.prefix}.{found.project}.{found.name}.s{target}.{uuid.uuid4().hex[:8]}"
+        return target, storage
+
+    async def check_no_migration(self, project: str, topic: str) -> None:
+        """A cutover of a topic in a verified migration's dual write is refused: the
+        migration's own switch moves it (core.migration)."""
+        found = await self.migrations.get(project, topic)
+        if found is not None and not found[0].finished:
+            raise MigrationInProgress(
+                f"topic {project}/{topic} is in migration {found[0].id} ({found[0].state}): "
+                "abandon it before a cutover"
+            )
 
     async def get(self, project: str, topic: str) -> Cutover:
         found = await self.records.get(project, topic)
@@ -196,13 +223,16 @@ class CutoverCoordinator(LeaderElection):
         interval_s: float = 0.2,
         retire_interval_s: float = 300.0,
         monitor: FailoverMonitor | None = None,
+        migrations: MigrationMonitor | None = None,
     ) -> None:
         super().__init__(cutovers.metastore, ROLE, member_id)
         self.monitor = monitor  # automatic failover, run while this process leads
+        self.migrations = migrations  # verified migrations' switch and rollback, likewise
         self.cutovers = cutovers
         self.records = cutovers.records
+        starts = MigrationStarts(cutovers.migrations, stores, cutovers.now)
         self.actions = CutoverActions(
-            cutovers.catalog, stores, cutovers.records, cutovers.now, cutovers.clusters
+            cutovers.catalog, stores, cutovers.records, cutovers.now, cutovers.clusters, starts
         )
         self.interval_s = interval_s
         self.retire_interval_s = retire_interval_s
@@ -217,7 +247,8 @@ class CutoverCoordinator(LeaderElection):
     async def lead(self, lost: asyncio.Event) -> None:
         """Drive every active cutover until the leadership is lost."""
         next_retire = 0.0
-        watching = None if self.monitor is None else asyncio.create_task(self.monitor.run(lost))
+        monitors = [m for m in (self.monitor, self.migrations) if m is not None]
+        watching = [asyncio.create_task(m.run(lost)) for m in monitors]
         try:
             while not lost.is_set():
                 if time.monotonic() >= next_retire:
@@ -237,8 +268,7 @@ class CutoverCoordinator(LeaderElection):
                         await lost.wait()
         finally:
             drivers, self._drivers = list(self._drivers.values()), {}
-            if watching is not None:
-                drivers.append(watching)
+            drivers.extend(watching)
             for task in drivers:
                 task.cancel()
             await asyncio.gather(*drivers, return_exceptions=True)
@@ -413,6 +443,7 @@ async def open_cutovers(
         settings.member_id,
         retire_interval_s=settings.segment_retire_interval_s,
         monitor=monitor,
+        migrations=MigrationMonitor(cutovers),
     )
     await stack.enter_async_context(coordinator)
     cutovers.coordinator = coordinator

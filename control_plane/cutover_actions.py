@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 
 from core.errors import AlreadyExists, NotFound, StorageUnavailable, VersionConflict
@@ -13,6 +13,10 @@ from segments.cutover.machine import Cutover
 from segments.cutover.records import CutoverRecords
 from segments.failover.records import FailoverRecords
 from segments.protocol import Fence, SegmentStore
+
+# A verified migration's start positions of the new segment, from the cutover, the old and
+# new segments and the old one's ends (control_plane.migration_starts).
+StartsHook = Callable[[Cutover, Segment, Segment, dict[int, int]], Awaitable[dict[int, int]]]
 
 
 class CutoverActions:
@@ -25,7 +29,9 @@ class CutoverActions:
         records: CutoverRecords,
         now: Callable[[], datetime],
         clusters: Mapping[str, ClusterConfig],
+        starts: StartsHook | None = None,
     ) -> None:
+        self.starts = starts
         self.clusters = clusters
         self.catalog = catalog
         self.stores = stores
@@ -65,7 +71,11 @@ class CutoverActions:
         await self.catalog.add_segment(state.project, state.topic, segment)
 
     async def drop_target(self, state: Cutover) -> None:
-        """Delete the target's storage; its PENDING record stays (ids are never reused)."""
+        """Delete the target's storage; its PENDING record stays (ids are never reused).
+        A migration's switch keeps it: the target is the shadow segment, still dual-written
+        (and a rollback's target is the legacy topic, which is never deleted)."""
+        if state.migration is not None:
+            return
         try:
             await self._store(state.cluster).delete_topic(state.storage_topic)
         except NotFound:
@@ -99,7 +109,8 @@ class CutoverActions:
     async def move_pointer(
         self, state: Cutover, version: int, ends: dict[int, int], after: Cutover, final: bool
     ) -> None:
-        """Old segment SEALED with its ends (``final`` or still to settle), new one ACTIVE,
+        """Old segment SEALED with its ends (``final`` or still to settle), new one ACTIVE
+        (with its readers' start positions for a verified migration's switch or rollback),
         pointer moved, and the cutover document at ``after``: one transaction."""
         topic = await self.catalog.get_topic(state.project, state.topic)
         old, new = topic.segment(state.from_segment), topic.segment(state.to_segment)
@@ -116,6 +127,10 @@ class CutoverActions:
             }
         )
         active = new.model_copy(update={"state": SegmentState.ACTIVE})
+        if state.migration is not None and self.starts is not None:
+            # Readers begin the new segment where the migration says, from the first read.
+            starts = await self.starts(state, old, new, ends)
+            active = active.model_copy(update={"start_positions": starts})
         await self.catalog.commit_segment_switch(
             topic, sealed, active, extra=[self.records.update_op(after, version)]
         )

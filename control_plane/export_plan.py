@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from core.errors import ValidationFailed
 from core.model import Segment, SegmentState
 from metastore.catalog import Catalog
-from segments.config import ClusterConfig, KafkaClusterConfig, PulsarClusterConfig
+from segments.config import ClusterConfig, KafkaClusterConfig, PulsarClusterConfig, is_read_only
 from segments.protocol import SegmentStore
 from spark.plan import (
     KafkaSource,
@@ -73,22 +73,44 @@ async def plan_timeline(
         if seg.state in (SegmentState.PENDING, SegmentState.RETIRED):
             out.notes.append(f"segment {seg.id} skipped: {seg.state.value}")
             continue
-        config = clusters.get(seg.cluster)
-        if config is None or seg.cluster not in stores:
-            raise ValidationFailed(
-                f"segment {seg.id} is on cluster {seg.cluster!r}: not configured"
-            )
-        source = source_of(seg.cluster, config)
-        ranges = await _ranges(stores[seg.cluster], seg, since_ms)
-        plan = SegmentPlan(
-            segment=seg.id, storage_topic=seg.storage_topic, source=source, ranges=ranges
-        )
-        if isinstance(config, KafkaClusterConfig) and config.read_only and config.id_header:
-            # An external segment: ids as its ExternalStore gives them to subscriptions.
-            plan = plan.model_copy(update={"id_header": config.id_header.lower()})
-        segments.append(plan)
+        segments.append(await plan_segment(clusters, stores, seg, since_ms=since_ms))
     out.plan = TimelinePlan(project=project, topic=topic, segments=segments)
     return out
+
+
+async def plan_segment(
+    clusters: Mapping[str, ClusterConfig],
+    stores: Mapping[str, SegmentStore],
+    seg: Segment,
+    *,
+    since_ms: int | None = None,
+    starts: Mapping[int, int] | None = None,
+    live: bool = False,
+) -> SegmentPlan:
+    """One segment's plan; ``starts`` (per partition) moves the ranges' starts up to them
+    (a verified migration reads the legacy side from where it began), ``live`` reads up to
+    the store's ends now even if the segment was sealed (the legacy side after a switch)."""
+    config = clusters.get(seg.cluster)
+    if config is None or seg.cluster not in stores:
+        raise ValidationFailed(f"segment {seg.id} is on cluster {seg.cluster!r}: not configured")
+    if live:
+        seg = seg.model_copy(update={"end_positions": None, "start_positions": None})
+    ranges = await _ranges(stores[seg.cluster], seg, since_ms)
+    if starts is not None:
+        ranges = {
+            p: PositionRange(start=min(max(r.start, starts.get(p, 0)), r.end), end=r.end)
+            for p, r in ranges.items()
+        }
+    plan = SegmentPlan(
+        segment=seg.id,
+        storage_topic=seg.storage_topic,
+        source=source_of(seg.cluster, config),
+        ranges=ranges,
+    )
+    if is_read_only(config) and config.id_header:
+        # An external segment: ids as its ExternalStore gives them to subscriptions.
+        plan = plan.model_copy(update={"id_header": config.id_header.lower()})
+    return plan
 
 
 async def _ranges(
@@ -104,6 +126,7 @@ async def _ranges(
         start = 0
         if since_ms is not None and end > 0:
             start = await store.position_at(seg.storage_topic, partition, since_ms)
+        start = max(start, seg.start_of(partition))  # a migration's switch or rollback
         ranges[partition] = PositionRange(start=min(start, end), end=end)
     return ranges
 

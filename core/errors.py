@@ -34,6 +34,7 @@ class ErrorCode(Enum):
     SEGMENT_FENCED = ("segment_fenced", 409)
     CUTOVER_IN_PROGRESS = ("cutover_in_progress", 409)
     CUTOVER_COMMITTED = ("cutover_committed", 409)
+    MIGRATION_IN_PROGRESS = ("migration_in_progress", 409)
     SCHEMA_INCOMPATIBLE = ("schema_incompatible", 409)
     QUOTA_EXCEEDED = ("quota_exceeded", 409)
     TOO_LARGE = ("too_large", 413)
@@ -209,6 +210,13 @@ class CutoverCommitted(HttpbusError):
     """The cutover has committed: it cannot be aborted (start another cutover instead)."""
 
     code = ErrorCode.CUTOVER_COMMITTED
+
+
+class MigrationInProgress(HttpbusError):
+    """The topic has a verified migration under way (core.migration): abandon it first, or
+    let it finish."""
+
+    code = ErrorCode.MIGRATION_IN_PROGRESS
 
 
 class CutoverTimeout(HttpbusError):

@@ -100,6 +100,21 @@ class Segment(Model):
         max_length=500,
         description="why this segment was opened, when a failover opened it",
     )
+    start_positions: dict[int, int] | None = Field(
+        default=None,
+        description="per partition, where readers begin in this segment (a verified "
+        "migration's switch or rollback: what lies before was delivered from the other side); "
+        "none: at 0",
+    )
+    dual_write: bool = Field(
+        default=False,
+        description="a verified migration's shadow segment: while it is PENDING, producers "
+        "write it instead of the external active segment (core.migration)",
+    )
+
+    def start_of(self, partition: int) -> int:
+        """Where readers begin in ``partition`` (``start_positions``, else 0)."""
+        return (self.start_positions or {}).get(partition, 0)
 
     @property
     def finished(self) -> bool:
@@ -238,6 +253,18 @@ class Topic(TopicSettings):
     @property
     def active_segment(self) -> Segment | None:
         return self.segment(self.produce_pointer.segment_id) if self.produce_pointer else None
+
+    @property
+    def write_segment(self) -> Segment | None:
+        """Where producers write: the active segment, or during a verified migration's dual
+        write the shadow segment (``dual_write``), since the active one is external and
+        written by its legacy producers (core.migration). The shadow segment is chosen while
+        it is PENDING or ACTIVE, not only once the pointer names it: a topic read across the
+        switch's commit (segments after it, pointer before) must not send a write to the
+        external segment (refused) instead."""
+        open_ = (SegmentState.PENDING, SegmentState.ACTIVE)
+        shadow = (s for s in self.segments if s.dual_write and s.state in open_)
+        return next(shadow, None) or self.active_segment
 
 
 MAX_TIMEOUT_MS = 15 * 60 * 1000

@@ -7,6 +7,7 @@ The tree (relative to the store's root)::
     /projects/{p}/topics/{t}/segments/{id:010d}     Segment
     /projects/{p}/topics/{t}/produce-pointer        {"segment_id": n}; version = znode version
     /projects/{p}/topics/{t}/cutover                the topic's latest cutover (its state)
+    /projects/{p}/topics/{t}/migration              the topic's latest verified migration
     /projects/{p}/topics/{t}/schema                 SchemaState: latest version, active, mode
     /projects/{p}/topics/{t}/schema/{n:010d}        SchemaVersion n (written once)
     /projects/{p}/subscriptions/{s}                 Subscription (without consume pointer)
@@ -21,6 +22,7 @@ The tree (relative to the store's root)::
     /assignments/{worker}                           ["project/subscription", ...] (by the leader)
     /locks/subscriptions/{project}:{s}              ephemeral: the worker running subscription s
     /cutovers/active/{p}:{t}                        marks a cutover the coordinator still drives
+    /migrations/active/{p}:{t}                      marks a migration the leader still drives
     /internal/subscriptions/{project}:{s}           the internal storage topics of subscription s
                                                     (delay levels, hold, replay, DLQ)
     /seeks/{project}:{s}                            a seek of s in progress (by the control plane)
@@ -51,6 +53,7 @@ LEADER = "/leader"
 ASSIGNMENTS = "/assignments"
 SUBSCRIPTION_LOCKS = "/locks/subscriptions"
 ACTIVE_CUTOVERS = "/cutovers/active"
+ACTIVE_MIGRATIONS = "/migrations/active"
 INTERNAL_SUBSCRIPTIONS = "/internal/subscriptions"
 SEEKS = "/seeks"
 STATUS = "/status"
@@ -190,6 +193,15 @@ def unit_status(key: str) -> str:
 
 def cutover(p: str, t: str) -> str:
     return f"{topic(p, t)}/cutover"
+
+
+def migration(p: str, t: str) -> str:
+    return f"{topic(p, t)}/migration"
+
+
+def active_migration(p: str, t: str) -> str:
+    p, t = _n(p, t)
+    return f"{ACTIVE_MIGRATIONS}/{p}:{t}"
 
 
 def active_cutover(p: str, t: str) -> str:

@@ -7,7 +7,7 @@ the base never imports a backend.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -86,3 +86,9 @@ class AuditConfig(BaseModel):
     cluster: str | None = Field(default=None, description="None: no audit trail")
     topic: str = Field(default="httpbus.audit", description="the audit topic")
     partitions: int = Field(default=4, ge=1, le=512, description="when it is created")
+
+
+def is_read_only(config: ClusterConfig | None) -> TypeGuard[KafkaClusterConfig]:
+    """Whether ``config`` is an adopted cluster whose topics are external segments
+    (segments.external): read, never written by httpbus."""
+    return isinstance(config, KafkaClusterConfig) and config.read_only

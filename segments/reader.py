@@ -67,11 +67,13 @@ class SegmentReader:
         self, sub: Subscription, segment: Segment, shard: Shard = WHOLE
     ) -> dict[int, int]:
         """Where to resume each partition the shard reads: the committed position, else the
-        beginning."""
+        segment's start there (0 unless a verified migration set it, ``Segment.start_of``)."""
         group = commit_group(sub, shard)
         committed = await self.store(segment).committed(segment.storage_topic, group)
         n = segment.partitions
-        return {p: committed.get(p, 0) for p in range(n) if shard.reads(p, n)}
+        return {
+            p: max(committed.get(p, 0), segment.start_of(p)) for p in range(n) if shard.reads(p, n)
+        }
 
     async def read(
         self,
@@ -122,7 +124,7 @@ class SegmentReader:
         for shard in shards(sub.shards):
             committed = await store.committed(segment.storage_topic, commit_group(sub, shard))
             if any(
-                committed.get(p, 0) < end
+                committed.get(p, segment.start_of(p)) < end
                 for p, end in ends.items()
                 if end > 0 and shard.reads(p, n)
             ):
@@ -160,5 +162,7 @@ class SegmentReader:
             segment.storage_topic, commit_group(sub, shard)
         )
         return all(
-            committed.get(p, 0) >= end for p, end in ends.items() if end > 0 and shard.reads(p, n)
+            committed.get(p, segment.start_of(p)) >= end
+            for p, end in ends.items()
+            if end > 0 and shard.reads(p, n)
         )

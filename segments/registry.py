@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from typing import cast
 
-from .config import ClusterConfig, KafkaClusterConfig
+from .config import ClusterConfig, is_read_only
 from .external import ExternalStore
 from .protocol import SegmentStore
 
@@ -22,7 +22,7 @@ def open_store(config: ClusterConfig) -> SegmentStore:
     a ``read_only`` Kafka cluster's store is wrapped read-only (:mod:`.external`)."""
     backend = importlib.import_module(f"{__package__}.{config.backend}")
     store = cast(SegmentStore, backend.create_store(config))
-    if isinstance(config, KafkaClusterConfig) and config.read_only:
+    if is_read_only(config):
         return cast(SegmentStore, ExternalStore(store, id_header=config.id_header))
     return store
 

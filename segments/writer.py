@@ -23,7 +23,8 @@ class Written:
 
 
 class SegmentWriter:
-    """Writes a topic's messages to its active segment.
+    """Writes a topic's messages to its active segment (its ``write_segment``: during a
+    verified migration's dual write, the shadow segment).
 
     ``refresh`` re-reads a topic (from the metastore, or a watched cache). When the fence of
     a sealed segment refuses a write, the writer refreshes once: if the produce pointer has
@@ -47,7 +48,7 @@ class SegmentWriter:
         self.health = health
 
     def _target(self, topic: Topic) -> tuple[int, str, SegmentStore]:
-        segment = topic.active_segment
+        segment = topic.write_segment
         if segment is None:
             raise NotFound(f"topic {topic.project}/{topic.name} has no active segment")
         store = self.stores.get(segment.cluster)
@@ -63,7 +64,7 @@ class SegmentWriter:
             if isinstance(exc, StorageUnavailable) and not exc.not_stored:
                 raise
             fresh = await self.refresh(topic.project, topic.name)
-            if fresh.produce_pointer is None or fresh.produce_pointer.segment_id == segment_id:
+            if not _moved(fresh, segment_id):
                 raise
             segment_id, name, store = self._target(fresh)
             done = await self._produce(fresh, segment_id, store, name, record)
@@ -116,7 +117,7 @@ class SegmentWriter:
         if not fenced:
             return out
         fresh = await self.refresh(topic.project, topic.name)
-        if fresh.produce_pointer is None or fresh.produce_pointer.segment_id == segment_id:
+        if not _moved(fresh, segment_id):
             return out
         segment_id, name, store = self._target(fresh)
         again = await self._produce_many(
@@ -125,6 +126,13 @@ class SegmentWriter:
         for i, result in zip(fenced, again, strict=True):
             out[i] = _written(segment_id, result)
         return out
+
+
+def _moved(fresh: Topic, segment_id: int) -> bool:
+    """Whether ``fresh`` writes another segment than ``segment_id`` (a cutover or failover
+    moved the produce pointer, or a migration's dual write began or ended)."""
+    target = fresh.write_segment
+    return target is not None and target.id != segment_id
 
 
 def _again(result: Produced | Exception) -> bool:

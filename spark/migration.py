@@ -1,4 +1,4 @@
-"""The window check of a verified migration (issue 23, item 4; the first piece of it).
+"""The window check of a verified migration (issue 23, item 4; docs/migrating.md).
 
 During a dual-write period the legacy producers write the external segment and the producers
 that moved publish through httpbus, both with the same ids. This job compares the two sides
@@ -14,37 +14,22 @@ that moved publish through httpbus, both with the same ids. This job compares th
   missing id may still arrive; it is **clean** when closed with nothing missing and nothing
   late (duplicates are reported, not dirty: both sides deliver at least once).
 
-:func:`clean_streak` counts the closed clean windows at the end of the list: the switch waits
-for N of them. Ids of each finding are listed up to ``max_ids`` per window (counts are exact).
-What is not built yet: the migration object and its API, the streaming run, the automatic
-switch and the rollback guard, and the UI (docs/migrating.md).
+:func:`clean_streak` (:mod:`core.migration`, with the window model) counts the closed clean
+windows at the end of the list: the switch waits for N of them. Ids of each finding are
+listed up to ``max_ids`` per window (counts are exact). :mod:`spark.migration_job` runs this
+over a migration's two segments, and the control plane's leader switches or rolls back on the
+stored windows (``control_plane.migration_monitor``).
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from core.migration import MigrationWindow as WindowReport
+from core.migration import clean_streak
 
-class WindowReport(BaseModel):
-    """One tumbling window of a migration check."""
-
-    start_ms: int
-    end_ms: int
-    matched: int
-    late: int
-    missing_in_bus: int
-    missing_in_legacy: int
-    duplicates: int
-    closed: bool
-    missing_in_bus_ids: list[str]
-    missing_in_legacy_ids: list[str]
-    late_ids: list[str]
-
-    @property
-    def clean(self) -> bool:
-        return self.closed and not (self.late or self.missing_in_bus or self.missing_in_legacy)
+__all__ = ["WindowReport", "clean_streak", "compare_windows"]
 
 
 def _side(frame: DataFrame, name: str) -> DataFrame:
@@ -117,16 +102,3 @@ def compare_windows(
         )
         for r in rows
     ]
-
-
-def clean_streak(windows: list[WindowReport]) -> int:
-    """How many closed windows at the end of ``windows`` (oldest first) are clean in a row;
-    open windows at the end are skipped, a dirty closed one ends the streak."""
-    streak = 0
-    for window in reversed(windows):
-        if not window.closed:
-            continue
-        if not window.clean:
-            break
-        streak += 1
-    return streak

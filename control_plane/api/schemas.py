@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Generic, TypeVar
 
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from core.model import (
     DEFAULT_SECRET_OVERLAP_S,
@@ -19,6 +19,7 @@ from core.model import (
     SubscriptionBase,
     SubscriptionSettings,
     TopicSettings,
+    window_seconds,
 )
 from core.names import Name
 from core.shards import MAX_SHARDS
@@ -232,3 +233,62 @@ class Timeline(_Body):
     produce_pointer: Pointer | None
     segments: list[Segment]
     failover: Failover | None = None
+
+
+MAX_MIGRATION_WINDOW_S = 7 * 86_400
+MAX_GUARD_S = 30 * 86_400
+
+
+def _duration(text: str, field: str, low: int, high: int) -> int:
+    seconds = window_seconds(text)
+    if not low <= seconds <= high:
+        raise ValueError(f"{field} must lie between {low}s and {high}s, not {text!r}")
+    return seconds
+
+
+class MigrationStart(BaseModel):
+    """A verified migration of a topic whose active segment is external (docs/migrating.md):
+    where its shadow segment goes and how the dual writes are judged."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cluster: Name = Field(description="the cluster of the shadow segment (one httpbus writes)")
+    partitions: Partitions | None = Field(
+        default=None, description="of the shadow segment; default: the external segment's"
+    )
+    window: str = Field(default="1h", max_length=16, description="tumbling window: 90s, 10m, 1h")
+    session_gap: str = Field(
+        default="5m", max_length=16, description="a match later than this is late (0s: none)"
+    )
+    clean_windows: int = Field(
+        default=3, ge=1, le=1_000, description="closed clean windows in a row before a switch"
+    )
+    guard: str = Field(
+        default="1h", max_length=16, description="after a switch: how long a dirty window undoes it"
+    )
+
+    @field_validator("window")
+    @classmethod
+    def _window(cls, text: str) -> str:
+        _duration(text, "window", 1, MAX_MIGRATION_WINDOW_S)
+        return text.strip().lower()
+
+    @field_validator("session_gap")
+    @classmethod
+    def _gap(cls, text: str) -> str:
+        _duration(text, "session_gap", 0, MAX_MIGRATION_WINDOW_S)
+        return text.strip().lower()
+
+    @field_validator("guard")
+    @classmethod
+    def _guard(cls, text: str) -> str:
+        _duration(text, "guard", 0, MAX_GUARD_S)
+        return text.strip().lower()
+
+    @model_validator(mode="after")
+    def _gap_within_window(self) -> MigrationStart:
+        if window_seconds(self.session_gap) > window_seconds(self.window):
+            raise ValueError(
+                f"session_gap ({self.session_gap}) must not exceed the window ({self.window})"
+            )
+        return self

@@ -115,7 +115,7 @@ def export(
         plan_out.write_text(planned.plan.model_dump_json(indent=2))
         console.print(f"{plan_out}: {len(planned.plan.segments)} segments")
         return
-    spark = _spark(settings, master, jar)
+    spark = spark_session(settings, master, jar)
     _run(spark, planned, project, topic, to, since_ms, until_ms)
 
 
@@ -136,11 +136,16 @@ def _planned(
     return planned
 
 
-def _spark(settings: ControlPlaneSettings, master: str | None, jar: list[str]) -> Any:
+def spark_session(
+    settings: ControlPlaneSettings,
+    master: str | None,
+    jar: list[str],
+    app_name: str = "httpbus-export",
+) -> Any:
     from spark.session import build_session
 
     spark = build_session(
-        master or settings.spark_master, jars=jar or settings.spark_jars, app_name="httpbus-export"
+        master or settings.spark_master, jars=jar or settings.spark_jars, app_name=app_name
     )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -190,7 +195,7 @@ def _follow(
     from spark.messages import read_timeline
     from spark.plan import after
 
-    spark = _spark(settings, master, jar)
+    spark = spark_session(settings, master, jar)
     done = 0
     try:
         while True:

@@ -1,5 +1,6 @@
 """``httpbus topic``: create, list, show the segment timeline, update, delete, migrate (a live
-cutover), ``topic cutover status|abort``, ``topic failover status`` and
+cutover), ``topic cutover status|abort``, ``topic failover status``,
+``topic migration start|status|check|abandon`` (a verified migration) and
 ``topic schema set|get|versions|delete``."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from ..client import AdminClient, ApiError, path
-from . import cutover, failover, topic_schema
+from . import cutover, failover, migration, topic_schema
 from .common import (
     DEFAULT_URL,
     EXIT_CONFLICT,
@@ -38,6 +39,7 @@ app = typer.Typer(
 )
 app.add_typer(cutover.app, name="cutover")
 app.add_typer(failover.app, name="failover")
+app.add_typer(migration.app, name="migration")
 app.add_typer(topic_schema.app, name="schema")
 
 Project = Annotated[str, typer.Argument(help="Project name.")]

@@ -26,6 +26,7 @@ from . import (
     catalog_views,
     cutover_views,
     dlq_views,
+    migration_views,
     sub_views,
     trace_views,
 )
@@ -41,6 +42,7 @@ ROUTERS = (
     auth_views,
     catalog_views,
     cutover_views,
+    migration_views,
     sub_views,
     dlq_views,
     audit_views,

@@ -119,6 +119,9 @@ class Cutover(BaseModel):
     error: str | None = None
     failover: bool = False  # an emergency cutover: no seal (module doc)
     reason: str | None = None  # why the failover began
+    # A verified migration's switch ("switch") or rollback ("rollback"): its new segment's
+    # readers begin where the migration says (core.migration), set at the commit.
+    migration: str | None = None
 
     def waiting_for(self, phase: Phase) -> list[str]:
         """Participants that have not acknowledged ``phase`` yet."""
@@ -299,9 +302,11 @@ def begin(
     live: Iterable[str],
     clock: Clock,
     failover: str | None = None,
+    migration: str | None = None,
 ) -> Outcome:
     """A new cutover in PREPARE; its first action creates the target. ``failover``: the
-    reason of an emergency cutover (module doc)."""
+    reason of an emergency cutover (module doc); ``migration``: a verified migration's
+    ``switch`` or ``rollback``."""
     now = clock.now
     wait = clock.timeouts.failover_phase_s if failover else clock.timeouts.prepare_s
     state = Cutover(
@@ -321,6 +326,7 @@ def begin(
         deadline=now + timedelta(seconds=wait),
         failover=failover is not None,
         reason=failover,
+        migration=migration,
     )
     return Outcome(state, (CreateTarget(),))
 

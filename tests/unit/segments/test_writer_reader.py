@@ -139,3 +139,28 @@ async def test_reader_waits_for_the_final_ends_of_a_segment_that_settles(world: 
     advanced = await world.reader.try_advance(sub)
     assert advanced is not None and advanced.consume_pointer is not None
     assert advanced.consume_pointer.segment_id == 2
+
+
+async def test_reader_begins_a_segment_at_its_start_positions(world: World) -> None:
+    """A verified migration's switch or rollback sets where readers begin a segment: with
+    nothing committed they start there, a commit past it wins, and the segment barrier counts
+    a partition as read from its start on (one that starts at its end is drained)."""
+    topic = await world.catalog.get_topic("p", "t")
+    done = [await world.writer.write(topic, Record(f"{i}".encode(), key=b"same")) for i in range(5)]
+    part = done[0].partition
+    sub = await world.catalog.get_subscription("p", "s")
+    _, plain = await world.reader.consume_segment(sub)
+    segment = plain.model_copy(update={"start_positions": {part: done[3].position}})
+    assert (await world.reader.start_positions(sub, segment))[part] == done[3].position
+    back = await world.reader.read(sub, segment, part, done[3].position, timeout=1)
+    assert [m.value for m in back] == [b"3", b"4"]
+    end = done[4].position + 1
+    sealed = segment.model_copy(
+        update={"state": SegmentState.SEALED, "end_positions": {part: end}, "ends_final": True}
+    )
+    assert not await world.reader.drained(sub, sealed)  # 3 and 4 are still to read
+    at_end = sealed.model_copy(update={"start_positions": {part: end}})
+    assert await world.reader.drained(sub, at_end)
+    await world.reader.commit(sub, segment, {part: end})
+    assert (await world.reader.start_positions(sub, segment))[part] == end
+    assert await world.reader.drained(sub, sealed)

@@ -1,0 +1,126 @@
+"""The migration page: a verified migration's state and its windows as a chart (matched,
+missing, late per window, oldest on the left), and its abandon button during the dual write."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from ..client import ApiError, NotAvailable, path
+from .deps import ApiDep, Name, SessionDep, form_of
+from .render import redirect, render
+
+router = APIRouter()
+
+BAR_W, GAP, HEIGHT, PAD, AXIS = 14, 4, 160, 10, 18
+COLORS = {"matched": "#2e8b57", "missing": "#c0392b", "late": "#e08e0b"}
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One window: its stacked parts (kind, y, height), its verdict and a tooltip."""
+
+    x: int
+    parts: tuple[tuple[str, int, int], ...]
+    verdict: str
+    start_ms: int
+    counts: dict[str, int]
+    tooltip: str
+
+
+@dataclass(frozen=True)
+class Chart:
+    width: int
+    height: int
+    bars: tuple[Bar, ...]
+    top: int  # the most messages in one window: the scale
+
+
+def _counts(w: dict[str, Any]) -> dict[str, int]:
+    missing = int(w["missing_in_bus"]) + int(w["missing_in_legacy"])
+    return {
+        "matched": int(w["matched"]) - int(w["late"]),
+        "late": int(w["late"]),
+        "missing": missing,
+    }
+
+
+def chart(windows: list[dict[str, Any]]) -> Chart:
+    """Geometry of the stacked bars of ``windows`` (the API's, oldest first)."""
+    top = max((sum(_counts(w).values()) for w in windows), default=0) or 1
+    bars = []
+    for i, w in enumerate(windows):
+        counts, y, parts = _counts(w), PAD + HEIGHT, []
+        for kind in ("matched", "late", "missing"):
+            h = round(HEIGHT * counts[kind] / top)
+            if counts[kind] and h == 0:
+                h = 1  # a single missing id is still seen
+            y -= h
+            parts.append((kind, y, h))
+        verdict = "clean" if w["clean"] else ("dirty" if w["closed"] else "open")
+        ids = ", ".join((w["missing_in_bus_ids"] + w["missing_in_legacy_ids"])[:5])
+        tip = f"{counts['matched']} matched, {counts['late']} late, {counts['missing']} missing"
+        bars.append(
+            Bar(
+                x=PAD + i * (BAR_W + GAP),
+                parts=tuple(parts),
+                verdict=verdict,
+                start_ms=int(w["start_ms"]),
+                counts=counts,
+                tooltip=f"{tip} ({verdict}){': ' + ids if ids else ''}",
+            )
+        )
+    width = PAD * 2 + max(1, len(bars)) * (BAR_W + GAP)
+    return Chart(width=width, height=HEIGHT + PAD * 2 + AXIS, bars=tuple(bars), top=top)
+
+
+def _migration_path(project: str, topic: str) -> str:
+    return path("v1", "projects", project, "topics", topic, "migration")
+
+
+async def _fetch(api: Any, project: str, topic: str) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        return await api.get(_migration_path(project, topic)), None
+    except NotAvailable:
+        return None, "Verified migration is not available on this control plane."
+    except ApiError as exc:
+        if exc.status == 404:
+            return None, f"This topic has had no migration. {exc.message}"
+        raise
+
+
+@router.get("/ui/projects/{project}/topics/{topic}/migration")
+async def page(
+    project: Name, topic: Name, request: Request, session: SessionDep, api: ApiDep
+) -> Response:
+    migration, missing = await _fetch(api, project, topic)
+    drawn = chart(migration["windows"]) if migration else None
+    return render(
+        request,
+        "migration.html",
+        session,
+        project=project,
+        topic=topic,
+        migration=migration,
+        chart=drawn,
+        colors=COLORS,
+        missing=missing,
+    )
+
+
+@router.post("/ui/projects/{project}/topics/{topic}/migration/abandon")
+async def abandon(
+    project: Name, topic: Name, request: Request, session: SessionDep, api: ApiDep
+) -> Response:
+    await form_of(request, session)
+    back = f"/ui/projects/{project}/topics/{topic}/migration"
+    try:
+        await api.delete(_migration_path(project, topic))
+    except ApiError as exc:
+        if exc.status == 0 or exc.status >= 500:
+            raise
+        return redirect(request, back, f"not abandoned: {exc.message}", "error")
+    return redirect(request, back, "migration abandoned")

@@ -1,0 +1,86 @@
+"""The migration page: the state, the windows as a stacked bar chart (matched / late /
+missing per window, the missing ids in its tooltip and table) and the abandon button."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.migration import Migration, MigrationWindow
+from core.model import Backend, Segment
+from metastore.catalog import Catalog
+from metastore.migrations import MigrationRecords
+from tests.support.control_plane import embedded_control_plane
+from tests.support.ui_pages import TOKEN, csrf, login
+
+API = {"Authorization": f"Bearer {TOKEN}"}
+PAGE = "/ui/projects/shop/topics/orders/migration"
+
+
+def _window(i: int, *, missing: list[str], late: int = 0, closed: bool = True) -> MigrationWindow:
+    return MigrationWindow(
+        start_ms=1_000 * i,
+        end_ms=1_000 * (i + 1),
+        matched=10,
+        late=late,
+        missing_in_bus=len(missing),
+        missing_in_legacy=0,
+        duplicates=0,
+        closed=closed,
+        missing_in_bus_ids=missing,
+    )
+
+
+async def test_the_page_draws_the_windows_and_abandons(tmp_path: Path) -> None:
+    async with embedded_control_plane(tmp_path, admin=False, base_url="http://testserver") as cp:
+        browser = cp.client
+        assert (await browser.post("/v1/projects", json={"name": "shop"}, headers=API)).is_success
+        r = await browser.post(
+            "/v1/projects/shop/topics", json={"name": "orders", "partitions": 1}, headers=API
+        )
+        assert r.status_code == 201, r.text
+        await login(browser)
+        assert "has had no migration" in (await browser.get(PAGE)).text
+        # The document as the API would have made it (the page does not care that this
+        # topic's first segment is not external), with three checked windows.
+        topic = await Catalog(cp.meta).get_topic("shop", "orders")
+        shadow = Segment(
+            id=2,
+            cluster="embedded",
+            backend=Backend.EMBEDDED,
+            storage_topic="never-created",
+            partitions=1,
+            dual_write=True,
+        )
+        windows = (
+            _window(0, missing=["lost-1", "lost-2"]),
+            _window(1, missing=[], late=2),
+            _window(2, missing=[], closed=False),
+        )
+        migration = Migration(
+            id="m1",
+            project="shop",
+            topic="orders",
+            cluster="embedded",
+            partitions=1,
+            window_s=60,
+            session_gap_s=5,
+            clean_windows=3,
+            guard_s=600,
+            external_segment=1,
+            shadow_segment=2,
+            legacy_start={0: 0},
+            windows=windows,
+        )
+        await MigrationRecords(cp.meta).create(migration, shadow, topic)
+        page = (await browser.get(PAGE)).text
+        assert 'data-state="dual_write"' in page and ">0/3<" in page
+        assert page.count('class="window dirty"') == 2 and page.count('class="window open"') == 1
+        assert 'data-matched="10" data-late="0" data-missing="2"' in page
+        assert 'data-matched="8" data-late="2" data-missing="0"' in page  # late ones apart
+        assert "lost-1, lost-2" in page  # named in the tooltip and the table
+        assert 'id="migration-link"' in (await browser.get("/ui/projects/shop/topics/orders")).text
+        token = await csrf(browser, PAGE)
+        r = await browser.post(f"{PAGE}/abandon", data={"csrf": token})
+        assert r.status_code == 303, r.text
+        page = (await browser.get(PAGE)).text
+        assert 'data-state="abandoned"' in page and "Abandon</button>" not in page

@@ -25,11 +25,12 @@ from control_plane.migration_check import compare, plan_sides, store_windows
 from metastore.config import ZooKeeperConfig, open_metastore
 from segments.config import KafkaClusterConfig
 from segments.registry import open_store
-from tests.support.delivery import DeliveryWorld, delivery_world
+from tests.support.delivery import ADMIN, DeliveryWorld, delivery_world
 from tests.support.services import RealServices
+from tests.support.ui import SHOTS, async_page, needs_chromium, serve_app
 from tests.support.until import until
 
-pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
+pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka, needs_chromium]
 MIGRATION = "/v1/projects/shop/topics/orders/migration"
 WINDOW_S, GAP_S, CLEAN = 4, 2, 2
 
@@ -184,6 +185,7 @@ async def test_dual_write_switch_after_clean_windows_and_rollback_on_a_loss(
             lost = sorted(mid for w in guard if w["closed"] for mid in w["missing_in_bus_ids"])
             assert lost == second and second[0] in rolled["reason"], (lost, rolled["reason"])
             assert rolled["rollback_starts"] is not None
+            await _look(world, rolled, second[0])
             # The legacy producers go on; what they write now is delivered too.
             more = len(load.written) + 10
             await until(lambda: len(load.written) >= more, 30, "legacy writes after it")
@@ -204,6 +206,19 @@ async def test_dual_write_switch_after_clean_windows_and_rollback_on_a_loss(
             f"duplicates delivered {duplicates} (counted by switch+rollback: {counted})"
         )
         assert duplicates <= counted, (duplicates, counted)
+
+
+async def _look(world: DeliveryWorld, rolled: dict[str, Any], lost: str) -> None:
+    """The migration page in real Chromium: the state, a bar per stored window with the two
+    dirty ones (the planted ids before the switch, the loss after it), the reason."""
+    page_path = "/ui/projects/shop/topics/orders/migration"
+    async with serve_app(world.app) as url, async_page(url, ADMIN, page_path) as page:
+        assert await page.locator("#state").get_attribute("data-state") == "rolled_back"
+        assert await page.locator("#windows").is_visible()
+        assert await page.locator("#windows g.window").count() >= len(rolled["windows"])
+        assert await page.locator("#windows g.window.dirty").count() >= 2
+        assert lost in await page.locator("#reason").inner_text()
+        await page.screenshot(path=str(SHOTS / "15-migration.png"), full_page=True)
 
 
 async def _past(world: DeliveryWorld, *states: str) -> dict[str, Any] | None:

@@ -43,6 +43,7 @@ class DeliveryWorld:
     producer: httpx.AsyncClient
     hook: Hook
     worker: Worker
+    app: Any = None  # the control plane's ASGI app (``serve_app`` puts it on a port)
 
     async def topic(self, name: str, partitions: int = 4, **fields: Any) -> dict[str, Any]:
         body = {"name": name, "partitions": partitions, "cluster": self.cluster, **fields}
@@ -164,7 +165,7 @@ async def delivery_world(
             **{**options, **worker_options},
         )
         await stack.enter_async_context(worker)
-        yield DeliveryWorld(cluster, cp, producer_client, hook, worker)
+        yield DeliveryWorld(cluster, cp, producer_client, hook, worker, app)
         await drop_topics(cp)
     finally:
         await close_within(stack, 90)

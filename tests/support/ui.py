@@ -4,15 +4,21 @@ test can change (to break it and fix it), and publishing through the producer.""
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+import socket
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from threading import Lock, Thread
+from typing import Any
 
 import httpx
 import pytest
+import uvicorn
+from playwright.async_api import Page as AsyncPage
+from playwright.async_api import async_playwright
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.support.dev import Dev
@@ -35,6 +41,44 @@ def chromium() -> Iterator[Browser]:
             yield launched
         finally:
             launched.close()
+
+
+@asynccontextmanager
+async def async_page(base_url: str, token: str, start: str) -> AsyncIterator[AsyncPage]:
+    """Chromium (async API, for tests already on an event loop), logged in with ``token``
+    at ``base_url`` and on page ``start``."""
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+        try:
+            page = await browser.new_page(viewport={"width": 1280, "height": 860})
+            await page.goto(f"{base_url}{start}")
+            await page.fill("input[name=token]", token)
+            await page.click("button:has-text('Log in')")
+            await page.wait_for_url(re.compile(re.escape(start) + "$"))
+            yield page
+        finally:
+            await browser.close()
+
+
+@asynccontextmanager
+async def serve_app(app: Any) -> AsyncIterator[str]:
+    """``app`` served by uvicorn on a free 127.0.0.1 port of this event loop; its URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="warning")
+    )
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if task.done():
+                task.result()  # raises what stopped it
+            await asyncio.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from ..client import AdminClient, ApiError, NotAvailable, path
 from .deps import ApiDep, Name, SessionDep, form_of
-from .render import opened, paging, redirect, render
+from .render import opened, paging, redirect, refused, render
 from .timeline import draw
 
 router = APIRouter()
@@ -93,9 +93,7 @@ async def create_topic(
     try:
         await api.post(path("v1", "projects", project, "topics"), body)
     except ApiError as exc:
-        if exc.status == 0 or exc.status >= 500:
-            raise
-        return redirect(request, back, f"not created: {exc.message}", "error")
+        return refused(request, back, exc, "not created")
     return redirect(request, f"{back}/{name}", f"created topic {name}")
 
 

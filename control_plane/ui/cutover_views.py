@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from ..client import ApiError, NotAvailable, path
 from .deps import ApiDep, Name, SessionDep, form_of
-from .render import redirect, render, templates
+from .render import redirect, refused, render, templates
 
 router = APIRouter()
 
@@ -70,9 +70,7 @@ async def start(
     except NotAvailable:
         return redirect(request, back, "cutover is not available on this control plane", "error")
     except ApiError as exc:
-        if exc.status == 0 or exc.status >= 500:
-            raise
-        return redirect(request, back, f"cutover not started: {exc.message}", "error")
+        return refused(request, back, exc, "cutover not started")
     return redirect(request, f"{back}/cutover", "cutover started")
 
 
@@ -85,9 +83,7 @@ async def abort(
     try:
         await api.delete(_cutover_path(project, topic))
     except ApiError as exc:
-        if exc.status == 0 or exc.status >= 500:
-            raise
-        return redirect(request, back, f"not aborted: {exc.message}", "error")
+        return refused(request, back, exc, "not aborted")
     return redirect(request, back, "abort requested")
 
 

@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from ..client import ApiError, NotAvailable, path
 from .deps import ApiDep, Name, SessionDep, form_of
-from .render import redirect, render
+from .render import redirect, refused, render
 
 router = APIRouter()
 
@@ -120,7 +120,5 @@ async def abandon(
     try:
         await api.delete(_migration_path(project, topic))
     except ApiError as exc:
-        if exc.status == 0 or exc.status >= 500:
-            raise
-        return redirect(request, back, f"not abandoned: {exc.message}", "error")
+        return refused(request, back, exc, "not abandoned")
     return redirect(request, back, "migration abandoned")

@@ -14,6 +14,7 @@ from starlette.responses import RedirectResponse, Response
 
 from core.principals import Need, Principal, PrincipalKind
 
+from ..client import ApiError
 from . import session as sessions
 
 HERE = Path(__file__).parent
@@ -111,6 +112,14 @@ def redirect(
     if message:
         sessions.flash(request, response, message, kind)
     return response
+
+
+def refused(request: Request, back: str, exc: ApiError, what: str) -> Response:
+    """Back to ``back`` with the API's refusal (``what: why``); a server error, or no answer
+    at all, is raised on (the error page)."""
+    if exc.status == 0 or exc.status >= 500:
+        raise exc
+    return redirect(request, back, f"{what}: {exc.message}", "error")
 
 
 def paging(request: Request, default: int = 50) -> tuple[int, int]:

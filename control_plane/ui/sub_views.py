@@ -15,7 +15,7 @@ from core.model import Endpoint, RetryPolicy, SubscriptionSettings
 from ..client import AdminClient, ApiError, NotAvailable, path, update_body
 from .deps import ApiDep, Name, SessionDep, form_of
 from .forms import body_of, field_errors, values_of
-from .render import opened, paging, redirect, render
+from .render import opened, paging, redirect, refused, render
 
 router = APIRouter()
 
@@ -205,9 +205,7 @@ async def seek(
     except NotAvailable:
         return redirect(request, back, "seek is not available on this control plane", "error")
     except ApiError as exc:
-        if exc.status == 0 or exc.status >= 500:
-            raise
-        return redirect(request, back, f"not moved: {exc.message}", "error")
+        return refused(request, back, exc, "not moved")
     where = ", ".join(f"p{k}@{v}" for k, v in sorted(moved.get("positions", {}).items()))
     return redirect(request, back, f"moved to segment {moved.get('segment')}: {where}")
 

@@ -50,6 +50,8 @@ EXIT_CODES_HELP = (
     "control plane, 6 control plane unreachable or failing, 7 operation ended unsuccessfully."
 )
 
+Project = Annotated[str, typer.Argument(help="Project name.")]
+Topic = Annotated[str, typer.Argument(help="Topic name.")]
 Url = Annotated[
     str, typer.Option("--url", envvar="HTTPBUS_URL", help="Control plane URL.", show_default=True)
 ]

@@ -16,7 +16,9 @@ from .common import (
     DEFAULT_URL,
     EXIT_FAILED,
     Output,
+    Project,
     Token,
+    Topic,
     Url,
     emit_json,
     fail,
@@ -28,8 +30,6 @@ app = typer.Typer(
     help="A topic's cutover: status (--watch to follow), abort.", no_args_is_help=True
 )
 
-Project = Annotated[str, typer.Argument(help="Project name.")]
-Topic = Annotated[str, typer.Argument(help="Topic name.")]
 Timeout = Annotated[float, typer.Option(min=1, help="Seconds to follow before giving up.")]
 Interval = Annotated[float, typer.Option(min=0.05, help="Seconds between polls.")]
 

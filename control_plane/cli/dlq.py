@@ -21,6 +21,7 @@ from .common import (
     EXIT_USAGE,
     Limit,
     Output,
+    Project,
     Token,
     Url,
     Yes,
@@ -33,7 +34,6 @@ from .common import (
 
 app = typer.Typer(help="Dead-letter queue: list, unsideline, purge.", no_args_is_help=True)
 
-Project = Annotated[str, typer.Argument(help="Project name.")]
 Name = Annotated[str, typer.Argument(help="Subscription name.")]
 Ids = Annotated[list[str] | None, typer.Option("--id", help="Message id (repeatable).")]
 Groups = Annotated[list[str] | None, typer.Option("--group", help="Group id (repeatable).")]

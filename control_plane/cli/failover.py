@@ -3,17 +3,14 @@ unsealed, its latest failover and what the producers report of its active segmen
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from ..client import AdminClient, path
-from .common import DEFAULT_URL, Output, Token, Url, console, emit_json, run, table
+from .common import DEFAULT_URL, Output, Project, Token, Topic, Url, console, emit_json, run, table
 
 app = typer.Typer(help="A topic's automatic failover: status.", no_args_is_help=True)
-
-Project = Annotated[str, typer.Argument(help="Project name.")]
-Topic = Annotated[str, typer.Argument(help="Topic name.")]
 
 
 @app.command()

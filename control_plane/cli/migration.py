@@ -23,7 +23,9 @@ from .common import (
     EXIT_NOT_FOUND,
     EXIT_REFUSED,
     Output,
+    Project,
     Token,
+    Topic,
     Url,
     emit_json,
     fail,
@@ -36,9 +38,6 @@ app = typer.Typer(
     help="A verified migration of an adopted Kafka topic: start, status, check, abandon.",
     no_args_is_help=True,
 )
-
-Project = Annotated[str, typer.Argument(help="Project name.")]
-Topic = Annotated[str, typer.Argument(help="Topic name.")]
 
 
 def migration_path(project: str, topic: str) -> str:

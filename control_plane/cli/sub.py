@@ -15,6 +15,7 @@ from .common import (
     Limit,
     Offset,
     Output,
+    Project,
     Token,
     Url,
     Yes,
@@ -33,7 +34,6 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-Project = Annotated[str, typer.Argument(help="Project name.")]
 Name = Annotated[str, typer.Argument(help="Subscription name.")]
 Backoff = Literal["fixed", "linear", "exponential"]
 

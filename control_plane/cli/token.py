@@ -11,6 +11,7 @@ from ..client import AdminClient, path
 from .common import (
     DEFAULT_URL,
     Output,
+    Project,
     Token,
     Url,
     Yes,
@@ -22,7 +23,6 @@ from .common import (
 
 app = typer.Typer(help="Produce tokens: create, list, revoke.", no_args_is_help=True)
 
-Project = Annotated[str, typer.Argument(help="Project name.")]
 TokenId = Annotated[str, typer.Argument(help="The token's id (12 hex digits, from `list`).")]
 
 

@@ -19,7 +19,9 @@ from .common import (
     Limit,
     Offset,
     Output,
+    Project,
     Token,
+    Topic,
     Url,
     Yes,
     changes,
@@ -42,8 +44,6 @@ app.add_typer(failover.app, name="failover")
 app.add_typer(migration.app, name="migration")
 app.add_typer(topic_schema.app, name="schema")
 
-Project = Annotated[str, typer.Argument(help="Project name.")]
-Topic = Annotated[str, typer.Argument(help="Topic name.")]
 FailoverClusters = Annotated[
     list[str] | None,
     typer.Option(

@@ -19,7 +19,9 @@ from .common import (
     DEFAULT_URL,
     EXIT_USAGE,
     Output,
+    Project,
     Token,
+    Topic,
     Url,
     Yes,
     confirm,
@@ -34,8 +36,6 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-Project = Annotated[str, typer.Argument(help="Project name.")]
-Topic = Annotated[str, typer.Argument(help="Topic name.")]
 MODES = ("backward", "forward", "full", "none")
 
 

@@ -135,15 +135,7 @@ async def delivery_world(
         cp_stores = {cluster: store}
         for name, config in (extra_clusters or {}).items():
             cp_stores[name] = await stack.enter_async_context(open_store(config))
-        app = create_app(settings, metastore=cp_meta, stores=cp_stores)
-        await stack.enter_async_context(app.router.lifespan_context(app))
-        cp = await stack.enter_async_context(
-            httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app), base_url="http://cp", headers=AUTH
-            )
-        )
-        r = await cp.post("/v1/projects", json={"name": "shop"})
-        assert r.status_code == 201, r.text
+        app, cp = await control_plane(stack, settings, cp_meta, cp_stores, AUTH)
         producer = stack.enter_context(ProducerProcess(producer_settings, tmp_path))
         producer_client = await stack.enter_async_context(
             httpx.AsyncClient(base_url=producer.url, headers=AUTH, timeout=30)
@@ -169,6 +161,27 @@ async def delivery_world(
         await drop_topics(cp)
     finally:
         await close_within(stack, 90)
+
+
+async def control_plane(
+    stack: AsyncExitStack,
+    settings: Any,
+    metastore: Any,
+    stores: dict[str, Any],
+    auth: dict[str, str],
+) -> tuple[Any, httpx.AsyncClient]:
+    """The control plane app in this process, started on ``stack``, and an admin client of
+    it (no port: ``serve_app`` gives one) in which project ``shop`` exists."""
+    app = create_app(settings, metastore=metastore, stores=stores)
+    await stack.enter_async_context(app.router.lifespan_context(app))
+    cp = await stack.enter_async_context(
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://cp", headers=auth
+        )
+    )
+    r = await cp.post("/v1/projects", json={"name": "shop"})
+    assert r.status_code == 201, r.text
+    return app, cp
 
 
 async def close_within(stack: AsyncExitStack, timeout: float) -> None:

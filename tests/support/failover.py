@@ -27,7 +27,6 @@ from typing import Any
 
 import httpx
 
-from control_plane.app import create_app
 from control_plane.settings import ControlPlaneSettings
 from metastore.catalog import Catalog
 from metastore.config import ZooKeeperConfig, open_metastore
@@ -35,7 +34,13 @@ from segments.config import AuditConfig, KafkaClusterConfig, PulsarClusterConfig
 from segments.protocol import SegmentStore
 from segments.registry import open_store
 from tests.support.dedicated import DedicatedKafka
-from tests.support.delivery import close_within, drop_storage_topic, drop_topics, wipe
+from tests.support.delivery import (
+    close_within,
+    control_plane,
+    drop_storage_topic,
+    drop_topics,
+    wipe,
+)
 from tests.support.hook import SECRET, Hook, serve_hook
 from tests.support.processes import ProducerProcess, WorkerProcess
 from tests.support.services import RealServices
@@ -161,15 +166,7 @@ async def failover_world(
         stack.push_async_callback(wipe, cp_meta)
         stores = {n: await stack.enter_async_context(open_store(c)) for n, c in clusters.items()}
         stack.push_async_callback(drop_storage_topic, stores["pulsar-main"], settings.audit.topic)
-        app = create_app(settings, metastore=cp_meta, stores=stores)
-        await stack.enter_async_context(app.router.lifespan_context(app))
-        cp = await stack.enter_async_context(
-            httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app), base_url="http://cp", headers=AUTH
-            )
-        )
-        r = await cp.post("/v1/projects", json={"name": "shop"})
-        assert r.status_code == 201, r.text
+        _, cp = await control_plane(stack, settings, cp_meta, stores, AUTH)
         producers = []
         for _ in range(3):
             proc = stack.enter_context(ProducerProcess(producer_settings, tmp_path))

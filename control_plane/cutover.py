@@ -79,7 +79,7 @@ from segments.protocol import SegmentStore
 
 from .cutover_actions import CutoverActions
 from .failover import FailoverMonitor
-from .leader import LeaderElection
+from .leader import LeaderElection, rest
 from .migration_monitor import MigrationMonitor
 from .migration_starts import MigrationStarts
 from .retire import retire_segments
@@ -263,9 +263,7 @@ class CutoverCoordinator(LeaderElection):
                     task = self._drivers.get(key)
                     if task is None or task.done():
                         self._drivers[key] = asyncio.create_task(self._drive(*key))
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.interval_s * 5):
-                        await lost.wait()
+                await rest(lost, self.interval_s * 5)
         finally:
             drivers, self._drivers = list(self._drivers.values()), {}
             drivers.extend(watching)

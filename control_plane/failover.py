@@ -23,7 +23,6 @@ Each failover logs a warning, counts in ``httpbus_failovers_total`` and appends 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import Counter
@@ -37,6 +36,8 @@ from segments.audit import AuditSink
 from segments.failover.health import HealthJudge, SegmentKey
 from segments.failover.records import FailoverRecords
 from segments.protocol import SegmentStore
+
+from .leader import rest
 
 if TYPE_CHECKING:
     from .cutover import Cutovers
@@ -80,9 +81,7 @@ class FailoverMonitor:
                     await self.check_once()
                 except HttpbusError as exc:
                     log.warning("failover check: %s", exc)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.interval_s):
-                        await lost.wait()
+                await rest(lost, self.interval_s)
         finally:
             tasks, self._sealing = list(self._sealing.values()), {}
             for task in tasks:

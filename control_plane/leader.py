@@ -19,6 +19,15 @@ from metastore import paths
 from metastore.protocol import MetaStore
 
 log = logging.getLogger(__name__)
+
+
+async def rest(lost: asyncio.Event, seconds: float) -> None:
+    """Wait ``seconds`` between a leader's rounds, or less if the leadership is ``lost``."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await lost.wait()
+
+
 _RETRY_S = 1.0
 
 

@@ -14,7 +14,6 @@ decision is one pure function over the stored document either way.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +22,8 @@ from core.migration import Migration, MigrationState, Move, dirty_in_guard, next
 from core.model import Segment
 from metastore.migrations import MigrationRecords
 from segments.cutover.machine import UNDONE, Cutover
+
+from .leader import rest
 
 if TYPE_CHECKING:
     from .cutover import Cutovers
@@ -45,9 +46,7 @@ class MigrationMonitor:
                     await self.drive_once(project, topic)
                 except HttpbusError as exc:
                     log.warning("migration of %s/%s: %s; retrying", project, topic, exc)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.interval_s):
-                    await lost.wait()
+            await rest(lost, self.interval_s)
 
     async def _active(self) -> list[tuple[str, str]]:
         try:

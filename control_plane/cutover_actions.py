@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 
 from core.errors import AlreadyExists, NotFound, StorageUnavailable, VersionConflict
@@ -11,12 +12,23 @@ from metastore.catalog import Catalog
 from segments.config import ClusterConfig
 from segments.cutover.machine import Cutover
 from segments.cutover.records import CutoverRecords
+from segments.external import ExternalStore
 from segments.failover.records import FailoverRecords
 from segments.protocol import Fence, SegmentStore
 
-# A verified migration's start positions of the new segment, from the cutover, the old and
-# new segments and the old one's ends (control_plane.migration_starts).
-StartsHook = Callable[[Cutover, Segment, Segment, dict[int, int]], Awaitable[dict[int, int]]]
+
+@dataclass(frozen=True)
+class Begin:
+    """Where readers of a verified migration's new segment begin, per partition, and the ids
+    the other side delivered already, which they pass over (control_plane.migration_starts)."""
+
+    starts: dict[int, int]
+    skip: tuple[str, ...] = ()
+
+
+# A verified migration's beginning of the new segment, from the cutover, the old and new
+# segments and the old one's ends (control_plane.migration_starts).
+StartsHook = Callable[[Cutover, Segment, Segment, dict[int, int]], Awaitable[Begin]]
 
 
 class CutoverActions:
@@ -86,7 +98,14 @@ class CutoverActions:
         old = await self._old(state)
         if old.end_positions is not None:  # the pointer moved already: re-run after a restart
             return Fence(dict(old.end_positions), old.ends_final)
-        return await self._store(old.cluster).fence(old.storage_topic)
+        store = self._store(old.cluster)
+        if isinstance(store, ExternalStore) and not old.sealing:
+            # Its producers write on past the ends read now: readers hold what they read from
+            # here until the seal shows them the ends (delivery_workers.reading), so nothing
+            # past them is delivered from this segment. Marked first, then the ends read.
+            marked = old.model_copy(update={"sealing": True})
+            await self.catalog.update_segment(state.project, state.topic, marked)
+        return await store.fence(old.storage_topic)
 
     async def settle_old(self, state: Cutover, settle_s: float | None) -> dict[int, int]:
         """The old segment's final ends, after the fence's settle (``settle_s``; None: the
@@ -124,13 +143,15 @@ class CutoverActions:
                 "sealed_at": self.now(),
                 "end_positions": ends,
                 "ends_final": final,
+                "sealing": False,
             }
         )
         active = new.model_copy(update={"state": SegmentState.ACTIVE})
         if state.migration is not None and self.starts is not None:
             # Readers begin the new segment where the migration says, from the first read.
-            starts = await self.starts(state, old, new, ends)
-            active = active.model_copy(update={"start_positions": starts})
+            begin = await self.starts(state, old, new, ends)
+            update = {"start_positions": begin.starts, "skip_ids": begin.skip}
+            active = active.model_copy(update=update)
         await self.catalog.commit_segment_switch(
             topic, sealed, active, extra=[self.records.update_op(after, version)]
         )

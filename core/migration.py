@@ -156,19 +156,28 @@ class Migration(Model):
     shadow_starts: dict[int, int] | None = Field(
         default=None, description="where readers begin the shadow segment after the switch"
     )
+    switch_skipped: int | None = Field(
+        default=None,
+        description="ids the legacy side delivered that readers of the shadow segment pass "
+        "over (control_plane.migration_starts)",
+    )
     switch_duplicates: int | None = Field(
         default=None,
-        description="messages the switch delivers a second time (module doc of "
-        "control_plane.migration_starts)",
+        description="messages the switch delivers a second time: skips over the skip list's "
+        "cap (control_plane.migration_starts)",
     )
     rollback_segment: int | None = Field(default=None, description="the new external segment")
     rollback_starts: dict[int, int] | None = Field(
         default=None, description="where readers begin the legacy topic again after a rollback"
     )
+    rollback_skipped: int | None = Field(
+        default=None,
+        description="ids the shadow segment delivered that readers of the legacy topic pass "
+        "over after the rollback (after the first loss, or written there late)",
+    )
     rollback_duplicates: int | None = Field(
         default=None,
-        description="messages the rollback delivers a second time (read from the legacy topic "
-        "after the first loss, though the shadow segment delivered them already)",
+        description="messages the rollback delivers a second time: skips over the skip list's cap",
     )
     finished_at: datetime | None = None
 

@@ -111,6 +111,16 @@ class Segment(Model):
         description="a verified migration's shadow segment: while it is PENDING, producers "
         "write it instead of the external active segment (core.migration)",
     )
+    skip_ids: tuple[str, ...] = Field(
+        default=(),
+        description="a verified migration's switch or rollback: ids the other side delivered "
+        "already, which readers of this segment pass over (control_plane.migration_starts)",
+    )
+    sealing: bool = Field(
+        default=False,
+        description="an external segment a cutover is sealing: its ends are being recorded, so "
+        "readers hold what they read until the seal shows them (delivery_workers.reading)",
+    )
 
     def start_of(self, partition: int) -> int:
         """Where readers begin in ``partition`` (``start_positions``, else 0)."""

@@ -43,6 +43,8 @@ from .poison import crash_names
 from .routing import Routing
 
 IDLE_REFRESH_S = 1.0
+SKIPPED = "delivered from the other side of a verified migration before this segment"
+SEALING_POLL_S = 0.05  # an external segment being sealed: how often its record is read
 
 
 class ReadingStats(Protocol):
@@ -92,6 +94,7 @@ class SegmentReading:
         self.source: Source | None = None  # the consume segment's, once reading started
         self.budget = budget or FilterBudget()
         self.bodies = bodies or BodyCache()  # the worker's, shared by its runners
+        self.skip = frozenset(segment.skip_ids)  # a verified migration's (Segment.skip_ids)
 
     async def run(self) -> None:
         starts = await self.reader.start_positions(self.sub, self.segment, self.shard)
@@ -155,12 +158,17 @@ class SegmentReading:
 
     async def _refresh_external(self) -> None:
         """An external segment is sealed only logically (segments.external): records past its
-        recorded end keep coming. A record read now that lies past the end was written after
-        the seal was committed, so the segment's record read *after* it shows the seal."""
-        if not self.segment.finished:
+        recorded end keep coming. The cutover marks the segment ``sealing`` before it reads
+        the ends, so a record read before a look at the segment's record that shows no mark
+        lies before them; while the mark is up, what was read is held until the seal shows
+        the ends (records past them are never delivered from here)."""
+        while not self.segment.finished:
             self.segment = await self.reader.catalog.get_segment(
                 self.topic.project, self.topic.name, self.segment.id
             )
+            if not self.segment.sealing or self.segment.finished:
+                return
+            await asyncio.sleep(SEALING_POLL_S)
 
     def _end(self, partition: int) -> int | None:
         """The recorded end of ``partition`` once the segment is known finished, else None."""
@@ -205,6 +213,11 @@ class SegmentReading:
 
     async def _take_one(self, source: Source, msg: Stored, origin: str) -> None:
         envelope = Envelope.of(msg.headers)
+        if self.skip and envelope.message_id in self.skip:  # delivered from the other side
+            self.audit.message(AuditType.FILTERED, msg, self.segment, reason=SKIPPED)
+            source.done(msg)
+            self.dispatch.wake()
+            return
         group = envelope.group
         if not self.shard.owns(group, msg.partition):  # another shard's to deliver
             source.done(msg)

@@ -70,12 +70,22 @@ class MigrationView(BaseModel):
     shadow_starts: dict[int, int] | None = Field(
         description="where readers begin the shadow segment after the switch"
     )
-    switch_duplicates: int | None = Field(description="messages the switch delivers twice")
+    switch_skipped: int | None = Field(
+        description="ids the legacy side delivered, passed over in the shadow segment"
+    )
+    switch_duplicates: int | None = Field(
+        description="messages the switch delivers twice (skips over the skip list's cap)"
+    )
     rollback_segment: int | None
     rollback_starts: dict[int, int] | None = Field(
         description="where readers begin the legacy topic again after a rollback"
     )
-    rollback_duplicates: int | None = Field(description="messages the rollback delivers twice")
+    rollback_skipped: int | None = Field(
+        description="ids the shadow segment delivered, passed over in the legacy topic"
+    )
+    rollback_duplicates: int | None = Field(
+        description="messages the rollback delivers twice (skips over the skip list's cap)"
+    )
     finished_at: datetime | None
     clean_streak: int = Field(description="closed clean windows in a row at the end")
     windows: list[WindowView] = Field(description="oldest first, the newest 200 at most")

@@ -68,6 +68,15 @@ def print_migration(m: dict[str, Any], last: int = 20) -> None:
         f"window {m['window_s']} s, session gap {m['session_gap_s']} s, "
         f"guard {m['guard_s']} s; {summary(m)}"
     )
+    if m.get("switch_skipped") is not None:
+        twice = (m.get("switch_duplicates") or 0) + (m.get("rollback_duplicates") or 0)
+        back = m.get("rollback_skipped")
+        typer.echo(
+            f"switch: readers of the shadow segment pass over {m['switch_skipped']} id(s) the "
+            "legacy side delivered"
+            + ("" if back is None else f"; rollback: the legacy topic over {back}")
+            + f"; delivered twice {twice}"
+        )
     rows = [
         (
             _at(w["start_ms"]),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from control_plane.migration_starts import rollback_starts, switch_starts
+from control_plane.migration_starts import MAX_SKIP_CHARS, capped, rollback_starts, switch_starts
 from core.migration import (
     MAX_WINDOWS,
     Migration,
@@ -89,16 +89,24 @@ def test_merge_keeps_closed_verdicts_caps_and_bounds() -> None:
 def test_switch_starts_after_the_last_id_the_legacy_side_carried() -> None:
     # Partition 0: 10..13 in the tail; 10, 11, 12 reached the legacy side up to E, 13 not.
     # Partition 1: 5 matched, 6 not, 7 matched (its legacy copy came first): begin at 6,
-    # so 6 (legacy copy after E) is not lost; 7 is delivered twice, and counted.
+    # so 6 (legacy copy after E) is not lost; 7 was delivered from the legacy side: skipped.
     shadow = [(0, 10, "a"), (0, 11, "b"), (0, 12, "c"), (0, 13, "d")]
     shadow += [(1, 5, "x"), (1, 6, "y"), (1, 7, "z")]
-    starts, duplicates = switch_starts(shadow, {"a", "b", "c", "x", "z"}, {0: 10, 1: 5})
-    assert starts == {0: 13, 1: 6} and duplicates == 1
+    starts, skip = switch_starts(shadow, {"a", "b", "c", "x", "z"}, {0: 10, 1: 5})
+    assert starts == {0: 13, 1: 6} and skip == {"z"}
     # Nothing of a partition's tail reached the legacy side: from its tail's start.
-    assert switch_starts([(0, 4, "q")], set(), {0: 4, 1: 9}) == ({0: 4, 1: 9}, 0)
+    assert switch_starts([(0, 4, "q")], set(), {0: 4, 1: 9}) == ({0: 4, 1: 9}, set())
 
 
 def test_rollback_starts_at_the_first_loss_or_the_end() -> None:
     legacy = [(0, 20, "a"), (0, 21, "lost"), (0, 22, "b"), (1, 7, "c")]
-    starts, duplicates = rollback_starts(legacy, {"a", "b", "c"}, {0: 23, 1: 8})
-    assert starts == {0: 21, 1: 8} and duplicates == 1  # "b" again, after the loss
+    starts, skip = rollback_starts(legacy, {"a", "b", "c"}, {0: 23, 1: 8})
+    assert starts == {0: 21, 1: 8} and skip == {"b"}  # after the loss, delivered already
+
+
+def test_the_skip_list_is_capped_and_what_does_not_fit_is_counted() -> None:
+    ids = {f"id-{n:05d}" for n in range(MAX_SKIP_CHARS // 8)}  # 11 characters as JSON
+    kept, over = capped(ids)
+    assert kept == tuple(sorted(ids))[: len(kept)] and over == len(ids) - len(kept) > 0
+    assert sum(len(mid) + 3 for mid in kept) <= MAX_SKIP_CHARS
+    assert capped({"b", "a"}) == (("a", "b"), 0)

@@ -19,6 +19,7 @@ from metastore.catalog import Catalog
 from metastore.config import open_metastore
 from metastore.protocol import MetaStore
 from reports import migrate
+from reports.migration_windows import MigrationWindows
 from reports.principals import PrincipalStore
 from reports.trace import TraceIndex
 from segments.protocol import SegmentStore
@@ -122,6 +123,7 @@ def create_app(
             raise NotReady(f"down, being restarted: {', '.join(down)}", retry_after=2)
         return {"status": "ready"}
 
+    app.state.migration_windows = MigrationWindows(engine)
     app.state.authenticator = Authenticator(
         settings.admin_token.get_secret_value(), PrincipalStore(engine), ui.session_identity
     )

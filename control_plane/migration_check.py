@@ -10,6 +10,7 @@ so this module loads without pyspark.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
@@ -23,6 +24,7 @@ from metastore.catalog import Catalog
 from metastore.config import MetaStoreConfig, open_metastore
 from metastore.migrations import MigrationRecords
 from metastore.protocol import MetaStore
+from reports.migration_windows import MigrationWindows
 from segments.config import ClusterConfig
 from segments.protocol import SegmentStore
 from segments.registry import open_store
@@ -100,17 +102,40 @@ def compare(spark: Any, sides: Sides) -> list[MigrationWindow]:
 
 
 async def store_windows(
-    meta: MetaStore, sides: Sides, windows: list[MigrationWindow], *, rerun: bool
+    meta: MetaStore,
+    sides: Sides,
+    windows: list[MigrationWindow],
+    *,
+    rerun: bool,
+    history: MigrationWindows | None = None,
 ) -> Migration:
-    """Store a round's windows on the migration (see ``core.migration.merge_windows``)."""
+    """Store a round's windows on the migration (see ``core.migration.merge_windows``), and
+    in ``history`` as the migration kept them (every window, beyond the newest 200)."""
     m = sides.migration
-    return await MigrationRecords(meta).record_check(
+    stored = await MigrationRecords(meta).record_check(
         m.project, m.topic, windows, utcnow, rerun=rerun
     )
+    if history is not None:
+        judged = {w.start_ms for w in windows}
+        kept = [w for w in stored.windows if w.start_ms in judged]
+        await asyncio.to_thread(history.save, stored, kept, int(time.time() * 1000))
+    return stored
 
 
 async def store_with(
-    config: MetaStoreConfig, sides: Sides, windows: list[MigrationWindow], *, rerun: bool
+    config: MetaStoreConfig,
+    sides: Sides,
+    windows: list[MigrationWindow],
+    *,
+    rerun: bool,
+    database_url: str | None = None,
 ) -> Migration:
-    async with open_metastore(config) as meta:
-        return await store_windows(meta, sides, windows, rerun=rerun)
+    """:func:`store_windows` with a metastore opened from the configuration, and the report
+    database at ``database_url`` for the history."""
+    history = MigrationWindows.from_url(database_url) if database_url else None
+    try:
+        async with open_metastore(config) as meta:
+            return await store_windows(meta, sides, windows, rerun=rerun, history=history)
+    finally:
+        if history is not None:
+            history.close()

@@ -7,7 +7,9 @@ A subscription's state is read off its events in time order:
 - ``delivering``: attempted, no outcome yet, or replayed from the DLQ;
 - ``retrying``: an attempt failed and another is due (in place or in a delay level);
 - ``delivered``, ``filtered``, ``dead_lettered``: its outcome (a DLQ entry replayed later is
-  ``delivering`` again, then its new outcome).
+  ``delivering`` again, then its new outcome). A copy passed over after a verified
+  migration's switch or rollback (``Segment.skip_ids``) is ``filtered`` after ``delivered``:
+  the state stays ``delivered``, the event says why.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ def _subscription(name: str, events: list[TraceEventRow]) -> dict[str, Any]:
             state = "delivering" if ok else "retrying"
             attempts.append({**_fields(event, ATTEMPT_FIELDS), "waited_in_level_ms": level_ms})
             level_ms = None
-        else:
+        elif not (event.type == "filtered" and state == "delivered"):
             state = STATE_OF.get(event.type, state)
             level_ms = event.level_ms if event.type == "retried" else None
     return {

@@ -209,3 +209,31 @@ class TopicGrantRow(Base):
     topic: Mapped[str] = mapped_column(String(128))
     grantee: Mapped[str] = mapped_column(String(128))
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class MigrationWindowRow(Base):
+    """One tumbling window of a verified migration's check (``core.migration.MigrationWindow``),
+    rewritten by every round while it is open; the metastore keeps the newest 200 windows for
+    the leader's decision, this table every one (``reports.migration_windows``)."""
+
+    __tablename__ = "migration_windows"
+    __table_args__ = (
+        UniqueConstraint("migration_id", "start_ms", name="uq_migration_window"),
+        Index("ix_migration_windows_topic", "project", "topic", "start_ms"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    migration_id: Mapped[str] = mapped_column(String(64))
+    project: Mapped[str] = mapped_column(String(128))
+    topic: Mapped[str] = mapped_column(String(128))
+    start_ms: Mapped[int] = mapped_column(BigInteger)
+    end_ms: Mapped[int] = mapped_column(BigInteger)
+    matched: Mapped[int] = mapped_column(BigInteger)
+    late: Mapped[int] = mapped_column(BigInteger)
+    missing_in_bus: Mapped[int] = mapped_column(BigInteger)
+    missing_in_legacy: Mapped[int] = mapped_column(BigInteger)
+    duplicates: Mapped[int] = mapped_column(BigInteger)
+    closed: Mapped[bool] = mapped_column()
+    clean: Mapped[bool] = mapped_column()
+    ids: Mapped[str] = mapped_column(Text, doc="JSON: the ids named per finding (20 at most)")
+    checked_at_ms: Mapped[int] = mapped_column(BigInteger)

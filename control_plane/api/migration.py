@@ -3,13 +3,15 @@ migration of a topic whose active segment is an adopted Kafka topic (docs/migrat
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request, status
+from fastapi import APIRouter, Depends, Query, Request, status
 from pydantic import BaseModel, Field
 
 from core.migration import Migration, MigrationState
+from reports.migration_windows import MigrationWindows
 
 from ..migrations import Migrations
 from .auth import OWNER, VIEWER
@@ -114,6 +116,32 @@ async def get_migration(
 ) -> dict[str, Any]:
     """The topic's latest migration: its state and the windows the check stored."""
     return view(await migrations.get(project, topic))
+
+
+class WindowHistory(BaseModel):
+    """Every window the check stored for one migration (the report database)."""
+
+    migration: str = Field(description="the migration's id")
+    windows: list[WindowView] = Field(description="oldest first")
+
+
+@router.get("/windows", response_model=WindowHistory, **VIEWER)
+async def migration_windows(
+    project: ProjectName,
+    topic: TopicName,
+    migrations: MigrationsDep,
+    request: Request,
+    since_ms: Annotated[int, Query(ge=0, description="windows starting at or after")] = 0,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1_000,
+) -> dict[str, Any]:
+    """Every window the check stored for the topic's latest migration, oldest first, from
+    the report database (``database_url``): the migration itself keeps the newest 200."""
+    m = await migrations.get(project, topic)
+    history: MigrationWindows = request.app.state.migration_windows
+    found = await asyncio.to_thread(
+        history.history, project, topic, m.id, since_ms=since_ms, limit=limit
+    )
+    return {"migration": m.id, "windows": [{**w.model_dump(), "clean": w.clean} for w in found]}
 
 
 @router.delete("", response_model=MigrationView, **OWNER)

@@ -77,6 +77,11 @@ def print_migration(m: dict[str, Any], last: int = 20) -> None:
             + ("" if back is None else f"; rollback: the legacy topic over {back}")
             + f"; delivered twice {twice}"
         )
+    print_windows(m["windows"][-last:], f"windows (newest {last})")
+
+
+def print_windows(windows: list[dict[str, Any]], title: str) -> None:
+    """Windows as a table, one row each."""
     rows = [
         (
             _at(w["start_ms"]),
@@ -88,10 +93,10 @@ def print_migration(m: dict[str, Any], last: int = 20) -> None:
             "clean" if w["clean"] else ("dirty" if w["closed"] else "open"),
             ", ".join((w["missing_in_bus_ids"] + w["missing_in_legacy_ids"])[:5]),
         )
-        for w in m["windows"][-last:]
+        for w in windows
     ]
     columns = ("window UTC", "matched", "no bus", "no legacy", "late", "dup", "verdict", "missing")
-    table(f"windows (newest {last})", columns, rows)
+    table(title, columns, rows)
 
 
 @app.command()
@@ -139,6 +144,9 @@ def status(
     project: Project,
     topic: Topic,
     last: Annotated[int, typer.Option(min=1, max=200, help="Windows to show.")] = 20,
+    history: Annotated[
+        bool, typer.Option(help="Every window, from the report database (beyond the newest 200).")
+    ] = False,
     url: Url = DEFAULT_URL,
     token: Token = "",
     output: Output = "text",
@@ -146,13 +154,21 @@ def status(
     """The topic's latest migration: its state and the windows the check stored."""
 
     async def work(api: AdminClient) -> Any:
-        return await api.get(migration_path(project, topic))
+        found = await api.get(migration_path(project, topic))
+        if history:
+            windows = await api.get(
+                migration_path(project, topic) + "/windows", params={"limit": 10_000}
+            )
+            found = {**found, "history": windows["windows"]}
+        return found
 
     found = run(url, token, work)
     if output == "json":
         emit_json(found)
-    else:
-        print_migration(found, last)
+        return
+    print_migration(found, last)
+    if history:
+        print_windows(found["history"], f"every window ({len(found['history'])})")
 
 
 @app.command()
@@ -221,7 +237,11 @@ def _round(spark: Any, settings: Any, project: str, topic: str, *, rerun: bool) 
     try:
         sides = asyncio.run(plan_with(settings.metastore, settings.clusters, project, topic))
         windows = compare(spark, sides)
-        stored = asyncio.run(store_with(settings.metastore, sides, windows, rerun=rerun))
+        stored = asyncio.run(
+            store_with(
+                settings.metastore, sides, windows, rerun=rerun, database_url=settings.database_url
+            )
+        )
     except NotFound as exc:
         raise fail(str(exc), EXIT_NOT_FOUND) from None
     except HttpbusError as exc:

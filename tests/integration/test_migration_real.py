@@ -25,6 +25,7 @@ from confluent_kafka import Producer
 
 from control_plane.migration_check import compare, plan_sides, store_windows
 from metastore.config import ZooKeeperConfig, open_metastore
+from reports.migration_windows import MigrationWindows
 from segments.config import KafkaClusterConfig
 from segments.registry import open_store
 from tests.support.delivery import ADMIN, DeliveryWorld, delivery_world
@@ -33,7 +34,7 @@ from tests.support.services import RealServices
 from tests.support.ui import SHOTS, async_page, needs_chromium, serve_app
 from tests.support.until import until
 
-pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka, needs_chromium]
+pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka, pytest.mark.postgres, needs_chromium]
 PULSAR = pytest.mark.pulsar
 MIGRATION = "/v1/projects/shop/topics/orders/migration"
 WINDOW_S, GAP_S, CLEAN = 4, 2, 2
@@ -93,13 +94,14 @@ class Load:
 
 
 async def _checks(world: Any, spark: Any, stop: asyncio.Event, rounds: list[float]) -> None:
-    """The check's rounds (``--follow``): plan both sides, Spark, store the windows."""
-    meta, clusters, stores = world
+    """The check's rounds (``--follow``): plan both sides, Spark, store the windows (on the
+    migration, and every one in PostgreSQL)."""
+    meta, clusters, stores, history = world
     while not stop.is_set():
         t0 = time.monotonic()
         sides = await plan_sides(meta, clusters, stores, "shop", "orders")
         windows = await asyncio.to_thread(compare, spark, sides)
-        await store_windows(meta, sides, windows, rerun=False)
+        await store_windows(meta, sides, windows, rerun=False, history=history)
         rounds.append(time.monotonic() - t0)
         await asyncio.sleep(0.5)
 
@@ -113,7 +115,12 @@ async def _state(world: DeliveryWorld) -> dict[str, Any]:
 
 @pytest.mark.parametrize("target", ["kafka-main", pytest.param("pulsar-main", marks=PULSAR)])
 async def test_dual_write_switch_after_clean_windows_and_rollback_on_a_loss(
-    real_services: RealServices, unique: str, tmp_path: Path, spark: Any, target: str
+    real_services: RealServices,
+    unique: str,
+    tmp_path: Path,
+    spark: Any,
+    target: str,
+    postgres_database: str,
 ) -> None:
     legacy = f"legacy-{unique}.orders"
     plain = KafkaClusterConfig(bootstrap_servers=real_services.kafka)
@@ -130,11 +137,15 @@ async def test_dual_write_switch_after_clean_windows_and_rollback_on_a_loss(
             "legacy",
             cluster_config=adopted,
             extra_clusters={target: clusters[target]},
+            database_url=postgres_database,  # the audit trail, its trace index, the windows
+            audit_cluster=target,
         ) as world,
         contextlib.AsyncExitStack() as stack,
     ):
         meta = await stack.enter_async_context(open_metastore(zk))
         stores = {n: await stack.enter_async_context(open_store(c)) for n, c in clusters.items()}
+        history = MigrationWindows.from_url(postgres_database)
+        stack.callback(history.close)
         await world.topic("orders", partitions=2, external_topic=legacy, grouped=True)
         await world.subscribe("all", "orders")
         await world.running("all")
@@ -155,7 +166,7 @@ async def test_dual_write_switch_after_clean_windows_and_rollback_on_a_loss(
         plant.set()  # the first window has three ids httpbus never got
         tasks = [
             asyncio.create_task(load.run(stop, plant, planted)),
-            asyncio.create_task(_checks((meta, clusters, stores), spark, stop, rounds)),
+            asyncio.create_task(_checks((meta, clusters, stores, history), spark, stop, rounds)),
         ]
         try:
             switched = await until(
@@ -213,6 +224,42 @@ async def test_dual_write_switch_after_clean_windows_and_rollback_on_a_loss(
         # Exactly as without the migration: every id once, none from both sides.
         assert not twice and set(delivered) == written, (twice, set(delivered) - written)
         assert rolled["switch_duplicates"] == rolled["rollback_duplicates"] == 0, rolled
+        await _kept_in_postgres(world, rolled)
+        await _traced_once(world)
+
+
+async def _kept_in_postgres(world: DeliveryWorld, rolled: dict[str, Any]) -> None:
+    """Every window the migration kept is in PostgreSQL too, with its verdict and ids."""
+    r = await world.cp.get(MIGRATION + "/windows")
+    assert r.status_code == 200, r.text
+    kept = {w["start_ms"]: w for w in r.json()["windows"]}
+    for w in rolled["windows"]:
+        if w["closed"]:
+            got = kept[w["start_ms"]]
+            assert (got["clean"], got["missing_in_bus_ids"]) == (
+                w["clean"],
+                w["missing_in_bus_ids"],
+            ), (got, w)
+
+
+async def _traced_once(world: DeliveryWorld) -> None:
+    """An id the rollback's readers passed over: its trace (the audit trail indexed in
+    PostgreSQL) says delivered, once, and shows the copy passed over in the new segment."""
+    topic = (await world.cp.get("/v1/projects/shop/topics/orders")).json()
+    back = topic["segments"][-1]
+    assert back["skip_ids"], back
+    mid = back["skip_ids"][0]
+
+    async def traced() -> dict[str, Any] | None:
+        r = await world.cp.get(f"/v1/projects/shop/topics/orders/messages/{mid}")
+        if r.status_code != 200:
+            return None
+        sub: dict[str, Any] = r.json()["subscriptions"][0]
+        return sub if "filtered" in [e["type"] for e in sub["events"]] else None
+
+    sub = await until(traced, 30, f"{mid}'s trace with the copy passed over", interval=0.5)
+    assert sub["state"] == "delivered", sub
+    assert [e["type"] for e in sub["events"]].count("delivered") == 1, sub
 
 
 async def _look(world: DeliveryWorld, rolled: dict[str, Any], lost: str) -> None:

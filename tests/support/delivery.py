@@ -93,20 +93,23 @@ async def delivery_world(
     database_url: str | None = None,
     cluster_config: ClusterConfig | None = None,
     extra_clusters: dict[str, ClusterConfig] | None = None,
+    audit_cluster: str | None = None,
     **worker_options: Any,
 ) -> AsyncIterator[DeliveryWorld]:
     """Everything above, torn down (and the ZooKeeper root deleted) on exit. With a
     ``database_url`` the producer and the worker also write an audit trail (a topic of this
     world on its cluster) and the control plane keeps its reports and trace index there.
     ``cluster_config`` replaces the standard config of ``cluster`` (a read_only one, say);
-    ``extra_clusters`` are configured beside it everywhere (a cutover's target, say)."""
+    ``extra_clusters`` are configured beside it everywhere (a cutover's target, say);
+    ``audit_cluster`` (one of them) holds the audit trail instead of ``cluster``."""
     root = f"/delivery-{unique}"
     zk = ZooKeeperConfig(hosts=real.zookeeper, root=root)
     configured = clusters(real)
     if cluster_config is not None:
         configured[cluster] = cluster_config
     used = {cluster: configured[cluster], **(extra_clusters or {})}
-    audit = AuditConfig(cluster=cluster, topic=f"it-{unique}.audit", partitions=2)
+    audit_on = audit_cluster or cluster
+    audit = AuditConfig(cluster=audit_on, topic=f"it-{unique}.audit", partitions=2)
     reports = {"database_url": database_url, "audit": audit} if database_url else {}
     settings = ControlPlaneSettings(
         admin_token=ADMIN,
@@ -130,11 +133,11 @@ async def delivery_world(
         cp_meta = await stack.enter_async_context(open_metastore(zk))
         stack.push_async_callback(wipe, cp_meta)
         store = await stack.enter_async_context(open_store(configured[cluster]))
-        if database_url:
-            stack.push_async_callback(drop_storage_topic, store, audit.topic)
         cp_stores = {cluster: store}
         for name, config in (extra_clusters or {}).items():
             cp_stores[name] = await stack.enter_async_context(open_store(config))
+        if database_url:
+            stack.push_async_callback(drop_storage_topic, cp_stores[audit_on], audit.topic)
         app, cp = await control_plane(stack, settings, cp_meta, cp_stores, AUTH)
         producer = stack.enter_context(ProducerProcess(producer_settings, tmp_path))
         producer_client = await stack.enter_async_context(
@@ -147,7 +150,7 @@ async def delivery_world(
             worker_stores[name] = await stack.enter_async_context(open_store(config))
         sender = await stack.enter_async_context(FastSender())  # the worker's default
         if database_url:
-            worker_options["audit"] = await open_audit(stack, {cluster: worker_store}, audit)
+            worker_options["audit"] = await open_audit(stack, worker_stores, audit)
         options = {"commit_every_s": 0.2, "lock_retry_s": 0.1, "status_interval_s": 0.5}
         worker = Worker(
             worker_meta,

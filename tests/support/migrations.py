@@ -23,6 +23,7 @@ TABLES = {
     "api_tokens",
     "role_grants",
     "topic_grants",
+    "migration_windows",
 }
 
 

@@ -29,6 +29,8 @@ def test_refusals_name_what_to_fix(url: str) -> None:
     one_line_error(httpbus(url, "topic", "migration", "status", "m1", "orders"), 3, "404")
     one_line_error(httpbus(url, "topic", "migration", "abandon", "m1", "orders"), 3, "404")
     one_line_error(httpbus(url, "topic", "migration", "status", "m1", "nope"), 3, "404")
+    history = ("topic", "migration", "status", "m1", "orders", "--history")
+    one_line_error(httpbus(url, *history), 3, "404")
 
 
 def test_a_migration_prints_its_windows(capsys: pytest.CaptureFixture[str]) -> None:
@@ -67,6 +69,11 @@ def test_a_migration_prints_its_windows(capsys: pytest.CaptureFixture[str]) -> N
     out = capsys.readouterr().out
     assert "segment 1 (external) → shadow 2 on kafka-main" in out
     assert "01-01T00" in out and "dirty" in out and "clean" in out and "a, b" in out
+    assert "switch:" not in out  # not switched yet
+    switched = {**shown, "switch_skipped": 4, "switch_duplicates": 0, "rollback_skipped": 2}
+    migration.print_migration(switched)
+    out = capsys.readouterr().out
+    assert "pass over 4 id(s)" in out and "legacy topic over 2" in out and "twice 0" in out
 
 
 def test_the_commands_are_listed() -> None:

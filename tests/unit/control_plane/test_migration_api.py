@@ -12,12 +12,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
 
 from control_plane.app import create_app as create_cp
+from control_plane.migration_check import Sides, store_windows
 from control_plane.settings import ControlPlaneSettings
 from core import envelope
 from core.migration import MAX_IDS, MAX_WINDOWS, MigrationWindow
@@ -26,6 +27,7 @@ from metastore.embedded import EmbeddedMetaStore
 from metastore.migrations import MigrationRecords
 from producer_api.app import create_app as create_producer
 from producer_api.settings import ProducerSettings
+from reports.migration_windows import MigrationWindows
 from segments.config import EmbeddedClusterConfig, KafkaClusterConfig
 from segments.embedded import create_store
 from segments.external import ExternalStore
@@ -41,6 +43,7 @@ PRODUCE = "/v1/projects/shop/topics/orders/produce"
 
 @dataclass
 class Env:
+    reports: str  # the control plane's database_url
     cp: httpx.AsyncClient
     producer: httpx.AsyncClient
     meta: EmbeddedMetaStore
@@ -70,7 +73,12 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         legacy = await stack.enter_async_context(create_store(legacy_config))
         await legacy.create_topic(LEGACY, 2, retention_ms=3_600_000)
         stores = {"embedded": target, "legacy": ExternalStore(legacy, id_header="event-id")}
-        cp_settings = ControlPlaneSettings(admin_token=TOKEN, clusters=clusters, member_id="cp")
+        cp_settings = ControlPlaneSettings(
+            admin_token=TOKEN,
+            clusters=clusters,
+            member_id="cp",
+            database_url=f"sqlite:///{tmp_path}/reports.db",
+        )
         cp = await _client(stack, create_cp(cp_settings, metastore=meta, stores=stores), "http://c")
         p_settings = ProducerSettings(admin_token=TOKEN, clusters=clusters, member_id="p")
         app = create_producer(p_settings, metastore=meta, stores=stores)
@@ -80,7 +88,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         assert (await cp.post("/v1/projects/shop/topics", json=body)).status_code == 201
         body = {"name": "plain", "partitions": 1}
         assert (await cp.post("/v1/projects/shop/topics", json=body)).status_code == 201
-        yield Env(cp, producer, meta, legacy, target)
+        yield Env(cp_settings.database_url, cp, producer, meta, legacy, target)
 
 
 def _error(r: httpx.Response, status: int, code: str, *words: str) -> None:
@@ -341,3 +349,35 @@ async def test_a_guard_period_that_ends_clean_completes_the_migration(env: Env) 
     topic = await Catalog(env.meta).get_topic("shop", "orders")
     assert topic.produce_pointer is not None and topic.produce_pointer.segment_id == 2
     assert (await env.cp.delete(MIGRATION)).json()["state"] == "completed"  # nothing to undo
+
+
+async def test_every_window_a_round_stored_is_kept_in_the_report_database(env: Env) -> None:
+    body = {"cluster": "embedded", "window": "10s", "session_gap": "1s", "clean_windows": 9}
+    assert (await env.cp.post(MIGRATION, json=body)).status_code == 201
+    found = await MigrationRecords(env.meta).get("shop", "orders")
+    assert found is not None
+    sides = Sides(found[0], cast(Any, None), cast(Any, None), _now_ms())
+    history = MigrationWindows.from_url(env.reports)
+    t0 = _now_ms() - 3_600_000
+    many = [_facts(t0 + i * 10_000, missing=["lost"] if i == 1 else None) for i in range(3)]
+    try:
+        await store_windows(env.meta, sides, many, rerun=False, history=history)
+        # A later round: window 2 is judged again (closed windows are kept unless a re-run).
+        later = [_facts(t0 + 20_000, missing=["late-judged"]), _facts(t0 + 30_000)]
+        await store_windows(env.meta, sides, later, rerun=False, history=history)
+    finally:
+        history.close()
+    r = await env.cp.get(MIGRATION + "/windows")
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert got["migration"] == found[0].id
+    starts = [w["start_ms"] for w in got["windows"]]
+    assert starts == [t0 + i * 10_000 for i in range(4)]
+    assert got["windows"][1]["missing_in_bus_ids"] == ["lost"] and not got["windows"][1]["clean"]
+    assert got["windows"][2]["missing_in_bus_ids"] == []  # as the migration kept it
+    r = await env.cp.get(MIGRATION + "/windows", params={"since_ms": t0 + 30_000, "limit": 5})
+    assert [w["start_ms"] for w in r.json()["windows"]] == [t0 + 30_000]
+    r = await env.cp.get(MIGRATION.replace("orders", "plain") + "/windows")
+    _error(r, 404, "not_found", "no migration")
+    r = await env.cp.get(MIGRATION + "/windows", params={"limit": 0})
+    assert r.status_code == 422 and r.json()["code"] == "validation_failed", r.text

@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from control_plane.trace_view import message_trace
 from core.audit import AuditEvent, AuditType
+from reports.models import TraceEventRow
 from reports.trace import SourcedEvent, TraceIndex
 from segments.audit import AuditSink
 from tests.support.control_plane import create_shop, embedded_control_plane
@@ -139,3 +141,16 @@ def test_the_index_keeps_an_event_read_twice_once_and_prunes_by_time(tmp_path: P
         assert [r.type for r in index.message("shop", "orders", "m1")] == ["delivered"]
     finally:
         index.close()
+
+
+def test_a_copy_passed_over_after_a_migration_leaves_the_message_delivered() -> None:
+    rows = [
+        TraceEventRow(type="attempted", at_ms=1, status=200, segment=1, subscription="shop/s"),
+        TraceEventRow(type="delivered", at_ms=2, segment=1, subscription="shop/s"),
+        TraceEventRow(type="filtered", at_ms=3, segment=2, subscription="shop/s"),  # skip_ids
+    ]
+    sub = message_trace("shop", "orders", "m1", rows, ["shop/s"])["subscriptions"][0]
+    assert sub["state"] == "delivered"
+    assert [(e["type"]) for e in sub["events"]] == ["attempted", "delivered", "filtered"]
+    filtered_only = message_trace("shop", "orders", "m2", rows[2:], ["shop/s"])
+    assert filtered_only["subscriptions"][0]["state"] == "filtered"

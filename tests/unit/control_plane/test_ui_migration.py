@@ -78,6 +78,12 @@ async def test_the_page_draws_the_windows_and_abandons(tmp_path: Path) -> None:
         assert 'data-matched="10" data-late="0" data-missing="2"' in page
         assert 'data-matched="8" data-late="2" data-missing="0"' in page  # late ones apart
         assert "lost-1, lost-2" in page  # named in the tooltip and the table
+        assert 'id="skipped"' not in page  # not switched
+        records = MigrationRecords(cp.meta)
+        await records.change("shop", "orders", {"switch_skipped": 3, "switch_duplicates": 0})
+        page = (await browser.get(PAGE)).text
+        assert "passes over 3 ids the legacy side delivered" in page
+        assert 'id="duplicates"' not in page  # none delivered twice
         assert 'id="migration-link"' in (await browser.get("/ui/projects/shop/topics/orders")).text
         token = await csrf(browser, PAGE)
         r = await browser.post(f"{PAGE}/abandon", data={"csrf": token})

@@ -4,8 +4,11 @@ windows (``httpbus topic migration check``; docs/migrating.md).
 A round fixes ``as_of`` first, then the ends of both sides: everything stored before
 ``as_of`` is read, and a window counts as closed only once its end plus the session gap lies
 before ``as_of`` (a message still in flight then carries an earlier ``produced_at`` only
-within the gap). The Spark part (:mod:`spark.migration_job`) is imported when a round runs,
-so this module loads without pyspark.
+within the gap). A round reads from where the windows still open need it
+(``core.migration.read_from_ms``: closed verdicts are final), so its cost follows the open
+windows, not the length of the dual write; ``--rerun`` reads both sides whole. The Spark part
+(:mod:`spark.migration_job`) is imported when a round runs, so this module loads without
+pyspark.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import NotFound
-from core.migration import Migration, MigrationWindow
+from core.migration import Migration, MigrationWindow, read_from_ms
 from core.model import utcnow
 from metastore.catalog import Catalog
 from metastore.config import MetaStoreConfig, open_metastore
@@ -49,9 +52,12 @@ async def plan_sides(
     stores: Mapping[str, SegmentStore],
     project: str,
     topic: str,
+    *,
+    rerun: bool = False,
 ) -> Sides:
     """Both sides of ``project/topic``'s migration, planned now (``stores``: started
-    stores of the clusters of its two segments)."""
+    stores of the clusters of its two segments): from where the open windows need them
+    (``core.migration.read_from_ms``), or whole for a ``rerun``."""
     as_of_ms = int(time.time() * 1000)
     t = await Catalog(meta).get_topic(project, topic)  # NotFound names the topic
     found = await MigrationRecords(meta).get(project, topic)
@@ -63,10 +69,11 @@ async def plan_sides(
         raise NotFound(f"a segment of migration {migration.id} of {project}/{topic} is gone")
     # Both sides whole: the legacy topic past the switch's seal (dual writes go on during
     # the guard period) and the shadow segment from 0, whatever its readers skip.
+    since = None if rerun else read_from_ms(migration.windows, migration.session_gap_s * 1000)
     legacy = await plan_segment(
-        clusters, stores, external, starts=migration.legacy_start, live=True
+        clusters, stores, external, since_ms=since, starts=migration.legacy_start, live=True
     )
-    bus = await plan_segment(clusters, stores, shadow, live=True)
+    bus = await plan_segment(clusters, stores, shadow, since_ms=since, live=True)
     return Sides(
         migration,
         TimelinePlan(project=project, topic=topic, segments=[legacy]),
@@ -76,14 +83,19 @@ async def plan_sides(
 
 
 async def plan_with(
-    config: MetaStoreConfig, clusters: Mapping[str, ClusterConfig], project: str, topic: str
+    config: MetaStoreConfig,
+    clusters: Mapping[str, ClusterConfig],
+    project: str,
+    topic: str,
+    *,
+    rerun: bool = False,
 ) -> Sides:
     """:func:`plan_sides` with a metastore and the stores opened from the configuration."""
     async with open_metastore(config) as meta, AsyncExitStack() as stack:
         t = await Catalog(meta).get_topic(project, topic)
         wanted = {s.cluster for s in t.segments} & set(clusters)
         stores = {c: await stack.enter_async_context(open_store(clusters[c])) for c in wanted}
-        return await plan_sides(meta, clusters, stores, project, topic)
+        return await plan_sides(meta, clusters, stores, project, topic, rerun=rerun)
 
 
 def compare(spark: Any, sides: Sides) -> list[MigrationWindow]:

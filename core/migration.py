@@ -124,6 +124,25 @@ def merge_windows(
     return tuple(merged[k] for k in sorted(merged)[-MAX_WINDOWS:])
 
 
+READ_MARGIN_MS = 5_000  # an incremental round reads this much more (clocks, storage time)
+
+
+def read_from_ms(windows: Sequence[MigrationWindow], gap_ms: int) -> int | None:
+    """Where an incremental check round reads both sides from; None: from the beginning.
+
+    A closed window's verdict is final (:func:`merge_windows`), so a round only needs the
+    messages of the windows still open. It reads from the first open window (after the last
+    window, when every stored one is closed) less twice the session gap and a margin: an id
+    first seen in a closed window has its other copy within the gap, so the part of the
+    read whose pairs began earlier lies inside closed windows, whose stored verdicts stand.
+    """
+    closed = [w for w in windows if w.closed]
+    if not closed:
+        return None
+    first_open = next((w.start_ms for w in windows if not w.closed), windows[-1].end_ms)
+    return max(0, first_open - 2 * gap_ms - READ_MARGIN_MS)
+
+
 class Migration(Model):
     """A topic's migration, stored at ``paths.migration`` (one per topic: the latest)."""
 

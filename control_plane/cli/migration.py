@@ -235,7 +235,9 @@ def _round(spark: Any, settings: Any, project: str, topic: str, *, rerun: bool) 
     from ..migration_check import compare, plan_with, store_with
 
     try:
-        sides = asyncio.run(plan_with(settings.metastore, settings.clusters, project, topic))
+        sides = asyncio.run(
+            plan_with(settings.metastore, settings.clusters, project, topic, rerun=rerun)
+        )
         windows = compare(spark, sides)
         stored = asyncio.run(
             store_with(

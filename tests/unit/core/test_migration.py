@@ -8,12 +8,14 @@ from datetime import UTC, datetime, timedelta
 from control_plane.migration_starts import MAX_SKIP_CHARS, capped, rollback_starts, switch_starts
 from core.migration import (
     MAX_WINDOWS,
+    READ_MARGIN_MS,
     Migration,
     MigrationState,
     MigrationWindow,
     Move,
     merge_windows,
     next_move,
+    read_from_ms,
 )
 
 T0 = datetime(2026, 11, 25, 3, 0, tzinfo=UTC)
@@ -110,3 +112,14 @@ def test_the_skip_list_is_capped_and_what_does_not_fit_is_counted() -> None:
     assert kept == tuple(sorted(ids))[: len(kept)] and over == len(ids) - len(kept) > 0
     assert sum(len(mid) + 3 for mid in kept) <= MAX_SKIP_CHARS
     assert capped({"b", "a"}) == (("a", "b"), 0)
+
+
+def test_an_incremental_round_reads_from_the_first_open_window_less_two_gaps() -> None:
+    closed = [_w(i) for i in range(3)]
+    assert read_from_ms([], 5_000) is None  # nothing stored: from the beginning
+    assert read_from_ms([_w(0, closed=False)], 5_000) is None  # nothing final yet
+    opened = [*closed, _w(3, closed=False), _w(4, closed=False)]
+    assert read_from_ms(opened, 5_000) == T0_MS + 3 * W - 2 * 5_000 - READ_MARGIN_MS
+    # Every stored window closed: from the end of the last one.
+    assert read_from_ms(closed, 5_000) == T0_MS + 3 * W - 2 * 5_000 - READ_MARGIN_MS
+    assert read_from_ms([_w(0)], 10**13) == 0  # never before the epoch

@@ -200,8 +200,10 @@ def _container_env(rendered: Rendered, container: dict[str, Any], pod_name: str)
         if source is None:
             env[e["name"]] = e["value"]
         elif "secretKeyRef" in source:
-            assert source["secretKeyRef"]["name"] == secret_name, e
-            env[e["name"]] = values[source["secretKeyRef"]["key"]]
+            ref = source["secretKeyRef"]
+            assert ref["name"] == secret_name, e
+            if ref["key"] in values or not ref.get("optional"):
+                env[e["name"]] = values[ref["key"]]
         elif source.get("fieldRef", {}).get("fieldPath") == "metadata.name":
             env[e["name"]] = pod_name
         elif source.get("fieldRef", {}).get("fieldPath") == "status.podIP":
@@ -589,6 +591,9 @@ def test_service_monitor_scrapes_the_services_that_serve_metrics(rendered: Rende
         (["--set", "export.enabled=true,export.to=s3a://l"], "export.enabled needs export.topics"),
         ([*EXPORT_ON, "--set", "export.to="], "export.enabled needs export.to"),
         ([*EXPORT_ON, "--set", "export.topics[2].topic=x"], "missing property 'project'"),
+        # the migration check: no topic, rounds too close
+        (["--set", "migrationCheck.enabled=true"], "migrationCheck.enabled needs"),
+        (["--set", "migrationCheck.every=0"], "minimum: got 0, want 0.5"),
     ],
 )
 def test_inconsistent_values_are_refused_at_render(
@@ -737,4 +742,53 @@ def test_export_cronjobs_run_httpbus_export_per_topic_with_settings_from_the_val
     assert (project, topic) == ("shop", "payments")
     assert settings.spark_master == r.values["export"]["spark"]["master"]
     assert settings.spark_jars == r.values["export"]["spark"]["jars"]
+    assert settings.default_cluster in settings.clusters
+
+
+def test_migration_checks_run_the_check_per_topic_with_settings_from_the_values(
+    helm: str, tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    """One single-pod Deployment per topic of migrationCheck.topics, replaced (never two
+    checks of a topic at once); its command line runs the real CLI up to the Spark session,
+    with the settings of the mounted file and the report database from the Secret."""
+    on = ["--set", "migrationCheck.enabled=true", "--set", "migrationCheck.every=30"]
+    on += ["--set", "migrationCheck.topics[0].project=shop,migrationCheck.topics[0].topic=orders"]
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    r = Rendered("migration-check", values, render(helm, *on, *AUDIT_ON[2:]))
+    (check,) = [d for d in r.of_kind("Deployment") if "migration-check" in d["metadata"]["name"]]
+    assert check["metadata"]["annotations"]["httpbus.io/migration-topic"] == "shop/orders"
+    assert check["spec"]["replicas"] == 1 and check["spec"]["strategy"]["type"] == "Recreate"
+    pod = check["spec"]["template"]["spec"]
+    _assert_unprivileged("migration check", pod)
+    (container,) = pod["containers"]
+    args = container["args"]
+    assert args[:6] == ["httpbus", "topic", "migration", "check", "shop", "orders"], args
+    assert "--follow" in args and args[args.index("--every") + 1] == "30"
+    config_path = Path(args[args.index("--config") + 1])
+    file = tmp_path / config_path.name
+    file.write_text(r.one("ConfigMap", FULLNAME)["data"][config_path.name])
+    env = _container_env(r, container, f"{FULLNAME}-migration-check-0-6d9f7c-x2x5q")
+    assert "spark.driver.host=" in env["PYSPARK_SUBMIT_ARGS"]
+    for key, value in env.items():
+        clean_env.setenv(key, value)
+    seen: list[ControlPlaneSettings] = []
+
+    def session(settings: ControlPlaneSettings, *args: Any, **kwargs: Any) -> None:
+        seen.append(settings)
+        raise _StopAtPlan
+
+    clean_env.setattr(export_cli, "spark_session", session)
+    pod_args = [str(file) if a == str(config_path) else a for a in args[1:]]
+    result = CliRunner().invoke(cli, pod_args)
+    assert isinstance(result.exception, _StopAtPlan), f"{result.exit_code}: {result.output}"
+    (settings,) = seen
+    assert settings.spark_master == r.values["migrationCheck"]["spark"]["master"]
+    assert settings.spark_jars == r.values["migrationCheck"]["spark"]["jars"]
+    assert settings.database_url == AUDIT_DB  # where every window is kept
+    # The control plane reads the windows back (and its users, roles, reports) from it too.
+    (cp,) = r.deployment("control-plane")["spec"]["template"]["spec"]["containers"]
+    assert _container_env(r, cp, "cp-0")["HTTPBUS_DATABASE_URL"] == AUDIT_DB
+    bare = Rendered("defaults", values, render(helm))
+    (cp,) = bare.deployment("control-plane")["spec"]["template"]["spec"]["containers"]
+    assert "HTTPBUS_DATABASE_URL" not in _container_env(bare, cp, "cp-0")  # optional key
     assert settings.default_cluster in settings.clusters

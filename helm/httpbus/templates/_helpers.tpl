@@ -200,6 +200,31 @@ Called with (dict "conf" <the job's spark.conf> "name" <its values key, for the 
 {{- toYaml (mergeOverwrite $c (deepCopy .Values.export.config)) -}}
 {{- end -}}
 
+{{/* The settings file of the migration check: a ControlPlaneSettings (httpbus topic
+migration check); database_url, where every window is kept, comes from the Secret. */}}
+{{- define "httpbus.config.migrationCheck" -}}
+{{- $c := dict
+    "metastore" (include "httpbus.metastore" . | fromYaml)
+    "clusters" (include "httpbus.clusters" . | fromYaml)
+    "default_cluster" .Values.defaultCluster
+    "storage_topic_prefix" .Values.storageTopicPrefix
+    "spark_master" .Values.migrationCheck.spark.master
+    "spark_jars" .Values.migrationCheck.spark.jars -}}
+{{- toYaml (mergeOverwrite $c (deepCopy .Values.migrationCheck.config)) -}}
+{{- end -}}
+
+{{/* The relational store (users and roles, reports, the trace index, migration windows)
+for the control plane and the migration check: the Secret's database-url when it has one,
+else the settings' default (a SQLite file in the pod: one replica's own, lost with it). */}}
+{{- define "httpbus.databaseUrlEnv" -}}
+- name: HTTPBUS_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "httpbus.secretName" . }}
+      key: database-url
+      optional: true
+{{- end -}}
+
 {{/* Secret settings every service gets as HTTPBUS_ environment overrides. */}}
 {{- define "httpbus.secretEnv" -}}
 {{- $secret := include "httpbus.secretName" . -}}

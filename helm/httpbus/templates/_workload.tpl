@@ -85,6 +85,9 @@ spec:
                   name: {{ include "httpbus.secretName" $root }}
                   key: admin-token
             {{- end }}
+            {{- if .databaseUrl }}
+            {{- include "httpbus.databaseUrlEnv" $root | nindent 12 }}
+            {{- end }}
             {{- with include "httpbus.secretEnv" $root | trim }}
             {{- . | nindent 12 }}
             {{- end }}

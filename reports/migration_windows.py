@@ -71,24 +71,22 @@ class MigrationWindows:
             return [_window(row) for row in session.scalars(query)]
 
 
+# The columns that are the window's own fields, as they are.
+FIELDS = (
+    "start_ms", "end_ms", "matched", "late", "missing_in_bus", "missing_in_legacy", "duplicates",
+    "closed",
+)  # fmt: skip
+IDS = {"missing_in_bus": "missing_in_bus_ids", "missing_in_legacy": "missing_in_legacy_ids",
+       "late": "late_ids"}  # fmt: skip
+
+
 def _row(m: Migration, w: MigrationWindow, checked_at_ms: int) -> MigrationWindowRow:
-    ids = {
-        "missing_in_bus": w.missing_in_bus_ids,
-        "missing_in_legacy": w.missing_in_legacy_ids,
-        "late": w.late_ids,
-    }
+    ids = {key: getattr(w, field) for key, field in IDS.items()}
     return MigrationWindowRow(
         migration_id=m.id,
         project=m.project,
         topic=m.topic,
-        start_ms=w.start_ms,
-        end_ms=w.end_ms,
-        matched=w.matched,
-        late=w.late,
-        missing_in_bus=w.missing_in_bus,
-        missing_in_legacy=w.missing_in_legacy,
-        duplicates=w.duplicates,
-        closed=w.closed,
+        **w.model_dump(include=set(FIELDS)),
         clean=w.clean,
         ids=json.dumps(ids, separators=(",", ":")),
         checked_at_ms=checked_at_ms,
@@ -98,15 +96,6 @@ def _row(m: Migration, w: MigrationWindow, checked_at_ms: int) -> MigrationWindo
 def _window(row: MigrationWindowRow) -> MigrationWindow:
     ids = json.loads(row.ids)
     return MigrationWindow(
-        start_ms=row.start_ms,
-        end_ms=row.end_ms,
-        matched=row.matched,
-        late=row.late,
-        missing_in_bus=row.missing_in_bus,
-        missing_in_legacy=row.missing_in_legacy,
-        duplicates=row.duplicates,
-        closed=row.closed,
-        missing_in_bus_ids=ids["missing_in_bus"],
-        missing_in_legacy_ids=ids["missing_in_legacy"],
-        late_ids=ids["late"],
+        **{name: getattr(row, name) for name in FIELDS},
+        **{field: ids[key] for key, field in IDS.items()},
     )

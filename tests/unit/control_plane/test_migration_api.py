@@ -32,6 +32,7 @@ from segments.config import EmbeddedClusterConfig, KafkaClusterConfig
 from segments.embedded import create_store
 from segments.external import ExternalStore
 from segments.protocol import Record, SegmentStore
+from tests.support.migration_docs import window
 from tests.support.until import until
 
 TOKEN = "test-admin-token-0123456789"
@@ -230,17 +231,7 @@ def _now_ms() -> int:
 
 def _facts(start_ms: int, *, missing: list[str] | None = None) -> MigrationWindow:
     """A closed window as the check would store it (the facts the leader decides on)."""
-    return MigrationWindow(
-        start_ms=start_ms,
-        end_ms=start_ms + 10_000,
-        matched=3,
-        late=0,
-        missing_in_bus=len(missing or []),
-        missing_in_legacy=0,
-        duplicates=0,
-        closed=True,
-        missing_in_bus_ids=missing or [],
-    )
+    return window(start_ms, 10_000, missing=missing or [])
 
 
 async def _ids_from(store: SegmentStore, name: str, starts: dict[int, int]) -> list[str]:

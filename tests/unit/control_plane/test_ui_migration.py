@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.migration import Migration, MigrationWindow
+from core.migration import MigrationWindow
 from core.model import Backend, Segment
 from metastore.catalog import Catalog
 from metastore.migrations import MigrationRecords
 from tests.support.control_plane import embedded_control_plane
+from tests.support.migration_docs import migration, window
 from tests.support.ui_pages import TOKEN, csrf, login
 
 API = {"Authorization": f"Bearer {TOKEN}"}
@@ -17,17 +18,7 @@ PAGE = "/ui/projects/shop/topics/orders/migration"
 
 
 def _window(i: int, *, missing: list[str], late: int = 0, closed: bool = True) -> MigrationWindow:
-    return MigrationWindow(
-        start_ms=1_000 * i,
-        end_ms=1_000 * (i + 1),
-        matched=10,
-        late=late,
-        missing_in_bus=len(missing),
-        missing_in_legacy=0,
-        duplicates=0,
-        closed=closed,
-        missing_in_bus_ids=missing,
-    )
+    return window(1_000 * i, 1_000, matched=10, missing=missing, late=late, closed=closed)
 
 
 async def test_the_page_draws_the_windows_and_abandons(tmp_path: Path) -> None:
@@ -56,22 +47,10 @@ async def test_the_page_draws_the_windows_and_abandons(tmp_path: Path) -> None:
             _window(1, missing=[], late=2),
             _window(2, missing=[], closed=False),
         )
-        migration = Migration(
-            id="m1",
-            project="shop",
-            topic="orders",
-            cluster="embedded",
-            partitions=1,
-            window_s=60,
-            session_gap_s=5,
-            clean_windows=3,
-            guard_s=600,
-            external_segment=1,
-            shadow_segment=2,
-            legacy_start={0: 0},
-            windows=windows,
+        doc = migration(
+            windows, cluster="embedded", partitions=1, clean_windows=3, legacy_start={0: 0}
         )
-        await MigrationRecords(cp.meta).create(migration, shadow, topic)
+        await MigrationRecords(cp.meta).create(doc, shadow, topic)
         page = (await browser.get(PAGE)).text
         assert 'data-state="dual_write"' in page and ">0/3<" in page
         assert page.count('class="window dirty"') == 2 and page.count('class="window open"') == 1

@@ -17,6 +17,7 @@ from core.migration import (
     next_move,
     read_from_ms,
 )
+from tests.support.migration_docs import migration, window
 
 T0 = datetime(2026, 11, 25, 3, 0, tzinfo=UTC)
 W = 10_000
@@ -24,36 +25,12 @@ T0_MS = int(T0.timestamp() * 1000)
 
 
 def _w(i: int, *, closed: bool = True, missing: int = 0, late: int = 0) -> MigrationWindow:
-    return MigrationWindow(
-        start_ms=T0_MS + i * W,
-        end_ms=T0_MS + (i + 1) * W,
-        matched=3,
-        late=late,
-        missing_in_bus=missing,
-        missing_in_legacy=0,
-        duplicates=0,
-        closed=closed,
-        missing_in_bus_ids=[f"m{i}"] * missing,
-    )
+    return window(T0_MS + i * W, W, closed=closed, missing=[f"m{i}"] * missing, late=late)
 
 
 def _m(windows: list[MigrationWindow], **fields: object) -> Migration:
-    base: dict[str, object] = {
-        "id": "m1",
-        "project": "shop",
-        "topic": "orders",
-        "cluster": "kafka-main",
-        "partitions": 2,
-        "window_s": W // 1000,
-        "session_gap_s": 2,
-        "clean_windows": 2,
-        "guard_s": 30,
-        "external_segment": 1,
-        "shadow_segment": 2,
-        "legacy_start": {0: 0, 1: 0},
-        "windows": tuple(windows),
-    }
-    return Migration.model_validate({**base, **fields})
+    base = {"window_s": W // 1000, "session_gap_s": 2, "guard_s": 30}
+    return migration(windows, **{**base, **fields})
 
 
 def test_the_switch_waits_for_n_closed_clean_windows_after_a_dirty_one() -> None:

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from core.migration import Migration, MigrationWindow
+from core.migration import MigrationWindow
 from reports import migrate
 from reports.migration_windows import MigrationWindows
+from tests.support.migration_docs import migration, window
 
 W = 60_000
 
@@ -25,41 +26,14 @@ def history(tmp_path: Path) -> Iterator[MigrationWindows]:
     opened.close()
 
 
-def _migration(mid: str, topic: str = "orders") -> Migration:
-    return Migration(
-        id=mid,
-        project="shop",
-        topic=topic,
-        cluster="kafka-main",
-        partitions=2,
-        window_s=60,
-        session_gap_s=5,
-        clean_windows=2,
-        guard_s=600,
-        external_segment=1,
-        shadow_segment=2,
-        legacy_start={0: 0, 1: 0},
-    )
-
-
 def _window(i: int, *, missing: list[str] | None = None, closed: bool = True) -> MigrationWindow:
-    return MigrationWindow(
-        start_ms=i * W,
-        end_ms=(i + 1) * W,
-        matched=10 + i,
-        late=0,
-        missing_in_bus=len(missing or []),
-        missing_in_legacy=0,
-        duplicates=0,
-        closed=closed,
-        missing_in_bus_ids=missing or [],
-    )
+    return window(i * W, W, matched=10 + i, missing=missing or [], closed=closed)
 
 
 def test_windows_round_trip_and_a_later_verdict_replaces_the_earlier(
     history: MigrationWindows,
 ) -> None:
-    m, other = _migration("m1"), _migration("m2", topic="payments")
+    m, other = migration(), migration(id="m2", topic="payments")
     history.save(m, [_window(0, missing=["e1", "e2"]), _window(1, closed=False)], 1)
     history.save(other, [_window(0)], 1)
     history.save(m, [_window(1), _window(2)], 2)  # window 1 closed now

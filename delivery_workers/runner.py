@@ -45,7 +45,7 @@ from .attempt import Attempts, HealthRecorder
 from .audit import SubscriptionAudit
 from .batch_attempt import BatchAttempts
 from .bodies import BodyCache
-from .commit import CommitPolicy, Committer
+from .commit import COMMIT_DRAIN_S, CommitPolicy, Committer
 from .dispatch import Dispatch
 from .filter_budget import FilterBudget
 from .latency import LatencyHistogram
@@ -56,6 +56,7 @@ from .sender import EndpointSender
 log = logging.getLogger(__name__)
 LAG_S = 5.0  # how often a runner samples its lag (a storage call)
 BEHIND_S = 1.0  # how often a runner looks for segments a failover left behind
+DRAIN_S = 5.0  # on stopping, how long the deliveries in flight may take to end
 
 
 @dataclass
@@ -100,8 +101,10 @@ class SubscriptionRunner:
         health: HealthRecorder | None = None,
         in_flight_cap: int | None = None,
         bodies: BodyCache | None = None,
+        drain_s: float = DRAIN_S,
     ) -> None:
         self.sub = sub
+        self.drain_s = drain_s  # on stopping, how long deliveries in flight may end (_drain)
         self.bodies = bodies or BodyCache()  # parsed payloads, the worker's (.bodies)
         self.health = health  # told every attempt's result (.disabling)
         self.poisoned = poisoned or {}  # origins to dead-letter unseen (.poison)
@@ -140,23 +143,55 @@ class SubscriptionRunner:
         else:
             batches = BatchAttempts(*parts, self.poisoned, self.health)
             dispatching = self.dispatch.run_batches(batches.run, self.sub.batch)
+        starting = asyncio.create_task(dispatching)
+        committing = asyncio.create_task(committer.run())
         tasks = [
-            asyncio.create_task(dispatching),
+            starting,
             asyncio.create_task(self.dispatch.failures()),
-            asyncio.create_task(committer.run()),
+            committing,
             asyncio.create_task(self._sample_lag()),
             asyncio.create_task(self._behind(routing, committer)),
         ]
         try:
             await _first_to_end(self._segments(routing, committer), tasks)
         finally:
-            for task in [*tasks, *self.dispatch.attempts]:
-                task.cancel()
-            for task in [*tasks, *self.dispatch.attempts]:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            await committer.drain()
-            await routing.aclose()
+            try:
+                await self._drain(starting, committing, committer)
+            finally:
+                for task in [*tasks, *self.dispatch.attempts]:
+                    task.cancel()
+                for task in [*tasks, *self.dispatch.attempts]:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                await committer.drain()
+                await routing.aclose()
+
+    def abandon(self) -> None:
+        """The lock is gone: another worker may deliver now, so stop without draining."""
+        self.drain_s = 0.0
+
+    async def _drain(
+        self, starting: asyncio.Task[None], committing: asyncio.Task[None], committer: Committer
+    ) -> None:
+        """Start no new delivery, let those in flight end (for up to ``drain_s``) and commit
+        what is terminal then: their endpoints may have the request already, and an attempt
+        cancelled now is delivered again by the next owner (a duplicate at every rebalance,
+        pause or deploy). Not once the lock is gone (``abandon``): a commit landing after the
+        next owner's would move its position back."""
+        for task in (starting, committing):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.drain_s <= 0:
+            return
+        if self.dispatch.attempts:
+            await asyncio.wait(set(self.dispatch.attempts), timeout=self.drain_s)
+        await committer.drain()  # a periodic commit under way
+        try:
+            async with asyncio.timeout(COMMIT_DRAIN_S):
+                await committer.commit()
+        except (TimeoutError, HttpbusError) as exc:  # the next owner delivers them again
+            log.warning("%s: the final commit did not finish: %r", self.name, exc)
 
     def oldest_unacked_ms(self) -> int | None:
         """The storage time of the oldest message read from the consume segment and not

@@ -320,6 +320,9 @@ class Worker(AsyncResource):
             for task in done:
                 task.result()  # an error of either is raised here
         finally:
+            lost = tasks[1]
+            if lost.done() and not lost.cancelled() and (runner := self.runners.get(key)):
+                runner.abandon()  # its next owner may be delivering already
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

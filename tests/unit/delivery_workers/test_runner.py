@@ -13,7 +13,7 @@ from core.model import (
 )
 from delivery_workers.commit import CommitPolicy
 from delivery_workers.fast_sender import FastSender
-from delivery_workers.runner import SubscriptionRunner
+from delivery_workers.runner import DRAIN_S, SubscriptionRunner
 from segments.protocol import SegmentStore
 from segments.reader import SegmentReader, commit_group
 from segments.subscription import dlq
@@ -186,3 +186,31 @@ async def test_what_ends_during_a_slow_commit_is_committed_by_the_next(world: Wo
                 await asyncio.sleep(0.1)
     finally:
         await _stop(task, sender)
+
+
+async def test_a_stopped_runner_lets_its_deliveries_in_flight_end_and_commits_them(
+    world: World,
+) -> None:
+    """Stopping a runner (a rebalance, a pause, a deploy) does not cancel the deliveries its
+    endpoint is answering: their answers are taken and committed, so the next owner does not
+    deliver them again. One whose lock is gone stops at once instead (``abandon``)."""
+    sub = await _subscribe(world, max_in_flight=8)
+    await _produce(world.store, "st.1", groups=8, per_group=1)
+    world.hook.delay = lambda path: 0.5  # every answer takes half a second
+    runner, task, sender = await _run(world, sub)
+    await _until(lambda: runner.stats.in_flight == 8, 10, "8 deliveries in flight")
+    stopping = asyncio.get_running_loop().time()
+    await _stop(task, sender)
+    took = asyncio.get_running_loop().time() - stopping
+    ends = await world.store.end_positions("st.1")
+    committed = await world.store.committed("st.1", commit_group(sub))
+    assert runner.stats.delivered == 8 and len(world.endpoint.received) == 8
+    assert committed == {p: e for p, e in ends.items() if e > 0}
+    assert took < 0.5 + DRAIN_S
+
+    await _produce(world.store, "st.1", groups=4, per_group=1)
+    runner, task, sender = await _run(world, sub)
+    await _until(lambda: runner.stats.in_flight == 4, 10, "4 deliveries in flight")
+    runner.abandon()
+    await _stop(task, sender)
+    assert runner.stats.delivered == 0  # cancelled: the next owner delivers them

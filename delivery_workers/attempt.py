@@ -157,7 +157,8 @@ class Attempts(AttemptParts):
         started = time.perf_counter()
         started_ns = time.time_ns() if telemetry.enabled else 0  # spans only
         try:
-            result = await self.sender.send(delivery)
+            with self.dispatch.on_the_wire():
+                result = await self.sender.send(delivery)
         except Exception as exc:
             log.exception("delivery of %s failed in the worker", delivery.message_id)
             result = DeliveryResult.from_exception(exc, time.perf_counter() - started)

@@ -146,7 +146,8 @@ class BatchAttempts(AttemptParts):
         by each message's policy), as :meth:`.attempt.Attempts._send` does."""
         started = time.perf_counter()
         try:
-            return await self.sender.send(delivery)
+            with self.dispatch.on_the_wire():
+                return await self.sender.send(delivery)
         except Exception as exc:
             log.exception("delivery of %s failed in the worker", delivery.message_id)
             return DeliveryResult.from_exception(exc, time.perf_counter() - started)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 from core.model import BatchPolicy, Subscription
@@ -52,11 +52,22 @@ class Dispatch:
         self._rate = TokenBucket(sub.rate_limit_per_second) if sub.rate_limit_per_second else None
         self._changed = asyncio.Event()  # something became ready, terminal or free
         self.attempts: set[asyncio.Task[None]] = set()
+        self.sending = 0  # requests on the wire now (a stopping runner lets them end)
         self._failure: BaseException | None = None  # the first attempt that raised
         self._failed = asyncio.Event()
 
     def wake(self) -> None:
         self._changed.set()
+
+    @contextlib.contextmanager
+    def on_the_wire(self) -> Iterator[None]:
+        """Count a request from its send to its answer (:attr:`sending`)."""
+        self.sending += 1
+        try:
+            yield
+        finally:
+            self.sending -= 1
+            self._changed.set()
 
     async def wait_change(self, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):

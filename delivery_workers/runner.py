@@ -173,19 +173,22 @@ class SubscriptionRunner:
     async def _drain(
         self, starting: asyncio.Task[None], committing: asyncio.Task[None], committer: Committer
     ) -> None:
-        """Start no new delivery, let those in flight end (for up to ``drain_s``) and commit
-        what is terminal then: their endpoints may have the request already, and an attempt
-        cancelled now is delivered again by the next owner (a duplicate at every rebalance,
-        pause or deploy). Not once the lock is gone (``abandon``): a commit landing after the
-        next owner's would move its position back."""
+        """Start no new delivery, let the requests on the wire get their answers (for up to
+        ``drain_s``) and commit what is terminal then: their endpoints may have them already,
+        and an attempt cancelled now is delivered again by the next owner (a duplicate at
+        every rebalance, pause or deploy). Attempts waiting (a delay, a retry's backoff, an
+        open circuit) are cancelled, not sent. Not once the lock is gone (``abandon``): a
+        commit landing after the next owner's would move its position back."""
         for task in (starting, committing):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self.drain_s <= 0:
             return
-        if self.dispatch.attempts:
-            await asyncio.wait(set(self.dispatch.attempts), timeout=self.drain_s)
+        # An answer is handled in the step its request ends (up to the attempt's next wait).
+        deadline = asyncio.get_running_loop().time() + self.drain_s
+        while self.dispatch.sending and (left := deadline - asyncio.get_running_loop().time()) > 0:
+            await self.dispatch.wait_change(left)
         await committer.drain()  # a periodic commit under way
         try:
             async with asyncio.timeout(COMMIT_DRAIN_S):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from core.model import Endpoint, RetryPolicy, Subscription
@@ -28,6 +30,10 @@ class FakeDispatch:
 
     def wake(self) -> None:
         pass
+
+    @contextlib.contextmanager
+    def on_the_wire(self) -> Iterator[None]:
+        yield
 
     def done(self, item: Item) -> None:
         self.events.append("done")

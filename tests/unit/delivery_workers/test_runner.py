@@ -214,3 +214,20 @@ async def test_a_stopped_runner_lets_its_deliveries_in_flight_end_and_commits_th
     runner.abandon()
     await _stop(task, sender)
     assert runner.stats.delivered == 0  # cancelled: the next owner delivers them
+
+
+async def test_a_stopped_runner_sends_no_retry_waiting_its_backoff(world: World) -> None:
+    """Only the requests on the wire are let end: an attempt waiting for its retry is
+    cancelled, not sent (a paused subscription sends nothing new)."""
+    world.hook.behaviour = lambda mid, attempt: (503, {}) if attempt == 1 else (204, {})
+    policy = RetryPolicy(backoff="fixed", initial_delay_ms=3_000, jitter=0)
+    policy = policy.model_copy(update={"delay_levels_ms": (60_000,)})  # in place, not a level
+    sub = await _subscribe(world, retry=policy, max_in_flight=4)
+    await _produce(world.store, "st.1", groups=4, per_group=1)
+    runner, task, sender = await _run(world, sub)
+    await _until(lambda: runner.stats.failed_attempts == 4, 10, "4 first attempts failed")
+    stopping = asyncio.get_running_loop().time()
+    await _stop(task, sender)
+    assert asyncio.get_running_loop().time() - stopping < 1.0  # nothing on the wire to wait for
+    assert runner.stats.attempts == 4 and runner.stats.delivered == 0
+    assert all(n == 1 for n in world.endpoint.attempts.values())

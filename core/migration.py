@@ -136,8 +136,7 @@ def read_from_ms(windows: Sequence[MigrationWindow], gap_ms: int) -> int | None:
     first seen in a closed window has its other copy within the gap, so the part of the
     read whose pairs began earlier lies inside closed windows, whose stored verdicts stand.
     """
-    closed = [w for w in windows if w.closed]
-    if not closed:
+    if not any(w.closed for w in windows):
         return None
     first_open = next((w.start_ms for w in windows if not w.closed), windows[-1].end_ms)
     return max(0, first_open - 2 * gap_ms - READ_MARGIN_MS)

@@ -214,9 +214,7 @@ class SegmentReading:
     async def _take_one(self, source: Source, msg: Stored, origin: str) -> None:
         envelope = Envelope.of(msg.headers)
         if self.skip and envelope.message_id in self.skip:  # delivered from the other side
-            self.audit.message(AuditType.FILTERED, msg, self.segment, reason=SKIPPED)
-            source.done(msg)
-            self.dispatch.wake()
+            self._filtered(source, msg, reason=SKIPPED)
             return
         group = envelope.group
         if not self.shard.owns(group, msg.partition):  # another shard's to deliver
@@ -237,11 +235,15 @@ class SegmentReading:
             error = verdict.outcome is FilterOutcome.ERROR
             self.stats.filter_errors += error
             reason = {"reason": verdict.error} if error else {}
-            self.audit.message(AuditType.FILTERED, msg, self.segment, **reason)
-            source.done(msg)
-            self.dispatch.wake()
+            self._filtered(source, msg, **reason)
             return
         await self._admit(source, msg, group, origin)
+
+    def _filtered(self, source: Source, msg: Stored, **reason: object) -> None:
+        """``msg`` is terminal without a delivery: audited ``filtered``, done at once."""
+        self.audit.message(AuditType.FILTERED, msg, self.segment, **reason)
+        source.done(msg)
+        self.dispatch.wake()
 
     async def _admit(self, source: Source, msg: Stored, group: str | None, origin: str) -> None:
         meta = RetryMeta(origin=origin, topic=self.name)

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, status
 from pydantic import BaseModel, Field
 
-from core.migration import Migration, MigrationState
+from core.migration import Migration, MigrationState, MigrationWindow
 from reports.migration_windows import MigrationWindows
 
 from ..migrations import Migrations
@@ -93,9 +93,14 @@ class MigrationView(BaseModel):
     windows: list[WindowView] = Field(description="oldest first, the newest 200 at most")
 
 
+def window_view(window: MigrationWindow) -> dict[str, Any]:
+    """The API's view of one window (``WindowView``): its fields and its verdict."""
+    return {**window.model_dump(), "clean": window.clean}
+
+
 def view(migration: Migration) -> dict[str, Any]:
     """The API's view of ``migration`` (also what the CLI prints)."""
-    windows = [{**w.model_dump(), "clean": w.clean} for w in migration.windows]
+    windows = [window_view(w) for w in migration.windows]
     return {**migration.model_dump(), "windows": windows, "clean_streak": migration.streak}
 
 
@@ -141,7 +146,7 @@ async def migration_windows(
     found = await asyncio.to_thread(
         history.history, project, topic, m.id, since_ms=since_ms, limit=limit
     )
-    return {"migration": m.id, "windows": [{**w.model_dump(), "clean": w.clean} for w in found]}
+    return {"migration": m.id, "windows": [window_view(w) for w in found]}
 
 
 @router.delete("", response_model=MigrationView, **OWNER)

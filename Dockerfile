@@ -26,6 +26,7 @@ COPY circuit_breaker ./circuit_breaker
 COPY producer_api ./producer_api
 COPY delivery_workers ./delivery_workers
 COPY control_plane ./control_plane
+COPY cli ./cli
 COPY spark ./spark
 COPY reports ./reports
 COPY migrations ./migrations

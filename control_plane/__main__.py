@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import uvicorn
 
+from control_plane.app import create_app
+from control_plane.settings import ControlPlaneSettings
 from core.http_server import uvicorn_options
 from core.settings import service_args
-
-from .app import create_app
-from .settings import ControlPlaneSettings
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,6 +12,21 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 
+from control_plane import api, ui
+from control_plane.api import audit as audit_api
+from control_plane.api import cutover as cutover_api
+from control_plane.api import dlq as dlq_api
+from control_plane.api import failover as failover_api
+from control_plane.api import migration as migration_api
+from control_plane.api import trace as trace_api
+from control_plane.api.auth import Authenticator
+from control_plane.leaders.assigner import Assigner
+from control_plane.leaders.cutovers import open_cutovers
+from control_plane.leaders.trace_indexer import TraceIndexer
+from control_plane.metrics import ControlPlaneMetrics, MetricsMiddleware
+from control_plane.services.admin import Admin
+from control_plane.services.topic_migrations import Migrations
+from control_plane.settings import ControlPlaneSettings
 from core import http_errors
 from core.errors import HttpbusError, MetaStoreUnavailable, NotReady
 from core.version import VERSION
@@ -24,22 +39,6 @@ from reports.principals import PrincipalStore
 from reports.trace import TraceIndex
 from segments.protocol import SegmentStore
 from segments.registry import open_stores
-
-from . import api, ui
-from .admin import Admin
-from .api import audit as audit_api
-from .api import cutover as cutover_api
-from .api import dlq as dlq_api
-from .api import failover as failover_api
-from .api import migration as migration_api
-from .api import trace as trace_api
-from .api.auth import Authenticator
-from .assigner import Assigner
-from .cutover import open_cutovers
-from .metrics import ControlPlaneMetrics, MetricsMiddleware
-from .migrations import Migrations
-from .settings import ControlPlaneSettings
-from .trace_indexer import TraceIndexer
 
 log = logging.getLogger(__name__)
 

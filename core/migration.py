@@ -7,7 +7,7 @@ gets a migration: an httpbus-owned **shadow segment** on a target cluster, writt
 windows and stores the reports here; the switch to the shadow segment waits for
 ``clean_windows`` closed clean windows in a row.
 
-States (the control plane's leader moves them, ``control_plane.migration_monitor``)::
+States (the control plane's leader moves them, ``control_plane.leaders.migration_monitor``)::
 
     dual_write ──(N clean windows)──▶ switching ──(cutover committed)──▶ guard
         │  ▲                            │ (cutover failed: back)            │
@@ -177,12 +177,12 @@ class Migration(Model):
     switch_skipped: int | None = Field(
         default=None,
         description="ids the legacy side delivered that readers of the shadow segment pass "
-        "over (control_plane.migration_starts)",
+        "over (control_plane.leaders.migration_starts)",
     )
     switch_duplicates: int | None = Field(
         default=None,
         description="messages the switch delivers a second time: skips over the skip list's "
-        "cap (control_plane.migration_starts)",
+        "cap (control_plane.leaders.migration_starts)",
     )
     rollback_segment: int | None = Field(default=None, description="the new external segment")
     rollback_starts: dict[int, int] | None = Field(

@@ -114,7 +114,7 @@ class Segment(Model):
     skip_ids: tuple[str, ...] = Field(
         default=(),
         description="a verified migration's switch or rollback: ids the other side delivered "
-        "already, which readers of this segment pass over (control_plane.migration_starts)",
+        "already, which readers of this segment pass over (control_plane.leaders.migration_starts)",
     )
     sealing: bool = Field(
         default=False,

@@ -1,6 +1,6 @@
 """``TraceIndex``: the audit trail indexed by message id, for "where is my message?".
 
-The control plane's trace indexer (``control_plane.trace_indexer``) reads the audit topic
+The control plane's trace indexer (``control_plane.leaders.trace_indexer``) reads the audit topic
 and calls :meth:`TraceIndex.insert` with batches of events, each named by where it sits in
 the topic (``partition:position:index``): a batch read twice (after a restart, before its
 position was committed) inserts nothing new. :meth:`TraceIndex.message` and

@@ -18,7 +18,7 @@ that moved publish through httpbus, both with the same ids. This job compares th
 windows at the end of the list: the switch waits for N of them. Ids of each finding are
 listed up to ``max_ids`` per window (counts are exact). :mod:`spark.migration_job` runs this
 over a migration's two segments, and the control plane's leader switches or rolls back on the
-stored windows (``control_plane.migration_monitor``).
+stored windows (``control_plane.leaders.migration_monitor``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A verified migration's check over its two segments (issue 23; :mod:`spark.migration`).
 
-The caller (``httpbus topic migration check``, :mod:`control_plane.migration_check`)
+The caller (``httpbus topic migration check``, :mod:`control_plane.leaders.migration_check`)
 resolves the two sides into plans: the external segment from the positions where the
 migration began (the legacy side) and the shadow segment from its beginning (the httpbus
 side). This job reads both with :func:`spark.messages.read_timeline` and compares them window

@@ -1,7 +1,7 @@
 """What the segment-aware reader reads: a topic's timeline resolved to position ranges.
 
 The Spark jobs import only ``core``, so they never open the metastore or a ``SegmentStore``.
-Whoever starts a job (``httpbus export``, :mod:`control_plane.cli.export`) resolves the topic's
+Whoever starts a job (``httpbus export``, :mod:`cli.export`) resolves the topic's
 timeline into a :class:`TimelinePlan`: for every segment, where its storage topic lives and,
 per partition, the positions ``[start, end)`` to read. The ends are fixed when the plan is
 made (a sealed segment's recorded ends, else the ends at that moment), so a batch read is a

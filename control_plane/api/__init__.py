@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from . import grants, principals, projects, quotas, subscriptions, tokens, topic_schemas, topics
+from control_plane.api import (
+    grants,
+    principals,
+    projects,
+    quotas,
+    subscriptions,
+    tokens,
+    topic_schemas,
+    topics,
+)
 
 
 def router() -> APIRouter:

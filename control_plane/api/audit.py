@@ -20,6 +20,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from fastapi import Path as FastPath
 
+from control_plane.api.auth import ADMIN
 from core.errors import NotFound, ValidationFailed
 from reports.models import (
     CutoverVerificationRow,
@@ -27,8 +28,6 @@ from reports.models import (
     ReconciliationRunRow,
 )
 from reports.store import ReportStore
-
-from .auth import ADMIN
 
 MAX_ID = 2**63 - 1  # a run id is a SQL BIGINT: a larger one is refused (422), not a 500
 

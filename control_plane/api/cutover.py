@@ -8,12 +8,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
+from control_plane.api.auth import OWNER, VIEWER
+from control_plane.api.deps import ProjectName, TopicName
+from control_plane.leaders.cutovers import Cutovers
 from core.model import MAX_PARTITIONS
 from core.names import Name
-
-from ..cutover import Cutovers
-from .auth import OWNER, VIEWER
-from .deps import ProjectName, TopicName
 
 router = APIRouter(prefix="/v1/projects/{project}/topics/{topic}/cutover", tags=["cutover"])
 

@@ -8,10 +8,9 @@ from typing import Annotated, TypeVar
 from fastapi import Depends, Path, Query, Request
 from pydantic import BaseModel
 
+from control_plane.api.schemas import Page
+from control_plane.services.admin import Admin
 from core.names import MAX_NAME
-
-from ..admin import Admin
-from .schemas import Page
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)

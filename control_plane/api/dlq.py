@@ -19,6 +19,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from control_plane.api.auth import OWNER, VIEWER
+from control_plane.api.deps import AdminDep, ProjectName, SubscriptionName
+from control_plane.services.admin import Admin
 from core.envelope import CONTENT_TYPE, GROUP_ID, MESSAGE_ID, decode, header, own_headers
 from core.errors import Malformed, StorageUnavailable, ValidationFailed
 from core.model import Subscription
@@ -26,10 +29,6 @@ from segments.protocol import SegmentStore, Stored
 from segments.subscription import dlq
 from segments.subscription.layout import Layout, load_layout
 from segments.subscription.retry_meta import RetryMeta
-
-from ..admin import Admin
-from .auth import OWNER, VIEWER
-from .deps import AdminDep, ProjectName, SubscriptionName
 
 PREFIX = "/v1/projects/{project}/subscriptions/{subscription}/dlq/messages"
 _locks: dict[str, asyncio.Lock] = {}  # one unsideline or purge at a time per subscription

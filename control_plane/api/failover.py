@@ -9,13 +9,12 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from control_plane.api.auth import VIEWER
+from control_plane.api.deps import ProjectName, TopicName
+from control_plane.leaders.cutovers import Cutovers
 from core.errors import NotFound
 from core.model import SegmentState
 from segments.failover.records import FailoverRecords
-
-from ..cutover import Cutovers
-from .auth import VIEWER
-from .deps import ProjectName, TopicName
 
 router = APIRouter(prefix="/v1/projects/{project}/topics/{topic}/failover", tags=["failover"])
 

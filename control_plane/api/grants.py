@@ -14,13 +14,12 @@ from fastapi import APIRouter, Path, Request, status
 from pydantic import BaseModel, ConfigDict
 from starlette.concurrency import run_in_threadpool
 
+from control_plane.api.auth import OWNER, VIEWER
+from control_plane.api.deps import NAME_PATTERN, AdminDep, ProjectName, TopicName
+from control_plane.api.principals import principal_store
 from core.errors import GrantRequired, ValidationFailed
 from core.names import MAX_NAME, Name
 from reports.principals import TopicGrant
-
-from .auth import OWNER, VIEWER
-from .deps import NAME_PATTERN, AdminDep, ProjectName, TopicName
-from .principals import principal_store
 
 router = APIRouter(prefix="/v1/projects/{project}/topics/{topic}/grants", tags=["grants"])
 Grantee = Annotated[str, Path(pattern=NAME_PATTERN, max_length=MAX_NAME)]

@@ -10,13 +10,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, status
 from pydantic import BaseModel, Field
 
+from control_plane.api.auth import OWNER, VIEWER
+from control_plane.api.deps import ProjectName, TopicName
+from control_plane.api.schemas import MigrationStart
+from control_plane.services.topic_migrations import Migrations
 from core.migration import Migration, MigrationState, MigrationWindow
 from reports.migration_windows import MigrationWindows
-
-from ..migrations import Migrations
-from .auth import OWNER, VIEWER
-from .deps import ProjectName, TopicName
-from .schemas import MigrationStart
 
 router = APIRouter(prefix="/v1/projects/{project}/topics/{topic}/migration", tags=["migration"])
 

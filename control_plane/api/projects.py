@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from ..admin import new_signing_secret
-from .auth import ADMIN, ANY, OWNER, VIEWER, PrincipalDep
-from .deps import AdminDep, Limit, Offset, ProjectName, page
-from .schemas import Page, ProjectCreate, ProjectShown, ProjectUpdate, ProjectView
+from control_plane.api.auth import ADMIN, ANY, OWNER, VIEWER, PrincipalDep
+from control_plane.api.deps import AdminDep, Limit, Offset, ProjectName, page
+from control_plane.api.schemas import Page, ProjectCreate, ProjectShown, ProjectUpdate, ProjectView
+from control_plane.services.admin import new_signing_secret
 
 router = APIRouter(prefix="/v1/projects", tags=["projects"])
 

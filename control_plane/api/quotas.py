@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from control_plane.api.auth import ADMIN, VIEWER
+from control_plane.api.deps import AdminDep, ProjectName
 from core.quotas import ProjectQuota, QuotaUsage
-
-from .auth import ADMIN, VIEWER
-from .deps import AdminDep, ProjectName
 
 router = APIRouter(prefix="/v1/projects", tags=["projects"])
 

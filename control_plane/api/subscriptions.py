@@ -8,14 +8,10 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Request, status
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
-from core.model import DEFAULT_SECRET_OVERLAP_S, Subscription, utcnow
-
-from ..admin import rotate
-from ..operations import SeekTarget, SubscriptionOps
-from .auth import ADMIN, OWNER, VIEWER, PrincipalDep
-from .deps import AdminDep, Limit, Offset, ProjectName, SubscriptionName, page
-from .grants import check_consent
-from .schemas import (
+from control_plane.api.auth import ADMIN, OWNER, VIEWER, PrincipalDep
+from control_plane.api.deps import AdminDep, Limit, Offset, ProjectName, SubscriptionName, page
+from control_plane.api.grants import check_consent
+from control_plane.api.schemas import (
     Page,
     SecretRotate,
     SecretsShown,
@@ -24,6 +20,9 @@ from .schemas import (
     SubscriptionUpdate,
     SubscriptionView,
 )
+from control_plane.services.admin import rotate
+from control_plane.services.operations import SeekTarget, SubscriptionOps
+from core.model import DEFAULT_SECRET_OVERLAP_S, Subscription, utcnow
 
 audit_log = logging.getLogger("httpbus.audit")
 

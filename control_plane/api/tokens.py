@@ -7,12 +7,11 @@ from typing import Literal
 from fastapi import APIRouter, Path, status
 from pydantic import BaseModel, ConfigDict, Field
 
+from control_plane.api.auth import OWNER, VIEWER
+from control_plane.api.deps import AdminDep, ProjectName
 from core.model import ProduceToken
 from core.names import Name
 from core.tokens import make_token
-
-from .auth import OWNER, VIEWER
-from .deps import AdminDep, ProjectName
 
 router = APIRouter(prefix="/v1/projects/{project}/tokens", tags=["tokens"])
 

@@ -14,13 +14,12 @@ from typing import Any
 from fastapi import APIRouter, Path, status
 from pydantic import BaseModel, ConfigDict, Field
 
+from control_plane.api.auth import OWNER, VIEWER
+from control_plane.api.deps import AdminDep, ProjectName, TopicName
 from core.errors import NotFound, SchemaIncompatible
 from core.schema_compat import incompatibility
 from core.schemas import Compatibility, SchemaState, SchemaVersion, check_document
 from metastore.catalog import Catalog
-
-from .auth import OWNER, VIEWER
-from .deps import AdminDep, ProjectName, TopicName
 
 router = APIRouter(prefix="/v1/projects/{project}/topics/{topic}/schema", tags=["schemas"])
 

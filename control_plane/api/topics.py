@@ -7,12 +7,11 @@ from functools import partial
 from fastapi import APIRouter, Query, Request, status
 from starlette.concurrency import run_in_threadpool
 
+from control_plane.api.auth import OWNER, VIEWER
+from control_plane.api.deps import AdminDep, Limit, Offset, ProjectName, TopicName, merged, page
+from control_plane.api.principals import principal_store
+from control_plane.api.schemas import Page, Timeline, TopicCreate, TopicUpdate
 from core.model import Topic
-
-from .auth import OWNER, VIEWER
-from .deps import AdminDep, Limit, Offset, ProjectName, TopicName, merged, page
-from .principals import principal_store
-from .schemas import Page, Timeline, TopicCreate, TopicUpdate
 
 router = APIRouter(prefix="/v1/projects/{project}/topics", tags=["topics"])
 

@@ -10,12 +10,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query
 from starlette.concurrency import run_in_threadpool
 
+from control_plane.api.auth import VIEWER
+from control_plane.api.deps import AdminDep, ProjectName, TopicName
+from control_plane.services.trace_view import message_trace
 from core.errors import NotFound
 from reports.trace import TraceIndex
-
-from ..trace_view import message_trace
-from .auth import VIEWER
-from .deps import AdminDep, ProjectName, TopicName
 
 PREFIX = "/v1/projects/{project}/topics/{topic}"
 MessageId = Annotated[str, Path(min_length=1, max_length=256)]

@@ -19,8 +19,8 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import Response
 
-from ..client import ApiError, NotAvailable, Unreachable
-from . import (
+from control_plane.client import ApiError, NotAvailable, Unreachable
+from control_plane.ui import (
     audit_views,
     auth_views,
     catalog_views,
@@ -30,11 +30,17 @@ from . import (
     sub_views,
     trace_views,
 )
-from .deps import page_principal
-from .render import HERE, render
-from .revocation import RevokedSessions
-from .session import CsrfRejected, LoginRequired, Signer, current_session, session_identity
-from .throttle import LoginThrottle
+from control_plane.ui.deps import page_principal
+from control_plane.ui.render import HERE, render
+from control_plane.ui.revocation import RevokedSessions
+from control_plane.ui.session import (
+    CsrfRejected,
+    LoginRequired,
+    Signer,
+    current_session,
+    session_identity,
+)
+from control_plane.ui.throttle import LoginThrottle
 
 __all__ = ["install", "session_identity"]
 

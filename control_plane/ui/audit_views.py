@@ -9,9 +9,9 @@ from typing import Any
 from fastapi import APIRouter, Path, Request
 from starlette.responses import Response
 
-from ..client import AdminClient, ApiError, NotAvailable, path
-from .deps import ApiDep, SessionDep
-from .render import render, table_of
+from control_plane.client import AdminClient, ApiError, NotAvailable, path
+from control_plane.ui.deps import ApiDep, SessionDep
+from control_plane.ui.render import render, table_of
 
 router = APIRouter()
 SHOWN = 1000

@@ -10,11 +10,11 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from ..api.auth import Authenticator
-from . import session as sessions
-from .deps import SessionDep, form_of
-from .render import redirect, render
-from .throttle import LoginThrottle
+from control_plane.api.auth import Authenticator
+from control_plane.ui import session as sessions
+from control_plane.ui.deps import SessionDep, form_of
+from control_plane.ui.render import redirect, render
+from control_plane.ui.throttle import LoginThrottle
 
 router = APIRouter()
 

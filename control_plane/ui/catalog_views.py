@@ -8,10 +8,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from ..client import AdminClient, ApiError, NotAvailable, path
-from .deps import ApiDep, Name, SessionDep, form_of
-from .render import opened, paging, redirect, refused, render
-from .timeline import draw
+from control_plane.client import AdminClient, ApiError, NotAvailable, path
+from control_plane.ui.deps import ApiDep, Name, SessionDep, form_of
+from control_plane.ui.render import opened, paging, redirect, refused, render
+from control_plane.ui.timeline import draw
 
 router = APIRouter()
 

@@ -8,11 +8,9 @@ from typing import Annotated
 import httpx
 from fastapi import Depends, Path, Request
 
-from core.errors import Unauthorized
-
-from ..api.auth import Authenticator
-from ..client import AdminClient
-from .session import (
+from control_plane.api.auth import Authenticator
+from control_plane.client import AdminClient
+from control_plane.ui.session import (
     SESSION_COOKIE,
     LoginRequired,
     Session,
@@ -20,6 +18,7 @@ from .session import (
     current_session,
     require_session,
 )
+from core.errors import Unauthorized
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 Name = Annotated[str, Path(pattern=NAME)]

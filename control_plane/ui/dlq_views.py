@@ -10,10 +10,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from ..client import AdminClient, ApiError, NotAvailable, path
-from .deps import ApiDep, Name, SessionDep, form_lists
-from .render import redirect, render
-from .trace_views import trace_url
+from control_plane.client import AdminClient, ApiError, NotAvailable, path
+from control_plane.ui.deps import ApiDep, Name, SessionDep, form_lists
+from control_plane.ui.render import redirect, render
+from control_plane.ui.trace_views import trace_url
 
 router = APIRouter()
 MAX_ROUNDS = 50  # unsideline / purge loop on "remaining", bounded per click

@@ -9,9 +9,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from ..client import ApiError, NotAvailable, path
-from .deps import ApiDep, Name, SessionDep, form_of
-from .render import redirect, refused, render
+from control_plane.client import ApiError, NotAvailable, path
+from control_plane.ui.deps import ApiDep, Name, SessionDep, form_of
+from control_plane.ui.render import redirect, refused, render
 
 router = APIRouter()
 

@@ -12,10 +12,9 @@ from fastapi import Request
 from fastapi.templating import Jinja2Templates
 from starlette.responses import RedirectResponse, Response
 
+from control_plane.client import ApiError
+from control_plane.ui import session as sessions
 from core.principals import Need, Principal, PrincipalKind
-
-from ..client import ApiError
-from . import session as sessions
 
 HERE = Path(__file__).parent
 # Scripts, styles and everything else only from this origin, never inline: a value that

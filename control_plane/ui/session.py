@@ -24,7 +24,7 @@ from typing import Any
 from fastapi import Request
 from starlette.responses import Response
 
-from .revocation import RevokedSessions
+from control_plane.ui.revocation import RevokedSessions
 
 SESSION_COOKIE = "httpbus_session"
 LOGIN_COOKIE = "httpbus_login"

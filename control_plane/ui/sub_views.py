@@ -9,13 +9,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.responses import Response
 
+from control_plane.client import AdminClient, ApiError, NotAvailable, path, update_body
+from control_plane.ui.deps import ApiDep, Name, SessionDep, form_of
+from control_plane.ui.forms import body_of, field_errors, values_of
+from control_plane.ui.render import opened, paging, redirect, refused, render
 from core.filters import FilterError, compile_filter
 from core.model import Endpoint, RetryPolicy, SubscriptionSettings
-
-from ..client import AdminClient, ApiError, NotAvailable, path, update_body
-from .deps import ApiDep, Name, SessionDep, form_of
-from .forms import body_of, field_errors, values_of
-from .render import opened, paging, redirect, refused, render
 
 router = APIRouter()
 

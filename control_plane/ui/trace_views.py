@@ -11,9 +11,9 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from ..client import ApiError, path
-from .deps import ApiDep, Name, SessionDep
-from .render import redirect, render
+from control_plane.client import ApiError, path
+from control_plane.ui.deps import ApiDep, Name, SessionDep
+from control_plane.ui.render import redirect, render
 
 router = APIRouter()
 COLOURS = {

@@ -27,8 +27,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from control_plane.assigner import Assigner
-from control_plane.cli import cli
+from cli import cli
+from control_plane.leaders.assigner import Assigner
 from core.model import (
     CircuitBreakerPolicy,
     RetryPolicy,

@@ -31,8 +31,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from control_plane.assigner import Assigner
-from control_plane.cli import cli
+from cli import cli
+from control_plane.leaders.assigner import Assigner
 from core.audit import FindingKind
 from core.model import CircuitBreakerPolicy, RetryPolicy
 from reports.store import ReportStore

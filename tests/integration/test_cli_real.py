@@ -19,7 +19,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner, Result
 
-from control_plane.cli import cli
+from cli import cli
 from tests.support.cli import as_json, ok, one_line_error
 from tests.support.cli import httpbus as cli_httpbus
 from tests.support.dev import Dev, run_dev
@@ -56,7 +56,7 @@ def _status(dev: Dev, project: str, sub: str) -> dict[str, Any]:
 def test_help_lists_every_group() -> None:
     """The installed entry point (not the in-process app): every command group is there."""
     out = subprocess.run(
-        [sys.executable, "-m", "control_plane.cli", "--help"],
+        [sys.executable, "-m", "cli", "--help"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from control_plane.app import create_app as create_control_plane
-from control_plane.cutover import CutoverCoordinator, Cutovers
+from control_plane.leaders.cutovers import CutoverCoordinator, Cutovers
 from control_plane.settings import ControlPlaneSettings
 from core.model import Backend, Project, Segment, SegmentState, Subscription, Topic
 from metastore.catalog import Catalog

@@ -28,7 +28,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
 def _cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "HTTPBUS_TOKEN": TOKEN}
     return subprocess.run(
-        [sys.executable, "-m", "control_plane.cli", *args],
+        [sys.executable, "-m", "cli", *args],
         input=stdin,
         capture_output=True,
         env=env,

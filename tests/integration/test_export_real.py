@@ -15,7 +15,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from control_plane.cli import cli
+from cli import cli
 from core import envelope
 from core.model import Backend, Project, Segment, SegmentState, Topic
 from metastore.catalog import Catalog

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from control_plane.export_plan import plan_timeline
+from control_plane.services.export_plan import plan_timeline
 from metastore.catalog import Catalog
 from metastore.config import ZooKeeperConfig, open_metastore
 from segments.config import KafkaClusterConfig

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from control_plane.retire import retire_segments
+from control_plane.leaders.retirement import retire_segments
 from core.model import SegmentState, utcnow
 from tests.support.failover import FailoverWorld, Load, failover_world, first_seen
 from tests.support.services import RealServices

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from confluent_kafka import Producer
 
-from control_plane.migration_check import compare, plan_sides, store_windows
+from control_plane.leaders.migration_check import compare, plan_sides, store_windows
 from metastore.config import ZooKeeperConfig, open_metastore
 from reports.migration_windows import MigrationWindows
 from segments.config import KafkaClusterConfig

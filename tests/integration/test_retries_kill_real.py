@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from control_plane.assigner import Assigner
+from control_plane.leaders.assigner import Assigner
 from core.envelope import header
 from core.model import RetryPolicy, Subscription
 from metastore import paths

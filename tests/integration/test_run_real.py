@@ -43,7 +43,7 @@ def platform(
     config = tmp_path / "httpbus.yaml"
     config.write_text(yaml.safe_dump(content))
     log = (tmp_path / "run.log").open("wb")
-    command = "from control_plane.cli import main; main()"
+    command = "from cli import main; main()"
     proc = subprocess.Popen(
         [sys.executable, "-c", command, "run", "--config", str(config)],
         stdout=log,

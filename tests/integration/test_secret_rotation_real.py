@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from control_plane.app import create_app
-from control_plane.assigner import Assigner
+from control_plane.leaders.assigner import Assigner
 from control_plane.settings import ControlPlaneSettings
 from core.signing import verify
 from segments.protocol import Record

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from control_plane.assigner import Assigner, rendezvous
+from control_plane.leaders.assigner import Assigner, rendezvous
 from core.shards import shards, unit_key
 from tests.support.services import RealServices
 from tests.support.until import until

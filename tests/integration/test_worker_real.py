@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from control_plane.assigner import Assigner
+from control_plane.leaders.assigner import Assigner
 from segments.protocol import Record
 from tests.support.processes import WorkerProcess
 from tests.support.services import RealServices

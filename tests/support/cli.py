@@ -11,8 +11,8 @@ from typing import Any
 
 from typer.testing import CliRunner, Result
 
+from cli import cli
 from control_plane.app import create_app
-from control_plane.cli import cli
 from control_plane.settings import ControlPlaneSettings
 from metastore.config import EmbeddedMetaStoreConfig
 from segments.config import EmbeddedClusterConfig

@@ -62,7 +62,7 @@ def run_dev(data: Path, token: str) -> Iterator[Dev]:
     argv = [
         sys.executable,
         "-m",
-        "control_plane.cli",
+        "cli",
         "dev",
         "--port",
         str(ports[0]),

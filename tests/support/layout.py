@@ -13,6 +13,7 @@ PACKAGES = (
     "producer_api",
     "delivery_workers",
     "control_plane",
+    "cli",
     "spark",
     "reports",
     "migrations",

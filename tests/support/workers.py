@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from control_plane.assigner import Assigner
+from control_plane.leaders.assigner import Assigner
 from core.model import Endpoint, Project, Subscription, Topic
 from delivery_workers.fast_sender import FastSender
 from delivery_workers.worker import Worker

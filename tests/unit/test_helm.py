@@ -26,8 +26,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from control_plane.cli import audit, cli
-from control_plane.cli import export as export_cli
+from cli import audit, cli
+from cli import export as export_cli
 from control_plane.settings import ControlPlaneSettings
 from core.settings import SettingsBase
 from delivery_workers.settings import WorkerSettings

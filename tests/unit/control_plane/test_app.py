@@ -3,8 +3,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cli.dev import dev_settings
 from control_plane.app import create_app
-from control_plane.cli.dev import dev_settings
 from core.version import VERSION
 
 

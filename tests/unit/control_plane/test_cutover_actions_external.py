@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any, cast
 
-from control_plane.cutover_actions import CutoverActions
+from control_plane.leaders.cutover_actions import CutoverActions
 from core.model import Backend, Segment, SegmentState
 from segments.cutover.machine import Cutover, Phase
 from segments.external import ExternalStore

@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
+from cli.audit import switch_boundaries
 from control_plane.app import create_app as create_cp
-from control_plane.cli.audit import switch_boundaries
 from control_plane.settings import ControlPlaneSettings
 from core.audit import AuditType
 from core.endpoint_policy import EndpointPolicy

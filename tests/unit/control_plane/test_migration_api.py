@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from control_plane.app import create_app as create_cp
-from control_plane.migration_check import Sides, store_windows
+from control_plane.leaders.migration_check import Sides, store_windows
 from control_plane.settings import ControlPlaneSettings
 from core import envelope
 from core.migration import MAX_IDS, MAX_WINDOWS, MigrationWindow

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from control_plane.retire import retire_segments
+from control_plane.leaders.retirement import retire_segments
 from core.model import Project, Segment, SegmentState, Topic
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from control_plane.trace_view import message_trace
+from control_plane.services.trace_view import message_trace
 from core.audit import AuditEvent, AuditType
 from reports.models import TraceEventRow
 from reports.trace import SourcedEvent, TraceIndex

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from control_plane.cli.sub import print_status
+from cli.sub import print_status
 from core.model import Disabled
 from tests.support.control_plane import embedded_control_plane
 from tests.support.ui_pages import TOKEN, csrf, login

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from control_plane.cli.dev import dev_settings
+from cli.dev import dev_settings
 from control_plane.settings import ControlPlaneSettings
 from core.endpoint_policy import EndpointPolicy
 from core.model import Endpoint, Subscription

@@ -1,11 +1,16 @@
 """The verified migration's decisions (core.migration) and where readers begin after its
-switch or rollback (control_plane.migration_starts), on hand-made windows and tails."""
+switch or rollback (control_plane.leaders.migration_starts), on hand-made windows and tails."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from control_plane.migration_starts import MAX_SKIP_CHARS, capped, rollback_starts, switch_starts
+from control_plane.leaders.migration_starts import (
+    MAX_SKIP_CHARS,
+    capped,
+    rollback_starts,
+    switch_starts,
+)
 from core.migration import (
     MAX_WINDOWS,
     READ_MARGIN_MS,

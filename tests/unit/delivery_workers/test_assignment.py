@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from control_plane.assigner import rendezvous
+from control_plane.leaders.assigner import rendezvous
 from metastore import paths
 from segments.protocol import Record
 from segments.subscription.layout import load_layout

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from control_plane.operations import SubscriptionOps
+from control_plane.services.operations import SubscriptionOps
 from core.audit import AuditType
 from core.model import CircuitBreakerPolicy, Endpoint, Project, RetryPolicy, Subscription
 from core.result import DeliveryResult, ErrorKind

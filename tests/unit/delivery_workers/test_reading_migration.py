@@ -1,4 +1,4 @@
-"""What a reading does for a verified migration (control_plane.migration_starts): it holds
+"""What a reading does for a verified migration (control_plane.leaders.migration_starts): it holds
 what it read from an external segment while a cutover seals it, and passes over the ids the
 other side delivered (``Segment.skip_ids``)."""
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from control_plane.cli import cli
+from cli import cli
 from control_plane.settings import ControlPlaneSettings
 from delivery_workers.settings import WorkerSettings
 from producer_api.settings import ProducerSettings

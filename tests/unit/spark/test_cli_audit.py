@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from typer.testing import CliRunner
 
-from control_plane.cli import cli
+from cli import cli
 from core.audit import AuditEvent, AuditType
 from core.model import (
     Project,
@@ -106,7 +106,7 @@ def test_durations_and_instants() -> None:
     import pytest
     import typer
 
-    from control_plane.cli.audit import duration_ms, instant_ms
+    from cli.audit import duration_ms, instant_ms
 
     assert [duration_ms(t) for t in ("90", "90s", "15m", "2h", "1d", "500ms")] == [
         90_000,
@@ -127,7 +127,7 @@ def test_durations_and_instants() -> None:
 def test_the_spark_submit_flow_job_submit_load(tmp_path: Path, spark: Any) -> None:
     """``audit job`` writes the job from the metastore, the spark-submit entry point runs it on
     exported files, ``audit load`` stores the result: the same findings as ``audit run``."""
-    from control_plane.cli.audit import export_trail
+    from cli.audit import export_trail
     from spark.__main__ import main as submit
 
     settings = asyncio.run(_setup(tmp_path, int(time.time() * 1000)))

@@ -7,7 +7,7 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from control_plane.cli import cli
+from cli import cli
 from spark.export import export_parquet
 from spark.messages import RAW_SCHEMA, messages
 from spark.plan import HOUR_MS, whole_hours

@@ -1,0 +1,5 @@
+"""``python -m cli`` is the ``httpbus`` command."""
+
+from cli import main
+
+main()

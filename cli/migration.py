@@ -1,0 +1,250 @@
+"""``httpbus topic migration start|status|abandon|check``: a verified migration of a topic
+whose active segment is an adopted Kafka topic (docs/migrating.md).
+
+``start``, ``status`` and ``abandon`` go through the admin API. ``check`` runs the window
+check on Spark (local by default, like ``httpbus export``) against the metastore and the
+storage clusters of the configuration, and stores the windows on the migration; with
+``--follow`` it repeats every ``--every`` and prints a line per round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated, Any
+
+import typer
+
+from cli.common import (
+    DEFAULT_URL,
+    EXIT_NOT_FOUND,
+    EXIT_REFUSED,
+    Output,
+    Project,
+    Token,
+    Topic,
+    Url,
+    emit_json,
+    fail,
+    run,
+    table,
+)
+from cli.dev import ConfigOption
+from control_plane.client import AdminClient, path
+from core.errors import HttpbusError, NotFound
+
+app = typer.Typer(
+    help="A verified migration of an adopted Kafka topic: start, status, check, abandon.",
+    no_args_is_help=True,
+)
+
+
+def migration_path(project: str, topic: str) -> str:
+    return path("v1", "projects", project, "topics", topic, "migration")
+
+
+def summary(m: dict[str, Any]) -> str:
+    """``dual_write  windows 7 (5 closed)  clean streak 2/3``."""
+    closed = sum(1 for w in m["windows"] if w["closed"])
+    return (
+        f"{m['state']:<11} windows {len(m['windows'])} ({closed} closed)  "
+        f"clean streak {m['clean_streak']}/{m['clean_windows']}"
+    )
+
+
+def _at(ms: int) -> str:
+    return time.strftime("%m-%dT%H:%M:%S", time.gmtime(ms / 1000))
+
+
+def print_migration(m: dict[str, Any], last: int = 20) -> None:
+    """A migration as a header and its newest ``last`` windows."""
+    typer.echo(
+        f"migration {m['id']} of {m['project']}/{m['topic']}: segment "
+        f"{m['external_segment']} (external) → shadow {m['shadow_segment']} on "
+        f"{m['cluster']} ({m['partitions']} partition(s))"
+    )
+    typer.echo(
+        f"window {m['window_s']} s, session gap {m['session_gap_s']} s, "
+        f"guard {m['guard_s']} s; {summary(m)}"
+    )
+    if m.get("switch_skipped") is not None:
+        twice = (m.get("switch_duplicates") or 0) + (m.get("rollback_duplicates") or 0)
+        back = m.get("rollback_skipped")
+        typer.echo(
+            f"switch: readers of the shadow segment pass over {m['switch_skipped']} id(s) the "
+            "legacy side delivered"
+            + ("" if back is None else f"; rollback: the legacy topic over {back}")
+            + f"; delivered twice {twice}"
+        )
+    print_windows(m["windows"][-last:], f"windows (newest {last})")
+
+
+def print_windows(windows: list[dict[str, Any]], title: str) -> None:
+    """Windows as a table, one row each."""
+    rows = [
+        (
+            _at(w["start_ms"]),
+            w["matched"],
+            w["missing_in_bus"],
+            w["missing_in_legacy"],
+            w["late"],
+            w["duplicates"],
+            "clean" if w["clean"] else ("dirty" if w["closed"] else "open"),
+            ", ".join((w["missing_in_bus_ids"] + w["missing_in_legacy_ids"])[:5]),
+        )
+        for w in windows
+    ]
+    columns = ("window UTC", "matched", "no bus", "no legacy", "late", "dup", "verdict", "missing")
+    table(title, columns, rows)
+
+
+@app.command()
+def start(
+    project: Project,
+    topic: Topic,
+    cluster: Annotated[str, typer.Option(help="Cluster of the shadow segment.")],
+    partitions: Annotated[
+        int | None, typer.Option(min=1, help="Of the shadow segment (default: the external's).")
+    ] = None,
+    window: Annotated[str, typer.Option(help="Tumbling window: 90s, 10m, 1h.")] = "1h",
+    session_gap: Annotated[str, typer.Option(help="A match later than this is late.")] = "5m",
+    clean_windows: Annotated[
+        int, typer.Option(min=1, help="Closed clean windows in a row before the switch.")
+    ] = 3,
+    guard: Annotated[str, typer.Option(help="After the switch, the guard period.")] = "1h",
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    output: Output = "text",
+) -> None:
+    """Begin the dual write: producers write a shadow segment on --cluster from now on,
+    subscriptions keep delivering from the adopted Kafka topic."""
+    body: dict[str, Any] = {
+        "cluster": cluster,
+        "window": window,
+        "session_gap": session_gap,
+        "clean_windows": clean_windows,
+        "guard": guard,
+    }
+    if partitions is not None:
+        body["partitions"] = partitions
+
+    async def work(api: AdminClient) -> Any:
+        return await api.post(migration_path(project, topic), body)
+
+    found = run(url, token, work)
+    if output == "json":
+        emit_json(found)
+    else:
+        print_migration(found)
+
+
+@app.command()
+def status(
+    project: Project,
+    topic: Topic,
+    last: Annotated[int, typer.Option(min=1, max=200, help="Windows to show.")] = 20,
+    history: Annotated[
+        bool, typer.Option(help="Every window, from the report database (beyond the newest 200).")
+    ] = False,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    output: Output = "text",
+) -> None:
+    """The topic's latest migration: its state and the windows the check stored."""
+
+    async def work(api: AdminClient) -> Any:
+        found = await api.get(migration_path(project, topic))
+        if history:
+            windows = await api.get(
+                migration_path(project, topic) + "/windows", params={"limit": 10_000}
+            )
+            found = {**found, "history": windows["windows"]}
+        return found
+
+    found = run(url, token, work)
+    if output == "json":
+        emit_json(found)
+        return
+    print_migration(found, last)
+    if history:
+        print_windows(found["history"], f"every window ({len(found['history'])})")
+
+
+@app.command()
+def abandon(
+    project: Project,
+    topic: Topic,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    output: Output = "text",
+) -> None:
+    """End the dual write: the shadow segment is dropped, producers are refused again."""
+
+    async def work(api: AdminClient) -> Any:
+        return await api.delete(migration_path(project, topic))
+
+    found = run(url, token, work)
+    if output == "json":
+        emit_json(found)
+    else:
+        typer.echo(
+            f"migration {found['id']} of {project}/{topic}: {found['state']}; "
+            f"subscriptions keep reading segment {found['external_segment']}"
+        )
+
+
+@app.command()
+def check(
+    project: Project,
+    topic: Topic,
+    follow: Annotated[
+        bool, typer.Option(help="Repeat every --every (the streaming variant; Ctrl-C stops).")
+    ] = False,
+    rerun: Annotated[
+        bool, typer.Option(help="Judge every window again (closed ones are kept otherwise).")
+    ] = False,
+    every: Annotated[float, typer.Option(min=0.5, help="Follow: seconds between rounds.")] = 5.0,
+    rounds: Annotated[int, typer.Option(min=0, help="Follow: stop after N rounds (0: never).")] = 0,
+    master: Annotated[str | None, typer.Option(help="Spark master (default: settings).")] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Compare both sides of the migration window by window (Spark) and store the windows."""
+    from cli.export import spark_session
+    from control_plane.settings import ControlPlaneSettings
+
+    settings = ControlPlaneSettings.load(config)
+    spark = spark_session(settings, master, [], app_name="httpbus-migration-check")
+    done = 0
+    try:
+        while True:
+            found = _round(spark, settings, project, topic, rerun=rerun and done == 0)
+            typer.echo(f"round {done + 1}: {summary(found)}")
+            done += 1
+            if not follow or (rounds and done >= rounds):
+                print_migration(found)
+                return
+            time.sleep(every)  # a CLI loop between rounds; Ctrl-C stops it
+    except KeyboardInterrupt:
+        typer.echo("stopped")
+
+
+def _round(spark: Any, settings: Any, project: str, topic: str, *, rerun: bool) -> dict[str, Any]:
+    """One round of the check: the migration as stored after it, as the API shows it."""
+    from control_plane.api.migration import view
+    from control_plane.leaders.migration_check import compare, plan_with, store_with
+
+    try:
+        sides = asyncio.run(
+            plan_with(settings.metastore, settings.clusters, project, topic, rerun=rerun)
+        )
+        windows = compare(spark, sides)
+        stored = asyncio.run(
+            store_with(
+                settings.metastore, sides, windows, rerun=rerun, database_url=settings.database_url
+            )
+        )
+    except NotFound as exc:
+        raise fail(str(exc), EXIT_NOT_FOUND) from None
+    except HttpbusError as exc:
+        raise fail(str(exc), EXIT_REFUSED) from None
+    return view(stored)

@@ -1,0 +1,368 @@
+"""``httpbus topic``: create, list, show the segment timeline, update, delete, migrate (a live
+cutover), ``topic cutover status|abort``, ``topic failover status``,
+``topic migration start|status|check|abandon`` (a verified migration) and
+``topic schema set|get|versions|delete``."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+import typer
+
+from cli import cutover, failover, migration, topic_schema
+from cli.common import (
+    DEFAULT_URL,
+    EXIT_CONFLICT,
+    EXIT_USAGE,
+    Limit,
+    Offset,
+    Output,
+    Project,
+    Token,
+    Topic,
+    Url,
+    Yes,
+    changes,
+    confirm,
+    console,
+    emit_json,
+    fail,
+    paged_footer,
+    run,
+    table,
+)
+from cli.cutover import check_outcome, cutover_path, follow
+from control_plane.client import AdminClient, ApiError, path
+
+app = typer.Typer(
+    help="Topics: create, list, show the timeline, update, delete, migrate, cutover.",
+    no_args_is_help=True,
+)
+app.add_typer(cutover.app, name="cutover")
+app.add_typer(failover.app, name="failover")
+app.add_typer(migration.app, name="migration")
+app.add_typer(topic_schema.app, name="schema")
+
+FailoverClusters = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--failover-cluster",
+        help="A standby cluster for automatic failover (repeat, in the order to try).",
+    ),
+]
+FailoverMode = Annotated[
+    str | None,
+    typer.Option(help="ordered (default: old segment first) or available (new one at once)."),
+]
+
+
+def failover_body(clusters: list[str] | None, mode: str | None) -> dict[str, Any] | None:
+    """The ``failover`` setting the options name (None: they name none)."""
+    if mode is not None and mode not in ("ordered", "available"):
+        raise typer.BadParameter(f"--failover-mode must be ordered or available, not {mode!r}")
+    if not clusters:
+        if mode is not None:
+            raise typer.BadParameter("--failover-mode needs at least one --failover-cluster")
+        return None
+    return {"clusters": clusters, "mode": mode or "ordered"}
+
+
+def describe_failover(failover: dict[str, Any] | None) -> str:
+    if not failover:
+        return "none"
+    return f"{failover['mode']}: {' → '.join(failover['clusters'])}"
+
+
+@app.command()
+def create(
+    project: Project,
+    name: Topic,
+    partitions: Annotated[int, typer.Option(min=1, max=512, help="Partitions.")] = 1,
+    cluster: Annotated[str | None, typer.Option(help="Storage cluster (default: config).")] = None,
+    grouped: Annotated[bool, typer.Option(help="Messages carry a group id.")] = False,
+    retention_hours: Annotated[int | None, typer.Option(min=1, help="Retention.")] = None,
+    dedupe_window: Annotated[
+        str | None,
+        typer.Option(help="Idempotent publish: answer a repeated X-Message-Id within 10m, 1h, 1d."),
+    ] = None,
+    failover_cluster: FailoverClusters = None,
+    failover_mode: FailoverMode = None,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    output: Output = "text",
+) -> None:
+    """Create a topic and its first segment."""
+    body: dict[str, Any] = {"name": name, "partitions": partitions, "grouped": grouped}
+    if cluster:
+        body["cluster"] = cluster
+    failover = failover_body(failover_cluster, failover_mode)
+    if failover:
+        body["failover"] = failover
+    if retention_hours:
+        body["retention_hours"] = retention_hours
+    if dedupe_window:
+        body["dedupe_window"] = dedupe_window
+
+    async def work(api: AdminClient) -> Any:
+        return await api.post(path("v1", "projects", project, "topics"), body)
+
+    created = run(url, token, work)
+    if output == "json":
+        emit_json(created)
+    else:
+        seg = created["segments"][0]
+        typer.echo(
+            f"created topic {project}/{name} on {seg['cluster']} ({seg['backend']}), "
+            f"{seg['partitions']} partition(s); failover {describe_failover(created['failover'])}"
+        )
+
+
+@app.command("list")
+def list_(
+    project: Project,
+    offset: Offset = 0,
+    limit: Limit = 100,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    output: Output = "text",
+) -> None:
+    """List the topics of a project (a page at a time)."""
+
+    async def work(api: AdminClient) -> Any:
+        topics = path("v1", "projects", project, "topics")
+        return await api.get(topics, {"offset": offset, "limit": limit})
+
+    page = run(url, token, work)
+    if output == "json":
+        emit_json(page)
+        return
+    rows = []
+    for t in page["items"]:
+        active = next((s for s in t["segments"] if s["state"] == "active"), None)
+        where = f"{active['backend']} ×{active['partitions']}" if active else "-"
+        rows.append((t["name"], len(t["segments"]), where, "yes" if t["grouped"] else "no"))
+    table(f"topics of {project}", ("name", "segments", "active segment", "grouped"), rows)
+    paged_footer(page)
+
+
+@app.command()
+def show(
+    project: Project,
+    name: Topic,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    output: Output = "text",
+) -> None:
+    """Show a topic's segment timeline, oldest first."""
+
+    async def work(api: AdminClient) -> Any:
+        return await api.get(path("v1", "projects", project, "topics", name, "segments"))
+
+    timeline = run(url, token, work)
+    if output == "json":
+        emit_json(timeline)
+        return
+    failover = timeline.get("failover")
+    pointer = (timeline.get("produce_pointer") or {}).get("segment_id")
+    rows = [
+        (
+            s["id"],
+            s["backend"],
+            s["cluster"],
+            s["partitions"],
+            s["state"] + (" ◀ produce" if s["id"] == pointer else ""),
+            s.get("created_at", ""),
+            s.get("sealed_at") or "",
+            _failover_note(s),
+        )
+        for s in timeline["segments"]
+    ]
+    cols = ("segment", "backend", "cluster", "partitions", "state", "created", "sealed", "failover")
+    table(f"{project}/{name} timeline", cols, rows)
+    console.print(f"failover: {describe_failover(failover)}")
+    console.print(
+        " → ".join(f"[{s['id']} {s['backend']}×{s['partitions']}]" for s in timeline["segments"])
+    )
+
+
+@app.command()
+def migrate(
+    project: Project,
+    name: Topic,
+    cluster: Annotated[str, typer.Option(help="Target storage cluster.")],
+    partitions: Annotated[int, typer.Option(min=1, max=512, help="Partitions of the new segment.")],
+    wait: Annotated[bool, typer.Option(help="Follow the phases until the cutover ends.")] = True,
+    timeout: Annotated[
+        float, typer.Option(min=1, help="Seconds to follow before giving up.")
+    ] = 300,
+    interval: Annotated[float, typer.Option(min=0.05, help="Seconds between polls.")] = 0.5,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    output: Output = "text",
+) -> None:
+    """Move a topic to a new segment (a coordinated cutover), showing each phase live."""
+
+    async def work(api: AdminClient) -> Any:
+        where = cutover_path(project, name)
+        current = await api.post(where, {"cluster": cluster, "partitions": partitions})
+        if output == "text":
+            move = f"segment {current['from_segment']} → {current['to_segment']}"
+            typer.echo(f"cutover {current['id']}: {move}")
+        if not wait:
+            return current
+        show = output == "text"
+        return await follow(api, where, current, interval=interval, timeout=timeout, show=show)
+
+    final = run(url, token, work)
+    if output == "json":
+        emit_json(final)
+    if wait:
+        check_outcome(final, timeout)
+
+
+def _failover_note(segment: dict[str, Any]) -> str:
+    """Why a failover opened this segment, or when it left it unsealed."""
+    notes = []
+    if segment.get("opened_by"):
+        notes.append(f"opened: {segment['opened_by']}")
+    if segment.get("unsealed_at"):
+        notes.append(f"left unsealed {segment['unsealed_at']}")
+    return "; ".join(notes)
+
+
+SETTINGS = (
+    "max_message_bytes",
+    "retention_hours",
+    "capacity",
+    "description",
+    "dedupe_window",
+    "failover",
+)
+_DURATION = re.compile(r"^\s*(\d+)\s*([hdw]?)\s*$")
+_HOURS = {"": 1, "h": 1, "d": 24, "w": 24 * 7}
+
+
+def retention_hours(text: str) -> int:
+    """``36h``, ``7d``, ``2w`` or a number of hours, as hours (retention is whole hours)."""
+    match = _DURATION.match(text.lower())
+    if not match:
+        raise typer.BadParameter(f"{text!r} is not a duration such as 36h, 7d or 2w")
+    return int(match[1]) * _HOURS[match[2]]
+
+
+@app.command()
+def update(
+    project: Project,
+    name: Topic,
+    retention: Annotated[
+        int | None,
+        typer.Option(parser=retention_hours, help="How long messages are kept: 36h, 7d, 2w."),
+    ] = None,
+    max_message_bytes: Annotated[
+        int | None, typer.Option(min=1, help="The largest message accepted.")
+    ] = None,
+    max_qps: Annotated[
+        int | None, typer.Option(min=1, help="Messages per second accepted (then 429).")
+    ] = None,
+    max_bytes_per_second: Annotated[
+        int | None, typer.Option(min=1024, help="Bytes per second accepted (then 429).")
+    ] = None,
+    description: Annotated[str | None, typer.Option(help="What the topic carries.")] = None,
+    dedupe_window: Annotated[
+        str | None,
+        typer.Option(help="Idempotent publish window (10m, 1h, 1d), or off."),
+    ] = None,
+    failover_cluster: FailoverClusters = None,
+    failover_mode: FailoverMode = None,
+    no_failover: Annotated[
+        bool, typer.Option("--no-failover", help="Name no standby cluster any more.")
+    ] = False,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    output: Output = "text",
+) -> None:
+    """Change a topic's settings; the others stay as they are.
+
+    A compare-and-set on the version just read (exit 4 if it changed meanwhile). Partitions
+    and storage change by a cutover: topic migrate."""
+    wanted: dict[str, Any] = {
+        k: v
+        for k, v in {
+            "retention_hours": retention,
+            "max_message_bytes": max_message_bytes,
+            "description": description,
+        }.items()
+        if v is not None
+    }
+    if dedupe_window is not None:
+        wanted["dedupe_window"] = None if dedupe_window.lower() == "off" else dedupe_window
+    capacity = {
+        k: v
+        for k, v in {"max_qps": max_qps, "max_bytes_per_second": max_bytes_per_second}.items()
+        if v is not None
+    }
+    failover = failover_body(failover_cluster, failover_mode)
+    if failover is not None or no_failover:
+        wanted["failover"] = failover
+    if not wanted and not capacity:
+        raise fail(
+            "nothing to change: give --retention, --max-message-bytes, --max-qps, "
+            "--max-bytes-per-second, --description, --dedupe-window, --failover-cluster or "
+            "--no-failover",
+            EXIT_USAGE,
+        )
+    topic_path = path("v1", "projects", project, "topics", name)
+
+    async def work(api: AdminClient) -> tuple[Any, Any]:
+        current = await api.get(topic_path)
+        body = {k: current[k] for k in SETTINGS if k in current}
+        body.update(wanted)
+        if capacity:
+            body["capacity"] = {**(current.get("capacity") or {}), **capacity}
+        body["version"] = current["version"]
+        return current, await api.put(topic_path, body)
+
+    before, after = run(url, token, work)
+    if output == "json":
+        emit_json(after)
+        return
+    done = changes({k: before.get(k) for k in SETTINGS}, {k: after.get(k) for k in SETTINGS})
+    typer.echo(f"updated topic {project}/{name}: {', '.join(done) or 'no change'}")
+
+
+@app.command()
+def delete(
+    project: Project,
+    name: Topic,
+    force: Annotated[bool, typer.Option("--force", help="Delete its subscriptions too.")] = False,
+    yes: Yes = False,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    output: Output = "text",
+) -> None:
+    """Delete a topic and its stored messages (asks first unless --yes).
+
+    Refused (exit 4) while subscriptions read it, unless --force, which deletes them too."""
+    also = " and every subscription to it" if force else ""
+    confirm(f"delete topic {project}/{name}{also}, with its messages?", yes)
+
+    async def work(api: AdminClient) -> None:
+        where = path("v1", "projects", project, "topics", name)
+        try:
+            await api.delete(where, {"force": "true"} if force else None)
+        except ApiError as exc:
+            if exc.code != "in_use":
+                raise
+            subs = ", ".join(exc.details.get("subscriptions", [])) or "subscriptions"
+            raise fail(
+                f"409 in_use: topic {project}/{name} is read by {subs}; delete them first, "
+                "or pass --force to delete them too",
+                EXIT_CONFLICT,
+            ) from None
+
+    run(url, token, work)
+    if output == "json":
+        emit_json({"deleted": "topic", "project": project, "topic": name, "force": force})
+    else:
+        typer.echo(f"deleted topic {project}/{name}{also}")

@@ -14,9 +14,9 @@ import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
-from control_plane.api.schemas import MigrationStart
-from control_plane.leaders.cutovers import Cutovers
 from control_plane.services.admin import drop_storage
+from control_plane.services.cutovers import Cutovers
+from control_plane.services.inputs import MigrationStart
 from core.errors import (
     CutoverInProgress,
     MigrationInProgress,

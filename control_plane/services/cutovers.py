@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from datetime import datetime
+from typing import TypeVar
 
 from control_plane.settings import ControlPlaneSettings
 from core.errors import (
@@ -29,7 +30,19 @@ from segments.cutover.machine import TERMINAL as TERMINAL_PHASES
 from segments.cutover.machine import AbortRequested, Clock, Cutover, Timeouts, begin, step
 from segments.cutover.records import CutoverRecords
 
+T = TypeVar("T")
 PRODUCERS = "producers"  # the membership group of the live producer processes
+
+
+async def recorded(
+    catalog: Catalog, found: tuple[T, int] | None, project: str, topic: str, what: str
+) -> T:
+    """The record ``found`` of a topic's ``what`` (cutover, migration); if there is none, a
+    404 that names the topic if it is absent, else says it has had no ``what``."""
+    if found is None:
+        await catalog.get_topic(project, topic)  # 404 names the topic if it is absent
+        raise NotFound(f"topic {project}/{topic} has had no {what}")
+    return found[0]
 
 
 def timeouts_of(settings: ControlPlaneSettings) -> Timeouts:
@@ -133,10 +146,7 @@ class Cutovers:
 
     async def get(self, project: str, topic: str) -> Cutover:
         found = await self.records.get(project, topic)
-        if found is None:
-            await self.catalog.get_topic(project, topic)  # 404 names the topic if it is absent
-            raise NotFound(f"topic {project}/{topic} has had no cutover")
-        return found[0]
+        return await recorded(self.catalog, found, project, topic, "cutover")
 
     async def abort(self, project: str, topic: str) -> Cutover:
         """Abort before COMMIT (409 after); the leader then drops the target."""

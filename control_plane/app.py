@@ -19,7 +19,7 @@ from control_plane.services.topic_migrations import Migrations
 from control_plane.settings import ControlPlaneSettings
 from core import http_errors
 from core.version import VERSION
-from metastore.config import open_metastore
+from metastore.config import enter_metastore
 from metastore.protocol import MetaStore
 from reports.migration_windows import MigrationWindows
 from reports.principals import PrincipalStore
@@ -66,9 +66,7 @@ def _lifespan(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            meta = metastore
-            if meta is None:
-                meta = await stack.enter_async_context(open_metastore(settings.metastore))
+            meta = await enter_metastore(stack, settings.metastore, metastore)
             opened = await open_stores(stack, settings.clusters, stores)
             if settings.migrate_reports_on_start:
                 await migrate_reports(settings.database_url)

@@ -2,7 +2,7 @@
 
 Any control plane may *start* or *abort* a cutover
 (:class:`control_plane.services.cutovers.Cutovers`): that is a compare-and-set on the topic's
-cutover document. Only the elected leader (``/leader/cutover``, elected like the assigner)
+cutover document. Only the elected leader (``/leader/cutover``, a role of its own)
 *drives* them (:class:`CutoverCoordinator`): for every active
 cutover it feeds the state machine with the live producers (ephemeral members of
 ``producers``), their acknowledgements (read from the document, which it watches) and the

@@ -4,9 +4,10 @@ so callers cannot grow the label set; an unmatched path counts as ``_other``."""
 
 from __future__ import annotations
 
+import collections
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -14,6 +15,28 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Role(Protocol):
+    """What ``/metrics`` reads of an elected role (``control_plane.leaders.election``)."""
+
+    role: str
+    is_leader: bool
+
+    def figures(self) -> dict[str, Any]: ...
+
+
+def roles_state(roles: Iterable[Role]) -> dict[str, Any]:
+    """Who leads and the roles' own figures (cutovers driven, failovers started), as
+    ``ControlPlaneMetrics.watch`` wants them."""
+    leader: dict[str, bool] = {}
+    active, failovers = 0, collections.Counter[tuple[str, str]]()
+    for role in roles:
+        leader[role.role] = role.is_leader
+        figures = role.figures()
+        active += figures.get("cutovers_active", 0)
+        failovers.update(figures.get("failovers", {}))
+    return {"leader": leader, "cutovers_active": active, "failovers": dict(failovers)}
 
 
 class ControlPlaneMetrics:

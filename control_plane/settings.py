@@ -8,7 +8,7 @@ from pydantic import Field, SecretStr, model_validator
 
 from core.endpoint_policy import EndpointPolicy
 from core.http_server import HttpServerLimits
-from core.settings import SettingsBase, default_member_id
+from core.settings import SettingsBase, default_member_id, seconds
 from metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
 from segments.config import AuditConfig, ClusterConfig, EmbeddedClusterConfig
 
@@ -42,20 +42,15 @@ class ControlPlaneSettings(SettingsBase):
         description="its name in leader elections (unique per process)",
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
     )
-    assign_interval_s: float = Field(
-        default=2.0, gt=0, le=300, description="how often the leader re-reads the subscriptions"
+    assign_interval_s: float = seconds(2.0, 300, "how often the leader re-reads the subscriptions")
+    cutover_prepare_timeout_s: float = seconds(
+        30.0, 3_600, "how long producers may take to open the target"
     )
-    cutover_prepare_timeout_s: float = Field(
-        default=30.0, gt=0, le=3_600, description="how long producers may take to open the target"
+    cutover_switch_timeout_s: float = seconds(
+        5.0, 600, "how long producers may take to drain (then rollback)"
     )
-    cutover_switch_timeout_s: float = Field(
-        default=5.0,
-        gt=0,
-        le=600,
-        description="how long producers may take to drain (then rollback)",
-    )
-    cutover_complete_timeout_s: float = Field(
-        default=30.0, gt=0, le=3_600, description="how long to wait for producers to see the commit"
+    cutover_complete_timeout_s: float = seconds(
+        30.0, 3_600, "how long to wait for producers to see the commit"
     )
     endpoint_policy: EndpointPolicy = Field(
         default_factory=EndpointPolicy,
@@ -75,15 +70,14 @@ class ControlPlaneSettings(SettingsBase):
         "producer drained (else the strict wait: the produce timeout) before its final ends "
         "are recorded; consumers wait for them at the boundary, producers do not",
     )
-    segment_retire_interval_s: float = Field(
-        default=300.0, gt=0, le=86_400, description="how often the leader retires old segments"
+    segment_retire_interval_s: float = seconds(
+        300.0, 86_400, "how often the leader retires old segments"
     )
     # Automatic failover (docs/failover.md).
-    failover_after_s: float = Field(
-        default=5.0,
-        gt=0,
-        le=3_600,
-        description="fail a topic over once writes to its active segment have failed this long "
+    failover_after_s: float = seconds(
+        5.0,
+        3_600,
+        "fail a topic over once writes to its active segment have failed this long "
         "across producers",
     )
     failover_latency_p99_ms: float | None = Field(
@@ -93,24 +87,20 @@ class ControlPlaneSettings(SettingsBase):
         description="fail over when producers' write latency p99 stays above this (ms); "
         "none: the latency trigger is off",
     )
-    failover_latency_for_s: float = Field(
-        default=30.0, gt=0, le=3_600, description="how long the p99 must stay above that bound"
+    failover_latency_for_s: float = seconds(
+        30.0, 3_600, "how long the p99 must stay above that bound"
     )
-    failover_check_interval_s: float = Field(
-        default=0.5, gt=0, le=60, description="how often the leader judges the health reports"
+    failover_check_interval_s: float = seconds(
+        0.5, 60, "how often the leader judges the health reports"
     )
-    failover_phase_timeout_s: float = Field(
-        default=3.0,
-        gt=0,
-        le=600,
-        description="how long a failover's PREPARE and SWITCH wait for the producers before "
+    failover_phase_timeout_s: float = seconds(
+        3.0,
+        600,
+        "how long a failover's PREPARE and SWITCH wait for the producers before "
         "going on without the silent ones",
     )
-    failover_seal_retry_s: float = Field(
-        default=2.0,
-        gt=0,
-        le=600,
-        description="how often the leader tries to seal a segment a failover left unsealed",
+    failover_seal_retry_s: float = seconds(
+        2.0, 600, "how often the leader tries to seal a segment a failover left unsealed"
     )
     # The audit pipeline (docs/audit.md): where the trail is, the report database, Spark.
     audit: AuditConfig = Field(
@@ -125,11 +115,8 @@ class ControlPlaneSettings(SettingsBase):
         description="index the audit trail by message id in database_url, for the trace API "
         "(docs/tracing.md); one control plane indexes at a time",
     )
-    trace_retention_s: float = Field(
-        default=7 * 86_400,
-        gt=0,
-        le=90 * 86_400,
-        description="how long the trace index keeps an event",
+    trace_retention_s: float = seconds(
+        7 * 86_400, 90 * 86_400, "how long the trace index keeps an event"
     )
     migrate_reports_on_start: bool = Field(
         default=True,

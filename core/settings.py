@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Self, cast
 
 import yaml
+from pydantic import Field
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -116,6 +117,16 @@ class SettingsBase(BaseSettings):
             raise FileNotFoundError(f"config file {config_file} does not exist")
         bound = type(cls.__name__, (cls,), {"config_file": config_file})
         return cast(Self, bound(**overrides))
+
+
+def seconds(default: float, most: float, description: str) -> Any:
+    """A duration setting in seconds: more than 0, at most ``most``.
+
+    Example::
+
+        assign_interval_s: float = seconds(2.0, 300, "how often the leader re-reads")
+    """
+    return Field(default=default, gt=0, le=most, description=description)
 
 
 def default_member_id(role: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AsyncExitStack
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -45,3 +46,15 @@ def open_metastore(config: ZooKeeperConfig | EmbeddedMetaStoreConfig) -> MetaSto
     from .embedded import EmbeddedMetaStore
 
     return EmbeddedMetaStore(config.path)
+
+
+async def enter_metastore(
+    stack: AsyncExitStack,
+    config: ZooKeeperConfig | EmbeddedMetaStoreConfig,
+    given: MetaStore | None = None,
+) -> MetaStore:
+    """The ``given`` metastore (already started by the caller, as tests do), else a new one
+    for ``config``, started and closed with ``stack`` (the metastore's ``open_stores``)."""
+    if given is not None:
+        return given
+    return await stack.enter_async_context(open_metastore(config))

@@ -1,12 +1,18 @@
 """The admin REST API under ``/v1``: every route declares the role it needs
-(:mod:`.auth`; the table is in docs/security.md)."""
+(:mod:`.auth`; the table is in docs/security.md). The routers only translate HTTP: what a
+route does is a service's (``control_plane.services``), set on ``app.state`` at startup."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 
 from control_plane.api import (
+    audit,
+    cutover,
+    dlq,
+    failover,
     grants,
+    migration,
     principals,
     projects,
     quotas,
@@ -14,10 +20,14 @@ from control_plane.api import (
     tokens,
     topic_schemas,
     topics,
+    trace,
 )
+from reports.trace import TraceIndex
 
 
-def router() -> APIRouter:
+def router(database_url: str, trace_index: TraceIndex) -> APIRouter:
+    """Every route of the API; the audit reports and the trace index are read from the
+    report database at ``database_url``."""
     api = APIRouter()
     for module in (
         projects,
@@ -28,6 +38,12 @@ def router() -> APIRouter:
         tokens,
         grants,
         principals,
+        cutover,
+        migration,
+        failover,
     ):
         api.include_router(module.router)
+    api.include_router(dlq.router())
+    api.include_router(trace.router(trace_index))
+    api.include_router(audit.router(database_url))
     return api

@@ -12,7 +12,6 @@ SQLAlchemy calls never block the event loop. The store is opened on first use.
 
 from __future__ import annotations
 
-import functools
 import json
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -21,6 +20,7 @@ from fastapi import APIRouter, Query
 from fastapi import Path as FastPath
 
 from control_plane.api.auth import ADMIN
+from control_plane.services.report_store import shared_store
 from core.errors import NotFound, ValidationFailed
 from reports.models import (
     CutoverVerificationRow,
@@ -124,12 +124,6 @@ def _since_ms(since: str | None) -> int | None:
     if moment.tzinfo is None:
         raise ValidationFailed("since: give a time zone (Z or +hh:mm)")
     return int(moment.timestamp() * 1000)
-
-
-@functools.cache
-def shared_store(database_url: str) -> ReportStore:
-    """The report store of ``database_url``, opened on first use, one per process."""
-    return ReportStore.from_url(database_url)
 
 
 def latest_run_summary(database_url: str) -> dict[str, Any] | None:

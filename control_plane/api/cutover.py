@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Request, status
+from fastapi import APIRouter, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from control_plane.api.auth import OWNER, VIEWER
-from control_plane.api.deps import ProjectName, TopicName
-from control_plane.leaders.cutovers import Cutovers
+from control_plane.api.deps import CutoversDep, ProjectName, TopicName
 from core.model import MAX_PARTITIONS
 from core.names import Name
 
 router = APIRouter(prefix="/v1/projects/{project}/topics/{topic}/cutover", tags=["cutover"])
-
-
-def _cutovers(request: Request) -> Cutovers:
-    cutovers: Cutovers = request.app.state.cutovers
-    return cutovers
-
-
-CutoversDep = Annotated[Cutovers, Depends(_cutovers)]
 
 
 class CutoverStart(BaseModel):

@@ -1,15 +1,18 @@
-"""Shared pieces of the routers: the Admin service, name path parameters, paging."""
+"""Shared pieces of the routers: the services (set on ``app.state`` at startup), name path
+parameters, paging."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Path, Query, Request
 from pydantic import BaseModel
 
 from control_plane.api.schemas import Page
 from control_plane.services.admin import Admin
+from control_plane.services.cutovers import Cutovers
+from control_plane.services.topic_migrations import Migrations
 from core.names import MAX_NAME
 
 T = TypeVar("T")
@@ -18,12 +21,18 @@ M = TypeVar("M", bound=BaseModel)
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
 
 
-def _admin(request: Request) -> Admin:
-    admin: Admin = request.app.state.admin
-    return admin
+def _service(name: str) -> Callable[[Request], Any]:
+    """A dependency that gives the service the app's startup set as ``app.state.<name>``."""
+
+    def service(request: Request) -> Any:
+        return getattr(request.app.state, name)
+
+    return service
 
 
-AdminDep = Annotated[Admin, Depends(_admin)]
+AdminDep = Annotated[Admin, Depends(_service("admin"))]
+CutoversDep = Annotated[Cutovers, Depends(_service("cutovers"))]
+MigrationsDep = Annotated[Migrations, Depends(_service("migrations"))]
 ProjectName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=MAX_NAME)]
 TopicName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=MAX_NAME)]
 SubscriptionName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=MAX_NAME)]

@@ -1,17 +1,10 @@
 """``/v1/projects/{project}/subscriptions/{subscription}/dlq/messages``: browse, unsideline,
-purge a subscription's dead-letter queue.
-
-The DLQ topic is read back and filtered here (see :mod:`segments.subscription.dlq`), so any
-control plane answers the same as any other, whichever worker wrote the entries. A page
-cursor is the storage position of the last entry of the page. Unsidelined entries are
-appended to the subscription's replay topic (attempts reset), then removed from the DLQ; the
-worker delivers them through the normal path, in order, and lifts the group's sideline once
-the group has no entry left.
+purge a subscription's dead-letter queue (:mod:`control_plane.services.dead_letters`). A
+page cursor is the storage position of the last entry of the page.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -21,17 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from control_plane.api.auth import OWNER, VIEWER
 from control_plane.api.deps import AdminDep, ProjectName, SubscriptionName
-from control_plane.services.admin import Admin
+from control_plane.services import dead_letters
 from core.envelope import CONTENT_TYPE, GROUP_ID, MESSAGE_ID, decode, header, own_headers
-from core.errors import Malformed, StorageUnavailable, ValidationFailed
-from core.model import Subscription
-from segments.protocol import SegmentStore, Stored
-from segments.subscription import dlq
-from segments.subscription.layout import Layout, load_layout
+from core.errors import Malformed
+from segments.protocol import Stored
 from segments.subscription.retry_meta import RetryMeta
 
 PREFIX = "/v1/projects/{project}/subscriptions/{subscription}/dlq/messages"
-_locks: dict[str, asyncio.Lock] = {}  # one unsideline or purge at a time per subscription
 
 
 class DlqMessage(BaseModel):
@@ -105,32 +94,15 @@ async def browse(
 ) -> DlqPage:
     """One page of live entries, newest or oldest first, filtered by group, last status and
     last failure time; ``next_cursor`` (None on the last page) fetches the next page."""
-    after_ms = _ms(failed_after, "failed_after") if failed_after else None
-    before_ms = _ms(failed_before, "failed_before") if failed_before else None
-    start = _cursor(cursor)
-    found = await _open(admin, project, subscription)
-    if found is None:
-        return DlqPage(messages=[], next_cursor=None)
-    store, layout = found
-    entries = (await dlq.scan(store, layout)).live()
-    if order == "newest":
-        entries.reverse()
-    if start is not None:
-        entries = [
-            e for e in entries if (e.position < start if order == "newest" else e.position > start)
-        ]
-
-    def keep(msg: Stored) -> bool:
-        meta = RetryMeta.of(msg.headers)
-        failed = meta.last_failed_ms or 0
-        return (
-            (group is None or header(msg.headers, GROUP_ID) == group)
-            and (status is None or meta.last_status == status)
-            and (after_ms is None or failed > after_ms)
-            and (before_ms is None or failed < before_ms)
-        )
-
-    chosen = [e for e in entries if keep(e)]
+    by = dead_letters.Filter(
+        newest_first=order == "newest",
+        failed_after_ms=_epoch_ms(failed_after, "failed_after"),
+        failed_before_ms=_epoch_ms(failed_before, "failed_before"),
+        after=_cursor(cursor),
+        group=group,
+        status=status,
+    )
+    chosen = await dead_letters.browse(admin, project, subscription, by)
     page = chosen[:limit]
     more = len(chosen) > limit
     next_cursor = _encode_cursor(page[-1].position) if more and page else None
@@ -142,21 +114,16 @@ async def unsideline(
 ) -> Unsidelined:
     """Replay the selected entries (oldest first, at most ``limit``) through the normal path
     with their attempts reset; ``remaining`` says how many more match."""
-    selector = _selector(
+    chosen = dead_letters.selector(
         frozenset(body.message_ids) if body.message_ids is not None else None,
         frozenset(body.group_ids) if body.group_ids is not None else None,
         body.failed_before,
         everything=False,
     )
-    found = await _open(admin, project, subscription)
-    if found is None:
-        return Unsidelined(unsidelined=0, remaining=0)
-    store, layout = found
-    async with _lock(project, subscription):
-        matching = dlq.select(await dlq.scan(store, layout), selector)
-        chosen = matching[: body.limit]
-        await dlq.replay(store, layout, chosen)
-    return Unsidelined(unsidelined=len(chosen), remaining=len(matching) - len(chosen))
+    done, remaining = await dead_letters.unsideline(
+        admin, project, subscription, chosen, body.limit
+    )
+    return Unsidelined(unsidelined=done, remaining=remaining)
 
 
 async def purge(
@@ -170,64 +137,19 @@ async def purge(
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1_000,
 ) -> Purged:
     """Delete the selected entries (oldest first, at most ``limit``) for good."""
-    selector = _selector(
+    chosen = dead_letters.selector(
         frozenset(message_id) if message_id else None,
         frozenset(group_id) if group_id else None,
         failed_before,
         everything=all,
     )
-    found = await _open(admin, project, subscription)
-    if found is None:
-        return Purged(purged=0, remaining=0)
-    store, layout = found
-    async with _lock(project, subscription):
-        matching = dlq.select(await dlq.scan(store, layout), selector)
-        chosen = matching[:limit]
-        await dlq.remove(store, layout, (m.position for m in chosen))
-    return Purged(purged=len(chosen), remaining=len(matching) - len(chosen))
+    done, remaining = await dead_letters.purge(admin, project, subscription, chosen, limit)
+    return Purged(purged=done, remaining=remaining)
 
 
 # ---------------------------------------------------------------- helpers
-def _selector(
-    ids: frozenset[str] | None,
-    groups: frozenset[str] | None,
-    failed_before: datetime | None,
-    *,
-    everything: bool,
-) -> dlq.Selector:
-    given = [
-        name
-        for name, value in (
-            ("message_ids", ids),
-            ("group_ids", groups),
-            ("failed_before", failed_before),
-            ("all", everything or None),
-        )
-        if value is not None
-    ]
-    if len(given) != 1:
-        raise ValidationFailed(
-            "give exactly one selector: message ids, group ids, failed_before"
-            + (" or all=true" if "all" in given or not given else "")
-            + (f" (got {', '.join(given)})" if given else ""),
-            details={"fields": [{"field": name, "problem": "one selector only"} for name in given]},
-        )
-    before = _ms(failed_before, "failed_before") if failed_before is not None else None
-    return dlq.Selector(ids, groups, before, everything)
-
-
-def _ms(when: datetime, field: str) -> int:
-    if when.tzinfo is None:
-        raise ValidationFailed(
-            f"{field}: give a time zone (2026-01-02T03:04:05Z)",
-            details={"fields": [{"field": field, "problem": "no time zone"}]},
-        )
-    if when > datetime.now(UTC):
-        raise ValidationFailed(
-            f"{field}: {when.isoformat()} is in the future; nothing failed then yet",
-            details={"fields": [{"field": field, "problem": "in the future"}]},
-        )
-    return int(when.timestamp() * 1000)
+def _epoch_ms(when: datetime | None, field: str) -> int | None:
+    return None if when is None else dead_letters.epoch_ms(when, field)
 
 
 def _encode_cursor(position: int) -> str:
@@ -245,23 +167,6 @@ def _cursor(cursor: str | None) -> int | None:
     except (ValueError, UnicodeDecodeError):
         pass
     raise Malformed("cursor: not a cursor this API gave; start again without one")
-
-
-def _lock(project: str, subscription: str) -> asyncio.Lock:
-    return _locks.setdefault(f"{project}/{subscription}", asyncio.Lock())
-
-
-async def _open(
-    admin: Admin, project: str, subscription: str
-) -> tuple[SegmentStore, Layout] | None:
-    sub: Subscription = await admin.catalog.get_subscription(project, subscription)
-    layout = await load_layout(admin.catalog.store, sub)
-    if layout is None:  # nothing was ever dead-lettered or delayed
-        return None
-    store = admin.stores.get(layout.cluster)
-    if store is None:
-        raise StorageUnavailable(f"the DLQ's storage cluster {layout.cluster!r} is not here")
-    return store, layout
 
 
 def _rfc3339(epoch_ms: int | None) -> datetime | None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 
 from control_plane.api.auth import VIEWER
-from control_plane.api.deps import ProjectName, TopicName
-from control_plane.leaders.cutovers import Cutovers
+from control_plane.api.deps import CutoversDep, ProjectName, TopicName
 from core.errors import NotFound
 from core.model import SegmentState
 from segments.failover.records import FailoverRecords
@@ -21,12 +20,11 @@ router = APIRouter(prefix="/v1/projects/{project}/topics/{topic}/failover", tags
 
 @router.get("", **VIEWER)
 async def failover_status(
-    project: ProjectName, topic: TopicName, request: Request
+    project: ProjectName, topic: TopicName, cutovers: CutoversDep
 ) -> dict[str, Any]:
     """Standby clusters and mode, the active segment, the segments left unsealed (the leader
     seals them when their cluster is back), the latest failover, and the producers' latest
     write figures of the active segment."""
-    cutovers: Cutovers = request.app.state.cutovers
     found = await cutovers.catalog.get_topic(project, topic)
     active = found.active_segment
     try:

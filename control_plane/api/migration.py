@@ -7,25 +7,16 @@ import asyncio
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, status
+from fastapi import APIRouter, Query, Request, status
 from pydantic import BaseModel, Field
 
 from control_plane.api.auth import OWNER, VIEWER
-from control_plane.api.deps import ProjectName, TopicName
+from control_plane.api.deps import MigrationsDep, ProjectName, TopicName
 from control_plane.api.schemas import MigrationStart
-from control_plane.services.topic_migrations import Migrations
 from core.migration import Migration, MigrationState, MigrationWindow
 from reports.migration_windows import MigrationWindows
 
 router = APIRouter(prefix="/v1/projects/{project}/topics/{topic}/migration", tags=["migration"])
-
-
-def _migrations(request: Request) -> Migrations:
-    migrations: Migrations = request.app.state.migrations
-    return migrations
-
-
-MigrationsDep = Annotated[Migrations, Depends(_migrations)]
 
 
 class WindowView(BaseModel):

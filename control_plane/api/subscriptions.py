@@ -134,7 +134,7 @@ async def reveal_secret(
 
 
 def _ops(request: Request, admin: AdminDep) -> SubscriptionOps:
-    return SubscriptionOps(admin.catalog, admin.stores, request.app.state.assigner.member_id)
+    return SubscriptionOps(admin.catalog, admin.stores, request.app.state.member_id)
 
 
 OpsDep = Annotated[SubscriptionOps, Depends(_ops)]

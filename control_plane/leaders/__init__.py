@@ -1,0 +1,1 @@
+"""The control plane's elected roles, one a module; :mod:`.roles` lists them."""

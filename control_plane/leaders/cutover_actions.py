@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from core.errors import AlreadyExists, NotFound, StorageUnavailable, VersionConflict
-from core.model import Backend, Segment, SegmentState
+from core.model import Backend, Segment, SegmentState, Topic
 from metastore.catalog import Catalog
 from segments.config import ClusterConfig
 from segments.cutover.machine import Cutover
@@ -126,18 +126,24 @@ class CutoverActions:
             raise NotFound(f"segment {state.from_segment} of {state.project}/{state.topic}")
         return old
 
+    async def _switching(self, state: Cutover, kind: str) -> tuple[Topic, Segment, Segment]:
+        """The topic of ``state`` with its old and new segment, before the pointer moved
+        (a ``VersionConflict`` after: the document will tell)."""
+        topic = await self.catalog.get_topic(state.project, state.topic)
+        old, new = topic.segment(state.from_segment), topic.segment(state.to_segment)
+        if old is None or new is None:
+            raise NotFound(f"a segment of {kind} {state.id} is missing")
+        if topic.produce_pointer is not None and topic.produce_pointer.segment_id == new.id:
+            raise VersionConflict("the pointer moved already; the document will tell")
+        return topic, old, new
+
     async def move_pointer(
         self, state: Cutover, version: int, ends: dict[int, int], after: Cutover, final: bool
     ) -> None:
         """Old segment SEALED with its ends (``final`` or still to settle), new one ACTIVE
         (with its readers' start positions for a verified migration's switch or rollback),
         pointer moved, and the cutover document at ``after``: one transaction."""
-        topic = await self.catalog.get_topic(state.project, state.topic)
-        old, new = topic.segment(state.from_segment), topic.segment(state.to_segment)
-        if old is None or new is None:
-            raise NotFound(f"a segment of cutover {state.id} is missing")
-        if topic.produce_pointer is not None and topic.produce_pointer.segment_id == new.id:
-            raise VersionConflict("the pointer moved already; the document will tell")
+        topic, old, new = await self._switching(state, "cutover")
         sealed = old.model_copy(
             update={
                 "state": SegmentState.SEALED,
@@ -161,12 +167,7 @@ class CutoverActions:
         """A failover's commit, one transaction: old segment UNSEALED with the time of the
         switch, new one ACTIVE, pointer moved, the old one marked for the leader to seal
         when its cluster is back, and the cutover document at ``after``."""
-        topic = await self.catalog.get_topic(state.project, state.topic)
-        old, new = topic.segment(state.from_segment), topic.segment(state.to_segment)
-        if old is None or new is None:
-            raise NotFound(f"a segment of failover {state.id} is missing")
-        if topic.produce_pointer is not None and topic.produce_pointer.segment_id == new.id:
-            raise VersionConflict("the pointer moved already; the document will tell")
+        topic, old, new = await self._switching(state, "failover")
         unsealed = old.model_copy(
             update={"state": SegmentState.UNSEALED, "unsealed_at": self.now()}
         )

@@ -3,7 +3,9 @@
 The process that creates ``/leader/{role}`` leads; the others watch the node and stand
 again when it vanishes (its owner closed, or its session expired). A subclass implements
 :meth:`LeaderElection.lead`, which runs while this process leads and must return once
-``lost`` is set.
+``lost`` is set. Every elected role of the control plane is such a subclass, one a module
+of this package, each elected on its own; :func:`control_plane.leaders.roles.roles` lists
+them.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from typing import Any
 
 from core.errors import AlreadyExists, HttpbusError
 from core.lifecycle import AsyncResource
@@ -45,6 +48,11 @@ class LeaderElection(AsyncResource):
 
     async def lead(self, lost: asyncio.Event) -> None:
         raise NotImplementedError
+
+    def figures(self) -> dict[str, Any]:
+        """What ``/metrics`` reports of this role besides whether it leads (by name, e.g.
+        ``cutovers_active``); nothing unless a role says."""
+        return {}
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"{self.role}-{self.member_id}")

@@ -1,6 +1,6 @@
 """Automatic failover, the leader's part (issue 20, docs/failover.md).
 
-While it leads the cutovers, the coordinator runs a :class:`FailoverMonitor`. Every
+The process elected to the role ``failover`` runs a :class:`FailoverMonitor`. Every
 ``interval_s`` it
 
 1. reads the producers' health reports (``segments.failover.records``) and asks the
@@ -8,7 +8,8 @@ While it leads the cutovers, the coordinator runs a :class:`FailoverMonitor`. Ev
    *active* segment of a topic that names standby clusters is unhealthy, it starts a failover:
    a cutover with ``failover`` set (``segments.cutover.machine``), to a fresh segment on the
    first standby cluster (in the topic's order) that is not the failing one and answers a
-   metadata request now. The coordinator drives it like any cutover, minus the seal;
+   metadata request now (through the :class:`~control_plane.services.cutovers.Cutovers`
+   facade). The cutover coordinator drives it like any cutover, minus the seal;
 2. tries to seal every segment a failover left UNSEALED (one attempt at a time per segment,
    again every ``seal_retry_s``): once its cluster answers a metadata request, the store's
    ``seal`` fences it and
@@ -26,10 +27,11 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from control_plane.leaders.election import rest
+from control_plane.leaders.election import LeaderElection, rest
+from control_plane.services.cutovers import Cutovers
 from core.audit import AuditEvent, AuditType
 from core.errors import CutoverInProgress, HttpbusError, VersionConflict
 from core.model import SegmentState, Topic, utcnow
@@ -38,28 +40,32 @@ from segments.failover.health import HealthJudge, SegmentKey
 from segments.failover.records import FailoverRecords
 from segments.protocol import SegmentStore
 
-if TYPE_CHECKING:
-    from control_plane.leaders.cutovers import Cutovers
-
 log = logging.getLogger(__name__)
+ROLE = "failover"
 PROBE_TIMEOUT_S = 2.0
 SEAL_TIMEOUT_S = 120.0
 
 
-class FailoverMonitor:
-    """Detect unhealthy active segments, fail them over, seal what they left (module doc)."""
+class FailoverMonitor(LeaderElection):
+    """Detect unhealthy active segments, fail them over, seal what they left (module doc).
+
+    ``audit`` builds the sink failovers are audited to: it is started at the first failover,
+    not at start (the audit topic is created then if missing), and again at the next one if
+    its cluster did not answer (a failover is then only logged and counted)."""
 
     def __init__(
         self,
         cutovers: Cutovers,
         stores: Mapping[str, SegmentStore],
         judge: HealthJudge,
+        member_id: str,
         *,
         interval_s: float = 0.5,
         seal_retry_s: float = 2.0,
-        audit: Callable[[], Awaitable[AuditSink | None]] | None = None,
+        audit: Callable[[], AuditSink] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__(cutovers.metastore, ROLE, member_id)
         self.cutovers = cutovers
         self.catalog = cutovers.catalog
         self.records = FailoverRecords(cutovers.metastore)
@@ -67,13 +73,23 @@ class FailoverMonitor:
         self.judge = judge
         self.interval_s = interval_s
         self.seal_retry_s = seal_retry_s
-        self.audit = audit  # opens the audit sink on first use
+        self.audit = audit
         self.clock = clock
+        self._sink: AuditSink | None = None
         self.failovers: Counter[tuple[str, str]] = Counter()  # (project/topic, trigger)
         self._sealing: dict[SegmentKey, asyncio.Task[None]] = {}
         self._next_seal: dict[SegmentKey, float] = {}
 
-    async def run(self, lost: asyncio.Event) -> None:
+    def figures(self) -> dict[str, Any]:
+        return {"failovers": dict(self.failovers)}
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        if self._sink is not None:
+            sink, self._sink = self._sink, None
+            await sink.aclose()
+
+    async def lead(self, lost: asyncio.Event) -> None:
         try:
             while not lost.is_set():
                 try:
@@ -130,7 +146,7 @@ class FailoverMonitor:
         log.warning("failover %s of %s/%s: segment %s on %s → segment %s on %s (%s)", state.id,
                     project, name, segment_id, active.cluster, state.to_segment, target,
                     reason)  # fmt: skip
-        sink = None if self.audit is None else await self.audit()
+        sink = await self._audit_sink()
         if sink is not None:
             sink.emit(
                 AuditEvent(
@@ -143,6 +159,17 @@ class FailoverMonitor:
                     reason=f"to segment {state.to_segment} on {target}: {reason}",
                 )
             )
+
+    async def _audit_sink(self) -> AuditSink | None:
+        if self._sink is None and self.audit is not None:
+            sink = self.audit()
+            try:
+                await sink.start()
+            except HttpbusError as exc:
+                log.warning("failover not audited: %s", exc)
+                return None
+            self._sink = sink
+        return self._sink
 
     async def _target(self, topic: Topic, failing: str) -> str | None:
         """The first standby cluster, in the topic's order, that answers now."""

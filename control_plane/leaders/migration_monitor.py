@@ -1,44 +1,46 @@
 """The leader's part of verified migrations (core.migration): switch, roll back, complete.
 
-While it leads the cutovers, the coordinator runs a :class:`MigrationMonitor`. Every
+The process elected to the role ``migration`` runs a :class:`MigrationMonitor`. Every
 ``interval_s`` it reads each migration still marked active and does what
 :func:`core.migration.next_move` decides from the windows the check stored: start the switch
 (a cutover onto the shadow segment), start a rollback (a cutover onto a new external segment
 of the same legacy topic), or complete the migration; and it follows the cutover it started
-to its end. The leader decides rather than the check job because the check only produces
-facts (windows), may run anywhere (a Spark cluster) and more than once, while the leader is
-one process at a time that already drives every cutover and survives a job's crash; the
-decision is one pure function over the stored document either way.
+to its end. It starts cutovers through the :class:`~control_plane.services.cutovers.Cutovers`
+facade and follows them in their records; the cutover coordinator drives them. The leader
+decides rather than the check job because the check only produces facts (windows), may run
+anywhere (a Spark cluster) and more than once, while the leader is one process at a time
+that survives a job's crash; the decision is one pure function over the stored document
+either way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from control_plane.leaders.election import rest
+from control_plane.leaders.election import LeaderElection, rest
+from control_plane.services.cutovers import Cutovers
 from core.errors import CutoverInProgress, HttpbusError, NotFound
 from core.migration import Migration, MigrationState, Move, dirty_in_guard, next_move
 from core.model import Segment
 from metastore.migrations import MigrationRecords
 from segments.cutover.machine import UNDONE, Cutover
 
-if TYPE_CHECKING:
-    from control_plane.leaders.cutovers import Cutovers
-
 log = logging.getLogger(__name__)
+ROLE = "migration"
 
 
-class MigrationMonitor:
+class MigrationMonitor(LeaderElection):
     """Drive every active migration (module doc)."""
 
-    def __init__(self, cutovers: Cutovers, *, interval_s: float = 0.5) -> None:
+    def __init__(self, cutovers: Cutovers, member_id: str, *, interval_s: float = 0.5) -> None:
+        super().__init__(cutovers.metastore, ROLE, member_id)
         self.cutovers = cutovers
         self.records = MigrationRecords(cutovers.metastore)
         self.interval_s = interval_s
 
-    async def run(self, lost: asyncio.Event) -> None:
+    async def lead(self, lost: asyncio.Event) -> None:
         while not lost.is_set():
             for project, topic in await self._active():
                 try:

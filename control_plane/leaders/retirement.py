@@ -5,21 +5,54 @@ pointer past it and it was sealed more than ``retention_hours`` ago: its record 
 RETIRED (the timeline keeps it) and its storage topic is deleted. The record changes first,
 by compare-and-set, so a reader never finds a SEALED segment without storage; a storage topic
 whose deletion failed is deleted again on the next round (a RETIRED record whose storage
-still exists is retried). The cutover leader runs :func:`retire_segments` periodically.
+still exists is retried). The process elected to the role ``retirement`` runs
+:func:`retire_segments` when it takes the lead and every ``interval_s`` after
+(:class:`SegmentRetirement`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
+from control_plane.leaders.election import LeaderElection, rest
 from core.errors import HttpbusError, NotFound
-from core.model import Segment, SegmentState, Topic
+from core.model import Segment, SegmentState, Topic, utcnow
 from metastore.catalog import Catalog
+from metastore.protocol import MetaStore
 from segments.protocol import SegmentStore
 
 log = logging.getLogger(__name__)
+ROLE = "retirement"
+
+
+class SegmentRetirement(LeaderElection):
+    """Retire segments every ``interval_s`` while this process leads the role."""
+
+    def __init__(
+        self,
+        metastore: MetaStore,
+        stores: Mapping[str, SegmentStore],
+        member_id: str,
+        *,
+        interval_s: float = 300.0,
+        now: Callable[[], datetime] = utcnow,
+    ) -> None:
+        super().__init__(metastore, ROLE, member_id)
+        self.catalog = Catalog(metastore)
+        self.stores = stores
+        self.interval_s = interval_s
+        self.now = now
+
+    async def lead(self, lost: asyncio.Event) -> None:
+        while not lost.is_set():
+            try:
+                await retire_segments(self.catalog, self.stores, self.now())
+            except HttpbusError as exc:  # the next round tries again
+                log.warning("retiring segments: %s", exc)
+            await rest(lost, self.interval_s)
 
 
 async def retirable(catalog: Catalog, topic: Topic, now: datetime) -> list[Segment]:

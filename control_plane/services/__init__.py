@@ -1,0 +1,2 @@
+"""What the admin API and the UI do, apart from HTTP; never imports ``api``, ``ui`` or
+``leaders``."""

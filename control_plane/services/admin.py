@@ -3,6 +3,7 @@ kept consistent (no half-created object survives a failure)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import logging
@@ -10,10 +11,12 @@ import secrets
 import uuid
 from datetime import datetime
 
-from control_plane.api.schemas import SubscriptionCreate, TopicCreate
+from control_plane.services.inputs import SubscriptionCreate, TopicCreate
+from control_plane.settings import ControlPlaneSettings
 from core.endpoint_policy import EndpointPolicy
 from core.errors import (
     HttpbusError,
+    MetaStoreUnavailable,
     NotFound,
     SecretInForce,
     ValidationFailed,
@@ -21,6 +24,7 @@ from core.errors import (
 )
 from core.model import Failover, Project, Segment, SegmentState, Subscription, Topic, utcnow
 from metastore.catalog import Catalog
+from metastore.protocol import MetaStore
 from segments.config import ClusterConfig, is_read_only
 from segments.protocol import SegmentStore
 
@@ -92,6 +96,32 @@ class Admin:
         self.stores = stores
         self.default_cluster = default_cluster
         self.prefix = prefix
+
+    @classmethod
+    def of(
+        cls,
+        settings: ControlPlaneSettings,
+        metastore: MetaStore,
+        stores: dict[str, SegmentStore],
+    ) -> Admin:
+        """The admin service as the control plane's settings configure it."""
+        return cls(
+            Catalog(metastore),
+            settings.clusters,
+            stores,
+            settings.default_cluster,
+            settings.storage_topic_prefix,
+            settings.endpoint_policy,
+        )
+
+    async def check_ready(self, timeout_s: float = 2.0) -> None:
+        """Ready when the metastore answers a read within ``timeout_s``;
+        ``MetaStoreUnavailable`` (503) if it does not."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.catalog.list_projects()
+        except (TimeoutError, HttpbusError) as exc:
+            raise MetaStoreUnavailable("the metastore does not answer", retry_after=5) from exc
 
     def storage_name(self, project: str, topic: str, segment_id: int) -> str:
         """Unique per attempt, so a segment's storage topic is never reused, even when a

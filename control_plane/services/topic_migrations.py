@@ -14,9 +14,9 @@ import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
-from control_plane.api.schemas import MigrationStart
-from control_plane.leaders.cutovers import Cutovers
 from control_plane.services.admin import drop_storage
+from control_plane.services.cutovers import Cutovers, recorded
+from control_plane.services.inputs import MigrationStart
 from core.errors import (
     CutoverInProgress,
     MigrationInProgress,
@@ -146,10 +146,7 @@ class Migrations:
 
     async def get(self, project: str, topic: str) -> Migration:
         found = await self.records.get(project, topic)
-        if found is None:
-            await self.catalog.get_topic(project, topic)  # 404 names the topic if it is absent
-            raise NotFound(f"topic {project}/{topic} has had no migration")
-        return found[0]
+        return await recorded(self.catalog, found, project, topic, "migration")
 
     async def abandon(self, project: str, topic: str) -> Migration:
         """End the dual write: the shadow segment stays PENDING without ``dual_write`` (its

@@ -10,9 +10,8 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from control_plane.api.auth import Authenticator
 from control_plane.ui import session as sessions
-from control_plane.ui.deps import SessionDep, form_of
+from control_plane.ui.deps import Authenticating, SessionDep, form_of
 from control_plane.ui.render import redirect, render
 from control_plane.ui.throttle import LoginThrottle
 
@@ -51,7 +50,7 @@ async def login(request: Request) -> Response:
             request, f"/ui/login?next={quote(target)}", "the login form expired; try again", "error"
         )
     if user:
-        authenticator: Authenticator = request.app.state.authenticator
+        authenticator: Authenticating = request.app.state.authenticator
         found = await run_in_threadpool(authenticator.principals.login, user[:64], password)
         if found is None:
             throttle.failed(client)

@@ -7,19 +7,23 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from control_plane.client import ApiError, NotAvailable, path
+from control_plane.client import AdminClient, ApiError, NotAvailable
 from control_plane.ui.deps import ApiDep, Name, SessionDep, form_of
 from control_plane.ui.render import redirect, refused, render, templates
+from control_plane.ui.topic_process import TopicProcess
 
 router = APIRouter()
 
 PHASES = ("PREPARE", "SWITCH", "COMMIT", "COMPLETE")
 FINAL = ("COMPLETE", "ABORTED", "ROLLED_BACK")
 ACKS = (("prepared", "prepared_at"), ("switched", "switched_at"), ("committed", "committed_at"))
-
-
-def _cutover_path(project: str, topic: str) -> str:
-    return path("v1", "projects", project, "topics", topic, "cutover")
+CUTOVER = TopicProcess(
+    "cutover",
+    unavailable="Cutover is not available on this control plane.",
+    none_yet="This topic has had no cutover yet.",
+    not_ended="not aborted",
+    ended="abort requested",
+)
 
 
 def view_of(cutover: dict[str, Any]) -> dict[str, Any]:
@@ -66,7 +70,7 @@ async def start(
         return redirect(request, back, "partitions must be a whole number", "error")
     body = {"cluster": form.get("cluster", ""), "partitions": partitions}
     try:
-        await api.post(_cutover_path(project, topic), body)
+        await api.post(CUTOVER.api_path(project, topic), body)
     except NotAvailable:
         return redirect(request, back, "cutover is not available on this control plane", "error")
     except ApiError as exc:
@@ -78,42 +82,21 @@ async def start(
 async def abort(
     project: Name, topic: Name, request: Request, session: SessionDep, api: ApiDep
 ) -> Response:
-    await form_of(request, session)
-    back = f"/ui/projects/{project}/topics/{topic}/cutover"
-    try:
-        await api.delete(_cutover_path(project, topic))
-    except ApiError as exc:
-        return refused(request, back, exc, "not aborted")
-    return redirect(request, back, "abort requested")
+    return await CUTOVER.end(request, session, api, project, topic)
 
 
-async def _fetch(api: Any, project: str, topic: str) -> tuple[dict[str, Any] | None, str | None]:
-    try:
-        return await api.get(_cutover_path(project, topic)), None
-    except NotAvailable:
-        return None, "Cutover is not available on this control plane."
-    except ApiError as exc:
-        if exc.status == 404:
-            return None, "This topic has had no cutover yet."
-        raise
+async def _shown(api: AdminClient, project: str, topic: str) -> dict[str, Any]:
+    """The cutover, what the page draws of it, or why there is none."""
+    cutover, missing = await CUTOVER.fetch(api, project, topic)
+    return {"cutover": cutover, "view": view_of(cutover) if cutover else None, "missing": missing}
 
 
 @router.get("/ui/projects/{project}/topics/{topic}/cutover")
 async def page(
     project: Name, topic: Name, request: Request, session: SessionDep, api: ApiDep
 ) -> Response:
-    cutover, missing = await _fetch(api, project, topic)
-    view = view_of(cutover) if cutover else None
-    return render(
-        request,
-        "cutover.html",
-        session,
-        project=project,
-        topic=topic,
-        cutover=cutover,
-        view=view,
-        missing=missing,
-    )
+    shown = await _shown(api, project, topic)
+    return render(request, "cutover.html", session, project=project, topic=topic, **shown)
 
 
 @router.get("/ui/projects/{project}/topics/{topic}/cutover/live")
@@ -121,9 +104,7 @@ async def live(
     project: Name, topic: Name, request: Request, session: SessionDep, api: ApiDep
 ) -> Response:
     """The changing part of the page, fetched again every second until the cutover ends."""
-    cutover, missing = await _fetch(api, project, topic)
-    view = view_of(cutover) if cutover else None
-    context = {"request": request, "cutover": cutover, "view": view, "missing": missing}
+    context = {"request": request, **await _shown(api, project, topic)}
     response = templates.TemplateResponse(request, "_cutover_live.html", context)
     response.headers["Cache-Control"] = "no-store"
     return response

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Protocol
 
 import httpx
 from fastapi import Depends, Path, Request
 
-from control_plane.api.auth import Authenticator
 from control_plane.client import AdminClient
 from control_plane.ui.session import (
     SESSION_COOKIE,
@@ -19,6 +18,19 @@ from control_plane.ui.session import (
     require_session,
 )
 from core.errors import Unauthorized
+from core.principals import Principal
+from reports.principals import PrincipalStore
+
+
+class Authenticating(Protocol):
+    """What the UI asks of ``app.state.authenticator`` (the admin API's
+    ``Authenticator``): who a request's session stands for, and the principal store a login
+    checks. Declared here so that the UI imports nothing of the API but its client."""
+
+    principals: PrincipalStore
+
+    async def resolve(self, request: Request) -> Principal: ...
+
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 Name = Annotated[str, Path(pattern=NAME)]
@@ -44,7 +56,7 @@ async def page_principal(request: Request) -> None:
     request.state.principal = None
     if current_session(request) is None:
         return  # the login form; every other page refuses without a session anyway
-    authenticator: Authenticator = request.app.state.authenticator
+    authenticator: Authenticating = request.app.state.authenticator
     try:
         request.state.principal = await authenticator.resolve(request)
     except Unauthorized:

@@ -83,6 +83,18 @@ def _selector(form: dict[str, list[str]]) -> tuple[str, list[tuple[str, Any]], s
     return "", [], ""
 
 
+async def _done(
+    request: Request, back: str, api: AdminClient, call: Any, key: str, words: str
+) -> Response:
+    """Run ``call`` until it has done all (:func:`_loop`), back to the page saying how many
+    (``key`` of the API's answer: unsidelined, purged)."""
+    try:
+        done, remaining = await _loop(api, call, key)
+    except NotAvailable:
+        return redirect(request, back, "the DLQ is not available on this control plane", "error")
+    return redirect(request, back, f"{key} {done} ({remaining} remaining) — {words}")
+
+
 async def _loop(api: AdminClient, call: Any, key: str) -> tuple[int, int]:
     total, remaining = 0, 0
     for _ in range(MAX_ROUNDS):
@@ -117,11 +129,7 @@ async def unsideline(
     async def call(client: AdminClient) -> Any:
         return await client.post(_messages(project, sub, "unsideline"), body)
 
-    try:
-        done, remaining = await _loop(api, call, "unsidelined")
-    except NotAvailable:
-        return redirect(request, back, "the DLQ is not available on this control plane", "error")
-    return redirect(request, back, f"unsidelined {done} ({remaining} remaining) — {words}")
+    return await _done(request, back, api, call, "unsidelined", words)
 
 
 @router.post("/ui/projects/{project}/subscriptions/{sub}/dlq/purge")
@@ -148,8 +156,4 @@ async def purge(
     async def call(client: AdminClient) -> Any:
         return await client.delete(_messages(project, sub), pairs)
 
-    try:
-        done, remaining = await _loop(api, call, "purged")
-    except NotAvailable:
-        return redirect(request, back, "the DLQ is not available on this control plane", "error")
-    return redirect(request, back, f"purged {done} ({remaining} remaining) — {words}")
+    return await _done(request, back, api, call, "purged", words)

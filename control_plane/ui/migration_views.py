@@ -9,14 +9,21 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from control_plane.client import ApiError, NotAvailable, path
-from control_plane.ui.deps import ApiDep, Name, SessionDep, form_of
-from control_plane.ui.render import redirect, refused, render
+from control_plane.ui.deps import ApiDep, Name, SessionDep
+from control_plane.ui.render import render
+from control_plane.ui.topic_process import TopicProcess
 
 router = APIRouter()
 
 BAR_W, GAP, HEIGHT, PAD, AXIS = 14, 4, 160, 10, 18
 COLORS = {"matched": "#2e8b57", "missing": "#c0392b", "late": "#e08e0b"}
+MIGRATION = TopicProcess(
+    "migration",
+    unavailable="Verified migration is not available on this control plane.",
+    none_yet="This topic has had no migration. {reason}",
+    not_ended="not abandoned",
+    ended="migration abandoned",
+)
 
 
 @dataclass(frozen=True)
@@ -77,26 +84,11 @@ def chart(windows: list[dict[str, Any]]) -> Chart:
     return Chart(width=width, height=HEIGHT + PAD * 2 + AXIS, bars=tuple(bars), top=top)
 
 
-def _migration_path(project: str, topic: str) -> str:
-    return path("v1", "projects", project, "topics", topic, "migration")
-
-
-async def _fetch(api: Any, project: str, topic: str) -> tuple[dict[str, Any] | None, str | None]:
-    try:
-        return await api.get(_migration_path(project, topic)), None
-    except NotAvailable:
-        return None, "Verified migration is not available on this control plane."
-    except ApiError as exc:
-        if exc.status == 404:
-            return None, f"This topic has had no migration. {exc.message}"
-        raise
-
-
 @router.get("/ui/projects/{project}/topics/{topic}/migration")
 async def page(
     project: Name, topic: Name, request: Request, session: SessionDep, api: ApiDep
 ) -> Response:
-    migration, missing = await _fetch(api, project, topic)
+    migration, missing = await MIGRATION.fetch(api, project, topic)
     drawn = chart(migration["windows"]) if migration else None
     return render(
         request,
@@ -115,10 +107,4 @@ async def page(
 async def abandon(
     project: Name, topic: Name, request: Request, session: SessionDep, api: ApiDep
 ) -> Response:
-    await form_of(request, session)
-    back = f"/ui/projects/{project}/topics/{topic}/migration"
-    try:
-        await api.delete(_migration_path(project, topic))
-    except ApiError as exc:
-        return refused(request, back, exc, "not abandoned")
-    return redirect(request, back, "migration abandoned")
+    return await MIGRATION.end(request, session, api, project, topic)

@@ -18,7 +18,8 @@ import httpx
 import pytest
 
 from control_plane.app import create_app as create_control_plane
-from control_plane.leaders.cutovers import CutoverCoordinator, Cutovers
+from control_plane.leaders.cutover_coordinator import CutoverCoordinator
+from control_plane.services.cutovers import Cutovers
 from control_plane.settings import ControlPlaneSettings
 from core.model import Backend, Project, Segment, SegmentState, Subscription, Topic
 from metastore.catalog import Catalog

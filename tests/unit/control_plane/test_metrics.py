@@ -32,7 +32,8 @@ async def test_metrics_show_routes_leaders_and_stay_small(tmp_path: Path) -> Non
         )
         assert 'route="/v1/projects/{project}",status="404"} 300.0' in found
         assert 'route="_other",status="404"} 300.0' in found
-        assert 'httpbus_control_plane_leader{role="cutover"}' in found
+        for role in ("cutover", "failover", "migration", "retirement"):  # each elected alone
+            assert f'httpbus_control_plane_leader{{role="{role}"}}' in found
         assert "httpbus_cutovers_active 0.0" in found
         assert "httpbus_control_plane_request_latency_seconds_bucket" in found
         assert len(found) < 40_000, len(found)

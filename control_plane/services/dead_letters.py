@@ -1,0 +1,162 @@
+"""A subscription's dead-letter queue: read back, select, replay (unsideline) or remove
+(purge).
+
+The DLQ topic is read back and filtered here (see :mod:`segments.subscription.dlq`), so any
+control plane answers the same as any other, whichever worker wrote the entries. Unsidelined
+entries are appended to the subscription's replay topic (attempts reset), then removed from
+the DLQ; the worker delivers them through the normal path, in order, and lifts the group's
+sideline once the group has no entry left. One unsideline or purge runs at a time per
+subscription in this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from control_plane.services.admin import Admin
+from core.envelope import GROUP_ID, header
+from core.errors import StorageUnavailable, ValidationFailed
+from segments.protocol import SegmentStore, Stored
+from segments.subscription import dlq
+from segments.subscription.layout import Layout, load_layout
+from segments.subscription.retry_meta import RetryMeta
+
+_locks: dict[str, asyncio.Lock] = {}  # one unsideline or purge at a time per subscription
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Which live entries a browse shows: newest or oldest first, from after ``after``
+    (a position, in that order), of a group, a last status, a window of last failure."""
+
+    newest_first: bool = True
+    after: int | None = None
+    group: str | None = None
+    status: int | None = None
+    failed_after_ms: int | None = None
+    failed_before_ms: int | None = None
+
+    def keeps(self, msg: Stored) -> bool:
+        if self.after is not None and (
+            msg.position >= self.after if self.newest_first else msg.position <= self.after
+        ):
+            return False
+        meta = RetryMeta.of(msg.headers)
+        failed = meta.last_failed_ms or 0
+        return (
+            (self.group is None or header(msg.headers, GROUP_ID) == self.group)
+            and (self.status is None or meta.last_status == self.status)
+            and (self.failed_after_ms is None or failed > self.failed_after_ms)
+            and (self.failed_before_ms is None or failed < self.failed_before_ms)
+        )
+
+
+async def browse(admin: Admin, project: str, subscription: str, by: Filter) -> list[Stored]:
+    """The live entries ``by`` keeps, in its order."""
+    found = await _open(admin, project, subscription)
+    if found is None:
+        return []
+    entries = (await dlq.scan(*found)).live()
+    if by.newest_first:
+        entries.reverse()
+    return [e for e in entries if by.keeps(e)]
+
+
+def selector(
+    ids: frozenset[str] | None,
+    groups: frozenset[str] | None,
+    failed_before: datetime | None,
+    *,
+    everything: bool,
+) -> dlq.Selector:
+    """What an unsideline or a purge acts on: exactly one of ``ids``, ``groups``,
+    ``failed_before`` and ``everything`` (a 422 naming the fields otherwise)."""
+    given = [
+        name
+        for name, value in (
+            ("message_ids", ids),
+            ("group_ids", groups),
+            ("failed_before", failed_before),
+            ("all", everything or None),
+        )
+        if value is not None
+    ]
+    if len(given) != 1:
+        raise ValidationFailed(
+            "give exactly one selector: message ids, group ids, failed_before"
+            + (" or all=true" if "all" in given or not given else "")
+            + (f" (got {', '.join(given)})" if given else ""),
+            details={"fields": [{"field": name, "problem": "one selector only"} for name in given]},
+        )
+    before = epoch_ms(failed_before, "failed_before") if failed_before is not None else None
+    return dlq.Selector(ids, groups, before, everything)
+
+
+def epoch_ms(when: datetime, field: str) -> int:
+    """``when`` in epoch milliseconds; a 422 naming ``field`` if it has no time zone or
+    lies in the future."""
+    if when.tzinfo is None:
+        raise ValidationFailed(
+            f"{field}: give a time zone (2026-01-02T03:04:05Z)",
+            details={"fields": [{"field": field, "problem": "no time zone"}]},
+        )
+    if when > datetime.now(UTC):
+        raise ValidationFailed(
+            f"{field}: {when.isoformat()} is in the future; nothing failed then yet",
+            details={"fields": [{"field": field, "problem": "in the future"}]},
+        )
+    return int(when.timestamp() * 1000)
+
+
+async def unsideline(
+    admin: Admin, project: str, subscription: str, chosen: dlq.Selector, limit: int
+) -> tuple[int, int]:
+    """Replay the selected entries (oldest first, at most ``limit``) through the normal
+    path with their attempts reset: how many, and how many more match."""
+    return await _act(admin, project, subscription, chosen, limit, dlq.replay)
+
+
+async def purge(
+    admin: Admin, project: str, subscription: str, chosen: dlq.Selector, limit: int
+) -> tuple[int, int]:
+    """Delete the selected entries (oldest first, at most ``limit``) for good: how many,
+    and how many more match."""
+
+    async def remove(store: SegmentStore, layout: Layout, entries: list[Stored]) -> None:
+        await dlq.remove(store, layout, (m.position for m in entries))
+
+    return await _act(admin, project, subscription, chosen, limit, remove)
+
+
+async def _act(
+    admin: Admin,
+    project: str,
+    subscription: str,
+    chosen: dlq.Selector,
+    limit: int,
+    act: Callable[[SegmentStore, Layout, list[Stored]], Awaitable[None]],
+) -> tuple[int, int]:
+    found = await _open(admin, project, subscription)
+    if found is None:
+        return 0, 0
+    async with _locks.setdefault(f"{project}/{subscription}", asyncio.Lock()):
+        matching = dlq.select(await dlq.scan(*found), chosen)
+        await act(*found, matching[:limit])
+    done = min(limit, len(matching))
+    return done, len(matching) - done
+
+
+async def _open(
+    admin: Admin, project: str, subscription: str
+) -> tuple[SegmentStore, Layout] | None:
+    sub = await admin.catalog.get_subscription(project, subscription)
+    layout = await load_layout(admin.catalog.store, sub)
+    if layout is None:  # nothing was ever dead-lettered or delayed
+        return None
+    store = admin.stores.get(layout.cluster)
+    if store is None:
+        raise StorageUnavailable(f"the DLQ's storage cluster {layout.cluster!r} is not here")
+    return store, layout

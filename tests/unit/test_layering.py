@@ -309,6 +309,13 @@ def test_each_root_package_belongs_to_the_httpbus_distribution_only() -> None:
     assert wrong == {}, f"root package names claimed by other distributions: {wrong}"
 
 
+def _write(root: Path, rel: str, source: str) -> Path:
+    target = root / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(source + "\n")
+    return target
+
+
 @pytest.mark.parametrize(
     ("rel", "source", "expected"),
     [
@@ -326,10 +333,7 @@ def test_each_root_package_belongs_to_the_httpbus_distribution_only() -> None:
     ],
 )
 def test_the_checker_itself(tmp_path: Path, rel: str, source: str, expected: int) -> None:
-    target = tmp_path / rel
-    target.parent.mkdir(parents=True)
-    target.write_text(source + "\n")
-    assert len(_violations(target, tmp_path)) == expected
+    assert len(_violations(_write(tmp_path, rel, source), tmp_path)) == expected
 
 
 @pytest.mark.parametrize(
@@ -370,10 +374,7 @@ def test_the_checker_itself(tmp_path: Path, rel: str, source: str, expected: int
     ],
 )
 def test_the_row_checker_itself(tmp_path: Path, rel: str, source: str, expected: int) -> None:
-    target = tmp_path / rel
-    target.parent.mkdir(parents=True)
-    target.write_text(source + "\n")
-    assert len(_row_violations(target, tmp_path)) == expected
+    assert len(_row_violations(_write(tmp_path, rel, source), tmp_path)) == expected
 
 
 TYPE_ONLY = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from core.b import B\n"
@@ -412,8 +413,7 @@ def test_the_cycle_finder_itself(
     tmp_path: Path, files: dict[str, str], tangles: list[set[str]], described: str
 ) -> None:
     for rel, source in files.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(source + "\n")
+        _write(tmp_path, rel, source)
     graph = _import_graph(tmp_path)
     assert _tangles(graph) == tangles
     if described:

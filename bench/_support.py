@@ -26,6 +26,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -73,6 +74,25 @@ def interrupt_on_sigterm() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
+
+
+def bench_workdir(given: Path | None, prefix: str) -> Path:
+    """``--workdir``, or a new temporary folder named ``prefix…``; made if missing."""
+    workdir = given or Path(tempfile.mkdtemp(prefix=prefix))
+    workdir.mkdir(parents=True, exist_ok=True)
+    return workdir
+
+
+def ran_to_the_end(run: Callable[[], None]) -> bool:
+    """``run()``; False, with a word that nothing is left running, if Ctrl-C or SIGTERM (see
+    :func:`interrupt_on_sigterm`) stopped it: the benches' ``with`` blocks stop their
+    children on the way out. A bench's ``main`` returns 130 then."""
+    try:
+        run()
+    except KeyboardInterrupt:
+        print("\ninterrupted: every process started here has been stopped")
+        return False
+    return True
 
 
 def slug(text: str) -> str:

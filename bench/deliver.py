@@ -36,7 +36,6 @@ import json
 import math
 import secrets
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -591,13 +590,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args = parse_args(argv)
     s.interrupt_on_sigterm()
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="httpbus-bench-deliver-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = s.bench_workdir(args.workdir, "httpbus-bench-deliver-")
     bench = Bench(args, Endpoints.read(args.services_file), workdir)
-    try:
-        run(bench)
-    except KeyboardInterrupt:
-        print("\ninterrupted: every process started here has been stopped")
+    if not s.ran_to_the_end(lambda: run(bench)):
         return 130
     report(bench)
     return 0

@@ -39,7 +39,6 @@ import resource
 import secrets
 import string
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -439,21 +438,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     s.interrupt_on_sigterm()
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="httpbus-bench-peers-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = s.bench_workdir(args.workdir, "httpbus-bench-peers-")
     peers = Peers(args, Endpoints.read(args.services_file), workdir)
     print(
         f"== peers: {args.seconds:g}s per run, {args.connections} connections, {args.size} B "
         f"messages, {args.partitions} partitions; {os.cpu_count()} CPUs; load average "
         f"{s.fmt(s.load_average(), 2)}\n"
     )
-    try:
+
+    def run() -> None:
         if not args.no_pulsar:
             run_pulsar(peers)
         if args.hermes:
             run_hermes(peers)
-    except KeyboardInterrupt:
-        print("\ninterrupted: every process started here has been stopped")
+
+    if not s.ran_to_the_end(run):
         return 130
     print(
         "CPU-s per 1,000: CPU-seconds each process used during the run per 1,000 accepted "

@@ -36,7 +36,6 @@ import random
 import secrets
 import string
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -547,13 +546,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     s.interrupt_on_sigterm()
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="httpbus-bench-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = s.bench_workdir(args.workdir, "httpbus-bench-")
     bench = Bench(args, Endpoints.read(args.services_file), workdir)
-    try:
-        run(bench)
-    except KeyboardInterrupt:
-        print("\ninterrupted: every process started here has been stopped")
+    if not s.ran_to_the_end(lambda: run(bench)):
         return 130
     report(bench)
     return 0

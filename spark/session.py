@@ -5,7 +5,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 
-from pyspark.sql import SparkSession
+from spark import require_spark
+
+require_spark()  # every Spark run starts here: say how to install it, not just that it is missing
+
+from pyspark.sql import SparkSession  # noqa: E402
 
 DEFAULT_CONFIG: dict[str, str] = {
     # Audit frames are small per key: the default 200 shuffle partitions cost more in task

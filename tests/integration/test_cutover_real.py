@@ -21,7 +21,7 @@ from control_plane.app import create_app as create_control_plane
 from control_plane.leaders.cutover_coordinator import CutoverCoordinator
 from control_plane.services.cutovers import Cutovers
 from control_plane.settings import ControlPlaneSettings
-from core.model import Backend, Project, Segment, SegmentState, Subscription, Topic
+from core.model import Backend, Project, SegmentState, Subscription, Topic
 from metastore.catalog import Catalog
 from metastore.config import ZooKeeperConfig, open_metastore
 from producer_api.app import create_app as create_producer
@@ -44,6 +44,7 @@ from tests.support.cutover import (
 from tests.support.processes import ProducerProcess
 from tests.support.services import RealServices
 from tests.support.stacks import stacks_on_overrun
+from tests.support.world import segment
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka, pytest.mark.pulsar]
 
@@ -79,14 +80,7 @@ async def world(real_services: RealServices, unique: str) -> AsyncIterator[World
         stores = await open_stores(stack, clusters(real_services))
         catalog = Catalog(meta)
         await catalog.create_project(Project(name="shop"))
-        first = Segment(
-            id=1,
-            cluster="kafka-main",
-            backend=Backend.KAFKA,
-            storage_topic=f"it.cutover.{unique}.s1",
-            partitions=4,
-            state=SegmentState.ACTIVE,
-        )
+        first = segment("kafka-main", storage=f"it.cutover.{unique}.s1", partitions=4)
         await stores["kafka-main"].create_topic(first.storage_topic, 4, retention_ms=3_600_000)
         await catalog.create_topic(Topic(project="shop", name=TOPIC, grouped=True), first)
         world = World(real_services, root, catalog, stores)

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from cli import cli
 from core import envelope
-from core.model import Backend, Project, Segment, SegmentState, Topic
+from core.model import Project, SegmentState, Topic
 from metastore.catalog import Catalog
 from metastore.config import ZooKeeperConfig, open_metastore
 from scripts.realservices.__main__ import DEFAULT_CACHE
@@ -26,6 +26,7 @@ from segments.config import KafkaClusterConfig, PulsarClusterConfig
 from segments.protocol import Record, SegmentStore
 from segments.registry import open_store
 from tests.support.services import RealServices
+from tests.support.world import segment
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka, pytest.mark.pulsar]
 HOUR_MS = 3_600_000
@@ -59,20 +60,9 @@ async def _topic_on_kafka_then_pulsar(
     that straddled the cutover)."""
     kafka_cfg = KafkaClusterConfig(bootstrap_servers=real.kafka)
     pulsar_cfg = PulsarClusterConfig(service_url=real.pulsar, admin_url=real.pulsar_admin)
-    s1 = Segment(
-        id=1,
-        cluster="kafka-main",
-        backend=Backend.KAFKA,
-        storage_topic=f"it.{unique}.orders.1",
-        partitions=2,
-        state=SegmentState.ACTIVE,
-    )
-    s2 = Segment(
-        id=2,
-        cluster="pulsar-main",
-        backend=Backend.PULSAR,
-        storage_topic=f"it.{unique}.orders.2",
-        partitions=3,
+    s1 = segment("kafka-main", storage=f"it.{unique}.orders.1", partitions=2)
+    s2 = segment(
+        "pulsar-main", 2, SegmentState.PENDING, storage=f"it.{unique}.orders.2", partitions=3
     )
     half = len(records) // 2
     async with (
@@ -183,12 +173,8 @@ async def _cutover_to_kafka(
     segment 3 holding ``records``, as a cutover's commit does."""
     kafka_cfg = KafkaClusterConfig(bootstrap_servers=real.kafka)
     pulsar_cfg = PulsarClusterConfig(service_url=real.pulsar, admin_url=real.pulsar_admin)
-    s3 = Segment(
-        id=3,
-        cluster="kafka-main",
-        backend=Backend.KAFKA,
-        storage_topic=f"it.{unique}.orders.3",
-        partitions=1,
+    s3 = segment(
+        "kafka-main", 3, SegmentState.PENDING, storage=f"it.{unique}.orders.3", partitions=1
     )
     async with (
         open_metastore(zk) as meta,

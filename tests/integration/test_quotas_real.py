@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from core.errors import QuotaExceeded
-from core.model import Backend, Project, Segment, SegmentState, Topic
+from core.model import Project, Topic
 from core.quotas import ProjectQuota
 from metastore.catalog import Catalog
 from metastore.config import ZooKeeperConfig, open_metastore
@@ -24,6 +24,7 @@ from segments.config import KafkaClusterConfig
 from segments.registry import open_stores
 from tests.support.processes import ProducerProcess
 from tests.support.services import RealServices
+from tests.support.world import segment
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
 
@@ -56,14 +57,7 @@ async def root(real_services: RealServices, unique: str) -> AsyncIterator[str]:
         made = []
         for project in ("shop", "other"):
             await catalog.create_project(Project(name=project))
-            seg = Segment(
-                id=1,
-                cluster="kafka-main",
-                backend=Backend.KAFKA,
-                storage_topic=f"it.quota.{unique}.{project}",
-                partitions=2,
-                state=SegmentState.ACTIVE,
-            )
+            seg = segment("kafka-main", storage=f"it.quota.{unique}.{project}", partitions=2)
             await stores["kafka-main"].create_topic(seg.storage_topic, 2, retention_ms=600_000)
             made.append(seg.storage_topic)
             await catalog.create_topic(Topic(project=project, name="orders"), seg)
@@ -155,14 +149,7 @@ async def test_racing_creates_on_zookeeper_never_pass_the_last_slot(
         await catalogs[0].quotas.set("shop", ProjectQuota(max_topics=3))
 
         async def create(i: int) -> None:
-            seg = Segment(
-                id=1,
-                cluster="kafka-main",
-                backend=Backend.KAFKA,
-                storage_topic=f"unused.{unique}.{i}",
-                partitions=1,
-                state=SegmentState.ACTIVE,
-            )
+            seg = segment("kafka-main", storage=f"unused.{unique}.{i}", partitions=1)
             await catalogs[i % 2].create_topic(Topic(project="shop", name=f"t{i}"), seg)
 
         outcomes = await asyncio.gather(*(create(i) for i in range(10)), return_exceptions=True)

@@ -189,15 +189,19 @@ def fake_app(
         more = start + limit < len(state.dlq)
         return {"messages": rows, "next_cursor": str(start + limit) if more else None}
 
-    @app.post(subs + "/dlq/messages/unsideline")
-    def unsideline(p: str, s: str, body: Annotated[dict[str, Any], Body()]) -> Any:
-        known(s)
-        limit = int(body.get("limit", 1000))
-        if "message_ids" in body:
-            chosen = [m for m in state.dlq if m["message_id"] in body["message_ids"]]
-        elif "group_ids" in body:
-            chosen = [m for m in state.dlq if m["group_id"] in body["group_ids"]]
-        elif "failed_before" in body:
+    def take_dlq(
+        verb: str,
+        limit: int,
+        message_ids: list[str] | None,
+        group_ids: list[str] | None,
+        everything: bool,
+    ) -> Any:
+        """Unsideline or purge: the messages one selector chooses, at most ``limit``."""
+        if message_ids is not None:
+            chosen = [m for m in state.dlq if m["message_id"] in message_ids]
+        elif group_ids is not None:
+            chosen = [m for m in state.dlq if m["group_id"] in group_ids]
+        elif everything:
             chosen = list(state.dlq)
         else:
             return JSONResponse(
@@ -205,26 +209,32 @@ def fake_app(
             )
         done = chosen[:limit]
         state.dlq = [m for m in state.dlq if m not in done]
-        return {"unsidelined": len(done), "remaining": len(chosen) - len(done)}
+        return {verb: len(done), "remaining": len(chosen) - len(done)}
+
+    @app.post(subs + "/dlq/messages/unsideline")
+    def unsideline(p: str, s: str, body: Annotated[dict[str, Any], Body()]) -> Any:
+        known(s)
+        limit = int(body.get("limit", 1000))
+        return take_dlq(
+            "unsidelined",
+            limit,
+            body.get("message_ids"),
+            body.get("group_ids"),
+            "failed_before" in body,
+        )
 
     @app.delete(subs + "/dlq/messages")
     def purge(request: Request, p: str, s: str) -> Any:
         known(s)
         q = request.query_params
         limit = int(q.get("limit", 1000))
-        if q.getlist("message_id"):
-            chosen = [m for m in state.dlq if m["message_id"] in q.getlist("message_id")]
-        elif q.getlist("group_id"):
-            chosen = [m for m in state.dlq if m["group_id"] in q.getlist("group_id")]
-        elif q.get("all") == "true" or q.get("failed_before"):
-            chosen = list(state.dlq)
-        else:
-            return JSONResponse(
-                {"code": "validation_failed", "message": "choose one selector"}, 422
-            )
-        done = chosen[:limit]
-        state.dlq = [m for m in state.dlq if m not in done]
-        return {"purged": len(done), "remaining": len(chosen) - len(done)}
+        return take_dlq(
+            "purged",
+            limit,
+            q.getlist("message_id") or None,
+            q.getlist("group_id") or None,
+            q.get("all") == "true" or bool(q.get("failed_before")),
+        )
 
     segments = [
         {

@@ -54,15 +54,7 @@ class DeliveryWorld:
         return topic
 
     async def subscribe(self, name: str, topic: str, **fields: Any) -> None:
-        body = {
-            "name": name,
-            "topic": topic,
-            "endpoint": {"url": self.hook.url_for(name)},
-            "signing_secret": SECRET,
-            **fields,
-        }
-        r = await self.cp.post("/v1/projects/shop/subscriptions", json=body)
-        assert r.status_code == 201, r.text
+        await subscribe_hook(self.cp, self.hook, name, topic, **fields)
 
     async def running(self, name: str, timeout: float = 30) -> None:
         await until(lambda: f"shop/{name}" in self.worker.runners, timeout, f"{name} running")
@@ -74,6 +66,21 @@ class DeliveryWorld:
         )
         assert r.status_code in (200, 201, 202), r.text
         return time.time()
+
+
+async def subscribe_hook(
+    cp: httpx.AsyncClient, hook: Hook, name: str, topic: str, **fields: Any
+) -> None:
+    """Subscription ``name`` of project shop on ``topic``, delivering to the endpoint double."""
+    body = {
+        "name": name,
+        "topic": topic,
+        "endpoint": {"url": hook.url_for(name)},
+        "signing_secret": SECRET,
+        **fields,
+    }
+    r = await cp.post("/v1/projects/shop/subscriptions", json=body)
+    assert r.status_code == 201, r.text
 
 
 def clusters(real: RealServices) -> dict[str, ClusterConfig]:

@@ -39,9 +39,10 @@ from tests.support.delivery import (
     control_plane,
     drop_storage_topic,
     drop_topics,
+    subscribe_hook,
     wipe,
 )
-from tests.support.hook import SECRET, Hook, serve_hook
+from tests.support.hook import Hook, serve_hook
 from tests.support.processes import ProducerProcess, WorkerProcess
 from tests.support.services import RealServices
 
@@ -115,14 +116,7 @@ class FailoverWorld:
         assert r.status_code == 201, r.text
 
     async def subscribe(self, name: str, topic: str) -> None:
-        body = {
-            "name": name,
-            "topic": topic,
-            "endpoint": {"url": self.hook.url_for(name)},
-            "signing_secret": SECRET,
-        }
-        r = await self.cp.post("/v1/projects/shop/subscriptions", json=body)
-        assert r.status_code == 201, r.text
+        await subscribe_hook(self.cp, self.hook, name, topic)
 
 
 @asynccontextmanager

@@ -528,6 +528,61 @@ def test_spark_jars_are_the_ones_the_image_resolves_from_the_pom() -> None:
     assert f"COPY --from=jars {folder} {folder}" in dockerfile
 
 
+def _dockerfile_stages() -> dict[str, str]:
+    """The Dockerfile's stages by name (the last one also as ``""``, the default target): each
+    stage's instructions, continuation lines joined and blanks squeezed, comments dropped."""
+    lines = (ROOT / "Dockerfile").read_text().replace("\\\n", " ").splitlines()
+    stages: dict[str, str] = {}
+    name = ""
+    for line in (" ".join(x.split()) for x in lines if not x.lstrip().startswith("#")):
+        if line.startswith("FROM "):
+            name = line.split(" AS ")[-1] if " AS " in line else f"stage{len(stages)}"
+            stages[name] = ""
+        elif name:
+            stages[name] += line + "\n"
+    stages[""] = stages[name]
+    return stages
+
+
+def test_the_service_image_carries_no_spark_and_the_spark_image_does() -> None:
+    """The default target (the services' image) installs httpbus without extras and no JRE;
+    the spark target adds httpbus[spark], the JRE and the connector jars."""
+    stages = _dockerfile_stages()
+    assert "COPY --from=build /opt/httpbus /opt/httpbus" in stages[""]
+    assert "openjdk" not in stages[""] and "jars" not in stages[""]
+    assert "[spark]" not in stages["build"]
+    assert '"$wheel[spark]"' in stages["build-spark"]
+    assert "openjdk-17-jre-headless" in stages["spark"]
+    assert "COPY --from=build-spark /opt/httpbus /opt/httpbus" in stages["spark"]
+
+
+def test_spark_jobs_run_the_spark_image_and_the_services_the_service_image(helm: str) -> None:
+    """The audit and export CronJobs and the migration check run the Spark image; the three
+    services run the service image, which carries no Spark (the test above)."""
+    check_on = ["--set", "migrationCheck.enabled=true"]
+    check_on += ["--set", "migrationCheck.topics[0].project=shop,migrationCheck.topics[0].topic=o"]
+    repo = "ghcr.io/httpbus/httpbus"
+    app = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    tags = ["--set", "image.tag=1.2", "--set", "image.sparkTag=1.2-jre"]
+    for extra, service, spark in [
+        ([], f"{repo}:{app}", f"{repo}:{app}-spark"),
+        (tags, f"{repo}:1.2", f"{repo}:1.2-jre"),
+    ]:
+        docs = render(helm, *AUDIT_ON, *EXPORT_ON, *check_on, *extra)
+        r = Rendered("images", {}, docs)
+        for component in SERVICES:
+            (container,) = r.deployment(component)["spec"]["template"]["spec"]["containers"]
+            assert container["image"] == service, component
+        pods = [j["spec"]["jobTemplate"]["spec"]["template"]["spec"] for j in r.of_kind("CronJob")]
+        pods += [
+            d["spec"]["template"]["spec"]
+            for d in r.of_kind("Deployment")
+            if "migration-check" in d["metadata"]["name"]
+        ]
+        assert len(pods) == 4, "the audit job, two exports, one migration check"
+        assert {c["image"] for pod in pods for c in pod["containers"]} == {spark}
+
+
 def test_audit_cronjob_with_default_values_needs_a_database(helm: str) -> None:
     done = _run_helm(helm, "template", RELEASE, str(CHART), "--set", "audit.enabled=true")
     assert done.returncode != 0 and "secret.databaseUrl" in done.stderr

@@ -52,6 +52,15 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/*
+The Spark image (the Dockerfile's spark target) of the jobs that run Spark: the audit and export
+CronJobs and the migration check. The service image carries no Spark.
+*/}}
+{{- define "httpbus.sparkImage" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- printf "%s:%s" .Values.image.repository (default (printf "%s-spark" $tag) .Values.image.sparkTag) -}}
+{{- end -}}
+
+{{/*
 The storage clusters, as the services' settings read them (ClusterConfig in
 segments.config). Rendered as YAML; callers parse it back with fromYaml.
 */}}

@@ -8,8 +8,14 @@ case "$role" in
     control-plane) exec python -m control_plane "$@" ;;
     producer)      exec python -m producer_api "$@" ;;
     worker)        exec python -m delivery_workers "$@" ;;
-    # spark-submit [options] /opt/httpbus/run_module.py spark [job arguments]
-    audit)         exec spark-submit "$@" ;;
+    # spark-submit [options] /opt/httpbus/run_module.py spark [job arguments]; only the Spark
+    # image (docker build --target spark) has it.
+    audit)
+        command -v spark-submit >/dev/null || {
+            echo "the audit role needs the Spark image (docker build --target spark)" >&2
+            exit 2
+        }
+        exec spark-submit "$@" ;;
     "" | -h | --help)
         echo "usage: IMAGE control-plane|producer|worker [--config FILE] [--host H] [--port P]"
         echo "       IMAGE audit [spark-submit options] /opt/httpbus/run_module.py MODULE [ARGS]"

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from control_plane.api.audit import latest_run_summary
 from control_plane.api.deps import AdminDep
-from control_plane.metrics import ControlPlaneMetrics, MetricsMiddleware, roles_state
+from control_plane.api.metrics import ControlPlaneMetrics, MetricsMiddleware, roles_state
 from core.errors import HttpbusError, NotReady
 from core.version import VERSION
 

@@ -12,7 +12,7 @@ from typing import Any
 import promql_parser
 from prometheus_client import CollectorRegistry, generate_latest
 
-from control_plane.metrics import ControlPlaneMetrics
+from control_plane.api.metrics import ControlPlaneMetrics
 from delivery_workers.app import WorkerCollector
 from delivery_workers.runner import RunnerStats
 from producer_api.metrics import ProducerMetrics

@@ -15,6 +15,7 @@ import typer
 import uvicorn
 import yaml
 
+from cli.kit import ConfigOption
 from cli.supervisor import Supervisor
 from control_plane.app import create_app
 from control_plane.settings import ControlPlaneSettings
@@ -23,17 +24,6 @@ from core.http_server import uvicorn_options
 from core.version import VERSION
 from metastore.config import EmbeddedMetaStoreConfig
 from segments.config import EmbeddedClusterConfig
-
-ConfigOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--config",
-        envvar="HTTPBUS_CONFIG",
-        help="YAML or TOML settings file.",
-        exists=True,
-        dir_okay=False,
-    ),
-]
 
 
 def dev_settings(config: Path | None, data_dir: Path, host: str, port: int) -> ControlPlaneSettings:

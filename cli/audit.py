@@ -195,7 +195,7 @@ def run(
         raise typer.BadParameter("batch or streaming", param_hint="--mode")
     require_spark()
     settings = ControlPlaneSettings.load(config)
-    now, since_ms, until_ms, horizon_ms = _window(since, until, horizon)
+    window = _window(since, until, horizon)
     migrate.upgrade(settings.database_url)
     store = ReportStore.from_url(settings.database_url)
     try:
@@ -207,17 +207,10 @@ def run(
                 return
             from spark.jobs import AuditJob, run_batch
 
-            job = AuditJob(
-                subscriptions=subs,
-                cutovers=cutovers,
-                since_ms=since_ms,
-                until_ms=until_ms,
-                as_of_ms=now,
-                horizon_ms=horizon_ms,
-            )
+            job = AuditJob(subscriptions=subs, cutovers=cutovers, **window)
             out = run_batch(spark, _events(spark, source), job)
         where = ",".join(f"{k}={v}" for k, v in source.items() if k != "files") or "files"
-        _store_output(store, out, where, now)
+        _store_output(store, out, where, window["as_of_ms"])
     finally:
         store.close()
 
@@ -240,14 +233,14 @@ def _store_output(store: ReportStore, out: Any, source: str, started_ms: int) ->
         console.print(f"cutover {c.project}/{c.topic} {c.from_segment}→{c.to_segment}: {verdict}")
 
 
-def _window(since: str, until: str, horizon: str) -> tuple[int, int, int, int]:
-    """now, since, until and horizon in ms, checked."""
+def _window(since: str, until: str, horizon: str) -> dict[str, int]:
+    """The window of an ``AuditJob`` in ms (as of now), checked."""
     now = int(time.time() * 1000)
     since_ms, until_ms = instant_ms(since, now), instant_ms(until, now)
     horizon_ms = duration_ms(horizon)
     if since_ms >= until_ms or horizon_ms <= 0:
         raise typer.BadParameter("--since must be before --until, and --horizon > 0")
-    return now, since_ms, until_ms, horizon_ms
+    return {"since_ms": since_ms, "until_ms": until_ms, "as_of_ms": now, "horizon_ms": horizon_ms}
 
 
 async def _read_metadata(
@@ -271,16 +264,9 @@ def job(
     from spark.jobs import AuditJob
 
     settings = ControlPlaneSettings.load(config)
-    now, since_ms, until_ms, horizon_ms = _window(since, until, horizon)
+    window = _window(since, until, horizon)
     subs, cutovers = asyncio.run(_read_metadata(settings))
-    spec = AuditJob(
-        subscriptions=subs,
-        cutovers=cutovers,
-        since_ms=since_ms,
-        until_ms=until_ms,
-        as_of_ms=now,
-        horizon_ms=horizon_ms,
-    )
+    spec = AuditJob(subscriptions=subs, cutovers=cutovers, **window)
     out.write_text(spec.model_dump_json(indent=2))
     console.print(f"{out}: {len(subs)} subscriptions, {len(cutovers)} cutovers")
 

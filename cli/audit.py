@@ -14,10 +14,8 @@ store (the embedded one of ``httpbus dev``, Pulsar) is exported first through it
 from __future__ import annotations
 
 import asyncio
-import re
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,7 +23,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.dev import ConfigOption
+from cli import local
+from cli.kit import ConfigOption, Master, duration_ms, instant_ms, require_spark
 from control_plane.settings import ControlPlaneSettings
 from core.audit import AuditCutover, AuditSubscription, FindingKind, Reconciliation
 from core.model import FailoverMode
@@ -39,27 +38,7 @@ from segments.registry import open_store
 
 app = typer.Typer(help="The audit pipeline: reconciliation, hourly report, cutover checks.")
 console = Console(soft_wrap=True)  # ids stay on one line, for grep
-_UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 SHOWN = 20  # ids printed per kind; the store keeps them all
-
-
-def duration_ms(text: str) -> int:
-    """``90s``, ``15m``, ``2h``, ``1d``, ``500ms`` or plain seconds."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", text)
-    if match is None:
-        raise typer.BadParameter(f"{text!r}: a duration such as 90s, 15m, 2h or 1d")
-    return int(float(match[1]) * _UNITS[match[2] or "s"])
-
-
-def instant_ms(text: str, now_ms: int) -> int:
-    """An RFC 3339 time, or a duration meaning that long ago."""
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return now_ms - duration_ms(text)
-    if moment.tzinfo is None:
-        raise typer.BadParameter(f"{text!r}: give a time zone (Z or +hh:mm)")
-    return int(moment.timestamp() * 1000)
 
 
 async def _metadata(catalog: Catalog) -> tuple[list[AuditSubscription], list[AuditCutover]]:
@@ -148,14 +127,6 @@ async def _gather(
     return subs, cutovers, {"files": str(folder)}
 
 
-def _spark(settings: ControlPlaneSettings, master: str | None, jars: list[str]) -> Any:
-    from spark.session import build_session
-
-    spark = build_session(master or settings.spark_master, jars=jars or settings.spark_jars)
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
 def _events(spark: Any, source: dict[str, str]) -> Any:
     from spark.schema import read_files, read_kafka
 
@@ -215,37 +186,31 @@ def run(
     once: Annotated[bool, typer.Option(help="Streaming: process what is there, then stop.")] = (
         False
     ),
-    master: Annotated[str | None, typer.Option(help="Spark master (default: settings).")] = None,
+    master: Master = None,
     jar: Annotated[list[str], typer.Option(help="Jar for spark.jars (repeatable).")] = [],  # noqa: B006
     config: ConfigOption = None,
 ) -> None:
     """Run the audit jobs and store their results; print the reconciliation summary."""
     if mode not in ("batch", "streaming"):
         raise typer.BadParameter("batch or streaming", param_hint="--mode")
+    require_spark()
     settings = ControlPlaneSettings.load(config)
-    now, since_ms, until_ms, horizon_ms = _window(since, until, horizon)
+    window = _window(since, until, horizon)
     migrate.upgrade(settings.database_url)
     store = ReportStore.from_url(settings.database_url)
     try:
         with tempfile.TemporaryDirectory(prefix="httpbus-audit-") as folder:
             subs, cutovers, source = asyncio.run(_gather(settings, Path(folder)))
-            spark = _spark(settings, master, jar)
+            spark = local.spark_session(settings, master, jar, "httpbus-audit")
             if mode == "streaming":
                 _stream(spark, settings, source, subs, store, checkpoint, once)
                 return
             from spark.jobs import AuditJob, run_batch
 
-            job = AuditJob(
-                subscriptions=subs,
-                cutovers=cutovers,
-                since_ms=since_ms,
-                until_ms=until_ms,
-                as_of_ms=now,
-                horizon_ms=horizon_ms,
-            )
+            job = AuditJob(subscriptions=subs, cutovers=cutovers, **window)
             out = run_batch(spark, _events(spark, source), job)
         where = ",".join(f"{k}={v}" for k, v in source.items() if k != "files") or "files"
-        _store_output(store, out, where, now)
+        _store_output(store, out, where, window["as_of_ms"])
     finally:
         store.close()
 
@@ -268,14 +233,14 @@ def _store_output(store: ReportStore, out: Any, source: str, started_ms: int) ->
         console.print(f"cutover {c.project}/{c.topic} {c.from_segment}→{c.to_segment}: {verdict}")
 
 
-def _window(since: str, until: str, horizon: str) -> tuple[int, int, int, int]:
-    """now, since, until and horizon in ms, checked."""
+def _window(since: str, until: str, horizon: str) -> dict[str, int]:
+    """The window of an ``AuditJob`` in ms (as of now), checked."""
     now = int(time.time() * 1000)
     since_ms, until_ms = instant_ms(since, now), instant_ms(until, now)
     horizon_ms = duration_ms(horizon)
     if since_ms >= until_ms or horizon_ms <= 0:
         raise typer.BadParameter("--since must be before --until, and --horizon > 0")
-    return now, since_ms, until_ms, horizon_ms
+    return {"since_ms": since_ms, "until_ms": until_ms, "as_of_ms": now, "horizon_ms": horizon_ms}
 
 
 async def _read_metadata(
@@ -295,19 +260,13 @@ def job(
 ) -> None:
     """Write the job for ``spark-submit spark/__main__.py --job``: the
     subscriptions and cutovers of the metastore and the window."""
+    require_spark()  # spark.jobs imports pyspark
     from spark.jobs import AuditJob
 
     settings = ControlPlaneSettings.load(config)
-    now, since_ms, until_ms, horizon_ms = _window(since, until, horizon)
+    window = _window(since, until, horizon)
     subs, cutovers = asyncio.run(_read_metadata(settings))
-    spec = AuditJob(
-        subscriptions=subs,
-        cutovers=cutovers,
-        since_ms=since_ms,
-        until_ms=until_ms,
-        as_of_ms=now,
-        horizon_ms=horizon_ms,
-    )
+    spec = AuditJob(subscriptions=subs, cutovers=cutovers, **window)
     out.write_text(spec.model_dump_json(indent=2))
     console.print(f"{out}: {len(subs)} subscriptions, {len(cutovers)} cutovers")
 
@@ -318,6 +277,7 @@ def load(
     config: ConfigOption = None,
 ) -> None:
     """Store the result of a ``spark-submit`` run and print its summary."""
+    require_spark()  # spark.jobs imports pyspark
     from spark.jobs import AuditOutput
 
     settings = ControlPlaneSettings.load(config)

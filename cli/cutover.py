@@ -11,17 +11,16 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.common import (
-    DEFAULT_URL,
+from cli.kit import (
     EXIT_FAILED,
+    Call,
+    Interval,
     Output,
     Project,
-    Token,
+    Timeout,
     Topic,
-    Url,
-    emit_json,
+    command,
     fail,
-    run,
     table,
 )
 from control_plane.client import AdminClient, path
@@ -29,9 +28,6 @@ from control_plane.client import AdminClient, path
 app = typer.Typer(
     help="A topic's cutover: status (--watch to follow), abort.", no_args_is_help=True
 )
-
-Timeout = Annotated[float, typer.Option(min=1, help="Seconds to follow before giving up.")]
-Interval = Annotated[float, typer.Option(min=0.05, help="Seconds between polls.")]
 
 PHASES = ("PREPARE", "SWITCH", "COMMIT", "COMPLETE")
 UNSUCCESSFUL = ("ABORTED", "ROLLED_BACK")
@@ -146,7 +142,7 @@ def print_cutover(project: str, topic: str, cutover: dict[str, Any]) -> None:
         typer.echo(f"error: {cutover['error']}")
 
 
-@app.command()
+@command(app)
 def status(
     project: Project,
     topic: Topic,
@@ -156,10 +152,8 @@ def status(
     ] = False,
     timeout: Timeout = 300,
     interval: Interval = 0.5,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
     output: Output = "text",
-) -> None:
+) -> Call:
     """The topic's latest cutover: phase, the time of each phase, the producers' acks.
 
     With --watch, a progress line each time it changes until it ends: exit 0 on COMPLETE,
@@ -173,35 +167,22 @@ def status(
         show = output == "text"
         return await follow(api, where, current, interval=interval, timeout=timeout, show=show)
 
-    found = run(url, token, work)
-    if output == "json":
-        emit_json(found)
-    else:
-        print_cutover(project, topic, found)
-    if watch:
-        check_outcome(found, timeout)
+    return Call(
+        work,
+        text=lambda found: print_cutover(project, topic, found),
+        then=(lambda found: check_outcome(found, timeout)) if watch else None,
+    )
 
 
-@app.command()
-def abort(
-    project: Project,
-    topic: Topic,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+@command(app)
+def abort(project: Project, topic: Topic) -> Call:
     """Abort the running cutover before COMMIT (exit 4 after it).
 
     Producers stay on the old segment and the new one's storage is deleted."""
-
-    async def work(api: AdminClient) -> Any:
-        return await api.delete(cutover_path(project, topic))
-
-    stopped = run(url, token, work)
-    if output == "json":
-        emit_json(stopped)
-    else:
-        typer.echo(
+    return Call(
+        lambda api: api.delete(cutover_path(project, topic)),
+        text=lambda stopped: (
             f"cutover {stopped['id']} of {project}/{topic}: {stopped['phase']}; "
             f"the topic stays on segment {stopped['from_segment']}"
-        )
+        ),
+    )

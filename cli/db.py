@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from cli.dev import ConfigOption
+from cli.kit import ConfigOption
 from control_plane.settings import ControlPlaneSettings
 from reports import migrate
 

@@ -15,6 +15,7 @@ import typer
 import uvicorn
 import yaml
 
+from cli.kit import ConfigOption
 from cli.supervisor import Supervisor
 from control_plane.app import create_app
 from control_plane.settings import ControlPlaneSettings
@@ -23,17 +24,6 @@ from core.http_server import uvicorn_options
 from core.version import VERSION
 from metastore.config import EmbeddedMetaStoreConfig
 from segments.config import EmbeddedClusterConfig
-
-ConfigOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--config",
-        envvar="HTTPBUS_CONFIG",
-        help="YAML or TOML settings file.",
-        exists=True,
-        dir_okay=False,
-    ),
-]
 
 
 def dev_settings(config: Path | None, data_dir: Path, host: str, port: int) -> ControlPlaneSettings:
@@ -95,47 +85,42 @@ def _start_producer(
 ) -> subprocess.Popen[bytes]:
     """The producer service as a child process on the same embedded stores (deployables
     never import each other: each runs as its own process, as in production)."""
-    config = data_dir / "producer.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "host": host,
-                "port": port,
-                "metastore": settings.metastore.model_dump(),
-                "clusters": {n: c.model_dump() for n, c in settings.clusters.items()},
-                "audit": {"cluster": settings.default_cluster},
-                "http_server": settings.http_server.model_dump(),
-            }
-        )
-    )
-    env = {**os.environ, "HTTPBUS_ADMIN_TOKEN": token}
-    return subprocess.Popen(
-        [sys.executable, "-m", "producer_api", "--config", str(config)],
-        env=env,
-        preexec_fn=end_with_parent,
-    )
+    config = _child_config(settings, data_dir / "producer.yaml", host, port)
+    return start_service("producer_api", config, {**os.environ, "HTTPBUS_ADMIN_TOKEN": token})
 
 
 def _start_worker(
     settings: ControlPlaneSettings, data_dir: Path, host: str, port: int
 ) -> subprocess.Popen[bytes]:
     """One delivery worker as a child process on the same embedded stores."""
-    config = data_dir / "worker.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "host": host,
-                "port": port,
-                "metastore": settings.metastore.model_dump(),
-                "clusters": {n: c.model_dump() for n, c in settings.clusters.items()},
-                "audit": {"cluster": settings.default_cluster},
-                "http_server": settings.http_server.model_dump(),
-                "endpoint_policy": settings.endpoint_policy.model_dump(mode="json"),
-            }
-        )
-    )
+    policy = settings.endpoint_policy.model_dump(mode="json")
+    config = _child_config(settings, data_dir / "worker.yaml", host, port, endpoint_policy=policy)
+    return start_service("delivery_workers", config)
+
+
+def _child_config(
+    settings: ControlPlaneSettings, config: Path, host: str, port: int, **more: object
+) -> Path:
+    """Write a child's settings file: its address, and the stores of ``settings``."""
+    shared = {
+        "host": host,
+        "port": port,
+        "metastore": settings.metastore.model_dump(),
+        "clusters": {n: c.model_dump() for n, c in settings.clusters.items()},
+        "audit": {"cluster": settings.default_cluster},
+        "http_server": settings.http_server.model_dump(),
+    }
+    config.write_text(yaml.safe_dump({**shared, **more}))
+    return config
+
+
+def start_service(
+    module: str, config: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``python -m module --config config`` as a child that ends with this process."""
     return subprocess.Popen(
-        [sys.executable, "-m", "delivery_workers", "--config", str(config)],
+        [sys.executable, "-m", module, "--config", str(config)],
+        env=env,
         preexec_fn=end_with_parent,
     )
 

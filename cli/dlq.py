@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -15,26 +16,24 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from cli.common import (
-    DEFAULT_URL,
+from cli.kit import (
     EXIT_USAGE,
+    Call,
+    Columns,
     Limit,
     Output,
     Project,
-    Token,
-    Url,
     Yes,
-    confirm,
-    emit_json,
+    command,
     fail,
-    run,
-    table,
+    get,
+    rfc3339,
 )
+from cli.kit import Subscription as Name
 from control_plane.client import AdminClient, path
 
 app = typer.Typer(help="Dead-letter queue: list, unsideline, purge.", no_args_is_help=True)
 
-Name = Annotated[str, typer.Argument(help="Subscription name.")]
 Ids = Annotated[list[str] | None, typer.Option("--id", help="Message id (repeatable).")]
 Groups = Annotated[list[str] | None, typer.Option("--group", help="Group id (repeatable).")]
 Before = Annotated[
@@ -54,11 +53,7 @@ def _time(value: str | None, option: str) -> str | None:
         return None
     if value == "now":
         return datetime.now(UTC).isoformat().replace("+00:00", "Z")
-    try:
-        datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise fail(f"{option} {value!r} is not an RFC 3339 time (or 'now')", EXIT_USAGE) from None
-    return value
+    return rfc3339(value, option, " (or 'now')")
 
 
 def preview(message: dict[str, Any], size: int = 60) -> str:
@@ -68,7 +63,22 @@ def preview(message: dict[str, Any], size: int = 60) -> str:
     return text + ("…" if len(raw) > size else "")
 
 
-@app.command("list")
+MESSAGES = Columns(
+    None,
+    ("message", "group", "status", "attempts", "last failed", "error", "payload"),
+    lambda m: (
+        m["message_id"],
+        m.get("group_id") or "",
+        m.get("last_status") or "",
+        m.get("attempts"),
+        m.get("last_failed_at"),
+        (m.get("last_error") or "")[:60],
+        preview(m),
+    ),
+)
+
+
+@command(app, "list")
 def list_(
     project: Project,
     name: Name,
@@ -77,36 +87,15 @@ def list_(
     cursor: Annotated[str | None, typer.Option(help="next_cursor of the previous page.")] = None,
     group: Annotated[str | None, typer.Option(help="Only this group.")] = None,
     status: Annotated[int | None, typer.Option(help="Only this last HTTP status.")] = None,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+) -> Call:
     """List dead-lettered messages with why they failed."""
     params = {"order": order, "limit": limit, "cursor": cursor, "group": group, "status": status}
 
-    async def work(api: AdminClient) -> Any:
-        return await api.get(_messages(project, name), params)
+    def shown(page: dict[str, Any]) -> str | None:
+        replace(MESSAGES, title=f"DLQ of {project}/{name}").print(page["messages"])
+        return f"more: --cursor {page['next_cursor']}" if page.get("next_cursor") else None
 
-    page = run(url, token, work)
-    if output == "json":
-        emit_json(page)
-        return
-    rows = [
-        (
-            m["message_id"],
-            m.get("group_id") or "",
-            m.get("last_status") or "",
-            m.get("attempts"),
-            m.get("last_failed_at"),
-            (m.get("last_error") or "")[:60],
-            preview(m),
-        )
-        for m in page["messages"]
-    ]
-    cols = ("message", "group", "status", "attempts", "last failed", "error", "payload")
-    table(f"DLQ of {project}/{name}", cols, rows)
-    if page.get("next_cursor"):
-        typer.echo(f"more: --cursor {page['next_cursor']}")
+    return get(_messages(project, name), params, text=shown)
 
 
 def _selector(
@@ -119,34 +108,44 @@ def _selector(
     return ("ids", "groups", "before", "all")[chosen.index(True)], _time(before, "--before")
 
 
-Step = Callable[[AdminClient], Awaitable[tuple[int, int]]]
+Step = Callable[[AdminClient], Awaitable[dict[str, Any]]]
 
 
-def _loop(url: str, token: str, verb: str, step: Step, output: str) -> int:
-    """Call ``step`` until nothing remains; a bar shows the progress. Returns the count."""
+def _loop(
+    doing: str, done: str, step: Step, output: str, *, ask: str | None = None, yes: bool = False
+) -> Call:
+    """Call ``step`` until nothing remains (its answer counts ``done`` and ``remaining``); a
+    bar shows the progress. Shown as ``{done} N`` (JSON ``{done: N}``)."""
     err = Console(stderr=True)
 
     async def work(api: AdminClient) -> int:
         total = 0
         with Progress(
-            TextColumn(verb),
+            TextColumn(doing),
             BarColumn(),
             MofNCompleteColumn(),
             console=err,
             disable=output == "json" or not err.is_terminal,
         ) as progress:
-            task = progress.add_task(verb, total=None)
+            task = progress.add_task(doing, total=None)
             while True:
-                done, remaining = await step(api)
-                total += done
+                result = await step(api)
+                handled, remaining = int(result[done]), int(result["remaining"])
+                total += handled
                 progress.update(task, completed=total, total=total + remaining)
-                if remaining <= 0 or done <= 0:  # done 0: nothing movable left (avoid a spin)
+                if remaining <= 0 or handled <= 0:  # 0 handled: nothing movable left (no spin)
                     return total
 
-    return run(url, token, work)
+    return Call(
+        work,
+        text=lambda count: f"{done} {count}",
+        json=lambda count: {done: count},
+        ask=ask,
+        yes=yes,
+    )
 
 
-@app.command()
+@command(app)
 def unsideline(
     project: Project,
     name: Name,
@@ -154,10 +153,8 @@ def unsideline(
     groups: Groups = None,
     before: Before = None,
     batch: Batch = 1000,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
     output: Output = "text",
-) -> None:
+) -> Call:
     """Replay dead-lettered messages: by ids, by groups, or all that failed before a time."""
     kind, before = _selector(ids or [], groups or [], before, False)
     body: dict[str, Any]
@@ -168,16 +165,11 @@ def unsideline(
     else:
         body = {"failed_before": before}
     body["limit"] = batch
-
-    async def step(api: AdminClient) -> tuple[int, int]:
-        result = await api.post(_messages(project, name, "unsideline"), body)
-        return int(result["unsidelined"]), int(result["remaining"])
-
-    count = _loop(url, token, "unsidelining", step, output)
-    emit_json({"unsidelined": count}) if output == "json" else typer.echo(f"unsidelined {count}")
+    where = _messages(project, name, "unsideline")
+    return _loop("unsidelining", "unsidelined", lambda api: api.post(where, body), output)
 
 
-@app.command()
+@command(app)
 def purge(
     project: Project,
     name: Name,
@@ -187,10 +179,8 @@ def purge(
     everything: Annotated[bool, typer.Option("--all", help="Purge the whole DLQ.")] = False,
     yes: Yes = False,
     batch: Batch = 1000,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
     output: Output = "text",
-) -> None:
+) -> Call:
     """Delete dead-lettered messages for good (asks first unless --yes)."""
     kind, before = _selector(ids or [], groups or [], before, everything)
     params: list[tuple[str, Any]]
@@ -203,11 +193,8 @@ def purge(
     else:
         params, what = [("all", "true")], "the whole DLQ"
     params.append(("limit", batch))
-    confirm(f"purge {what} of {project}/{name} for good?", yes)
-
-    async def step(api: AdminClient) -> tuple[int, int]:
-        result = await api.delete(_messages(project, name), params)
-        return int(result["purged"]), int(result["remaining"])
-
-    count = _loop(url, token, "purging", step, output)
-    emit_json({"purged": count}) if output == "json" else typer.echo(f"purged {count}")
+    where = _messages(project, name)
+    ask = f"purge {what} of {project}/{name} for good?"
+    return _loop(
+        "purging", "purged", lambda api: api.delete(where, params), output, ask=ask, yes=yes
+    )

@@ -26,9 +26,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.audit import duration_ms, instant_ms
-from cli.common import EXIT_NOT_FOUND, EXIT_REFUSED
-from cli.dev import ConfigOption
+from cli import local
+from cli.kit import (
+    EXIT_NOT_FOUND,
+    EXIT_REFUSED,
+    ConfigOption,
+    Master,
+    duration_ms,
+    instant_ms,
+    require_spark,
+)
 from control_plane.services.export_plan import PlannedTimeline, clusters_of, plan_timeline
 from control_plane.settings import ControlPlaneSettings
 from core.errors import HttpbusError, NotFound
@@ -85,7 +92,7 @@ def export(
         Path | None,
         typer.Option(help=f"Follow: the checkpoint file (default: {CHECKPOINT} in a local --to)."),
     ] = None,
-    master: Annotated[str | None, typer.Option(help="Spark master (default: settings).")] = None,
+    master: Master = None,
     jar: Annotated[list[str], typer.Option(help="Jar for spark.jars (repeatable).")] = [],  # noqa: B006
     config: ConfigOption = None,
 ) -> None:
@@ -93,6 +100,8 @@ def export(
     date and hour of produced_at, each message once; re-runs replace the hours they cover."""
     if format not in FORMATS:
         raise typer.BadParameter(f"one of {', '.join(FORMATS)}", param_hint="--format")
+    if plan_out is None:
+        require_spark()  # before any planning: the run needs Spark, writing the plan does not
     settings = ControlPlaneSettings.load(config)
     now = int(time.time() * 1000)
     since_ms = instant_ms(since, now) if since else None
@@ -114,7 +123,7 @@ def export(
         plan_out.write_text(planned.plan.model_dump_json(indent=2))
         console.print(f"{plan_out}: {len(planned.plan.segments)} segments")
         return
-    spark = spark_session(settings, master, jar)
+    spark = local.spark_session(settings, master, jar, "httpbus-export")
     _run(spark, planned, project, topic, to, since_ms, until_ms)
 
 
@@ -133,21 +142,6 @@ def _planned(
     for note in planned.notes:
         console.print(note)
     return planned
-
-
-def spark_session(
-    settings: ControlPlaneSettings,
-    master: str | None,
-    jar: list[str],
-    app_name: str = "httpbus-export",
-) -> Any:
-    from spark.session import build_session
-
-    spark = build_session(
-        master or settings.spark_master, jars=jar or settings.spark_jars, app_name=app_name
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 def _run(
@@ -194,7 +188,7 @@ def _follow(
     from spark.messages import read_timeline
     from spark.plan import after
 
-    spark = spark_session(settings, master, jar)
+    spark = local.spark_session(settings, master, jar, "httpbus-export")
     done = 0
     try:
         while True:

@@ -7,42 +7,18 @@ from typing import Any
 
 import typer
 
-from cli.common import (
-    DEFAULT_URL,
-    Output,
-    Project,
-    Token,
-    Topic,
-    Url,
-    console,
-    emit_json,
-    run,
-    table,
-)
-from control_plane.client import AdminClient, path
+from cli.kit import Call, Project, Topic, command, console, get, table
+from control_plane.client import path
 
 app = typer.Typer(help="A topic's automatic failover: status.", no_args_is_help=True)
 
 
-@app.command()
-def status(
-    project: Project,
-    topic: Topic,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+@command(app)
+def status(project: Project, topic: Topic) -> Call:
     """Standby clusters and mode, segments left unsealed, the latest failover (why, when),
     and each producer's latest write figures of the active segment."""
-
-    async def work(api: AdminClient) -> Any:
-        return await api.get(path("v1", "projects", project, "topics", topic, "failover"))
-
-    found = run(url, token, work)
-    if output == "json":
-        emit_json(found)
-        return
-    print_status(project, topic, found)
+    where = path("v1", "projects", project, "topics", topic, "failover")
+    return get(where, text=lambda found: print_status(project, topic, found))
 
 
 def print_status(project: str, topic: str, found: dict[str, Any]) -> None:

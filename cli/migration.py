@@ -1,37 +1,19 @@
 """``httpbus topic migration start|status|abandon|check``: a verified migration of a topic
 whose active segment is an adopted Kafka topic (docs/migrating.md).
 
-``start``, ``status`` and ``abandon`` go through the admin API. ``check`` runs the window
-check on Spark (local by default, like ``httpbus export``) against the metastore and the
-storage clusters of the configuration, and stores the windows on the migration; with
-``--follow`` it repeats every ``--every`` and prints a line per round.
+``start``, ``status`` and ``abandon`` go through the admin API. ``check`` is a local job
+(:mod:`cli.migration_check`): it runs the window check on Spark.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Annotated, Any
 
 import typer
 
-from cli.common import (
-    DEFAULT_URL,
-    EXIT_NOT_FOUND,
-    EXIT_REFUSED,
-    Output,
-    Project,
-    Token,
-    Topic,
-    Url,
-    emit_json,
-    fail,
-    run,
-    table,
-)
-from cli.dev import ConfigOption
+from cli.kit import Call, Project, Topic, command, post, table
 from control_plane.client import AdminClient, path
-from core.errors import HttpbusError, NotFound
 
 app = typer.Typer(
     help="A verified migration of an adopted Kafka topic: start, status, check, abandon.",
@@ -98,7 +80,7 @@ def print_windows(windows: list[dict[str, Any]], title: str) -> None:
     table(title, columns, rows)
 
 
-@app.command()
+@command(app)
 def start(
     project: Project,
     topic: Topic,
@@ -112,10 +94,7 @@ def start(
         int, typer.Option(min=1, help="Closed clean windows in a row before the switch.")
     ] = 3,
     guard: Annotated[str, typer.Option(help="After the switch, the guard period.")] = "1h",
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+) -> Call:
     """Begin the dual write: producers write a shadow segment on --cluster from now on,
     subscriptions keep delivering from the adopted Kafka topic."""
     body: dict[str, Any] = {
@@ -127,18 +106,10 @@ def start(
     }
     if partitions is not None:
         body["partitions"] = partitions
-
-    async def work(api: AdminClient) -> Any:
-        return await api.post(migration_path(project, topic), body)
-
-    found = run(url, token, work)
-    if output == "json":
-        emit_json(found)
-    else:
-        print_migration(found)
+    return post(migration_path(project, topic), body, text=print_migration)
 
 
-@app.command()
+@command(app)
 def status(
     project: Project,
     topic: Topic,
@@ -146,105 +117,32 @@ def status(
     history: Annotated[
         bool, typer.Option(help="Every window, from the report database (beyond the newest 200).")
     ] = False,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+) -> Call:
     """The topic's latest migration: its state and the windows the check stored."""
+    where = migration_path(project, topic)
 
     async def work(api: AdminClient) -> Any:
-        found = await api.get(migration_path(project, topic))
+        found = await api.get(where)
         if history:
-            windows = await api.get(
-                migration_path(project, topic) + "/windows", params={"limit": 10_000}
-            )
+            windows = await api.get(where + "/windows", params={"limit": 10_000})
             found = {**found, "history": windows["windows"]}
         return found
 
-    found = run(url, token, work)
-    if output == "json":
-        emit_json(found)
-        return
-    print_migration(found, last)
-    if history:
-        print_windows(found["history"], f"every window ({len(found['history'])})")
+    def shown(found: dict[str, Any]) -> None:
+        print_migration(found, last)
+        if history:
+            print_windows(found["history"], f"every window ({len(found['history'])})")
+
+    return Call(work, shown)
 
 
-@app.command()
-def abandon(
-    project: Project,
-    topic: Topic,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+@command(app)
+def abandon(project: Project, topic: Topic) -> Call:
     """End the dual write: the shadow segment is dropped, producers are refused again."""
-
-    async def work(api: AdminClient) -> Any:
-        return await api.delete(migration_path(project, topic))
-
-    found = run(url, token, work)
-    if output == "json":
-        emit_json(found)
-    else:
-        typer.echo(
+    return Call(
+        lambda api: api.delete(migration_path(project, topic)),
+        text=lambda found: (
             f"migration {found['id']} of {project}/{topic}: {found['state']}; "
             f"subscriptions keep reading segment {found['external_segment']}"
-        )
-
-
-@app.command()
-def check(
-    project: Project,
-    topic: Topic,
-    follow: Annotated[
-        bool, typer.Option(help="Repeat every --every (the streaming variant; Ctrl-C stops).")
-    ] = False,
-    rerun: Annotated[
-        bool, typer.Option(help="Judge every window again (closed ones are kept otherwise).")
-    ] = False,
-    every: Annotated[float, typer.Option(min=0.5, help="Follow: seconds between rounds.")] = 5.0,
-    rounds: Annotated[int, typer.Option(min=0, help="Follow: stop after N rounds (0: never).")] = 0,
-    master: Annotated[str | None, typer.Option(help="Spark master (default: settings).")] = None,
-    config: ConfigOption = None,
-) -> None:
-    """Compare both sides of the migration window by window (Spark) and store the windows."""
-    from cli.export import spark_session
-    from control_plane.settings import ControlPlaneSettings
-
-    settings = ControlPlaneSettings.load(config)
-    spark = spark_session(settings, master, [], app_name="httpbus-migration-check")
-    done = 0
-    try:
-        while True:
-            found = _round(spark, settings, project, topic, rerun=rerun and done == 0)
-            typer.echo(f"round {done + 1}: {summary(found)}")
-            done += 1
-            if not follow or (rounds and done >= rounds):
-                print_migration(found)
-                return
-            time.sleep(every)  # a CLI loop between rounds; Ctrl-C stops it
-    except KeyboardInterrupt:
-        typer.echo("stopped")
-
-
-def _round(spark: Any, settings: Any, project: str, topic: str, *, rerun: bool) -> dict[str, Any]:
-    """One round of the check: the migration as stored after it, as the API shows it."""
-    from control_plane.api.migration import view
-    from control_plane.leaders.migration_check import compare, plan_with, store_with
-
-    try:
-        sides = asyncio.run(
-            plan_with(settings.metastore, settings.clusters, project, topic, rerun=rerun)
-        )
-        windows = compare(spark, sides)
-        stored = asyncio.run(
-            store_with(
-                settings.metastore, sides, windows, rerun=rerun, database_url=settings.database_url
-            )
-        )
-    except NotFound as exc:
-        raise fail(str(exc), EXIT_NOT_FOUND) from None
-    except HttpbusError as exc:
-        raise fail(str(exc), EXIT_REFUSED) from None
-    return view(stored)
+        ),
+    )

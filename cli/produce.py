@@ -11,13 +11,10 @@ import httpx
 import typer
 from rich.progress import Progress
 
+from cli.kit import EXIT_REFUSED, EXIT_USAGE, fail
+
 Url = Annotated[str, typer.Option(envvar="HTTPBUS_PRODUCER_URL", help="Producer service URL.")]
 Token = Annotated[str, typer.Option(envvar="HTTPBUS_TOKEN", help="Produce or admin token.")]
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code)
 
 
 def _headers(
@@ -27,7 +24,7 @@ def _headers(
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name.lower().startswith("x-"):
-            raise _fail(f"--header takes X-Name=value, not {pair!r}", 2)
+            raise fail(f"--header takes X-Name=value, not {pair!r}", EXIT_USAGE)
         headers[name] = value
     if group:
         headers["X-Group-Id"] = group
@@ -43,7 +40,7 @@ def _check(response: httpx.Response) -> dict[str, object]:
             message = f"{body['code']}: {body['message']}"
         except (ValueError, KeyError):
             message = response.text[:200]
-        raise _fail(f"{response.status_code} {message}", 1)
+        raise fail(f"{response.status_code} {message}", EXIT_REFUSED)
     result: dict[str, object] = response.json()
     return result
 
@@ -72,9 +69,9 @@ def produce(
 ) -> None:
     """Publish a message (from --file or stdin) or --count generated ones."""
     if (file is None) == (count == 0):
-        raise _fail("give --file PATH (or --file - for stdin) or --count N", 2)
+        raise fail("give --file PATH (or --file - for stdin) or --count N", EXIT_USAGE)
     if not token:
-        raise _fail("no token: pass --token or set HTTPBUS_TOKEN", 2)
+        raise fail("no token: pass --token or set HTTPBUS_TOKEN", EXIT_USAGE)
     headers = _headers(token, group, header or [], content_type)
     path = f"/v1/projects/{project}/topics/{topic}/produce"
     try:
@@ -86,9 +83,9 @@ def produce(
                 return
             _generated(client, path, headers, count, size, batch, output)
     except httpx.HTTPError as exc:
-        raise _fail(f"cannot reach the producer at {url}: {exc}") from None
+        raise fail(f"cannot reach the producer at {url}: {exc}", EXIT_REFUSED) from None
     except OSError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc), EXIT_REFUSED) from None
 
 
 def _generated(
@@ -114,7 +111,8 @@ def _generated(
             result = _check(client.post(f"{path}/batch", json={"messages": messages}, headers=auth))
             accepted += int(str(result["accepted"]))
             if result["failed"]:
-                raise _fail(f"{result['failed']} of a batch failed: {json.dumps(result)[:300]}")
+                failed = f"{result['failed']} of a batch failed: {json.dumps(result)[:300]}"
+                raise fail(failed, EXIT_REFUSED)
             progress.advance(task, n)
     summary = {"accepted": accepted}
     typer.echo(json.dumps(summary) if output == "json" else f"published {accepted} messages")

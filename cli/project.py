@@ -1,120 +1,61 @@
-"""``httpbus project``: create, list, update and delete projects."""
+"""``httpbus project``: create, list, update and delete projects; ``project quota``."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from cli import quota
-from cli.common import (
-    DEFAULT_URL,
-    Limit,
-    Offset,
-    Output,
-    Token,
-    Url,
-    Yes,
-    changes,
-    confirm,
-    emit_json,
-    paged_footer,
-    run,
-    table,
-)
-from control_plane.client import AdminClient, path
+from cli.kit import Call, Columns, Limit, Offset, Project, Yes, command, listing, post, removal
+from cli.kit import update as updated
+from control_plane.client import path
 
 app = typer.Typer(help="Projects: create, list, update, delete; quotas.", no_args_is_help=True)
 app.add_typer(quota.app, name="quota")
-Name = Annotated[str, typer.Argument(help="Project name.")]
+Description = Annotated[str, typer.Option(help="What the project is for.")]
+PROJECTS = Columns(
+    "projects",
+    ("name", "description", "created"),
+    lambda p: (p["name"], p.get("description", ""), p.get("created_at", "")),
+)
 
 
-@app.command()
-def create(
-    name: Name,
-    description: Annotated[str, typer.Option(help="What the project is for.")] = "",
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+@command(app)
+def create(name: Project, description: Description = "") -> Call:
     """Create a project."""
-
-    async def work(api: AdminClient) -> Any:
-        return await api.post(path("v1", "projects"), {"name": name, "description": description})
-
-    created = run(url, token, work)
-    if output == "json":
-        emit_json(created)
-    else:
-        typer.echo(f"created project {created['name']}")
+    body = {"name": name, "description": description}
+    return post(path("v1", "projects"), body, text=lambda p: f"created project {p['name']}")
 
 
-@app.command("list")
-def list_(
-    offset: Offset = 0,
-    limit: Limit = 100,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+@command(app, "list")
+def list_(offset: Offset = 0, limit: Limit = 100) -> Call:
     """List projects (a page at a time)."""
-
-    async def work(api: AdminClient) -> Any:
-        return await api.get(path("v1", "projects"), {"offset": offset, "limit": limit})
-
-    page = run(url, token, work)
-    if output == "json":
-        emit_json(page)
-        return
-    rows = [(p["name"], p.get("description", ""), p.get("created_at", "")) for p in page["items"]]
-    table("projects", ("name", "description", "created"), rows)
-    paged_footer(page)
+    return listing(path("v1", "projects"), PROJECTS, page=(offset, limit))
 
 
-@app.command()
-def update(
-    name: Name,
-    description: Annotated[str, typer.Option(help="What the project is for.")],
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+@command(app)
+def update(name: Project, description: Description) -> Call:
     """Change a project's description.
 
     A compare-and-set on the version just read (exit 4 if it changed meanwhile)."""
-    project_path = path("v1", "projects", name)
-
-    async def work(api: AdminClient) -> tuple[Any, Any]:
-        current = await api.get(project_path)
-        body = {"description": description, "version": current["version"]}
-        return current, await api.put(project_path, body)
-
-    before, after = run(url, token, work)
-    if output == "json":
-        emit_json(after)
-        return
-    done = changes({"description": before["description"]}, {"description": after["description"]})
-    typer.echo(f"updated project {name}: {', '.join(done) or 'no change'}")
+    return updated(
+        path("v1", "projects", name),
+        lambda current: {"description": description, "version": current["version"]},
+        fields=lambda p: {"description": p["description"]},
+        said=f"updated project {name}",
+    )
 
 
-@app.command()
-def delete(
-    name: Name,
-    yes: Yes = False,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+@command(app)
+def delete(name: Project, yes: Yes = False) -> Call:
     """Delete an empty project (asks first unless --yes).
 
     Refused (exit 4) while it has topics or subscriptions."""
-    confirm(f"delete project {name}?", yes)
-
-    async def work(api: AdminClient) -> None:
-        await api.delete(path("v1", "projects", name))
-
-    run(url, token, work)
-    if output == "json":
-        emit_json({"deleted": "project", "project": name})
-    else:
-        typer.echo(f"deleted project {name}")
+    return removal(
+        path("v1", "projects", name),
+        ask=f"delete project {name}?",
+        yes=yes,
+        said=f"deleted project {name}",
+        record={"deleted": "project", "project": name},
+    )

@@ -6,29 +6,17 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.common import (
-    DEFAULT_URL,
-    EXIT_USAGE,
-    Output,
-    Token,
-    Url,
-    changes,
-    emit_json,
-    fail,
-    run,
-    table,
-)
-from control_plane.client import AdminClient, path
+from cli.kit import EXIT_USAGE, Call, Project, command, fail, get, table, update
+from control_plane.client import path
 
 app = typer.Typer(
     help="A project's quota: rates over all producers, topic and subscription counts.",
     no_args_is_help=True,
 )
-Name = Annotated[str, typer.Argument(help="Project name.")]
 FIELDS = ("messages_per_second", "bytes_per_second", "max_topics", "max_subscriptions")
 
 
-def _shown(usage: dict[str, Any]) -> None:
+def _shown(usage: dict[str, Any]) -> str:
     quota = usage["quota"]
 
     def limit(field: str) -> str:
@@ -41,26 +29,18 @@ def _shown(usage: dict[str, Any]) -> None:
         ("subscriptions", usage["subscriptions"], limit("max_subscriptions")),
     ]
     table(None, ("quota", "used", "limit"), rows)
-    typer.echo(f"rates as reported by {usage['producers']} producer(s), about a second old")
+    return f"rates as reported by {usage['producers']} producer(s), about a second old"
 
 
-@app.command()
-def get(name: Name, url: Url = DEFAULT_URL, token: Token = "", output: Output = "text") -> None:
+@command(app, "get")
+def get_(name: Project) -> Call:
     """Show the project's quota and its usage against it."""
-
-    async def work(api: AdminClient) -> Any:
-        return await api.get(path("v1", "projects", name, "quota"))
-
-    usage = run(url, token, work)
-    if output == "json":
-        emit_json(usage)
-    else:
-        _shown(usage)
+    return get(path("v1", "projects", name, "quota"), text=_shown)
 
 
-@app.command("set")
+@command(app, "set")
 def set_(
-    name: Name,
+    name: Project,
     messages_per_second: Annotated[
         float | None, typer.Option(min=0.001, help="Messages per second, all producers.")
     ] = None,
@@ -75,10 +55,7 @@ def set_(
         list[str] | None,
         typer.Option(help=f"Remove a limit (repeatable): one of {', '.join(FIELDS)}."),
     ] = None,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+) -> Call:
     """Change the limits given; the others stay as they are (admin only)."""
     given = {
         "messages_per_second": messages_per_second,
@@ -94,16 +71,9 @@ def set_(
         )
     if not given and not removed:
         raise fail("nothing to change: give a limit or --unlimited (see --help)", EXIT_USAGE)
-    quota_path = path("v1", "projects", name, "quota")
-
-    async def work(api: AdminClient) -> tuple[Any, Any]:
-        current = await api.get(quota_path)
-        body = {**current["quota"], **given, **dict.fromkeys(removed)}
-        return current, await api.put(quota_path, body)
-
-    before, after = run(url, token, work)
-    if output == "json":
-        emit_json(after)
-        return
-    done = changes(before["quota"], after["quota"])
-    typer.echo(f"quota of project {name}: {', '.join(done) or 'no change'}")
+    return update(
+        path("v1", "projects", name, "quota"),
+        lambda current: {**current["quota"], **given, **dict.fromkeys(removed)},
+        fields=lambda usage: dict(usage["quota"]),
+        said=f"quota of project {name}",
+    )

@@ -7,15 +7,13 @@ of your own with real ZooKeeper, Kafka and Pulsar (``make run-real`` writes the 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 import uvicorn
 
-from cli.dev import end_with_parent
+from cli.dev import start_service
 from cli.supervisor import Supervisor
 from control_plane.app import create_app
 from control_plane.settings import ControlPlaneSettings
@@ -47,8 +45,8 @@ def run(
     typer.echo(f"httpbus run {VERSION} from {config}")
     typer.echo(f"  control plane  http://{settings.host}:{settings.port}   (API docs: /docs)")
     children = {
-        "producer": lambda: _child("producer_api", config),
-        "worker": lambda: _child("delivery_workers", config),
+        "producer": lambda: start_service("producer_api", config),
+        "worker": lambda: start_service("delivery_workers", config),
     }
     with Supervisor(children) as supervised:  # a child that dies is restarted
         app = create_app(settings)
@@ -60,9 +58,3 @@ def run(
             log_level="info",
             **uvicorn_options(settings.http_server),
         )
-
-
-def _child(module: str, config: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", module, "--config", str(config)], preexec_fn=end_with_parent
-    )

@@ -3,30 +3,30 @@ subscriptions; rotate and reveal their signing secrets."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import typer
 
-from cli.common import (
-    DEFAULT_URL,
+from cli.kit import (
     EXIT_USAGE,
+    Call,
+    Columns,
     Limit,
     Offset,
-    Output,
     Project,
-    Token,
-    Url,
     Yes,
-    changes,
-    confirm,
-    emit_json,
+    command,
     fail,
-    paged_footer,
-    run,
+    get,
+    listing,
+    post,
+    removal,
+    rfc3339,
     table,
 )
-from control_plane.client import SETTINGS_FIELDS, AdminClient, path, update_body
+from cli.kit import Subscription as Name
+from cli.kit import update as updated
+from control_plane.client import SETTINGS_FIELDS, path, update_body
 
 app = typer.Typer(
     help="Subscriptions: create, list, update, delete, status, pause, resume, enable, seek, "
@@ -34,7 +34,6 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-Name = Annotated[str, typer.Argument(help="Subscription name.")]
 Backoff = Literal["fixed", "linear", "exponential"]
 
 
@@ -55,7 +54,18 @@ def _subs(project: str, *rest: str) -> str:
     return path("v1", "projects", project, "subscriptions", *rest)
 
 
-@app.command()
+def _state(sub: dict[str, Any]) -> str:
+    return "disabled" if sub.get("disabled") else "paused" if sub.get("paused") else "active"
+
+
+def _created(project: str, name: str, sub: dict[str, Any]) -> str:
+    return (
+        f"created subscription {project}/{name} → {sub['endpoint']['url']}\n"
+        f"signing secret (shown this once): {sub['signing_secret']}"
+    )
+
+
+@command(app)
 def create(
     project: Project,
     name: Name,
@@ -63,9 +73,7 @@ def create(
     endpoint: Annotated[str, typer.Option(help="Webhook URL (http or https).")],
     filter_: Annotated[str | None, typer.Option("--filter", help="CEL filter expression.")] = None,
     max_attempts: Annotated[int | None, typer.Option(min=1, help="Delivery attempts.")] = None,
-    backoff: Annotated[
-        Literal["fixed", "linear", "exponential"] | None, typer.Option(help="Retry backoff.")
-    ] = None,
+    backoff: Annotated[Backoff | None, typer.Option(help="Retry backoff.")] = None,
     max_in_flight: Annotated[int | None, typer.Option(min=1, help="In-flight limit.")] = None,
     rate_limit: Annotated[float | None, typer.Option(help="Messages per second.")] = None,
     delay_ms: Annotated[int | None, typer.Option(min=0, help="Hold every message.")] = None,
@@ -76,71 +84,44 @@ def create(
     batch: BatchMessages = None,
     batch_max_bytes: BatchMaxBytes = None,
     batch_max_wait_ms: BatchMaxWait = None,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+) -> Call:
     """Create a subscription that pushes a topic's messages to an endpoint."""
     body: dict[str, Any] = {"name": name, "topic": topic, "endpoint": {"url": endpoint}}
-    retry = {"max_attempts": max_attempts, "backoff": backoff}
-    if any(v is not None for v in retry.values()):
-        body["retry"] = {k: v for k, v in retry.items() if v is not None}
-    optional = {
-        "filter": filter_,
-        "max_in_flight": max_in_flight,
-        "rate_limit_per_second": rate_limit,
-        "delay_ms": delay_ms,
-        "shards": shards,
-    }
-    body.update({k: v for k, v in optional.items() if v is not None})
+    retry = _given(max_attempts=max_attempts, backoff=backoff)
+    if retry:
+        body["retry"] = retry
+    body.update(
+        _given(
+            filter=filter_,
+            max_in_flight=max_in_flight,
+            rate_limit_per_second=rate_limit,
+            delay_ms=delay_ms,
+            shards=shards,
+        )
+    )
     body["dlq_enabled"] = dlq
     batching = _given(max_messages=batch, max_bytes=batch_max_bytes, max_wait_ms=batch_max_wait_ms)
     if batching:
         body["batch"] = batching
-
-    async def work(api: AdminClient) -> Any:
-        return await api.post(_subs(project), body)
-
-    created = run(url, token, work)
-    if output == "json":
-        emit_json(created)
-    else:
-        typer.echo(f"created subscription {project}/{name} → {created['endpoint']['url']}")
-        typer.echo(f"signing secret (shown this once): {created['signing_secret']}")
+    return post(_subs(project), body, text=lambda sub: _created(project, name, sub))
 
 
-@app.command("list")
-def list_(
-    project: Project,
-    offset: Offset = 0,
-    limit: Limit = 100,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+@command(app, "list")
+def list_(project: Project, offset: Offset = 0, limit: Limit = 100) -> Call:
     """List the subscriptions of a project (a page at a time)."""
-
-    async def work(api: AdminClient) -> Any:
-        return await api.get(_subs(project), {"offset": offset, "limit": limit})
-
-    page = run(url, token, work)
-    if output == "json":
-        emit_json(page)
-        return
-    rows = [
-        (
+    columns = Columns(
+        f"subscriptions of {project}",
+        ("name", "topic", "endpoint", "state", "filter", "secret"),
+        lambda s: (
             s["name"],
             f"{s['topic_project']}/{s['topic']}",
             s["endpoint"]["url"],
-            "disabled" if s.get("disabled") else "paused" if s.get("paused") else "active",
+            _state(s),
             s.get("filter") or "",
             _secret_state(s),
-        )
-        for s in page["items"]
-    ]
-    columns = ("name", "topic", "endpoint", "state", "filter", "secret")
-    table(f"subscriptions of {project}", columns, rows)
-    paged_footer(page)
+        ),
+    )
+    return listing(_subs(project), columns, page=(offset, limit))
 
 
 def print_status(status: dict[str, Any]) -> None:
@@ -173,7 +154,7 @@ def print_status(status: dict[str, Any]) -> None:
         table(None, ("shard", "worker", "state", "lag"), shard_rows)
 
 
-@app.command()
+@command(app)
 def update(
     project: Project,
     name: Name,
@@ -204,10 +185,7 @@ def update(
     no_batch: Annotated[
         bool, typer.Option("--no-batch", help="One message per request again.")
     ] = False,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+) -> Call:
     """Change a subscription's settings; the others stay as they are.
 
     A compare-and-set on the version just read (exit 4 if it changed meanwhile). Its topic
@@ -237,118 +215,77 @@ def update(
     if not (wanted or endpoint_changes or retry_changes or batch_changes):
         raise fail("nothing to change: give at least one setting (see --help)", EXIT_USAGE)
 
-    async def work(api: AdminClient) -> tuple[Any, Any]:
-        current = await api.get(_subs(project, name))
+    def body(current: dict[str, Any]) -> dict[str, Any]:
         nested = {
             "endpoint": {**current["endpoint"], **endpoint_changes},
             "retry": {**current["retry"], **retry_changes},
         }
         if batch_changes:  # on the batch settings in force, or the defaults
             nested["batch"] = {**(current.get("batch") or {}), **batch_changes}
-        body = update_body(current, {**wanted, **nested})
-        return current, await api.put(_subs(project, name), body)
+        return update_body(current, {**wanted, **nested})
 
-    before, after = run(url, token, work)
-    if output == "json":
-        emit_json(after)
-        return
     fields = [f for f in SETTINGS_FIELDS if f != "paused"]
-    done = changes({f: before.get(f) for f in fields}, {f: after.get(f) for f in fields})
-    typer.echo(f"updated subscription {project}/{name}: {', '.join(done) or 'no change'}")
+    return updated(
+        _subs(project, name),
+        body,
+        fields=lambda sub: {f: sub.get(f) for f in fields},
+        said=f"updated subscription {project}/{name}",
+    )
 
 
 def _given(**values: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
-@app.command()
-def delete(
-    project: Project,
-    name: Name,
-    yes: Yes = False,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+@command(app)
+def delete(project: Project, name: Name, yes: Yes = False) -> Call:
     """Delete a subscription (asks first unless --yes).
 
     Its deliveries stop for good."""
-    confirm(f"delete subscription {project}/{name}?", yes)
-
-    async def work(api: AdminClient) -> None:
-        await api.delete(_subs(project, name))
-
-    run(url, token, work)
-    if output == "json":
-        emit_json({"deleted": "subscription", "project": project, "subscription": name})
-    else:
-        typer.echo(f"deleted subscription {project}/{name}")
+    return removal(
+        _subs(project, name),
+        ask=f"delete subscription {project}/{name}?",
+        yes=yes,
+        said=f"deleted subscription {project}/{name}",
+        record={"deleted": "subscription", "project": project, "subscription": name},
+    )
 
 
-@app.command()
-def enable(
-    project: Project, name: Name, url: Url = DEFAULT_URL, token: Token = "", output: Output = "text"
-) -> None:
+@command(app)
+def enable(project: Project, name: Name) -> Call:
     """Deliver again after the subscription was disabled.
 
     A subscription is disabled when its endpoint has failed for too long; enabled, it
     resumes from the position it stopped at."""
-
-    async def work(api: AdminClient) -> Any:
-        return await api.post(_subs(project, name, "enable"))
-
-    enabled = run(url, token, work)
-    if output == "json":
-        emit_json(enabled)
-    else:
-        typer.echo(f"{project}/{name} enabled")
+    return post(_subs(project, name, "enable"), text=lambda _: f"{project}/{name} enabled")
 
 
-@app.command()
-def status(
-    project: Project,
-    name: Name,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+@command(app)
+def status(project: Project, name: Name) -> Call:
     """Lag, in-flight, rates, totals and circuit state of a subscription."""
-
-    async def work(api: AdminClient) -> Any:
-        return await api.get(_subs(project, name, "status"))
-
-    found = run(url, token, work)
-    emit_json(found) if output == "json" else print_status(found)
+    return get(_subs(project, name, "status"), text=print_status)
 
 
-def _pause(project: str, name: str, paused: bool, url: str, token: str, output: str) -> None:
-    async def work(api: AdminClient) -> Any:
-        return await api.set_paused(project, name, paused)
-
-    sub = run(url, token, work)
-    if output == "json":
-        emit_json(sub)
-    else:
-        typer.echo(f"{project}/{name} {'paused' if sub.get('paused') else 'running'}")
+def _pause(project: str, name: str, paused: bool) -> Call:
+    return Call(
+        lambda api: api.set_paused(project, name, paused),
+        text=lambda sub: f"{project}/{name} {'paused' if sub.get('paused') else 'running'}",
+    )
 
 
-@app.command()
-def pause(
-    project: Project, name: Name, url: Url = DEFAULT_URL, token: Token = "", output: Output = "text"
-) -> None:
+@command(app)
+def pause(project: Project, name: Name) -> Call:
     """Stop delivering (the position is kept)."""
-    _pause(project, name, True, url, token, output)
+    return _pause(project, name, True)
 
 
-@app.command()
-def resume(
-    project: Project, name: Name, url: Url = DEFAULT_URL, token: Token = "", output: Output = "text"
-) -> None:
+@command(app)
+def resume(project: Project, name: Name) -> Call:
     """Start delivering again from the kept position."""
-    _pause(project, name, False, url, token, output)
+    return _pause(project, name, False)
 
 
-@app.command()
+@command(app)
 def seek(
     project: Project,
     name: Name,
@@ -358,31 +295,17 @@ def seek(
     timestamp: Annotated[
         str | None, typer.Option(help="RFC 3339 time, e.g. 2026-01-31T12:00:00Z.")
     ] = None,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+) -> Call:
     """Move a subscription's position to the earliest, the latest, or a time."""
     if (to is None) == (timestamp is None):
         raise fail("give exactly one of --to earliest|latest or --timestamp TIME", EXIT_USAGE)
-    if timestamp is not None:
-        try:
-            datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-        except ValueError:
-            raise fail(f"--timestamp {timestamp!r} is not an RFC 3339 time", EXIT_USAGE) from None
-    body = {"to": to} if to else {"timestamp": timestamp}
+    body = {"to": to} if to else {"timestamp": rfc3339(str(timestamp), "--timestamp")}
 
-    async def work(api: AdminClient) -> Any:
-        return await api.post(_subs(project, name, "seek"), body)
+    def moved(found: dict[str, Any]) -> str:
+        where = ", ".join(f"p{k}@{v}" for k, v in sorted(found["positions"].items()))
+        return f"{project}/{name} now at segment {found['segment']}: {where or 'no partitions'}"
 
-    moved = run(url, token, work)
-    if output == "json":
-        emit_json(moved)
-    else:
-        where = ", ".join(f"p{k}@{v}" for k, v in sorted(moved["positions"].items()))
-        typer.echo(
-            f"{project}/{name} now at segment {moved['segment']}: {where or 'no partitions'}"
-        )
+    return post(_subs(project, name, "seek"), body, text=moved)
 
 
 def _secret_state(sub: dict[str, Any]) -> str:
@@ -395,14 +318,18 @@ def _secret_state(sub: dict[str, Any]) -> str:
     return f"{text}, previous signs until {overlap}" if overlap else text
 
 
-def _print_secrets(project: str, name: str, shown: dict[str, Any]) -> None:
-    typer.echo(f"{project}/{name} signs with:")
-    for entry in shown["secrets"]:
-        until = entry.get("until")
-        typer.echo(f"  {entry['secret']}  " + (f"until {until}" if until else "current"))
+def _secrets(project: str, name: str) -> Any:
+    def shown(found: dict[str, Any]) -> str:
+        lines = [f"{project}/{name} signs with:"]
+        for entry in found["secrets"]:
+            until = entry.get("until")
+            lines.append(f"  {entry['secret']}  " + (f"until {until}" if until else "current"))
+        return "\n".join(lines)
+
+    return shown
 
 
-@app.command("rotate-secret")
+@command(app, "rotate-secret")
 def rotate_secret(
     project: Project,
     name: Name,
@@ -413,33 +340,14 @@ def rotate_secret(
         int | None,
         typer.Option(min=0, help="Seconds the current secret keeps signing too (default 24 h)."),
     ] = None,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+) -> Call:
     """Sign with a new secret; the old one signs beside it until the overlap ends. Prints
     the new secret, this once."""
-    body: dict[str, Any] = {}
-    if secret is not None:
-        body["secret"] = secret
-    if overlap_s is not None:
-        body["overlap_s"] = overlap_s
-
-    async def work(api: AdminClient) -> Any:
-        return await api.post(_subs(project, name) + "/secret:rotate", body)
-
-    shown = run(url, token, work)
-    emit_json(shown) if output == "json" else _print_secrets(project, name, shown)
+    body = _given(secret=secret, overlap_s=overlap_s)
+    return post(_subs(project, name) + "/secret:rotate", body, text=_secrets(project, name))
 
 
-@app.command("reveal-secret")
-def reveal_secret(
-    project: Project, name: Name, url: Url = DEFAULT_URL, token: Token = "", output: Output = "text"
-) -> None:
+@command(app, "reveal-secret")
+def reveal_secret(project: Project, name: Name) -> Call:
     """Print every signing secret in force (written to the control plane's audit log)."""
-
-    async def work(api: AdminClient) -> Any:
-        return await api.post(_subs(project, name) + "/secret:reveal")
-
-    shown = run(url, token, work)
-    emit_json(shown) if output == "json" else _print_secrets(project, name, shown)
+    return post(_subs(project, name) + "/secret:reveal", text=_secrets(project, name))

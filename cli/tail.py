@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.common import DEFAULT_URL, Output, Token, Url, run
+from cli.kit import Call, Output, Project, Subscription
 from control_plane.client import AdminClient, path
 
 COUNTED = ("delivered", "failed", "filtered", "dead_lettered")
@@ -36,14 +36,12 @@ def _line(status: dict[str, Any], before: dict[str, int]) -> str:
 
 
 def tail(
-    project: Annotated[str, typer.Argument(help="Project name.")],
-    name: Annotated[str, typer.Argument(help="Subscription name.")],
+    project: Project,
+    name: Subscription,
     interval: Annotated[float, typer.Option(min=0.05, help="Seconds between polls.")] = 2.0,
     count: Annotated[int, typer.Option(min=0, help="Stop after N polls (0: until Ctrl-C).")] = 0,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
     output: Output = "text",
-) -> None:
+) -> Call:
     """Follow a subscription's deliveries: a line each time its counts change."""
     status_path = path("v1", "projects", project, "subscriptions", name, "status")
 
@@ -63,7 +61,4 @@ def tail(
             if count == 0 or polls < count:
                 await asyncio.sleep(interval)
 
-    try:
-        run(url, token, work)
-    except KeyboardInterrupt:
-        raise typer.Exit(0) from None
+    return Call(work, json=None, until_interrupted=True)

@@ -7,19 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.common import (
-    DEFAULT_URL,
-    Output,
-    Project,
-    Token,
-    Url,
-    Yes,
-    confirm,
-    emit_json,
-    run,
-    table,
-)
-from control_plane.client import AdminClient, path
+from cli.kit import Call, Columns, Project, Yes, command, listing, post, removal, shown_once
+from control_plane.client import path
 
 app = typer.Typer(help="Produce tokens: create, list, revoke.", no_args_is_help=True)
 
@@ -30,7 +19,11 @@ def _tokens(project: str, *rest: str) -> str:
     return path("v1", "projects", project, "tokens", *rest)
 
 
-@app.command()
+def _scope(topics: list[str]) -> str:
+    return "every topic" if "*" in topics else "topics " + ", ".join(topics)
+
+
+@command(app)
 def create(
     project: Project,
     topics: Annotated[
@@ -38,68 +31,39 @@ def create(
         typer.Option("--topic", help="A topic it may publish to (repeat); default: every topic."),
     ] = None,
     description: Annotated[str, typer.Option(help="Who or what uses it.")] = "",
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+) -> Call:
     """Make a produce token for some topics of a project.
 
     The token is printed this once: only its hash is kept."""
     body: dict[str, Any] = {"topics": topics or ["*"], "description": description}
-
-    async def work(api: AdminClient) -> Any:
-        return await api.post(_tokens(project), body)
-
-    created = run(url, token, work)
-    if output == "json":
-        emit_json(created)
-        return
-    typer.echo(f"created token {created['id']} of {project} for {_scope(created['topics'])}")
-    typer.echo(f"token (shown this once): {created['token']}")
+    return post(
+        _tokens(project),
+        body,
+        text=lambda t: shown_once(f"token {t['id']} of {project} for {_scope(t['topics'])}", t),
+    )
 
 
-def _scope(topics: list[str]) -> str:
-    return "every topic" if "*" in topics else "topics " + ", ".join(topics)
-
-
-@app.command("list")
-def list_(
-    project: Project, url: Url = DEFAULT_URL, token: Token = "", output: Output = "text"
-) -> None:
+@command(app, "list")
+def list_(project: Project) -> Call:
     """List a project's produce tokens (never the tokens themselves)."""
-
-    async def work(api: AdminClient) -> Any:
-        return await api.get(_tokens(project))
-
-    found = run(url, token, work)
-    if output == "json":
-        emit_json(found)
-        return
-    rows = [(t["id"], _scope(t["topics"]), t.get("description", "")) for t in found]
-    table(f"produce tokens of {project}", ("id", "may publish to", "description"), rows)
-    typer.echo(f"{len(found)} token(s)")
+    columns = Columns(
+        f"produce tokens of {project}",
+        ("id", "may publish to", "description"),
+        lambda t: (t["id"], _scope(t["topics"]), t.get("description", "")),
+    )
+    return listing(_tokens(project), columns, counted="token")
 
 
-@app.command()
-def revoke(
-    project: Project,
-    token_id: TokenId,
-    yes: Yes = False,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+@command(app)
+def revoke(project: Project, token_id: TokenId, yes: Yes = False) -> Call:
     """Revoke a produce token (asks first unless --yes).
 
     The producers refuse it once they see it gone (one metastore watch, usually within a
     second)."""
-    confirm(f"revoke token {token_id} of {project}?", yes)
-
-    async def work(api: AdminClient) -> None:
-        await api.delete(_tokens(project, token_id))
-
-    run(url, token, work)
-    if output == "json":
-        emit_json({"revoked": token_id, "project": project})
-    else:
-        typer.echo(f"revoked token {token_id} of {project}")
+    return removal(
+        _tokens(project, token_id),
+        ask=f"revoke token {token_id} of {project}?",
+        yes=yes,
+        said=f"revoked token {token_id} of {project}",
+        record={"revoked": token_id, "project": project},
+    )

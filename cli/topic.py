@@ -6,33 +6,36 @@ cutover), ``topic cutover status|abort``, ``topic failover status``,
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
 
 from cli import cutover, failover, migration, topic_schema
-from cli.common import (
-    DEFAULT_URL,
+from cli.cutover import check_outcome, cutover_path, follow
+from cli.kit import (
     EXIT_CONFLICT,
     EXIT_USAGE,
+    Call,
+    Columns,
+    Interval,
     Limit,
     Offset,
     Output,
     Project,
-    Token,
+    Timeout,
     Topic,
-    Url,
     Yes,
-    changes,
-    confirm,
+    command,
     console,
-    emit_json,
     fail,
-    paged_footer,
-    run,
+    get,
+    listing,
+    post,
+    removal,
     table,
 )
-from cli.cutover import check_outcome, cutover_path, follow
+from cli.kit import update as updated
 from control_plane.client import AdminClient, ApiError, path
 
 app = typer.Typer(
@@ -74,7 +77,16 @@ def describe_failover(failover: dict[str, Any] | None) -> str:
     return f"{failover['mode']}: {' → '.join(failover['clusters'])}"
 
 
-@app.command()
+def _topics(project: str, *rest: str) -> str:
+    return path("v1", "projects", project, "topics", *rest)
+
+
+def _active(topic: dict[str, Any]) -> str:
+    active = next((s for s in topic["segments"] if s["state"] == "active"), None)
+    return f"{active['backend']} ×{active['partitions']}" if active else "-"
+
+
+@command(app)
 def create(
     project: Project,
     name: Topic,
@@ -88,82 +100,45 @@ def create(
     ] = None,
     failover_cluster: FailoverClusters = None,
     failover_mode: FailoverMode = None,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+) -> Call:
     """Create a topic and its first segment."""
     body: dict[str, Any] = {"name": name, "partitions": partitions, "grouped": grouped}
-    if cluster:
-        body["cluster"] = cluster
-    failover = failover_body(failover_cluster, failover_mode)
-    if failover:
-        body["failover"] = failover
-    if retention_hours:
-        body["retention_hours"] = retention_hours
-    if dedupe_window:
-        body["dedupe_window"] = dedupe_window
+    optional = {
+        "cluster": cluster,
+        "failover": failover_body(failover_cluster, failover_mode),
+        "retention_hours": retention_hours,
+        "dedupe_window": dedupe_window,
+    }
+    body.update({k: v for k, v in optional.items() if v})
 
-    async def work(api: AdminClient) -> Any:
-        return await api.post(path("v1", "projects", project, "topics"), body)
-
-    created = run(url, token, work)
-    if output == "json":
-        emit_json(created)
-    else:
-        seg = created["segments"][0]
-        typer.echo(
+    def created(topic: dict[str, Any]) -> str:
+        seg = topic["segments"][0]
+        return (
             f"created topic {project}/{name} on {seg['cluster']} ({seg['backend']}), "
-            f"{seg['partitions']} partition(s); failover {describe_failover(created['failover'])}"
+            f"{seg['partitions']} partition(s); failover {describe_failover(topic['failover'])}"
         )
 
+    return post(_topics(project), body, text=created)
 
-@app.command("list")
-def list_(
-    project: Project,
-    offset: Offset = 0,
-    limit: Limit = 100,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+
+@command(app, "list")
+def list_(project: Project, offset: Offset = 0, limit: Limit = 100) -> Call:
     """List the topics of a project (a page at a time)."""
-
-    async def work(api: AdminClient) -> Any:
-        topics = path("v1", "projects", project, "topics")
-        return await api.get(topics, {"offset": offset, "limit": limit})
-
-    page = run(url, token, work)
-    if output == "json":
-        emit_json(page)
-        return
-    rows = []
-    for t in page["items"]:
-        active = next((s for s in t["segments"] if s["state"] == "active"), None)
-        where = f"{active['backend']} ×{active['partitions']}" if active else "-"
-        rows.append((t["name"], len(t["segments"]), where, "yes" if t["grouped"] else "no"))
-    table(f"topics of {project}", ("name", "segments", "active segment", "grouped"), rows)
-    paged_footer(page)
+    columns = Columns(
+        f"topics of {project}",
+        ("name", "segments", "active segment", "grouped"),
+        lambda t: (t["name"], len(t["segments"]), _active(t), "yes" if t["grouped"] else "no"),
+    )
+    return listing(_topics(project), columns, page=(offset, limit))
 
 
-@app.command()
-def show(
-    project: Project,
-    name: Topic,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+@command(app)
+def show(project: Project, name: Topic) -> Call:
     """Show a topic's segment timeline, oldest first."""
+    return get(_topics(project, name, "segments"), text=lambda t: _timeline(project, name, t))
 
-    async def work(api: AdminClient) -> Any:
-        return await api.get(path("v1", "projects", project, "topics", name, "segments"))
 
-    timeline = run(url, token, work)
-    if output == "json":
-        emit_json(timeline)
-        return
-    failover = timeline.get("failover")
+def _timeline(project: str, name: str, timeline: dict[str, Any]) -> str:
     pointer = (timeline.get("produce_pointer") or {}).get("segment_id")
     rows = [
         (
@@ -180,31 +155,25 @@ def show(
     ]
     cols = ("segment", "backend", "cluster", "partitions", "state", "created", "sealed", "failover")
     table(f"{project}/{name} timeline", cols, rows)
-    console.print(f"failover: {describe_failover(failover)}")
-    console.print(
-        " → ".join(f"[{s['id']} {s['backend']}×{s['partitions']}]" for s in timeline["segments"])
-    )
+    console.print(f"failover: {describe_failover(timeline.get('failover'))}")
+    return " → ".join(f"[{s['id']} {s['backend']}×{s['partitions']}]" for s in timeline["segments"])
 
 
-@app.command()
+@command(app)
 def migrate(
     project: Project,
     name: Topic,
     cluster: Annotated[str, typer.Option(help="Target storage cluster.")],
     partitions: Annotated[int, typer.Option(min=1, max=512, help="Partitions of the new segment.")],
     wait: Annotated[bool, typer.Option(help="Follow the phases until the cutover ends.")] = True,
-    timeout: Annotated[
-        float, typer.Option(min=1, help="Seconds to follow before giving up.")
-    ] = 300,
-    interval: Annotated[float, typer.Option(min=0.05, help="Seconds between polls.")] = 0.5,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
+    timeout: Timeout = 300,
+    interval: Interval = 0.5,
     output: Output = "text",
-) -> None:
+) -> Call:
     """Move a topic to a new segment (a coordinated cutover), showing each phase live."""
+    where = cutover_path(project, name)
 
     async def work(api: AdminClient) -> Any:
-        where = cutover_path(project, name)
         current = await api.post(where, {"cluster": cluster, "partitions": partitions})
         if output == "text":
             move = f"segment {current['from_segment']} → {current['to_segment']}"
@@ -214,11 +183,7 @@ def migrate(
         show = output == "text"
         return await follow(api, where, current, interval=interval, timeout=timeout, show=show)
 
-    final = run(url, token, work)
-    if output == "json":
-        emit_json(final)
-    if wait:
-        check_outcome(final, timeout)
+    return Call(work, then=(lambda final: check_outcome(final, timeout)) if wait else None)
 
 
 def _failover_note(segment: dict[str, Any]) -> str:
@@ -251,7 +216,7 @@ def retention_hours(text: str) -> int:
     return int(match[1]) * _HOURS[match[2]]
 
 
-@app.command()
+@command(app)
 def update(
     project: Project,
     name: Topic,
@@ -278,10 +243,7 @@ def update(
     no_failover: Annotated[
         bool, typer.Option("--no-failover", help="Name no standby cluster any more.")
     ] = False,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+) -> Call:
     """Change a topic's settings; the others stay as they are.
 
     A compare-and-set on the version just read (exit 4 if it changed meanwhile). Partitions
@@ -312,45 +274,45 @@ def update(
             "--no-failover",
             EXIT_USAGE,
         )
-    topic_path = path("v1", "projects", project, "topics", name)
 
-    async def work(api: AdminClient) -> tuple[Any, Any]:
-        current = await api.get(topic_path)
-        body = {k: current[k] for k in SETTINGS if k in current}
-        body.update(wanted)
+    def body(current: dict[str, Any]) -> dict[str, Any]:
+        changed = {k: current[k] for k in SETTINGS if k in current}
+        changed.update(wanted)
         if capacity:
-            body["capacity"] = {**(current.get("capacity") or {}), **capacity}
-        body["version"] = current["version"]
-        return current, await api.put(topic_path, body)
+            changed["capacity"] = {**(current.get("capacity") or {}), **capacity}
+        return {**changed, "version": current["version"]}
 
-    before, after = run(url, token, work)
-    if output == "json":
-        emit_json(after)
-        return
-    done = changes({k: before.get(k) for k in SETTINGS}, {k: after.get(k) for k in SETTINGS})
-    typer.echo(f"updated topic {project}/{name}: {', '.join(done) or 'no change'}")
+    return updated(
+        _topics(project, name),
+        body,
+        fields=lambda topic: {k: topic.get(k) for k in SETTINGS},
+        said=f"updated topic {project}/{name}",
+    )
 
 
-@app.command()
+@command(app)
 def delete(
     project: Project,
     name: Topic,
     force: Annotated[bool, typer.Option("--force", help="Delete its subscriptions too.")] = False,
     yes: Yes = False,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+) -> Call:
     """Delete a topic and its stored messages (asks first unless --yes).
 
     Refused (exit 4) while subscriptions read it, unless --force, which deletes them too."""
     also = " and every subscription to it" if force else ""
-    confirm(f"delete topic {project}/{name}{also}, with its messages?", yes)
+    plain = removal(
+        _topics(project, name),
+        ask=f"delete topic {project}/{name}{also}, with its messages?",
+        yes=yes,
+        said=f"deleted topic {project}/{name}{also}",
+        record={"deleted": "topic", "project": project, "topic": name, "force": force},
+        params={"force": "true"} if force else None,
+    )
 
-    async def work(api: AdminClient) -> None:
-        where = path("v1", "projects", project, "topics", name)
+    async def work(api: AdminClient) -> Any:
         try:
-            await api.delete(where, {"force": "true"} if force else None)
+            return await plain.work(api)
         except ApiError as exc:
             if exc.code != "in_use":
                 raise
@@ -361,8 +323,4 @@ def delete(
                 EXIT_CONFLICT,
             ) from None
 
-    run(url, token, work)
-    if output == "json":
-        emit_json({"deleted": "topic", "project": project, "topic": name, "force": force})
-    else:
-        typer.echo(f"deleted topic {project}/{name}{also}")
+    return replace(plain, work=work)

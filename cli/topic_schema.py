@@ -14,22 +14,8 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.common import (
-    DEFAULT_URL,
-    EXIT_USAGE,
-    Output,
-    Project,
-    Token,
-    Topic,
-    Url,
-    Yes,
-    confirm,
-    emit_json,
-    fail,
-    run,
-    table,
-)
-from control_plane.client import AdminClient, path
+from cli.kit import EXIT_USAGE, Call, Project, Topic, Yes, command, fail, get, put, removal, table
+from control_plane.client import path
 
 app = typer.Typer(
     help="A topic's JSON Schema: set (a new version), get, versions, delete.",
@@ -54,7 +40,7 @@ def _read(source: str) -> dict[str, Any]:
     return document
 
 
-@app.command("set")
+@command(app, "set")
 def set_(
     project: Project,
     topic: Topic,
@@ -63,101 +49,65 @@ def set_(
         str | None,
         typer.Option(help="backward, forward, full or none (default: the topic's mode)."),
     ] = None,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+) -> Call:
     """Add a schema version; refused (exit 4) if it breaks the compatibility mode."""
     if compatibility is not None and compatibility not in MODES:
         raise fail(f"--compatibility must be one of {', '.join(MODES)}", EXIT_USAGE)
     body: dict[str, Any] = {"schema": _read(source)}
     if compatibility is not None:
         body["compatibility"] = compatibility
-
-    async def work(api: AdminClient) -> Any:
-        return await api.put(_where(project, topic), body)
-
-    version = run(url, token, work)
-    if output == "json":
-        emit_json(version)
-    else:
-        typer.echo(
-            f"{project}/{topic} schema version {version['version']} "
-            f"(compatibility {version['compatibility']})"
-        )
+    return put(
+        _where(project, topic),
+        body,
+        text=lambda v: f"{project}/{topic} schema {_version(v)})",
+    )
 
 
-@app.command()
-def get(
+def _version(found: dict[str, Any]) -> str:
+    return f"version {found['version']} (compatibility {found['compatibility']}"
+
+
+@command(app, "get")
+def get_(
     project: Project,
     topic: Topic,
     version: Annotated[int | None, typer.Option(min=1, help="A version (default: latest).")] = None,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+) -> Call:
     """Show the schema in force, or one version of it."""
-    where = (
-        _where(project, topic)
-        if version is None
-        else _where(project, topic, "versions", str(version))
-    )
+    at = () if version is None else ("versions", str(version))
 
-    async def work(api: AdminClient) -> Any:
-        return await api.get(where)
+    def shown(found: dict[str, Any]) -> str:
+        typer.echo(f"{project}/{topic} schema {_version(found)}, {found['created_at']})")
+        return json.dumps(found["schema"], indent=2)
 
-    found = run(url, token, work)
-    if output == "json":
-        emit_json(found)
-        return
-    typer.echo(
-        f"{project}/{topic} schema version {found['version']} "
-        f"(compatibility {found['compatibility']}, {found['created_at']})"
-    )
-    typer.echo(json.dumps(found["schema"], indent=2))
+    return get(_where(project, topic, *at), text=shown)
 
 
-@app.command()
-def versions(
-    project: Project,
-    topic: Topic,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+@command(app)
+def versions(project: Project, topic: Topic) -> Call:
     """List the schema's versions, and whether it is in force."""
 
-    async def work(api: AdminClient) -> Any:
-        return await api.get(_where(project, topic, "versions"))
+    def shown(found: dict[str, Any]) -> None:
+        rows = [
+            (
+                n,
+                "latest" + ("" if found["active"] else " (removed)")
+                if n == found["latest"]
+                else "",
+            )
+            for n in found["versions"]
+        ]
+        table(f"{project}/{topic} schema ({found['compatibility']})", ("version", "state"), rows)
 
-    found = run(url, token, work)
-    if output == "json":
-        emit_json(found)
-        return
-    rows = [
-        (n, "latest" + ("" if found["active"] else " (removed)") if n == found["latest"] else "")
-        for n in found["versions"]
-    ]
-    table(
-        f"{project}/{topic} schema ({found['compatibility']})",
-        ("version", "state"),
-        rows,
-    )
+    return get(_where(project, topic, "versions"), text=shown)
 
 
-@app.command()
-def delete(
-    project: Project,
-    topic: Topic,
-    yes: Yes = False,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-) -> None:
+@command(app, output=False)
+def delete(project: Project, topic: Topic, yes: Yes = False) -> Call:
     """Stop validating the topic's payloads (the versions stay readable)."""
-    confirm(f"stop validating {project}/{topic} against its schema?", yes)
-
-    async def work(api: AdminClient) -> Any:
-        return await api.delete(_where(project, topic))
-
-    run(url, token, work)
-    typer.echo(f"{project}/{topic} no longer validates payloads")
+    return removal(
+        _where(project, topic),
+        ask=f"stop validating {project}/{topic} against its schema?",
+        yes=yes,
+        said=f"{project}/{topic} no longer validates payloads",
+    )

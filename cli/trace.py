@@ -8,13 +8,13 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.common import DEFAULT_URL, Output, Token, Url, emit_json, run, table
-from control_plane.client import AdminClient, path
+from cli.kit import Call, Project, Topic, get, table
+from control_plane.client import path
 
 
 def trace(
-    project: Annotated[str, typer.Argument(help="Project name.")],
-    topic: Annotated[str, typer.Argument(help="Topic name.")],
+    project: Project,
+    topic: Topic,
     message_id: Annotated[
         str | None, typer.Argument(help="Message id (X-Message-Id); omit with --group.")
     ] = None,
@@ -22,26 +22,19 @@ def trace(
         str | None, typer.Option(help="Trace the last messages of this group instead.")
     ] = None,
     limit: Annotated[int, typer.Option(min=1, max=100, help="With --group: how many.")] = 10,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+) -> Call:
     """Trace a message by id (or a group's last messages): stored where, delivered or not."""
     if (message_id is None) == (group is None):
         raise typer.BadParameter("give a message id or --group, not both")
     base = ("v1", "projects", project, "topics", topic)
+    if group is not None:
 
-    async def work(api: AdminClient) -> Any:
-        if group is not None:
-            return await api.get(path(*base, "groups", group, "messages"), {"limit": limit})
-        return await api.get(path(*base, "messages", str(message_id)))
+        def each(found: dict[str, Any]) -> None:
+            for one in found["messages"]:
+                _show(one)
 
-    found = run(url, token, work)
-    if output == "json":
-        emit_json(found)
-        return
-    for one in found["messages"] if group is not None else [found]:
-        _show(one)
+        return get(path(*base, "groups", group, "messages"), {"limit": limit}, text=each)
+    return get(path(*base, "messages", str(message_id)), text=_show)
 
 
 def _show(trace: dict[str, Any]) -> None:

@@ -13,21 +13,21 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.common import (
-    DEFAULT_URL,
+from cli.kit import (
     EXIT_USAGE,
-    Output,
-    Token,
-    Url,
+    Call,
+    Columns,
     Yes,
-    confirm,
-    emit_json,
+    command,
     fail,
-    run,
+    listing,
+    post,
+    put,
+    removal,
+    shown_once,
     stdin_is_terminal,
-    table,
 )
-from control_plane.client import AdminClient, path
+from control_plane.client import path
 
 app = typer.Typer(help="Users and their roles and API tokens.", no_args_is_help=True)
 tokens = typer.Typer(help="API tokens of users: create, list, revoke.", no_args_is_help=True)
@@ -42,6 +42,12 @@ Roles = Annotated[
 PasswordStdin = Annotated[
     bool, typer.Option("--password-stdin", help="Read the password from stdin's first line.")
 ]
+USERS = Columns("users", ("name", "roles"), lambda u: (u["name"], ", ".join(u["roles"])))
+API_TOKENS = Columns(
+    "API tokens",
+    ("id", "user", "roles", "description"),
+    lambda t: (t["id"], t["user"] or "(machine)", ", ".join(t["roles"]), t["description"]),
+)
 
 
 def _password(from_stdin: bool) -> str:
@@ -57,178 +63,94 @@ def _users(*rest: str) -> str:
     return path("v1", "users", *rest)
 
 
-def _show(user: dict[str, Any], output: str, verb: str) -> None:
-    if output == "json":
-        emit_json(user)
-    else:
-        typer.echo(f"{verb} user {user['name']}: {', '.join(user['roles']) or 'no roles'}")
+def _said(verb: str) -> Any:
+    return lambda user: f"{verb} user {user['name']}: {', '.join(user['roles']) or 'no roles'}"
 
 
-@app.command()
-def create(
-    name: UserName,
-    roles: Roles = None,
-    password_stdin: PasswordStdin = False,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+@command(app)
+def create(name: UserName, roles: Roles = None, password_stdin: PasswordStdin = False) -> Call:
     """Make a user who logs in to the UI by name and password (only its hash is kept)."""
     body = {"name": name, "password": _password(password_stdin), "roles": roles or []}
-
-    async def work(api: AdminClient) -> Any:
-        return await api.post(_users(), body)
-
-    _show(run(url, token, work), output, "created")
+    return post(_users(), body, text=_said("created"))
 
 
-@app.command("list")
-def list_(url: Url = DEFAULT_URL, token: Token = "", output: Output = "text") -> None:
+@command(app, "list")
+def list_() -> Call:
     """List the users and their roles (never a password)."""
-
-    async def work(api: AdminClient) -> Any:
-        return await api.get(_users())
-
-    found = run(url, token, work)
-    if output == "json":
-        emit_json(found)
-        return
-    table("users", ("name", "roles"), [(u["name"], ", ".join(u["roles"])) for u in found])
-    typer.echo(f"{len(found)} user(s)")
+    return listing(_users(), USERS, counted="user")
 
 
-@app.command()
-def grant(
-    name: UserName, role: Role, url: Url = DEFAULT_URL, token: Token = "", output: Output = "text"
-) -> None:
+@command(app)
+def grant(name: UserName, role: Role) -> Call:
     """Give a user a role (idempotent)."""
-
-    async def work(api: AdminClient) -> Any:
-        return await api.put(_users(name, "roles", role), None)
-
-    _show(run(url, token, work), output, "granted; now")
+    return put(_users(name, "roles", role), None, text=_said("granted; now"))
 
 
-@app.command()
-def revoke(
-    name: UserName, role: Role, url: Url = DEFAULT_URL, token: Token = "", output: Output = "text"
-) -> None:
+@command(app)
+def revoke(name: UserName, role: Role) -> Call:
     """Take a role away from a user (idempotent); it ends at their next request."""
-
-    async def work(api: AdminClient) -> Any:
-        return await api.delete(_users(name, "roles", role))
-
-    _show(run(url, token, work), output, "revoked; now")
+    return Call(lambda api: api.delete(_users(name, "roles", role)), _said("revoked; now"))
 
 
-@app.command()
-def delete(
-    name: UserName,
-    yes: Yes = False,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+@command(app)
+def delete(name: UserName, yes: Yes = False) -> Call:
     """Delete a user with their roles and API tokens (asks first unless --yes)."""
-    confirm(f"delete user {name} and their API tokens?", yes)
-
-    async def work(api: AdminClient) -> None:
-        await api.delete(_users(name))
-
-    run(url, token, work)
-    if output == "json":
-        emit_json({"deleted": name})
-    else:
-        typer.echo(f"deleted user {name}")
+    return removal(
+        _users(name),
+        ask=f"delete user {name} and their API tokens?",
+        yes=yes,
+        said=f"deleted user {name}",
+        record={"deleted": name},
+    )
 
 
-@app.command()
-def password(
-    name: UserName,
-    password_stdin: PasswordStdin = False,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+@command(app)
+def password(name: UserName, password_stdin: PasswordStdin = False) -> Call:
     """Set a user's password."""
     body = {"password": _password(password_stdin)}
-
-    async def work(api: AdminClient) -> None:
-        await api.put(_users(name, "password"), body)
-
-    run(url, token, work)
-    if output == "json":
-        emit_json({"user": name, "password": "set"})
-    else:
-        typer.echo(f"set the password of {name}")
+    return Call(
+        lambda api: api.put(_users(name, "password"), body),
+        text=lambda _: f"set the password of {name}",
+        json=lambda _: {"user": name, "password": "set"},
+    )
 
 
 # ------------------------------------------------------------------ API tokens
 
 
-@tokens.command("create")
+@command(tokens, "create")
 def token_create(
-    name: UserName,
-    description: Annotated[str, typer.Option(help="Where it is used.")] = "",
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+    name: UserName, description: Annotated[str, typer.Option(help="Where it is used.")] = ""
+) -> Call:
     """Make an API token that acts as the user, with the user's roles (--token for the CLI).
 
     The token is printed this once: only its hash is kept."""
     body = {"user": name, "description": description}
-
-    async def work(api: AdminClient) -> Any:
-        return await api.post(path("v1", "tokens"), body)
-
-    created = run(url, token, work)
-    if output == "json":
-        emit_json(created)
-        return
-    typer.echo(f"created API token {created['id']} of {name}")
-    typer.echo(f"token (shown this once): {created['token']}")
+    return post(
+        path("v1", "tokens"), body, text=lambda t: shown_once(f"API token {t['id']} of {name}", t)
+    )
 
 
-@tokens.command("list")
+@command(tokens, "list")
 def token_list(
     name: Annotated[str | None, typer.Argument(help="Only this user's.")] = None,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+) -> Call:
     """List API tokens (never the tokens themselves)."""
-
-    async def work(api: AdminClient) -> Any:
-        return await api.get(path("v1", "tokens"), params={"user": name} if name else None)
-
-    found = run(url, token, work)
-    if output == "json":
-        emit_json(found)
-        return
-    rows = [
-        (t["id"], t["user"] or "(machine)", ", ".join(t["roles"]), t["description"]) for t in found
-    ]
-    table("API tokens", ("id", "user", "roles", "description"), rows)
-    typer.echo(f"{len(found)} token(s)")
+    return listing(
+        path("v1", "tokens"), API_TOKENS, params={"user": name} if name else None, counted="token"
+    )
 
 
-@tokens.command("revoke")
+@command(tokens, "revoke")
 def token_revoke(
     token_id: Annotated[str, typer.Argument(help="The token's id (12 hex digits, from list).")],
     yes: Yes = False,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    output: Output = "text",
-) -> None:
+) -> Call:
     """Revoke an API token (asks first unless --yes): its next request gets 401."""
-    confirm(f"revoke API token {token_id}?", yes)
-
-    async def work(api: AdminClient) -> None:
-        await api.delete(path("v1", "tokens", token_id))
-
-    run(url, token, work)
-    if output == "json":
-        emit_json({"revoked": token_id})
-    else:
-        typer.echo(f"revoked API token {token_id}")
+    return removal(
+        path("v1", "tokens", token_id),
+        ask=f"revoke API token {token_id}?",
+        yes=yes,
+        said=f"revoked API token {token_id}",
+        record={"revoked": token_id},
+    )

@@ -26,7 +26,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from cli import audit, cli
+from cli import audit, cli, local
 from cli import export as export_cli
 from control_plane.settings import ControlPlaneSettings
 from core.settings import SettingsBase
@@ -832,7 +832,7 @@ def test_migration_checks_run_the_check_per_topic_with_settings_from_the_values(
         seen.append(settings)
         raise _StopAtPlan
 
-    clean_env.setattr(export_cli, "spark_session", session)
+    clean_env.setattr(local, "spark_session", session)
     pod_args = [str(file) if a == str(config_path) else a for a in args[1:]]
     result = CliRunner().invoke(cli, pod_args)
     assert isinstance(result.exception, _StopAtPlan), f"{result.exit_code}: {result.output}"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 
-from cli import common
+from cli import kit
 from core.errors import NotFound
 from tests.support.cli import declined, one_line_error
 from tests.support.cli import httpbus as run
@@ -84,7 +84,7 @@ def test_dlq_list_unsideline_and_purge(fake: tuple[str, Any]) -> None:
 def test_dlq_purge_asks_on_a_terminal(
     fake: tuple[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(common, "stdin_is_terminal", lambda: True)
+    monkeypatch.setattr(kit, "stdin_is_terminal", lambda: True)
     url, state = fake
     state.dlq = [dlq_message(i) for i in range(3)]
     refused = run(url, "dlq", "purge", "shop", "s1", "--all", input="n\n")

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cli import common
+from cli import kit
 from tests.support.cli import (
     TOKEN,
     answered,
@@ -36,7 +36,7 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture
 def terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     """As if a person ran the command: stdin is a terminal, so deletes ask."""
-    monkeypatch.setattr(common, "stdin_is_terminal", lambda: True)
+    monkeypatch.setattr(kit, "stdin_is_terminal", lambda: True)
 
 
 def _get(url: str, *parts: str) -> httpx.Response:

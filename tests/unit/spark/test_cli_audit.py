@@ -106,7 +106,7 @@ def test_durations_and_instants() -> None:
     import pytest
     import typer
 
-    from cli.audit import duration_ms, instant_ms
+    from cli.kit import duration_ms, instant_ms
 
     assert [duration_ms(t) for t in ("90", "90s", "15m", "2h", "1d", "500ms")] == [
         90_000,

@@ -24,8 +24,8 @@ from cli.kit import (
     require_spark,
 )
 from cli.migration import print_migration, summary
-from control_plane.api.migration import view
 from control_plane.leaders.migration_check import compare, plan_with, store_with
+from control_plane.services.topic_migrations import view
 from control_plane.settings import ControlPlaneSettings
 from core.errors import HttpbusError, NotFound
 

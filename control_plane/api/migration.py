@@ -13,7 +13,8 @@ from pydantic import BaseModel, Field
 from control_plane.api.auth import OWNER, VIEWER
 from control_plane.api.deps import MigrationsDep, ProjectName, TopicName
 from control_plane.api.schemas import MigrationStart
-from core.migration import Migration, MigrationState, MigrationWindow
+from control_plane.services.topic_migrations import view, window_view
+from core.migration import MigrationState
 from reports.migration_windows import MigrationWindows
 
 router = APIRouter(prefix="/v1/projects/{project}/topics/{topic}/migration", tags=["migration"])
@@ -81,17 +82,6 @@ class MigrationView(BaseModel):
     finished_at: datetime | None
     clean_streak: int = Field(description="closed clean windows in a row at the end")
     windows: list[WindowView] = Field(description="oldest first, the newest 200 at most")
-
-
-def window_view(window: MigrationWindow) -> dict[str, Any]:
-    """The API's view of one window (``WindowView``): its fields and its verdict."""
-    return {**window.model_dump(), "clean": window.clean}
-
-
-def view(migration: Migration) -> dict[str, Any]:
-    """The API's view of ``migration`` (also what the CLI prints)."""
-    windows = [window_view(w) for w in migration.windows]
-    return {**migration.model_dump(), "windows": windows, "clean_streak": migration.streak}
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=MigrationView, **OWNER)

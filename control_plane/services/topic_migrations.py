@@ -13,6 +13,7 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from typing import Any
 
 from control_plane.services.admin import drop_storage
 from control_plane.services.cutovers import Cutovers, recorded
@@ -24,7 +25,7 @@ from core.errors import (
     ValidationFailed,
     VersionConflict,
 )
-from core.migration import Migration, MigrationState
+from core.migration import Migration, MigrationState, MigrationWindow
 from core.model import Backend, Segment, Topic, utcnow, window_seconds
 from metastore.migrations import MigrationRecords
 from segments.config import ClusterConfig, is_read_only
@@ -179,3 +180,14 @@ class Migrations:
                     await drop_storage(store, shadow.storage_topic)
                 return ended
         raise VersionConflict(f"migration of {project}/{topic} keeps changing; try again")
+
+
+def window_view(window: MigrationWindow) -> dict[str, Any]:
+    """The API's view of one window (``WindowView``): its fields and its verdict."""
+    return {**window.model_dump(), "clean": window.clean}
+
+
+def view(migration: Migration) -> dict[str, Any]:
+    """The API's view of ``migration`` (also what the CLI prints)."""
+    windows = [window_view(w) for w in migration.windows]
+    return {**migration.model_dump(), "windows": windows, "clean_streak": migration.streak}

@@ -89,6 +89,7 @@ ROWS: tuple[Row, ...] = (
     Row("cli", ONLY, "delivery_workers.settings", "its deployment file"),
     Row("cli", ONLY, "control_plane.services.export_plan", "httpbus export plans locally"),
     Row("cli", ONLY, "control_plane.leaders.migration_check", "the migration check runs locally"),
+    Row("cli", ONLY, "control_plane.services.topic_migrations", "and shows what the API shows"),
     Row("cli", ONLY, "spark", "the Spark commands (audit, export) run the jobs in the process"),
     Row("cli", ONLY, "reports", "httpbus db and audit open the report store"),
 )

@@ -34,8 +34,8 @@ from segments.protocol import SegmentStore
 from segments.registry import open_stores
 
 from .fast_sender import make_sender
-from .runner import RunnerStats
 from .settings import WorkerSettings
+from .stats import RunnerStats
 from .worker import COUNTERS, Worker
 
 CIRCUIT_STATES = ("closed", "open", "half_open")

@@ -64,15 +64,16 @@ from segments.protocol import SegmentStore
 from segments.subscription.layout import drop_layout
 
 from .bodies import BodyCache
-from .commit import CommitPolicy
 from .disabling import Disabling, lifecycle_event
 from .latency import LatencyHistogram
 from .notify import BACKOFF_S, Notifier
 from .poison import RunnerCrashes
-from .runner import RunnerStats, SubscriptionRunner
+from .runner import SubscriptionRunner
 from .sender import EndpointSender
 from .shared_reads import SharedSegmentReader
+from .stats import RunnerStats
 from .status import StatusPublisher
+from .tracking import CommitPolicy
 
 log = logging.getLogger(__name__)
 

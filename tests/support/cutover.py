@@ -291,9 +291,9 @@ class Worker:
         return self.url
 
     async def start(self, sub: Subscription) -> None:
-        from delivery_workers.commit import CommitPolicy
         from delivery_workers.fast_sender import FastSender
         from delivery_workers.runner import SubscriptionRunner
+        from delivery_workers.tracking import CommitPolicy
 
         self.sender = FastSender()
         await self.sender.start()

@@ -27,7 +27,7 @@ from typing import Literal
 import pytest
 
 import delivery_workers.attempt
-import delivery_workers.reading
+import delivery_workers.intake
 from core.envelope import MESSAGE_ID, Envelope
 from core.model import RetryPolicy, Subscription
 from core.result import DeliveryResult
@@ -102,7 +102,7 @@ async def poison_scenario(
     for one in plan(grouped):
         await world.store.produce(world.storage, one)
     if crash == "runner":
-        monkeypatch.setattr(delivery_workers.reading, "Envelope", PoisonEnvelope)
+        monkeypatch.setattr(delivery_workers.intake, "Envelope", PoisonEnvelope)
     if crash == "attempt":
         monkeypatch.setattr(delivery_workers.attempt, "Delivery", poison_delivery)
     sender = RaisesOnPoison() if crash == "sender" else FastSender()

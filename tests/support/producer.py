@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 
 from core.model import CircuitBreakerPolicy, Project, Topic
-from delivery_workers.commit import CommitPolicy
 from delivery_workers.fast_sender import FastSender
 from delivery_workers.runner import SubscriptionRunner
+from delivery_workers.tracking import CommitPolicy
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
 from producer_api.app import create_app

@@ -40,9 +40,9 @@ from core.model import (
     Subscription,
     Topic,
 )
-from delivery_workers.commit import CommitPolicy
 from delivery_workers.fast_sender import FastSender
 from delivery_workers.runner import SubscriptionRunner
+from delivery_workers.tracking import CommitPolicy
 from metastore.catalog import Catalog
 from metastore.config import EmbeddedMetaStoreConfig, ZooKeeperConfig, open_metastore
 from metastore.protocol import MetaStore

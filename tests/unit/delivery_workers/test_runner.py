@@ -11,9 +11,9 @@ from core.model import (
     RetryPolicy,
     SegmentState,
 )
-from delivery_workers.commit import CommitPolicy
 from delivery_workers.fast_sender import FastSender
 from delivery_workers.runner import DRAIN_S, SubscriptionRunner
+from delivery_workers.tracking import CommitPolicy
 from segments.protocol import SegmentStore
 from segments.reader import SegmentReader, commit_group
 from segments.subscription import dlq

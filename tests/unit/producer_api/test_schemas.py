@@ -12,9 +12,9 @@ import pytest
 
 from control_plane.api.topic_schemas import add_version
 from core.model import CircuitBreakerPolicy
-from delivery_workers.commit import CommitPolicy
 from delivery_workers.fast_sender import FastSender
 from delivery_workers.runner import SubscriptionRunner
+from delivery_workers.tracking import CommitPolicy
 from segments.reader import SegmentReader
 from tests.support.hook import serve_hook
 from tests.support.producer import PROJECT, ProducerEnv, produce_url, producer_env

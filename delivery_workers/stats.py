@@ -1,0 +1,33 @@
+"""The figures of one subscription's delivery on this worker: what :mod:`.status` reports and
+``/metrics`` shows; every part of a runner counts its own in them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .latency import LatencyHistogram
+
+
+@dataclass
+class RunnerStats:
+    delivered: int = 0
+    filtered: int = 0
+    filter_errors: int = 0
+    attempts: int = 0
+    failed_attempts: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    delayed: int = 0
+    in_flight: int = 0
+    held: int = 0
+    blocked_groups: int = 0
+    segment: int = 0
+    circuit_state: str | None = None  # closed | open | half_open; None: no breaker
+    circuit_rate: float | None = None  # attempts a second the circuit allows now
+    lag: int | None = None  # messages of the consume segment not committed (every LAG_S)
+    oldest_unacked_ms: int | None = None  # storage time of the oldest read, not terminal
+    disabled: bool = False  # its endpoint failed too long (.disabling); no runner runs
+    failing_s: float | None = None  # how long its endpoint has failed every attempt
+    disablings: int = 0  # the times this worker disabled it
+    # Accepted -> 2xx; the worker hands each runner its subscription's (kept over restarts).
+    latency: LatencyHistogram = field(default_factory=LatencyHistogram)

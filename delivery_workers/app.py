@@ -33,7 +33,7 @@ from segments.audit import open_audit
 from segments.protocol import SegmentStore
 from segments.registry import open_stores
 
-from .fast_sender import make_sender
+from .http_sender import make_sender
 from .settings import WorkerSettings
 from .stats import RunnerStats
 from .worker import COUNTERS, Worker

@@ -31,7 +31,7 @@ import delivery_workers.intake
 from core.envelope import MESSAGE_ID, Envelope
 from core.model import RetryPolicy, Subscription
 from core.result import DeliveryResult
-from delivery_workers.fast_sender import FastSender
+from delivery_workers.http_sender import HttpSender
 from delivery_workers.sender import Delivery
 from delivery_workers.worker import Worker
 from metastore import paths
@@ -47,7 +47,7 @@ BEHIND = 50
 Crash = Literal["sender", "runner", "attempt"]
 
 
-class RaisesOnPoison(FastSender):
+class RaisesOnPoison(HttpSender):
     """The production sender, except that it raises on the poison message."""
 
     async def send(self, delivery: Delivery) -> DeliveryResult:
@@ -105,7 +105,7 @@ async def poison_scenario(
         monkeypatch.setattr(delivery_workers.intake, "Envelope", PoisonEnvelope)
     if crash == "attempt":
         monkeypatch.setattr(delivery_workers.attempt, "Delivery", poison_delivery)
-    sender = RaisesOnPoison() if crash == "sender" else FastSender()
+    sender = RaisesOnPoison() if crash == "sender" else HttpSender()
     options = {"commit_every_s": 0.1, "lock_retry_s": 0.1, "error_retry_s": 0.1}
     async with sender, Worker(world.meta, world.stores, sender, "w1", **options):  # type: ignore[arg-type]
         await world.meta.create(paths.assignment("w1"), json.dumps(["p/s"]).encode())

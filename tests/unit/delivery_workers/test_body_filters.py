@@ -12,7 +12,7 @@ from pathlib import Path
 from core.audit import AuditType
 from core.model import Endpoint
 from delivery_workers.bodies import BodyCache
-from delivery_workers.fast_sender import FastSender
+from delivery_workers.http_sender import HttpSender
 from delivery_workers.runner import SubscriptionRunner
 from delivery_workers.shared_reads import SharedSegmentReader
 from delivery_workers.tracking import CommitPolicy
@@ -45,7 +45,7 @@ async def test_body_filters_deliver_filter_and_name_the_reason(tmp_path: Path) -
             endpoint=Endpoint(url=world.hook.url_for("vip")),
         )
         reader = SharedSegmentReader(world.catalog, world.stores)
-        bodies, audit, sender = BodyCache(), MemoryAudit({AuditType.FILTERED}), FastSender()
+        bodies, audit, sender = BodyCache(), MemoryAudit({AuditType.FILTERED}), HttpSender()
         await sender.start()
         policy = CommitPolicy(every_n=10, every_s=0.1)
         runners = [

@@ -17,7 +17,7 @@ from core.model import (
     utcnow,
 )
 from core.retry import level_for
-from delivery_workers.fast_sender import FastSender
+from delivery_workers.http_sender import HttpSender
 from delivery_workers.runner import SubscriptionRunner
 from segments.protocol import Record
 from segments.reader import commit_group
@@ -199,7 +199,7 @@ async def test_retried_dead_lettered_and_unsidelined_are_audited(world: World) -
     sub = await _subscribe(world, retry=FAST)
     mid = await _produce(world, "a", 0)
     recorder = MemoryAudit()
-    sender = FastSender()
+    sender = HttpSender()
     async with sender:
         runner = SubscriptionRunner(sub, world.reader, sender, audit=recorder)  # type: ignore[arg-type]
         task = asyncio.create_task(runner.run())

@@ -20,7 +20,7 @@ from .items import Item, Kind
 
 class SubscriptionAudit:
     """Emits the events of ``sub`` to ``sink`` (None: no audit trail, every call is free).
-    ``segment`` is the consume segment being read, set by the reading."""
+    ``segment`` is the consume segment being read, set by the intake."""
 
     def __init__(self, sink: AuditSink | None, sub: Subscription) -> None:
         self.sink = sink

@@ -21,7 +21,7 @@ class Committable(Protocol):
 
 class Committer:
     """Commits a subscription's sources when :class:`CommitPolicy` says it is due: the
-    consume segment's (``main``, set by the reading) and the retry path's.
+    consume segment's (``main``, set by the intake) and the retry path's.
 
     A commit runs on even if its caller is cancelled, and a stopping runner waits for it
     (:meth:`drain`): a commit that reached the storage after the next owner had started would

@@ -1,6 +1,6 @@
 """Dispatch: which queued message is attempted next, and when.
 
-Messages wait in the subscription's :class:`~.groups.GroupScheduler`: one in flight per
+Messages wait in the subscription's :class:`~.scheduler.GroupScheduler`: one in flight per
 group, in order, across groups in parallel, up to ``max_in_flight``; :meth:`Dispatch.offer`
 waits while it is full (the readers' back-pressure). :meth:`Dispatch.run` starts an attempt
 for each message the scheduler lets go, at most ``rate_limit_per_second``, and none while the

@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from core.envelope import DELIVER_AT, PRODUCED_AT, header, millis
 from core.model import Subscription
 from core.retry import level_for
@@ -26,16 +28,14 @@ from .items import Held, Item, Kind, now_ms
 from .retry_path import RetryPath
 
 
+@dataclass(eq=False)
 class Admission:
-    """See the module doc."""
+    """See the module doc. It asks the group state; only the retry path changes it."""
 
-    def __init__(
-        self, sub: Subscription, groups: GroupStates[Held], path: RetryPath, dispatch: Dispatch
-    ) -> None:
-        self.sub = sub
-        self.groups = groups  # asked only: the retry path changes them
-        self.path = path
-        self.dispatch = dispatch
+    sub: Subscription
+    groups: GroupStates[Held]
+    path: RetryPath
+    dispatch: Dispatch
 
     async def admit(self, item: Item) -> None:
         """Route a fresh or replayed message: behind its blocked group, into the DLQ behind

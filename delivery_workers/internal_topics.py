@@ -11,6 +11,7 @@ commit group (the shard's), from its committed position.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 
 from core.model import Subscription
 from core.shards import WHOLE, Shard
@@ -23,27 +24,19 @@ from .items import Source
 from .tracking import AuditBarrier, CommitPolicy
 
 
+@dataclass(eq=False)
 class InternalTopics:
     """See the module doc."""
 
-    def __init__(
-        self,
-        sub: Subscription,
-        meta: MetaStore,
-        stores: dict[str, SegmentStore],
-        layout: Layout,
-        policy: CommitPolicy,
-        shard: Shard = WHOLE,
-    ) -> None:
-        self.sub = sub
-        self.meta = meta
-        self.stores = stores
-        self.layout = layout
-        self.store = stores[layout.cluster]
-        self.policy = policy
-        self.shard = shard  # every shard reads the shared internal topics, keeps its own
-        self.sources: dict[str, Source] = {}
-        self.ready = asyncio.Event()  # set once the topics exist and their sources are open
+    sub: Subscription
+    meta: MetaStore
+    stores: dict[str, SegmentStore]
+    layout: Layout
+    policy: CommitPolicy
+    shard: Shard = WHOLE  # every shard reads the shared internal topics, keeps its own
+    sources: dict[str, Source] = field(init=False, default_factory=dict)
+    # Set once the topics exist and their sources are open.
+    ready: asyncio.Event = field(init=False, default_factory=asyncio.Event)
 
     @classmethod
     async def open(
@@ -67,6 +60,10 @@ class InternalTopics:
         if created:
             await topics._open_sources()
         return topics
+
+    @property
+    def store(self) -> SegmentStore:
+        return self.stores[self.layout.cluster]
 
     @property
     def created(self) -> bool:

@@ -25,7 +25,7 @@ the readers take up: the retry path never routes a message itself.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from core.audit import AuditType
@@ -85,27 +85,23 @@ class _FollowerDead:  # a held follower stored in the DLQ behind its head
 
 
 Acknowledged = _Done | _Held | _Dead | _FollowerDead
+_COUNTS = ("retried", "dead_lettered", "delayed", "held")
 
 
+@dataclass(eq=False)
 class RetryPath:
     """See the module doc; :meth:`run` carries out the stored hand-offs until cancelled."""
 
-    def __init__(
-        self,
-        sub: Subscription,
-        topics: InternalTopics,
-        groups: GroupStates[Held],
-        audit: SubscriptionAudit,
-        stats: RetryStats,
-    ) -> None:
-        self.sub = sub
-        self.topics = topics
-        self.groups = groups
-        self.audit = audit
-        self.stats = stats
-        self.handoff: HandOff[Acknowledged] = HandOff(topics)
-        self.returns: asyncio.Queue[Return] = asyncio.Queue()
-        self.counts = {"retried": 0, "dead_lettered": 0, "delayed": 0, "held": 0}
+    sub: Subscription
+    topics: InternalTopics
+    groups: GroupStates[Held]
+    audit: SubscriptionAudit
+    stats: RetryStats
+    returns: asyncio.Queue[Return] = field(init=False, default_factory=asyncio.Queue)
+    counts: dict[str, int] = field(init=False, default_factory=lambda: dict.fromkeys(_COUNTS, 0))
+
+    def __post_init__(self) -> None:
+        self.handoff: HandOff[Acknowledged] = HandOff(self.topics)
 
     async def run(self) -> None:
         while True:

@@ -17,6 +17,8 @@ The readers start once the internal topics exist (:attr:`.internal_topics.Intern
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from core.audit import AuditType
 from core.envelope import GROUP_ID, header
 from core.model import Subscription
@@ -37,29 +39,20 @@ from .retry_path import RetryPath
 _READ_TIMEOUT_S = 1.0
 
 
+@dataclass(eq=False)
 class RetryReaders:
     """See the module doc: :meth:`rebuild`, then :meth:`start`; :meth:`aclose` stops them."""
 
-    def __init__(
-        self,
-        sub: Subscription,
-        topics: InternalTopics,
-        groups: GroupStates[Held],
-        path: RetryPath,
-        admission: Admission,
-        dispatch: Dispatch,
-        audit: SubscriptionAudit,
-    ) -> None:
-        self.sub = sub
-        self.topics = topics
-        self.groups = groups
-        self.path = path
-        self.admission = admission
-        self.dispatch = dispatch
-        self.audit = audit
-        self._tasks = TaskSet()
-        self._dlq_end = 0
-        self._skip: set[tuple[str, int]] = set()  # stale level copies (see rebuild)
+    sub: Subscription
+    topics: InternalTopics
+    groups: GroupStates[Held]
+    path: RetryPath
+    admission: Admission
+    dispatch: Dispatch
+    audit: SubscriptionAudit
+    _tasks: TaskSet = field(init=False, default_factory=TaskSet)
+    _dlq_end: int = field(init=False, default=0)
+    _skip: set[tuple[str, int]] = field(init=False, default_factory=set)  # stale level copies
 
     def start(self) -> None:
         """Take up the retry path's returns, and start reading the topics (at once if they

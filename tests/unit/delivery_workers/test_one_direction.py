@@ -35,14 +35,8 @@ PRODUCT = ("delivery_workers", "segments", "core", "metastore", "circuit_breaker
 # Runs the work its caller hands it (a coroutine the caller made), as asyncio does: the
 # work is the caller's, so these frames count as asyncio's, not as a module of their own.
 TRANSPARENT = {"core.tasks"}
-ONCE_THEN_DLQ = RetryPolicy(
-    max_attempts=2,
-    backoff="fixed",
-    initial_delay_ms=300,
-    max_delay_ms=1_000,
-    jitter=0,
-    delay_levels_ms=(100, 250),
-)
+# A first failure waits 300 ms in the 250 ms level; the second is the last attempt.
+ONCE_THEN_DLQ = RetryPolicy(max_attempts=2, initial_delay_ms=300, delay_levels_ms=(100, 250))
 
 
 def _module(frame: FrameType) -> str | None:

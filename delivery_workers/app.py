@@ -32,8 +32,8 @@ from segments.protocol import SegmentStore
 
 from .http_sender import make_sender
 from .settings import WorkerSettings
-from .stats import RunnerStats
-from .worker import COUNTERS, Worker
+from .stats import COUNTERS, RunnerStats
+from .worker import Worker
 
 CIRCUIT_STATES = ("closed", "open", "half_open")
 _HELP = {

@@ -20,6 +20,7 @@ import asyncio
 import json
 import logging
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import AlreadyExists
@@ -29,19 +30,20 @@ from metastore.protocol import MetaStore
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class UnitLock:
     """See the module doc. ``orphans`` runs the releases of locks whose create landed after
     its caller was cancelled."""
 
-    def __init__(
-        self, metastore: MetaStore, member_id: str, path: str, orphans: TaskSet, retry_s: float
-    ) -> None:
-        self.metastore = metastore
-        self.member_id = member_id
-        self.path = path
-        self.orphans = orphans
-        self.retry_s = retry_s
-        self.token = json.dumps({"member": member_id, "token": uuid.uuid4().hex}).encode()
+    metastore: MetaStore
+    member_id: str
+    path: str
+    orphans: TaskSet
+    retry_s: float
+    token: bytes = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.token = json.dumps({"member": self.member_id, "token": uuid.uuid4().hex}).encode()
 
     async def acquire(self) -> None:
         waited = False

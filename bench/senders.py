@@ -1,5 +1,5 @@
 """The HTTP senders httpbus does not run, kept as comparisons for
-:class:`delivery_workers.fast_sender.FastSender` (the one production sender): an httpx sender
+:class:`delivery_workers.http_sender.HttpSender` (the one production sender): an httpx sender
 (HTTP/2 where an HTTPS endpoint offers it) and an aiohttp sender (which sends what aiohttp
 cannot write byte for byte through the httpx one). Both implement
 :class:`delivery_workers.sender.EndpointSender`, send the same request
@@ -10,7 +10,7 @@ Run it to compare their throughput on loopback (figures only, no assertion)::
 
     .venv/bin/python bench/senders.py --deliveries 20000 --in-flight 100
 
-``--http2`` compares instead FastSender's two protocols over TLS to one endpoint (a process of
+``--http2`` compares instead HttpSender's two protocols over TLS to one endpoint (a process of
 its own, offering h2 and http/1.1): HTTP/1.1 keep-alive against negotiated HTTP/2, with the
 same in-flight limit, printing deliveries/s, the sender's CPU per delivery and the
 connections it opened::
@@ -18,7 +18,7 @@ connections it opened::
     .venv/bin/python bench/senders.py --http2 --deliveries 10000 --in-flight 100
 
 httpx spends most of a small request in its connection pool (httpcore); aiohttp does the same
-work for a fraction of the CPU; FastSender does only what a delivery needs (see its module).
+work for a fraction of the CPU; HttpSender does only what a delivery needs (see its module).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from yarl import URL
 from core.lifecycle import AsyncResource
 from core.model import Endpoint, Subscription
 from core.result import DeliveryResult, ErrorKind, timeout_error
-from delivery_workers.fast_sender import FastSender
+from delivery_workers.http_sender import HttpSender
 from delivery_workers.sender import (
     MAX_RESPONSE_BYTES,
     Delivery,
@@ -378,7 +378,7 @@ def _tls_endpoint(cert: str, key: str, ports: Any, stop: Any) -> None:
 
 
 async def _timed(
-    sender: FastSender, delivery: Delivery, total: int, in_flight: int
+    sender: HttpSender, delivery: Delivery, total: int, in_flight: int
 ) -> tuple[float, float, int]:
     """(deliveries/s, sender CPU µs per delivery, connections opened) of one run."""
     async with sender:
@@ -400,7 +400,7 @@ async def _timed(
 
 
 def compare_http2(args: argparse.Namespace) -> None:
-    """FastSender over TLS to one endpoint that offers h2 and http/1.1: HTTP/1.1 keep-alive
+    """HttpSender over TLS to one endpoint that offers h2 and http/1.1: HTTP/1.1 keep-alive
     (``http2`` off) against negotiated HTTP/2, with the same in-flight limit."""
     import multiprocessing
 
@@ -431,7 +431,7 @@ def compare_http2(args: argparse.Namespace) -> None:
             for label, http2 in (("HTTP/1.1 keep-alive", False), ("HTTP/2 (ALPN)", True)):
                 load = os.getloadavg()[0]
                 context = ssl.create_default_context(cafile=str(cert))
-                sender = FastSender(ssl_context=context, http2=http2)
+                sender = HttpSender(ssl_context=context, http2=http2)
                 rate, cpu_us, conns = uvloop.run(
                     _timed(sender, delivery, args.deliveries, args.in_flight)
                 )
@@ -453,7 +453,7 @@ def main() -> None:
     p.add_argument(
         "--http2",
         action="store_true",
-        help="instead: FastSender over TLS, HTTP/1.1 keep-alive against negotiated HTTP/2",
+        help="instead: HttpSender over TLS, HTTP/1.1 keep-alive against negotiated HTTP/2",
     )
     args = p.parse_args()
     if args.http2:
@@ -471,7 +471,7 @@ def main() -> None:
     message = Stored(partition=0, position=0, timestamp_ms=0, value=b"x" * 256)
     delivery = Delivery(sub, "bench/t", message)
     makers: dict[str, Callable[[], EndpointSender]] = {
-        "fast (production)": FastSender,
+        "fast (production)": HttpSender,
         "aiohttp": AiohttpSender,
         "httpx": HttpxSender,
     }

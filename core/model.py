@@ -119,7 +119,7 @@ class Segment(Model):
     sealing: bool = Field(
         default=False,
         description="an external segment a cutover is sealing: its ends are being recorded, so "
-        "readers hold what they read until the seal shows them (delivery_workers.reading)",
+        "readers hold what they read until the seal shows them (delivery_workers.intake)",
     )
 
     def start_of(self, partition: int) -> int:

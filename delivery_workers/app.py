@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -24,19 +22,18 @@ from starlette.routing import Route
 
 from core import metrics_group, telemetry
 from core.errors import HttpbusError
+from core.membership import member_data
 from core.metrics_group import LOCAL
 from core.prefork import Slot
 from core.version import VERSION
-from metastore.config import open_metastore
 from metastore.protocol import MetaStore
-from segments.audit import open_audit
+from segments.backends import open_backends
 from segments.protocol import SegmentStore
-from segments.registry import open_stores
 
-from .fast_sender import make_sender
-from .runner import RunnerStats
+from .http_sender import make_sender
 from .settings import WorkerSettings
-from .worker import COUNTERS, Worker
+from .stats import COUNTERS, RunnerStats
+from .worker import Worker
 
 CIRCUIT_STATES = ("closed", "open", "half_open")
 _HELP = {
@@ -187,11 +184,9 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            meta = metastore
-            if meta is None:
-                meta = await stack.enter_async_context(open_metastore(settings.metastore))
-            opened = await open_stores(stack, settings.clusters, stores)
-            audit = await open_audit(stack, opened, settings.audit)
+            meta, opened, audit = await open_backends(
+                stack, settings, metastore=metastore, stores=stores
+            )
             sender = make_sender(settings)
             await stack.enter_async_context(sender)
             worker = Worker(
@@ -200,7 +195,7 @@ def create_app(
                 sender,
                 settings.member_id,
                 audit=audit,
-                member_data=_member_data(settings),
+                member_data=member_data(settings.host, settings.port),
                 commit_every_n=settings.commit_every_n,
                 commit_every_s=settings.commit_every_s,
                 lock_retry_s=settings.lock_retry_s,
@@ -224,18 +219,6 @@ def create_app(
     )
     app.state.slot = slot
     return app
-
-
-def _member_data(settings: WorkerSettings) -> bytes:
-    return json.dumps(
-        {
-            "host": settings.host,
-            "port": settings.port,
-            "pid": os.getpid(),
-            "version": VERSION,
-            "started_ms": int(time.time() * 1000),
-        }
-    ).encode()
 
 
 async def _healthz(request: Request) -> Response:

@@ -1,12 +1,14 @@
-"""An attempt: push one message through the :class:`~.sender.EndpointSender`, then carry out
-the verdict of :func:`core.retry.decide` on it.
+"""An attempt: push one message through the :class:`~.sender.EndpointSender` until
+:func:`core.retry.decide` gives a verdict that takes it out of memory, and return that
+verdict, as a value (:class:`Finished`), to the dispatch, which carries it out:
 
-- delivered: the message is terminal (:meth:`.routing.Routing.delivered`);
-- retried in place (a wait shorter than every delay level): the message keeps its slot, its
-  group waits behind it, and it is attempted again after the wait;
+- delivered: the message is terminal;
 - to a delay level: the message and its group's queued messages leave the scheduler for the
-  level and the hold topic (:meth:`.routing.Routing.to_level`);
-- dead letter: the same, to the DLQ (:meth:`.routing.Routing.dead_letter`).
+  level and the hold topic;
+- dead letter: the same, to the DLQ.
+
+A verdict to retry in place (a wait shorter than every delay level) is the attempt's own:
+the message keeps its slot, its group waits behind it, and it is sent again after the wait.
 
 Each attempt waits for the circuit's permit first: an attempt the open circuit refuses is
 never sent, so never counted.
@@ -18,6 +20,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from core import telemetry
@@ -25,15 +28,15 @@ from core.audit import AuditType
 from core.envelope import PRODUCED_AT, header
 from core.model import Subscription
 from core.result import DeliveryResult
-from core.retry import DELIVERED, DeadLetter, RetryInPlace, ToLevel, decide
+from core.retry import DELIVERED, DeadLetter, Delivered, RetryInPlace, ToLevel, decide
 
 from .audit import SubscriptionAudit
-from .dispatch import Dispatch
 from .items import Item, sleep_until
 from .latency import LatencyHistogram
-from .poison import crash_names, poisoned_result
-from .routing import Routing
+from .poison import poisoned_result
+from .progress import Progress
 from .sender import Delivery, EndpointSender
+from .throttle import Throttle
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,20 @@ class HealthRecorder(Protocol):
     def record(self, result: DeliveryResult) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """An attempt's last word on ``item``: its ``verdict`` (never to retry in place), the
+    ``result`` and the number of the ``attempt`` it came from."""
+
+    item: Item
+    verdict: Delivered | ToLevel | DeadLetter
+    result: DeliveryResult
+    attempt: int
+
+
+POISONED = DeadLetter(exhausted=False)
+
+
 class AttemptParts:
     """What every kind of attempt of one subscription works with: the single attempts here,
     the batch attempts of :mod:`.batch_attempt`."""
@@ -62,8 +79,8 @@ class AttemptParts:
         self,
         sub: Subscription,
         sender: EndpointSender,
-        dispatch: Dispatch,
-        routing: Routing,
+        throttle: Throttle,
+        progress: Progress,
         stats: AttemptStats,
         audit: SubscriptionAudit,
         poisoned: Mapping[str, str] | None = None,
@@ -74,8 +91,8 @@ class AttemptParts:
         self.poisoned = poisoned or {}
         self.topic = f"{sub.topic_project}/{sub.topic}"
         self.sender = sender
-        self.dispatch = dispatch
-        self.routing = routing
+        self.throttle = throttle  # the circuit breaker
+        self.progress = progress  # counts the requests on the wire
         self.stats = stats
         self.audit = audit
 
@@ -83,26 +100,14 @@ class AttemptParts:
 class Attempts(AttemptParts):
     """Carries out the attempts of one subscription's messages (see the module doc)."""
 
-    async def run(self, item: Item) -> None:
-        """Attempt ``item`` until its verdict takes it out of memory; a failure of the worker
-        on the way is the :class:`~.poison.MessageCrashed` of the message."""
-        with crash_names(item.origin):
-            why = self.poisoned.get(item.origin)
-            if why is None:
-                await self._attempt(item)
-            else:
-                self._dead_letter_poisoned(item, why)
-
-    def _dead_letter_poisoned(self, item: Item, why: str) -> None:
-        """Never sent: to the DLQ as a delivery that failed for good, its group after it."""
-        self.stats.dead_lettered += 1
-        drained = self.dispatch.stop_group(item)
-        self.routing.dead_letter(item, poisoned_result(why), item.meta.attempts, drained)
-        self.dispatch.wake()
-
-    async def _attempt(self, item: Item) -> None:
+    async def run(self, item: Item) -> Finished:
+        """Attempt ``item`` until its verdict takes it out of memory, and return it."""
+        why = self.poisoned.get(item.origin)
+        if why is not None:  # never sent: a delivery that failed for good, its group after it
+            self.stats.dead_lettered += 1
+            return Finished(item, POISONED, poisoned_result(why), item.meta.attempts)
         sub, policy, stats = self.sub, self.sub.retry, self.stats
-        throttle, audit = self.dispatch.throttle, self.audit
+        throttle, audit = self.throttle, self.audit
         stats.in_flight += 1
         try:
             await sleep_until(item.not_before_ms)
@@ -129,25 +134,19 @@ class Attempts(AttemptParts):
                 stats.failed_attempts += 1
                 if isinstance(verdict, DeadLetter):
                     stats.dead_lettered += 1
-                    drained = self.dispatch.stop_group(item)
-                    self.routing.dead_letter(item, result, attempt, drained)
-                    return
+                    return Finished(item, verdict, result, attempt)
                 if isinstance(verdict, ToLevel):
                     stats.retried += 1
-                    drained = self.dispatch.stop_group(item)
-                    self.routing.to_level(item, result, attempt, verdict, drained)
-                    return
+                    return Finished(item, verdict, result, attempt)
                 assert isinstance(verdict, RetryInPlace)
                 await asyncio.sleep(verdict.wait_ms / 1000)  # shorter than every level
                 attempt += 1
         finally:
             stats.in_flight -= 1
-            self.dispatch.wake()
         stats.delivered += 1
         stats.latency.observe(time.time() - accepted_s(item))
         audit.item(AuditType.DELIVERED, item, attempt=attempt, status=result.status)
-        self.dispatch.done(item)
-        self.routing.delivered(item)
+        return Finished(item, DELIVERED, result, attempt)
 
     async def _send(self, delivery: Delivery) -> DeliveryResult:
         """One attempt through the sender. A sender that raises (a bug, or a message nothing
@@ -157,7 +156,7 @@ class Attempts(AttemptParts):
         started = time.perf_counter()
         started_ns = time.time_ns() if telemetry.enabled else 0  # spans only
         try:
-            with self.dispatch.on_the_wire():
+            with self.progress.on_the_wire():
                 result = await self.sender.send(delivery)
         except Exception as exc:
             log.exception("delivery of %s failed in the worker", delivery.message_id)

@@ -12,6 +12,7 @@ import time
 from core.audit import AuditEvent, AuditType
 from core.envelope import Envelope
 from core.model import Segment, Subscription
+from core.shards import WHOLE, Shard
 from segments.audit import AuditSink
 from segments.protocol import Stored
 
@@ -20,7 +21,7 @@ from .items import Item, Kind
 
 class SubscriptionAudit:
     """Emits the events of ``sub`` to ``sink`` (None: no audit trail, every call is free).
-    ``segment`` is the consume segment being read, set by the reading."""
+    ``segment`` is the consume segment being read, set by the intake."""
 
     def __init__(self, sink: AuditSink | None, sub: Subscription) -> None:
         self.sink = sink
@@ -56,3 +57,19 @@ class SubscriptionAudit:
     def item(self, kind: AuditType, item: Item, **extra: object) -> None:
         """An event of an item on its way (a fresh one names its consume segment)."""
         self.message(kind, item.msg, self.segment if item.kind is Kind.FRESH else None, **extra)
+
+
+def pause_event(sub: Subscription, index: int | None) -> AuditEvent:
+    """The subscription (its shard ``index``) is paused, or running again after a pause."""
+    # An assignment that does not match the subscription's shards names no shard: the
+    # event then covers the whole subscription (lenient: never a false loss).
+    shard = Shard(index, sub.shards) if index is not None and index < sub.shards else WHOLE
+    return AuditEvent(
+        type=AuditType.PAUSED if sub.paused else AuditType.RESUMED,
+        message_id="",
+        project=sub.topic_project,
+        topic=sub.topic,
+        subscription=f"{sub.project}/{sub.name}",
+        at_ms=int(time.time() * 1000),
+        shard=shard.label,
+    )

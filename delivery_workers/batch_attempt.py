@@ -1,12 +1,13 @@
 """A batch attempt: push the messages :meth:`.dispatch.Dispatch.run_batches` gathered in one
-request (:class:`~.sender.BatchDelivery`), then carry out :func:`core.retry.decide`'s verdict
-on each of them, as :mod:`.attempt` does for one message.
+request (:class:`~.sender.BatchDelivery`), and return :func:`core.retry.decide`'s verdict on
+each of them to the dispatch as it comes (:class:`~.attempt.Finished`), as :mod:`.attempt`
+does for one message.
 
 The batch is one attempt: the circuit's permit is taken once, the breaker and the endpoint's
 health are told its one result, and the endpoint's answer applies to every message of it,
 unless a 2xx answer names failed messages (``{"failed": ["id", …]}``, docs/receiving.md):
 
-- a 2xx: every message is delivered (:meth:`.routing.Routing.delivered`), but those the
+- a 2xx: every message is delivered, but those the
   answer names failed: each of these gets the verdict of a failed attempt of its own
   (:meth:`core.result.DeliveryResult.reported_failed`, always retryable), so only they are
   sent again, by their own attempt counts, and end in the DLQ when those are spent. The
@@ -25,12 +26,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 
 from core.audit import AuditType
 from core.result import DeliveryResult
-from core.retry import DELIVERED, DeadLetter, RetryInPlace, ToLevel, decide
+from core.retry import DELIVERED, DeadLetter, RetryInPlace, ToLevel, Verdict, decide
 
-from .attempt import AttemptParts, accepted_s
+from .attempt import POISONED, AttemptParts, Finished, accepted_s
 from .items import Item, sleep_until
 from .poison import crash_names, poisoned_result
 from .sender import BatchDelivery, batch_message_id
@@ -41,31 +43,27 @@ log = logging.getLogger(__name__)
 class BatchAttempts(AttemptParts):
     """Carries out the batch attempts of one subscription (see the module doc)."""
 
-    async def run(self, batch: list[Item]) -> None:
+    async def run(self, batch: list[Item]) -> AsyncIterator[Finished]:
         """Attempt ``batch`` until every message of it left memory (delivered, to a level,
-        to the DLQ)."""
+        to the DLQ); each message's verdict as it comes."""
         stats = self.stats
         stats.in_flight += len(batch)
         try:
-            await self._attempt(self._without_poisoned(batch))
+            kept = []
+            for item in batch:
+                why = self.poisoned.get(item.origin)
+                if why is None:
+                    kept.append(item)
+                    continue
+                self.stats.dead_lettered += 1
+                yield Finished(item, POISONED, poisoned_result(why), item.meta.attempts)
+            async for finished in self._attempt(kept):
+                yield finished
         finally:
             stats.in_flight -= len(batch)
-            self.dispatch.wake()
 
-    def _without_poisoned(self, batch: list[Item]) -> list[Item]:
-        kept = []
-        for item in batch:
-            why = self.poisoned.get(item.origin)
-            if why is None:
-                kept.append(item)
-                continue
-            self.stats.dead_lettered += 1
-            drained = self.dispatch.stop_group(item)
-            self.routing.dead_letter(item, poisoned_result(why), item.meta.attempts, drained)
-        return kept
-
-    async def _attempt(self, batch: list[Item]) -> None:
-        throttle, stats = self.dispatch.throttle, self.stats
+    async def _attempt(self, batch: list[Item]) -> AsyncIterator[Finished]:
+        throttle, stats = self.throttle, self.stats
         if not batch:
             return
         await sleep_until(max(item.not_before_ms for item in batch))
@@ -92,61 +90,47 @@ class BatchAttempts(AttemptParts):
                     latency_ms=latency_ms,
                     answer=result.answer,
                 )
-            batch, attempts, wait_ms = self._verdicts(batch, attempts, result)
+            again: list[Item] = []
+            again_attempts: list[int] = []
+            wait_ms = 0
+            outcomes = _per_message(self.topic, batch, result)
+            for item, attempt, outcome in zip(batch, attempts, outcomes, strict=True):
+                with crash_names(item.origin):  # a failure here is this message's (.poison)
+                    verdict = self._verdict(item, attempt, outcome)
+                if isinstance(verdict, RetryInPlace):
+                    again.append(item)
+                    again_attempts.append(attempt)
+                    wait_ms = max(wait_ms, verdict.wait_ms)
+                else:
+                    yield Finished(item, verdict, outcome, attempt)
+            batch, attempts = again, again_attempts
             if batch:
                 await asyncio.sleep(wait_ms / 1000)  # shorter than every level
                 attempts = [a + 1 for a in attempts]
                 sent += 1
 
-    def _verdicts(
-        self, batch: list[Item], attempts: list[int], result: DeliveryResult
-    ) -> tuple[list[Item], list[int], int]:
-        """Carry out each message's verdict; what stays to be sent again in place, and the
-        longest wait among them."""
-        again: list[Item] = []
-        again_attempts: list[int] = []
-        wait_ms = 0
-        outcomes = _per_message(self.topic, batch, result)
-        for item, attempt, outcome in zip(batch, attempts, outcomes, strict=True):
-            with crash_names(item.origin):  # a failure here is this message's (.poison)
-                wait = self._verdict(item, attempt, outcome)
-            if wait is not None:
-                again.append(item)
-                again_attempts.append(attempt)
-                wait_ms = max(wait_ms, wait)
-        return again, again_attempts, wait_ms
-
-    def _verdict(self, item: Item, attempt: int, result: DeliveryResult) -> int | None:
-        """Carry out one message's verdict; the wait if it is retried in place."""
+    def _verdict(self, item: Item, attempt: int, result: DeliveryResult) -> Verdict:
+        """One message's verdict, counted (and audited when delivered)."""
         policy, stats = self.sub.retry, self.stats
         verdict = decide(policy, result, attempt)
         if verdict is DELIVERED:
             stats.delivered += 1
             stats.latency.observe(time.time() - accepted_s(item))
             self.audit.item(AuditType.DELIVERED, item, attempt=attempt, status=result.status)
-            self.dispatch.done(item)
-            self.routing.delivered(item)
-            return None
+            return verdict
         stats.failed_attempts += 1
         if isinstance(verdict, DeadLetter):
             stats.dead_lettered += 1
-            drained = self.dispatch.stop_group(item)
-            self.routing.dead_letter(item, result, attempt, drained)
         elif isinstance(verdict, ToLevel):
             stats.retried += 1
-            drained = self.dispatch.stop_group(item)
-            self.routing.to_level(item, result, attempt, verdict, drained)
-        else:
-            assert isinstance(verdict, RetryInPlace)
-            return verdict.wait_ms
-        return None
+        return verdict
 
     async def _send(self, delivery: BatchDelivery) -> DeliveryResult:
         """One request; a sender that raises fails the batch as an unexpected error (retried
         by each message's policy), as :meth:`.attempt.Attempts._send` does."""
         started = time.perf_counter()
         try:
-            with self.dispatch.on_the_wire():
+            with self.progress.on_the_wire():
                 return await self.sender.send(delivery)
         except Exception as exc:
             log.exception("delivery of %s failed in the worker", delivery.message_id)

@@ -228,11 +228,14 @@ class Disabling:
         found.sub = sub
         return found
 
-    def enabled(self, key: str) -> None:
-        """The subscription of ``key`` was enabled again."""
+    def enabled(self, key: str, sub: Subscription) -> None:
+        """The subscription of ``key`` was enabled again: its streak starts over, and the
+        audit trail hears of it."""
         watch = self.watches.get(key)
         if watch is not None:
             watch.reset()
+        if self.audit is not None:
+            self.audit.emit(lifecycle_event(sub, AuditType.ENABLED, time.time()))
 
     def failing_for(self, key: str) -> float | None:
         """Seconds the endpoint of ``key`` has failed every attempt (None: it has not)."""

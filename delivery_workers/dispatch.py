@@ -1,32 +1,37 @@
 """Dispatch: which queued message is attempted next, and when.
 
-Messages wait in the subscription's :class:`~.groups.GroupScheduler`: one in flight per
+Messages wait in the subscription's :class:`~.scheduler.GroupScheduler`: one in flight per
 group, in order, across groups in parallel, up to ``max_in_flight``; :meth:`Dispatch.offer`
 waits while it is full (the readers' back-pressure). :meth:`Dispatch.run` starts an attempt
 for each message the scheduler lets go, at most ``rate_limit_per_second``, and none while the
 circuit is open (:class:`~.throttle.Throttle`). A subscription with ``batch`` set runs
 :meth:`Dispatch.run_batches` instead: it gathers what the scheduler lets go into batches (see
 there) and starts one attempt per batch.
+
+An attempt (:mod:`.attempt`, :mod:`.batch_attempt`) returns its verdict on each message as a
+value (:class:`~.attempt.Finished`); the dispatch alone carries it out: the message's slot is
+freed (delivered: the next of its group may go; to a level or the DLQ: its group's queued
+messages follow it), and the retry path (:mod:`.retry_path`) is told where it goes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Callable, Coroutine, Iterator
-from typing import Any
 
 from core.model import BatchPolicy, Subscription
+from core.retry import Delivered, ToLevel
 from core.shards import WHOLE, Shard
 from core.token_bucket import TokenBucket
 from segments.audit import AuditSink
 
-from .groups import GroupScheduler, Outcome
+from .attempt import Attempts, Finished
+from .batch_attempt import BatchAttempts
 from .items import Item
+from .poison import crash_names
+from .progress import Progress
+from .retry_path import RetryPath
+from .scheduler import Completion, GroupScheduler
 from .throttle import CircuitStats, Throttle
-
-Start = Callable[[Item], Coroutine[Any, Any, None]]
-StartBatch = Callable[[list[Item]], Coroutine[Any, Any, None]]
 
 
 class Dispatch:
@@ -37,6 +42,7 @@ class Dispatch:
         sub: Subscription,
         stats: CircuitStats,
         audit: AuditSink | None,
+        progress: Progress,
         in_flight_cap: int | None = None,
         shard: Shard = WHOLE,
     ) -> None:
@@ -50,54 +56,38 @@ class Dispatch:
         )
         self.throttle = Throttle.for_subscription(sub, stats, audit, shard)  # circuit breaker
         self._rate = TokenBucket(sub.rate_limit_per_second) if sub.rate_limit_per_second else None
-        self._changed = asyncio.Event()  # something became ready, terminal or free
+        self.progress = progress  # something became ready, terminal or free
         self.attempts: set[asyncio.Task[None]] = set()
-        self.sending = 0  # requests on the wire now (a stopping runner lets them end)
         self._failure: BaseException | None = None  # the first attempt that raised
         self._failed = asyncio.Event()
-
-    def wake(self) -> None:
-        self._changed.set()
-
-    @contextlib.contextmanager
-    def on_the_wire(self) -> Iterator[None]:
-        """Count a request from its send to its answer (:attr:`sending`)."""
-        self.sending += 1
-        try:
-            yield
-        finally:
-            self.sending -= 1
-            self._changed.set()
-
-    async def wait_change(self, timeout: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self._changed.wait()
-        self._changed.clear()
 
     async def offer(self, item: Item) -> None:
         """Queue ``item`` behind its group, waiting while the scheduler is full."""
         while not self.scheduler.offer(item.group, item):
-            await self.wait_change(1.0)
-        self._changed.set()
+            await self.progress.wait(1.0)
+        self.progress.wake()
 
-    async def run(self, start: Start) -> None:
-        """Start ``start(item)`` for every item let go, until cancelled."""
+    async def run(self, attempts: Attempts, path: RetryPath) -> None:
+        """Attempt every item let go, and carry out its verdict through ``path``, until
+        cancelled."""
         while True:
             await self.throttle.gate()  # the circuit is open: start no new delivery
             item = self.scheduler.next_ready()
             if item is None:
-                await self.wait_change(1.0)
+                await self.progress.wait(1.0)
                 continue
             if self._rate is not None:
                 while (wait := self._rate.take()) > 0:
                     await asyncio.sleep(wait)
-            task = asyncio.create_task(start(item))
+            task = asyncio.create_task(self._attempt(attempts, path, item))
             self.attempts.add(task)
             task.add_done_callback(self._finished)
 
-    async def run_batches(self, start: StartBatch, policy: BatchPolicy) -> None:
-        """Start ``start(batch)`` for every batch gathered, until cancelled.
+    async def run_batches(
+        self, batches: BatchAttempts, path: RetryPath, policy: BatchPolicy
+    ) -> None:
+        """Attempt every batch gathered, and carry out each message's verdict through
+        ``path``, until cancelled.
 
         A batch takes what the scheduler lets go, in its order, until it holds
         ``max_messages`` messages or ``max_bytes`` of payload (a message that would pass the
@@ -111,12 +101,12 @@ class Dispatch:
         while True:
             await self.throttle.gate()
             if len(self.attempts) >= self.max_requests:
-                await self.wait_change(1.0)
+                await self.progress.wait(1.0)
                 continue
             first = carried or self.scheduler.next_ready()
             carried = None
             if first is None:
-                await self.wait_change(1.0)
+                await self.progress.wait(1.0)
                 continue
             batch, size = [first], len(first.msg.value)
             deadline = loop.time() + policy.max_wait_ms / 1000
@@ -126,7 +116,7 @@ class Dispatch:
                     remaining = deadline - loop.time()
                     if remaining <= 0:
                         break
-                    await self.wait_change(remaining)
+                    await self.progress.wait(remaining)
                     continue
                 if size + len(item.msg.value) > policy.max_bytes:
                     carried = item
@@ -136,7 +126,7 @@ class Dispatch:
             if self._rate is not None:
                 while (wait := self._rate.take()) > 0:
                     await asyncio.sleep(wait)
-            task = asyncio.create_task(start(batch))
+            task = asyncio.create_task(self._attempt_batch(batches, path, batch))
             self.attempts.add(task)
             task.add_done_callback(self._finished)
 
@@ -154,17 +144,47 @@ class Dispatch:
         assert self._failure is not None
         raise self._failure
 
-    def done(self, item: Item) -> None:
-        """``item`` was delivered: the next of its group may go."""
-        self.scheduler.completed(item, Outcome.DONE)
+    async def _attempt(self, attempts: Attempts, path: RetryPath, item: Item) -> None:
+        """One message's attempt, then its verdict; a failure of the worker on the way is
+        the :class:`~.poison.MessageCrashed` of the message."""
+        try:
+            with crash_names(item.origin):
+                self._carry_out(await attempts.run(item), path)
+        finally:
+            self.progress.wake()
 
-    def stop_group(self, item: Item) -> list[Item]:
+    async def _attempt_batch(
+        self, batches: BatchAttempts, path: RetryPath, batch: list[Item]
+    ) -> None:
+        """One batch's attempt; each message's verdict is carried out as it comes."""
+        try:
+            async for finished in batches.run(batch):
+                with crash_names(finished.item.origin):  # a failure here is this message's
+                    self._carry_out(finished, path)
+        finally:
+            self.progress.wake()
+
+    def _carry_out(self, finished: Finished, path: RetryPath) -> None:
+        """Move the message on as its verdict says: delivered (the next of its group may
+        go), or to a level or the DLQ, its group's queued messages after it."""
+        item, verdict = finished.item, finished.verdict
+        if isinstance(verdict, Delivered):
+            self.scheduler.completed(item, Completion.DONE)
+            path.delivered(item)
+            return
+        drained = self._stop_group(item)
+        if isinstance(verdict, ToLevel):
+            path.to_level(item, finished.result, finished.attempt, verdict, drained)
+        else:
+            path.dead_letter(item, finished.result, finished.attempt, drained)
+
+    def _stop_group(self, item: Item) -> list[Item]:
         """``item`` leaves for a level or the DLQ: free its slot and return the items of its
         group queued behind it (in order), which must follow it."""
         if item.group is None:
-            self.scheduler.completed(item, Outcome.DONE)
+            self.scheduler.completed(item, Completion.DONE)
             return []
-        self.scheduler.completed(item, Outcome.BLOCKED)
+        self.scheduler.completed(item, Completion.BLOCKED)
         drained = self.scheduler.drain(item.group)
         self.scheduler.release(item.group)
         return drained

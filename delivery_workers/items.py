@@ -11,7 +11,7 @@ from enum import Enum
 from segments.protocol import SegmentStore, Stored
 from segments.subscription.retry_meta import RetryMeta
 
-from .commit import AuditBarrier, CommitPolicy, CommitTracker
+from .tracking import AuditBarrier, CommitPolicy, CommitTracker
 
 
 class Kind(Enum):

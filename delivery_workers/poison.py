@@ -2,9 +2,10 @@
 
 A message that makes the *sender* raise fails alone (:meth:`.attempt.Attempts._send`). Any
 other exception while the runner handles one message (decoding its envelope, filtering,
-routing, carrying out its verdict) is raised as :class:`MessageCrashed`, naming the message by
-its origin (``segment:partition:position``). The runner stops, and the worker starts it again
-from the committed positions, so one bad moment costs a restart, not a message.
+admitting it, carrying out its verdict) is raised as :class:`MessageCrashed`, naming the
+message by its origin (``segment:partition:position``). The runner stops, and the worker
+starts it again from the committed positions, so one bad moment costs a restart, not a
+message.
 
 :class:`RunnerCrashes` counts the crashes of one subscription in a row at the same origin.
 After ``limit`` of them the origin is *poisoned*: the next runner skips everything it would

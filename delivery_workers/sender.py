@@ -1,6 +1,6 @@
 """Pushing one message to a subscription's endpoint: the ``EndpointSender`` seam and the
 request every attempt sends. The production implementation is
-:class:`~delivery_workers.fast_sender.FastSender`; tests use a recording double
+:class:`~delivery_workers.http_sender.HttpSender`; tests use a recording double
 (``tests/support/senders.py``); ``bench/senders.py`` keeps aiohttp and httpx senders as
 comparisons.
 

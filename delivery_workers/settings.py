@@ -40,7 +40,7 @@ class WorkerSettings(SettingsBase):
         description="which addresses deliveries may go to (docs/security.md); checked at connect",
     )
     # Configs written before there was one sender may still name the others: they start, on
-    # the fast sender, instead of failing (the field is kept for that reason only).
+    # the HTTP sender, instead of failing (the field is kept for that reason only).
     sender: Literal["fast", "aiohttp", "httpx"] = Field(
         default="fast",
         description=(

@@ -37,7 +37,7 @@ from core.lifecycle import AsyncResource
 from metastore import paths
 from metastore.protocol import MetaStore
 
-from .runner import RunnerStats
+from .stats import RunnerStats
 
 log = logging.getLogger(__name__)
 

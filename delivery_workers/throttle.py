@@ -12,7 +12,7 @@ One :class:`Throttle` per **subscription**, not per endpoint host, because:
 
 The hooks (each a line where it is used):
 
-- :meth:`gate` — the readers (:mod:`.reading`) and the dispatcher (:mod:`.dispatch`) wait
+- :meth:`gate` — the intake (:mod:`.intake`) and the dispatcher (:mod:`.dispatch`) wait
   here while the circuit is OPEN, so the worker **stops pulling** and starts no new delivery
   for a failing endpoint;
 - :meth:`admit` — before *every* attempt (first or retry; :mod:`.attempt`): wait for a

@@ -47,15 +47,13 @@ import contextlib
 import json
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
 
-from core.audit import AuditEvent, AuditType
-from core.errors import AlreadyExists, HttpbusError, NotFound
+from core.errors import HttpbusError, NotFound
 from core.lifecycle import AsyncResource
 from core.model import Subscription
 from core.shards import WHOLE, Shard, parse_unit_key
+from core.tasks import TaskSet
 from metastore import paths
 from metastore.catalog import Catalog
 from metastore.protocol import MetaStore
@@ -63,29 +61,22 @@ from segments.audit import AuditSink
 from segments.protocol import SegmentStore
 from segments.subscription.layout import drop_layout
 
+from .audit import pause_event
 from .bodies import BodyCache
-from .commit import CommitPolicy
-from .disabling import Disabling, lifecycle_event
-from .latency import LatencyHistogram
+from .disabling import Disabling
 from .notify import BACKOFF_S, Notifier
 from .poison import RunnerCrashes
-from .runner import RunnerStats, SubscriptionRunner
+from .runner import SubscriptionRunner
 from .sender import EndpointSender
 from .shared_reads import SharedSegmentReader
+from .stats import RunnerStats, Totals
 from .status import StatusPublisher
+from .tracking import CommitPolicy
+from .unit_lock import UnitLock, until_node
 
 log = logging.getLogger(__name__)
 
 GROUP = "workers"
-COUNTERS = (
-    "delivered",
-    "filtered",
-    "filter_errors",
-    "attempts",
-    "failed_attempts",
-    "retried",
-    "dead_lettered",
-)
 _RELEASE_TIMEOUT_S = 5.0
 
 
@@ -134,12 +125,11 @@ class Worker(AsyncResource):
         self.runners: dict[str, SubscriptionRunner] = {}  # running now, by "project/sub"
         self._owned: dict[str, asyncio.Task[None]] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
-        self._totals: dict[str, RunnerStats] = {}
-        self._latency: dict[str, LatencyHistogram] = {}  # per subscription, over restarts
+        self.totals = Totals()  # per subscription, over restarts
         self._crashes: dict[str, RunnerCrashes] = {}  # per subscription, over restarts
         self._follow: asyncio.Task[None] | None = None
         self._holding: set[str] = set()  # subscriptions whose lock this worker holds
-        self._cleanups: set[asyncio.Task[None]] = set()  # releases of orphaned locks
+        self._orphans = TaskSet()  # releases of orphaned locks
         self._disabled: set[str] = set()  # held subscriptions seen disabled
         self.disabling = Disabling(
             self.catalog,
@@ -168,31 +158,15 @@ class Worker(AsyncResource):
     def stats(self) -> dict[str, RunnerStats]:
         """Counters per subscription since this worker started, over all its runners."""
         out: dict[str, RunnerStats] = {}
-        for key in self._totals.keys() | self.runners.keys() | self.disabled():
-            total = RunnerStats()
-            for part in (self._totals.get(key), self._current(key)):
-                if part is not None:
-                    for name in COUNTERS:
-                        setattr(total, name, getattr(total, name) + getattr(part, name))
+        for key in self.totals.keys() | self.runners.keys() | self.disabled():
             runner = self.runners.get(key)
-            total.in_flight = runner.stats.in_flight if runner else 0
-            total.held = runner.stats.held if runner else 0
-            total.blocked_groups = runner.stats.blocked_groups if runner else 0
-            total.segment = runner.stats.segment if runner else 0
-            total.circuit_state = runner.stats.circuit_state if runner else None
-            total.circuit_rate = runner.stats.circuit_rate if runner else None
-            total.lag = runner.stats.lag if runner else None
+            total = self.totals.combined(key, runner.stats if runner else None)
             total.oldest_unacked_ms = runner.oldest_unacked_ms() if runner else None
-            total.latency = self._latency.get(key) or LatencyHistogram()
             total.disabled = key in self._disabled
             total.failing_s = self.disabling.failing_for(key)
             total.disablings = self.disabling.disabled_total.get(key, 0)
             out[key] = total
         return out
-
-    def _current(self, key: str) -> RunnerStats | None:
-        runner = self.runners.get(key)
-        return runner.stats if runner else None
 
     async def start(self) -> None:
         """Join the group ``workers`` and follow this worker's assignment."""
@@ -230,90 +204,37 @@ class Worker(AsyncResource):
         await asyncio.gather(*tasks, return_exceptions=True)
         for key in keys:  # its next owner reads the recorded streak back
             self.disabling.watches.pop(key, None)
-        for key in keys:  # unassigned because it was deleted: its internal topics go too
-            project, name, _ = parse_unit_key(key)
-            try:
-                if await self.metastore.get(paths.subscription(project, name)) is None:
-                    await drop_layout(self.metastore, self.stores, project, name)
-            except HttpbusError as exc:  # orphans cost storage only; say so
-                log.warning("could not drop the internal topics of %s: %s", key, exc)
+        await _drop_deleted(self.metastore, self.stores, keys)
 
     async def _own(self, key: str) -> None:
         """Hold subscription (shard) ``key`` until cancelled (unassigned or the worker
         closes)."""
         project, name, _ = parse_unit_key(key)
-        lock = paths.unit_lock(key)
         while True:
             try:
-                await self._until_exists(project, name)
-                await self._until_absent(paths.seek_request(project, name))
-                token = await self._acquire(lock)
+                await until_node(self.metastore, paths.subscription(project, name), present=True)
+                await until_node(self.metastore, paths.seek_request(project, name), present=False)
+                lock = UnitLock(self.metastore, self.member_id, paths.unit_lock(key),
+                                self._orphans, self.lock_retry_s)  # fmt: skip
+                await lock.acquire()
                 self._holding.add(key)
                 try:
-                    await self._serve(key, project, name, lock, token)
+                    await self._serve(key, project, name, lock)
                 finally:
                     self._holding.discard(key)
                     with contextlib.suppress(HttpbusError, TimeoutError):
                         async with asyncio.timeout(_RELEASE_TIMEOUT_S):
-                            await self._release(lock, token)
+                            await lock.release()
             except Exception:  # the metastore is down, a bug: keep the subscription owned
                 log.exception("worker %s: subscription %s failed; retrying", self.member_id, key)
                 await asyncio.sleep(self.error_retry_s)
 
-    async def _until_exists(self, project: str, name: str) -> None:
-        async for node in self.metastore.watch(paths.subscription(project, name)):
-            if node is not None:
-                return
-
-    async def _until_absent(self, path: str) -> None:
-        async for node in self.metastore.watch(path):
-            if node is None:
-                return
-
-    async def _until_present(self, path: str) -> None:
-        async for node in self.metastore.watch(path):
-            if node is not None:
-                log.info("worker %s: %s; stepping aside", self.member_id, path)
-                return
-
-    async def _acquire(self, lock: str) -> bytes:
-        token = json.dumps({"member": self.member_id, "token": uuid.uuid4().hex}).encode()
-        waited = False
-        while True:
-            create = asyncio.ensure_future(self.metastore.create(lock, token, ephemeral=True))
-            try:
-                await asyncio.shield(create)
-                return token
-            except asyncio.CancelledError:
-                # Unassigned while the create was on the wire: it may still succeed, and an
-                # ephemeral lock nobody releases blocks the next owner while we live.
-                create.add_done_callback(lambda done: self._orphaned(done, lock, token))
-                raise
-            except AlreadyExists:
-                if not waited:
-                    log.info("worker %s waits for the lock %s", self.member_id, lock)
-                    waited = True
-                await asyncio.sleep(self.lock_retry_s)
-
-    def _orphaned(self, create: asyncio.Future[Any], lock: str, token: bytes) -> None:
-        if create.cancelled() or create.exception() is not None:
-            return
-        task = asyncio.ensure_future(self._release(lock, token))
-        self._cleanups.add(task)
-        task.add_done_callback(self._cleanups.discard)
-
-    async def _release(self, lock: str, token: bytes) -> None:
-        # Only our own lock: after a session loss the node may be another worker's now.
-        node = await self.metastore.get(lock)
-        if node is not None and node.data == token:
-            await self.metastore.delete(lock, expected_version=node.version)
-
-    async def _serve(self, key: str, project: str, name: str, lock: str, token: bytes) -> None:
+    async def _serve(self, key: str, project: str, name: str, lock: UnitLock) -> None:
         """Run the subscription until it is deleted, the lock is lost or a seek begins."""
         tasks = [
             asyncio.create_task(self._follow_subscription(key, project, name)),
-            asyncio.create_task(self._until_lost(lock, token)),
-            asyncio.create_task(self._until_present(paths.seek_request(project, name))),
+            asyncio.create_task(lock.until_lost()),
+            asyncio.create_task(_until_seek(self.metastore, self.member_id, project, name)),
         ]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -326,12 +247,6 @@ class Worker(AsyncResource):
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _until_lost(self, lock: str, token: bytes) -> None:
-        async for node in self.metastore.watch(lock):
-            if node is None or node.data != token:
-                log.warning("worker %s lost the lock %s", self.member_id, lock)
-                return
 
     # ------------------------------------------------------------ running
     async def _follow_subscription(self, key: str, project: str, name: str) -> None:
@@ -354,12 +269,13 @@ class Worker(AsyncResource):
                 await self._stop_runner(key)
                 sub = Subscription.model_validate_json(node.data)
                 if sub.paused != paused and (sub.paused or paused is not None):
-                    self._audit_pause(sub, parse_unit_key(key)[2])  # paused, or resumed
+                    # A pause is no loss: the reconciliation stops its clock meanwhile, per
+                    # shard (each shard's runner stops and starts on its own).
+                    if self.audit is not None:  # paused, or resumed
+                        self.audit.emit(pause_event(sub, parse_unit_key(key)[2]))
                 paused = sub.paused
                 if disabled and sub.disabled is None:  # enabled again
-                    self.disabling.enabled(key)
-                    if self.audit is not None:
-                        self.audit.emit(lifecycle_event(sub, AuditType.ENABLED, time.time()))
+                    self.disabling.enabled(key, sub)
                 disabled = sub.disabled is not None
                 if disabled:
                     self._disabled.add(key)
@@ -370,27 +286,6 @@ class Worker(AsyncResource):
         finally:
             self._disabled.discard(key)
             await self._stop_runner(key)
-
-    def _audit_pause(self, sub: Subscription, index: int | None) -> None:
-        """Tell the audit trail the subscription (this shard ``index`` of it) is paused or
-        running after a pause we saw (a pause is no loss: the reconciliation stops its clock
-        meanwhile, per shard: each shard's runner stops and starts on its own)."""
-        if self.audit is None:
-            return
-        # An assignment that does not match the subscription's shards names no shard: the
-        # event then covers the whole subscription (lenient: never a false loss).
-        shard = Shard(index, sub.shards) if index is not None and index < sub.shards else WHOLE
-        self.audit.emit(
-            AuditEvent(
-                type=AuditType.PAUSED if sub.paused else AuditType.RESUMED,
-                message_id="",
-                project=sub.topic_project,
-                topic=sub.topic,
-                subscription=f"{sub.project}/{sub.name}",
-                at_ms=int(time.time() * 1000),
-                shard=shard.label,
-            )
-        )
 
     async def _stop_runner(self, key: str) -> None:
         task = self._running.pop(key, None)
@@ -419,7 +314,7 @@ class Worker(AsyncResource):
                     in_flight_cap=self.max_in_flight_per_subscription,
                     bodies=self.bodies,
                 )
-                runner.stats.latency = self._latency.setdefault(key, LatencyHistogram())
+                runner.stats.latency = self.totals.latency_of(key)
                 self.runners[key] = runner
                 await runner.run()
             except Exception as exc:
@@ -434,9 +329,7 @@ class Worker(AsyncResource):
         """Add a finished runner's counters to the totals of its subscription."""
         if self.runners.get(key) is runner:
             del self.runners[key]
-        total = self._totals.setdefault(key, RunnerStats())
-        for name in COUNTERS:
-            setattr(total, name, getattr(total, name) + getattr(runner.stats, name))
+        self.totals.fold(key, runner.stats)
 
 
 def _shard_of(sub: Subscription, index: int | None) -> Shard:
@@ -450,3 +343,23 @@ def _shard_of(sub: Subscription, index: int | None) -> Shard:
             f"which has {sub.shards} shards"
         )
     return Shard(index, sub.shards)
+
+
+async def _drop_deleted(
+    metastore: MetaStore, stores: Mapping[str, SegmentStore], keys: list[str]
+) -> None:
+    """Units unassigned because their subscription was deleted: its internal topics go too."""
+    for key in keys:
+        project, name, _ = parse_unit_key(key)
+        try:
+            if await metastore.get(paths.subscription(project, name)) is None:
+                await drop_layout(metastore, stores, project, name)
+        except HttpbusError as exc:  # orphans cost storage only; say so
+            log.warning("could not drop the internal topics of %s: %s", key, exc)
+
+
+async def _until_seek(metastore: MetaStore, member_id: str, project: str, name: str) -> None:
+    """Until a seek of the subscription is requested: its runner steps aside for it."""
+    path = paths.seek_request(project, name)
+    await until_node(metastore, path, present=True)
+    log.info("worker %s: %s; stepping aside", member_id, path)

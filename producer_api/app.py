@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -13,19 +10,18 @@ from fastapi.responses import PlainTextResponse
 
 from core import http_errors, metrics_group, telemetry
 from core.errors import HttpbusError, MetaStoreUnavailable
+from core.membership import member_data
 from core.metrics_group import LOCAL
 from core.prefork import Slot
 from core.version import VERSION
 from metastore.catalog import Catalog
-from metastore.config import open_metastore
 from metastore.dedupe import PRODUCERS, DedupeStore
 from metastore.protocol import MetaStore
 from metastore.quotas import QuotaStore
-from segments.audit import open_audit
+from segments.backends import open_backends
 from segments.failover.health import WriteHealth
 from segments.failover.records import FailoverRecords
 from segments.protocol import SegmentStore
-from segments.registry import open_stores
 from segments.writer import SegmentWriter
 
 from .auth import Authorizer
@@ -56,11 +52,9 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            meta = metastore
-            if meta is None:
-                meta = await stack.enter_async_context(open_metastore(settings.metastore))
-            opened = await open_stores(stack, settings.clusters, stores)
-            audit = await open_audit(stack, opened, settings.audit)
+            meta, opened, audit = await open_backends(
+                stack, settings, metastore=metastore, stores=stores
+            )
             cache = TopicCache(Catalog(meta), settings.unknown_topic_cache_s)
             stack.push_async_callback(cache.aclose)
             health = WriteHealth(stall_s=settings.failover_stall_s)
@@ -106,17 +100,7 @@ def create_app(
                 RequestRules(settings.max_header_bytes, settings.body_timeout_s),
             )
             await meta.join(
-                PRODUCERS,
-                settings.member_id,
-                json.dumps(
-                    {
-                        "host": settings.host,
-                        "port": settings.port,
-                        "pid": os.getpid(),
-                        "version": VERSION,
-                        "started_ms": int(time.time() * 1000),
-                    }
-                ).encode(),
+                PRODUCERS, settings.member_id, member_data(settings.host, settings.port)
             )
             yield
 

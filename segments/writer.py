@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from core.errors import NotFound, SegmentFenced, StorageUnavailable
 from core.model import Topic
 
-from .failover.health import Outcome, WriteHealth
+from .failover.health import WriteHealth, WriteOutcome
 from .protocol import Produced, Record, SegmentStore
 
 
@@ -76,13 +76,13 @@ class SegmentWriter:
         if self.health is None:
             return await store.produce(name, record)
         ticket = self.health.begin((topic.project, topic.name, segment_id))
-        outcome = Outcome.NEUTRAL
+        outcome = WriteOutcome.NEUTRAL
         try:
             done = await store.produce(name, record)
-            outcome = Outcome.OK
+            outcome = WriteOutcome.OK
             return done
         except StorageUnavailable:
-            outcome = Outcome.FAILED
+            outcome = WriteOutcome.FAILED
             raise
         finally:
             self.health.end(ticket, outcome)
@@ -93,13 +93,13 @@ class SegmentWriter:
         if self.health is None:
             return await store.produce_many(name, records)
         ticket = self.health.begin((topic.project, topic.name, segment_id))
-        outcome = Outcome.NEUTRAL
+        outcome = WriteOutcome.NEUTRAL
         try:
             results = await store.produce_many(name, records)
             outcome = _batch_outcome(results)
             return results
         except StorageUnavailable:
-            outcome = Outcome.FAILED
+            outcome = WriteOutcome.FAILED
             raise
         finally:
             self.health.end(ticket, outcome)
@@ -143,14 +143,14 @@ def _again(result: Produced | Exception) -> bool:
     return isinstance(result, StorageUnavailable) and result.not_stored
 
 
-def _batch_outcome(results: list[Produced | Exception]) -> Outcome:
+def _batch_outcome(results: list[Produced | Exception]) -> WriteOutcome:
     """A batch counts as one write: ok if any record was stored, failed if the storage
     failed them all, else neutral (refused for their own sake)."""
     if any(not isinstance(r, Exception) for r in results):
-        return Outcome.OK
+        return WriteOutcome.OK
     if results and all(isinstance(r, StorageUnavailable) for r in results):
-        return Outcome.FAILED
-    return Outcome.NEUTRAL
+        return WriteOutcome.FAILED
+    return WriteOutcome.NEUTRAL
 
 
 def _written(segment_id: int, result: Produced | Exception) -> Written | Exception:

@@ -20,7 +20,7 @@ Example::
 
     health = WriteHealth(clock=lambda: 100.0)
     ticket = health.begin(key)
-    health.end(ticket, Outcome.FAILED)
+    health.end(ticket, WriteOutcome.FAILED)
     [report] = health.reports("producer-1")
 """
 
@@ -39,7 +39,9 @@ SegmentKey = tuple[str, str, int]  # project, topic, segment id
 MAX_SAMPLES = 4_096  # latencies kept per segment between two reports
 
 
-class Outcome(Enum):
+class WriteOutcome(Enum):
+    """How one write to a segment ended, as the segment's write health counts it."""
+
     OK = "ok"
     FAILED = "failed"  # storage unavailable or timed out: counts against the segment
     NEUTRAL = "neutral"  # refused for the message's own sake (too large, fenced, ...)
@@ -103,7 +105,7 @@ class WriteHealth:
         self._inflight[ticket] = (key, self.clock())
         return ticket
 
-    def end(self, ticket: int, outcome: Outcome) -> None:
+    def end(self, ticket: int, outcome: WriteOutcome) -> None:
         found = self._inflight.pop(ticket, None)
         if found is None:
             return
@@ -113,12 +115,12 @@ class WriteHealth:
         if window is None:
             window = self._windows[key] = _Window()
         window.last_activity = now
-        if outcome is Outcome.OK:
+        if outcome is WriteOutcome.OK:
             window.ok += 1
             window.last_ok_at = now
             window.failing_since = None
             window.sample(1000 * (now - started))
-        elif outcome is Outcome.FAILED:
+        elif outcome is WriteOutcome.FAILED:
             window.failed += 1
             window.sample(1000 * (now - started))
             if window.failing_since is None or started < window.failing_since:

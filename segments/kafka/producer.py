@@ -36,7 +36,7 @@ PROBE_HEADER = "httpbus-fence-probe"
 # INVALID_TIMESTAMP (message.timestamp.after.max.ms), so a probe is never stored.
 _PROBE_AHEAD_MS = 100 * 365 * 86_400_000
 
-Outcome = Produced | HttpbusError
+SendResult = Produced | HttpbusError  # what became of one record sent
 
 
 class DurableProducer:
@@ -78,7 +78,7 @@ class DurableProducer:
             raise outcome
         return outcome
 
-    async def send_many(self, topic: str, items: Sequence[tuple[int, Record]]) -> list[Outcome]:
+    async def send_many(self, topic: str, items: Sequence[tuple[int, Record]]) -> list[SendResult]:
         """Enqueue every record, then await every report; an outcome per record, in order.
         One future and one timer per call, completed by the poll thread when the last report
         is in; per record only ``produce`` and one small callback."""
@@ -225,10 +225,10 @@ class _Batch:
         if self._reported == self._expected:
             self.done(self)
 
-    def results(self, topic: str, timeout: float) -> list[Outcome]:
+    def results(self, topic: str, timeout: float) -> list[SendResult]:
         """An outcome per record (loop thread); those still unreported are late. Read once:
         a report coming later is not seen by the caller, who has its answer."""
-        out: list[Outcome] = []
+        out: list[SendResult] = []
         for outcome in list(self.outcomes):
             if outcome is None:
                 out.append(

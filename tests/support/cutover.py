@@ -291,11 +291,11 @@ class Worker:
         return self.url
 
     async def start(self, sub: Subscription) -> None:
-        from delivery_workers.commit import CommitPolicy
-        from delivery_workers.fast_sender import FastSender
+        from delivery_workers.http_sender import HttpSender
         from delivery_workers.runner import SubscriptionRunner
+        from delivery_workers.tracking import CommitPolicy
 
-        self.sender = FastSender()
+        self.sender = HttpSender()
         await self.sender.start()
         reader = SegmentReader(self.catalog, self.stores)
         self.runner = SubscriptionRunner(

@@ -20,7 +20,7 @@ import httpx
 from control_plane.app import create_app
 from control_plane.settings import ControlPlaneSettings
 from core.errors import HttpbusError
-from delivery_workers.fast_sender import FastSender
+from delivery_workers.http_sender import HttpSender
 from delivery_workers.worker import Worker
 from metastore.config import ZooKeeperConfig, open_metastore
 from segments.audit import open_audit
@@ -155,7 +155,7 @@ async def delivery_world(
         worker_stores = {cluster: worker_store}
         for name, config in (extra_clusters or {}).items():
             worker_stores[name] = await stack.enter_async_context(open_store(config))
-        sender = await stack.enter_async_context(FastSender())  # the worker's default
+        sender = await stack.enter_async_context(HttpSender())  # the worker's default
         if database_url:
             worker_options["audit"] = await open_audit(stack, worker_stores, audit)
         options = {"commit_every_s": 0.2, "lock_retry_s": 0.1, "status_interval_s": 0.5}

@@ -6,7 +6,7 @@ really spoke. ``make_certificate`` makes a self-signed ``localhost`` certificate
 
     cert, key = make_certificate(tmp_path)
     endpoint = await H2Endpoint.start(cert, key)           # offers h2 and http/1.1
-    ... FastSender(ssl_context=ssl.create_default_context(cafile=str(cert)), http2=True)
+    ... HttpSender(ssl_context=ssl.create_default_context(cafile=str(cert)), http2=True)
     await endpoint.aclose()
 """
 

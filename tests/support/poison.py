@@ -27,11 +27,11 @@ from typing import Literal
 import pytest
 
 import delivery_workers.attempt
-import delivery_workers.reading
+import delivery_workers.intake
 from core.envelope import MESSAGE_ID, Envelope
 from core.model import RetryPolicy, Subscription
 from core.result import DeliveryResult
-from delivery_workers.fast_sender import FastSender
+from delivery_workers.http_sender import HttpSender
 from delivery_workers.sender import Delivery
 from delivery_workers.worker import Worker
 from metastore import paths
@@ -47,7 +47,7 @@ BEHIND = 50
 Crash = Literal["sender", "runner", "attempt"]
 
 
-class RaisesOnPoison(FastSender):
+class RaisesOnPoison(HttpSender):
     """The production sender, except that it raises on the poison message."""
 
     async def send(self, delivery: Delivery) -> DeliveryResult:
@@ -102,10 +102,10 @@ async def poison_scenario(
     for one in plan(grouped):
         await world.store.produce(world.storage, one)
     if crash == "runner":
-        monkeypatch.setattr(delivery_workers.reading, "Envelope", PoisonEnvelope)
+        monkeypatch.setattr(delivery_workers.intake, "Envelope", PoisonEnvelope)
     if crash == "attempt":
         monkeypatch.setattr(delivery_workers.attempt, "Delivery", poison_delivery)
-    sender = RaisesOnPoison() if crash == "sender" else FastSender()
+    sender = RaisesOnPoison() if crash == "sender" else HttpSender()
     options = {"commit_every_s": 0.1, "lock_retry_s": 0.1, "error_retry_s": 0.1}
     async with sender, Worker(world.meta, world.stores, sender, "w1", **options):  # type: ignore[arg-type]
         await world.meta.create(paths.assignment("w1"), json.dumps(["p/s"]).encode())

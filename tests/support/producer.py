@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 
 from core.model import CircuitBreakerPolicy, Project, Topic
-from delivery_workers.commit import CommitPolicy
-from delivery_workers.fast_sender import FastSender
+from delivery_workers.http_sender import HttpSender
 from delivery_workers.runner import SubscriptionRunner
+from delivery_workers.tracking import CommitPolicy
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
 from producer_api.app import create_app
@@ -95,7 +95,7 @@ class ProducerEnv:
                 circuit_breaker=CircuitBreakerPolicy(enabled=False),
             )
             sub = await self.catalog.create_subscription(sub)
-            async with FastSender() as sender:
+            async with HttpSender() as sender:
                 reader = SegmentReader(self.catalog, {"embedded": self.store})
                 runner = SubscriptionRunner(sub, reader, sender, commit_policy=CommitPolicy())
                 task = asyncio.create_task(runner.run())

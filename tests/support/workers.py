@@ -23,7 +23,7 @@ import pytest
 
 from control_plane.leaders.assigner import Assigner
 from core.model import Endpoint, Project, Subscription, Topic
-from delivery_workers.fast_sender import FastSender
+from delivery_workers.http_sender import HttpSender
 from delivery_workers.worker import Worker
 from metastore import paths
 from metastore.catalog import Catalog
@@ -45,7 +45,7 @@ from tests.support.world import World, embedded_world, segment, subscription
 class WorkersWorld:
     file: str  # the metastore's SQLite file
     world: World
-    stack: list[tuple[Worker, EmbeddedMetaStore, FastSender]] = field(default_factory=list)
+    stack: list[tuple[Worker, EmbeddedMetaStore, HttpSender]] = field(default_factory=list)
 
     @property
     def catalog(self) -> Catalog:
@@ -64,7 +64,7 @@ class WorkersWorld:
         ``AuditSink`` or a ``MemoryAudit``), stopped with the world (or :meth:`stop`)."""
         meta = EmbeddedMetaStore(self.file)
         await meta.start()
-        sender = FastSender()
+        sender = HttpSender()
         await sender.start()
         worker = Worker(
             meta,
@@ -233,7 +233,7 @@ async def in_process_worker(
     """A Worker in the test process on the world's metastore session, assigned ``subs`` (of
     project ``shop``) directly, with no Assigner."""
     async with (
-        FastSender() as sender,
+        HttpSender() as sender,
         Worker(
             world.meta,
             {"kafka-main": world.store},
@@ -255,5 +255,5 @@ async def worker_in_process(
 ) -> AsyncIterator[Worker]:
     """A started Worker (and its sender) in the test process on ``meta``; the assignment is
     the Assigner's (or the test's) to give."""
-    async with FastSender() as sender, Worker(meta, stores, sender, member, **options) as worker:
+    async with HttpSender() as sender, Worker(meta, stores, sender, member, **options) as worker:
         yield worker

@@ -40,9 +40,9 @@ from core.model import (
     Subscription,
     Topic,
 )
-from delivery_workers.commit import CommitPolicy
-from delivery_workers.fast_sender import FastSender
+from delivery_workers.http_sender import HttpSender
 from delivery_workers.runner import SubscriptionRunner
+from delivery_workers.tracking import CommitPolicy
 from metastore.catalog import Catalog
 from metastore.config import EmbeddedMetaStoreConfig, ZooKeeperConfig, open_metastore
 from metastore.protocol import MetaStore
@@ -255,7 +255,7 @@ class Running:
         self.commit_policy = commit_policy or CommitPolicy(every_n=100, every_s=0.2)
 
     async def __aenter__(self) -> SubscriptionRunner:
-        self.sender = FastSender()
+        self.sender = HttpSender()
         await self.sender.start()
         self.runner = SubscriptionRunner(
             self.sub, self.world.reader, self.sender, commit_policy=self.commit_policy
@@ -334,10 +334,10 @@ async def start_runner(
     *,
     reader: SegmentReader | None = None,
     audit: AuditSink | None = None,
-) -> tuple[SubscriptionRunner, asyncio.Task[None], FastSender]:
+) -> tuple[SubscriptionRunner, asyncio.Task[None], HttpSender]:
     """A runner of ``sub`` started on the world's reader (or ``reader``), emitting audit
     events to ``audit`` if given: (runner, its task, its sender)."""
-    sender = FastSender()
+    sender = HttpSender()
     await sender.start()
     policy = commit_policy or CommitPolicy(every_n=50, every_s=0.2)
     runner = SubscriptionRunner(
@@ -346,7 +346,7 @@ async def start_runner(
     return runner, asyncio.create_task(runner.run()), sender
 
 
-async def stop_runner(task: asyncio.Task[None], sender: FastSender) -> None:
+async def stop_runner(task: asyncio.Task[None], sender: HttpSender) -> None:
     """Cancel a runner of :func:`start_runner` (it must end cancelled) and close its sender."""
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

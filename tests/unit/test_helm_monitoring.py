@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from control_plane.api.metrics import ControlPlaneMetrics
 from delivery_workers.app import WorkerCollector
-from delivery_workers.runner import RunnerStats
+from delivery_workers.stats import RunnerStats
 from producer_api.metrics import ProducerMetrics
 from tests.unit.test_helm import helm, render  # noqa: F401  (the helm fixture)
 

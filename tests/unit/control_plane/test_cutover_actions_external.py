@@ -1,6 +1,6 @@
 """The fence of an external segment (segments.external): the segment is marked ``sealing``
 in its record before its ends are read, so a reader that saw no mark read only what lies
-before them (delivery_workers.reading holds what it reads while the mark is up)."""
+before them (delivery_workers.intake holds what it reads while the mark is up)."""
 
 from __future__ import annotations
 

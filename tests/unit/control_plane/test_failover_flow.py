@@ -25,7 +25,7 @@ from core.audit import AuditType
 from core.endpoint_policy import EndpointPolicy
 from core.errors import StorageUnavailable
 from core.model import SegmentState
-from delivery_workers.fast_sender import FastSender
+from delivery_workers.http_sender import HttpSender
 from delivery_workers.worker import Worker
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
@@ -141,7 +141,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         assert (await cp.post("/v1/projects/shop/topics", json=body)).status_code == 201
         hook = await stack.enter_async_context(serve_hook())
         worker_meta = await stack.enter_async_context(EmbeddedMetaStore(str(tmp_path / "meta.db")))
-        sender = await stack.enter_async_context(FastSender())
+        sender = await stack.enter_async_context(HttpSender())
         worker = Worker(worker_meta, stores, sender, "w-1", commit_every_s=0.1, lock_retry_s=0.1)
         await stack.enter_async_context(worker)
         yield Env(cp, producers, Catalog(meta), main, standby, hook)

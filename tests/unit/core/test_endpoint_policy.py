@@ -14,7 +14,7 @@ from control_plane.settings import ControlPlaneSettings
 from core.endpoint_policy import EndpointPolicy
 from core.model import Endpoint, Subscription
 from core.result import ErrorKind
-from delivery_workers.fast_sender import FastSender
+from delivery_workers.http_sender import HttpSender
 from delivery_workers.sender import Delivery
 from delivery_workers.settings import WorkerSettings
 from segments.protocol import Stored
@@ -122,12 +122,12 @@ async def test_a_name_that_resolves_inside_is_refused_at_connect_time(
     async with serve_hook() as hook:
         url = hook.url.replace("127.0.0.1", "rebind.example")
         assert STRICT.url_problem(url) is None
-        async with FastSender(policy=STRICT) as sender:
+        async with HttpSender(policy=STRICT) as sender:
             result = await sender.send(_delivery(url))
         assert not result.succeeded and "private network" in (result.error or "")
         assert result.error_kind is ErrorKind.INVALID_REQUEST  # to the DLQ, not retried
         assert hook.requests == []
-        async with FastSender(policy=DEV) as sender:  # the dev default still delivers
+        async with HttpSender(policy=DEV) as sender:  # the dev default still delivers
             assert (await sender.send(_delivery(url))).succeeded
         assert len(hook.requests) == 1
 

@@ -7,7 +7,7 @@ import pytest
 
 from core.envelope import encode
 from core.http_fields import content_type_problem, field_problem
-from delivery_workers.fast_http import InvalidRequest, encode_request, parse_origin
+from delivery_workers.http1 import InvalidRequest, encode_request, parse_origin
 from delivery_workers.sender import OutgoingRequest
 
 NAMES = ["x-trace", "X-A_b.c", "x-bad name", "x-colon:", "x-é", "", "x-tab\t"]

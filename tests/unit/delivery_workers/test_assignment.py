@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from control_plane.leaders.assigner import rendezvous
+from delivery_workers.unit_lock import UnitLock
 from metastore import paths
 from segments.protocol import Record
 from segments.subscription.layout import load_layout
@@ -142,7 +143,7 @@ async def test_a_lock_created_after_its_owner_was_unassigned_is_released(
     lock = paths.subscription_lock("p", "orphan")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(meta, "create", slow_create)
-        acquiring = asyncio.create_task(worker._acquire(lock))
+        acquiring = asyncio.create_task(UnitLock(meta, "w1", lock, worker._orphans, 0.5).acquire())
         await asyncio.sleep(0.1)
         acquiring.cancel()
         with pytest.raises(asyncio.CancelledError):

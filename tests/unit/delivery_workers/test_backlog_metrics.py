@@ -13,8 +13,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 import delivery_workers.runner
 from delivery_workers.app import WorkerCollector
-from delivery_workers.commit import CommitPolicy
-from delivery_workers.runner import RunnerStats
+from delivery_workers.stats import RunnerStats
+from delivery_workers.tracking import CommitPolicy
 from tests.support.until import until
 from tests.support.world import embedded_world, produce, start_runner, stop_runner, subscribe
 

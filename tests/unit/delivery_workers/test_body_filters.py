@@ -12,10 +12,10 @@ from pathlib import Path
 from core.audit import AuditType
 from core.model import Endpoint
 from delivery_workers.bodies import BodyCache
-from delivery_workers.commit import CommitPolicy
-from delivery_workers.fast_sender import FastSender
+from delivery_workers.http_sender import HttpSender
 from delivery_workers.runner import SubscriptionRunner
 from delivery_workers.shared_reads import SharedSegmentReader
+from delivery_workers.tracking import CommitPolicy
 from segments.protocol import Record, Stored
 from tests.support.memory_audit import MemoryAudit
 from tests.support.until import until
@@ -45,7 +45,7 @@ async def test_body_filters_deliver_filter_and_name_the_reason(tmp_path: Path) -
             endpoint=Endpoint(url=world.hook.url_for("vip")),
         )
         reader = SharedSegmentReader(world.catalog, world.stores)
-        bodies, audit, sender = BodyCache(), MemoryAudit({AuditType.FILTERED}), FastSender()
+        bodies, audit, sender = BodyCache(), MemoryAudit({AuditType.FILTERED}), HttpSender()
         await sender.start()
         policy = CommitPolicy(every_n=10, every_s=0.1)
         runners = [
@@ -54,7 +54,7 @@ async def test_body_filters_deliver_filter_and_name_the_reason(tmp_path: Path) -
         ]
         tasks = [asyncio.create_task(r.run()) for r in runners]
         try:
-            await until(lambda: all(r.reading is not None for r in runners), 10, "reading")
+            await until(lambda: all(r.walk.intake is not None for r in runners), 10, "reading")
             for mid, payload in PAYLOADS.items():
                 base = record(mid, None)
                 await world.store.produce(world.storage, Record(payload, None, base.headers))

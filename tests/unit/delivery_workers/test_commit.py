@@ -12,7 +12,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from delivery_workers.commit import CommitPolicy, CommitTracker, CommitTrackingError
+from delivery_workers.tracking import CommitPolicy, CommitTracker, CommitTrackingError
 
 SETTINGS = settings(deadline=None, max_examples=200)
 

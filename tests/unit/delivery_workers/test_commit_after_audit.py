@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from core.audit import AuditType
-from delivery_workers.commit import CommitPolicy
+from delivery_workers.tracking import CommitPolicy
 from segments.audit import AuditSink, decode_audit_record
 from segments.protocol import Produced, Record, SegmentStore
 from segments.reader import commit_group

@@ -24,7 +24,7 @@ from delivery_workers.disabling import (
     FailureStreak,
     endpoint_failed,
 )
-from delivery_workers.fast_sender import FastSender
+from delivery_workers.http_sender import HttpSender
 from delivery_workers.worker import Worker
 from metastore import paths
 from metastore.catalog import Catalog
@@ -143,7 +143,7 @@ def _failing_fast(window_s: int, url: str) -> dict[str, Any]:
 async def _worker(world: WorkersWorld, member: str, clock: Clock, audit: MemoryAudit) -> Worker:
     meta = EmbeddedMetaStore(world.file)
     await meta.start()
-    sender = FastSender()
+    sender = HttpSender()
     await sender.start()
     worker = Worker(
         meta,

@@ -17,7 +17,7 @@ from core.model import (
     utcnow,
 )
 from core.retry import level_for
-from delivery_workers.fast_sender import FastSender
+from delivery_workers.http_sender import HttpSender
 from delivery_workers.runner import SubscriptionRunner
 from segments.protocol import Record
 from segments.reader import commit_group
@@ -110,7 +110,7 @@ async def test_dead_lettered_head_takes_its_group_and_unsideline_replays_in_orde
         later = await _produce(world, "C", 4)  # sidelined: straight behind the others
         layout = await _layout(world, sub)
         await _until(
-            lambda: runner.routing is not None and runner.routing.counts["dead_lettered"] == 5
+            lambda: runner.retry_path is not None and runner.retry_path.counts["dead_lettered"] == 5
         )
         await asyncio.sleep(0.3)
         view = await dlq.scan(world.store, layout)
@@ -164,7 +164,7 @@ async def test_group_state_survives_a_restart(world: World) -> None:
     async with Running(world, sub) as runner:
         await _until(lambda: len(world.hook.got) == 6)
         await asyncio.sleep(0.3)
-        assert runner.routing is not None and runner.routing.groups.blocked_groups == []
+        assert runner.retry_path is not None and runner.retry_path.groups.blocked_groups == []
     assert world.hook.of_group("A") == [*a, more]
     assert world.hook.delivered()[0] == b
     layout = await _layout(world, sub)
@@ -199,7 +199,7 @@ async def test_retried_dead_lettered_and_unsidelined_are_audited(world: World) -
     sub = await _subscribe(world, retry=FAST)
     mid = await _produce(world, "a", 0)
     recorder = MemoryAudit()
-    sender = FastSender()
+    sender = HttpSender()
     async with sender:
         runner = SubscriptionRunner(sub, world.reader, sender, audit=recorder)  # type: ignore[arg-type]
         task = asyncio.create_task(runner.run())

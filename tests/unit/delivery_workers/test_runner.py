@@ -11,9 +11,9 @@ from core.model import (
     RetryPolicy,
     SegmentState,
 )
-from delivery_workers.commit import CommitPolicy
-from delivery_workers.fast_sender import FastSender
+from delivery_workers.http_sender import HttpSender
 from delivery_workers.runner import DRAIN_S, SubscriptionRunner
+from delivery_workers.tracking import CommitPolicy
 from segments.protocol import SegmentStore
 from segments.reader import SegmentReader, commit_group
 from segments.subscription import dlq
@@ -165,7 +165,7 @@ async def test_what_ends_during_a_slow_commit_is_committed_by_the_next(world: Wo
     sub = await _subscribe(world, max_in_flight=1)
     await _produce(world.store, "st.1", groups=4, per_group=1)
     slow = _SlowCommits(world.store, delay_s=1.0)
-    sender = FastSender()
+    sender = HttpSender()
     await sender.start()
     reader = SegmentReader(world.catalog, {"embedded": cast(SegmentStore, slow)})
     runner = SubscriptionRunner(

@@ -1,6 +1,6 @@
 """The sender contract against a real endpoint: uvicorn on 127.0.0.1 in a thread, real sockets,
 no mock. The endpoint records every request and answers as each test scripts it. The worker
-runs one sender, :class:`FastSender` (the ``sender`` fixture makes them); the aiohttp and httpx
+runs one sender, :class:`HttpSender` (the ``sender`` fixture makes them); the aiohttp and httpx
 senders are comparisons in ``bench/senders.py``."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from core.model import Endpoint, RetryPolicy, Subscription
 from core.result import ErrorKind
 from core.retry import retries
 from core.signing import sign, verify
-from delivery_workers.fast_sender import FastSender
+from delivery_workers.http_sender import HttpSender
 from delivery_workers.sender import Delivery, EndpointSender, build_request
 from segments.protocol import Stored
 
@@ -121,8 +121,8 @@ def endpoint() -> Iterator[Recorder]:
 class SenderKind:
     """Makes senders of the worker's implementation."""
 
-    def __call__(self, **options: Any) -> FastSender:
-        return FastSender(**options)
+    def __call__(self, **options: Any) -> HttpSender:
+        return HttpSender(**options)
 
     connect_error = "ConnectionRefusedError"  # the error of a refused connection
 

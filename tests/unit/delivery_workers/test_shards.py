@@ -14,7 +14,7 @@ from control_plane.leaders.assigner import rendezvous
 from core.audit import AuditType
 from core.model import SegmentState, Subscription
 from core.shards import WHOLE, Shard, parse_unit_key, shards, unit_key
-from delivery_workers.runner import RunnerStats
+from delivery_workers.stats import RunnerStats
 from delivery_workers.throttle import Throttle
 from metastore import paths
 from segments.protocol import Record, partition_for

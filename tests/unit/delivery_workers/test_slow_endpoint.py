@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.model import MAX_TIMEOUT_MS, Endpoint
-from delivery_workers.fast_sender import FastSender
+from delivery_workers.http_sender import HttpSender
 from delivery_workers.worker import Worker
 from metastore.embedded import EmbeddedMetaStore
 from tests.support.until import until
@@ -29,7 +29,7 @@ async def test_an_endpoint_holding_requests_for_minutes_leaves_the_others_delive
         await world.subscribe("fast")
         meta = EmbeddedMetaStore(world.file)
         await meta.start()
-        sender = FastSender(max_connections=POOL)
+        sender = HttpSender(max_connections=POOL)
         await sender.start()
         worker = Worker(
             meta,

@@ -22,14 +22,14 @@ from core.model import (
 )
 from core.result import DeliveryResult, ErrorKind
 from delivery_workers.app import WorkerCollector
-from delivery_workers.commit import CommitPolicy
-from delivery_workers.runner import RunnerStats
+from delivery_workers.stats import RunnerStats
 from delivery_workers.throttle import (
     UNLIMITED_PER_S,
     Throttle,
     call_outcome,
     governor_config,
 )
+from delivery_workers.tracking import CommitPolicy
 from segments.reader import SegmentReader
 from tests.support.memory_audit import MemoryAudit
 from tests.support.until import until

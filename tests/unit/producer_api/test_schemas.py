@@ -12,9 +12,9 @@ import pytest
 
 from control_plane.api.topic_schemas import add_version
 from core.model import CircuitBreakerPolicy
-from delivery_workers.commit import CommitPolicy
-from delivery_workers.fast_sender import FastSender
+from delivery_workers.http_sender import HttpSender
 from delivery_workers.runner import SubscriptionRunner
+from delivery_workers.tracking import CommitPolicy
 from segments.reader import SegmentReader
 from tests.support.hook import serve_hook
 from tests.support.producer import PROJECT, ProducerEnv, produce_url, producer_env
@@ -138,7 +138,7 @@ async def test_the_endpoint_sees_each_messages_version(env: ProducerEnv) -> None
         )
         sub = await env.catalog.create_subscription(sub)
         # The subscription starts at the active segment's start: both messages are there.
-        async with FastSender() as sender:
+        async with HttpSender() as sender:
             reader = SegmentReader(env.catalog, {"embedded": env.store})
             runner = SubscriptionRunner(sub, reader, sender, commit_policy=CommitPolicy())
             task = asyncio.create_task(runner.run())

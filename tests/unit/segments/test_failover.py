@@ -23,7 +23,7 @@ from segments.cutover.machine import (
     begin,
     step,
 )
-from segments.failover.health import Detection, HealthJudge, HealthReport, Outcome, WriteHealth
+from segments.failover.health import Detection, HealthJudge, HealthReport, WriteHealth, WriteOutcome
 from segments.protocol import Produced, Record
 from segments.writer import SegmentWriter
 
@@ -47,7 +47,7 @@ def test_a_producer_reports_failures_and_stalled_writes_as_failing_since_they_be
     health = WriteHealth(stall_s=1.0, clock=clock)
     ok = health.begin(KEY)
     clock.now = 100.01
-    health.end(ok, Outcome.OK)
+    health.end(ok, WriteOutcome.OK)
     stuck = health.begin(KEY)  # a stopped broker: no answer at all
     clock.now = 100.5
     [first] = health.reports("a")
@@ -56,10 +56,10 @@ def test_a_producer_reports_failures_and_stalled_writes_as_failing_since_they_be
     clock.now = 103.0
     [second] = health.reports("a")
     assert second.failing_since == 100.01 and second.ok == 0  # counters start again
-    health.end(stuck, Outcome.FAILED)
+    health.end(stuck, WriteOutcome.FAILED)
     later = health.begin(KEY)
     clock.now = 103.1
-    health.end(later, Outcome.OK)
+    health.end(later, WriteOutcome.OK)
     [healed] = health.reports("a")
     assert healed.failing_since is None and healed.last_ok_at == 103.1 and healed.failed == 1
 
@@ -67,7 +67,7 @@ def test_a_producer_reports_failures_and_stalled_writes_as_failing_since_they_be
 def test_refusals_for_the_message_s_own_sake_count_for_nothing() -> None:
     clock = Clock0()
     health = WriteHealth(clock=clock)
-    health.end(health.begin(KEY), Outcome.NEUTRAL)
+    health.end(health.begin(KEY), WriteOutcome.NEUTRAL)
     [r] = health.reports("a")
     assert (r.ok, r.failed, r.failing_since) == (0, 0, None)
     clock.now += 11  # idle past idle_s: no report any more

@@ -1,77 +1,110 @@
-"""The readers of a subscription's internal topics, on behalf of its :class:`~.routing.Routing`:
+"""The readers of a subscription's internal topics: where the retry path's messages come
+back from.
 
-- at start, :meth:`InternalReaders.rebuild` reads the group state back from the storage
+- at start, :meth:`RetryReaders.rebuild` reads the group state back from the storage
   (sidelined groups from the DLQ, heads from the levels, followers from the hold topic; see
   :mod:`.groupstate`);
 - a reader per delay level waits for its head (FIFO): when the level's delay has passed the
-  message is re-routed to the level that fits what is left or, with less left than the
-  smallest level, offered for delivery at its due time;
+  message goes on to the level that fits what is left (:meth:`.retry_path.RetryPath.relevel`)
+  or, with less left than the smallest level, is offered for delivery at its due time;
 - the replay reader admits unsidelined DLQ entries (their attempts reset) as new messages;
-- the DLQ tail follows removals (purge, unsideline) that free sidelined groups.
+- the DLQ tail follows removals (purge, unsideline) that free sidelined groups;
+- the returns of the retry path (:attr:`.retry_path.RetryPath.returns`): a released
+  follower, or a group's messages to admit again, go through :mod:`.admission` again.
+
+The readers start once the internal topics exist (:attr:`.internal_topics.InternalTopics.ready`).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 from core.audit import AuditType
 from core.envelope import GROUP_ID, header
+from core.model import Subscription
 from core.retry import level_for
+from core.tasks import TaskSet
 from segments.protocol import Stored
 from segments.subscription import dlq
-from segments.subscription.retry_meta import RetryMeta, internal_record, origin_partition
+from segments.subscription.retry_meta import RetryMeta, origin_partition
 
+from .admission import Admission
+from .audit import SubscriptionAudit
+from .dispatch import Dispatch
+from .groupstate import GroupStates
+from .internal_topics import InternalTopics
 from .items import Held, Item, Kind, Source, now_ms, sleep_until
-
-if TYPE_CHECKING:
-    from .routing import Routing
+from .retry_path import RetryPath
 
 _READ_TIMEOUT_S = 1.0
 
 
-class InternalReaders:
-    """See the module doc; one per :class:`~.routing.Routing`, which starts it."""
+@dataclass(eq=False)
+class RetryReaders:
+    """See the module doc: :meth:`rebuild`, then :meth:`start`; :meth:`aclose` stops them."""
 
-    def __init__(self, routing: Routing) -> None:
-        self.routing = routing
-        self._dlq_end = 0
-        self._skip: set[tuple[str, int]] = set()  # stale level copies (see rebuild)
+    sub: Subscription
+    topics: InternalTopics
+    groups: GroupStates[Held]
+    path: RetryPath
+    admission: Admission
+    dispatch: Dispatch
+    audit: SubscriptionAudit
+    _tasks: TaskSet = field(init=False, default_factory=TaskSet)
+    _dlq_end: int = field(init=False, default=0)
+    _skip: set[tuple[str, int]] = field(init=False, default_factory=set)  # stale level copies
 
     def start(self) -> None:
-        r = self.routing
-        for ms in r.levels:
-            r.spawn(self._level_loop(ms, r.sources[r.layout.level(ms)]))
-        r.spawn(self._replay_loop(r.sources[r.layout.replay]))
-        r.spawn(self._dlq_tail())
+        """Take up the retry path's returns, and start reading the topics (at once if they
+        exist, else once they are made)."""
+        self._tasks.spawn(self._returns())
+        if self.topics.created:
+            self._start_reading()
+        else:
+            self._tasks.spawn(self._when_ready())
+
+    async def aclose(self) -> None:
+        await self._tasks.aclose()
+
+    async def _when_ready(self) -> None:
+        await self.topics.ready.wait()
+        self._start_reading()
+
+    def _start_reading(self) -> None:
+        topics = self.topics
+        for ms in topics.levels:
+            self._tasks.spawn(self._level_loop(ms, topics.level(ms)))
+        self._tasks.spawn(self._replay_loop(topics.sources[topics.layout.replay]))
+        self._tasks.spawn(self._dlq_tail())
+        self.path.sweep()
 
     def mine(self, msg: Stored) -> bool:
         """Whether an internal record belongs to this runner's shard: by its group, else by
         the partition it was first read from."""
-        shard = self.routing.shard
+        shard = self.topics.shard
         if shard.whole:
             return True
         group = header(msg.headers, GROUP_ID)
         return shard.owns(group, origin_partition(RetryMeta.of(msg.headers).origin))
 
     async def rebuild(self) -> None:
-        """Group state from the storage.
+        """Group state from the storage (the topics exist).
 
         A crash can leave a message both in the DLQ and, uncommitted, in a level or the hold
         topic (its hand-off was stored, the commit of where it came from was not): the live
         DLQ entry wins, the stale copy is skipped, so a dead-lettered head is not delivered
         behind its group's back."""
-        r = self.routing
-        store, groups = r.store, r.groups
-        view = await dlq.scan(store, r.layout)
+        topics, groups = self.topics, self.groups
+        store = topics.store
+        view = await dlq.scan(store, topics.layout)
         dead = {RetryMeta.of(m.headers).origin for m in view.live()}
         for position, msg in view.entries.items():
             group = header(msg.headers, GROUP_ID)
             if group is not None and self.mine(msg):
                 groups.dead_seen(group, position)
         self._dlq_end = view.end
-        for ms in r.levels:
-            source = r.sources[r.layout.level(ms)]
+        for ms in topics.levels:
+            source = topics.level(ms)
             for msg in await dlq.read_all(store, source.name, source.tracker.committed(0)):
                 origin = RetryMeta.of(msg.headers).origin
                 if origin in dead or not self.mine(msg):
@@ -80,7 +113,7 @@ class InternalReaders:
                 group = header(msg.headers, GROUP_ID)
                 if group is not None:
                     groups.add_head(group, origin)
-        hold = r.sources[r.layout.hold]
+        hold = topics.hold
         for msg in await dlq.read_all(store, hold.name, hold.tracker.committed(0)):
             hold.track(msg)
             group = header(msg.headers, GROUP_ID)
@@ -89,14 +122,25 @@ class InternalReaders:
                 hold.done(msg)
                 continue
             if group is None:  # cannot happen (only grouped messages are held): deliver
-                r.spawn(r.dispatch.offer(Item(msg, hold, Kind.RELEASED, None, meta)))
+                self._tasks.spawn(self.dispatch.offer(Item(msg, hold, Kind.RELEASED, None, meta)))
                 continue
             item = Item(msg, hold, Kind.RELEASED, group, meta)
             groups.follow(group, Held(item, stored=msg))
 
+    async def _returns(self) -> None:
+        """What the retry path gives back: each goes its way in a task of its own (an offer
+        may wait for room), a group's messages in order."""
+        while True:
+            back = await self.path.returns.get()
+            if back.released:
+                for item in back.items:
+                    self._tasks.spawn(self.admission.route_released(item))
+            else:
+                self._tasks.spawn(self.admission.admit_all(back.items))
+
     async def _level_loop(self, ms: int, source: Source) -> None:
         position = source.tracker.committed(0)
-        store = self.routing.store
+        store = self.topics.store
         while True:
             batch = await store.read(
                 source.name, 0, position, max_records=200, timeout=_READ_TIMEOUT_S
@@ -112,28 +156,25 @@ class InternalReaders:
                 await self._level_due(msg, source, meta)
 
     async def _level_due(self, msg: Stored, source: Source, meta: RetryMeta) -> None:
-        r = self.routing
-        level = level_for(r.sub.retry.delay_levels_ms, meta.due_ms - now_ms())
+        level = level_for(self.sub.retry.delay_levels_ms, meta.due_ms - now_ms())
         if level is not None:  # re-route: what is left still fills a level
-            record = internal_record(msg, replace(meta, entered_ms=now_ms()))
-            r.handoff.submit(r.layout.level(level), record, lambda _: source.done(msg))
+            self.path.relevel(msg, source, meta, level)
             return
         group = header(msg.headers, GROUP_ID)
         item = Item(msg, source, Kind.DUE, group, meta)
         if meta.due_ms <= now_ms():
-            await r.dispatch.offer(item)
+            await self.dispatch.offer(item)
         else:  # its group is blocked by it already: wait outside the delivery slots
-            r.spawn(self._offer_at(item, meta.due_ms))
+            self._tasks.spawn(self._offer_at(item, meta.due_ms))
 
     async def _offer_at(self, item: Item, due_ms: int) -> None:
         await sleep_until(due_ms)
-        await self.routing.dispatch.offer(item)
+        await self.dispatch.offer(item)
 
     async def _replay_loop(self, source: Source) -> None:
-        r = self.routing
         position = source.tracker.committed(0)
         while True:
-            batch = await r.store.read(
+            batch = await self.topics.store.read(
                 source.name, 0, position, max_records=200, timeout=_READ_TIMEOUT_S
             )
             for msg in batch:
@@ -144,21 +185,19 @@ class InternalReaders:
                     continue
                 group = header(msg.headers, GROUP_ID)
                 item = Item(msg, source, Kind.REPLAY, group, RetryMeta.of(msg.headers))
-                r.audit.message(AuditType.UNSIDELINED, msg)
-                await r.admit(item)
+                self.audit.message(AuditType.UNSIDELINED, msg)
+                await self.admission.admit(item)
 
     async def _dlq_tail(self) -> None:
-        r = self.routing
         position = self._dlq_end
+        store, name = self.topics.store, self.topics.layout.dlq
         while True:
-            batch = await r.store.read(
-                r.layout.dlq, 0, position, max_records=500, timeout=_READ_TIMEOUT_S
-            )
+            batch = await store.read(name, 0, position, max_records=500, timeout=_READ_TIMEOUT_S)
             for msg in batch:
                 position = msg.position + 1
                 if dlq.is_removal(msg):
-                    r.groups.dead_removed(dlq.removed_positions(msg))
+                    self.groups.dead_removed(dlq.removed_positions(msg))
                     continue
                 group = header(msg.headers, GROUP_ID)
                 if group is not None and self.mine(msg):
-                    r.groups.dead_seen(group, msg.position)
+                    self.groups.dead_seen(group, msg.position)

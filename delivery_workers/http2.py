@@ -5,10 +5,10 @@ HTTP/2 is only ever *negotiated*: the sender's TLS context offers ``h2`` and ``h
 through ALPN, and :func:`negotiated` picks this protocol only when the endpoint's TLS
 handshake selected ``h2``; everything else (an endpoint that does not offer it, every
 cleartext ``http://`` endpoint: no h2c upgrade, no prior knowledge) speaks HTTP/1.1 through
-:class:`.fast_http.Connection`. So the worker never claims a protocol it did not agree on.
+:class:`.http1.Connection`. So the worker never claims a protocol it did not agree on.
 
 A delivery is the same request (:func:`.sender.build_request`) and is classified the same
-way as on HTTP/1.1 (see :mod:`.fast_http`): header names go out lower-case as HTTP/2 asks,
+way as on HTTP/1.1 (see :mod:`.http1`): header names go out lower-case as HTTP/2 asks,
 ``Host`` becomes ``:authority``; the answer keeps the status, ``Retry-After``, ``Location``
 and at most :data:`.sender.MAX_RESPONSE_BYTES` of the body (a longer one is cancelled with
 ``RST_STREAM``). A stream the endpoint refused (``REFUSED_STREAM``) or left unprocessed
@@ -31,7 +31,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from .fast_http import Answer, Connection, ConnectionLost, InvalidRequest, Origin
+from .http1 import Answer, Connection, ConnectionLost, InvalidRequest, Origin
 from .sender import MAX_RESPONSE_BYTES, OutgoingRequest
 
 ALPN = ["h2", "http/1.1"]
@@ -242,7 +242,7 @@ class H2Connection(asyncio.Protocol):
 class Negotiating(asyncio.Protocol):
     """The protocol factory's product for a new connection: once the TLS handshake is done
     it hands the transport to :class:`H2Connection` if ALPN selected ``h2``, else to
-    :class:`.fast_http.Connection` (``chosen``)."""
+    :class:`.http1.Connection` (``chosen``)."""
 
     def __init__(self, origin_key: tuple[str, str, int]) -> None:
         self.origin_key = origin_key

@@ -1,6 +1,7 @@
-"""What a reading does for a verified migration (control_plane.leaders.migration_starts): it holds
-what it read from an external segment while a cutover seals it, and passes over the ids the
-other side delivered (``Segment.skip_ids``)."""
+"""What a segment intake does for a verified migration
+(control_plane.leaders.migration_starts): it holds what it read from an external segment
+while a cutover seals it, and passes over the ids the other side delivered
+(``Segment.skip_ids``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from core.audit import AuditType
 from core.filters import FilterOutcome
 from core.model import Backend, Segment, SegmentState
 from core.shards import WHOLE
-from delivery_workers.reading import SegmentReading
+from delivery_workers.intake import SegmentIntake
 from segments.protocol import Stored
 
 EXTERNAL = Segment(
@@ -39,7 +40,7 @@ class Catalog:
 
 
 class Recorder:
-    """The audit, the source and the routing of a reading, as lists."""
+    """The audit, the source and the admission of an intake, as lists."""
 
     def __init__(self) -> None:
         self.audited: list[tuple[AuditType, str]] = []
@@ -53,19 +54,20 @@ class Recorder:
         self.admitted.append(item.msg.position)
 
 
-def reading(segment: Segment, catalog: Catalog, seen: Recorder) -> SegmentReading:
+def intake(segment: Segment, catalog: Catalog, seen: Recorder) -> SegmentIntake:
     sub = SimpleNamespace(topic_project="shop", topic="orders")
     topic = SimpleNamespace(project="shop", name="orders")
-    dispatch = SimpleNamespace(wake=lambda: None)
-    return SegmentReading(
+    progress = SimpleNamespace(wake=lambda: None)
+    return SegmentIntake(
         cast(Any, sub),
         WHOLE,
         cast(Any, SimpleNamespace(catalog=catalog)),
         cast(Any, topic),
         segment,
         matcher=cast(Any, EVERYTHING),
-        routing=cast(Any, seen),
-        dispatch=cast(Any, dispatch),
+        admission=cast(Any, seen),
+        throttle=cast(Any, None),
+        progress=cast(Any, progress),
         committer=cast(Any, None),
         audit=cast(Any, seen),
         stats=cast(Any, None),
@@ -80,7 +82,7 @@ def stored(position: int, mid: str) -> Stored:
 
 async def test_an_unmarked_external_segment_is_read_on_at_once() -> None:
     catalog = Catalog(EXTERNAL)
-    r = reading(EXTERNAL, catalog, Recorder())
+    r = intake(EXTERNAL, catalog, Recorder())
     await asyncio.wait_for(r._refresh_external(), 1)
     assert catalog.reads == 1 and r._end(0) is None
 
@@ -91,7 +93,7 @@ async def test_records_read_while_the_seal_is_marked_wait_for_its_ends() -> None
         update={"state": SegmentState.SEALED, "end_positions": {0: 5}, "sealing": False}
     )
     catalog = Catalog(marked, marked, marked, sealed)
-    r = reading(EXTERNAL, catalog, Recorder())
+    r = intake(EXTERNAL, catalog, Recorder())
     await asyncio.wait_for(r._refresh_external(), 5)
     assert catalog.reads == 4 and r._end(0) == 5  # records at 5 and past: not delivered
 
@@ -99,7 +101,7 @@ async def test_records_read_while_the_seal_is_marked_wait_for_its_ends() -> None
 async def test_ids_the_other_side_delivered_are_passed_over() -> None:
     shadow = EXTERNAL.model_copy(update={"id": 2, "skip_ids": ("a", "c")})
     seen = Recorder()
-    r = reading(shadow, Catalog(shadow), seen)
+    r = intake(shadow, Catalog(shadow), seen)
     source = SimpleNamespace(done=lambda msg: seen.done.append(msg.position))
     for position, mid in enumerate(["a", "b", "c"]):
         await r._take_one(cast(Any, source), stored(position, mid), f"2:0:{position}")

@@ -1,4 +1,4 @@
-""":class:`FastSender` against a raw asyncio TCP server that answers byte for byte as each test
+""":class:`HttpSender` against a raw asyncio TCP server that answers byte for byte as each test
 scripts it: keep-alive reuse, connections the endpoint closes (idle, mid-request, after a
 ``Connection: close``), chunked and close-delimited answers, interim 1xx answers, broken HTTP,
 the pool's limit across origins, keep-alive expiry and TLS. The sender contract (the request
@@ -20,8 +20,8 @@ from pydantic import ValidationError
 
 from core.model import Endpoint, RetryPolicy, Subscription
 from core.retry import retries
-from delivery_workers.fast_http import InvalidRequest, encode_request, parse_origin
-from delivery_workers.fast_sender import FastSender, make_sender
+from delivery_workers.http1 import InvalidRequest, encode_request, parse_origin
+from delivery_workers.http_sender import HttpSender, make_sender
 from delivery_workers.sender import Delivery, OutgoingRequest
 from delivery_workers.settings import WorkerSettings
 from segments.protocol import Stored
@@ -111,7 +111,7 @@ def _always(reply: bytes) -> Answerer:
 
 async def test_sequential_sends_reuse_one_kept_alive_connection(serve: Serve) -> None:
     server = await serve(_always(OK))
-    async with FastSender() as s:
+    async with HttpSender() as s:
         results = [await s.send(_delivery(server.url())) for _ in range(5)]
         assert s.pool.open_connections == 1
     assert all(r.succeeded and r.status == 204 for r in results)
@@ -120,7 +120,7 @@ async def test_sequential_sends_reuse_one_kept_alive_connection(serve: Serve) ->
 
 async def test_the_request_line_and_host_header(serve: Serve) -> None:
     server = await serve(_always(OK))
-    async with FastSender() as s:
+    async with HttpSender() as s:
         assert (await s.send(_delivery(server.url("localhost") + "?a=1&b=%20"))).succeeded
     [(_, head)] = server.requests
     assert head.startswith(
@@ -132,7 +132,7 @@ async def test_connection_close_from_the_endpoint_is_honoured(serve: Serve) -> N
     server = await serve(
         _always(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
     )
-    async with FastSender() as s:
+    async with HttpSender() as s:
         assert (await s.send(_delivery(server.url()))).succeeded
         assert (await s.send(_delivery(server.url()))).succeeded
         assert s.pool.open_connections == 0
@@ -144,7 +144,7 @@ async def test_a_kept_alive_connection_closed_as_the_request_goes_is_sent_again(
 ) -> None:
     # Each connection answers its first request, then hangs up on the next without a byte.
     server = await serve(lambda n, _head: OK if n == 1 else None)
-    async with FastSender() as s:
+    async with HttpSender() as s:
         assert (await s.send(_delivery(server.url()))).succeeded
         second = await s.send(_delivery(server.url()))
     assert second.succeeded and second.status == 204
@@ -155,7 +155,7 @@ async def test_a_new_connection_closed_without_an_answer_is_not_sent_again(
     serve: Serve,
 ) -> None:
     server = await serve(lambda _n, _head: None)
-    async with FastSender() as s:
+    async with HttpSender() as s:
         result = await s.send(_delivery(server.url()))
         assert s.pool.open_connections == 0
     assert retries(RetryPolicy(), result) and result.status is None
@@ -170,7 +170,7 @@ async def test_a_chunked_answer_is_read_and_the_connection_kept(serve: Serve) ->
         b"3\r\nbus\r\n2\r\ny!\r\n0\r\n\r\n"
     )
     server = await serve(_always(chunked))
-    async with FastSender() as s:
+    async with HttpSender() as s:
         first = await s.send(_delivery(server.url()))
         second = await s.send(_delivery(server.url()))
     for result in (first, second):
@@ -181,7 +181,7 @@ async def test_a_chunked_answer_is_read_and_the_connection_kept(serve: Serve) ->
 
 async def test_an_answer_delimited_by_closing_is_read_to_the_end(serve: Serve) -> None:
     server = await serve(_always(b"HTTP/1.1 400 Bad Request\r\n\r\nno such order"), close=True)
-    async with FastSender() as s:
+    async with HttpSender() as s:
         result = await s.send(_delivery(server.url()))
         assert s.pool.open_connections == 0
     assert not retries(RetryPolicy(), result) and result.error == "HTTP 400: no such order"
@@ -191,7 +191,7 @@ async def test_a_body_cut_short_of_its_length_is_a_connection_error(serve: Serve
     server = await serve(
         _always(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort"), close=True
     )
-    async with FastSender() as s:
+    async with HttpSender() as s:
         result = await s.send(_delivery(server.url()))
     assert retries(RetryPolicy(), result) and result.status is None and result.error is not None
     assert result.error.startswith("connection error: ConnectionLost: the endpoint closed")
@@ -199,14 +199,14 @@ async def test_a_body_cut_short_of_its_length_is_a_connection_error(serve: Serve
 
 async def test_an_interim_answer_is_skipped(serve: Serve) -> None:
     server = await serve(_always(b"HTTP/1.1 100 Continue\r\n\r\n" + OK))
-    async with FastSender() as s:
+    async with HttpSender() as s:
         result = await s.send(_delivery(server.url()))
     assert result.succeeded and result.status == 204
 
 
 async def test_an_answer_that_is_not_http_is_a_connection_error(serve: Serve) -> None:
     server = await serve(_always(b"SSH-2.0-OpenSSH_9.6\r\n\r\n"))
-    async with FastSender() as s:
+    async with HttpSender() as s:
         result = await s.send(_delivery(server.url()))
         assert s.pool.open_connections == 0
     assert retries(RetryPolicy(), result) and result.error is not None
@@ -217,7 +217,7 @@ async def test_at_the_limit_an_idle_connection_of_another_origin_makes_room(
     serve: Serve,
 ) -> None:
     a, b = await serve(_always(OK)), await serve(_always(OK))
-    async with FastSender(max_connections=1) as s:
+    async with HttpSender(max_connections=1) as s:
         assert (await s.send(_delivery(a.url()))).succeeded
         assert (await s.send(_delivery(b.url()))).succeeded
         assert (await s.send(_delivery(a.url()))).succeeded
@@ -227,7 +227,7 @@ async def test_at_the_limit_an_idle_connection_of_another_origin_makes_room(
 
 async def test_an_idle_connection_past_its_keepalive_is_not_reused(serve: Serve) -> None:
     server = await serve(_always(OK))
-    async with FastSender(keepalive_expiry=0.1) as s:
+    async with HttpSender(keepalive_expiry=0.1) as s:
         assert (await s.send(_delivery(server.url()))).succeeded
         await asyncio.sleep(0.25)
         assert (await s.send(_delivery(server.url()))).succeeded
@@ -237,7 +237,7 @@ async def test_an_idle_connection_past_its_keepalive_is_not_reused(serve: Serve)
 
 async def test_a_cancelled_send_closes_its_connection(serve: Serve) -> None:
     server = await serve(lambda _n, _h: b"")  # never answers
-    async with FastSender() as s:
+    async with HttpSender() as s:
         task = asyncio.create_task(s.send(_delivery(server.url(), timeout_ms=5_000)))
         await asyncio.sleep(0.2)
         task.cancel()
@@ -250,7 +250,7 @@ async def test_closing_closes_the_sockets_in_use_too_before_it_returns(serve: Se
     """A runner cancelled without awaiting its sends must not leave a socket for the garbage
     collector: the loop may stop right after ``aclose`` (an unclosed-socket warning then)."""
     server = await serve(lambda _n, _h: b"")  # never answers
-    s = FastSender()
+    s = HttpSender()
     idle_server = await serve(_always(OK))
     assert (await s.send(_delivery(idle_server.url()))).succeeded
     pending = asyncio.create_task(s.send(_delivery(server.url(), timeout_ms=5_000)))
@@ -317,10 +317,10 @@ async def test_https_with_a_trusted_certificate(
     server_side.load_cert_chain(cert, key)
     server = await serve(_always(OK), server_side)
     trusting = ssl.create_default_context(cafile=str(cert))
-    async with FastSender(ssl_context=trusting) as s:
+    async with HttpSender(ssl_context=trusting) as s:
         results = [await s.send(_delivery(server.url("localhost", "https"))) for _ in range(3)]
     assert all(r.succeeded for r in results) and server.connections == 1
-    async with FastSender() as s:  # the system's trust store does not know this certificate
+    async with HttpSender() as s:  # the system's trust store does not know this certificate
         refused = await s.send(_delivery(server.url("localhost", "https")))
     assert retries(RetryPolicy(), refused) and refused.error is not None
     assert "CERTIFICATE_VERIFY_FAILED" in refused.error
@@ -332,7 +332,7 @@ def test_on_uvloop_as_the_worker_runs() -> None:
         raw = RawServer(_always(OK))
         server = await asyncio.start_server(raw.handle, "127.0.0.1", 0)
         raw.port = server.sockets[0].getsockname()[1]
-        async with server, FastSender() as s:
+        async with server, HttpSender() as s:
             results = [(await s.send(_delivery(raw.url()))).succeeded for _ in range(3)]
         return results, raw.connections
 
@@ -340,10 +340,10 @@ def test_on_uvloop_as_the_worker_runs() -> None:
 
 
 @pytest.mark.parametrize("kind", [None, "fast", "aiohttp", "httpx"])  # older configs start too
-def test_the_worker_runs_the_fast_sender(kind: str | None) -> None:
+def test_the_worker_runs_the_http_sender(kind: str | None) -> None:
     options = {} if kind is None else {"sender": kind}
     sender = make_sender(WorkerSettings(max_connections=7, **options))
-    assert type(sender) is FastSender
+    assert type(sender) is HttpSender
     assert sender.pool.max_connections == 7
 
 

@@ -17,7 +17,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from delivery_workers.groups import GroupScheduler, Outcome, ReadyRing, SchedulingError
+from delivery_workers.scheduler import Completion, GroupScheduler, ReadyRing, SchedulingError
 
 SETTINGS = settings(deadline=None, max_examples=200)
 KEYS = [None, "a", "b", "c"]
@@ -43,7 +43,7 @@ def run_to_end(scheduler: GroupScheduler[Msg]) -> list[Msg]:
     order = []
     while (item := scheduler.next_ready()) is not None:
         order.append(item)
-        scheduler.completed(item, Outcome.DONE)
+        scheduler.completed(item, Completion.DONE)
     return order
 
 
@@ -56,7 +56,7 @@ def test_one_in_flight_per_group_in_offer_order() -> None:
     assert scheduler.next_ready() is a0
     assert scheduler.next_ready() is b0
     assert scheduler.next_ready() is None  # a1 waits behind a0
-    scheduler.completed(a0, Outcome.DONE)
+    scheduler.completed(a0, Completion.DONE)
     assert scheduler.next_ready() is a1
 
 
@@ -71,9 +71,9 @@ def test_ungrouped_is_plain_fifo_up_to_max_in_flight() -> None:
     m = offer_all(scheduler, [None] * 4)
     assert (scheduler.next_ready(), scheduler.next_ready()) == (m[0], m[1])
     assert scheduler.next_ready() is None  # in-flight limit
-    scheduler.completed(m[1], Outcome.DONE)
+    scheduler.completed(m[1], Completion.DONE)
     assert scheduler.next_ready() is m[2]
-    scheduler.completed(m[0], Outcome.BLOCKED)  # nothing to block without a key
+    scheduler.completed(m[0], Completion.BLOCKED)  # nothing to block without a key
     assert scheduler.next_ready() is m[3]
     assert scheduler.blocked_groups == frozenset()
 
@@ -82,7 +82,7 @@ def test_a_blocked_group_waits_for_release_while_others_go_on() -> None:
     scheduler: GroupScheduler[Msg] = GroupScheduler(max_in_flight=5)
     a0, a1, b0, b1 = offer_all(scheduler, ["a", "a", "b", "b"])
     assert scheduler.next_ready() is a0
-    scheduler.completed(a0, Outcome.BLOCKED)
+    scheduler.completed(a0, Completion.BLOCKED)
     assert scheduler.blocked_groups == {"a"}
     assert run_to_end(scheduler) == [b0, b1]
     assert scheduler.waiting == 1
@@ -111,7 +111,7 @@ def test_offer_refuses_when_full_and_accepts_again_after_completion() -> None:
     assert scheduler.buffered == 2
     assert scheduler.next_ready() is m0
     assert scheduler.offer("c", Msg("c", 9)) is False  # in flight still counts as held
-    scheduler.completed(m0, Outcome.DONE)
+    scheduler.completed(m0, Completion.DONE)
     assert scheduler.offer("c", Msg("c", 9)) is True
 
 
@@ -122,7 +122,7 @@ def test_misuse_is_a_clear_error() -> None:
     with pytest.raises(SchedulingError, match="already held"):
         scheduler.offer("a", msg)
     with pytest.raises(SchedulingError, match="not in flight"):
-        scheduler.completed(msg, Outcome.DONE)  # waiting, not handed out
+        scheduler.completed(msg, Completion.DONE)  # waiting, not handed out
     with pytest.raises(SchedulingError, match=">= 1"):
         GroupScheduler(max_in_flight=0)
 
@@ -186,12 +186,12 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.flying.append(item)
 
     @precondition(lambda self: self.flying)
-    @rule(data=st.data(), outcome=st.sampled_from(Outcome))
-    def complete(self, data: st.DataObject, outcome: Outcome) -> None:
+    @rule(data=st.data(), outcome=st.sampled_from(Completion))
+    def complete(self, data: st.DataObject, outcome: Completion) -> None:
         item = data.draw(st.sampled_from(self.flying))
         self.scheduler.completed(item, outcome)
         self.flying.remove(item)
-        if outcome is Outcome.BLOCKED and item.key is not None:
+        if outcome is Completion.BLOCKED and item.key is not None:
             self.blocked.add(item.key)
 
     @rule(group=st.sampled_from(KEYS[1:]))
@@ -235,7 +235,7 @@ def drive(scheduler: GroupScheduler[Msg], data: st.DataObject, stop_at: Msg | No
         if not flying:
             return order
         item = flying.pop(data.draw(st.integers(0, len(flying) - 1)))
-        scheduler.completed(item, Outcome.BLOCKED if item is stop_at else Outcome.DONE)
+        scheduler.completed(item, Completion.BLOCKED if item is stop_at else Completion.DONE)
 
 
 def by_group(msgs: list[Msg]) -> dict[str | None, list[int]]:

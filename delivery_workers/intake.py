@@ -1,17 +1,17 @@
-"""Reading: the subscription's consume segment, partition by partition, from the committed
-positions.
+"""Intake: the messages of one consume segment, read partition by partition from the
+committed positions (through :class:`segments.reader.SegmentReader`), checked and admitted.
 
 Each message read is tracked (its position is committed only once it is terminal); one
 of another shard, or that the subscription's filter leaves out, is terminal at once; the
-rest go to :meth:`.routing.Routing.admit` as fresh items. Reading stops while the circuit
-is open (:meth:`.throttle.Throttle.gate`) and while the scheduler is full (the routing's offer
-waits). :meth:`SegmentReading.run` returns once the segment is finished: sealed, read to its
-end, and every message read is terminal and committed.
+rest go to :meth:`.admission.Admission.admit` as fresh items. Reading stops while the
+circuit is open (:meth:`.throttle.Throttle.gate`) and while the scheduler is full (the
+dispatch's offer waits). :meth:`SegmentIntake.run` returns once the segment is finished:
+sealed, read to its end, and every message read is terminal and committed.
 
 Failover (docs/failover.md): a segment left UNSEALED is not finished, so in ``ordered`` mode
-the reading waits on it. In ``available`` mode it is left behind: :meth:`SegmentReading.run`
+the intake waits on it. In ``available`` mode it is left behind: :meth:`SegmentIntake.run`
 returns at once without its final commit (its cluster is down; the messages read and not
-committed are read again later, at least once), and a *behind* reading
+committed are read again later, at least once), and a *behind* intake
 (``behind=True``) reads it to its end once it is sealed, beside the consume segment.
 """
 
@@ -33,27 +33,28 @@ from segments.protocol import Stored
 from segments.reader import SegmentReader, commit_group, left_behind
 from segments.subscription.retry_meta import RetryMeta
 
+from .admission import Admission
 from .audit import SubscriptionAudit
 from .bodies import BodyCache
 from .commit import Committer
-from .dispatch import Dispatch
 from .filter_budget import FilterBudget
 from .items import Item, Kind, Source
 from .poison import crash_names
-from .routing import Routing
+from .progress import Progress
+from .throttle import Throttle
 
 IDLE_REFRESH_S = 1.0
 SKIPPED = "delivered from the other side of a verified migration before this segment"
 SEALING_POLL_S = 0.05  # an external segment being sealed: how often its record is read
 
 
-class ReadingStats(Protocol):
+class IntakeStats(Protocol):
     filtered: int
     filter_errors: int
 
 
-class SegmentReading:
-    """The readers of one consume segment (see the module doc)."""
+class SegmentIntake:
+    """The intake of one consume segment (see the module doc)."""
 
     def __init__(
         self,
@@ -64,11 +65,12 @@ class SegmentReading:
         segment: Segment,
         *,
         matcher: Filter,
-        routing: Routing,
-        dispatch: Dispatch,
+        admission: Admission,
+        throttle: Throttle,
+        progress: Progress,
         committer: Committer,
         audit: SubscriptionAudit,
-        stats: ReadingStats,
+        stats: IntakeStats,
         read_batch: int,
         poisoned: Mapping[str, str] | None = None,
         budget: FilterBudget | None = None,
@@ -84,8 +86,9 @@ class SegmentReading:
         self.segment = segment
         self.name = f"{sub.topic_project}/{sub.topic}"
         self.matcher = matcher
-        self.routing = routing
-        self.dispatch = dispatch
+        self.admission = admission
+        self.throttle = throttle
+        self.progress = progress
         self.committer = committer
         self.audit = audit
         self.stats = stats
@@ -114,7 +117,7 @@ class SegmentReading:
                 self.committer.main = None
                 return
             while source.pending():
-                await self.dispatch.wait_change(1.0)
+                await self.progress.wait(1.0)
             await self.committer.commit()
         finally:
             if source in self.committer.behind:
@@ -128,7 +131,7 @@ class SegmentReading:
     async def _read(self, source: Source, partition: int, position: int) -> None:
         last_refresh = time.monotonic()
         external = isinstance(self.reader.store(self.segment), ExternalStore)
-        throttle = self.dispatch.throttle
+        throttle = self.throttle
         while True:
             await throttle.gate()  # the circuit is open: stop pulling
             batch = await self.reader.read(
@@ -243,8 +246,8 @@ class SegmentReading:
         """``msg`` is terminal without a delivery: audited ``filtered``, done at once."""
         self.audit.message(AuditType.FILTERED, msg, self.segment, **reason)
         source.done(msg)
-        self.dispatch.wake()
+        self.progress.wake()
 
     async def _admit(self, source: Source, msg: Stored, group: str | None, origin: str) -> None:
         meta = RetryMeta(origin=origin, topic=self.name)
-        await self.routing.admit(Item(msg, source, Kind.FRESH, group, meta))
+        await self.admission.admit(Item(msg, source, Kind.FRESH, group, meta))

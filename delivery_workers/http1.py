@@ -1,4 +1,4 @@
-"""The wire side of :class:`.fast_sender.FastSender`: one HTTP/1.1 keep-alive connection as an
+"""The wire side of :class:`.http_sender.HttpSender`: one HTTP/1.1 keep-alive connection as an
 asyncio Protocol with an httptools parser, and the request encoded as one ``bytes``.
 
 A delivery is one small request and one small answer. aiohttp spends most of a send in its
@@ -23,7 +23,7 @@ same way (:class:`core.result.DeliveryResult`) as by the senders ``bench/`` comp
 - redirects are never followed, nothing is compressed or decompressed, no cookies, no proxy.
 
 HTTPS goes through the ``ssl`` context given (default: the system's trust store, hostnames
-checked). HTTP/2, where an HTTPS endpoint selects it through ALPN, is :mod:`.fast_h2`.
+checked). HTTP/2, where an HTTPS endpoint selects it through ALPN, is :mod:`.http2`.
 """
 
 from __future__ import annotations

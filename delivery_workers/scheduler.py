@@ -26,7 +26,7 @@ class SchedulingError(HttpbusError):
     """The scheduler was driven out of contract (a bug of the caller)."""
 
 
-class Outcome(Enum):
+class Completion(Enum):
     """How an in-flight message ended, as far as ordering cares."""
 
     DONE = "done"  # terminal: the next message of its group may go
@@ -87,8 +87,8 @@ class GroupScheduler(Generic[T]):
         if not scheduler.offer("customer-7", message):
             ...                                # full: stop reading until items complete
         item = scheduler.next_ready()          # None: nothing may go now
-        scheduler.completed(item, Outcome.DONE)       # the next of its group becomes ready
-        scheduler.completed(item, Outcome.BLOCKED)    # its group waits ...
+        scheduler.completed(item, Completion.DONE)       # the next of its group becomes ready
+        scheduler.completed(item, Completion.BLOCKED)    # its group waits ...
         scheduler.release("customer-7")               # ... until the retry is terminal
 
     Items are matched by identity (``is``), so each offered item must be a distinct object
@@ -163,7 +163,7 @@ class GroupScheduler(Generic[T]):
         self._refresh(lane)
         return item
 
-    def completed(self, item: T, outcome: Outcome) -> None:
+    def completed(self, item: T, outcome: Completion) -> None:
         """``item`` (from :meth:`next_ready`) ended. BLOCKED blocks its group; for an item
         without a key there is no group to block, so BLOCKED only frees its slot."""
         if id(item) not in self._flying:
@@ -174,7 +174,7 @@ class GroupScheduler(Generic[T]):
             self._refresh(_UNGROUPED)
             return
         self._busy.discard(key)
-        if outcome is Outcome.BLOCKED:
+        if outcome is Completion.BLOCKED:
             self._blocked.add(key)
         self._refresh(key)
 

@@ -2,14 +2,14 @@
 
 aiohttp spends about half of a worker's time on a small delivery in its general machinery
 (request and response objects, payload registry, multidict headers, stream readers, a timeout
-handle per request). :class:`FastSender` does only what a delivery needs: take an idle
+handle per request). :class:`HttpSender` does only what a delivery needs: take an idle
 keep-alive connection of the endpoint's origin (or open one), write the request as one
-``bytes``, and await one future that the httptools callbacks resolve (see :mod:`.fast_http`).
+``bytes``, and await one future that the httptools callbacks resolve (see :mod:`.http1`).
 The attempt's deadline is one timer on the loop. It sends the same request
 (:func:`.sender.build_request`) and classifies the same way (:class:`core.result.DeliveryResult`)
 as the aiohttp and httpx senders that ``bench/senders.py`` keeps as comparisons; the module
-doc of :mod:`.fast_http` lists how each failure is reported. HTTP/1.1, and with ``http2`` on,
-HTTP/2 to HTTPS endpoints that select it through ALPN (:mod:`.fast_h2`), never otherwise.
+doc of :mod:`.http1` lists how each failure is reported. HTTP/1.1, and with ``http2`` on,
+HTTP/2 to HTTPS endpoints that select it through ALPN (:mod:`.http2`), never otherwise.
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from core.endpoint_policy import EndpointPolicy
 from core.lifecycle import AsyncResource
 from core.result import DeliveryResult
 
-from .fast_h2 import ALPN, H2Connection, Negotiating
-from .fast_http import (
+from .http1 import (
     Answer,
     Connection,
     ConnectionLost,
@@ -35,6 +34,7 @@ from .fast_http import (
     encode_request,
     parse_origin,
 )
+from .http2 import ALPN, H2Connection, Negotiating
 from .sender import (
     BatchDelivery,
     Delivery,
@@ -84,7 +84,7 @@ class ConnectionPool:
         if http2 and ssl_context is not None:
             ssl_context.set_alpn_protocols(ALPN)
         self._idle: dict[_OriginKey, deque[Connection]] = {}
-        # HTTP/2 connections by origin, shared by many requests at once (``fast_h2``).
+        # HTTP/2 connections by origin, shared by many requests at once (``http2``).
         self._multiplexed: dict[_OriginKey, list[H2Connection]] = {}
         self._opening: dict[_OriginKey, asyncio.Future[None]] = {}  # maybe-h2 connects
         self._http1_only: set[_OriginKey] = set()  # HTTPS origins that did not select h2
@@ -276,7 +276,7 @@ class ConnectionPool:
             self._open -= 1
 
 
-class FastSender(AsyncResource):
+class HttpSender(AsyncResource):
     """An :class:`EndpointSender` on a :class:`ConnectionPool`: at most ``max_connections``
     open at once (waiting for one counts in an attempt's timeout, so size it above the
     worker's total in-flight limit), idle ones kept ``keepalive_expiry`` seconds. HTTPS
@@ -363,9 +363,9 @@ class FastSender(AsyncResource):
                 self.pool.release(conn)
 
 
-def make_sender(settings: WorkerSettings) -> FastSender:
+def make_sender(settings: WorkerSettings) -> HttpSender:
     """The worker's sender, unstarted, with its pool limit."""
-    return FastSender(
+    return HttpSender(
         max_connections=settings.max_connections,
         policy=settings.endpoint_policy,
         http2=settings.http2,

@@ -1,4 +1,4 @@
-"""HTTP/2 in :class:`FastSender`, only where it is negotiated: against an HTTPS endpoint that
+"""HTTP/2 in :class:`HttpSender`, only where it is negotiated: against an HTTPS endpoint that
 offers h2 through ALPN many deliveries share one connection; against one that offers only
 HTTP/1.1, or with ``http2`` off, the sender speaks HTTP/1.1; a stream the endpoint refused is
 sent again; a timed-out stream is cancelled without losing the connection."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from core.model import Endpoint, Subscription
-from delivery_workers.fast_sender import FastSender
+from delivery_workers.http_sender import HttpSender
 from delivery_workers.sender import Delivery
 from segments.protocol import Stored
 from tests.support.h2_endpoint import H2Endpoint, make_certificate
@@ -57,7 +57,7 @@ async def test_many_deliveries_share_one_negotiated_h2_connection(
 ) -> None:
     endpoint = await H2Endpoint.start(*certificate, status=202, body=b"ok")
     endpoints.append(endpoint)
-    async with FastSender(ssl_context=_trusting(certificate[0]), http2=True) as sender:
+    async with HttpSender(ssl_context=_trusting(certificate[0]), http2=True) as sender:
         results = await asyncio.gather(*(sender.send(_delivery(endpoint.url)) for _ in range(50)))
         assert sender.pool.open_connections == 1
     assert all(r.succeeded and r.status == 202 for r in results)
@@ -76,7 +76,7 @@ async def test_an_endpoint_without_h2_gets_http1(
 ) -> None:
     endpoint = await H2Endpoint.start(*certificate, protocols=("http/1.1",), status=204)
     endpoints.append(endpoint)
-    async with FastSender(ssl_context=_trusting(certificate[0]), http2=True) as sender:
+    async with HttpSender(ssl_context=_trusting(certificate[0]), http2=True) as sender:
         results = [await sender.send(_delivery(endpoint.url)) for _ in range(3)]
     assert all(r.succeeded for r in results)
     assert endpoint.protocols_seen == ["http/1.1"]
@@ -88,7 +88,7 @@ async def test_with_http2_off_h2_is_never_offered(
 ) -> None:
     endpoint = await H2Endpoint.start(*certificate, status=204)
     endpoints.append(endpoint)
-    async with FastSender(ssl_context=_trusting(certificate[0])) as sender:
+    async with HttpSender(ssl_context=_trusting(certificate[0])) as sender:
         assert (await sender.send(_delivery(endpoint.url))).succeeded
     assert endpoint.protocols_seen == ["http/1.1"]
 
@@ -98,7 +98,7 @@ async def test_a_refused_stream_is_sent_again_and_delivered_once(
 ) -> None:
     endpoint = await H2Endpoint.start(*certificate, status=200, refuse_first=1)
     endpoints.append(endpoint)
-    async with FastSender(ssl_context=_trusting(certificate[0]), http2=True) as sender:
+    async with HttpSender(ssl_context=_trusting(certificate[0]), http2=True) as sender:
         first = await sender.send(_delivery(endpoint.url))  # opens the connection: not resent
         second = await sender.send(_delivery(endpoint.url))
     assert not first.succeeded and first.error is not None and "REFUSED_STREAM" in first.error
@@ -110,7 +110,7 @@ async def test_a_timed_out_stream_is_cancelled_and_the_connection_kept(
 ) -> None:
     endpoint = await H2Endpoint.start(*certificate, status=200)
     endpoints.append(endpoint)
-    async with FastSender(ssl_context=_trusting(certificate[0]), http2=True) as sender:
+    async with HttpSender(ssl_context=_trusting(certificate[0]), http2=True) as sender:
         assert (await sender.send(_delivery(endpoint.url))).succeeded
         endpoint.refuse_first = 0
         original = endpoint._answer
@@ -129,14 +129,14 @@ async def test_a_body_larger_than_the_flow_control_window_is_sent_whole(
     endpoint = await H2Endpoint.start(*certificate, status=200)
     endpoints.append(endpoint)
     body = b"x" * 300_000  # the initial window is 65,535 bytes
-    async with FastSender(ssl_context=_trusting(certificate[0]), http2=True) as sender:
+    async with HttpSender(ssl_context=_trusting(certificate[0]), http2=True) as sender:
         result = await sender.send(_delivery(endpoint.url, body=body))
     assert result.succeeded
     assert endpoint.requests[0][2]["content-length"] == str(len(body))
 
 
 def test_the_worker_setting_turns_http2_on_and_it_is_off_by_default() -> None:
-    from delivery_workers.fast_sender import make_sender
+    from delivery_workers.http_sender import make_sender
     from delivery_workers.settings import WorkerSettings
 
     assert make_sender(WorkerSettings(http2=True)).pool.http2
@@ -148,7 +148,7 @@ async def test_past_the_endpoints_stream_limit_more_connections_carry_the_rest(
 ) -> None:
     endpoint = await H2Endpoint.start(*certificate, status=200, max_streams=2)
     endpoints.append(endpoint)
-    async with FastSender(ssl_context=_trusting(certificate[0]), http2=True) as sender:
+    async with HttpSender(ssl_context=_trusting(certificate[0]), http2=True) as sender:
         assert (await sender.send(_delivery(endpoint.url))).succeeded  # SETTINGS are known
         results = await asyncio.gather(*(sender.send(_delivery(endpoint.url)) for _ in range(12)))
     assert all(r.succeeded for r in results), [r.error for r in results if not r.succeeded]

@@ -1,0 +1,57 @@
+"""Background tasks a component starts and cancels when it closes. Example::
+
+tasks = TaskSet()
+tasks.spawn(reader.run())
+...
+await tasks.aclose()  # cancels what still runs, and waits for it
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Coroutine
+from typing import Any
+
+
+class TaskSet:
+    """See the module doc. A task is forgotten once it ends."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Future[None]] = set()
+
+    def spawn(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def aclose(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel ``tasks`` and wait until each has ended (in order; only a cancellation is
+    swallowed)."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def first_to_end(main: Coroutine[Any, Any, None], helpers: list[asyncio.Task[None]]) -> None:
+    """Run ``main`` until it ends or one of ``helpers`` (which run for ever) fails: an error of
+    either is raised here, so a failed helper stops its owner instead of stalling it."""
+    task = asyncio.create_task(main)
+    try:
+        await asyncio.wait([task, *helpers], return_when=asyncio.FIRST_COMPLETED)
+        for done in [task, *helpers]:
+            if done.done():
+                done.result()
+    finally:
+        await cancel_all([task])

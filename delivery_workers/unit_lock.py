@@ -1,0 +1,90 @@
+"""The lock of one unit of assignment (a subscription, or a shard of one): an ephemeral node
+only one worker holds, with a token of its own so that it never deletes another's.
+
+A worker runs a unit only while it holds the lock: :meth:`UnitLock.acquire` waits (every
+``retry_s``) while another holds it, :meth:`UnitLock.until_lost` returns when the node is
+gone or another's (a session loss), and :meth:`UnitLock.release` deletes it only if it is
+still this worker's. Example::
+
+    lock = UnitLock(meta, "w-1", paths.unit_lock(key), orphans)
+    await lock.acquire()
+    try:
+        ...  # run the unit until lock.until_lost() returns
+    finally:
+        await lock.release()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.errors import AlreadyExists
+from core.tasks import TaskSet
+from metastore.protocol import MetaStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class UnitLock:
+    """See the module doc. ``orphans`` runs the releases of locks whose create landed after
+    its caller was cancelled."""
+
+    metastore: MetaStore
+    member_id: str
+    path: str
+    orphans: TaskSet
+    retry_s: float
+    token: bytes = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.token = json.dumps({"member": self.member_id, "token": uuid.uuid4().hex}).encode()
+
+    async def acquire(self) -> None:
+        waited = False
+        while True:
+            create = asyncio.ensure_future(
+                self.metastore.create(self.path, self.token, ephemeral=True)
+            )
+            try:
+                await asyncio.shield(create)
+                return
+            except asyncio.CancelledError:
+                # Unassigned while the create was on the wire: it may still succeed, and an
+                # ephemeral lock nobody releases blocks the next owner while we live.
+                create.add_done_callback(self._orphaned)
+                raise
+            except AlreadyExists:
+                if not waited:
+                    log.info("worker %s waits for the lock %s", self.member_id, self.path)
+                    waited = True
+                await asyncio.sleep(self.retry_s)
+
+    def _orphaned(self, create: asyncio.Future[Any]) -> None:
+        if create.cancelled() or create.exception() is not None:
+            return
+        self.orphans.spawn(self.release())
+
+    async def release(self) -> None:
+        # Only our own lock: after a session loss the node may be another worker's now.
+        node = await self.metastore.get(self.path)
+        if node is not None and node.data == self.token:
+            await self.metastore.delete(self.path, expected_version=node.version)
+
+    async def until_lost(self) -> None:
+        async for node in self.metastore.watch(self.path):
+            if node is None or node.data != self.token:
+                log.warning("worker %s lost the lock %s", self.member_id, self.path)
+                return
+
+
+async def until_node(metastore: MetaStore, path: str, *, present: bool) -> None:
+    """Wait until the node at ``path`` exists (``present``) or does not."""
+    async for node in metastore.watch(path):
+        if (node is not None) == present:
+            return

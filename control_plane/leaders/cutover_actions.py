@@ -102,7 +102,7 @@ class CutoverActions:
         store = self._store(old.cluster)
         if isinstance(store, ExternalStore) and not old.sealing:
             # Its producers write on past the ends read now: readers hold what they read from
-            # here until the seal shows them the ends (delivery_workers.reading), so nothing
+            # here until the seal shows them the ends (delivery_workers.intake), so nothing
             # past them is delivered from this segment. Marked first, then the ends read.
             marked = old.model_copy(update={"sealing": True})
             await self.catalog.update_segment(state.project, state.topic, marked)

@@ -9,7 +9,7 @@ without them.
 over its ``skip_ids`` (``Segment.skip_ids``): the ids the other side delivered already that
 lie, or will arrive, at or after the start. Readers of the external segment never deliver
 past E: the fence marks it ``sealing`` before it reads E, and readers hold what they read
-while the mark is up (``delivery_workers.reading``). The skip list is capped
+while the mark is up (``delivery_workers.intake``). The skip list is capped
 (:data:`MAX_SKIP_CHARS`, a segment record is a ZooKeeper node); what does not fit is
 delivered twice and counted (``switch_duplicates``, ``rollback_duplicates``).
 

@@ -10,7 +10,7 @@ from core.errors import NotFound, SegmentFenced, StorageUnavailable
 from core.model import Topic
 
 from .failover.health import WriteHealth, WriteOutcome
-from .protocol import Produced, Record, SegmentStore
+from .protocol import Produced, Record, SegmentStore, store_of
 
 T = TypeVar("T")
 
@@ -54,10 +54,7 @@ class SegmentWriter:
         segment = topic.write_segment
         if segment is None:
             raise NotFound(f"topic {topic.project}/{topic.name} has no active segment")
-        store = self.stores.get(segment.cluster)
-        if store is None:
-            raise StorageUnavailable(f"storage cluster {segment.cluster!r} is not configured here")
-        return segment.id, segment.storage_topic, store
+        return segment.id, segment.storage_topic, store_of(self.stores, segment.cluster)
 
     async def write(self, topic: Topic, record: Record) -> Written:
         segment_id, name, store = self._target(topic)

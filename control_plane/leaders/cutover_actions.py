@@ -32,24 +32,16 @@ class Begin:
 StartsHook = Callable[[Cutover, Segment, Segment, dict[int, int]], Awaitable[Begin]]
 
 
+@dataclass(eq=False)
 class CutoverActions:
     """Create / drop the target, fence the old segment, commit the switch, settle its ends."""
 
-    def __init__(
-        self,
-        catalog: Catalog,
-        stores: Mapping[str, SegmentStore],
-        records: CutoverRecords,
-        now: Callable[[], datetime],
-        clusters: Mapping[str, ClusterConfig],
-        starts: StartsHook | None = None,
-    ) -> None:
-        self.starts = starts
-        self.clusters = clusters
-        self.catalog = catalog
-        self.stores = stores
-        self.records = records
-        self.now = now
+    catalog: Catalog
+    stores: Mapping[str, SegmentStore]
+    records: CutoverRecords
+    now: Callable[[], datetime]
+    clusters: Mapping[str, ClusterConfig]
+    starts: StartsHook | None = None
 
     def _store(self, cluster: str) -> SegmentStore:
         return store_of(self.stores, cluster)

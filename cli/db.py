@@ -32,6 +32,11 @@ def _safe(url: str) -> str:
     return f"{scheme}://{user.split(':', 1)[0]}:***@{tail}"
 
 
+def _at(url: str) -> str:
+    """Where the database is, as every command prints it (its URL without the password)."""
+    return f"{_safe(url)}: at {migrate.current(url) or 'base (empty)'}"
+
+
 @app.command()
 def upgrade(
     revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
@@ -41,7 +46,7 @@ def upgrade(
     """Migrate the database up to ``revision`` (default: the newest)."""
     target = database_url(config, url)
     migrate.upgrade(target, revision)
-    typer.echo(f"{_safe(target)}: at {migrate.current(target)}")
+    typer.echo(_at(target))
 
 
 @app.command()
@@ -53,13 +58,11 @@ def downgrade(
     """Migrate the database down to ``revision`` (default: one step)."""
     target = database_url(config, url)
     migrate.downgrade(target, revision)
-    typer.echo(f"{_safe(target)}: at {migrate.current(target) or 'base (empty)'}")
+    typer.echo(_at(target))
 
 
 @app.command()
 def current(url: UrlOption = None, config: ConfigOption = None) -> None:
     """Print the revision the database is at, and the newest one."""
     target = database_url(config, url)
-    typer.echo(
-        f"{_safe(target)}: at {migrate.current(target) or 'base (empty)'}; head {migrate.head()}"
-    )
+    typer.echo(f"{_at(target)}; head {migrate.head()}")

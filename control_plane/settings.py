@@ -8,19 +8,15 @@ from pydantic import Field, SecretStr, model_validator
 
 from core.endpoint_policy import EndpointPolicy
 from core.http_server import HttpServerLimits
-from core.settings import SettingsBase, default_member_id, seconds
+from core.settings import SettingsBase, listen_host, listen_port, member_id_field, seconds
 from metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
-from segments.config import AuditConfig, ClusterConfig, EmbeddedClusterConfig
-
-
-def _embedded_only() -> dict[str, ClusterConfig]:
-    return {"embedded": EmbeddedClusterConfig()}
+from segments.config import AuditConfig, ClusterConfig, embedded_only
 
 
 class ControlPlaneSettings(SettingsBase):
     section: ClassVar[str] = "control_plane"  # of a deployment file (core.settings)
-    host: str = Field(default="127.0.0.1", description="the address it listens on")
-    port: int = Field(default=8700, ge=1, le=65_535, description="admin API, UI and /metrics")
+    host: str = listen_host()
+    port: int = listen_port(8700, "admin API, UI and /metrics")
     admin_token: SecretStr | None = Field(
         default=None, description="bearer token of the admin API (HTTPBUS_ADMIN_TOKEN)"
     )
@@ -28,7 +24,7 @@ class ControlPlaneSettings(SettingsBase):
     http_server: HttpServerLimits = Field(
         default=HttpServerLimits(), description="limits on HTTP clients (docs/deploy.md)"
     )
-    clusters: dict[str, ClusterConfig] = Field(default_factory=_embedded_only)
+    clusters: dict[str, ClusterConfig] = Field(default_factory=embedded_only)
     default_cluster: str = Field(
         default="embedded", description="where a new topic goes when its request names no cluster"
     )
@@ -37,10 +33,8 @@ class ControlPlaneSettings(SettingsBase):
         pattern=r"^[A-Za-z0-9_-]{1,32}$",
         description="storage topics are <prefix>.<project>.<topic>.s<id>.<nonce>",
     )
-    member_id: str = Field(
-        default_factory=lambda: default_member_id("control-plane"),
-        description="its name in leader elections (unique per process)",
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
+    member_id: str = member_id_field(
+        "control-plane", "its name in leader elections (unique per process)"
     )
     assign_interval_s: float = seconds(2.0, 300, "how often the leader re-reads the subscriptions")
     cutover_prepare_timeout_s: float = seconds(

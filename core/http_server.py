@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .errors import HeadersTooLarge, HttpbusError, RequestTimeout
+from .settings import seconds
 
 # After a refusal the rest of what the client already sent is read and dropped, up to this
 # much or for this long, so it reads the answer instead of a connection reset.
@@ -97,15 +98,9 @@ class HttpServerLimits(BaseModel):
         le=16 * 1024 * 1024,
         description="request line and headers, in bytes; more is answered 431",
     )
-    header_timeout_s: float = Field(
-        default=10.0, gt=0, le=600, description="the most a request's headers may take (408)"
-    )
-    body_timeout_s: float = Field(
-        default=60.0, gt=0, le=3600, description="the most a request's body may take (408)"
-    )
-    keep_alive_s: float = Field(
-        default=5.0, gt=0, le=600, description="an idle keep-alive connection is closed after"
-    )
+    header_timeout_s: float = seconds(10.0, 600, "the most a request's headers may take (408)")
+    body_timeout_s: float = seconds(60.0, 3600, "the most a request's body may take (408)")
+    keep_alive_s: float = seconds(5.0, 600, "an idle keep-alive connection is closed after")
 
 
 def _answer(error: HttpbusError) -> bytes:

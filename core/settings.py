@@ -129,6 +129,37 @@ def seconds(default: float, most: float, description: str) -> Any:
     return Field(default=default, gt=0, le=most, description=description)
 
 
+MEMBER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+
+
+def listen_host() -> Any:
+    """The ``host`` setting of a service: the address it listens on (loopback by default)."""
+    return Field(default="127.0.0.1", description="the address it listens on")
+
+
+def listen_port(default: int, description: str) -> Any:
+    """The ``port`` setting of a service: a TCP port, ``default`` unless set."""
+    return Field(default=default, ge=1, le=65_535, description=description)
+
+
+def member_id_field(role: str, description: str) -> Any:
+    """The ``member_id`` setting: unique per process, :func:`default_member_id` of ``role``
+    unless set."""
+    return Field(
+        default_factory=lambda: default_member_id(role),
+        description=description,
+        pattern=MEMBER_ID_PATTERN,
+    )
+
+
+def processes_field() -> Any:
+    """The ``processes`` setting of a service that can fork (``core.prefork.Processes``)."""
+    return Field(
+        default=1,
+        description="processes serving the port, each a member of its own (auto: one per core)",
+    )
+
+
 def default_member_id(role: str) -> str:
     """``<role>-<host>-<pid>``: the name a process joins its metastore group under."""
     host = "".join(c if c.isalnum() else "-" for c in socket.gethostname())[:40].strip("-")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Coroutine, Sequence
 from typing import Any
 
 
@@ -34,7 +34,7 @@ class TaskSet:
                 await task
 
 
-async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+async def cancel_all(tasks: Sequence[asyncio.Future[None]]) -> None:
     """Cancel ``tasks`` and wait until each has ended (in order; only a cancellation is
     swallowed)."""
     for task in tasks:
@@ -42,6 +42,17 @@ async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
     for task in tasks:
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def cancel(task: asyncio.Future[None] | None) -> None:
+    """Cancel ``task`` (None: nothing to do) and wait until it has ended; only its
+    cancellation is swallowed. Example::
+
+        await cancel(self._task)
+        self._task = None
+    """
+    if task is not None:
+        await cancel_all([task])
 
 
 async def first_to_end(main: Coroutine[Any, Any, None], helpers: list[asyncio.Task[None]]) -> None:

@@ -17,6 +17,9 @@ messages follow it), and the retry path (:mod:`.retry_path`) is told where it go
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
+from functools import partial
+from typing import Any
 
 from core.model import BatchPolicy, Subscription
 from core.retry import Delivered, ToLevel
@@ -76,12 +79,7 @@ class Dispatch:
             if item is None:
                 await self.progress.wait(1.0)
                 continue
-            if self._rate is not None:
-                while (wait := self._rate.take()) > 0:
-                    await asyncio.sleep(wait)
-            task = asyncio.create_task(self._attempt(attempts, path, item))
-            self.attempts.add(task)
-            task.add_done_callback(self._finished)
+            await self._launch(partial(self._attempt, attempts, path, item))
 
     async def run_batches(
         self, batches: BatchAttempts, path: RetryPath, policy: BatchPolicy
@@ -123,12 +121,17 @@ class Dispatch:
                     break
                 batch.append(item)
                 size += len(item.msg.value)
-            if self._rate is not None:
-                while (wait := self._rate.take()) > 0:
-                    await asyncio.sleep(wait)
-            task = asyncio.create_task(self._attempt_batch(batches, path, batch))
-            self.attempts.add(task)
-            task.add_done_callback(self._finished)
+            await self._launch(partial(self._attempt_batch, batches, path, batch))
+
+    async def _launch(self, attempt: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Start ``attempt`` once the rate limit lets one more request go (counted in
+        flight until it ends)."""
+        if self._rate is not None:
+            while (wait := self._rate.take()) > 0:
+                await asyncio.sleep(wait)
+        task = asyncio.create_task(attempt())
+        self.attempts.add(task)
+        task.add_done_callback(self._finished)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self.attempts.discard(task)

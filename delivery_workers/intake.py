@@ -18,7 +18,6 @@ committed are read again later, at least once), and a *behind* intake
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Mapping
 from typing import Protocol
@@ -28,6 +27,7 @@ from core.envelope import GROUP_ID, Envelope, header
 from core.filters import Filter, FilterOutcome
 from core.model import Segment, Subscription, Topic
 from core.shards import Shard
+from core.tasks import cancel_all
 from segments.external import ExternalStore
 from segments.protocol import Stored
 from segments.reader import SegmentReader, commit_group, left_behind
@@ -122,11 +122,7 @@ class SegmentIntake:
         finally:
             if source in self.committer.behind:
                 self.committer.behind.remove(source)
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_all(tasks)
 
     async def _read(self, source: Source, partition: int, position: int) -> None:
         last_refresh = time.monotonic()

@@ -9,30 +9,28 @@ from pydantic import Field
 from core.endpoint_policy import EndpointPolicy
 from core.http_server import HttpServerLimits
 from core.prefork import Processes
-from core.settings import SettingsBase, default_member_id
+from core.settings import (
+    SettingsBase,
+    listen_host,
+    listen_port,
+    member_id_field,
+    processes_field,
+    seconds,
+)
 from metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
-from segments.config import AuditConfig, ClusterConfig, EmbeddedClusterConfig
-
-
-def _embedded_only() -> dict[str, ClusterConfig]:
-    return {"embedded": EmbeddedClusterConfig()}
+from segments.config import AuditConfig, ClusterConfig, embedded_only
 
 
 class WorkerSettings(SettingsBase):
     section: ClassVar[str] = "worker"  # of a deployment file (core.settings)
-    host: str = Field(default="127.0.0.1", description="the address it listens on")
-    port: int = Field(default=8702, ge=1, le=65_535, description="health and metrics")
+    host: str = listen_host()
+    port: int = listen_port(8702, "health and metrics")
     metastore: MetaStoreConfig = EmbeddedMetaStoreConfig()
-    clusters: dict[str, ClusterConfig] = Field(default_factory=_embedded_only)
+    clusters: dict[str, ClusterConfig] = Field(default_factory=embedded_only)
     audit: AuditConfig = AuditConfig()
-    processes: Processes = Field(
-        default=1,
-        description="processes serving the port, each a member of its own (auto: one per core)",
-    )
-    member_id: str = Field(
-        default_factory=lambda: default_member_id("worker"),
-        description="its name in the group of workers (unique per process)",
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
+    processes: Processes = processes_field()
+    member_id: str = member_id_field(
+        "worker", "its name in the group of workers (unique per process)"
     )
     max_connections: int = Field(default=1_000, ge=1, le=100_000, description="to endpoints")
     endpoint_policy: EndpointPolicy = Field(
@@ -66,12 +64,8 @@ class WorkerSettings(SettingsBase):
     commit_every_s: float = Field(
         default=1.0, ge=0, le=60, description="... or after this long, whichever comes first"
     )
-    lock_retry_s: float = Field(
-        default=0.5, gt=0, le=60, description="how often a subscription's taken lock is tried"
-    )
-    status_interval_s: float = Field(
-        default=1.0, gt=0, le=60, description="how often subscription figures are published"
-    )
+    lock_retry_s: float = seconds(0.5, 60, "how often a subscription's taken lock is tried")
+    status_interval_s: float = seconds(1.0, 60, "how often subscription figures are published")
     http_server: HttpServerLimits = Field(
         default=HttpServerLimits(), description="limits on HTTP clients (docs/deploy.md)"
     )

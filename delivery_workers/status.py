@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 
 from core.errors import AlreadyExists, HttpbusError, NotFound, VersionConflict
 from core.lifecycle import AsyncResource
+from core.tasks import cancel
 from metastore import paths
 from metastore.protocol import MetaStore
 
@@ -116,11 +117,8 @@ class StatusPublisher(AsyncResource):
         self._task = asyncio.create_task(self._loop(), name=f"status-{self.member_id}")
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
         for key in list(self._series):
             await self._drop(key)
         self._series.clear()

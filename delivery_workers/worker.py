@@ -53,7 +53,7 @@ from core.errors import HttpbusError, NotFound
 from core.lifecycle import AsyncResource
 from core.model import Subscription
 from core.shards import WHOLE, Shard, parse_unit_key
-from core.tasks import TaskSet
+from core.tasks import TaskSet, cancel
 from metastore import paths
 from metastore.catalog import Catalog
 from metastore.protocol import MetaStore
@@ -176,11 +176,8 @@ class Worker(AsyncResource):
 
     async def aclose(self) -> None:
         """Stop every runner and release every lock (the membership ends with the store)."""
-        if self._follow is not None:
-            self._follow.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._follow
-            self._follow = None
+        await cancel(self._follow)
+        self._follow = None
         await self._disown(list(self._owned))
         await self.disabling.aclose()
         await self.status.aclose()

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 
 from core.errors import CutoverTimeout, HttpbusError, MetaStoreUnavailable
@@ -102,23 +102,25 @@ class Gate:
         if self.inflight == 0:
             self._drained.set()
 
-    async def write(self, writer: SegmentWriter, topic: Topic, record: Record) -> Written:
-        topic = await self.admit(topic)
+    @contextlib.asynccontextmanager
+    async def _passing(self, topic: Topic) -> AsyncIterator[Topic]:
+        """Admit a write and count it in flight until it is done (a switch drains them)."""
+        admitted = await self.admit(topic)
         self.enter()
         try:
-            return await writer.write(topic, record)
+            yield admitted
         finally:
             self.leave()
+
+    async def write(self, writer: SegmentWriter, topic: Topic, record: Record) -> Written:
+        async with self._passing(topic) as admitted:
+            return await writer.write(admitted, record)
 
     async def write_many(
         self, writer: SegmentWriter, topic: Topic, records: list[Record]
     ) -> list[Written | Exception]:
-        topic = await self.admit(topic)
-        self.enter()
-        try:
-            return await writer.write_many(topic, records)
-        finally:
-            self.leave()
+        async with self._passing(topic) as admitted:
+            return await writer.write_many(admitted, records)
 
     async def drained(self, timeout: float) -> bool:
         with contextlib.suppress(TimeoutError):

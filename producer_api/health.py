@@ -9,11 +9,11 @@ the reports of segments it no longer writes. The control plane's leader judges t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from core.errors import HttpbusError
 from core.lifecycle import AsyncResource
+from core.tasks import cancel
 from segments.failover.health import SegmentKey, WriteHealth
 from segments.failover.records import FailoverRecords
 
@@ -35,10 +35,7 @@ class HealthReporter(AsyncResource):
         self._task = asyncio.create_task(self._run())
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel(self._task)
 
     async def _run(self) -> None:
         while True:

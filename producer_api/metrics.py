@@ -4,49 +4,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from core.metrics import Metrics
 
 OTHER = "_other"  # the label of every name that is not a topic the caller may see
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
-class ProducerMetrics:
+class ProducerMetrics(Metrics):
     def __init__(self) -> None:
+        super().__init__()
         self._children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
-        self.registry = CollectorRegistry()
-        self.requests = Counter(
-            "httpbus_produce_requests",
-            "produce requests by outcome",
-            ["project", "topic", "code"],
-            registry=self.registry,
+        topic = ["project", "topic"]
+        self.requests = self.counter(
+            "httpbus_produce_requests", "produce requests by outcome", [*topic, "code"]
         )
-        self.messages = Counter(
-            "httpbus_produce_messages",
-            "messages accepted",
-            ["project", "topic"],
-            registry=self.registry,
-        )
-        self.bytes = Counter(
-            "httpbus_produce_bytes",
-            "payload bytes accepted",
-            ["project", "topic"],
-            registry=self.registry,
-        )
-        self.duplicates = Counter(
+        self.messages = self.counter("httpbus_produce_messages", "messages accepted", topic)
+        self.bytes = self.counter("httpbus_produce_bytes", "payload bytes accepted", topic)
+        self.duplicates = self.counter(
             "httpbus_produce_duplicates",
             "publishes answered as duplicates (dedupe_window): nothing stored",
-            ["project", "topic"],
-            registry=self.registry,
+            topic,
         )
-        self.latency = Histogram(
-            "httpbus_produce_latency_seconds",
-            "accept latency (storage ack included)",
-            buckets=BUCKETS,
-            registry=self.registry,
+        self.latency = self.histogram(
+            "httpbus_produce_latency_seconds", "accept latency (storage ack included)", BUCKETS
         )
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
 
     def accepted(
         self, project: str, topic: str, size: int, latency_s: float, messages: int = 1

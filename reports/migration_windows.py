@@ -21,22 +21,15 @@ from sqlalchemy.orm import sessionmaker
 from core.migration import Migration, MigrationWindow
 
 from .models import MigrationWindowRow
-from .store import database_errors, make_engine
+from .store import Tables, database_errors
 
 
-class MigrationWindows:
+class MigrationWindows(Tables):
     """The ``migration_windows`` table at ``engine`` (schema from ``httpbus db upgrade``)."""
 
     def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+        super().__init__(engine)
         self._sessions = sessionmaker(engine, expire_on_commit=False)
-
-    @classmethod
-    def from_url(cls, url: str) -> MigrationWindows:
-        return cls(make_engine(url))
-
-    def close(self) -> None:
-        self.engine.dispose()
 
     def save(self, m: Migration, windows: Sequence[MigrationWindow], checked_at_ms: int) -> None:
         """Store ``windows`` of ``m``, each replacing the one of its start stored before."""

@@ -28,7 +28,7 @@ from core.errors import AlreadyExists, NotFound
 from core.principals import Grant, Principal, PrincipalKind, Role
 
 from .models import ApiTokenRow, RoleGrantRow, TopicGrantRow, UserRow
-from .store import database_errors, make_engine
+from .store import Tables, database_errors
 
 TOKEN_PREFIX = "hbk"
 _TOKEN = re.compile(r"hbk\.([a-f0-9]{12})\.[A-Za-z0-9_-]{20,100}")
@@ -86,16 +86,12 @@ def _sorted(grants: list[Grant]) -> tuple[Grant, ...]:
     return tuple(sorted(grants, key=str))
 
 
-class PrincipalStore:
+class PrincipalStore(Tables):
     """The principals of the relational store at ``engine`` (schema: migration 0004)."""
 
     def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+        super().__init__(engine)
         self._sessions = sessionmaker(engine, expire_on_commit=False)
-
-    @classmethod
-    def from_url(cls, url: str) -> PrincipalStore:
-        return cls(make_engine(url))
 
     @contextmanager
     def _session(self) -> Iterator[Session]:

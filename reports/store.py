@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Self, TypeVar
 
 from sqlalchemy import Engine, create_engine, delete, event, select
 from sqlalchemy.engine import make_url
@@ -69,24 +69,32 @@ def database_errors(what: str) -> Iterator[None]:
         ) from exc
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+class Tables:
+    """The base of a group of tables in the relational store at ``engine``: opened from a
+    database URL (:func:`make_engine`), closed by disposing of the engine."""
 
-
-class ReportStore:
-    """The reports in the relational store at ``engine`` (schema from ``httpbus db upgrade``)."""
-
-    def __init__(self, engine: Engine, clock_ms: Callable[[], int] = _now_ms) -> None:
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
-        self._clock_ms = clock_ms
 
     @classmethod
-    def from_url(cls, url: str) -> ReportStore:
+    def from_url(cls, url: str) -> Self:
         return cls(make_engine(url))
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ReportStore(Tables):
+    """The reports in the relational store at ``engine`` (schema from ``httpbus db upgrade``)."""
+
+    def __init__(self, engine: Engine, clock_ms: Callable[[], int] = _now_ms) -> None:
+        super().__init__(engine)
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self._clock_ms = clock_ms
 
     @contextmanager
     def _session(self) -> Iterator[Session]:

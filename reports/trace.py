@@ -25,7 +25,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from core.audit import AuditEvent
 
 from .models import TraceEventRow
-from .store import database_errors, make_engine
+from .store import Tables, database_errors
 
 ERROR_CHARS = 500  # an event's error is kept up to this many characters
 _TABLE: Table = TraceEventRow.__table__  # type: ignore[assignment]  # a Table, typed FromClause
@@ -64,19 +64,12 @@ class SourcedEvent:
         }
 
 
-class TraceIndex:
+class TraceIndex(Tables):
     """The ``trace_events`` table at ``engine`` (schema from ``httpbus db upgrade``)."""
 
     def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+        super().__init__(engine)
         self._dialect = engine.dialect.name
-
-    @classmethod
-    def from_url(cls, url: str) -> TraceIndex:
-        return cls(make_engine(url))
-
-    def close(self) -> None:
-        self.engine.dispose()
 
     @contextmanager
     def _connection(self) -> Iterator[Connection]:

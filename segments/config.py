@@ -88,6 +88,11 @@ class AuditConfig(BaseModel):
     partitions: int = Field(default=4, ge=1, le=512, description="when it is created")
 
 
+def embedded_only() -> dict[str, ClusterConfig]:
+    """The clusters of a service that names none: one embedded cluster, ``embedded``."""
+    return {"embedded": EmbeddedClusterConfig()}
+
+
 def is_read_only(config: ClusterConfig | None) -> TypeGuard[KafkaClusterConfig]:
     """Whether ``config`` is an adopted cluster whose topics are external segments
     (segments.external): read, never written by httpbus."""

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from core.errors import StorageUnavailable
 from core.lifecycle import Lifecycle
 
 Headers = tuple[tuple[str, bytes], ...]
@@ -149,3 +150,12 @@ class SegmentStore(Lifecycle, Protocol):
         ``committed``: what the caller knows ``group`` committed, being its only committer (a
         worker sampling its own lag); a store that would have to ask its brokers for the
         group's positions takes these instead, one call fewer."""
+
+
+def store_of(stores: Mapping[str, SegmentStore], cluster: str) -> SegmentStore:
+    """The started store of ``cluster`` among ``stores``; ``StorageUnavailable`` where this
+    process has none for it (its settings do not name the cluster)."""
+    store = stores.get(cluster)
+    if store is None:
+        raise StorageUnavailable(f"storage cluster {cluster!r} is not configured here")
+    return store

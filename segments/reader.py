@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from core.errors import NotFound, StorageUnavailable
+from core.errors import NotFound
 from core.model import FailoverMode, Segment, SegmentState, Subscription, Topic
 from core.shards import WHOLE, Shard, shards
 from metastore.catalog import Catalog
 
-from .protocol import SegmentStore, Stored
+from .protocol import SegmentStore, Stored, store_of
 
 
 def commit_group(sub: Subscription, shard: Shard = WHOLE) -> str:
@@ -46,10 +46,7 @@ class SegmentReader:
         self.stores = stores
 
     def store(self, segment: Segment) -> SegmentStore:
-        store = self.stores.get(segment.cluster)
-        if store is None:
-            raise StorageUnavailable(f"storage cluster {segment.cluster!r} is not configured here")
-        return store
+        return store_of(self.stores, segment.cluster)
 
     async def consume_segment(self, sub: Subscription) -> tuple[Topic, Segment]:
         topic = await self.catalog.get_topic(sub.topic_project, sub.topic)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from core.errors import NotFound, SegmentFenced, StorageUnavailable
 from core.model import Topic
 
 from .failover.health import WriteHealth, WriteOutcome
-from .protocol import Produced, Record, SegmentStore
+from .protocol import Produced, Record, SegmentStore, store_of
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -51,10 +54,7 @@ class SegmentWriter:
         segment = topic.write_segment
         if segment is None:
             raise NotFound(f"topic {topic.project}/{topic.name} has no active segment")
-        store = self.stores.get(segment.cluster)
-        if store is None:
-            raise StorageUnavailable(f"storage cluster {segment.cluster!r} is not configured here")
-        return segment.id, segment.storage_topic, store
+        return segment.id, segment.storage_topic, store_of(self.stores, segment.cluster)
 
     async def write(self, topic: Topic, record: Record) -> Written:
         segment_id, name, store = self._target(topic)
@@ -73,31 +73,34 @@ class SegmentWriter:
     async def _produce(
         self, topic: Topic, segment_id: int, store: SegmentStore, name: str, record: Record
     ) -> Produced:
-        if self.health is None:
-            return await store.produce(name, record)
-        ticket = self.health.begin((topic.project, topic.name, segment_id))
-        outcome = WriteOutcome.NEUTRAL
-        try:
-            done = await store.produce(name, record)
-            outcome = WriteOutcome.OK
-            return done
-        except StorageUnavailable:
-            outcome = WriteOutcome.FAILED
-            raise
-        finally:
-            self.health.end(ticket, outcome)
+        return await self._watched(
+            topic, segment_id, store.produce(name, record), lambda _: WriteOutcome.OK
+        )
 
     async def _produce_many(
         self, topic: Topic, segment_id: int, store: SegmentStore, name: str, records: list[Record]
     ) -> list[Produced | Exception]:
+        return await self._watched(
+            topic, segment_id, store.produce_many(name, records), _batch_outcome
+        )
+
+    async def _watched(
+        self,
+        topic: Topic,
+        segment_id: int,
+        produce: Awaitable[T],
+        judge: Callable[[T], WriteOutcome],
+    ) -> T:
+        """Await ``produce``, telling the write health how it went (``judge`` of its result;
+        FAILED if the storage was unavailable; NEUTRAL for any other error)."""
         if self.health is None:
-            return await store.produce_many(name, records)
+            return await produce
         ticket = self.health.begin((topic.project, topic.name, segment_id))
         outcome = WriteOutcome.NEUTRAL
         try:
-            results = await store.produce_many(name, records)
-            outcome = _batch_outcome(results)
-            return results
+            done = await produce
+            outcome = judge(done)
+            return done
         except StorageUnavailable:
             outcome = WriteOutcome.FAILED
             raise

@@ -9,10 +9,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from core.metrics import Metrics
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -39,29 +40,24 @@ def roles_state(roles: Iterable[Role]) -> dict[str, Any]:
     return {"leader": leader, "cutovers_active": active, "failovers": dict(failovers)}
 
 
-class ControlPlaneMetrics:
+class ControlPlaneMetrics(Metrics):
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.requests = Counter(
+        super().__init__()
+        self.requests = self.counter(
             "httpbus_control_plane_requests",
             "API requests by route and status",
             ["method", "route", "status"],
-            registry=self.registry,
         )
-        self.latency = Histogram(
+        self.latency = self.histogram(
             "httpbus_control_plane_request_latency_seconds",
             "API request latency by route",
+            BUCKETS,
             ["method", "route"],
-            buckets=BUCKETS,
-            registry=self.registry,
         )
 
     def watch(self, state: Callable[[], dict[str, Any]]) -> None:
         """Also report what ``state()`` says at scrape time (leaders, cutovers)."""
         self.registry.register(_StateCollector(state))
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
 
 
 class _StateCollector(Collector):

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from core.errors import AlreadyExists, NotFound, StorageUnavailable, VersionConflict
+from core.errors import AlreadyExists, NotFound, VersionConflict
 from core.model import Backend, Segment, SegmentState, Topic
 from metastore.catalog import Catalog
 from segments.config import ClusterConfig
@@ -14,7 +14,7 @@ from segments.cutover.machine import Cutover
 from segments.cutover.records import CutoverRecords
 from segments.external import ExternalStore
 from segments.failover.records import FailoverRecords
-from segments.protocol import Fence, SegmentStore
+from segments.protocol import Fence, SegmentStore, store_of
 
 
 @dataclass(frozen=True)
@@ -32,30 +32,19 @@ class Begin:
 StartsHook = Callable[[Cutover, Segment, Segment, dict[int, int]], Awaitable[Begin]]
 
 
+@dataclass(eq=False)
 class CutoverActions:
     """Create / drop the target, fence the old segment, commit the switch, settle its ends."""
 
-    def __init__(
-        self,
-        catalog: Catalog,
-        stores: Mapping[str, SegmentStore],
-        records: CutoverRecords,
-        now: Callable[[], datetime],
-        clusters: Mapping[str, ClusterConfig],
-        starts: StartsHook | None = None,
-    ) -> None:
-        self.starts = starts
-        self.clusters = clusters
-        self.catalog = catalog
-        self.stores = stores
-        self.records = records
-        self.now = now
+    catalog: Catalog
+    stores: Mapping[str, SegmentStore]
+    records: CutoverRecords
+    now: Callable[[], datetime]
+    clusters: Mapping[str, ClusterConfig]
+    starts: StartsHook | None = None
 
     def _store(self, cluster: str) -> SegmentStore:
-        store = self.stores.get(cluster)
-        if store is None:
-            raise StorageUnavailable(f"storage cluster {cluster!r} is not configured here")
-        return store
+        return store_of(self.stores, cluster)
 
     async def create_target(self, state: Cutover) -> None:
         """The target storage topic, then its PENDING segment record."""

@@ -41,6 +41,7 @@ from core.errors import (
     ValidationFailed,
     VersionConflict,
 )
+from core.tasks import cancel
 from segments.cutover.machine import TERMINAL as TERMINAL_PHASES
 from segments.cutover.machine import (
     Action,
@@ -132,9 +133,7 @@ class CutoverCoordinator(LeaderElection):
                     async with asyncio.timeout(self.interval_s):
                         await changed.wait()
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            await cancel(watcher)
 
     async def _watch(self, project: str, topic: str, changed: asyncio.Event) -> None:
         async for _ in self.records.watch(project, topic):

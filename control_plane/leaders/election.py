@@ -18,6 +18,7 @@ from typing import Any
 
 from core.errors import AlreadyExists, HttpbusError
 from core.lifecycle import AsyncResource
+from core.tasks import cancel
 from metastore import paths
 from metastore.protocol import MetaStore
 
@@ -59,11 +60,8 @@ class LeaderElection(AsyncResource):
 
     async def aclose(self) -> None:
         """Stop; a leader gives up its node so another process takes over at once."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
         if self.is_leader:
             self.is_leader = False
             with contextlib.suppress(HttpbusError):

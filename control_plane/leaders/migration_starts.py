@@ -50,7 +50,7 @@ from core.migration import Migration
 from core.model import Segment
 from metastore.migrations import MigrationRecords
 from segments.cutover.machine import Cutover
-from segments.protocol import SegmentStore, Stored
+from segments.protocol import SegmentStore, Stored, store_of
 
 MARGIN_MS = 5_000
 MAX_SKIP_CHARS = 300_000  # of a segment's skip_ids: 7 500 ids of 36 characters
@@ -162,10 +162,7 @@ class MigrationStarts:
         self.now = now
 
     def _store(self, seg: Segment) -> SegmentStore:
-        store = self.stores.get(seg.cluster)
-        if store is None:
-            raise StorageUnavailable(f"storage cluster {seg.cluster!r} is not configured here")
-        return store
+        return store_of(self.stores, seg.cluster)
 
     async def __call__(
         self, state: Cutover, old: Segment, new: Segment, ends: dict[int, int]

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from control_plane.client import AdminClient, ApiError, NotAvailable, path
-from control_plane.ui.deps import ApiDep, Name, SessionDep, form_of
+from control_plane.ui.deps import ApiDep, FormDep, Name, SessionDep
 from control_plane.ui.render import opened, paging, redirect, refused, render
 from control_plane.ui.timeline import draw
 
@@ -30,8 +30,7 @@ async def projects(request: Request, session: SessionDep, api: ApiDep) -> Respon
 
 
 @router.post("/ui/projects")
-async def create_project(request: Request, session: SessionDep, api: ApiDep) -> Response:
-    form = await form_of(request, session)
+async def create_project(request: Request, form: FormDep, api: ApiDep) -> Response:
     body = {"name": form.get("name", "").strip(), "description": form.get("description", "")}
     try:
         await api.post(path("v1", "projects"), body)
@@ -72,10 +71,7 @@ async def topics(project: Name, request: Request, session: SessionDep, api: ApiD
 
 
 @router.post("/ui/projects/{project}/topics")
-async def create_topic(
-    project: Name, request: Request, session: SessionDep, api: ApiDep
-) -> Response:
-    form = await form_of(request, session)
+async def create_topic(project: Name, request: Request, form: FormDep, api: ApiDep) -> Response:
     name = form.get("name", "").strip()
     back = f"/ui/projects/{project}/topics"
     try:

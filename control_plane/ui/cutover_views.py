@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from control_plane.client import AdminClient, ApiError, NotAvailable
-from control_plane.ui.deps import ApiDep, Name, SessionDep, form_of
+from control_plane.ui.deps import ApiDep, FormDep, Name, SessionDep
 from control_plane.ui.render import redirect, refused, render, templates
 from control_plane.ui.topic_process import TopicProcess
 
@@ -60,9 +60,8 @@ def view_of(cutover: dict[str, Any]) -> dict[str, Any]:
 
 @router.post("/ui/projects/{project}/topics/{topic}/cutover")
 async def start(
-    project: Name, topic: Name, request: Request, session: SessionDep, api: ApiDep
+    project: Name, topic: Name, request: Request, form: FormDep, api: ApiDep
 ) -> Response:
-    form = await form_of(request, session)
     back = f"/ui/projects/{project}/topics/{topic}"
     try:
         partitions = int(form.get("partitions", ""))

@@ -83,3 +83,17 @@ async def form_lists(request: Request, session: Session) -> dict[str, list[str]]
         if isinstance(value, str):
             out.setdefault(key, []).append(value)
     return out
+
+
+async def _posted(request: Request, session: SessionDep) -> dict[str, str]:
+    return await form_of(request, session)
+
+
+async def _posted_lists(request: Request, session: SessionDep) -> dict[str, list[str]]:
+    return await form_lists(request, session)
+
+
+# A posted form, its CSRF token checked before the view runs (:func:`form_of`,
+# :func:`form_lists`).
+FormDep = Annotated[dict[str, str], Depends(_posted)]
+FormListsDep = Annotated[dict[str, list[str]], Depends(_posted_lists)]

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from control_plane.client import AdminClient, ApiError, NotAvailable, path
-from control_plane.ui.deps import ApiDep, Name, SessionDep, form_lists
+from control_plane.ui.deps import ApiDep, FormListsDep, Name, SessionDep
 from control_plane.ui.render import redirect, render
 from control_plane.ui.trace_views import trace_url
 
@@ -108,9 +108,8 @@ async def _loop(api: AdminClient, call: Any, key: str) -> tuple[int, int]:
 
 @router.post("/ui/projects/{project}/subscriptions/{sub}/dlq/unsideline")
 async def unsideline(
-    project: Name, sub: Name, request: Request, session: SessionDep, api: ApiDep
+    project: Name, sub: Name, request: Request, form: FormListsDep, api: ApiDep
 ) -> Response:
-    form = await form_lists(request, session)
     back = f"/ui/projects/{project}/subscriptions/{sub}/dlq"
     kind, pairs, words = _selector(form)
     if kind not in ("ids", "before", "all"):
@@ -134,10 +133,9 @@ async def unsideline(
 
 @router.post("/ui/projects/{project}/subscriptions/{sub}/dlq/purge")
 async def purge(
-    project: Name, sub: Name, request: Request, session: SessionDep, api: ApiDep
+    project: Name, sub: Name, request: Request, session: SessionDep, form: FormListsDep, api: ApiDep
 ) -> Response:
     """First post: the confirmation page. Second post, with ``confirm=yes``: the purge."""
-    form = await form_lists(request, session)
     back = f"/ui/projects/{project}/subscriptions/{sub}/dlq"
     kind, pairs, words = _selector(form)
     if not kind:

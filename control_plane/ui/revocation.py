@@ -24,6 +24,7 @@ import logging
 import time
 
 from core.errors import AlreadyExists, HttpbusError
+from core.tasks import cancel
 from metastore import paths
 from metastore.protocol import MetaStore
 
@@ -55,10 +56,7 @@ class RevokedSessions:
         self._task = asyncio.create_task(self._follow(meta), name="ui-revoked-sessions")
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel(self._task)
 
     async def revoke(self, sid: str, expires: int) -> None:
         """End session ``sid`` here at once, and everywhere once the metastore has it (a

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from starlette.responses import Response
 
 from control_plane.client import AdminClient, ApiError, NotAvailable, path, update_body
-from control_plane.ui.deps import ApiDep, Name, SessionDep, form_of
+from control_plane.ui.deps import ApiDep, FormDep, Name, SessionDep, form_of
 from control_plane.ui.forms import body_of, field_errors, values_of
 from control_plane.ui.render import opened, paging, redirect, refused, render
 from core.filters import FilterError, compile_filter
@@ -100,8 +100,9 @@ async def _submit(
 
 
 @router.post("/ui/projects/{project}/subscriptions/new")
-async def create(project: Name, request: Request, session: SessionDep, api: ApiDep) -> Response:
-    form = await form_of(request, session)
+async def create(
+    project: Name, request: Request, session: SessionDep, form: FormDep, api: ApiDep
+) -> Response:
     errors, created = await _submit(api, project, form, None)
     if created is None:
         return _form(request, session, project, form, errors, None, status_code=422)
@@ -119,9 +120,8 @@ async def edit(
 
 @router.post("/ui/projects/{project}/subscriptions/{sub}/edit")
 async def update(
-    project: Name, sub: Name, request: Request, session: SessionDep, api: ApiDep
+    project: Name, sub: Name, request: Request, session: SessionDep, form: FormDep, api: ApiDep
 ) -> Response:
-    form = await form_of(request, session)
     current = await api.get(_subs(project, sub))
     errors, saved = await _submit(api, project, form, current)
     if saved is None:
@@ -188,10 +188,7 @@ def rfc3339(local: str) -> str:
 
 
 @router.post("/ui/projects/{project}/subscriptions/{sub}/seek")
-async def seek(
-    project: Name, sub: Name, request: Request, session: SessionDep, api: ApiDep
-) -> Response:
-    form = await form_of(request, session)
+async def seek(project: Name, sub: Name, request: Request, form: FormDep, api: ApiDep) -> Response:
     back = f"/ui/projects/{project}/subscriptions/{sub}"
     to = form.get("to", "")
     body: dict[str, str] = {"to": to} if to in ("earliest", "latest") else {}

@@ -19,32 +19,29 @@ from __future__ import annotations
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 
+@dataclass(eq=False)
 class LoginThrottle:
-    def __init__(
-        self,
-        max_failures: int = 5,
-        window_s: float = 60.0,
-        max_clients: int = 10_000,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.max_failures = max_failures
-        self.window_s = window_s
-        self.max_clients = max_clients
-        self._clock = clock
-        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+    max_failures: int = 5
+    window_s: float = 60.0
+    max_clients: int = 10_000
+    clock: Callable[[], float] = time.monotonic
+    _failures: OrderedDict[str, deque[float]] = field(
+        default_factory=OrderedDict, init=False, repr=False
+    )
 
     def retry_after(self, client: str) -> float:
         """Seconds ``client`` must wait before its next attempt (0: it may try now)."""
         failures = self._recent(client)
         if len(failures) < self.max_failures:
             return 0.0
-        return max(0.0, failures[0] + self.window_s - self._clock())
+        return max(0.0, failures[0] + self.window_s - self.clock())
 
     def failed(self, client: str) -> None:
         failures = self._recent(client)
-        failures.append(self._clock())
+        failures.append(self.clock())
         self._failures[client] = failures
         self._failures.move_to_end(client)
         while len(self._failures) > self.max_clients:
@@ -55,7 +52,7 @@ class LoginThrottle:
 
     def _recent(self, client: str) -> deque[float]:
         failures = self._failures.get(client, deque())
-        horizon = self._clock() - self.window_s
+        horizon = self.clock() - self.window_s
         while failures and failures[0] <= horizon:
             failures.popleft()
         return failures

@@ -33,6 +33,13 @@ def embedded_control_plane_url(data: Path) -> Iterator[str]:
         yield base
 
 
+def with_shop_orders(url: str) -> str:
+    """``url`` once project ``shop`` and its topic ``orders`` exist there."""
+    ok(httpbus(url, "project", "create", "shop"))
+    ok(httpbus(url, "topic", "create", "shop", "orders"))
+    return url
+
+
 def httpbus(url: str, *args: str, token: str = TOKEN, input: str | None = None) -> Result:
     """``httpbus *args`` against the control plane at ``url``, as an admin with ``token``."""
     env = {"HTTPBUS_URL": url, "HTTPBUS_ADMIN_TOKEN": token, "HTTPBUS_TOKEN": "", "COLUMNS": "200"}

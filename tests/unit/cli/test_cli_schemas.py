@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import as_json, embedded_control_plane_url, httpbus, ok, one_line_error
+from tests.support.cli import (
+    as_json,
+    embedded_control_plane_url,
+    httpbus,
+    ok,
+    one_line_error,
+    with_shop_orders,
+)
 
 V1 = {"type": "object", "properties": {"amount": {"type": "integer"}}}
 
@@ -17,9 +24,7 @@ V1 = {"type": "object", "properties": {"amount": {"type": "integer"}}}
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with embedded_control_plane_url(tmp_path_factory.mktemp("cp")) as base:
-        ok(httpbus(base, "project", "create", "shop"))
-        ok(httpbus(base, "topic", "create", "shop", "orders"))
-        yield base
+        yield with_shop_orders(base)
 
 
 def test_set_get_versions_and_a_breaking_change(url: str, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from tests.support.cli import (
     httpbus,
     ok,
     one_line_error,
+    with_shop_orders,
 )
 
 OLD = "whsec_" + "QUFB" * 8
@@ -23,9 +24,7 @@ NEW = "whsec_" + "QkJC" * 8
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with embedded_control_plane_url(tmp_path_factory.mktemp("cp")) as base:
-        ok(httpbus(base, "project", "create", "shop"))
-        ok(httpbus(base, "topic", "create", "shop", "orders"))
-        yield base
+        yield with_shop_orders(base)
 
 
 def _create(url: str, name: str) -> str:

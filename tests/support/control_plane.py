@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,17 @@ async def embedded_control_plane(
             httpx.AsyncClient(transport=transport, base_url=base_url, headers=headers) as client,
         ):
             yield ControlPlane(client, meta, store, app)
+
+
+async def asgi_client(
+    stack: AsyncExitStack, app: FastAPI, base_url: str, headers: dict[str, str] = AUTH
+) -> httpx.AsyncClient:
+    """``app`` started (its lifespan) and a client of it through ASGI sending ``headers`` (the
+    admin token unless told), both ended with ``stack``: for a world of several apps."""
+    await stack.enter_async_context(app.router.lifespan_context(app))
+    transport = httpx.ASGITransport(app=app)
+    client = httpx.AsyncClient(transport=transport, base_url=base_url, headers=headers)
+    return await stack.enter_async_context(client)
 
 
 async def create_shop(client: httpx.AsyncClient, **topic: Any) -> None:

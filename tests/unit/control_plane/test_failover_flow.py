@@ -35,11 +35,10 @@ from segments.audit import decode_audit_record
 from segments.config import AuditConfig, EmbeddedClusterConfig
 from segments.embedded import create_store
 from segments.protocol import SegmentStore
+from tests.support.control_plane import TOKEN, asgi_client, create_shop
 from tests.support.hook import Hook, serve_hook
 from tests.support.until import until
 
-TOKEN = "test-admin-token-0123456789"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 TOPIC = "/v1/projects/shop/topics/orders"
 BROKEN = (
     "produce", "produce_many", "partitions", "seal", "fence", "end_positions", "read",
@@ -107,12 +106,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         standby = await stack.enter_async_context(create_store(standby_cfg))
         stores: dict[str, Any] = {"embedded": main, "standby": standby}
         cp_app = create_cp(cp_settings, metastore=meta, stores=stores)
-        await stack.enter_async_context(cp_app.router.lifespan_context(cp_app))
-        cp = await stack.enter_async_context(
-            httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=cp_app), base_url="http://cp", headers=AUTH
-            )
-        )
+        cp = await asgi_client(stack, cp_app, "http://cp")
         producers = []
         for i in range(2):
             settings = ProducerSettings(
@@ -123,22 +117,9 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
                 failover_stall_s=0.3,
             )
             app = create_producer(settings, metastore=meta, stores=stores)
-            await stack.enter_async_context(app.router.lifespan_context(app))
-            producers.append(
-                await stack.enter_async_context(
-                    httpx.AsyncClient(
-                        transport=httpx.ASGITransport(app=app), base_url="http://p", headers=AUTH
-                    )
-                )
-            )
-        assert (await cp.post("/v1/projects", json={"name": "shop"})).status_code == 201
-        body = {
-            "name": "orders",
-            "partitions": 2,
-            "grouped": True,
-            "failover": {"clusters": ["embedded", "standby"]},
-        }
-        assert (await cp.post("/v1/projects/shop/topics", json=body)).status_code == 201
+            producers.append(await asgi_client(stack, app, "http://p"))
+        failover = {"clusters": ["embedded", "standby"]}
+        await create_shop(cp, partitions=2, grouped=True, failover=failover)
         hook = await stack.enter_async_context(serve_hook())
         worker_meta = await stack.enter_async_context(EmbeddedMetaStore(str(tmp_path / "meta.db")))
         sender = await stack.enter_async_context(HttpSender())

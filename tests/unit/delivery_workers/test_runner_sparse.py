@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
-from core.model import SegmentState
 from segments.protocol import Produced, Record, SegmentStore, Stored
 from segments.reader import SegmentReader
 from tests.support.until import until as _until
-from tests.support.world import (
-    HOUR_MS,
-    endpoint_world_fixture,  # noqa: F401  (the world fixture)
-)
 from tests.support.world import EndpointWorld as World
+from tests.support.world import (
+    endpoint_world_fixture,  # noqa: F401  (the world fixture)
+    switch_to_second_segment,
+)
 from tests.support.world import produce_groups as _produce
-from tests.support.world import runner_segment as _segment
 from tests.support.world import start_runner as _run
 from tests.support.world import stop_runner as _stop
 from tests.support.world import subscribe as _subscribe
@@ -74,14 +71,7 @@ async def test_moves_past_a_sealed_segment_with_sparse_positions(world: World) -
     runner, task, sender = await _run(world, sub)
     try:
         await _until(lambda: len(world.endpoint.received) == 6)
-        await world.store.create_topic("st.2", 3, retention_ms=HOUR_MS)
-        await world.catalog.add_segment("p", "t", _segment(2, SegmentState.PENDING))
-        topic = await world.catalog.get_topic("p", "t")
-        ends = await sparse.seal("st.1")
-        sealed = _segment(1, SegmentState.SEALED).model_copy(
-            update={"end_positions": ends, "sealed_at": datetime.now(UTC)}
-        )
-        await world.catalog.commit_segment_switch(topic, sealed, _segment(2, SegmentState.ACTIVE))
+        await switch_to_second_segment(world, sparse)
         second = await _produce(world.store, "st.2", 2, 3, first_seq=3)
         await _until(lambda: len(world.endpoint.received) == 12)
         await _until(

@@ -33,11 +33,13 @@ def embedded_control_plane_url(data: Path) -> Iterator[str]:
         yield base
 
 
-def with_shop_orders(url: str) -> str:
-    """``url`` once project ``shop`` and its topic ``orders`` exist there."""
-    ok(httpbus(url, "project", "create", "shop"))
-    ok(httpbus(url, "topic", "create", "shop", "orders"))
-    return url
+@contextmanager
+def shop_control_plane_url(data: Path) -> Iterator[str]:
+    """:func:`embedded_control_plane_url` once project ``shop`` and its topic ``orders`` exist."""
+    with embedded_control_plane_url(data) as url:
+        ok(httpbus(url, "project", "create", "shop"))
+        ok(httpbus(url, "topic", "create", "shop", "orders"))
+        yield url
 
 
 def httpbus(url: str, *args: str, token: str = TOKEN, input: str | None = None) -> Result:

@@ -9,22 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import (
-    as_json,
-    embedded_control_plane_url,
-    httpbus,
-    ok,
-    one_line_error,
-    with_shop_orders,
-)
+from tests.support.cli import as_json, httpbus, ok, one_line_error, shop_control_plane_url
 
 V1 = {"type": "object", "properties": {"amount": {"type": "integer"}}}
 
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with embedded_control_plane_url(tmp_path_factory.mktemp("cp")) as base:
-        yield with_shop_orders(base)
+    with shop_control_plane_url(tmp_path_factory.mktemp("cp")) as base:
+        yield base
 
 
 def test_set_get_versions_and_a_breaking_change(url: str, tmp_path: Path) -> None:

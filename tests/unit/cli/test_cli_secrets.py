@@ -8,14 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.cli import (
-    as_json,
-    embedded_control_plane_url,
-    httpbus,
-    ok,
-    one_line_error,
-    with_shop_orders,
-)
+from tests.support.cli import as_json, httpbus, ok, one_line_error, shop_control_plane_url
 
 OLD = "whsec_" + "QUFB" * 8
 NEW = "whsec_" + "QkJC" * 8
@@ -23,8 +16,8 @@ NEW = "whsec_" + "QkJC" * 8
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with embedded_control_plane_url(tmp_path_factory.mktemp("cp")) as base:
-        yield with_shop_orders(base)
+    with shop_control_plane_url(tmp_path_factory.mktemp("cp")) as base:
+        yield base
 
 
 def _create(url: str, name: str) -> str:

@@ -17,12 +17,7 @@ from core.errors import VersionConflict
 from metastore import paths
 from metastore.embedded import EmbeddedMetaStore
 from metastore.protocol import MetaStore, Node
-from tests.contract.metastore_contract import (
-    MakeStore,
-    MetaStoreContract,
-    close_watch,
-    next_value,
-)
+from tests.contract.metastore_contract import MakeStore, MetaStoreContract, close_watch, next_value
 from tests.support.metastores import (
     other_store_fixture,  # noqa: F401  (a fixture)
     started_stores,

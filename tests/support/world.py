@@ -425,6 +425,31 @@ async def switch_to_second_segment(world: World, sealing: SegmentStore) -> None:
     await world.catalog.commit_segment_switch(topic, sealed, runner_segment(2, SegmentState.ACTIVE))
 
 
+async def deliver_across_a_seal(world: EndpointWorld, sealing: SegmentStore) -> list[str]:
+    """A runner over six messages of segment 1, then :func:`switch_to_second_segment` and six
+    more on segment 2, until all twelve reached the endpoint and the runner's pointer is on
+    segment 2: the ids produced, in order of production."""
+    endpoint = world.endpoint
+    assert endpoint is not None
+    sub = await subscribe(world)
+    first = await produce_groups(world.store, "st.1", 2, 3)
+    runner, task, sender = await start_runner(world, sub)
+    try:
+        await until(lambda: len(endpoint.received) == 6)
+        await switch_to_second_segment(world, sealing)
+        second = await produce_groups(world.store, "st.2", 2, 3, first_seq=3)
+        await until(lambda: len(endpoint.received) == 12)
+        await until(
+            lambda: (
+                runner.sub.consume_pointer is not None
+                and runner.sub.consume_pointer.segment_id == 2
+            )
+        )
+    finally:
+        await stop_runner(task, sender)
+    return first + second
+
+
 @pytest.fixture(name="world")
 async def endpoint_world_fixture(tmp_path: Path) -> AsyncIterator[EndpointWorld]:
     """The ``world`` fixture of the runner tests: ``from … import endpoint_world_fixture``."""

@@ -20,8 +20,8 @@ from segments.subscription.retry_meta import RetryMeta
 from tests.support.until import until as _until
 from tests.support.world import EndpointWorld as World
 from tests.support.world import (
+    deliver_across_a_seal,
     endpoint_world_fixture,  # noqa: F401  (the world fixture)
-    switch_to_second_segment,
 )
 from tests.support.world import in_group_order as _in_group_order
 from tests.support.world import produce_groups as _produce
@@ -81,24 +81,9 @@ async def test_failures_are_retried_in_place_and_order_holds(world: World) -> No
 
 
 async def test_moves_to_the_next_segment_after_the_seal(world: World) -> None:
-    sub = await _subscribe(world)
-    first = await _produce(world.store, "st.1", 2, 3)
-    runner, task, sender = await _run(world, sub)
-    try:
-        await _until(lambda: len(world.endpoint.received) == 6)
-        await switch_to_second_segment(world, world.store)
-        second = await _produce(world.store, "st.2", 2, 3, first_seq=3)
-        await _until(lambda: len(world.endpoint.received) == 12)
-        await _until(
-            lambda: (
-                runner.sub.consume_pointer is not None
-                and runner.sub.consume_pointer.segment_id == 2
-            )
-        )
-    finally:
-        await _stop(task, sender)
+    sent = await deliver_across_a_seal(world, world.store)
     got = [mid for _, mid, _ in world.endpoint.received]
-    assert sorted(got) == sorted(first + second)
+    assert sorted(got) == sorted(sent)
     assert _in_group_order(world.endpoint.received)
     stored = await world.catalog.get_subscription("p", "s")
     assert stored.consume_pointer is not None and stored.consume_pointer.segment_id == 2

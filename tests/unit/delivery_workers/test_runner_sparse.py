@@ -9,16 +9,11 @@ from typing import Any
 
 from segments.protocol import Produced, Record, SegmentStore, Stored
 from segments.reader import SegmentReader
-from tests.support.until import until as _until
 from tests.support.world import EndpointWorld as World
 from tests.support.world import (
+    deliver_across_a_seal,
     endpoint_world_fixture,  # noqa: F401  (the world fixture)
-    switch_to_second_segment,
 )
-from tests.support.world import produce_groups as _produce
-from tests.support.world import start_runner as _run
-from tests.support.world import stop_runner as _stop
-from tests.support.world import subscribe as _subscribe
 
 GAP = 10
 
@@ -66,20 +61,5 @@ async def test_moves_past_a_sealed_segment_with_sparse_positions(world: World) -
         world,
         reader=SegmentReader(world.catalog, {"embedded": sparse}),  # type: ignore[dict-item]
     )
-    sub = await _subscribe(world)
-    first = await _produce(world.store, "st.1", 2, 3)
-    runner, task, sender = await _run(world, sub)
-    try:
-        await _until(lambda: len(world.endpoint.received) == 6)
-        await switch_to_second_segment(world, sparse)
-        second = await _produce(world.store, "st.2", 2, 3, first_seq=3)
-        await _until(lambda: len(world.endpoint.received) == 12)
-        await _until(
-            lambda: (
-                runner.sub.consume_pointer is not None
-                and runner.sub.consume_pointer.segment_id == 2
-            )
-        )
-    finally:
-        await _stop(task, sender)
-    assert sorted(mid for _, mid, _ in world.endpoint.received) == sorted(first + second)
+    sent = await deliver_across_a_seal(world, sparse)  # type: ignore[arg-type]
+    assert sorted(mid for _, mid, _ in world.endpoint.received) == sorted(sent)

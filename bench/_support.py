@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import httpx
 from starlette.requests import Request  # module level: FastAPI resolves annotations here
@@ -93,6 +93,26 @@ def ran_to_the_end(run: Callable[[], None]) -> bool:
         print("\ninterrupted: every process started here has been stopped")
         return False
     return True
+
+
+def bench_setup(args: argparse.Namespace, prefix: str) -> tuple[Endpoints, Path]:
+    """What a bench's ``main`` does first: SIGTERM as Ctrl-C (:func:`interrupt_on_sigterm`),
+    the workdir (:func:`bench_workdir`), and the endpoints of the running servers."""
+    interrupt_on_sigterm()
+    workdir = bench_workdir(args.workdir, prefix)
+    return Endpoints.read(args.services_file), workdir
+
+
+B = TypeVar("B")
+
+
+def run_and_report(bench: B, run: Callable[[B], None], report: Callable[[B], None]) -> int:
+    """``run(bench)`` to the end, then ``report(bench)``: a bench's exit status (130 if
+    interrupted, see :func:`ran_to_the_end`)."""
+    if not ran_to_the_end(lambda: run(bench)):
+        return 130
+    report(bench)
+    return 0
 
 
 def slug(text: str) -> str:

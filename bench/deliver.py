@@ -589,13 +589,9 @@ def main(argv: list[str] | None = None) -> int:
         serve_receiver(int(argv[argv.index("--port") + 1]))
         return 0
     args = parse_args(argv)
-    s.interrupt_on_sigterm()
-    workdir = s.bench_workdir(args.workdir, "httpbus-bench-deliver-")
-    bench = Bench(args, Endpoints.read(args.services_file), workdir)
-    if not s.ran_to_the_end(lambda: run(bench)):
-        return 130
-    report(bench)
-    return 0
+    return s.run_and_report(
+        Bench(args, *s.bench_setup(args, "httpbus-bench-deliver-")), run, report
+    )
 
 
 if __name__ == "__main__":

@@ -545,13 +545,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    s.interrupt_on_sigterm()
-    workdir = s.bench_workdir(args.workdir, "httpbus-bench-")
-    bench = Bench(args, Endpoints.read(args.services_file), workdir)
-    if not s.ran_to_the_end(lambda: run(bench)):
-        return 130
-    report(bench)
-    return 0
+    return s.run_and_report(Bench(args, *s.bench_setup(args, "httpbus-bench-")), run, report)
 
 
 if __name__ == "__main__":

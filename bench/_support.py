@@ -129,6 +129,26 @@ def warn_on_error(what: str) -> Iterator[None]:
         print(f"WARNING: could not {what}: {exc!r}")
 
 
+@contextlib.contextmanager
+def zookeeper(hosts: str) -> Iterator[Any]:
+    """A started kazoo client of ``hosts``, stopped and closed on the way out."""
+    from kazoo.client import KazooClient
+
+    zk = KazooClient(hosts=hosts, timeout=10)
+    zk.start(timeout=10)
+    try:
+        yield zk
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def drop_zookeeper_root(hosts: str, tag: str) -> None:
+    """Delete a bench's ZooKeeper root ``/tag`` and all below it (a failure is only warned of)."""
+    with warn_on_error(f"delete ZooKeeper /{tag}"), zookeeper(hosts) as zk:
+        zk.delete(f"/{tag}", recursive=True)
+
+
 def session_cpu_s(pid: int) -> float:
     """CPU-seconds (user + system, every thread) of ``pid`` so far, and of every process of
     its session if it leads one; NaN if it is gone (or /proc is missing)."""

@@ -160,29 +160,13 @@ class Bench:
 
     def holders(self, sub: str) -> int:
         """How many worker processes the assignment gave shards of ``sub`` to."""
-        from kazoo.client import KazooClient
-
-        zk = KazooClient(hosts=self.endpoints.zookeeper, timeout=10)
-        zk.start(timeout=10)
-        try:
+        with s.zookeeper(self.endpoints.zookeeper) as zk:
             root = f"/{self.tag}/assignments"
             lists = [json.loads(zk.get(f"{root}/{w}")[0]) for w in zk.get_children(root)]
-        finally:
-            zk.stop()
-            zk.close()
         return sum(any(k.startswith(f"{self.tag}/{sub}#") for k in keys) for keys in lists)
 
     def drop_metadata(self) -> None:
-        from kazoo.client import KazooClient
-
-        with s.warn_on_error(f"delete ZooKeeper /{self.tag}"):
-            zk = KazooClient(hosts=self.endpoints.zookeeper, timeout=10)
-            zk.start(timeout=10)
-            try:
-                zk.delete(f"/{self.tag}", recursive=True)
-            finally:
-                zk.stop()
-                zk.close()
+        s.drop_zookeeper_root(self.endpoints.zookeeper, self.tag)
 
     # ------------------------------------------------------------ one scenario
     def setup(self, backend: str, kind: str, *, grouped: bool, paused: bool) -> tuple[str, str]:

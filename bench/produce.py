@@ -168,16 +168,8 @@ class Bench:
     def drop_storage(self) -> None:
         """Delete our ZooKeeper root, the audit and raw Kafka topics, the raw Pulsar topics."""
         from confluent_kafka.admin import AdminClient
-        from kazoo.client import KazooClient
 
-        with s.warn_on_error(f"delete ZooKeeper /{self.tag}"):
-            zk = KazooClient(hosts=self.endpoints.zookeeper, timeout=10)
-            zk.start(timeout=10)
-            try:
-                zk.delete(f"/{self.tag}", recursive=True)
-            finally:
-                zk.stop()
-                zk.close()
+        s.drop_zookeeper_root(self.endpoints.zookeeper, self.tag)
         with s.warn_on_error("delete the Kafka topics"):
             admin = AdminClient({"bootstrap.servers": self.endpoints.kafka})
             for future in admin.delete_topics(self.kafka_topics, operation_timeout=30).values():

@@ -77,13 +77,17 @@ async def asgi_client(
     return await stack.enter_async_context(client)
 
 
-async def create_shop(client: httpx.AsyncClient, **topic: Any) -> None:
+async def create_shop(
+    client: httpx.AsyncClient, *, headers: dict[str, str] | None = None, **topic: Any
+) -> None:
     """Project ``shop`` and its topic ``orders`` (one partition unless ``topic`` says; a
-    field given as None is left to the API's default)."""
-    assert (await client.post("/v1/projects", json={"name": "shop"})).status_code == 201
+    field given as None is left to the API's default), sent with ``headers`` if given (as
+    from a browser's client that is not logged in: the admin token)."""
+    r = await client.post("/v1/projects", json={"name": "shop"}, headers=headers)
+    assert r.status_code == 201, r.text
     fields = {"name": "orders", "partitions": 1, **topic}
     body = {k: v for k, v in fields.items() if v is not None}
-    r = await client.post("/v1/projects/shop/topics", json=body)
+    r = await client.post("/v1/projects/shop/topics", json=body, headers=headers)
     assert r.status_code == 201, r.text
 
 

@@ -9,7 +9,7 @@ from core.migration import MigrationWindow
 from core.model import Backend, Segment
 from metastore.catalog import Catalog
 from metastore.migrations import MigrationRecords
-from tests.support.control_plane import embedded_control_plane
+from tests.support.control_plane import create_shop, embedded_control_plane
 from tests.support.migration_docs import migration, window
 from tests.support.ui_pages import TOKEN, csrf, login
 
@@ -24,11 +24,7 @@ def _window(i: int, *, missing: list[str], late: int = 0, closed: bool = True) -
 async def test_the_page_draws_the_windows_and_abandons(tmp_path: Path) -> None:
     async with embedded_control_plane(tmp_path, admin=False, base_url="http://testserver") as cp:
         browser = cp.client
-        assert (await browser.post("/v1/projects", json={"name": "shop"}, headers=API)).is_success
-        r = await browser.post(
-            "/v1/projects/shop/topics", json={"name": "orders", "partitions": 1}, headers=API
-        )
-        assert r.status_code == 201, r.text
+        await create_shop(browser, headers=API)
         await login(browser)
         assert "has had no migration" in (await browser.get(PAGE)).text
         # The document as the API would have made it (the page does not care that this

@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.migration import MigrationWindow
-from core.model import Backend, Segment
+from core.model import SegmentState
 from metastore.catalog import Catalog
 from metastore.migrations import MigrationRecords
 from tests.support.control_plane import create_shop, embedded_control_plane
 from tests.support.migration_docs import migration, window
 from tests.support.ui_pages import TOKEN, csrf, login
+from tests.support.world import segment
 
 API = {"Authorization": f"Bearer {TOKEN}"}
 PAGE = "/ui/projects/shop/topics/orders/migration"
@@ -30,14 +31,9 @@ async def test_the_page_draws_the_windows_and_abandons(tmp_path: Path) -> None:
         # The document as the API would have made it (the page does not care that this
         # topic's first segment is not external), with three checked windows.
         topic = await Catalog(cp.meta).get_topic("shop", "orders")
-        shadow = Segment(
-            id=2,
-            cluster="embedded",
-            backend=Backend.EMBEDDED,
-            storage_topic="never-created",
-            partitions=1,
-            dual_write=True,
-        )
+        shadow = segment(
+            "embedded", 2, SegmentState.PENDING, storage="never-created", partitions=1
+        ).model_copy(update={"dual_write": True})
         windows = (
             _window(0, missing=["lost-1", "lost-2"]),
             _window(1, missing=[], late=2),

@@ -12,13 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from core.model import Endpoint, Subscription
 from delivery_workers.http_sender import HttpSender
 from delivery_workers.sender import Delivery
-from segments.protocol import Stored
 from tests.support.h2_endpoint import H2Endpoint, make_certificate
-
-SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+from tests.support.senders import delivery_to
 
 
 @pytest.fixture(scope="module")
@@ -39,17 +36,8 @@ def _trusting(cert: Path) -> ssl.SSLContext:
 
 
 def _delivery(url: str, timeout_ms: int = 5_000, body: bytes = b'{"n": 1}') -> Delivery:
-    sub = Subscription(
-        project="shop",
-        name="billing",
-        topic_project="shop",
-        topic="orders",
-        endpoint=Endpoint(url=url, timeout_ms=timeout_ms),
-        signing_secret=SECRET,
-    )
     headers = (("content-type", b"application/json"), ("x-tenant", b"acme"))
-    stored = Stored(partition=0, position=1, timestamp_ms=1, value=body, headers=headers)
-    return Delivery(sub, "shop/orders", stored)
+    return delivery_to(url, timeout_ms, value=body, headers=headers)
 
 
 async def test_many_deliveries_share_one_negotiated_h2_connection(

@@ -66,15 +66,24 @@ async def embedded_control_plane(
             yield ControlPlane(client, meta, store, app)
 
 
-async def asgi_client(
-    stack: AsyncExitStack, app: FastAPI, base_url: str, headers: dict[str, str] = AUTH
-) -> httpx.AsyncClient:
-    """``app`` started (its lifespan) and a client of it through ASGI sending ``headers`` (the
-    admin token unless told), both ended with ``stack``: for a world of several apps."""
-    await stack.enter_async_context(app.router.lifespan_context(app))
-    transport = httpx.ASGITransport(app=app)
-    client = httpx.AsyncClient(transport=transport, base_url=base_url, headers=headers)
-    return await stack.enter_async_context(client)
+@asynccontextmanager
+async def app_client(
+    app: FastAPI, base_url: str = "http://cp", token: str = TOKEN
+) -> AsyncIterator[httpx.AsyncClient]:
+    """``app`` started (its lifespan) and a client of it through ASGI that sends ``token`` as
+    a bearer (the admin token unless told)."""
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(
+            transport=transport, base_url=base_url, headers=headers
+        ) as client:
+            yield client
+
+
+async def asgi_client(stack: AsyncExitStack, app: FastAPI, base_url: str) -> httpx.AsyncClient:
+    """:func:`app_client` (the admin token) ended with ``stack``: for a world of several apps."""
+    return await stack.enter_async_context(app_client(app, base_url))
 
 
 async def create_shop(

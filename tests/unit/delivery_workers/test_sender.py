@@ -18,7 +18,7 @@ import pytest
 import uvicorn
 
 from core.model import Endpoint, RetryPolicy, Subscription
-from core.result import ErrorKind
+from core.result import DeliveryResult, ErrorKind
 from core.retry import retries
 from core.signing import sign, verify
 from delivery_workers.http_sender import HttpSender
@@ -371,16 +371,26 @@ async def test_only_the_start_of_a_huge_answer_is_read(
     assert first.client != second.client
 
 
+async def _timed_send(s: EndpointSender, url: str) -> tuple[DeliveryResult, float]:
+    """A send to ``url`` with a 300 ms timeout: its result and how long it took."""
+    started = time.monotonic()
+    result = await s.send(_delivery(url, timeout_ms=300))
+    return result, time.monotonic() - started
+
+
+def _timed_out_retryably(result: DeliveryResult, elapsed: float) -> None:
+    """A retryable timeout of the 300 ms budget, reached in time and not much later."""
+    assert retries(RetryPolicy(), result) and result.status is None
+    assert result.error is not None and result.error.startswith("timeout after")
+    assert 0.3 <= elapsed < 0.8
+
+
 async def test_a_slow_endpoint_times_out_retryably(endpoint: Recorder, sender: SenderKind) -> None:
     path = _path()
     endpoint.scripts[path] = Script(delay=3.0)
     async with sender() as s:
-        started = time.monotonic()
-        result = await s.send(_delivery(endpoint.url(path), timeout_ms=300))
-        elapsed = time.monotonic() - started
-    assert retries(RetryPolicy(), result) and result.status is None
-    assert result.error is not None and result.error.startswith("timeout after")
-    assert 0.3 <= elapsed < 0.8
+        result, elapsed = await _timed_send(s, endpoint.url(path))
+    _timed_out_retryably(result, elapsed)
     assert len(endpoint.requests(path)) == 1
 
 
@@ -390,12 +400,8 @@ async def test_a_slow_answer_body_counts_in_the_timeout(
     path = _path()
     endpoint.scripts[path] = Script(500, body=b"oops, slowly", body_delay=3.0)
     async with sender() as s:
-        started = time.monotonic()
-        result = await s.send(_delivery(endpoint.url(path), timeout_ms=300))
-        elapsed = time.monotonic() - started
-    assert retries(RetryPolicy(), result) and result.status is None
-    assert result.error is not None and result.error.startswith("timeout after")
-    assert 0.3 <= elapsed < 0.8
+        result, elapsed = await _timed_send(s, endpoint.url(path))
+    _timed_out_retryably(result, elapsed)
 
 
 async def test_waiting_for_a_pooled_connection_counts_in_the_timeout(
@@ -406,13 +412,9 @@ async def test_waiting_for_a_pooled_connection_counts_in_the_timeout(
     async with sender(max_connections=1) as s:
         holder = asyncio.create_task(s.send(_delivery(endpoint.url(slow), timeout_ms=5_000)))
         await asyncio.sleep(0.2)  # the only connection is taken
-        started = time.monotonic()
-        result = await s.send(_delivery(endpoint.url(queued), timeout_ms=300))
-        elapsed = time.monotonic() - started
+        result, elapsed = await _timed_send(s, endpoint.url(queued))
         assert (await holder).succeeded
-    assert retries(RetryPolicy(), result) and result.status is None
-    assert result.error is not None and result.error.startswith("timeout after")
-    assert 0.3 <= elapsed < 0.8
+    _timed_out_retryably(result, elapsed)
     assert endpoint.requests(queued) == []
 
 

@@ -164,15 +164,22 @@ async def _stored(env: Env) -> dict[str, list[int]]:
     return out
 
 
-async def test_a_dead_cluster_fails_over_to_the_standby_and_is_sealed_when_back(
-    env: Env,
-) -> None:
-    await env.subscribe("audit")
+async def _break_under_load(env: Env) -> tuple[asyncio.Event, asyncio.Task[None]]:
+    """Eight groups publishing; once 20 publishes are stored, the main cluster breaks: the
+    load's stop event and its task."""
     env.acked.update({f"g{i}": [] for i in range(8)})
     stop = asyncio.Event()
     load = asyncio.create_task(_load(env, stop))
     await until(lambda: sum(map(len, env.acked.values())) >= 20, 10, "the load under way")
     env.main.broken = True
+    return stop, load
+
+
+async def test_a_dead_cluster_fails_over_to_the_standby_and_is_sealed_when_back(
+    env: Env,
+) -> None:
+    await env.subscribe("audit")
+    stop, load = await _break_under_load(env)
 
     async def on_standby() -> bool:
         return any(seg == 2 for acks in env.acked.values() for _, seg in acks)
@@ -251,11 +258,7 @@ async def test_available_mode_delivers_from_the_standby_while_the_old_cluster_is
     }
     assert (await env.cp.put(TOPIC, json=update)).status_code == 200
     await env.subscribe("stats")
-    env.acked.update({f"g{i}": [] for i in range(8)})
-    stop = asyncio.Event()
-    load = asyncio.create_task(_load(env, stop))
-    await until(lambda: sum(map(len, env.acked.values())) >= 20, 10, "the load under way")
-    env.main.broken = True
+    stop, load = await _break_under_load(env)
 
     def delivered_new() -> bool:
         on_new = {f"{g}:{seq}" for g, acks in env.acked.items() for seq, seg in acks if seg == 2}

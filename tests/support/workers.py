@@ -59,9 +59,10 @@ class WorkersWorld:
     def hook(self) -> Hook:
         return self.world.hook
 
-    async def worker(self, member: str, audit: Any = None) -> Worker:
+    async def worker(self, member: str, audit: Any = None, **options: Any) -> Worker:
         """A started Worker named ``member`` (writing its audit events to ``audit``: an
-        ``AuditSink`` or a ``MemoryAudit``), stopped with the world (or :meth:`stop`)."""
+        ``AuditSink`` or a ``MemoryAudit``; more ``Worker`` arguments in ``options``),
+        stopped with the world (or :meth:`stop`)."""
         meta = EmbeddedMetaStore(self.file)
         await meta.start()
         sender = HttpSender()
@@ -74,6 +75,7 @@ class WorkersWorld:
             audit=audit,
             commit_every_s=0.1,
             lock_retry_s=0.1,
+            **options,
         )
         await worker.start()
         self.stack.append((worker, meta, sender))

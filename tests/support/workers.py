@@ -16,6 +16,7 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,23 @@ class WorkersWorld:
     @property
     def hook(self) -> Hook:
         return self.world.hook
+
+    async def rotate_secret(self, worker: Worker, sub: str, secret: str, overlap_s: float) -> float:
+        """Subscription ``p/<sub>`` rotated to ``secret``, the old one retiring after
+        ``overlap_s``, once ``worker``'s runner of it signs with ``secret``: when the old one
+        retires (epoch seconds)."""
+        current = await self.catalog.get_subscription("p", sub)
+        rotated = await self.catalog.update_subscription(
+            current.rotated(secret, datetime.now(UTC), overlap_s)
+        )
+        [ends] = [r.until.timestamp() for r in rotated.retiring_secrets]
+
+        def picked_up() -> bool:
+            runner = worker.runners.get(f"p/{sub}")
+            return runner is not None and runner.sub.signing_secret == secret
+
+        await until(picked_up, what=f"the worker's runner of {sub} on the new secret")
+        return ends
 
     async def worker(self, member: str, audit: Any = None, **options: Any) -> Worker:
         """A started Worker named ``member`` (writing its audit events to ``audit``: an

@@ -20,6 +20,7 @@ import json
 import math
 import multiprocessing
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -93,6 +94,22 @@ def ran_to_the_end(run: Callable[[], None]) -> bool:
         print("\ninterrupted: every process started here has been stopped")
         return False
     return True
+
+
+CLUSTERS = {"kafka": "kafka-main", "pulsar": "pulsar-main"}  # --backend: the cluster it names
+
+
+class BenchRun:
+    """What every bench's run starts with: its arguments, the servers, its workdir, a tag
+    (ZooKeeper root, project, storage topics) and the admin token it starts httpbus with."""
+
+    def __init__(self, args: argparse.Namespace, endpoints: Endpoints, workdir: Path) -> None:
+        self.args = args
+        self.endpoints = endpoints
+        self.workdir = workdir
+        self.tag = f"bench-{secrets.token_hex(4)}"
+        self.token = secrets.token_urlsafe(24)
+        self.backends = list(CLUSTERS) if args.backend == "both" else [args.backend]
 
 
 def bench_setup(args: argparse.Namespace, prefix: str) -> tuple[Endpoints, Path]:

@@ -34,7 +34,6 @@ import argparse
 import contextlib
 import json
 import math
-import secrets
 import sys
 import threading
 import time
@@ -47,10 +46,9 @@ from typing import Any
 import _support as s
 import httpx
 import yaml
-from _support import Cpu, Endpoints, Server
+from _support import CLUSTERS, Cpu, Endpoints, Server
 
 BENCH_DIR = Path(__file__).resolve().parent
-CLUSTERS = {"kafka": "kafka-main", "pulsar": "pulsar-main"}
 UNTHROTTLED = {"max_qps": 1_000_000, "max_bytes_per_second": 1024**3}
 BATCH = 500
 # The receiver listens on loopback, which the endpoint policy refuses by default.
@@ -70,16 +68,11 @@ class Row:
     load: float = math.nan  # the 1-minute load average just before the run
 
 
-class Bench:
+class Bench(s.BenchRun):
     """One run: names, processes, figures."""
 
     def __init__(self, args: argparse.Namespace, endpoints: Endpoints, workdir: Path) -> None:
-        self.args = args
-        self.endpoints = endpoints
-        self.workdir = workdir
-        self.tag = f"bench-{secrets.token_hex(4)}"
-        self.token = secrets.token_urlsafe(24)
-        self.backends = list(CLUSTERS) if args.backend == "both" else [args.backend]
+        super().__init__(args, endpoints, workdir)
         self.rows: list[Row] = []
         self.payload = "x" * args.size
         self.topics: list[str] = []

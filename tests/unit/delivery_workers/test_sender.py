@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import uvicorn
 
 from core.model import Endpoint, RetryPolicy, Subscription
 from core.result import DeliveryResult, ErrorKind
@@ -24,6 +23,7 @@ from core.signing import sign, verify
 from delivery_workers.http_sender import HttpSender
 from delivery_workers.sender import Delivery, EndpointSender, build_request
 from segments.protocol import Stored
+from tests.support.uvicorn_thread import uvicorn_thread
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 PRODUCED_MS = 1614265330123  # 2021-02-25T15:02:10.123Z
@@ -94,28 +94,9 @@ class Recorder:
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[Recorder]:
     app = Recorder()
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=0,
-        http="h11",
-        ws="none",
-        lifespan="off",
-        log_level="warning",
-        timeout_graceful_shutdown=1,
-        backlog=2048,
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.01)
-    app.port = server.servers[0].sockets[0].getsockname()[1]
-    yield app
-    server.should_exit = True
-    thread.join(10)
+    with uvicorn_thread(app, http="h11", backlog=2048) as port:
+        app.port = port
+        yield app
 
 
 class SenderKind:

@@ -20,6 +20,7 @@ import json
 import math
 import multiprocessing
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import httpx
 from starlette.requests import Request  # module level: FastAPI resolves annotations here
@@ -95,6 +96,42 @@ def ran_to_the_end(run: Callable[[], None]) -> bool:
     return True
 
 
+CLUSTERS = {"kafka": "kafka-main", "pulsar": "pulsar-main"}  # --backend: the cluster it names
+
+
+class BenchRun:
+    """What every bench's run starts with: its arguments, the servers, its workdir, a tag
+    (ZooKeeper root, project, storage topics) and the admin token it starts httpbus with."""
+
+    def __init__(self, args: argparse.Namespace, endpoints: Endpoints, workdir: Path) -> None:
+        self.args = args
+        self.endpoints = endpoints
+        self.workdir = workdir
+        self.tag = f"bench-{secrets.token_hex(4)}"
+        self.token = secrets.token_urlsafe(24)
+        self.backends = list(CLUSTERS) if args.backend == "both" else [args.backend]
+
+
+def bench_setup(args: argparse.Namespace, prefix: str) -> tuple[Endpoints, Path]:
+    """What a bench's ``main`` does first: SIGTERM as Ctrl-C (:func:`interrupt_on_sigterm`),
+    the workdir (:func:`bench_workdir`), and the endpoints of the running servers."""
+    interrupt_on_sigterm()
+    workdir = bench_workdir(args.workdir, prefix)
+    return Endpoints.read(args.services_file), workdir
+
+
+B = TypeVar("B")
+
+
+def run_and_report(bench: B, run: Callable[[B], None], report: Callable[[B], None]) -> int:
+    """``run(bench)`` to the end, then ``report(bench)``: a bench's exit status (130 if
+    interrupted, see :func:`ran_to_the_end`)."""
+    if not ran_to_the_end(lambda: run(bench)):
+        return 130
+    report(bench)
+    return 0
+
+
 def slug(text: str) -> str:
     """``text`` as a file name part."""
     return "-".join("".join(c if c.isalnum() else " " for c in text.lower()).split())
@@ -107,6 +144,26 @@ def warn_on_error(what: str) -> Iterator[None]:
         yield
     except Exception as exc:
         print(f"WARNING: could not {what}: {exc!r}")
+
+
+@contextlib.contextmanager
+def zookeeper(hosts: str) -> Iterator[Any]:
+    """A started kazoo client of ``hosts``, stopped and closed on the way out."""
+    from kazoo.client import KazooClient
+
+    zk = KazooClient(hosts=hosts, timeout=10)
+    zk.start(timeout=10)
+    try:
+        yield zk
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def drop_zookeeper_root(hosts: str, tag: str) -> None:
+    """Delete a bench's ZooKeeper root ``/tag`` and all below it (a failure is only warned of)."""
+    with warn_on_error(f"delete ZooKeeper /{tag}"), zookeeper(hosts) as zk:
+        zk.delete(f"/{tag}", recursive=True)
 
 
 def session_cpu_s(pid: int) -> float:

@@ -34,7 +34,6 @@ import argparse
 import contextlib
 import json
 import math
-import secrets
 import sys
 import threading
 import time
@@ -47,10 +46,9 @@ from typing import Any
 import _support as s
 import httpx
 import yaml
-from _support import Cpu, Endpoints, Server
+from _support import CLUSTERS, Cpu, Endpoints, Server
 
 BENCH_DIR = Path(__file__).resolve().parent
-CLUSTERS = {"kafka": "kafka-main", "pulsar": "pulsar-main"}
 UNTHROTTLED = {"max_qps": 1_000_000, "max_bytes_per_second": 1024**3}
 BATCH = 500
 # The receiver listens on loopback, which the endpoint policy refuses by default.
@@ -70,16 +68,11 @@ class Row:
     load: float = math.nan  # the 1-minute load average just before the run
 
 
-class Bench:
+class Bench(s.BenchRun):
     """One run: names, processes, figures."""
 
     def __init__(self, args: argparse.Namespace, endpoints: Endpoints, workdir: Path) -> None:
-        self.args = args
-        self.endpoints = endpoints
-        self.workdir = workdir
-        self.tag = f"bench-{secrets.token_hex(4)}"
-        self.token = secrets.token_urlsafe(24)
-        self.backends = list(CLUSTERS) if args.backend == "both" else [args.backend]
+        super().__init__(args, endpoints, workdir)
         self.rows: list[Row] = []
         self.payload = "x" * args.size
         self.topics: list[str] = []
@@ -160,29 +153,13 @@ class Bench:
 
     def holders(self, sub: str) -> int:
         """How many worker processes the assignment gave shards of ``sub`` to."""
-        from kazoo.client import KazooClient
-
-        zk = KazooClient(hosts=self.endpoints.zookeeper, timeout=10)
-        zk.start(timeout=10)
-        try:
+        with s.zookeeper(self.endpoints.zookeeper) as zk:
             root = f"/{self.tag}/assignments"
             lists = [json.loads(zk.get(f"{root}/{w}")[0]) for w in zk.get_children(root)]
-        finally:
-            zk.stop()
-            zk.close()
         return sum(any(k.startswith(f"{self.tag}/{sub}#") for k in keys) for keys in lists)
 
     def drop_metadata(self) -> None:
-        from kazoo.client import KazooClient
-
-        with s.warn_on_error(f"delete ZooKeeper /{self.tag}"):
-            zk = KazooClient(hosts=self.endpoints.zookeeper, timeout=10)
-            zk.start(timeout=10)
-            try:
-                zk.delete(f"/{self.tag}", recursive=True)
-            finally:
-                zk.stop()
-                zk.close()
+        s.drop_zookeeper_root(self.endpoints.zookeeper, self.tag)
 
     # ------------------------------------------------------------ one scenario
     def setup(self, backend: str, kind: str, *, grouped: bool, paused: bool) -> tuple[str, str]:
@@ -589,13 +566,9 @@ def main(argv: list[str] | None = None) -> int:
         serve_receiver(int(argv[argv.index("--port") + 1]))
         return 0
     args = parse_args(argv)
-    s.interrupt_on_sigterm()
-    workdir = s.bench_workdir(args.workdir, "httpbus-bench-deliver-")
-    bench = Bench(args, Endpoints.read(args.services_file), workdir)
-    if not s.ran_to_the_end(lambda: run(bench)):
-        return 130
-    report(bench)
-    return 0
+    return s.run_and_report(
+        Bench(args, *s.bench_setup(args, "httpbus-bench-deliver-")), run, report
+    )
 
 
 if __name__ == "__main__":

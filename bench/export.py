@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -72,6 +73,19 @@ def _headers(i: int, now_ms: int) -> tuple[int, list[tuple[str, bytes]]]:
     ]
 
 
+def _numbered(
+    first: int, count: int, until: float
+) -> Iterator[tuple[int, int, list[tuple[str, bytes]]]]:
+    """Messages ``first`` … ``first + count - 1``: each number, timestamp and headers; ends
+    early (looked at every 10,000) once the monotonic clock is past ``until``."""
+    now = int(time.time() * 1000)
+    for i in range(first, first + count):
+        if i % 10_000 == 0 and time.monotonic() > until:
+            return
+        at, headers = _headers(i, now)
+        yield i, at, headers
+
+
 def fill_kafka(bootstrap: str, topic: str, first: int, count: int, size: int, until: float) -> int:
     from confluent_kafka import Producer
 
@@ -79,12 +93,8 @@ def fill_kafka(bootstrap: str, topic: str, first: int, count: int, size: int, un
         {"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "all", "enable.idempotence": True}
     )
     payload = os.urandom(size)
-    now = int(time.time() * 1000)
     sent = 0
-    for i in range(first, first + count):
-        if i % 10_000 == 0 and time.monotonic() > until:
-            break
-        at, headers = _headers(i, now)
+    for _, at, headers in _numbered(first, count, until):
         while True:
             try:
                 producer.produce(topic, payload, key=headers[1][1], headers=headers, timestamp=at)
@@ -112,12 +122,8 @@ def fill_pulsar(url: str, topic: str, first: int, count: int, size: int, until: 
         for p in range(PARTITIONS)
     ]
     payload = os.urandom(size)
-    now = int(time.time() * 1000)
     sent = 0
-    for i in range(first, first + count):
-        if i % 10_000 == 0 and time.monotonic() > until:
-            break
-        at, headers = _headers(i, now)
+    for i, at, headers in _numbered(first, count, until):
         producers[i % PARTITIONS].send_async(
             payload,
             None,

@@ -437,9 +437,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    s.interrupt_on_sigterm()
-    workdir = s.bench_workdir(args.workdir, "httpbus-bench-peers-")
-    peers = Peers(args, Endpoints.read(args.services_file), workdir)
+    endpoints, workdir = s.bench_setup(args, "httpbus-bench-peers-")
+    peers = Peers(args, endpoints, workdir)
     print(
         f"== peers: {args.seconds:g}s per run, {args.connections} connections, {args.size} B "
         f"messages, {args.partitions} partitions; {os.cpu_count()} CPUs; load average "

@@ -33,7 +33,6 @@ import math
 import os
 import platform
 import random
-import secrets
 import string
 import sys
 import time
@@ -46,10 +45,9 @@ from typing import Any
 import _support as s
 import httpx
 import yaml
-from _support import Cpu, Endpoints, LoadResult, LoadSpec, Server
+from _support import CLUSTERS, Cpu, Endpoints, LoadResult, LoadSpec, Server
 
 BENCH_DIR = Path(__file__).resolve().parent
-CLUSTERS = {"kafka": "kafka-main", "pulsar": "pulsar-main"}
 # The benchmark measures the produce path, not the topic's quota (429 past 5,000 msg/s).
 UNTHROTTLED = {"max_qps": 1_000_000, "max_bytes_per_second": 1024**3}
 
@@ -67,19 +65,14 @@ class Row:
     load: float = math.nan  # the 1-minute load average just before the run
 
 
-class Bench:
+class Bench(s.BenchRun):
     """One benchmark run: its names, its processes, its figures."""
 
     def __init__(self, args: argparse.Namespace, endpoints: Endpoints, workdir: Path) -> None:
-        self.args = args
-        self.endpoints = endpoints
-        self.workdir = workdir
-        self.tag = f"bench-{secrets.token_hex(4)}"  # ZooKeeper root, project, storage topics
-        self.token = secrets.token_urlsafe(24)
+        super().__init__(args, endpoints, workdir)
         alphabet = string.ascii_letters + string.digits
         self.payload = "".join(random.Random(1).choices(alphabet, k=args.size))
         self.batch_body = json.dumps({"messages": [{"payload": self.payload}] * args.batch})
-        self.backends = list(CLUSTERS) if args.backend == "both" else [args.backend]
         self.rows: list[Row] = []
         self.dedupe_rows: list[DedupeRow] = []
         self.wrk = None if args.load == "httpx" else s.ensure_wrk()
@@ -168,16 +161,8 @@ class Bench:
     def drop_storage(self) -> None:
         """Delete our ZooKeeper root, the audit and raw Kafka topics, the raw Pulsar topics."""
         from confluent_kafka.admin import AdminClient
-        from kazoo.client import KazooClient
 
-        with s.warn_on_error(f"delete ZooKeeper /{self.tag}"):
-            zk = KazooClient(hosts=self.endpoints.zookeeper, timeout=10)
-            zk.start(timeout=10)
-            try:
-                zk.delete(f"/{self.tag}", recursive=True)
-            finally:
-                zk.stop()
-                zk.close()
+        s.drop_zookeeper_root(self.endpoints.zookeeper, self.tag)
         with s.warn_on_error("delete the Kafka topics"):
             admin = AdminClient({"bootstrap.servers": self.endpoints.kafka})
             for future in admin.delete_topics(self.kafka_topics, operation_timeout=30).values():
@@ -545,13 +530,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    s.interrupt_on_sigterm()
-    workdir = s.bench_workdir(args.workdir, "httpbus-bench-")
-    bench = Bench(args, Endpoints.read(args.services_file), workdir)
-    if not s.ran_to_the_end(lambda: run(bench)):
-        return 130
-    report(bench)
-    return 0
+    return s.run_and_report(Bench(args, *s.bench_setup(args, "httpbus-bench-")), run, report)
 
 
 if __name__ == "__main__":

@@ -399,6 +399,20 @@ async def _timed(
         return total / elapsed, 1e6 * cpu / total, sender.pool.open_connections
 
 
+def _delivery(url: str) -> Delivery:
+    """The one delivery every comparison sends again and again: 256 bytes, signed, to ``url``."""
+    sub = Subscription(
+        project="bench",
+        name="senders",
+        topic_project="bench",
+        topic="t",
+        endpoint=Endpoint(url=url),
+        signing_secret="whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    )
+    message = Stored(partition=0, position=0, timestamp_ms=0, value=b"x" * 256)
+    return Delivery(sub, "bench/t", message)
+
+
 def compare_http2(args: argparse.Namespace) -> None:
     """HttpSender over TLS to one endpoint that offers h2 and http/1.1: HTTP/1.1 keep-alive
     (``http2`` off) against negotiated HTTP/2, with the same in-flight limit."""
@@ -415,16 +429,7 @@ def compare_http2(args: argparse.Namespace) -> None:
         proc.start()
         try:
             port = ports.get(timeout=60)
-            sub = Subscription(
-                project="bench",
-                name="senders",
-                topic_project="bench",
-                topic="t",
-                endpoint=Endpoint(url=f"https://localhost:{port}/hook"),
-                signing_secret="whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-            )
-            message = Stored(partition=0, position=0, timestamp_ms=0, value=b"x" * 256)
-            delivery = Delivery(sub, "bench/t", message)
+            delivery = _delivery(f"https://localhost:{port}/hook")
             print(
                 f"{args.deliveries:,} deliveries, {args.in_flight} in flight, TLS to one endpoint"
             )
@@ -460,16 +465,7 @@ def main() -> None:
         compare_http2(args)
         return
     server, port = _serve()
-    sub = Subscription(
-        project="bench",
-        name="senders",
-        topic_project="bench",
-        topic="t",
-        endpoint=Endpoint(url=f"http://127.0.0.1:{port}/hook"),
-        signing_secret="whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-    )
-    message = Stored(partition=0, position=0, timestamp_ms=0, value=b"x" * 256)
-    delivery = Delivery(sub, "bench/t", message)
+    delivery = _delivery(f"http://127.0.0.1:{port}/hook")
     makers: dict[str, Callable[[], EndpointSender]] = {
         "fast (production)": HttpSender,
         "aiohttp": AiohttpSender,

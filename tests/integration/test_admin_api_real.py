@@ -14,6 +14,7 @@ from control_plane.app import create_app
 from control_plane.settings import ControlPlaneSettings
 from metastore.config import ZooKeeperConfig
 from segments.config import KafkaClusterConfig, PulsarClusterConfig
+from tests.support.control_plane import app_client
 from tests.support.services import RealServices
 
 TOKEN = "integration-admin-token-0123"
@@ -36,12 +37,8 @@ async def client(real_services: RealServices, unique: str) -> AsyncIterator[http
         storage_topic_prefix=f"it{unique}",
     )
     app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://cp", headers={"Authorization": f"Bearer {TOKEN}"}
-        ) as c:
-            yield c
+    async with app_client(app, token=TOKEN) as c:
+        yield c
 
 
 async def _project_topic_subscription(client: httpx.AsyncClient, cluster: str) -> dict:  # type: ignore[type-arg]

@@ -16,6 +16,7 @@ from segments.config import KafkaClusterConfig
 from segments.protocol import SegmentStore, Stored
 from segments.registry import open_store
 from tests.support.services import RealServices
+from tests.support.stored import read_all
 from tests.support.until import until
 
 pytestmark = pytest.mark.kafka
@@ -54,15 +55,7 @@ def _event(i: int, error: str | None = None) -> AuditEvent:
 
 
 async def _read_all(store: SegmentStore, topic: str) -> list[Stored]:
-    out: list[Stored] = []
-    for partition, end in sorted((await store.end_positions(topic)).items()):
-        start = 0
-        while start < end:
-            got = await store.read(topic, partition, start, max_records=2_000, timeout=5.0)
-            assert got, f"partition {partition} ends at {end} but nothing read from {start}"
-            out.extend(got)
-            start = got[-1].position + 1
-    return out
+    return await read_all(store, topic, max_records=2_000, timeout=5.0)
 
 
 def _lines(records: Sequence[Stored]) -> list[bytes]:

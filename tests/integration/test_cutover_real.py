@@ -29,6 +29,7 @@ from producer_api.settings import ProducerSettings
 from segments.cutover.machine import Phase, Timeouts
 from segments.protocol import SegmentStore
 from segments.registry import open_stores
+from tests.support.control_plane import app_client
 from tests.support.cutover import (
     ADMIN,
     Load,
@@ -41,7 +42,7 @@ from tests.support.cutover import (
     producer_settings,
     timeline,
 )
-from tests.support.processes import ProducerProcess
+from tests.support.processes import ProducerProcess, producer_processes
 from tests.support.services import RealServices
 from tests.support.stacks import stacks_on_overrun
 from tests.support.world import segment
@@ -105,19 +106,14 @@ async def world(real_services: RealServices, unique: str) -> AsyncIterator[World
 
 @pytest.fixture
 def producers(world: World, unique: str, tmp_path: Path) -> Iterator[list[ProducerProcess]]:
-    procs = [
-        ProducerProcess(producer_settings(world.real, world.root, f"p{i}-{unique}"), tmp_path)
-        for i in range(3)
-    ]
-    try:
-        for proc in procs:
-            proc.start(timeout=60)
-        yield procs
-    finally:
-        for proc in procs:
-            if proc.proc is not None and proc.proc.poll() is None:
-                os.kill(proc.proc.pid, signal.SIGCONT)
-            proc.stop()
+    settings = [producer_settings(world.real, world.root, f"p{i}-{unique}") for i in range(3)]
+    with producer_processes(settings, tmp_path) as procs:
+        try:
+            yield procs
+        finally:
+            for proc in procs:  # a test may have paused one (SIGSTOP)
+                if proc.proc is not None and proc.proc.poll() is None:
+                    os.kill(proc.proc.pid, signal.SIGCONT)
 
 
 @pytest.fixture
@@ -147,13 +143,8 @@ async def control_plane(world: World) -> AsyncIterator[httpx.AsyncClient]:
         cutover_complete_timeout_s=TIMEOUTS.complete_s,
     )
     app = create_control_plane(settings, stores=world.stores)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        headers = {"Authorization": f"Bearer {ADMIN}"}
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://cp", headers=headers
-        ) as c:
-            yield c
+    async with app_client(app, token=ADMIN) as c:
+        yield c
 
 
 @contextlib.asynccontextmanager

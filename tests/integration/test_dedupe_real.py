@@ -23,7 +23,8 @@ import pytest
 from control_plane.app import create_app as create_control_plane
 from control_plane.settings import ControlPlaneSettings
 from core.model import Subscription
-from tests.support.processes import ProducerProcess
+from tests.support.control_plane import app_client
+from tests.support.processes import ProducerProcess, producer_processes
 from tests.support.services import RealServices
 from tests.support.until import until
 from tests.support.world import Running, World, kafka_world, subscribe
@@ -46,22 +47,17 @@ async def _cutover(world: World) -> str:
         member_id="cp-dedupe",
     )
     app = create_control_plane(settings, stores=world.stores)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        headers = {"Authorization": f"Bearer {ADMIN}"}
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://cp", headers=headers
-        ) as cp:
-            where = "/v1/projects/p/topics/t/cutover"
-            r = await cp.post(where, json={"cluster": world.cluster, "partitions": 2})
-            assert r.status_code == 202, r.text
+    async with app_client(app, token=ADMIN) as cp:
+        where = "/v1/projects/p/topics/t/cutover"
+        r = await cp.post(where, json={"cluster": world.cluster, "partitions": 2})
+        assert r.status_code == 202, r.text
 
-            async def done() -> dict[str, Any] | None:
-                doc: dict[str, Any] = (await cp.get(where)).json()
-                return doc if doc.get("phase") in {"COMPLETE", "ROLLED_BACK", "ABORTED"} else None
+        async def done() -> dict[str, Any] | None:
+            doc: dict[str, Any] = (await cp.get(where)).json()
+            return doc if doc.get("phase") in {"COMPLETE", "ROLLED_BACK", "ABORTED"} else None
 
-            doc = await until(done, 90, "the cutover to end")
-            assert doc["phase"] == "COMPLETE", doc
+        doc = await until(done, 90, "the cutover to end")
+        assert doc["phase"] == "COMPLETE", doc
     topic = await world.catalog.get_topic("p", "t")
     assert topic.active_segment is not None and topic.active_segment.id == 2
     return topic.active_segment.storage_topic
@@ -88,14 +84,9 @@ async def test_three_producers_store_each_id_once_and_answer_every_repeat_as_dup
         topic = await world.catalog.get_topic("p", "t")
         await world.catalog.update_topic(topic.model_copy(update={"dedupe_window": "10m"}))
         sub = await subscribe(world)  # from segment 1: it walks to segment 2 after the cutover
-        procs = [ProducerProcess(_settings(world, f"dd{i}-{unique}"), tmp_path) for i in range(3)]
-        try:
-            for proc in procs:
-                proc.start(timeout=60)
+        settings = [_settings(world, f"dd{i}-{unique}") for i in range(3)]
+        with producer_processes(settings, tmp_path) as procs:
             await _scenario(world, procs, sub)
-        finally:
-            for proc in procs:
-                proc.stop()
 
 
 async def _scenario(world: World, procs: list[ProducerProcess], sub: Subscription) -> None:

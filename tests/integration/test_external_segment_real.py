@@ -35,15 +35,23 @@ def _legacy_produce(bootstrap: str, topic: str) -> None:
     assert producer.flush(30) == 0
 
 
+async def _adopted(
+    real: RealServices, legacy: str
+) -> tuple[KafkaClusterConfig, KafkaClusterConfig]:
+    """Topic ``legacy`` made and written by its own producer; the plain Kafka cluster and the
+    same cluster adopting it (read-only, ids from ``event-id``)."""
+    plain = KafkaClusterConfig(bootstrap_servers=real.kafka)
+    async with open_store(plain) as kafka:
+        await kafka.create_topic(legacy, 2, retention_ms=3_600_000)
+    _legacy_produce(real.kafka, legacy)
+    return plain, plain.model_copy(update={"read_only": True, "id_header": "event-id"})
+
+
 async def test_an_adopted_kafka_topic_delivers_and_is_never_written(
     real_services: RealServices, unique: str, tmp_path: Path, spark: Any
 ) -> None:
     legacy = f"legacy-{unique}.orders"
-    plain = KafkaClusterConfig(bootstrap_servers=real_services.kafka)
-    async with open_store(plain) as kafka:
-        await kafka.create_topic(legacy, 2, retention_ms=3_600_000)
-    _legacy_produce(real_services.kafka, legacy)
-    adopted = plain.model_copy(update={"read_only": True, "id_header": "event-id"})
+    plain, adopted = await _adopted(real_services, legacy)
     async with delivery_world(
         real_services, unique, tmp_path, "legacy", cluster_config=adopted
     ) as world:
@@ -99,11 +107,7 @@ async def test_a_cutover_seals_the_external_segment_logically_and_moves_subscrib
     """The cutover off an adopted topic records its ends without touching it; the legacy
     producer's later writes are not delivered, publishes through httpbus are."""
     legacy = f"legacy-{unique}.payments"
-    plain = KafkaClusterConfig(bootstrap_servers=real_services.kafka)
-    async with open_store(plain) as kafka:
-        await kafka.create_topic(legacy, 2, retention_ms=3_600_000)
-    _legacy_produce(real_services.kafka, legacy)
-    adopted = plain.model_copy(update={"read_only": True, "id_header": "event-id"})
+    plain, adopted = await _adopted(real_services, legacy)
     async with delivery_world(
         real_services,
         unique,

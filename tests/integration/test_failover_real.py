@@ -17,10 +17,11 @@ load average)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -94,18 +95,37 @@ async def _retired(world: FailoverWorld) -> None:
     assert any(segment == 1 for _, _, segment in done), done
 
 
+@contextlib.asynccontextmanager
+async def _under_load(world: FailoverWorld, topic: str, mode: str, sub: str) -> AsyncIterator[Load]:
+    """Topic ``topic`` in failover ``mode`` with subscription ``sub``, and a load publishing
+    to it until the block ends."""
+    await world.topic(topic, mode)
+    await world.subscribe(sub, topic)
+    load = Load(world.producers, topic)
+    running = asyncio.create_task(load.run())
+    try:
+        yield load
+    finally:
+        load.stop.set()
+        await running
+
+
+async def _outage(
+    world: FailoverWorld, load: Load, topic: str, down: Callable[[], None]
+) -> tuple[float, float]:
+    """Once the load is under way, ``down()``: when that was, and how long until the failover
+    answered 2xx (:func:`_failed_over`)."""
+    await until(lambda: load.total() >= 400, 60, "the load under way")
+    outage_at = time.time()
+    down()
+    return outage_at, await _failed_over(world, load, topic, outage_at)
+
+
 async def _ordered_outage(
     world: FailoverWorld, down: Callable[[], None], up: Callable[[], Awaitable[None]], label: str
 ) -> None:
-    await world.topic("orders", "ordered")
-    await world.subscribe("audit", "orders")
-    load = Load(world.producers, "orders")
-    running = asyncio.create_task(load.run())
-    try:
-        await until(lambda: load.total() >= 400, 60, "the load under way")
-        outage_at = time.time()
-        down()
-        took = await _failed_over(world, load, "orders", outage_at)
+    async with _under_load(world, "orders", "ordered", "audit") as load:
+        outage_at, took = await _outage(world, load, "orders", down)
         status = (await world.cp.get("/v1/projects/shop/subscriptions/audit/status")).json()
         assert "left unsealed by a failover" in (status["waiting"] or ""), status
         failover = (await world.cp.get("/v1/projects/shop/topics/orders/failover")).json()
@@ -114,9 +134,6 @@ async def _ordered_outage(
         print(f"\n{label}: load average {_load_average()} before the broker returns")
         await up()
         await _sealed_and_drained(world, "orders", "audit")
-    finally:
-        load.stop.set()
-        await running
     print(load.figures(outage_at, label))
     print(f"  failover: 2xx on Pulsar {took:.2f}s after the outage; load average "
           f"{_load_average()}; worker process restarts: {len(world.workers.crashes)}")  # fmt: skip
@@ -151,15 +168,10 @@ async def test_available_mode_delivers_during_the_outage_and_counts_order_breaks
     real_services: RealServices, unique: str, tmp_path: Path
 ) -> None:
     async with failover_world(real_services, unique, tmp_path) as world:
-        await world.topic("clicks", "available")
-        await world.subscribe("stats", "clicks")
-        load = Load(world.producers, "clicks")
-        running = asyncio.create_task(load.run())
-        try:
-            await until(lambda: load.total() >= 400, 60, "the load under way")
-            outage_at = time.time()
-            world.kafka.signal(signal.SIGSTOP)
-            took = await _failed_over(world, load, "clicks", outage_at)
+        async with _under_load(world, "clicks", "available", "stats") as load:
+            outage_at, took = await _outage(
+                world, load, "clicks", lambda: world.kafka.signal(signal.SIGSTOP)
+            )
             new_ids = {f"{p.group}-{p.seq:06d}" for p in load.on_segment(2)}
 
             def delivered_new() -> int:
@@ -173,9 +185,6 @@ async def test_available_mode_delivers_during_the_outage_and_counts_order_breaks
                 return seg is not None and seg.finished
 
             await until(sealed, 90, "the leader sealing the segment left unsealed", interval=0.5)
-        finally:
-            load.stop.set()
-            await running
         print(load.figures(outage_at, "available mode"))
         await _all_delivered(world, load)
         breaks = 0

@@ -4,8 +4,7 @@ that expire under a live client. Every test works under its own random root znod
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 from kazoo.client import KazooClient
@@ -20,7 +19,13 @@ from tests.contract.metastore_contract import (
     close_watch,
     next_value,
 )
+from tests.support.metastores import (
+    other_store_fixture,  # noqa: F401  (a fixture)
+    started_stores,
+    store_fixture,  # noqa: F401  (a fixture)
+)
 from tests.support.services import RealServices
+from tests.support.until import until
 
 
 @pytest.fixture
@@ -35,27 +40,10 @@ async def root(real_services: RealServices, unique: str) -> AsyncIterator[str]:
 
 @pytest.fixture
 async def make_store(real_services: RealServices, root: str) -> AsyncIterator[MakeStore]:
-    made: list[ZooKeeperMetaStore] = []
-
-    async def make() -> ZooKeeperMetaStore:
-        store = ZooKeeperMetaStore(real_services.zookeeper, root=root, session_timeout_s=6.0)
-        await store.start()
-        made.append(store)
-        return store
-
-    yield make
-    for store in made:
-        await store.aclose()
-
-
-@pytest.fixture
-async def store(make_store: MakeStore) -> MetaStore:
-    return await make_store()
-
-
-@pytest.fixture
-async def other_store(make_store: MakeStore) -> MetaStore:
-    return await make_store()
+    async with started_stores(
+        lambda: ZooKeeperMetaStore(real_services.zookeeper, root=root, session_timeout_s=6.0)
+    ) as make:
+        yield make
 
 
 @pytest.mark.zookeeper
@@ -70,13 +58,6 @@ def _expire_session(hosts: str, client_id: tuple[int, bytes]) -> None:
     thief.start(timeout=10)
     thief.stop()
     thief.close()
-
-
-async def _eventually(check: Callable[[], Awaitable[bool]], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.1)
 
 
 @pytest.mark.zookeeper
@@ -100,7 +81,7 @@ async def test_members_come_back_after_the_session_expires(
             return False
         return await other_store.members("producers") == {"p-1": b"alive"}
 
-    await _eventually(new_session_with_member)
+    await until(new_session_with_member, timeout=15.0, interval=0.1)
     zk = KazooClient(hosts=real_services.zookeeper, timeout=6.0)
     await asyncio.to_thread(zk.start, 10)
     try:

@@ -22,7 +22,7 @@ from metastore.catalog import Catalog
 from metastore.config import ZooKeeperConfig, open_metastore
 from segments.config import KafkaClusterConfig
 from segments.registry import open_stores
-from tests.support.processes import ProducerProcess
+from tests.support.processes import ProducerProcess, producer_processes
 from tests.support.services import RealServices
 from tests.support.world import segment
 
@@ -74,17 +74,9 @@ async def root(real_services: RealServices, unique: str) -> AsyncIterator[str]:
 def producers(
     real_services: RealServices, root: str, unique: str, tmp_path: Path
 ) -> Iterator[list[ProducerProcess]]:
-    procs = [
-        ProducerProcess(_settings(real_services, root, f"q{i}-{unique}"), tmp_path)
-        for i in range(3)
-    ]
-    try:
-        for proc in procs:
-            proc.start(timeout=60)
+    settings = [_settings(real_services, root, f"q{i}-{unique}") for i in range(3)]
+    with producer_processes(settings, tmp_path) as procs:
         yield procs
-    finally:
-        for proc in procs:
-            proc.stop()
 
 
 async def test_three_producer_processes_hold_the_quota_together(

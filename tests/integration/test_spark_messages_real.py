@@ -62,6 +62,24 @@ def ranges(ends: dict[int, int], start: int = 0) -> dict[int, PositionRange]:
     return {p: PositionRange(start=start, end=end) for p, end in ends.items()}
 
 
+def shop_orders(*segments: SegmentPlan) -> TimelinePlan:
+    return TimelinePlan(project="shop", topic="orders", segments=list(segments))
+
+
+def on_kafka(
+    real: RealServices, segment: int, topic: str, ranges: dict[int, PositionRange]
+) -> SegmentPlan:
+    source = KafkaSource(bootstrap_servers=real.kafka)
+    return SegmentPlan(segment=segment, storage_topic=topic, source=source, ranges=ranges)
+
+
+def on_pulsar(
+    real: RealServices, segment: int, topic: str, ranges: dict[int, PositionRange]
+) -> SegmentPlan:
+    source = PulsarSource(service_url=real.pulsar)
+    return SegmentPlan(segment=segment, storage_topic=topic, source=source, ranges=ranges)
+
+
 async def test_a_kafka_then_a_pulsar_segment_read_as_one_frame(
     real_services: RealServices, kafka: SegmentStore, pulsar: SegmentStore, unique: str, spark: Any
 ) -> None:
@@ -70,23 +88,9 @@ async def test_a_kafka_then_a_pulsar_segment_read_as_one_frame(
     k_topic, p_topic = f"it.{unique}.spark.1", f"it.{unique}.spark.2"
     k_ends = await fill(kafka, k_topic, first)
     p_ends = await fill(pulsar, p_topic, second)
-    plan = TimelinePlan(
-        project="shop",
-        topic="orders",
-        segments=[
-            SegmentPlan(
-                segment=1,
-                storage_topic=k_topic,
-                source=KafkaSource(bootstrap_servers=real_services.kafka),
-                ranges=ranges(k_ends),
-            ),
-            SegmentPlan(
-                segment=2,
-                storage_topic=p_topic,
-                source=PulsarSource(service_url=real_services.pulsar),
-                ranges=ranges(p_ends),
-            ),
-        ],
+    plan = shop_orders(
+        on_kafka(real_services, 1, k_topic, ranges(k_ends)),
+        on_pulsar(real_services, 2, p_topic, ranges(p_ends)),
     )
     rows = read_timeline(spark, plan, ordered=True).collect()
     assert [r["segment"] for r in rows] == [1] * len(first) + [2] * len(second)
@@ -122,23 +126,9 @@ async def test_ranges_bound_the_read_on_both_backends(
     await pulsar.create_topic(p_topic, 1, retention_ms=RETENTION_MS)
     k_pos = [(await kafka.produce(k_topic, record(i))).position for i in range(10)]
     p_pos = [(await pulsar.produce(p_topic, record(i))).position for i in range(10)]
-    plan = TimelinePlan(
-        project="shop",
-        topic="orders",
-        segments=[
-            SegmentPlan(
-                segment=1,
-                storage_topic=k_topic,
-                source=KafkaSource(bootstrap_servers=real_services.kafka),
-                ranges={0: PositionRange(start=k_pos[2], end=k_pos[5])},
-            ),
-            SegmentPlan(
-                segment=3,
-                storage_topic=p_topic,
-                source=PulsarSource(service_url=real_services.pulsar),
-                ranges={0: PositionRange(start=p_pos[4], end=p_pos[8])},
-            ),
-        ],
+    plan = shop_orders(
+        on_kafka(real_services, 1, k_topic, {0: PositionRange(start=k_pos[2], end=k_pos[5])}),
+        on_pulsar(real_services, 3, p_topic, {0: PositionRange(start=p_pos[4], end=p_pos[8])}),
     )
     rows = read_timeline(spark, plan, ordered=True).collect()
     assert [(r["segment"], r["id"]) for r in rows] == [(1, "m2"), (1, "m3"), (1, "m4")] + [

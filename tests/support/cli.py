@@ -33,6 +33,15 @@ def embedded_control_plane_url(data: Path) -> Iterator[str]:
         yield base
 
 
+@contextmanager
+def shop_control_plane_url(data: Path) -> Iterator[str]:
+    """:func:`embedded_control_plane_url` once project ``shop`` and its topic ``orders`` exist."""
+    with embedded_control_plane_url(data) as url:
+        ok(httpbus(url, "project", "create", "shop"))
+        ok(httpbus(url, "topic", "create", "shop", "orders"))
+        yield url
+
+
 def httpbus(url: str, *args: str, token: str = TOKEN, input: str | None = None) -> Result:
     """``httpbus *args`` against the control plane at ``url``, as an admin with ``token``."""
     env = {"HTTPBUS_URL": url, "HTTPBUS_ADMIN_TOKEN": token, "HTTPBUS_TOKEN": "", "COLUMNS": "200"}

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,13 +66,37 @@ async def embedded_control_plane(
             yield ControlPlane(client, meta, store, app)
 
 
-async def create_shop(client: httpx.AsyncClient, **topic: Any) -> None:
+@asynccontextmanager
+async def app_client(
+    app: FastAPI, base_url: str = "http://cp", token: str = TOKEN
+) -> AsyncIterator[httpx.AsyncClient]:
+    """``app`` started (its lifespan) and a client of it through ASGI that sends ``token`` as
+    a bearer (the admin token unless told)."""
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(
+            transport=transport, base_url=base_url, headers=headers
+        ) as client:
+            yield client
+
+
+async def asgi_client(stack: AsyncExitStack, app: FastAPI, base_url: str) -> httpx.AsyncClient:
+    """:func:`app_client` (the admin token) ended with ``stack``: for a world of several apps."""
+    return await stack.enter_async_context(app_client(app, base_url))
+
+
+async def create_shop(
+    client: httpx.AsyncClient, *, headers: dict[str, str] | None = None, **topic: Any
+) -> None:
     """Project ``shop`` and its topic ``orders`` (one partition unless ``topic`` says; a
-    field given as None is left to the API's default)."""
-    assert (await client.post("/v1/projects", json={"name": "shop"})).status_code == 201
+    field given as None is left to the API's default), sent with ``headers`` if given (as
+    from a browser's client that is not logged in: the admin token)."""
+    r = await client.post("/v1/projects", json={"name": "shop"}, headers=headers)
+    assert r.status_code == 201, r.text
     fields = {"name": "orders", "partitions": 1, **topic}
     body = {k: v for k, v in fields.items() if v is not None}
-    r = await client.post("/v1/projects/shop/topics", json=body)
+    r = await client.post("/v1/projects/shop/topics", json=body, headers=headers)
     assert r.status_code == 201, r.text
 
 

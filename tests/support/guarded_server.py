@@ -11,17 +11,14 @@ port, in a thread, and a raw socket client to misbehave against it.
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
-
 from core.http_server import HttpServerLimits, uvicorn_options
-from tests.support.until import until_sync
+from tests.support.uvicorn_thread import uvicorn_thread
 
 
 @dataclass
@@ -81,25 +78,5 @@ def read_all(sock: socket.socket, deadline_s: float) -> bytes:
 @contextmanager
 def guarded_server(limits: HttpServerLimits) -> Iterator[Served]:
     app = CountingApp()
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=0,
-        ws="none",
-        lifespan="off",
-        log_level="warning",
-        timeout_graceful_shutdown=1,
-        **uvicorn_options(limits),
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    until_sync(
-        lambda: server.started or not thread.is_alive(), 10, "uvicorn to start", interval=0.01
-    )
-    assert server.started, "uvicorn did not start"
-    try:
-        yield Served(app, server.servers[0].sockets[0].getsockname()[1])
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with uvicorn_thread(app, **uvicorn_options(limits)) as port:
+        yield Served(app, port)

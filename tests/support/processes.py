@@ -9,6 +9,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -74,6 +76,22 @@ class ProducerProcess:
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+@contextmanager
+def producer_processes(
+    settings: Iterable[dict[str, Any]], workdir: Path
+) -> Iterator[list[ProducerProcess]]:
+    """One :class:`ProducerProcess` per ``settings``, each started (60 s to be ready), all
+    stopped on the way out (those that did start, or failed to)."""
+    procs = [ProducerProcess(one, workdir) for one in settings]
+    try:
+        for proc in procs:
+            proc.start(timeout=60)
+        yield procs
+    finally:
+        for proc in procs:
+            proc.stop()
 
 
 class WorkerProcess:

@@ -8,7 +8,7 @@ async with producer_env(tmp_path, {"orders": {}, "tiny": {"max_message_bytes": 6
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +30,7 @@ from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
 from segments.protocol import SegmentStore, Stored
 from segments.reader import SegmentReader
-from tests.support.hook import serve_hook
+from tests.support.hook import Hook, serve_hook
 from tests.support.until import until
 from tests.support.world import segment, subscription
 
@@ -84,10 +84,20 @@ class ProducerEnv:
 
     async def delivered(self, topic: str, ids: set[str]) -> None:
         """A new subscription of ``topic`` delivers every message of ``ids`` within seconds."""
+        self.subscriptions += 1
+        await self.deliver(
+            topic,
+            f"ordinary{self.subscriptions}",
+            lambda hook: ids <= set(hook.ids("o")),
+            f"{len(ids)} delivered",
+        )
+
+    async def deliver(self, topic: str, name: str, done: Callable[[Hook], bool], what: str) -> Hook:
+        """A new subscription ``name`` of ``topic`` from its start, run by a worker's runner
+        until ``done(hook)`` (within 15 s): the endpoint (its path ``o``), for more checks."""
         async with serve_hook() as hook:
-            self.subscriptions += 1
             sub = subscription(
-                f"ordinary{self.subscriptions}",
+                name,
                 hook.url_for("o"),
                 project=PROJECT,
                 topic_project=PROJECT,
@@ -100,10 +110,11 @@ class ProducerEnv:
                 runner = SubscriptionRunner(sub, reader, sender, commit_policy=CommitPolicy())
                 task = asyncio.create_task(runner.run())
                 try:
-                    await until(lambda: ids <= set(hook.ids("o")), 15, f"{len(ids)} delivered")
+                    await until(lambda: done(hook), 15, what)
                 finally:
                     task.cancel()
                     await asyncio.gather(task, return_exceptions=True)
+        return hook
 
 
 @asynccontextmanager

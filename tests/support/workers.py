@@ -16,6 +16,7 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +60,27 @@ class WorkersWorld:
     def hook(self) -> Hook:
         return self.world.hook
 
-    async def worker(self, member: str, audit: Any = None) -> Worker:
+    async def rotate_secret(self, worker: Worker, sub: str, secret: str, overlap_s: float) -> float:
+        """Subscription ``p/<sub>`` rotated to ``secret``, the old one retiring after
+        ``overlap_s``, once ``worker``'s runner of it signs with ``secret``: when the old one
+        retires (epoch seconds)."""
+        current = await self.catalog.get_subscription("p", sub)
+        rotated = await self.catalog.update_subscription(
+            current.rotated(secret, datetime.now(UTC), overlap_s)
+        )
+        [ends] = [r.until.timestamp() for r in rotated.retiring_secrets]
+
+        def picked_up() -> bool:
+            runner = worker.runners.get(f"p/{sub}")
+            return runner is not None and runner.sub.signing_secret == secret
+
+        await until(picked_up, what=f"the worker's runner of {sub} on the new secret")
+        return ends
+
+    async def worker(self, member: str, audit: Any = None, **options: Any) -> Worker:
         """A started Worker named ``member`` (writing its audit events to ``audit``: an
-        ``AuditSink`` or a ``MemoryAudit``), stopped with the world (or :meth:`stop`)."""
+        ``AuditSink`` or a ``MemoryAudit``; more ``Worker`` arguments in ``options``),
+        stopped with the world (or :meth:`stop`)."""
         meta = EmbeddedMetaStore(self.file)
         await meta.start()
         sender = HttpSender()
@@ -74,6 +93,7 @@ class WorkersWorld:
             audit=audit,
             commit_every_s=0.1,
             lock_retry_s=0.1,
+            **options,
         )
         await worker.start()
         self.stack.append((worker, meta, sender))

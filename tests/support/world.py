@@ -23,6 +23,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -409,6 +410,44 @@ async def endpoint_world(tmp_path: Path, partitions: int = 3) -> AsyncIterator[E
 def runner_segment(segment_id: int, state: SegmentState) -> Segment:
     """Segment ``segment_id`` of :func:`endpoint_world`'s topic (3 partitions)."""
     return segment("embedded", segment_id, state, partitions=3)
+
+
+async def switch_to_second_segment(world: World, sealing: SegmentStore) -> None:
+    """The runner world's cutover: segment 2 (``st.2``) made, segment 1 (``st.1``) sealed
+    through ``sealing`` (the world's store or a double in front of it), the switch committed."""
+    await world.store.create_topic("st.2", 3, retention_ms=HOUR_MS)
+    await world.catalog.add_segment("p", "t", runner_segment(2, SegmentState.PENDING))
+    topic = await world.catalog.get_topic("p", "t")
+    ends = await sealing.seal("st.1")
+    sealed = runner_segment(1, SegmentState.SEALED).model_copy(
+        update={"end_positions": ends, "sealed_at": datetime.now(UTC)}
+    )
+    await world.catalog.commit_segment_switch(topic, sealed, runner_segment(2, SegmentState.ACTIVE))
+
+
+async def deliver_across_a_seal(world: EndpointWorld, sealing: SegmentStore) -> list[str]:
+    """A runner over six messages of segment 1, then :func:`switch_to_second_segment` and six
+    more on segment 2, until all twelve reached the endpoint and the runner's pointer is on
+    segment 2: the ids produced, in order of production."""
+    endpoint = world.endpoint
+    assert endpoint is not None
+    sub = await subscribe(world)
+    first = await produce_groups(world.store, "st.1", 2, 3)
+    runner, task, sender = await start_runner(world, sub)
+    try:
+        await until(lambda: len(endpoint.received) == 6)
+        await switch_to_second_segment(world, sealing)
+        second = await produce_groups(world.store, "st.2", 2, 3, first_seq=3)
+        await until(lambda: len(endpoint.received) == 12)
+        await until(
+            lambda: (
+                runner.sub.consume_pointer is not None
+                and runner.sub.consume_pointer.segment_id == 2
+            )
+        )
+    finally:
+        await stop_runner(task, sender)
+    return first + second
 
 
 @pytest.fixture(name="world")

@@ -32,11 +32,16 @@ from control_plane.settings import ControlPlaneSettings
 from core.settings import SettingsBase
 from delivery_workers.settings import WorkerSettings
 from producer_api.settings import ProducerSettings
+from tests.support.helm import (
+    CHART,
+    RELEASE,
+    ROOT,
+    helm_fixture,  # noqa: F401  (a fixture)
+    render,
+    run_helm,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "helm" / "httpbus"
 PRODUCTION = CHART / "values-production.yaml"
-RELEASE = "rel"
 FULLNAME = "rel-httpbus"
 POD_IP = "10.42.7.19"
 AUDIT_DB = "postgresql+psycopg://audit:pw@db:5432/httpbus"
@@ -59,23 +64,6 @@ MODULES = {
     "producer": "producer_api",
     "worker": "delivery_workers",
 }
-
-
-@pytest.fixture(scope="session")
-def helm() -> str:
-    """The helm binary, built from Go modules on first use (scripts/tools/helm.sh)."""
-    done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "tools" / "helm.sh")],
-        capture_output=True,
-        text=True,
-        timeout=1_400,
-    )
-    assert done.returncode == 0, f"scripts/tools/helm.sh failed:\n{done.stderr[-3000:]}"
-    return done.stdout.strip()
-
-
-def _run_helm(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([helm, *args], capture_output=True, text=True, timeout=120)
 
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -108,13 +96,6 @@ class Rendered:
         return self.one("Deployment", f"{FULLNAME}-{component}")
 
 
-def render(helm: str, *args: str) -> list[dict[str, Any]]:
-    """`helm template` of the chart; the parsed documents."""
-    done = _run_helm(helm, "template", RELEASE, str(CHART), "--namespace", "bus", *args)
-    assert done.returncode == 0, done.stderr
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
-
-
 VALUE_SETS = {"default": [], "production": [PRODUCTION]}
 
 
@@ -131,7 +112,7 @@ def rendered(request: pytest.FixtureRequest, helm: str) -> Rendered:
 @pytest.mark.parametrize("values", sorted(VALUE_SETS))
 def test_helm_lint_passes_strict(helm: str, values: str) -> None:
     args = [a for f in VALUE_SETS[values] for a in ("-f", str(f))]
-    done = _run_helm(helm, "lint", "--strict", str(CHART), *args)
+    done = run_helm(helm, "lint", "--strict", str(CHART), *args)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 chart(s) failed" in done.stdout
 
@@ -584,7 +565,7 @@ def test_spark_jobs_run_the_spark_image_and_the_services_the_service_image(helm:
 
 
 def test_audit_cronjob_with_default_values_needs_a_database(helm: str) -> None:
-    done = _run_helm(helm, "template", RELEASE, str(CHART), "--set", "audit.enabled=true")
+    done = run_helm(helm, "template", RELEASE, str(CHART), "--set", "audit.enabled=true")
     assert done.returncode != 0 and "secret.databaseUrl" in done.stderr
     docs = render(
         helm,
@@ -654,7 +635,7 @@ def test_service_monitor_scrapes_the_services_that_serve_metrics(rendered: Rende
 def test_inconsistent_values_are_refused_at_render(
     helm: str, flags: list[str], message: str
 ) -> None:
-    done = _run_helm(helm, "template", RELEASE, str(CHART), *flags)
+    done = run_helm(helm, "template", RELEASE, str(CHART), *flags)
     assert done.returncode != 0
     assert message in done.stderr
 

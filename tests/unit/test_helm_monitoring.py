@@ -16,7 +16,7 @@ from control_plane.api.metrics import ControlPlaneMetrics
 from delivery_workers.app import WorkerCollector
 from delivery_workers.stats import RunnerStats
 from producer_api.metrics import ProducerMetrics
-from tests.unit.test_helm import helm, render  # noqa: F401  (the helm fixture)
+from tests.support.helm import helm_fixture, render  # noqa: F401  (the helm fixture)
 
 ON = ["--set", "prometheusRule.enabled=true,grafanaDashboard.enabled=true"]
 ALERTS = {
@@ -70,14 +70,14 @@ def _family(name: str) -> str:
     return name
 
 
-def test_monitoring_is_off_by_default(helm: str) -> None:  # noqa: F811
+def test_monitoring_is_off_by_default(helm: str) -> None:
     docs = render(helm)
     assert not [d for d in docs if d["kind"] == "PrometheusRule"]
     assert _queries(docs) == {}
 
 
 def test_every_alert_and_panel_query_parses_and_reads_exported_metrics(
-    helm: str,  # noqa: F811
+    helm: str,
 ) -> None:
     docs = render(helm, *ON)
     queries = _queries(docs)
@@ -90,7 +90,7 @@ def test_every_alert_and_panel_query_parses_and_reads_exported_metrics(
             assert _family(name) in {_family(n) for n in exported}, f"{where}: {name} not exported"
 
 
-def test_the_dashboard_is_labelled_for_the_grafana_sidecar(helm: str) -> None:  # noqa: F811
+def test_the_dashboard_is_labelled_for_the_grafana_sidecar(helm: str) -> None:
     (board,) = [d for d in render(helm, *ON) if d["metadata"]["name"].endswith("-dashboard")]
     assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(board["data"]["httpbus.json"])["uid"] == "httpbus-overview"

@@ -9,16 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import as_json, embedded_control_plane_url, httpbus, ok, one_line_error
+from tests.support.cli import as_json, httpbus, ok, one_line_error, shop_control_plane_url
 
 V1 = {"type": "object", "properties": {"amount": {"type": "integer"}}}
 
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with embedded_control_plane_url(tmp_path_factory.mktemp("cp")) as base:
-        ok(httpbus(base, "project", "create", "shop"))
-        ok(httpbus(base, "topic", "create", "shop", "orders"))
+    with shop_control_plane_url(tmp_path_factory.mktemp("cp")) as base:
         yield base
 
 

@@ -8,13 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.cli import (
-    as_json,
-    embedded_control_plane_url,
-    httpbus,
-    ok,
-    one_line_error,
-)
+from tests.support.cli import as_json, httpbus, ok, one_line_error, shop_control_plane_url
 
 OLD = "whsec_" + "QUFB" * 8
 NEW = "whsec_" + "QkJC" * 8
@@ -22,9 +16,7 @@ NEW = "whsec_" + "QkJC" * 8
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with embedded_control_plane_url(tmp_path_factory.mktemp("cp")) as base:
-        ok(httpbus(base, "project", "create", "shop"))
-        ok(httpbus(base, "topic", "create", "shop", "orders"))
+    with shop_control_plane_url(tmp_path_factory.mktemp("cp")) as base:
         yield base
 
 

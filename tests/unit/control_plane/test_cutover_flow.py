@@ -23,10 +23,9 @@ from producer_api.settings import ProducerSettings
 from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
 from segments.protocol import SegmentStore
+from tests.support.control_plane import TOKEN, asgi_client, create_shop
 from tests.support.until import until
 
-TOKEN = "test-admin-token-0123456789"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 CUTOVER = "/v1/projects/shop/topics/orders/cutover"
 
 
@@ -49,27 +48,13 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         meta = await stack.enter_async_context(EmbeddedMetaStore(str(tmp_path / "meta.db")))
         store = await stack.enter_async_context(create_store(cluster))
         cp_app = create_cp(cp_settings, metastore=meta, stores={"embedded": store})
-        await stack.enter_async_context(cp_app.router.lifespan_context(cp_app))
-        cp = await stack.enter_async_context(
-            httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=cp_app), base_url="http://cp", headers=AUTH
-            )
-        )
+        cp = await asgi_client(stack, cp_app, "http://cp")
         producers = []
         for i in range(2):
             settings = ProducerSettings(admin_token=TOKEN, clusters=clusters, member_id=f"prod-{i}")
             app = create_producer(settings, metastore=meta, stores={"embedded": store})
-            await stack.enter_async_context(app.router.lifespan_context(app))
-            producers.append(
-                await stack.enter_async_context(
-                    httpx.AsyncClient(
-                        transport=httpx.ASGITransport(app=app), base_url="http://p", headers=AUTH
-                    )
-                )
-            )
-        assert (await cp.post("/v1/projects", json={"name": "shop"})).status_code == 201
-        body = {"name": "orders", "partitions": 2, "grouped": True}
-        assert (await cp.post("/v1/projects/shop/topics", json=body)).status_code == 201
+            producers.append(await asgi_client(stack, app, "http://p"))
+        await create_shop(cp, partitions=2, grouped=True)
         yield Env(cp, producers, Catalog(meta), store)
 
 

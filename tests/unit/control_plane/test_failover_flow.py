@@ -35,11 +35,10 @@ from segments.audit import decode_audit_record
 from segments.config import AuditConfig, EmbeddedClusterConfig
 from segments.embedded import create_store
 from segments.protocol import SegmentStore
+from tests.support.control_plane import TOKEN, asgi_client, create_shop
 from tests.support.hook import Hook, serve_hook
 from tests.support.until import until
 
-TOKEN = "test-admin-token-0123456789"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 TOPIC = "/v1/projects/shop/topics/orders"
 BROKEN = (
     "produce", "produce_many", "partitions", "seal", "fence", "end_positions", "read",
@@ -107,12 +106,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         standby = await stack.enter_async_context(create_store(standby_cfg))
         stores: dict[str, Any] = {"embedded": main, "standby": standby}
         cp_app = create_cp(cp_settings, metastore=meta, stores=stores)
-        await stack.enter_async_context(cp_app.router.lifespan_context(cp_app))
-        cp = await stack.enter_async_context(
-            httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=cp_app), base_url="http://cp", headers=AUTH
-            )
-        )
+        cp = await asgi_client(stack, cp_app, "http://cp")
         producers = []
         for i in range(2):
             settings = ProducerSettings(
@@ -123,22 +117,9 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
                 failover_stall_s=0.3,
             )
             app = create_producer(settings, metastore=meta, stores=stores)
-            await stack.enter_async_context(app.router.lifespan_context(app))
-            producers.append(
-                await stack.enter_async_context(
-                    httpx.AsyncClient(
-                        transport=httpx.ASGITransport(app=app), base_url="http://p", headers=AUTH
-                    )
-                )
-            )
-        assert (await cp.post("/v1/projects", json={"name": "shop"})).status_code == 201
-        body = {
-            "name": "orders",
-            "partitions": 2,
-            "grouped": True,
-            "failover": {"clusters": ["embedded", "standby"]},
-        }
-        assert (await cp.post("/v1/projects/shop/topics", json=body)).status_code == 201
+            producers.append(await asgi_client(stack, app, "http://p"))
+        failover = {"clusters": ["embedded", "standby"]}
+        await create_shop(cp, partitions=2, grouped=True, failover=failover)
         hook = await stack.enter_async_context(serve_hook())
         worker_meta = await stack.enter_async_context(EmbeddedMetaStore(str(tmp_path / "meta.db")))
         sender = await stack.enter_async_context(HttpSender())
@@ -183,15 +164,22 @@ async def _stored(env: Env) -> dict[str, list[int]]:
     return out
 
 
-async def test_a_dead_cluster_fails_over_to_the_standby_and_is_sealed_when_back(
-    env: Env,
-) -> None:
-    await env.subscribe("audit")
+async def _break_under_load(env: Env) -> tuple[asyncio.Event, asyncio.Task[None]]:
+    """Eight groups publishing; once 20 publishes are stored, the main cluster breaks: the
+    load's stop event and its task."""
     env.acked.update({f"g{i}": [] for i in range(8)})
     stop = asyncio.Event()
     load = asyncio.create_task(_load(env, stop))
     await until(lambda: sum(map(len, env.acked.values())) >= 20, 10, "the load under way")
     env.main.broken = True
+    return stop, load
+
+
+async def test_a_dead_cluster_fails_over_to_the_standby_and_is_sealed_when_back(
+    env: Env,
+) -> None:
+    await env.subscribe("audit")
+    stop, load = await _break_under_load(env)
 
     async def on_standby() -> bool:
         return any(seg == 2 for acks in env.acked.values() for _, seg in acks)
@@ -270,11 +258,7 @@ async def test_available_mode_delivers_from_the_standby_while_the_old_cluster_is
     }
     assert (await env.cp.put(TOPIC, json=update)).status_code == 200
     await env.subscribe("stats")
-    env.acked.update({f"g{i}": [] for i in range(8)})
-    stop = asyncio.Event()
-    load = asyncio.create_task(_load(env, stop))
-    await until(lambda: sum(map(len, env.acked.values())) >= 20, 10, "the load under way")
-    env.main.broken = True
+    stop, load = await _break_under_load(env)
 
     def delivered_new() -> bool:
         on_new = {f"{g}:{seq}" for g, acks in env.acked.items() for seq, seg in acks if seg == 2}

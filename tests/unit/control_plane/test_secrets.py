@@ -230,9 +230,7 @@ async def test_the_ui_pages_show_the_state_never_the_secret(tmp_path: Path) -> N
     async with embedded_control_plane(tmp_path, admin=False, base_url="http://testserver") as cp:
         browser = cp.client
         await login(browser)
-        assert (await browser.post("/v1/projects", json={"name": "shop"}, headers=AUTH)).is_success
-        topic = {"name": "orders", "partitions": 1}
-        assert (await browser.post("/v1/projects/shop/topics", json=topic, headers=AUTH)).is_success
+        await create_shop(browser, headers=AUTH)
         r = await browser.post(SUBS, json={**SUB, "signing_secret": OLD}, headers=AUTH)
         assert r.status_code == 201
         await browser.post(f"{SUBS}/s1/secret:rotate", json={"secret": NEW}, headers=AUTH)

@@ -15,23 +15,18 @@ from typing import Any
 import httpx
 import pytest
 
-from control_plane.app import create_app
-from control_plane.settings import ControlPlaneSettings
 from core.model import SegmentState
 from metastore import paths
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
-from segments.config import EmbeddedClusterConfig
-from segments.embedded import create_store
 from segments.protocol import Record, SegmentStore
+from tests.support.control_plane import embedded_control_plane
 from tests.support.hook import Hook, serve_hook
 from tests.support.load import Producing
 from tests.support.until import until
 from tests.support.until import until as _until
 from tests.support.workers import worker_in_process
 
-TOKEN = "test-admin-token-0123456789"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SUB = "/v1/projects/shop/subscriptions/s1"
 
 
@@ -55,31 +50,20 @@ class Env:
 
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
-    cluster = EmbeddedClusterConfig(path=str(tmp_path / "segments.db"))
-    settings = ControlPlaneSettings(
-        admin_token=TOKEN, clusters={"embedded": cluster}, assign_interval_s=0.2
-    )
     async with (
         serve_hook() as hook,
-        EmbeddedMetaStore(str(tmp_path / "meta.db")) as meta,
-        create_store(cluster) as store,
+        embedded_control_plane(tmp_path, assign_interval_s=0.2) as cp,
     ):
-        app = create_app(settings, metastore=meta, stores={"embedded": store})
-        async with (
-            app.router.lifespan_context(app),
-            httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app), base_url="http://cp", headers=AUTH
-            ) as client,
-        ):
-            await client.post("/v1/projects", json={"name": "shop"})
-            topic = {"name": "orders", "partitions": 2}
-            r = await client.post("/v1/projects/shop/topics", json=topic)
-            storage = r.json()["segments"][0]["storage_topic"]
-            sub = {"name": "s1", "topic": "orders", "endpoint": {"url": hook.url}}
-            assert (await client.post(SUB.rsplit("/", 1)[0], json=sub)).status_code == 201
-            options = {"commit_every_s": 0.1, "lock_retry_s": 0.1, "status_interval_s": 0.2}
-            async with worker_in_process(meta, {"embedded": store}, "w1", **options):
-                yield Env(client, store, meta, storage, hook)
+        client, meta, store = cp.client, cp.meta, cp.store
+        await client.post("/v1/projects", json={"name": "shop"})
+        topic = {"name": "orders", "partitions": 2}
+        r = await client.post("/v1/projects/shop/topics", json=topic)
+        storage = r.json()["segments"][0]["storage_topic"]
+        sub = {"name": "s1", "topic": "orders", "endpoint": {"url": hook.url}}
+        assert (await client.post(SUB.rsplit("/", 1)[0], json=sub)).status_code == 201
+        options = {"commit_every_s": 0.1, "lock_retry_s": 0.1, "status_interval_s": 0.2}
+        async with worker_in_process(meta, {"embedded": store}, "w1", **options):
+            yield Env(client, store, meta, storage, hook)
 
 
 async def _status(env: Env) -> dict[str, Any]:

@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.migration import MigrationWindow
-from core.model import Backend, Segment
+from core.model import SegmentState
 from metastore.catalog import Catalog
 from metastore.migrations import MigrationRecords
-from tests.support.control_plane import embedded_control_plane
+from tests.support.control_plane import create_shop, embedded_control_plane
 from tests.support.migration_docs import migration, window
 from tests.support.ui_pages import TOKEN, csrf, login
+from tests.support.world import segment
 
 API = {"Authorization": f"Bearer {TOKEN}"}
 PAGE = "/ui/projects/shop/topics/orders/migration"
@@ -24,24 +25,15 @@ def _window(i: int, *, missing: list[str], late: int = 0, closed: bool = True) -
 async def test_the_page_draws_the_windows_and_abandons(tmp_path: Path) -> None:
     async with embedded_control_plane(tmp_path, admin=False, base_url="http://testserver") as cp:
         browser = cp.client
-        assert (await browser.post("/v1/projects", json={"name": "shop"}, headers=API)).is_success
-        r = await browser.post(
-            "/v1/projects/shop/topics", json={"name": "orders", "partitions": 1}, headers=API
-        )
-        assert r.status_code == 201, r.text
+        await create_shop(browser, headers=API)
         await login(browser)
         assert "has had no migration" in (await browser.get(PAGE)).text
         # The document as the API would have made it (the page does not care that this
         # topic's first segment is not external), with three checked windows.
         topic = await Catalog(cp.meta).get_topic("shop", "orders")
-        shadow = Segment(
-            id=2,
-            cluster="embedded",
-            backend=Backend.EMBEDDED,
-            storage_topic="never-created",
-            partitions=1,
-            dual_write=True,
-        )
+        shadow = segment(
+            "embedded", 2, SegmentState.PENDING, storage="never-created", partitions=1
+        ).model_copy(update={"dual_write": True})
         windows = (
             _window(0, missing=["lost-1", "lost-2"]),
             _window(1, missing=[], late=2),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.control_plane import embedded_control_plane
+from tests.support.control_plane import create_shop, embedded_control_plane
 from tests.support.ui_pages import TOKEN, login
 
 API = {"Authorization": f"Bearer {TOKEN}"}
@@ -13,11 +13,7 @@ API = {"Authorization": f"Bearer {TOKEN}"}
 async def test_the_project_page_shows_usage_against_each_quota(tmp_path: Path) -> None:
     async with embedded_control_plane(tmp_path, admin=False, base_url="http://testserver") as cp:
         browser = cp.client
-        assert (await browser.post("/v1/projects", json={"name": "shop"}, headers=API)).is_success
-        r = await browser.post(
-            "/v1/projects/shop/topics", json={"name": "orders", "partitions": 1}, headers=API
-        )
-        assert r.status_code == 201, r.text
+        await create_shop(browser, headers=API)
         quota = {"max_topics": 4, "messages_per_second": 200}
         assert (await browser.put("/v1/projects/shop/quota", json=quota, headers=API)).is_success
         await login(browser)

@@ -12,14 +12,13 @@ import pytest
 from cli.dev import dev_settings
 from control_plane.settings import ControlPlaneSettings
 from core.endpoint_policy import EndpointPolicy
-from core.model import Endpoint, Subscription
 from core.result import ErrorKind
 from delivery_workers.http_sender import HttpSender
 from delivery_workers.sender import Delivery
 from delivery_workers.settings import WorkerSettings
-from segments.protocol import Stored
 from tests.support.control_plane import create_shop, embedded_control_plane
 from tests.support.hook import serve_hook
+from tests.support.senders import delivery_to
 
 STRICT = EndpointPolicy()
 DEV = EndpointPolicy(allow_private_networks=True)
@@ -96,16 +95,7 @@ async def test_the_control_plane_refuses_an_internal_endpoint_with_422(tmp_path:
 
 
 def _delivery(url: str) -> Delivery:
-    sub = Subscription(
-        project="shop",
-        name="s",
-        topic_project="shop",
-        topic="orders",
-        endpoint=Endpoint(url=url, timeout_ms=2_000),  # type: ignore[arg-type]
-        signing_secret="whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-    )
-    msg = Stored(partition=0, position=1, timestamp_ms=1, value=b"{}", headers=())
-    return Delivery(sub, "shop/orders", msg)
+    return delivery_to(url, name="s")
 
 
 async def test_a_name_that_resolves_inside_is_refused_at_connect_time(

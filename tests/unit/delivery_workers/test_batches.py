@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import json
 
-from core.model import BatchPolicy, Endpoint, RetryPolicy
+from core.model import BatchPolicy, Endpoint, RetryPolicy, Subscription
 from segments.subscription import dlq
 from tests.support.hook import SECRET
 from tests.support.until import until
@@ -27,6 +27,12 @@ FAST = RetryPolicy(
     jitter=0,
     delay_levels_ms=(100,),
 )
+
+
+async def _batched(world: World, name: str = "s", **fields: object) -> Subscription:
+    """Subscription ``name`` in batches of up to 50 (or 100 ms), retried :data:`FAST`."""
+    batch = BatchPolicy(max_messages=50, max_wait_ms=100)
+    return await subscribe(world, name, batch=batch, retry=FAST, **fields)
 
 
 def batches(world: World, path: str = "") -> list[list[dict[str, object]]]:
@@ -101,13 +107,7 @@ async def test_a_failed_batch_is_retried_as_one_and_its_messages_dead_lettered(
 ) -> None:
     # The first request fails, the second succeeds: every message of it attempted twice.
     world.hook.behaviour = lambda mid, n: (503, {}) if n == 1 else (204, {})
-    ok = await subscribe(
-        world,
-        "ok",
-        batch=BatchPolicy(max_messages=50, max_wait_ms=100),
-        retry=FAST,
-        endpoint=Endpoint(url=world.hook.url_for("ok")),
-    )
+    ok = await _batched(world, "ok", endpoint=Endpoint(url=world.hook.url_for("ok")))
     sent = [await produce(world, f"r{i}", None) for i in range(5)]
     async with quick_running(world, ok) as runner:
         await until(lambda: runner.stats.delivered == 5, 20, "the batch, on its second attempt")
@@ -117,13 +117,7 @@ async def test_a_failed_batch_is_retried_as_one_and_its_messages_dead_lettered(
     assert {m["attempt"] for m in delivered} == {2}
     # An endpoint that always fails: each message of the batch ends in the DLQ, its own entry.
     world.hook.down.add("dead")
-    dead = await subscribe(
-        world,
-        "dead",
-        batch=BatchPolicy(max_messages=50, max_wait_ms=100),
-        retry=FAST,
-        endpoint=Endpoint(url=world.hook.url_for("dead")),
-    )
+    dead = await _batched(world, "dead", endpoint=Endpoint(url=world.hook.url_for("dead")))
     async with quick_running(world, dead) as runner:
         await until(lambda: runner.stats.dead_lettered == 5, 20, "five dead letters")
         assert runner.stats.attempts == 15  # 3 attempts each, in batches
@@ -151,7 +145,7 @@ async def test_a_message_the_answer_names_failed_is_retried_alone_and_dead_lette
 ) -> None:
     world.hook.behaviour = lambda mid, n: (200, {})
     world.hook.answer = failing("b3")  # type: ignore[assignment]
-    sub = await subscribe(world, batch=BatchPolicy(max_messages=50, max_wait_ms=100), retry=FAST)
+    sub = await _batched(world)
     sent = [await produce(world, f"b{i}", None) for i in range(6)]
     async with quick_running(world, sub) as runner:
         await until(lambda: runner.stats.dead_lettered == 1, 20, "b3 dead-lettered")
@@ -189,7 +183,7 @@ async def test_on_a_grouped_topic_a_failed_message_s_group_waits_behind_it(
         return json.dumps({"failed": failed}).encode()
 
     world.hook.answer = answer
-    sub = await subscribe(world, batch=BatchPolicy(max_messages=50, max_wait_ms=100), retry=FAST)
+    sub = await _batched(world)
     for i in range(3):
         for g in ("g1", "g2"):
             await produce(world, f"{g}-{i}", g)

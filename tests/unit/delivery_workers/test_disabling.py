@@ -24,7 +24,6 @@ from delivery_workers.disabling import (
     FailureStreak,
     endpoint_failed,
 )
-from delivery_workers.http_sender import HttpSender
 from delivery_workers.worker import Worker
 from metastore import paths
 from metastore.catalog import Catalog
@@ -141,24 +140,7 @@ def _failing_fast(window_s: int, url: str) -> dict[str, Any]:
 
 
 async def _worker(world: WorkersWorld, member: str, clock: Clock, audit: MemoryAudit) -> Worker:
-    meta = EmbeddedMetaStore(world.file)
-    await meta.start()
-    sender = HttpSender()
-    await sender.start()
-    worker = Worker(
-        meta,
-        world.world.stores,
-        sender,
-        member,
-        audit=audit,
-        commit_every_s=0.1,
-        lock_retry_s=0.1,
-        notify_backoff_s=(0.05, 0.05),
-        clock=clock,
-    )
-    await worker.start()
-    world.stack.append((worker, meta, sender))
-    return worker
+    return await world.worker(member, audit, notify_backoff_s=(0.05, 0.05), clock=clock)
 
 
 async def test_a_failing_endpoint_disables_and_enable_delivers_everything(

@@ -12,10 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from core.filters import MAX_BODY_BYTES, compile_filter, parse_body
+from core.model import Subscription
 from delivery_workers.filter_budget import FilterBudget
+from delivery_workers.runner import SubscriptionRunner
 from segments.protocol import Record
 from tests.support.until import until
-from tests.support.world import Running, embedded_world, record, subscribe
+from tests.support.world import Running, World, embedded_world, record, subscribe
 
 # The costliest filter a client may write on a small message: a 2 000-item list (4 046 of the
 # 4 096 characters allowed) and a regular expression per item, about 11 ms an evaluation here,
@@ -75,10 +77,7 @@ async def test_a_backlog_of_expensive_filters_never_holds_the_event_loop(tmp_pat
                 world.storage, Record(base.value, key=None, headers=base.headers + HEADERS)
             )
         work = COUNT * _evaluation_s()  # the filter time of the whole backlog, here and now
-        async with Running(world, hostile) as slow, Running(world, plain) as fast:
-            with LoopLag() as lag:
-                await until(lambda: slow.stats.filtered >= COUNT, 60, "the hostile filter")
-            await until(lambda: fast.stats.delivered >= COUNT, 60, "the plain subscription")
+        lag, _ = await _filtered_under_watch(world, hostile, plain, COUNT, "the hostile filter")
     print(
         f"\nworst event-loop stall with {COUNT} hostile evaluations: {lag.worst * 1000:.1f} ms "
         f"of {work * 1000:.0f} ms of filter work"
@@ -86,6 +85,18 @@ async def test_a_backlog_of_expensive_filters_never_holds_the_event_loop(tmp_pat
     # Without the budget one read batch holds the loop for all of it (1 084 ms of 1 100 here);
     # with it, about one evaluation and a slice. A share, not a time: it holds under load.
     assert lag.worst < 0.3 * work, f"the event loop was held {lag.worst:.3f} s of {work:.3f} s"
+
+
+async def _filtered_under_watch(
+    world: World, filtering: Subscription, plain: Subscription, count: int, what: str
+) -> tuple[LoopLag, SubscriptionRunner]:
+    """``filtering`` and ``plain`` run side by side until the first has filtered ``count``
+    messages (the event loop watched meanwhile) and the second delivered ``count``."""
+    async with Running(world, filtering) as slow, Running(world, plain) as fast:
+        with LoopLag() as lag:
+            await until(lambda: slow.stats.filtered >= count, 60, what)
+        await until(lambda: fast.stats.delivered >= count, 60, "the plain subscription")
+    return lag, slow
 
 
 def _json_body(size: int) -> bytes:
@@ -121,10 +132,7 @@ async def test_a_backlog_of_the_largest_json_bodies_never_holds_the_event_loop(
                 (), group=None, topic="p/t", content_type=None, body=parse_body(BIG_BODY)
             )
         )
-        async with Running(world, body) as slow, Running(world, plain) as fast:
-            with LoopLag() as lag:
-                await until(lambda: slow.stats.filtered >= BODY_COUNT, 60, "the body filter")
-            await until(lambda: fast.stats.delivered >= BODY_COUNT, 60, "the plain subscription")
+        lag, slow = await _filtered_under_watch(world, body, plain, BODY_COUNT, "the body filter")
     print(
         f"\nworst event-loop stall with {BODY_COUNT} body filters on {len(BIG_BODY)} B: "
         f"{lag.worst * 1000:.1f} ms of {work * 1000:.0f} ms of filter work "

@@ -12,13 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from core.model import Endpoint, Subscription
 from delivery_workers.http_sender import HttpSender
 from delivery_workers.sender import Delivery
-from segments.protocol import Stored
 from tests.support.h2_endpoint import H2Endpoint, make_certificate
-
-SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+from tests.support.senders import delivery_to
 
 
 @pytest.fixture(scope="module")
@@ -38,26 +35,30 @@ def _trusting(cert: Path) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=str(cert))
 
 
+async def _started(
+    certificate: tuple[Path, Path], endpoints: list[H2Endpoint], **options: object
+) -> H2Endpoint:
+    """An endpoint of ``certificate`` with ``options``, closed with the ``endpoints`` fixture."""
+    endpoint = await H2Endpoint.start(*certificate, **options)  # type: ignore[arg-type]
+    endpoints.append(endpoint)
+    return endpoint
+
+
+def _h2_sender(certificate: tuple[Path, Path]) -> HttpSender:
+    """A sender that trusts ``certificate`` and offers HTTP/2."""
+    return HttpSender(ssl_context=_trusting(certificate[0]), http2=True)
+
+
 def _delivery(url: str, timeout_ms: int = 5_000, body: bytes = b'{"n": 1}') -> Delivery:
-    sub = Subscription(
-        project="shop",
-        name="billing",
-        topic_project="shop",
-        topic="orders",
-        endpoint=Endpoint(url=url, timeout_ms=timeout_ms),
-        signing_secret=SECRET,
-    )
     headers = (("content-type", b"application/json"), ("x-tenant", b"acme"))
-    stored = Stored(partition=0, position=1, timestamp_ms=1, value=body, headers=headers)
-    return Delivery(sub, "shop/orders", stored)
+    return delivery_to(url, timeout_ms, value=body, headers=headers)
 
 
 async def test_many_deliveries_share_one_negotiated_h2_connection(
     certificate: tuple[Path, Path], endpoints: list[H2Endpoint]
 ) -> None:
-    endpoint = await H2Endpoint.start(*certificate, status=202, body=b"ok")
-    endpoints.append(endpoint)
-    async with HttpSender(ssl_context=_trusting(certificate[0]), http2=True) as sender:
+    endpoint = await _started(certificate, endpoints, status=202, body=b"ok")
+    async with _h2_sender(certificate) as sender:
         results = await asyncio.gather(*(sender.send(_delivery(endpoint.url)) for _ in range(50)))
         assert sender.pool.open_connections == 1
     assert all(r.succeeded and r.status == 202 for r in results)
@@ -74,9 +75,8 @@ async def test_many_deliveries_share_one_negotiated_h2_connection(
 async def test_an_endpoint_without_h2_gets_http1(
     certificate: tuple[Path, Path], endpoints: list[H2Endpoint]
 ) -> None:
-    endpoint = await H2Endpoint.start(*certificate, protocols=("http/1.1",), status=204)
-    endpoints.append(endpoint)
-    async with HttpSender(ssl_context=_trusting(certificate[0]), http2=True) as sender:
+    endpoint = await _started(certificate, endpoints, protocols=("http/1.1",), status=204)
+    async with _h2_sender(certificate) as sender:
         results = [await sender.send(_delivery(endpoint.url)) for _ in range(3)]
     assert all(r.succeeded for r in results)
     assert endpoint.protocols_seen == ["http/1.1"]
@@ -86,8 +86,7 @@ async def test_an_endpoint_without_h2_gets_http1(
 async def test_with_http2_off_h2_is_never_offered(
     certificate: tuple[Path, Path], endpoints: list[H2Endpoint]
 ) -> None:
-    endpoint = await H2Endpoint.start(*certificate, status=204)
-    endpoints.append(endpoint)
+    endpoint = await _started(certificate, endpoints, status=204)
     async with HttpSender(ssl_context=_trusting(certificate[0])) as sender:
         assert (await sender.send(_delivery(endpoint.url))).succeeded
     assert endpoint.protocols_seen == ["http/1.1"]
@@ -96,9 +95,8 @@ async def test_with_http2_off_h2_is_never_offered(
 async def test_a_refused_stream_is_sent_again_and_delivered_once(
     certificate: tuple[Path, Path], endpoints: list[H2Endpoint]
 ) -> None:
-    endpoint = await H2Endpoint.start(*certificate, status=200, refuse_first=1)
-    endpoints.append(endpoint)
-    async with HttpSender(ssl_context=_trusting(certificate[0]), http2=True) as sender:
+    endpoint = await _started(certificate, endpoints, status=200, refuse_first=1)
+    async with _h2_sender(certificate) as sender:
         first = await sender.send(_delivery(endpoint.url))  # opens the connection: not resent
         second = await sender.send(_delivery(endpoint.url))
     assert not first.succeeded and first.error is not None and "REFUSED_STREAM" in first.error
@@ -108,9 +106,8 @@ async def test_a_refused_stream_is_sent_again_and_delivered_once(
 async def test_a_timed_out_stream_is_cancelled_and_the_connection_kept(
     certificate: tuple[Path, Path], endpoints: list[H2Endpoint]
 ) -> None:
-    endpoint = await H2Endpoint.start(*certificate, status=200)
-    endpoints.append(endpoint)
-    async with HttpSender(ssl_context=_trusting(certificate[0]), http2=True) as sender:
+    endpoint = await _started(certificate, endpoints, status=200)
+    async with _h2_sender(certificate) as sender:
         assert (await sender.send(_delivery(endpoint.url))).succeeded
         endpoint.refuse_first = 0
         original = endpoint._answer
@@ -126,10 +123,9 @@ async def test_a_timed_out_stream_is_cancelled_and_the_connection_kept(
 async def test_a_body_larger_than_the_flow_control_window_is_sent_whole(
     certificate: tuple[Path, Path], endpoints: list[H2Endpoint]
 ) -> None:
-    endpoint = await H2Endpoint.start(*certificate, status=200)
-    endpoints.append(endpoint)
+    endpoint = await _started(certificate, endpoints, status=200)
     body = b"x" * 300_000  # the initial window is 65,535 bytes
-    async with HttpSender(ssl_context=_trusting(certificate[0]), http2=True) as sender:
+    async with _h2_sender(certificate) as sender:
         result = await sender.send(_delivery(endpoint.url, body=body))
     assert result.succeeded
     assert endpoint.requests[0][2]["content-length"] == str(len(body))
@@ -146,9 +142,8 @@ def test_the_worker_setting_turns_http2_on_and_it_is_off_by_default() -> None:
 async def test_past_the_endpoints_stream_limit_more_connections_carry_the_rest(
     certificate: tuple[Path, Path], endpoints: list[H2Endpoint]
 ) -> None:
-    endpoint = await H2Endpoint.start(*certificate, status=200, max_streams=2)
-    endpoints.append(endpoint)
-    async with HttpSender(ssl_context=_trusting(certificate[0]), http2=True) as sender:
+    endpoint = await _started(certificate, endpoints, status=200, max_streams=2)
+    async with _h2_sender(certificate) as sender:
         assert (await sender.send(_delivery(endpoint.url))).succeeded  # SETTINGS are known
         results = await asyncio.gather(*(sender.send(_delivery(endpoint.url)) for _ in range(12)))
     assert all(r.succeeded for r in results), [r.error for r in results if not r.succeeded]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import ssl
-import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,15 +17,15 @@ import pytest
 import uvloop
 from pydantic import ValidationError
 
-from core.model import Endpoint, RetryPolicy, Subscription
+from core.model import RetryPolicy
 from core.retry import retries
 from delivery_workers.http1 import InvalidRequest, encode_request, parse_origin
 from delivery_workers.http_sender import HttpSender, make_sender
 from delivery_workers.sender import Delivery, OutgoingRequest
 from delivery_workers.settings import WorkerSettings
-from segments.protocol import Stored
+from tests.support.h2_endpoint import make_certificate
+from tests.support.senders import delivery_to
 
-SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 OK = b"HTTP/1.1 204 No Content\r\n\r\n"
 
 # (request number on this connection, from 1; the request head) -> bytes to write, or None
@@ -93,16 +92,7 @@ async def serve() -> AsyncIterator[Serve]:
 
 
 def _delivery(url: str, timeout_ms: int = 2_000) -> Delivery:
-    sub = Subscription(
-        project="shop",
-        name="billing",
-        topic_project="shop",
-        topic="orders",
-        endpoint=Endpoint(url=url, timeout_ms=timeout_ms),
-        signing_secret=SECRET,
-    )
-    stored = Stored(partition=0, position=1, timestamp_ms=1, value=b"{}", headers=())
-    return Delivery(sub, "shop/orders", stored)
+    return delivery_to(url, timeout_ms)
 
 
 def _always(reply: bytes) -> Answerer:
@@ -296,17 +286,7 @@ def test_origins() -> None:
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     if shutil.which("openssl") is None:
         pytest.skip("openssl is needed to make a test certificate")
-    where = tmp_path_factory.mktemp("tls")
-    cert, key = where / "cert.pem", where / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
-        + ["-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost"]
-        + ["-addext", "subjectAltName=DNS:localhost"],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return cert, key
+    return make_certificate(tmp_path_factory.mktemp("tls"))
 
 
 async def test_https_with_a_trusted_certificate(

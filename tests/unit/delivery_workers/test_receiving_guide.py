@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -147,17 +146,7 @@ async def test_the_guide_example_verifies_real_deliveries_through_a_rotation(
         assert await old.answer(duplicate) == 204  # already handled: not handled again
         assert len(old.handled) == 3
 
-        sub = await world.catalog.get_subscription("p", "s")
-        rotated = await world.catalog.update_subscription(
-            sub.rotated(NEW, datetime.now(UTC), OVERLAP_S)
-        )
-        [ends] = [r.until.timestamp() for r in rotated.retiring_secrets]
-
-        def picked_up() -> bool:
-            runner = worker.runners.get("p/s")
-            return runner is not None and runner.sub.signing_secret == NEW
-
-        await until(picked_up, what="the worker's runner on the new secret")
+        ends = await world.rotate_secret(worker, "s", NEW, OVERLAP_S)
         for request in await delivered("during", 3):
             assert int(request.headers["webhook-timestamp"]) < ends, "sent after the overlap"
             assert len(request.headers["webhook-signature"].split()) == 2

@@ -10,9 +10,7 @@ import pytest
 
 from core.audit import AuditType
 from core.model import (
-    Backend,
     RetryPolicy,
-    Segment,
     SegmentState,
     utcnow,
 )
@@ -31,6 +29,7 @@ from tests.support.world import (
     World,
     embedded_world_fixture,  # noqa: F401  (the world fixture)
     produce,
+    segment,
 )
 from tests.support.world import layout_of as _layout
 from tests.support.world import quick_running as Running
@@ -239,14 +238,7 @@ async def test_a_blocked_group_stays_blocked_across_a_segment_change(world: Worl
     async with Running(world, sub) as runner:
         await _until(lambda: runner.stats.retried == 1)
         await world.store.create_topic("st.2", 2, retention_ms=HOUR_MS)
-        second = Segment(
-            id=2,
-            cluster="embedded",
-            backend=Backend.EMBEDDED,
-            storage_topic="st.2",
-            partitions=2,
-            state=SegmentState.PENDING,
-        )
+        second = segment("embedded", 2, SegmentState.PENDING)
         await world.catalog.add_segment("p", "t", second)
         topic = await world.catalog.get_topic("p", "t")
         ends = await world.store.seal("st.1")

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 from typing import cast
 
 from core.model import (
     CircuitBreakerPolicy,
     RetryPolicy,
-    SegmentState,
 )
 from delivery_workers.http_sender import HttpSender
 from delivery_workers.runner import DRAIN_S, SubscriptionRunner
@@ -20,14 +18,13 @@ from segments.subscription import dlq
 from segments.subscription.layout import load_layout
 from segments.subscription.retry_meta import RetryMeta
 from tests.support.until import until as _until
+from tests.support.world import EndpointWorld as World
 from tests.support.world import (
-    HOUR_MS,
+    deliver_across_a_seal,
     endpoint_world_fixture,  # noqa: F401  (the world fixture)
 )
-from tests.support.world import EndpointWorld as World
 from tests.support.world import in_group_order as _in_group_order
 from tests.support.world import produce_groups as _produce
-from tests.support.world import runner_segment as _segment
 from tests.support.world import start_runner as _run
 from tests.support.world import stop_runner as _stop
 from tests.support.world import subscribe as _subscribe
@@ -84,31 +81,9 @@ async def test_failures_are_retried_in_place_and_order_holds(world: World) -> No
 
 
 async def test_moves_to_the_next_segment_after_the_seal(world: World) -> None:
-    sub = await _subscribe(world)
-    first = await _produce(world.store, "st.1", 2, 3)
-    runner, task, sender = await _run(world, sub)
-    try:
-        await _until(lambda: len(world.endpoint.received) == 6)
-        await world.store.create_topic("st.2", 3, retention_ms=HOUR_MS)
-        await world.catalog.add_segment("p", "t", _segment(2, SegmentState.PENDING))
-        topic = await world.catalog.get_topic("p", "t")
-        ends = await world.store.seal("st.1")
-        sealed = _segment(1, SegmentState.SEALED).model_copy(
-            update={"end_positions": ends, "sealed_at": datetime.now(UTC)}
-        )
-        await world.catalog.commit_segment_switch(topic, sealed, _segment(2, SegmentState.ACTIVE))
-        second = await _produce(world.store, "st.2", 2, 3, first_seq=3)
-        await _until(lambda: len(world.endpoint.received) == 12)
-        await _until(
-            lambda: (
-                runner.sub.consume_pointer is not None
-                and runner.sub.consume_pointer.segment_id == 2
-            )
-        )
-    finally:
-        await _stop(task, sender)
+    sent = await deliver_across_a_seal(world, world.store)
     got = [mid for _, mid, _ in world.endpoint.received]
-    assert sorted(got) == sorted(first + second)
+    assert sorted(got) == sorted(sent)
     assert _in_group_order(world.endpoint.received)
     stored = await world.catalog.get_subscription("p", "s")
     assert stored.consume_pointer is not None and stored.consume_pointer.segment_id == 2

@@ -5,23 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
-from core.model import SegmentState
 from segments.protocol import Produced, Record, SegmentStore, Stored
 from segments.reader import SegmentReader
-from tests.support.until import until as _until
+from tests.support.world import EndpointWorld as World
 from tests.support.world import (
-    HOUR_MS,
+    deliver_across_a_seal,
     endpoint_world_fixture,  # noqa: F401  (the world fixture)
 )
-from tests.support.world import EndpointWorld as World
-from tests.support.world import produce_groups as _produce
-from tests.support.world import runner_segment as _segment
-from tests.support.world import start_runner as _run
-from tests.support.world import stop_runner as _stop
-from tests.support.world import subscribe as _subscribe
 
 GAP = 10
 
@@ -69,27 +61,5 @@ async def test_moves_past_a_sealed_segment_with_sparse_positions(world: World) -
         world,
         reader=SegmentReader(world.catalog, {"embedded": sparse}),  # type: ignore[dict-item]
     )
-    sub = await _subscribe(world)
-    first = await _produce(world.store, "st.1", 2, 3)
-    runner, task, sender = await _run(world, sub)
-    try:
-        await _until(lambda: len(world.endpoint.received) == 6)
-        await world.store.create_topic("st.2", 3, retention_ms=HOUR_MS)
-        await world.catalog.add_segment("p", "t", _segment(2, SegmentState.PENDING))
-        topic = await world.catalog.get_topic("p", "t")
-        ends = await sparse.seal("st.1")
-        sealed = _segment(1, SegmentState.SEALED).model_copy(
-            update={"end_positions": ends, "sealed_at": datetime.now(UTC)}
-        )
-        await world.catalog.commit_segment_switch(topic, sealed, _segment(2, SegmentState.ACTIVE))
-        second = await _produce(world.store, "st.2", 2, 3, first_seq=3)
-        await _until(lambda: len(world.endpoint.received) == 12)
-        await _until(
-            lambda: (
-                runner.sub.consume_pointer is not None
-                and runner.sub.consume_pointer.segment_id == 2
-            )
-        )
-    finally:
-        await _stop(task, sender)
-    assert sorted(mid for _, mid, _ in world.endpoint.received) == sorted(first + second)
+    sent = await deliver_across_a_seal(world, sparse)  # type: ignore[arg-type]
+    assert sorted(mid for _, mid, _ in world.endpoint.received) == sorted(sent)

@@ -89,17 +89,7 @@ async def test_a_running_worker_signs_with_both_secrets_after_a_rotation(
 
     assert checks(before) == (True, False)
     overlap_s = 5
-    sub = await world.catalog.get_subscription("p", "s0")
-    rotated = await world.catalog.update_subscription(
-        sub.rotated(NEW, datetime.now(UTC), overlap_s)
-    )
-    [ends] = [r.until.timestamp() for r in rotated.retiring_secrets]
-
-    def picked_up() -> bool:
-        runner = worker.runners.get("p/s0")
-        return runner is not None and runner.sub.signing_secret == NEW
-
-    await until(picked_up, what="the worker's runner restarted with the new secret")
+    ends = await world.rotate_secret(worker, "s0", NEW, overlap_s)
     [during] = await world.produce("during", 1)
     await until(lambda: during in world.hook.ids("s0"), what="a message in the overlap")
     [request] = [r for r in world.hook.on("s0") if r.id == during]

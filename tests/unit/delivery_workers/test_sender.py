@@ -15,15 +15,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import uvicorn
 
 from core.model import Endpoint, RetryPolicy, Subscription
-from core.result import ErrorKind
+from core.result import DeliveryResult, ErrorKind
 from core.retry import retries
 from core.signing import sign, verify
 from delivery_workers.http_sender import HttpSender
 from delivery_workers.sender import Delivery, EndpointSender, build_request
 from segments.protocol import Stored
+from tests.support.uvicorn_thread import uvicorn_thread
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 PRODUCED_MS = 1614265330123  # 2021-02-25T15:02:10.123Z
@@ -94,28 +94,9 @@ class Recorder:
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[Recorder]:
     app = Recorder()
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=0,
-        http="h11",
-        ws="none",
-        lifespan="off",
-        log_level="warning",
-        timeout_graceful_shutdown=1,
-        backlog=2048,
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.01)
-    app.port = server.servers[0].sockets[0].getsockname()[1]
-    yield app
-    server.should_exit = True
-    thread.join(10)
+    with uvicorn_thread(app, http="h11", backlog=2048) as port:
+        app.port = port
+        yield app
 
 
 class SenderKind:
@@ -371,16 +352,26 @@ async def test_only_the_start_of_a_huge_answer_is_read(
     assert first.client != second.client
 
 
+async def _timed_send(s: EndpointSender, url: str) -> tuple[DeliveryResult, float]:
+    """A send to ``url`` with a 300 ms timeout: its result and how long it took."""
+    started = time.monotonic()
+    result = await s.send(_delivery(url, timeout_ms=300))
+    return result, time.monotonic() - started
+
+
+def _timed_out_retryably(result: DeliveryResult, elapsed: float) -> None:
+    """A retryable timeout of the 300 ms budget, reached in time and not much later."""
+    assert retries(RetryPolicy(), result) and result.status is None
+    assert result.error is not None and result.error.startswith("timeout after")
+    assert 0.3 <= elapsed < 0.8
+
+
 async def test_a_slow_endpoint_times_out_retryably(endpoint: Recorder, sender: SenderKind) -> None:
     path = _path()
     endpoint.scripts[path] = Script(delay=3.0)
     async with sender() as s:
-        started = time.monotonic()
-        result = await s.send(_delivery(endpoint.url(path), timeout_ms=300))
-        elapsed = time.monotonic() - started
-    assert retries(RetryPolicy(), result) and result.status is None
-    assert result.error is not None and result.error.startswith("timeout after")
-    assert 0.3 <= elapsed < 0.8
+        result, elapsed = await _timed_send(s, endpoint.url(path))
+    _timed_out_retryably(result, elapsed)
     assert len(endpoint.requests(path)) == 1
 
 
@@ -390,12 +381,8 @@ async def test_a_slow_answer_body_counts_in_the_timeout(
     path = _path()
     endpoint.scripts[path] = Script(500, body=b"oops, slowly", body_delay=3.0)
     async with sender() as s:
-        started = time.monotonic()
-        result = await s.send(_delivery(endpoint.url(path), timeout_ms=300))
-        elapsed = time.monotonic() - started
-    assert retries(RetryPolicy(), result) and result.status is None
-    assert result.error is not None and result.error.startswith("timeout after")
-    assert 0.3 <= elapsed < 0.8
+        result, elapsed = await _timed_send(s, endpoint.url(path))
+    _timed_out_retryably(result, elapsed)
 
 
 async def test_waiting_for_a_pooled_connection_counts_in_the_timeout(
@@ -406,13 +393,9 @@ async def test_waiting_for_a_pooled_connection_counts_in_the_timeout(
     async with sender(max_connections=1) as s:
         holder = asyncio.create_task(s.send(_delivery(endpoint.url(slow), timeout_ms=5_000)))
         await asyncio.sleep(0.2)  # the only connection is taken
-        started = time.monotonic()
-        result = await s.send(_delivery(endpoint.url(queued), timeout_ms=300))
-        elapsed = time.monotonic() - started
+        result, elapsed = await _timed_send(s, endpoint.url(queued))
         assert (await holder).succeeded
-    assert retries(RetryPolicy(), result) and result.status is None
-    assert result.error is not None and result.error.startswith("timeout after")
-    assert 0.3 <= elapsed < 0.8
+    _timed_out_retryably(result, elapsed)
     assert endpoint.requests(queued) == []
 
 

@@ -7,7 +7,7 @@ import asyncio
 import sqlite3
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import closing
 from pathlib import Path
 
@@ -17,12 +17,13 @@ from core.errors import VersionConflict
 from metastore import paths
 from metastore.embedded import EmbeddedMetaStore
 from metastore.protocol import MetaStore, Node
-from tests.contract.metastore_contract import (
-    MakeStore,
-    MetaStoreContract,
-    close_watch,
-    next_value,
+from tests.contract.metastore_contract import MakeStore, MetaStoreContract, close_watch, next_value
+from tests.support.metastores import (
+    other_store_fixture,  # noqa: F401  (a fixture)
+    started_stores,
+    store_fixture,  # noqa: F401  (a fixture)
 )
+from tests.support.until import until
 
 POLL_S = 0.05
 
@@ -34,38 +35,14 @@ def db_file(tmp_path: Path) -> str:
 
 @pytest.fixture
 async def make_store(db_file: str) -> AsyncIterator[MakeStore]:
-    made: list[EmbeddedMetaStore] = []
-
-    async def make() -> EmbeddedMetaStore:
-        store = EmbeddedMetaStore(db_file, session_ttl_s=5.0, poll_interval_s=POLL_S)
-        await store.start()
-        made.append(store)
-        return store
-
-    yield make
-    for store in made:
-        await store.aclose()
-
-
-@pytest.fixture
-async def store(make_store: MakeStore) -> MetaStore:
-    return await make_store()
-
-
-@pytest.fixture
-async def other_store(make_store: MakeStore) -> MetaStore:
-    return await make_store()
+    async with started_stores(
+        lambda: EmbeddedMetaStore(db_file, session_ttl_s=5.0, poll_interval_s=POLL_S)
+    ) as make:
+        yield make
 
 
 class TestEmbeddedMetaStore(MetaStoreContract):
     pass
-
-
-async def _eventually(check: Callable[[], Awaitable[bool]], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
 
 
 _CHILD = """
@@ -115,7 +92,7 @@ async def test_a_crashed_process_loses_its_members(db_file: str, store: MetaStor
         child.kill()  # SIGKILL: no aclose, no cleanup, only a stale heartbeat
         await child.wait()
     started = time.monotonic()
-    await _eventually(lambda: _no_members(store))
+    await until(lambda: _no_members(store), timeout=5.0)
     assert time.monotonic() - started < 3.0
 
 
@@ -161,7 +138,7 @@ async def test_a_reaped_session_opens_a_new_one_and_rejoins(
                 "stalled": b"x"
             }
 
-        await _eventually(rejoined)
+        await until(rejoined, timeout=5.0)
         with closing(sqlite3.connect(db_file)) as raw:
             owner = raw.execute(
                 "SELECT ephemeral_owner FROM nodes WHERE path = ?",
@@ -201,4 +178,4 @@ async def test_closed_or_dropped_watches_leave_nothing_behind(store: EmbeddedMet
     async def emptied() -> bool:
         return len(store._hub) == 0
 
-    await _eventually(emptied, timeout=1.0)
+    await until(emptied, timeout=1.0)

@@ -3,7 +3,6 @@ once, and the version travels with the message to the endpoint (embedded backend
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -11,15 +10,8 @@ from typing import Any
 import pytest
 
 from control_plane.api.topic_schemas import add_version
-from core.model import CircuitBreakerPolicy
-from delivery_workers.http_sender import HttpSender
-from delivery_workers.runner import SubscriptionRunner
-from delivery_workers.tracking import CommitPolicy
-from segments.reader import SegmentReader
-from tests.support.hook import serve_hook
 from tests.support.producer import PROJECT, ProducerEnv, produce_url, producer_env
 from tests.support.until import until
-from tests.support.world import subscription
 
 V1: dict[str, Any] = {
     "type": "object",
@@ -127,25 +119,9 @@ async def test_the_endpoint_sees_each_messages_version(env: ProducerEnv) -> None
     await add_version(env.catalog, PROJECT, "orders", V2)
     await until(lambda: _version(env) == 2, 5, "the producer sees version 2")
     second = (await env.client.post(URL, content=b'{"amount": 1.5}')).json()["message_id"]
-    async with serve_hook() as hook:
-        sub = subscription(
-            "audit",
-            hook.url_for("o"),
-            project=PROJECT,
-            topic_project=PROJECT,
-            topic="orders",
-            circuit_breaker=CircuitBreakerPolicy(enabled=False),
-        )
-        sub = await env.catalog.create_subscription(sub)
-        # The subscription starts at the active segment's start: both messages are there.
-        async with HttpSender() as sender:
-            reader = SegmentReader(env.catalog, {"embedded": env.store})
-            runner = SubscriptionRunner(sub, reader, sender, commit_policy=CommitPolicy())
-            task = asyncio.create_task(runner.run())
-            try:
-                await until(lambda: len(hook.on("o")) >= 2, 15, "both delivered")
-            finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+    # The subscription starts at the active segment's start: both messages are there.
+    hook = await env.deliver(
+        "orders", "audit", lambda hook: len(hook.on("o")) >= 2, "both delivered"
+    )
     seen = {r.id: r.headers.get("X-Schema-Version") for r in hook.on("o")}
     assert seen == {first: "1", second: "2"}

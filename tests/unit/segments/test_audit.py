@@ -21,6 +21,7 @@ from core.errors import StorageUnavailable, TooLarge
 from segments.audit import AuditSink, decode_audit_record
 from segments.embedded import EmbeddedSegmentStore, EmbeddedSettings
 from segments.protocol import Produced, Record, SegmentStore, Stored
+from tests.support.stored import read_all
 from tests.support.until import until
 
 TOPIC = "__httpbus.audit"
@@ -114,15 +115,7 @@ async def store(tmp_path: Path) -> AsyncIterator[EmbeddedSegmentStore]:
 
 async def _read_all(store: SegmentStore, topic: str = TOPIC) -> list[Stored]:
     """Every record of the topic, partition by partition, each in stored order."""
-    out: list[Stored] = []
-    for partition, end in sorted((await store.end_positions(topic)).items()):
-        start = 0
-        while start < end:
-            got = await store.read(topic, partition, start, max_records=1000, timeout=1.0)
-            assert got, f"partition {partition} ends at {end} but nothing read from {start}"
-            out.extend(got)
-            start = got[-1].position + 1
-    return out
+    return await read_all(store, topic, max_records=1000, timeout=1.0)
 
 
 def _lines(records: Sequence[Stored | Record]) -> list[bytes]:

@@ -50,6 +50,20 @@ async def page(
     )
 
 
+async def project_page(
+    admin: Admin,
+    project: str,
+    names_of: Callable[[str], Awaitable[list[str]]],
+    fetch: Callable[[str], Awaitable[T]],
+    offset: int,
+    limit: int,
+) -> Page[T]:
+    """One page of a project's entities (topics, subscriptions): 404 names the project when
+    it is absent, rather than answering an empty page."""
+    await admin.catalog.get_project(project)
+    return await page(await names_of(project), offset, limit, fetch)
+
+
 def merged(current: M, changes: BaseModel) -> M:
     """``current`` with the fields of ``changes``, validated again as a whole."""
     return type(current).model_validate({**current.model_dump(), **changes.model_dump()})

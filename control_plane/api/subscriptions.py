@@ -9,7 +9,14 @@ from fastapi import APIRouter, Depends, Request, status
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from control_plane.api.auth import ADMIN, OWNER, VIEWER, PrincipalDep
-from control_plane.api.deps import AdminDep, Limit, Offset, ProjectName, SubscriptionName, page
+from control_plane.api.deps import (
+    AdminDep,
+    Limit,
+    Offset,
+    ProjectName,
+    SubscriptionName,
+    project_page,
+)
 from control_plane.api.grants import check_consent
 from control_plane.api.schemas import (
     Page,
@@ -49,13 +56,13 @@ async def create_subscription(
 async def list_subscriptions(
     project: ProjectName, admin: AdminDep, offset: Offset = 0, limit: Limit = 100
 ) -> Page[SubscriptionView]:
-    await admin.catalog.get_project(project)
-    names = await admin.catalog.list_subscriptions(project)
 
     async def fetch(name: str) -> SubscriptionView:
         return view(await admin.catalog.get_subscription(project, name))
 
-    return await page(names, offset, limit, fetch)
+    return await project_page(
+        admin, project, admin.catalog.list_subscriptions, fetch, offset, limit
+    )
 
 
 @router.get("/{subscription}", **VIEWER)

@@ -8,7 +8,15 @@ from fastapi import APIRouter, Query, Request, status
 from starlette.concurrency import run_in_threadpool
 
 from control_plane.api.auth import OWNER, VIEWER
-from control_plane.api.deps import AdminDep, Limit, Offset, ProjectName, TopicName, merged, page
+from control_plane.api.deps import (
+    AdminDep,
+    Limit,
+    Offset,
+    ProjectName,
+    TopicName,
+    merged,
+    project_page,
+)
 from control_plane.api.principals import principal_store
 from control_plane.api.schemas import Page, Timeline, TopicCreate, TopicUpdate
 from core.model import Topic
@@ -26,9 +34,8 @@ async def create_topic(project: ProjectName, body: TopicCreate, admin: AdminDep)
 async def list_topics(
     project: ProjectName, admin: AdminDep, offset: Offset = 0, limit: Limit = 100
 ) -> Page[Topic]:
-    await admin.catalog.get_project(project)
-    names = await admin.catalog.list_topics(project)
-    return await page(names, offset, limit, partial(admin.catalog.get_topic, project))
+    fetch = partial(admin.catalog.get_topic, project)
+    return await project_page(admin, project, admin.catalog.list_topics, fetch, offset, limit)
 
 
 @router.get("/{topic}", **VIEWER)

@@ -7,11 +7,11 @@ means unlimited.
 The rate budget is split among the producer processes that publish to the project. Each one
 writes a :class:`LeaseReport` (its demand and what it accepted, per second, over its last
 refresh) to the metastore about once a second and reads everybody's; :func:`share` then gives
-its part of the quota, in proportion to demand, with a small floor so that a process whose
-demand just rose is not starved until its next report::
+its part of the quota: a small floor each, so that a process whose demand just rose is not
+starved until its next report, and the rest split max-min fairly by demand::
 
-    reports = {"p1": LeaseReport(demand_mps=900, ...), "p2": LeaseReport(demand_mps=100, ...)}
-    share(100.0, "p1", reports, lambda r: r.demand_mps)  # ~ 89.8 msg/s (p2 gets its floor)
+    reports = {"p1": LeaseReport(demand_mps=900, ...), "p2": LeaseReport(demand_mps=30, ...)}
+    share(100.0, "p1", reports, lambda r: r.demand_mps)  # 67.5 msg/s (p2 gets its 30 + floor)
 
 Each process computes its own share from the same reports, so the shares add up to the
 quota (up to reports read at slightly different times; docs/quotas.md).
@@ -94,17 +94,34 @@ def share(
     reports: Mapping[str, LeaseReport],
     demand: Callable[[LeaseReport], float],
 ) -> float:
-    """``member``'s part of ``quota``: each member weighs its demand (at most the quota)
-    plus an equal floor
-    (:data:`FLOOR` of the quota split among them), and the quota is split by weight. The
-    member is counted even if its report is not among ``reports`` yet (a newcomer)."""
+    """``member``'s part of ``quota``: an equal floor (:data:`FLOOR` of the quota split among
+    the members), then the rest split max-min fairly by demand (:func:`fair_split`). The member
+    is counted even if its report is not among ``reports`` yet (a newcomer)."""
     members = dict(reports)
     members.setdefault(member, LeaseReport())
     floor = quota * FLOOR / len(members)
-    # A demand above the whole quota weighs as the quota: two members that both ask for
-    # more than there is split it evenly, however noisy their (refused) asking is.
-    weights = {name: min(demand(report), quota) + floor for name, report in members.items()}
-    return quota * weights[member] / sum(weights.values())
+    # A demand above the whole quota asks for the quota: two members that both ask for more
+    # than there is split it evenly, however noisy their (refused) asking is.
+    asks = {name: min(demand(report), quota) for name, report in members.items()}
+    return floor + fair_split(quota - floor * len(members), asks)[member]
+
+
+def fair_split(total: float, asks: Mapping[str, float]) -> dict[str, float]:
+    """Max-min fair shares of ``total``: when every ask fits, each gets its ask and the spare
+    is split evenly (room to grow until the next round); otherwise the smallest asks are met
+    in full and the rest is split evenly among the larger ones. Unlike shares in proportion
+    to demand, a member that asks for less than an even split gets all of it, so a producer
+    whose clients slowed for a round is not cut below what it just used."""
+    spare = total - sum(asks.values())
+    if spare >= 0:
+        return {name: ask + spare / len(asks) for name, ask in asks.items()}
+    shares: dict[str, float] = {}
+    left = total
+    ordered = sorted(asks.items(), key=lambda item: item[1])
+    for i, (name, ask) in enumerate(ordered):
+        shares[name] = min(ask, left / (len(ordered) - i))
+        left -= shares[name]
+    return shares
 
 
 def rate_per_s(count: float, elapsed_s: float) -> float:

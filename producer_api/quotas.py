@@ -55,6 +55,7 @@ class Budget:
     bytes: DebtBucket | None = None
     asked: list[float] = field(default_factory=lambda: [0.0, 0.0])  # messages, bytes
     accepted: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    last_demand: tuple[float, float] = (0.0, 0.0)  # messages, bytes per second, last round
     since: float = 0.0
     used_at: float = 0.0
     reports: dict[str, LeaseReport] = field(default_factory=dict)
@@ -114,11 +115,17 @@ class Budget:
                 bucket.retune(part, now)
 
     def report(self, now: float) -> LeaseReport:
-        """This member's demand and accepted rates since the last report; counters reset."""
+        """This member's demand (the peak of this round and the last) and accepted rate
+        since the last report; counters reset."""
         elapsed = now - self.since
+        demand = (rate_per_s(self.asked[0], elapsed), rate_per_s(self.asked[1], elapsed))
+        # The peak of two rounds: a round in which this process's clients were slow (a long
+        # commit, a pause) does not hand its share to the others just as they come back.
+        mps, bps = (max(d, last) for d, last in zip(demand, self.last_demand, strict=True))
+        self.last_demand = demand
         report = LeaseReport(
-            demand_mps=rate_per_s(self.asked[0], elapsed),
-            demand_bps=rate_per_s(self.asked[1], elapsed),
+            demand_mps=mps,
+            demand_bps=bps,
             accepted_mps=rate_per_s(self.accepted[0], elapsed),
             accepted_bps=rate_per_s(self.accepted[1], elapsed),
             at_ms=int(time.time() * 1000),

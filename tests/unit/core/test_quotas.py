@@ -11,13 +11,24 @@ def _mps(report: LeaseReport) -> float:
     return report.demand_mps
 
 
-def test_shares_follow_demand_and_add_up_to_the_quota() -> None:
+def test_asks_that_fit_are_met_and_the_spare_is_split_evenly() -> None:
     reports = {"a": LeaseReport(demand_mps=60), "b": LeaseReport(demand_mps=20)}
     a, b = (share(100, m, reports, _mps) for m in ("a", "b"))
     assert a + b == pytest.approx(100)
     floor = 100 * FLOOR / 2
-    assert a == pytest.approx(100 * (60 + floor) / (80 + 2 * floor))
-    assert a > 2.5 * b
+    spare = 100 - 2 * floor - 80
+    assert (a, b) == pytest.approx((floor + 60 + spare / 2, floor + 20 + spare / 2))
+
+
+def test_a_member_asking_less_than_an_even_split_gets_all_it_asks() -> None:
+    """Max-min fair: the small ask is met in full, the big ones share what is left. Shares
+    in proportion to demand gave 30 of 80 about 27 here, less than it had just used."""
+    reports = {m: LeaseReport(demand_mps=d) for m, d in (("a", 30), ("b", 500), ("c", 90))}
+    shares = {m: share(100, m, reports, _mps) for m in reports}
+    floor = 100 * FLOOR / 3
+    assert shares["a"] == pytest.approx(floor + 30)
+    assert shares["b"] == pytest.approx(shares["c"])
+    assert sum(shares.values()) == pytest.approx(100)
 
 
 def test_demand_above_the_quota_weighs_as_the_quota() -> None:

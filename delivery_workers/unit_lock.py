@@ -17,14 +17,15 @@ still this worker's. Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.errors import AlreadyExists
-from core.tasks import TaskSet
+from core.errors import AlreadyExists, NotFound, VersionConflict
+from core.tasks import TaskSet, cancel_all
 from metastore.protocol import MetaStore
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ class UnitLock:
                 create.add_done_callback(self._orphaned)
                 raise
             except AlreadyExists:
+                if await self._drop_stale():
+                    continue
                 if not waited:
                     log.info("worker %s waits for the lock %s", self.member_id, self.path)
                     waited = True
@@ -76,10 +79,41 @@ class UnitLock:
         if node is not None and node.data == self.token:
             await self.metastore.delete(self.path, expected_version=node.version)
 
+    async def _drop_stale(self) -> bool:
+        """Delete the lock if an earlier holder in this process left it (its release failed
+        while the metastore was away, and the session outlived the outage): nobody else may
+        take it while we live, and we no longer act on it. True if it was deleted."""
+        node = await self.metastore.get(self.path)
+        if node is None or node.data == self.token:
+            return node is None
+        try:
+            holder = json.loads(node.data).get("member")
+        except (ValueError, AttributeError):
+            return False
+        if holder != self.member_id:
+            return False
+        with contextlib.suppress(NotFound, VersionConflict):
+            await self.metastore.delete(self.path, expected_version=node.version)
+        return True
+
     async def until_lost(self) -> None:
+        """Return when the lock is gone or another's, or when this process may no longer
+        act on it: its session's lease lapsed (a partition, a pause; metastore/lease.py)."""
+        watching = asyncio.ensure_future(self._until_gone())
+        lapsing = asyncio.ensure_future(self.metastore.lease.until_lapsed())
+        try:
+            await asyncio.wait({watching, lapsing}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            await cancel_all([watching, lapsing])  # raises an error of either
+        if lapsing.done() and not lapsing.cancelled():
+            log.warning("worker %s fenced off the lock %s: its session is not confirmed",
+                        self.member_id, self.path)  # fmt: skip
+        else:
+            log.warning("worker %s lost the lock %s", self.member_id, self.path)
+
+    async def _until_gone(self) -> None:
         async for node in self.metastore.watch(self.path):
             if node is None or node.data != self.token:
-                log.warning("worker %s lost the lock %s", self.member_id, self.path)
                 return
 
 

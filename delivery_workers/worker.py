@@ -64,6 +64,7 @@ from segments.subscription.layout import drop_layout
 from .audit import pause_event
 from .bodies import BodyCache
 from .disabling import Disabling
+from .fenced import FencedSender
 from .notify import BACKOFF_S, Notifier
 from .poison import RunnerCrashes
 from .runner import SubscriptionRunner
@@ -114,6 +115,8 @@ class Worker(AsyncResource):
         self.reader = SharedSegmentReader(self.catalog, stores)
         self.bodies = BodyCache()  # one parse of a shared read for every body filter
         self.sender = sender
+        # What the runners send through: nothing leaves while the session's lease is lapsed.
+        self.fenced = FencedSender(sender, metastore.lease)
         self.member_id = member_id
         self.audit = audit
         self.member_data = member_data
@@ -302,7 +305,7 @@ class Worker(AsyncResource):
                 runner = SubscriptionRunner(
                     sub,
                     self.reader,
-                    self.sender,
+                    self.fenced,
                     audit=self.audit,
                     commit_policy=CommitPolicy(self.commit_every_n, self.commit_every_s),
                     shard=_shard_of(sub, parse_unit_key(key)[2]),

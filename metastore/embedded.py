@@ -5,10 +5,11 @@ compare-and-set, and ephemeral nodes belong to a session. Several stores, in one
 many, may open the same file: each write is one ``BEGIN IMMEDIATE`` transaction, so the
 compare-and-set holds across them.
 
-Sessions: each store has a row in ``sessions`` with a heartbeat it refreshes every third of
-its ``session_ttl_s``. ``aclose`` deletes its ephemeral nodes at once; the ephemeral nodes of
-a session whose heartbeat is older than its ttl (a crashed process) are deleted by whichever
-live store notices first. A store that finds its own session reaped (it stalled longer than
+Sessions: each store has a row in ``sessions`` with a heartbeat it refreshes every sixth of
+its ``session_ttl_s`` (each one extends the store's :class:`~metastore.lease.SessionLease`).
+``aclose`` deletes its ephemeral nodes at once; the ephemeral nodes of a session whose
+heartbeat is older than its ttl (a crashed process) are deleted by whichever live store
+notices first. A store that finds its own session reaped (it stalled longer than
 its ttl) opens a new session and re-creates the memberships made with :meth:`join`.
 
 Watches: a local write wakes this store's watches at once; writes of other stores are seen
@@ -42,6 +43,7 @@ from core.errors import (
 from core.lifecycle import AsyncResource
 from metastore import paths
 from metastore._support import WatchHub, WatchIterator, ancestors, check_path, parent_of
+from metastore.lease import SessionLease
 from metastore.protocol import Check, Create, Delete, Node, Op, Update
 
 T = TypeVar("T")
@@ -234,6 +236,7 @@ class EmbeddedMetaStore(AsyncResource):
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._db: _Db | None = None
         self._hub = WatchHub()
+        self.lease = SessionLease(session_ttl_s)
         self._joined: dict[str, bytes] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._seen = -1
@@ -252,7 +255,9 @@ class EmbeddedMetaStore(AsyncResource):
         self._db = await self._run(
             lambda: _Db(self._file, self._busy_timeout_s, self._ttl_s), started=False
         )
+        sent = self.lease.clock()
         await self._write(self._db.open_session, bump=False)
+        self.lease.confirm(sent)
         self._spawn(self._tick())
 
     async def aclose(self) -> None:
@@ -282,15 +287,17 @@ class EmbeddedMetaStore(AsyncResource):
         """Heartbeat, reap dead sessions, and wake watches when another store wrote."""
         db = self._db
         assert db is not None
-        next_beat = time.monotonic() + self._ttl_s / 3
+        next_beat = time.monotonic() + self.lease.heartbeat_s
         while True:
             await asyncio.sleep(self._poll_s)
             try:
                 if time.monotonic() >= next_beat:
-                    next_beat = time.monotonic() + self._ttl_s / 3
+                    next_beat = time.monotonic() + self.lease.heartbeat_s
+                    sent = self.lease.clock()
                     if await self._write(db.heartbeat, bump=False):
                         log.warning("embedded session was reaped; re-registering members")
                         self._spawn(self._rejoin())
+                    self.lease.confirm(sent)
                 if await self._run(db.has_dead_sessions):
                     await self._write(db.reap)
                 changes = await self._run(db.counter)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from core.lifecycle import Lifecycle
+from metastore.lease import SessionLease
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,10 @@ class MetaStore(Lifecycle, Protocol):
     Errors are values of the httpbus exception tree: ``NotFound``, ``AlreadyExists``,
     ``VersionConflict`` and ``MetaStoreUnavailable``; never a kazoo or sqlite3 error.
     """
+
+    lease: SessionLease
+    """While valid, this store's session cannot have expired on the server: a holder of an
+    ephemeral lock acts on it only then (metastore/lease.py)."""
 
     async def start(self) -> None:
         """Connect (and open this store's session, which owns its ephemeral nodes)."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
@@ -55,6 +55,7 @@ from core.errors import (
 from core.lifecycle import AsyncResource
 from metastore import paths
 from metastore._support import WatchHub, WatchIterator, ancestors, check_path
+from metastore.lease import SessionLease
 from metastore.protocol import Check, Create, Delete, Node, Op, Update
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,8 @@ class ZooKeeperMetaStore(AsyncResource):
             connection_retry={"max_tries": -1, "max_delay": 2.0},
         )
         self._hub = WatchHub()
+        self.lease = SessionLease(session_timeout_s)
+        self._beat = asyncio.Event()  # set: confirm the session now (a reconnect)
         self._joined: dict[str, bytes] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -118,12 +121,38 @@ class ZooKeeperMetaStore(AsyncResource):
         """Connect, open the session and create the root if missing."""
         self._loop = asyncio.get_running_loop()
         self._client.add_listener(self._on_state)
+        sent = self.lease.clock()
         try:
             await asyncio.to_thread(self._client.start, self._connect_timeout_s)
         except Exception as exc:  # kazoo's timeout error is not a KazooException
             raise MetaStoreUnavailable(f"cannot connect to zookeeper: {exc}") from exc
         if self._root:
             await self._call(self._root, self._client.ensure_path_async, self._root)
+        self.lease.confirm(sent)
+        self._spawn(self._heartbeat())
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _heartbeat(self) -> None:
+        """Confirm the session every ``lease.heartbeat_s`` (and at once on a reconnect): one
+        read that extends :attr:`lease` (metastore/lease.py)."""
+        while True:
+            await self._beat_wait()
+            sent = self.lease.clock()
+            try:
+                await self._call("/", self._client.exists_async, self._abs("/"))
+                self.lease.confirm(sent)
+            except HttpbusError as exc:
+                log.debug("zookeeper session not confirmed: %s", exc)
+
+    async def _beat_wait(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.lease.heartbeat_s):
+                await self._beat.wait()
+        self._beat.clear()
 
     async def aclose(self) -> None:
         """End watches and the session; ZooKeeper deletes this session's ephemeral nodes."""
@@ -149,15 +178,15 @@ class ZooKeeperMetaStore(AsyncResource):
     def _state_changed(self, state: str) -> None:
         if self._closed:
             return
-        if state == KazooState.LOST:
-            self._lost = True
+        if state in (KazooState.SUSPENDED, KazooState.LOST):
+            self.lease.suspend()  # the server may expire the session meanwhile: fence now
+            self._lost = self._lost or state == KazooState.LOST
         elif state == KazooState.CONNECTED:
+            self._beat.set()
             self._hub.wake_all()  # watches of an expired session are gone: re-read and re-arm
             if self._lost:
                 self._lost = False
-                task = asyncio.get_running_loop().create_task(self._rejoin())
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._spawn(self._rejoin())
 
     async def _rejoin(self) -> None:
         log.warning("zookeeper session expired; re-registering %d members", len(self._joined))

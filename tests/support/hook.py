@@ -65,6 +65,7 @@ class Request:
     headers: Mapping[str, str]  # case-insensitive
     body: bytes
     status: int
+    peer: int = 0  # the client's port: which process sent it (tests.support.peers)
 
     @property
     def id(self) -> str:
@@ -131,7 +132,9 @@ class Hook:
         self.concurrent += 1
         self.max_concurrent = max(self.max_concurrent, self.concurrent)
         try:
-            self.requests.append(Request(at, path, request.headers.copy(), body, status))
+            peer = request.transport.get_extra_info("peername") if request.transport else None
+            port = int(peer[1]) if peer else 0
+            self.requests.append(Request(at, path, request.headers.copy(), body, status, port))
             if 200 <= status < 300:
                 group = request.headers.get("X-Group-Id", "")
                 attempt = int(request.headers.get("X-Attempt", "0"))

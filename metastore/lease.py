@@ -1,0 +1,81 @@
+"""What a process may still do in its session's name: the local lease that fences a zombie.
+
+A metastore session ends on the *server* (ZooKeeper expires it ``timeout_s`` after it last
+heard from the client; the embedded store's reaper likewise), and its ephemeral nodes, the
+locks among them, go with it. A client cut off from the server learns that only after it
+reconnects, and meanwhile another process may hold the same lock. So a holder acts on its
+locks only while its lease is valid:
+
+- each round trip the store confirms (a heartbeat, about every ``timeout_s / 6``) extends
+  the lease to ``sent + timeout_s / 2``, where ``sent`` is when that request *left*: the
+  server heard it later, so it cannot expire the session before ``sent + timeout_s``;
+- a suspended connection ends the lease at once (the client cannot know whether the server
+  still counts the session);
+- the clock is the monotonic one: a process paused (SIGSTOP, a long GC, a frozen VM) finds
+  its lease lapsed when it resumes, before it sends anything.
+
+Between a lapse and the earliest moment another process can take a lock there is at least
+``timeout_s / 2``: the time for the holder to stop (cancel what it does; requests already on
+the wire are abandoned). docs/reliability.md gives the argument in full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+HEARTBEATS_PER_TIMEOUT = 6  # how often a store confirms its session, per session timeout
+VALID_FRACTION = 0.5  # of the session timeout: how long a confirmation holds
+
+
+class SessionLease:
+    """See the module doc. ``timeout_s`` None: a lease that never lapses (a store whose
+    session cannot be lost under its holder)."""
+
+    def __init__(
+        self, timeout_s: float | None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self._until = float("inf") if timeout_s is None else float("-inf")
+        self._changed = asyncio.Event()
+
+    @property
+    def heartbeat_s(self) -> float:
+        """How often the store should confirm the session."""
+        return (self.timeout_s or 60.0) / HEARTBEATS_PER_TIMEOUT
+
+    def valid(self) -> bool:
+        return self.clock() < self._until
+
+    def confirm(self, sent: float) -> None:
+        """A round trip that left at ``sent`` (this lease's clock) was answered."""
+        if self.timeout_s is not None:
+            self._until = max(self._until, sent + self.timeout_s * VALID_FRACTION)
+            self._wake()
+
+    def suspend(self) -> None:
+        """The connection is down: the lease ends now, until a new confirmation."""
+        if self.timeout_s is not None:
+            self._until = float("-inf")
+            self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def until_lapsed(self) -> None:
+        """Return once the lease is not valid (at once if it is not now)."""
+        while (left := self._until - self.clock()) > 0:
+            changed = self._changed
+            try:
+                async with asyncio.timeout(min(left, 3600.0)):
+                    await changed.wait()
+            except TimeoutError:
+                pass
+
+    async def until_valid(self) -> None:
+        """Return once the lease is valid (at once if it is now)."""
+        while not self.valid():
+            await self._changed.wait()

@@ -1,0 +1,227 @@
+"""A worker cut off from ZooKeeper but not from its endpoint or Kafka (issue 34's zombie): it
+must stop delivering before its session can have expired on the server, so that the worker
+that takes the lock next never delivers a group at the same time, and nothing acknowledged
+is lost. Two worker processes on real ZooKeeper and Kafka, both assigned the one
+subscription. The holder reaches ZooKeeper through a proxy the test partitions (a blackhole:
+its connection stays open and goes silent), then heals; or it is paused past its session
+and resumed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from metastore import paths
+from segments.protocol import Record
+from tests.support.hook import Request
+from tests.support.peers import owner
+from tests.support.processes import WorkerProcess
+from tests.support.services import RealServices
+from tests.support.tcp_proxy import TcpProxy
+from tests.support.until import until
+from tests.support.workers import ProcessWorld, process_world
+
+pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
+SESSION_S = 4.0
+GROUPS = 8
+RATE = 200  # messages per second, while producing
+BURST = 1_000  # published at once just before the cut
+
+
+@dataclass
+class Senders:
+    """Which worker process sent each request the endpoint got (by its client port)."""
+
+    pids: dict[int, str]  # pid → member
+    ports: dict[int, str] = field(default_factory=dict)
+
+    def resolve(self, requests: list[Request]) -> None:
+        for r in requests:
+            if r.peer not in self.ports:
+                pid = owner(r.peer, list(self.pids))
+                if pid is not None:
+                    self.ports[r.peer] = self.pids[pid]
+
+    async def follow(self, requests: list[Request]) -> None:
+        while True:  # while the connections are open: a closed one has no owner any more
+            self.resolve(requests)
+            await asyncio.sleep(0.05)
+
+
+def _record(i: int) -> Record:
+    group, mid = f"g{i % GROUPS}", f"m{i:06d}"
+    headers = (("x-message-id", mid.encode()), ("x-group-id", group.encode()))
+    return Record(mid.encode(), key=group.encode(), headers=headers)
+
+
+def _inversions(requests: list[Request]) -> list[str]:
+    """Per group, messages whose first delivery came after a later message's first."""
+    firsts: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for r in requests:
+        if r.id not in seen:
+            seen.add(r.id)
+            firsts.setdefault(r.headers.get("X-Group-Id", ""), []).append(r.id)
+    return [f"{g}: {ids}" for g, ids in firsts.items() if ids != sorted(ids)]
+
+
+class Producer:
+    """Publishes ``RATE`` messages a second to the world's storage until stopped."""
+
+    def __init__(self, world: ProcessWorld) -> None:
+        self.world = world
+        self.sent = 0
+        self.stopped = asyncio.Event()
+
+    def ids(self) -> Iterator[str]:
+        return (f"m{i:06d}" for i in range(self.sent))
+
+    async def burst(self, count: int) -> None:
+        await self.world.produce_many([_record(self.sent + i) for i in range(count)])
+        self.sent += count
+
+    async def run(self) -> None:
+        while not self.stopped.is_set():
+            batch = [_record(self.sent + i) for i in range(RATE // 10)]
+            await self.world.produce_many(batch)
+            self.sent += len(batch)
+            await asyncio.sleep(0.1)  # a pace, not a synchronisation
+
+
+@dataclass
+class Pair:
+    """The zombie-to-be (holding s0, reaching ZooKeeper through ``proxy``) and its heir."""
+
+    world: ProcessWorld
+    proxy: TcpProxy
+    zombie: WorkerProcess
+    heir: WorkerProcess
+    members: dict[str, str]
+    senders: Senders
+    producer: Producer
+
+
+@asynccontextmanager
+async def _pair(real: RealServices, unique: str, tmp_path: Path) -> AsyncIterator[Pair]:
+    """Both workers assigned s0, the zombie holding it, messages flowing; then a backlog the
+    zombie has read and not delivered yet (a slow endpoint, a burst) for the test's fault."""
+    async with (
+        process_world(real, unique, tmp_path, grouped=True, session_timeout_s=SESSION_S) as world,
+        TcpProxy(real.zookeeper) as proxy,
+    ):
+        await world.subscribe("s0", max_in_flight=4)
+        members = {"zombie": f"wz-{unique}", "heir": f"wh-{unique}"}
+        for member in members.values():
+            await world.meta.create(paths.assignment(member), json.dumps(["shop/s0"]).encode())
+        options = {"commit_every_s": 0.2, "lock_retry_s": 0.2}
+        cut_off = world.settings(**options)
+        cut_off["metastore"] = {**cut_off["metastore"], "hosts": proxy.address}
+        zombie = WorkerProcess(cut_off, world.workdir, members["zombie"])
+        world.processes.append(zombie)
+        await zombie.ready()
+        await until(lambda: _holds(world, members["zombie"]), 30, "the zombie holding s0")
+        [heir] = world.workers([members["heir"]], **options)
+        await heir.ready()
+        senders = Senders({zombie.proc.pid: "zombie", heir.proc.pid: "heir"})
+        producer = Producer(world)
+        tasks = [
+            asyncio.create_task(producer.run()),
+            asyncio.create_task(senders.follow(world.hook.requests)),
+        ]
+        try:
+            await until(lambda: len(world.hook.on("s0")) >= RATE, 30, "deliveries flowing")
+            world.hook.delay = lambda path: 0.02
+            await producer.burst(BURST)
+            yield Pair(world, proxy, zombie, heir, members, senders, producer)
+            producer.stopped.set()
+            await tasks[0]
+            expected = set(producer.ids())
+            try:
+                await until(
+                    lambda: expected <= set(world.hook.ids("s0")), 60, "every message delivered"
+                )
+            except AssertionError:
+                raise AssertionError(await _diagnosis(world, expected)) from None
+            senders.resolve(world.hook.requests)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _check(pair: Pair, fault_at: float, took_over: float, fault: str) -> None:
+    """Nothing lost, nothing reordered, the zombie silent before its session could expire
+    and before the heir's first delivery; the figures printed."""
+    delivered = pair.world.hook.on("s0")
+    by = [(r.at - fault_at, pair.senders.ports.get(r.peer, "?")) for r in delivered]
+    last_zombie = max((at for at, who in by if who == "zombie" and at > 0), default=0.0)
+    first_heir = min(at for at, who in by if who == "heir")
+    print(
+        f"\n{fault} at 0: the zombie's last delivery {last_zombie:.2f}s, the heir's lock "
+        f"{took_over:.2f}s, its first delivery {first_heir:.2f}s (session {SESSION_S}s); "
+        f"{len(delivered)} deliveries of {pair.producer.sent} messages, "
+        f"{len(delivered) - len({r.id for r in delivered})} duplicates"
+    )
+    assert not [r for r in delivered if r.peer not in pair.senders.ports], "unattributed"
+    assert last_zombie < first_heir, "two workers delivered the subscription at once"
+    assert last_zombie < SESSION_S, "the zombie delivered after its session could expire"
+    assert not _inversions(delivered), _inversions(delivered)
+
+
+async def test_a_worker_cut_off_from_zookeeper_stops_before_its_successor_starts(
+    real_services: RealServices, unique: str, tmp_path: Path
+) -> None:
+    async with _pair(real_services, unique, tmp_path) as pair:
+        pair.proxy.partition()
+        cut_at = time.time()
+        await until(lambda: _holds(pair.world, pair.members["heir"]), SESSION_S * 5, "the heir")
+        took_over = time.time() - cut_at
+        await asyncio.sleep(2)  # publishing on while the zombie is still cut off
+        pair.proxy.heal()
+        await asyncio.sleep(2)  # and after it is back: it finds its session gone
+    _check(pair, cut_at, took_over, "cut off from ZooKeeper")
+
+
+async def test_a_worker_paused_past_its_session_sends_nothing_when_it_resumes(
+    real_services: RealServices, unique: str, tmp_path: Path
+) -> None:
+    """SIGSTOP (a long GC pause, a frozen VM) with a backlog in memory; SIGCONT once the heir
+    delivers. Resumed, the zombie's event loop runs its ready tasks before it can hear from
+    ZooKeeper that its session is gone: its lease, on the monotonic clock, has lapsed."""
+    async with _pair(real_services, unique, tmp_path) as pair:
+        pair.zombie.proc.send_signal(signal.SIGSTOP)
+        paused_at = time.time()
+        try:
+            await until(lambda: _holds(pair.world, pair.members["heir"]), SESSION_S * 5, "the heir")
+            took_over = time.time() - paused_at
+            await until(
+                lambda: any(
+                    pair.senders.ports.get(r.peer) == "heir" for r in pair.world.hook.on("s0")
+                ),  # fmt: skip
+                30,
+                "the heir delivering",
+            )
+        finally:
+            pair.zombie.proc.send_signal(signal.SIGCONT)
+        await asyncio.sleep(3)  # the resumed zombie's chance to deliver what it held
+    _check(pair, paused_at, took_over, "paused")
+
+
+async def _diagnosis(world: ProcessWorld, expected: set[str]) -> str:
+    missing = sorted(expected - set(world.hook.ids("s0")))
+    lines = [f"missing {len(missing)}: {missing[:10]}", f"holder: {await world.holder('s0')}"]
+    for worker in world.processes:
+        lines += [f"--- {worker.member}", worker.log.read_text()[-4000:]]
+    return "\n".join(lines)
+
+
+async def _holds(world: ProcessWorld, member: str) -> bool:
+    return await world.holder("s0") == member

@@ -324,6 +324,10 @@ def _secrets(project: str, name: str) -> Any:
         for entry in found["secrets"]:
             until = entry.get("until")
             lines.append(f"  {entry['secret']}  " + (f"until {until}" if until else "current"))
+        headers = found.get("endpoint_headers") or {}
+        if headers:  # reveal only: the endpoint's credential headers
+            lines.append("and sends these endpoint headers:")
+            lines += [f"  {header}: {value}" for header, value in headers.items()]
         return "\n".join(lines)
 
     return shown
@@ -349,5 +353,6 @@ def rotate_secret(
 
 @command(app, "reveal-secret")
 def reveal_secret(project: Project, name: Name) -> Call:
-    """Print every signing secret in force (written to the control plane's audit log)."""
+    """Print every signing secret in force and the endpoint's credential headers (written to
+    the control plane's audit log)."""
     return post(_subs(project, name) + "/secret:reveal", text=_secrets(project, name))

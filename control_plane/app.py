@@ -12,6 +12,7 @@ from control_plane import api, ui
 from control_plane.api import ops
 from control_plane.api.auth import Authenticator
 from control_plane.leaders.roles import roles
+from control_plane.request_guard import RequestGuard
 from control_plane.services.admin import Admin
 from control_plane.services.cutovers import cutovers_of
 from control_plane.services.report_store import migrate_reports, shared_store
@@ -51,6 +52,9 @@ def create_app(
     app.include_router(api.router(settings.database_url, trace_index))
     clusters = sorted(settings.clusters)
     ui.install(app, token, clusters, settings.default_cluster, public_url=settings.public_url)
+    app.add_middleware(
+        RequestGuard, max_body_bytes=settings.max_body_bytes, refuse_page=ui.login_answer
+    )
     return app
 
 

@@ -8,6 +8,7 @@ from pydantic import Field, SecretStr, model_validator
 
 from core.endpoint_policy import EndpointPolicy
 from core.http_server import HttpServerLimits
+from core.model import MiB
 from core.settings import SettingsBase, listen_host, listen_port, member_id_field, seconds
 from metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
 from segments.config import AuditConfig, ClusterConfig, embedded_only
@@ -23,6 +24,13 @@ class ControlPlaneSettings(SettingsBase):
     metastore: MetaStoreConfig = EmbeddedMetaStoreConfig()
     http_server: HttpServerLimits = Field(
         default=HttpServerLimits(), description="limits on HTTP clients (docs/deploy.md)"
+    )
+    max_body_bytes: int = Field(
+        default=MiB,
+        ge=4 * 1024,
+        le=256 * MiB,
+        description="the most bytes of a request body (API and UI); more is 413, counted as "
+        "it arrives, and only after the caller is known (docs/security.md)",
     )
     clusters: dict[str, ClusterConfig] = Field(default_factory=embedded_only)
     default_cluster: str = Field(

@@ -101,6 +101,12 @@ class HttpServerLimits(BaseModel):
     header_timeout_s: float = seconds(10.0, 600, "the most a request's headers may take (408)")
     body_timeout_s: float = seconds(60.0, 3600, "the most a request's body may take (408)")
     keep_alive_s: float = seconds(5.0, 600, "an idle keep-alive connection is closed after")
+    forwarded_allow_ips: list[str] = Field(
+        default_factory=list,
+        max_length=256,
+        description="addresses or CIDRs of the proxies whose X-Forwarded-For and "
+        "X-Forwarded-Proto are believed; none (the default): the TCP peer is the client",
+    )
 
 
 def _answer(error: HttpbusError) -> bytes:
@@ -207,5 +213,15 @@ def guarded_protocol(limits: HttpServerLimits) -> type[GuardedHttpToolsProtocol]
 
 
 def uvicorn_options(limits: HttpServerLimits) -> dict[str, Any]:
-    """The options of ``uvicorn.run`` / ``uvicorn.Config`` that enforce ``limits``."""
-    return {"http": guarded_protocol(limits), "timeout_keep_alive": limits.keep_alive_s}
+    """The options of ``uvicorn.run`` / ``uvicorn.Config`` that enforce ``limits``. Proxy
+    headers are read only from ``forwarded_allow_ips``: uvicorn's own default believes
+    ``X-Forwarded-For`` from 127.0.0.1 (or ``$FORWARDED_ALLOW_IPS``), so any client on the
+    host, or one behind a local proxy that appends to the header, could name its address
+    (and escape the login throttle by naming a new one each time)."""
+    trusted = list(limits.forwarded_allow_ips)
+    return {
+        "http": guarded_protocol(limits),
+        "timeout_keep_alive": limits.keep_alive_s,
+        "proxy_headers": bool(trusted),
+        "forwarded_allow_ips": trusted or None,
+    }

@@ -294,7 +294,13 @@ class Endpoint(Model):
         description="how long one attempt may take, up to 15 minutes (a slow endpoint holds "
         "its subscription's in-flight slots, never another subscription's)",
     )
-    headers: dict[str, str] = Field(default_factory=dict, max_length=32)
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=32,
+        description="sent with every delivery; credentials (Authorization, Cookie, *-Token, "
+        "*-Key, *-Secret…) are shown as ******** and kept when sent back so "
+        "(core.secret_headers); secret:reveal shows them",
+    )
     disable_after_s: int | None = Field(
         default=DEFAULT_DISABLE_AFTER_S,
         ge=1,

@@ -34,6 +34,7 @@ from reports.principals import TOKEN_PREFIX, PrincipalStore
 # The UI's session of a request: absent (None), the admin token's (``("admin", None)``) or a
 # user's (``("user", name)``). Set by ``control_plane.ui`` (the API never imports the UI).
 SessionReader = Callable[[Request], tuple[str, str | None] | None]
+_CALLER = "httpbus_caller"  # where a request keeps its resolved principal (scope["state"])
 
 
 class Authenticator:
@@ -47,6 +48,16 @@ class Authenticator:
         self.sessions = sessions
 
     async def resolve(self, request: Request) -> Principal:
+        """The caller of ``request``, kept on it: resolved once however many ask (the
+        request guard before the body is read, then the routes)."""
+        state = request.scope.setdefault("state", {})
+        known = state.get(_CALLER)
+        if known is None:
+            known = state[_CALLER] = await self._resolve(request)
+        assert isinstance(known, Principal)
+        return known
+
+    async def _resolve(self, request: Request) -> Principal:
         header = request.headers.get("authorization")
         if header is not None:
             return await self._bearer(header)

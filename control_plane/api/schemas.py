@@ -29,6 +29,7 @@ from core.model import (
     TopicSettings,
 )
 from core.names import Name
+from core.secret_headers import is_secret, masked
 
 T = TypeVar("T")
 
@@ -116,7 +117,8 @@ class SecretRotate(_Body):
 
 class SubscriptionView(SubscriptionBase):
     """A subscription as the API shows it: whether a signing secret is set and since when,
-    never the secret (``secret:reveal`` does, audited)."""
+    never the secret, and its endpoint's credential headers masked (``secret:reveal``
+    shows both, audited)."""
 
     signing_secret_set: bool = True
     signing_secret_rotated_at: datetime | None = None
@@ -129,6 +131,7 @@ class SubscriptionView(SubscriptionBase):
     def of(cls, sub: Subscription, at: datetime) -> SubscriptionView:
         """What ``sub`` shows at ``at`` (expired overlaps are not mentioned)."""
         fields = sub.model_dump(exclude=_SECRETS)
+        fields["endpoint"]["headers"] = masked(sub.endpoint.headers)
         ending = [r.until for r in sub.retiring_secrets if r.until > at]
         return cls(
             **fields,
@@ -170,6 +173,20 @@ class SecretsShown(_Body):
             secrets=entries,
             version=sub.version,
         )
+
+
+class SecretsRevealed(SecretsShown):
+    """The answer of ``secret:reveal``: the signing secrets, and the endpoint's headers that
+    every read shows masked."""
+
+    endpoint_headers: dict[str, str] = Field(
+        description="the endpoint's credential headers (Authorization, *-Token, *-Key…)"
+    )
+
+    @classmethod
+    def revealed(cls, sub: Subscription, at: datetime) -> SecretsRevealed:
+        headers = {k: v for k, v in sub.endpoint.headers.items() if is_secret(k)}
+        return cls(**SecretsShown.of(sub, at).model_dump(), endpoint_headers=headers)
 
 
 class Page(_Body, Generic[T]):

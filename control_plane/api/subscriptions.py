@@ -21,6 +21,7 @@ from control_plane.api.grants import check_consent
 from control_plane.api.schemas import (
     Page,
     SecretRotate,
+    SecretsRevealed,
     SecretsShown,
     SubscriptionCreate,
     SubscriptionCreated,
@@ -30,6 +31,7 @@ from control_plane.api.schemas import (
 from control_plane.services.admin import rotate
 from control_plane.services.operations import SeekTarget, SubscriptionOps
 from core.model import DEFAULT_SECRET_OVERLAP_S, Subscription, utcnow
+from core.secret_headers import refuse_masked, unmasked
 
 audit_log = logging.getLogger("httpbus.audit")
 
@@ -78,15 +80,18 @@ async def update_subscription(
 ) -> SubscriptionView:
     """Replace the settings. A ``signing_secret`` other than the current one rotates to it
     with the default overlap, in the same compare-and-set (``secret:rotate`` sets the
-    overlap)."""
+    overlap). An endpoint header sent as read (``********``) keeps its stored value."""
     current = await admin.catalog.get_subscription(project, subscription)
     changes = body.model_dump(exclude={"signing_secret"})
+    # What was read shows credentials masked: sent back so, they keep the stored value.
+    changes["endpoint"]["headers"] = unmasked(body.endpoint.headers, current.endpoint.headers)
     updated = Subscription.model_validate({**current.model_dump(), **changes})
     if body.signing_secret is not None and body.signing_secret != current.signing_secret:
         updated = rotate(
             updated, body.signing_secret, DEFAULT_SECRET_OVERLAP_S, field="signing_secret"
         )
     admin.check_endpoint(updated)
+    refuse_masked(updated.endpoint.headers)
     return view(await admin.catalog.update_subscription(updated))
 
 
@@ -122,19 +127,21 @@ async def reveal_secret(
     admin: AdminDep,
     request: Request,
     principal: PrincipalDep,
-) -> SecretsShown:
-    """Every signing secret in force (admin only), written to the audit log with who asked."""
+) -> SecretsRevealed:
+    """Every signing secret in force and the endpoint's credential headers (admin only),
+    written to the audit log with who asked."""
     sub = await admin.catalog.get_subscription(project, subscription)
     client = request.client.host if request.client else "-"
     audit_log.warning(
-        "signing secret revealed: subscription=%s/%s by=%s client=%s user_agent=%r",
+        "signing secret and endpoint credentials revealed: subscription=%s/%s by=%s "
+        "client=%s user_agent=%r",
         project,
         subscription,
         principal.label,
         client,
         request.headers.get("user-agent", ""),
     )
-    return SecretsShown.of(sub, utcnow())
+    return SecretsRevealed.revealed(sub, utcnow())
 
 
 # ------------------------------------------------------------ operations

@@ -23,6 +23,7 @@ from core.errors import (
     VersionConflict,
 )
 from core.model import Failover, Project, Segment, SegmentState, Subscription, Topic, utcnow
+from core.secret_headers import refuse_masked
 from metastore.catalog import Catalog
 from metastore.protocol import MetaStore
 from segments.config import ClusterConfig, is_read_only
@@ -217,6 +218,7 @@ class Admin:
             **fields,
         )
         self.check_endpoint(sub)
+        refuse_masked(sub.endpoint.headers)
         return await self.catalog.create_subscription(sub)
 
     async def rotate_secret(

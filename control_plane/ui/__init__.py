@@ -42,7 +42,7 @@ from control_plane.ui.session import (
 )
 from control_plane.ui.throttle import LoginThrottle
 
-__all__ = ["install", "session_identity"]
+__all__ = ["install", "login_answer", "session_identity"]
 
 ROUTERS = (
     auth_views,
@@ -83,6 +83,12 @@ def install(
 
 
 async def _login_required(request: Request, exc: Exception) -> Response:
+    return await login_answer(request)
+
+
+async def login_answer(request: Request) -> Response:
+    """What a page answers a caller without a session: JSON 401 for the pages' polling,
+    else a redirect to the login form that comes back here."""
     if request.url.path.endswith(".json") or request.url.path.endswith("/live"):
         return JSONResponse({"code": "unauthorized", "message": "log in again"}, 401)
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")

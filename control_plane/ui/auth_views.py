@@ -13,7 +13,7 @@ from starlette.responses import Response
 from control_plane.ui import session as sessions
 from control_plane.ui.deps import Authenticating, SessionDep, form_of
 from control_plane.ui.render import redirect, render
-from control_plane.ui.throttle import LoginThrottle
+from control_plane.ui.throttle import ADMIN_TOKEN_NAME, LoginThrottle
 
 router = APIRouter()
 
@@ -38,11 +38,13 @@ async def login_form(request: Request) -> Response:
 async def login(request: Request) -> Response:
     form = await request.form()
     token, nonce = str(form.get("token", "")), str(form.get("nonce", ""))
-    user, password = str(form.get("user", "")).strip(), str(form.get("password", ""))
+    user, password = str(form.get("user", "")).strip()[:64], str(form.get("password", ""))
     target = _next(str(form.get("next", "")))
     throttle: LoginThrottle = request.app.state.ui_throttle
-    client = request.client.host if request.client else "unknown"
-    wait = throttle.retry_after(client)
+    # The TCP peer, or what a configured proxy says (http_server.forwarded_allow_ips).
+    address = request.client.host if request.client else "unknown"
+    name = user or ADMIN_TOKEN_NAME
+    wait = throttle.retry_after(address, name)
     if wait > 0:
         return _too_many(request, target, wait)
     if not sessions.login_nonce_ok(request, nonce):
@@ -51,27 +53,27 @@ async def login(request: Request) -> Response:
         )
     if user:
         authenticator: Authenticating = request.app.state.authenticator
-        found = await run_in_threadpool(authenticator.principals.login, user[:64], password)
+        found = await run_in_threadpool(authenticator.principals.login, user, password)
         if found is None:
-            throttle.failed(client)
+            throttle.failed(address, name)
             message = "that user name and password do not match"
             return redirect(request, f"/ui/login?next={quote(target)}", message, "error")
     elif not sessions.signer(request).token_ok(token):
-        throttle.failed(client)
+        throttle.failed(address, name)
         return redirect(
             request, f"/ui/login?next={quote(target)}", "that is not the admin token", "error"
         )
-    throttle.succeeded(client)
+    throttle.succeeded(address, name)
     response = redirect(request, target)
     sessions.start_session(request, response, user or None)
     return response
 
 
 def _too_many(request: Request, target: str, wait: float) -> Response:
-    """The login form again, answered 429: this address failed too often just now."""
+    """The login form again, answered 429: these credentials failed too often just now."""
     seconds = math.ceil(wait)
     nonce = sessions.new_login_nonce()
-    message = f"too many failed logins from your address; try again in {seconds} s"
+    message = f"too many failed logins; try again in {seconds} s"
     response = render(
         request, "login.html", None, 429, next=target, nonce=nonce, flash=(message, "error")
     )

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
-from tests.support.cli import as_json, httpbus, ok, one_line_error, shop_control_plane_url
+from tests.support.cli import TOKEN, as_json, httpbus, ok, one_line_error, shop_control_plane_url
 
 OLD = "whsec_" + "QUFB" * 8
 NEW = "whsec_" + "QkJC" * 8
@@ -57,3 +58,26 @@ def test_bad_rotations_exit_with_one_line(url: str) -> None:
     one_line_error(httpbus(url, *args, "--overlap-s", "99999999"), 1, "422", "overlap_s")
     one_line_error(httpbus(url, "sub", "reveal-secret", "shop", "nope"), 3, "404")
     assert httpbus(url, *args, "--overlap-s", "-1").exit_code == 2
+
+
+def test_endpoint_credentials_are_masked_kept_on_update_and_revealed(url: str) -> None:
+    sub = {
+        "name": "s4",
+        "topic": "orders",
+        "endpoint": {
+            "url": "http://127.0.0.1:9/hook",
+            "headers": {"Authorization": "Bearer sekret-cli-1", "X-Region": "eu"},
+        },
+    }
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    r = httpx.post(f"{url}/v1/projects/shop/subscriptions", json=sub, headers=auth)
+    assert r.status_code == 201, r.text
+    for args in (["sub", "list", "shop"], ["sub", "list", "shop", "-o", "json"]):
+        assert "sekret-cli-1" not in ok(httpbus(url, *args))
+    listed = as_json(httpbus(url, "sub", "list", "shop", "-o", "json"))
+    [s4] = [s for s in listed["items"] if s["name"] == "s4"]
+    assert s4["endpoint"]["headers"] == {"Authorization": "********", "X-Region": "eu"}
+    # The CLI's update sends back what it read: the credential is kept.
+    ok(httpbus(url, "sub", "update", "shop", "s4", "--max-in-flight", "5"))
+    text = ok(httpbus(url, "sub", "reveal-secret", "shop", "s4"))
+    assert "Authorization: Bearer sekret-cli-1" in text and "X-Region" not in text

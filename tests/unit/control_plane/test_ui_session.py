@@ -122,7 +122,7 @@ async def test_wrong_tokens_from_one_address_are_throttled(client: httpx.AsyncCl
     for _ in range(5):
         r = await login(client, token="wrong-token-000000000000")
         assert r.status_code == 303
-    r = await login(client)  # even the right token waits now
+    r = await login(client)  # the admin token from this address waits now, even the right one
     assert r.status_code == 429 and 0 < int(r.headers["retry-after"]) <= 60
     assert "too many failed logins" in r.text
     assert SESSION_COOKIE not in client.cookies
@@ -130,18 +130,18 @@ async def test_wrong_tokens_from_one_address_are_throttled(client: httpx.AsyncCl
 
 def test_the_throttle_forgets_old_failures_and_bounds_its_memory() -> None:
     now = [0.0]
-    throttle = LoginThrottle(max_failures=2, window_s=10, max_clients=3, clock=lambda: now[0])
-    throttle.failed("a")
-    throttle.failed("a")
-    assert throttle.retry_after("a") == 10
+    throttle = LoginThrottle(max_failures=2, window_s=10, max_entries=9, clock=lambda: now[0])
+    throttle.failed("a", "ada")
+    throttle.failed("a", "ada")
+    assert throttle.retry_after("a", "ada") == 10
     now[0] = 10.5
-    assert throttle.retry_after("a") == 0
-    for client in "bcde":
-        throttle.failed(client)
-    assert len(throttle._failures) == 3
-    throttle.failed("e")
-    throttle.succeeded("e")
-    assert throttle.retry_after("e") == 0
+    assert throttle.retry_after("a", "ada") == 0
+    for address in "bcde":  # three counters a failure: past nine, the oldest go
+        throttle.failed(address, "ada" + address)
+    assert len(throttle._failures) == 9
+    throttle.failed("e", "ada")
+    throttle.succeeded("e", "ada")
+    assert throttle.retry_after("e", "ada") == 0
 
 
 async def test_every_page_has_a_strict_content_security_policy(client: httpx.AsyncClient) -> None:

@@ -16,7 +16,7 @@ from segments.config import KafkaClusterConfig
 from segments.protocol import SegmentStore, Stored
 from segments.registry import open_store
 from tests.support.services import RealServices
-from tests.support.stored import read_all
+from tests.support.stored import read_to_end
 from tests.support.until import until
 
 pytestmark = pytest.mark.kafka
@@ -55,7 +55,7 @@ def _event(i: int, error: str | None = None) -> AuditEvent:
 
 
 async def _read_all(store: SegmentStore, topic: str) -> list[Stored]:
-    return await read_all(store, topic, max_records=2_000, timeout=5.0)
+    return await read_to_end(store, topic, max_records=2_000)
 
 
 def _lines(records: Sequence[Stored]) -> list[bytes]:

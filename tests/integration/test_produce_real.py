@@ -24,6 +24,7 @@ from segments.protocol import SegmentStore, Stored
 from segments.registry import open_store
 from tests.support.processes import ProducerProcess
 from tests.support.services import RealServices
+from tests.support.stored import read_to_end
 from tests.support.until import until
 
 ADMIN = "integration-producer-admin-token"
@@ -66,20 +67,8 @@ class World:
         await self.catalog.create_topic(Topic(project="shop", name=name, **fields), seg)
         return seg
 
-    async def read_all(self, seg: Segment) -> list[Stored]:
-        store, out = self.stores[seg.cluster], []
-        ends = await store.end_positions(seg.storage_topic)
-        for part, end in ends.items():
-            start = 0
-            while start < end:
-                batch = await store.read(
-                    seg.storage_topic, part, start, max_records=1000, timeout=5
-                )
-                if not batch:
-                    break
-                out += batch
-                start = batch[-1].position + 1
-        return out
+    async def read_all(self, seg: Segment, expected: int | None = None) -> list[Stored]:
+        return await read_to_end(self.stores[seg.cluster], seg.storage_topic, expected=expected)
 
 
 @pytest.fixture
@@ -134,7 +123,7 @@ async def test_published_messages_are_stored_in_group_order_byte_identical(
                 assert r.status_code == 201, r.text
 
         await asyncio.gather(*(send_group(g) for g in groups))
-    stored = await world.read_all(seg)
+    stored = await world.read_all(seg, expected=300)
     assert len(stored) == 300
     seen: dict[str, list[int]] = {}
     for msg in sorted(stored, key=lambda m: (m.partition, m.position)):

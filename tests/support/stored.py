@@ -2,22 +2,42 @@
 
 from __future__ import annotations
 
+import time
+
 from segments.protocol import SegmentStore, Stored
 
 
-async def read_all(
-    store: SegmentStore, topic: str, *, max_records: int, timeout: float
+async def read_to_end(
+    store: SegmentStore,
+    topic: str,
+    *,
+    expected: int | None = None,
+    deadline_s: float = 60.0,
+    max_records: int = 1_000,
+    timeout: float = 2.0,
 ) -> list[Stored]:
-    """Every record of ``topic``, partition by partition, each in stored order (read
-    ``max_records`` at a time); a partition that reads nothing short of its end fails."""
-    out: list[Stored] = []
-    for partition, end in sorted((await store.end_positions(topic)).items()):
-        start = 0
-        while start < end:
-            got = await store.read(
-                topic, partition, start, max_records=max_records, timeout=timeout
-            )
-            assert got, f"partition {partition} ends at {end} but nothing read from {start}"
-            out.extend(got)
-            start = got[-1].position + 1
-    return out
+    """Every record of ``topic``, each partition in stored order, read up to the end
+    positions the store gives now, against a deadline: an empty read is retried, never
+    taken for the end (a consumer's first fetch can come back empty under load; one empty
+    5 s read ending a partition once made 300 stored messages read as 298). ``expected``:
+    how many are known to be stored; reaching it ends the read too, as Pulsar's positions
+    are not dense (the last record may sit below the end position). Past ``deadline_s`` it
+    fails, naming each partition short of its end."""
+    ends = await store.end_positions(topic)
+    got: dict[int, list[Stored]] = {p: [] for p in ends}
+    nexts = dict.fromkeys(ends, 0)
+    deadline = time.monotonic() + deadline_s
+    while True:
+        short = {p: (nexts[p], end) for p, end in ends.items() if nexts[p] < end}
+        total = sum(len(records) for records in got.values())
+        if not short or (expected is not None and total >= expected):
+            return [m for p in sorted(got) for m in got[p]]
+        assert time.monotonic() < deadline, (
+            f"{topic}: read {total} (expected {expected}) in {deadline_s} s; "
+            f"partitions short of their end (next, end): {short}"
+        )
+        for p, (start, _) in short.items():
+            batch = await store.read(topic, p, start, max_records=max_records, timeout=timeout)
+            if batch:
+                got[p] += batch
+                nexts[p] = batch[-1].position + 1

@@ -99,6 +99,7 @@ class HeadGuard:
         "head_bytes",
         "interim",
         "limits",
+        "_blank",
         "_line",
         "_lines",
         "_status",
@@ -113,6 +114,7 @@ class HeadGuard:
         self._line = 0  # bytes of the line in progress
         self._lines = 0  # complete lines of the head in progress (the status line first)
         self._status = b""  # the start of the status line
+        self._blank = 0  # empty lines before a status line
 
     @property
     def in_head(self) -> bool:
@@ -164,13 +166,14 @@ class HeadGuard:
             if self._lines - 1 > self.limits.max_headers:
                 return f"more than {self.limits.max_headers} headers"
             return None
-        if self._lines == 0:
-            return None  # an empty line before the status line: counted, nothing else
+        if self._lines == 0:  # an empty line before the status line: tolerated, a few
+            self._status, self._blank = b"", self._blank + 1
+            return "empty lines before the status line" if self._blank > 4 else None
         return self._head_ended()
 
     def _head_ended(self) -> str | None:
         code = self._status[9:12]
-        self._lines, self._status = 0, b""
+        self._lines, self._status, self._blank = 0, b"", 0
         if code == b"101":
             return "101 Switching Protocols: an upgrade is not followed"
         if code[:1] != b"1" or not code.isdigit():

@@ -179,15 +179,7 @@ class Connection(asyncio.Protocol):
             return
         self._started = True
         guard = self._guard
-        was_done = guard.done
-        problem = guard.feed(data)
-        if problem is not None:
-            self._fail(InvalidAnswer(problem))
-            return
-        if was_done and guard.body_bytes > _BODY_WIRE_BYTES:
-            self._keep_alive = False  # enough read: keep what came, drop the rest
-            self._finish()
-            self.close()
+        if not self._counted(guard, data):
             return
         self._time_phase(guard)
         try:
@@ -267,6 +259,24 @@ class Connection(asyncio.Protocol):
         self.closed = True
         if self.transport is not None:
             self.transport.close()
+
+    def _counted(self, guard: HeadGuard, data: bytes) -> bool:
+        """Count ``data`` before the parser sees it; False if the answer ended here (over a
+        limit: failed; enough of the body read: finished), and the connection with it."""
+        was_done = guard.done
+        problem = guard.feed(data)
+        if problem is not None:
+            self._fail(InvalidAnswer(problem))
+            return False
+        if not was_done or guard.body_bytes <= _BODY_WIRE_BYTES:
+            return True
+        if self._status < 200:  # the parser saw no final answer where the guard did
+            self._fail(InvalidAnswer(f"over {_BODY_WIRE_BYTES} bytes after the head"))
+            return False
+        self._keep_alive = False  # enough read: keep what came, drop the rest
+        self._finish()
+        self.close()
+        return False
 
     def _time_phase(self, guard: HeadGuard) -> None:
         """Start the head's timer at its first byte (each interim head's too), the body's as

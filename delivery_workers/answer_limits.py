@@ -102,6 +102,7 @@ class HeadGuard:
         "_blank",
         "_line",
         "_lines",
+        "_small",
         "_status",
     )
 
@@ -115,6 +116,7 @@ class HeadGuard:
         self._lines = 0  # complete lines of the head in progress (the status line first)
         self._status = b""  # the start of the status line
         self._blank = 0  # empty lines before a status line
+        self._small = min(limits.max_status_line_bytes, limits.max_header_line_bytes) - 4
 
     @property
     def in_head(self) -> bool:
@@ -125,6 +127,8 @@ class HeadGuard:
         """Count ``data``; the reason the answer is refused, or None."""
         if self.done:
             self.body_bytes += len(data)
+            return None
+        if self.head_bytes == 0 and self._whole_small_head(data):
             return None
         pos, size = 0, len(data)
         while pos < size:
@@ -142,6 +146,19 @@ class HeadGuard:
                 self.body_bytes += size - end
                 return None
         return None
+
+    def _whole_small_head(self, data: bytes) -> bool:
+        """The common case at C speed: a final answer's whole head in its first chunk and
+        shorter than any one line may be, so that only the number of lines is left to count
+        (False: count it line by line)."""
+        end = data.find(b"\r\n\r\n", 0, self._small)
+        if end < 0 or not data.startswith(b"HTTP/") or data[9:10] == b"1":
+            return False
+        if data.count(b"\n", 0, end) > self.limits.max_headers:
+            return False
+        self.done, self.head_bytes = True, end + 4
+        self.body_bytes = len(data) - self.head_bytes
+        return True
 
     def _count(self, data: bytes, pos: int, end: int) -> str | None:
         limits = self.limits

@@ -181,13 +181,14 @@ class Connection(asyncio.Protocol):
         guard = self._guard
         if not self._counted(guard, data):
             return
-        self._time_phase(guard)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._fail(InvalidAnswer(f"not HTTP/1.1: {exc}"))
         except httptools.HttpParserUpgrade:  # a 101 is refused before, any other upgrade here
             self._fail(InvalidAnswer("an upgrade is not followed"))
+        if self._waiter is not None:  # more to come (most answers come whole: no timer)
+            self._time_phase(guard)
 
     def eof_received(self) -> bool | None:
         return None  # close the transport; connection_lost follows

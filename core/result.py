@@ -37,6 +37,7 @@ class ErrorKind(StrEnum):
     TIMEOUT = "timeout"  # the endpoint's ``timeout_ms`` passed first
     CONNECTION = "connection"  # could not connect, or the connection was lost
     INVALID_REQUEST = "invalid_request"  # the request cannot be sent as configured
+    INVALID_RESPONSE = "invalid_response"  # the answer broke HTTP or one of its limits
     UNEXPECTED = "unexpected"  # anything else: may be transient
     REPORTED_FAILED = "reported_failed"  # a batch's answer named this message failed
 

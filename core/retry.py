@@ -100,8 +100,9 @@ _EXHAUSTED = DeadLetter(exhausted=True)
 def retries(policy: RetryPolicy, result: DeliveryResult) -> bool:
     """Whether ``policy`` tries a failed ``result`` again, attempts aside: an answer by its
     status (:func:`status_retries`), a timeout if ``retry_timeouts``, a lost or refused
-    connection (or an unexpected error) if ``retry_connection_errors``; a request that
-    cannot be sent as configured never; a message a batch's answer named failed always."""
+    connection, an answer that broke HTTP or its limits (or an unexpected error) if
+    ``retry_connection_errors``; a request that cannot be sent as configured never; a
+    message a batch's answer named failed always."""
     if result.status is not None:
         return status_retries(policy, result.status)
     kind = result.error_kind

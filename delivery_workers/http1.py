@@ -20,6 +20,10 @@ same way (:class:`core.result.DeliveryResult`) as by the senders ``bench/`` comp
   whitespace, is refused before anything is sent (``invalid request: Illegal header ...``);
 - at most :data:`.sender.MAX_RESPONSE_BYTES` of an answer is kept; a connection whose answer
   was longer is closed, not read to its end;
+- the head is counted before httptools sees it, and each phase is timed
+  (:mod:`.answer_limits`): an answer over a limit, a ``101`` or one that is not HTTP/1.1 is
+  ``invalid response: ...`` (:class:`~.answer_limits.InvalidAnswer`), a slow head or body a
+  timeout (``HeadTimeout``, ``BodyTimeout``); the connection is closed, not read further;
 - redirects are never followed, nothing is compressed or decompressed, no cookies, no proxy.
 
 HTTPS goes through the ``ssl`` context given (default: the system's trust store, hostnames
@@ -40,6 +44,14 @@ from core.http_fields import NAME_RE, VALUE_RE
 from core.http_fields import TOKEN as _TOKEN
 from core.http_fields import VALUE as _VALUE
 
+from .answer_limits import (
+    BODY_WIRE_FACTOR,
+    AnswerLimits,
+    BodyTimeout,
+    HeadGuard,
+    HeadTimeout,
+    InvalidAnswer,
+)
 from .sender import MAX_RESPONSE_BYTES, OutgoingRequest
 
 # One match over the whole header section as written ("name: value\r\n" each) is cheaper than
@@ -49,6 +61,8 @@ from .sender import MAX_RESPONSE_BYTES, OutgoingRequest
 _HEADER_SECTION = re.compile(rf"(?:{_TOKEN}: {_VALUE}\r\n)*")
 _WANTED = {b"retry-after": "retry-after", b"location": "location"}
 _FRAMING = {b"content-length", b"transfer-encoding"}
+_BODY_WIRE_BYTES = BODY_WIRE_FACTOR * MAX_RESPONSE_BYTES
+DEFAULT_LIMITS = AnswerLimits()
 
 
 class InvalidRequest(ValueError):
@@ -132,8 +146,11 @@ class Connection(asyncio.Protocol):
 
     http2 = False
 
-    def __init__(self, origin_key: tuple[str, str, int]) -> None:
+    def __init__(
+        self, origin_key: tuple[str, str, int], limits: AnswerLimits = DEFAULT_LIMITS
+    ) -> None:
         self.origin_key = origin_key
+        self.limits = limits
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.gone = asyncio.get_running_loop().create_future()  # set once the socket is closed
@@ -147,6 +164,9 @@ class Connection(asyncio.Protocol):
         self._started = False
         self._framed = False
         self._keep_alive = True
+        self._guard = HeadGuard(limits)
+        self._timer: asyncio.TimerHandle | None = None  # the phase's time limit
+        self._timing: type[TimeoutError] | None = None  # which phase
 
     # --- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -158,16 +178,24 @@ class Connection(asyncio.Protocol):
             self.close()
             return
         self._started = True
+        guard = self._guard
+        if not self._counted(guard, data):
+            return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(ConnectionLost(f"not HTTP/1.1: {exc}", answered=True))
+            self._fail(InvalidAnswer(f"not HTTP/1.1: {exc}"))
+        except httptools.HttpParserUpgrade:  # a 101 is refused before, any other upgrade here
+            self._fail(InvalidAnswer("an upgrade is not followed"))
+        if self._waiter is not None:  # more to come (most answers come whole: no timer)
+            self._time_phase(guard)
 
     def eof_received(self) -> bool | None:
         return None  # close the transport; connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._stop_timer()
         if not self.gone.done():
             self.gone.set_result(None)
         if self._waiter is None or self._waiter.done():
@@ -218,6 +246,7 @@ class Connection(asyncio.Protocol):
         self._waiter = waiter
         self._status, self._headers, self._body = 0, {}, bytearray()
         self._started, self._framed, self._keep_alive = False, False, True
+        self._guard = HeadGuard(self.limits)
         self.transport.write(data)
         return waiter
 
@@ -232,7 +261,53 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def _counted(self, guard: HeadGuard, data: bytes) -> bool:
+        """Count ``data`` before the parser sees it; False if the answer ended here (over a
+        limit: failed; enough of the body read: finished), and the connection with it."""
+        was_done = guard.done
+        problem = guard.feed(data)
+        if problem is not None:
+            self._fail(InvalidAnswer(problem))
+            return False
+        if not was_done or guard.body_bytes <= _BODY_WIRE_BYTES:
+            return True
+        if self._status < 200:  # the parser saw no final answer where the guard did
+            self._fail(InvalidAnswer(f"over {_BODY_WIRE_BYTES} bytes after the head"))
+            return False
+        self._keep_alive = False  # enough read: keep what came, drop the rest
+        self._finish()
+        self.close()
+        return False
+
+    def _time_phase(self, guard: HeadGuard) -> None:
+        """Start the head's timer at its first byte (each interim head's too), the body's as
+        the final head ends."""
+        if guard.done:
+            if self._timing is not BodyTimeout:
+                self._start_timer(self.limits.body_timeout_s, BodyTimeout)
+        elif guard.in_head:
+            if self._timing is not HeadTimeout:
+                self._start_timer(self.limits.head_timeout_s, HeadTimeout)
+        else:  # between an interim answer and the next
+            self._stop_timer()
+
+    def _start_timer(self, seconds: float, kind: type[TimeoutError]) -> None:
+        self._stop_timer()
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(seconds, self._expired, seconds, kind)
+        self._timing = kind
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._timing = None, None
+
+    def _expired(self, seconds: float, kind: type[TimeoutError]) -> None:
+        self._timer, self._timing = None, None
+        self._fail(kind(f"{kind.__name__} after {seconds:g} s"))
+
     def _finish(self) -> None:
+        self._stop_timer()
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_result(
@@ -240,6 +315,7 @@ class Connection(asyncio.Protocol):
             )
 
     def _fail(self, exc: Exception) -> None:
+        self._stop_timer()
         waiter, self._waiter = self._waiter, None
         self._keep_alive = False
         if waiter is not None and not waiter.done():

@@ -16,6 +16,13 @@ under a ``GOAWAY`` had no effect, so it fails as :class:`ConnectionLost` with
 ``answered=False`` and is sent once more on another connection, as on HTTP/1.1. Request
 bodies respect the endpoint's flow-control windows; answers are acknowledged as they come,
 so a slow reader never stalls the other streams.
+
+The :class:`~.answer_limits.AnswerLimits` hold here too: a header block decodes to at most
+``max_head_bytes`` (hpack's own limit, advertised as ``SETTINGS_MAX_HEADER_LIST_SIZE``), at
+most ``max_head_bytes`` arrive without completing a frame the state machine reports (a
+``CONTINUATION`` flood), and a stream's headers, header lines and interim answers are
+counted; over a limit the stream fails as :class:`~.answer_limits.InvalidAnswer`, the whole
+connection when the flood is not a stream's. Phases are timed by the attempt's deadline.
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from .http1 import Answer, Connection, ConnectionLost, InvalidRequest, Origin
+from .answer_limits import AnswerLimits, InvalidAnswer
+from .http1 import DEFAULT_LIMITS, Answer, Connection, ConnectionLost, InvalidRequest, Origin
 from .sender import MAX_RESPONSE_BYTES, OutgoingRequest
 
 ALPN = ["h2", "http/1.1"]
@@ -40,12 +48,13 @@ DEFAULT_MAX_STREAMS = 100
 """Streams used at once before the endpoint's SETTINGS say how many it takes."""
 _WANTED = {b"retry-after": "retry-after", b"location": "location"}
 _UNPROCESSED = {h2.errors.ErrorCodes.REFUSED_STREAM}
+_FRAME_ROOM = 16_384 + 9  # one frame of the default maximum size, and its header
 
 
 class _Stream:
     """One request on the connection: the body still to send, the answer so far."""
 
-    __slots__ = ("body", "headers", "pending", "started", "status", "waiter")
+    __slots__ = ("body", "headers", "interim", "pending", "started", "status", "waiter")
 
     def __init__(self, waiter: asyncio.Future[Answer], pending: bytes) -> None:
         self.waiter = waiter
@@ -54,6 +63,7 @@ class _Stream:
         self.headers: dict[str, str] = {}
         self.body = bytearray()
         self.started = False
+        self.interim = 0
 
 
 class H2Connection(asyncio.Protocol):
@@ -62,8 +72,11 @@ class H2Connection(asyncio.Protocol):
 
     http2 = True
 
-    def __init__(self, origin_key: tuple[str, str, int]) -> None:
+    def __init__(
+        self, origin_key: tuple[str, str, int], limits: AnswerLimits = DEFAULT_LIMITS
+    ) -> None:
         self.origin_key = origin_key
+        self.limits = limits
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reused = False
@@ -78,6 +91,15 @@ class H2Connection(asyncio.Protocol):
             normalize_outbound_headers=False,
         )
         self._h2 = h2.connection.H2Connection(config=config)
+        self._h2.local_settings = h2.settings.Settings(
+            client=True,
+            initial_values={
+                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: DEFAULT_MAX_STREAMS,
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_head_bytes,
+            },
+        )
+        self._h2.decoder.max_header_list_size = limits.max_head_bytes
+        self._quiet = 0  # bytes received since the state machine last reported an event
         self._streams: dict[int, _Stream] = {}
         self._max_streams = DEFAULT_MAX_STREAMS
         self._going_away = False
@@ -106,7 +128,12 @@ class H2Connection(asyncio.Protocol):
         try:
             events = self._h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
-            self._fail_all(f"not HTTP/2: {exc}")
+            self._fail_all(f"not HTTP/2: {exc}", invalid=True)
+            self.close()
+            return
+        self._quiet = 0 if events else self._quiet + len(data)
+        if self._quiet > self.limits.max_head_bytes + _FRAME_ROOM:
+            self._fail_all(f"over {self.limits.max_head_bytes} bytes in one header block", True)
             self.close()
             return
         for event in events:
@@ -162,6 +189,10 @@ class H2Connection(asyncio.Protocol):
         stream = self._streams.get(getattr(event, "stream_id", 0) or 0)
         if isinstance(event, h2.events.ResponseReceived) and stream is not None:
             stream.started = True
+            problem = self._header_problem(event.headers)
+            if problem is not None:
+                self._refuse(event.stream_id, problem)
+                return
             for name, value in event.headers:
                 if name == b":status":
                     stream.status = int(value)
@@ -180,6 +211,14 @@ class H2Connection(asyncio.Protocol):
             self._fail(
                 event.stream_id, f"stream reset by the endpoint ({event.error_code!r})", answered
             )
+        elif isinstance(event, h2.events.InformationalResponseReceived) and stream is not None:
+            stream.interim += 1
+            most = self.limits.max_interim_answers
+            problem = self._header_problem(event.headers)
+            if problem is None and stream.interim > most:
+                problem = f"more than {most} interim 1xx answers"
+            if problem is not None:
+                self._refuse(event.stream_id, problem)
         elif isinstance(event, h2.events.WindowUpdated):
             for stream_id, waiting in list(self._streams.items()):
                 if waiting.pending and event.stream_id in (0, stream_id):
@@ -214,9 +253,27 @@ class H2Connection(asyncio.Protocol):
         if stream is not None and not stream.waiter.done():
             stream.waiter.set_exception(ConnectionLost(message, answered=answered))
 
-    def _fail_all(self, message: str) -> None:
+    def _fail_all(self, message: str, invalid: bool = False) -> None:
         for stream_id in list(self._streams):
-            self._fail(stream_id, message, self._streams[stream_id].started)
+            if invalid:
+                self._refuse(stream_id, message)
+            else:
+                self._fail(stream_id, message, self._streams[stream_id].started)
+
+    def _header_problem(self, headers: list[tuple[bytes, bytes]]) -> str | None:
+        limits = self.limits
+        if len(headers) > limits.max_headers + 1:  # and :status
+            return f"more than {limits.max_headers} headers"
+        for name, value in headers:
+            if len(name) + len(value) + 4 > limits.max_header_line_bytes:  # as "n: v\r\n"
+                return f"a header line over {limits.max_header_line_bytes} bytes"
+        return None
+
+    def _refuse(self, stream_id: int, problem: str) -> None:
+        """Fail the stream's attempt as an invalid answer (its done callback resets it)."""
+        stream = self._streams.get(stream_id)
+        if stream is not None and not stream.waiter.done():
+            stream.waiter.set_exception(InvalidAnswer(problem))
 
     def _abandon(self, stream_id: int) -> None:
         """The caller has its answer (or gave up): forget the stream, cancel it if the
@@ -244,16 +301,19 @@ class Negotiating(asyncio.Protocol):
     it hands the transport to :class:`H2Connection` if ALPN selected ``h2``, else to
     :class:`.http1.Connection` (``chosen``)."""
 
-    def __init__(self, origin_key: tuple[str, str, int]) -> None:
+    def __init__(
+        self, origin_key: tuple[str, str, int], limits: AnswerLimits = DEFAULT_LIMITS
+    ) -> None:
         self.origin_key = origin_key
+        self.limits = limits
         self.chosen: Connection | H2Connection | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         chosen: Connection | H2Connection
         if negotiated(transport) == "h2":
-            chosen = H2Connection(self.origin_key)
+            chosen = H2Connection(self.origin_key, self.limits)
         else:
-            chosen = Connection(self.origin_key)
+            chosen = Connection(self.origin_key, self.limits)
         self.chosen = chosen
         transport.set_protocol(chosen)
         chosen.connection_made(transport)

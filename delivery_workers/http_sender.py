@@ -15,6 +15,7 @@ HTTP/2 to HTTPS endpoints that select it through ALPN (:mod:`.http2`), never oth
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import ssl
 import time
@@ -23,8 +24,9 @@ from collections.abc import Callable
 
 from core.endpoint_policy import EndpointPolicy
 from core.lifecycle import AsyncResource
-from core.result import DeliveryResult
+from core.result import DeliveryResult, ErrorKind
 
+from .answer_limits import AnswerLimits, ConnectTimeout, InvalidAnswer, QuietLog
 from .http1 import (
     Answer,
     Connection,
@@ -46,6 +48,7 @@ from .settings import WorkerSettings
 
 _OriginKey = tuple[str, str, int]
 AnyConnection = Connection | H2Connection
+log = logging.getLogger(__name__)
 
 
 class EndpointRefused(Exception):
@@ -75,9 +78,11 @@ class ConnectionPool:
         ssl_context: ssl.SSLContext | None,
         policy: EndpointPolicy | None = None,
         http2: bool = False,
+        limits: AnswerLimits | None = None,
     ) -> None:
         self.max_connections = max_connections
         self.policy = policy
+        self.limits = limits or AnswerLimits()
         self.keepalive_expiry = keepalive_expiry
         self.http2 = http2
         self._ssl = ssl_context
@@ -199,7 +204,19 @@ class ConnectionPool:
             await asyncio.wait([conn.gone for conn in every], timeout=grace_s)
 
     async def _connect(self, loop: asyncio.AbstractEventLoop, origin: Origin) -> AnyConnection:
-        key = origin.key
+        """A new connection (resolved, checked, connected, TLS negotiated) within the
+        limits' ``connect_timeout_s``."""
+        seconds = self.limits.connect_timeout_s
+        try:
+            async with asyncio.timeout(seconds):
+                return await self._open_connection(loop, origin)
+        except TimeoutError:
+            raise ConnectTimeout(f"ConnectTimeout after {seconds:g} s") from None
+
+    async def _open_connection(
+        self, loop: asyncio.AbstractEventLoop, origin: Origin
+    ) -> AnyConnection:
+        key, limits = origin.key, self.limits
         host = await self._checked_address(loop, origin)
         if origin.scheme == "https":
             if self._ssl is None:
@@ -207,7 +224,7 @@ class ConnectionPool:
                 if self.http2:
                     self._ssl.set_alpn_protocols(ALPN)
             _, chooser = await loop.create_connection(
-                lambda: Negotiating(key),
+                lambda: Negotiating(key, limits),
                 host,
                 origin.port,
                 ssl=self._ssl,
@@ -216,7 +233,9 @@ class ConnectionPool:
             assert chooser.chosen is not None, "connection_made picks the protocol"
             return chooser.chosen
         else:
-            _, conn = await loop.create_connection(lambda: Connection(key), host, origin.port)
+            _, conn = await loop.create_connection(
+                lambda: Connection(key, limits), host, origin.port
+            )
         return conn
 
     async def _checked_address(self, loop: asyncio.AbstractEventLoop, origin: Origin) -> str:
@@ -282,7 +301,9 @@ class HttpSender(AsyncResource):
     worker's total in-flight limit), idle ones kept ``keepalive_expiry`` seconds. HTTPS
     endpoints are verified with ``ssl_context`` (default: the system's trust store). With a
     ``policy`` (:mod:`core.endpoint_policy`) every address an endpoint resolves to is checked
-    before connecting; a refused one fails the delivery to the DLQ."""
+    before connecting; a refused one fails the delivery to the DLQ. What an endpoint may
+    answer, and how long each phase may take, is bounded by ``limits``
+    (:mod:`.answer_limits`)."""
 
     def __init__(
         self,
@@ -293,9 +314,13 @@ class HttpSender(AsyncResource):
         clock: Callable[[], float] = time.time,
         policy: EndpointPolicy | None = None,
         http2: bool = False,
+        limits: AnswerLimits | None = None,
     ) -> None:
-        self.pool = ConnectionPool(max_connections, keepalive_expiry, ssl_context, policy, http2)
+        self.pool = ConnectionPool(
+            max_connections, keepalive_expiry, ssl_context, policy, http2, limits
+        )
         self._clock = clock
+        self.quiet_log = QuietLog(log)
 
     async def start(self) -> None:
         """Nothing to open: connections are made on first use and kept alive."""
@@ -326,7 +351,14 @@ class HttpSender(AsyncResource):
             return DeliveryResult.invalid(f"invalid request: {exc}")
         except EndpointRefused as exc:  # not retried: only a policy change lets it through
             return DeliveryResult.invalid(f"endpoint refused: {exc}")
+        except InvalidAnswer as exc:
+            error = f"invalid response: {exc}"
+            self._tell(origin, error)
+            latency_s = time.perf_counter() - started
+            return DeliveryResult.failure(ErrorKind.INVALID_RESPONSE, error, latency_s)
         except Exception as exc:
+            if isinstance(exc, ssl.SSLError):
+                self._tell(origin, f"TLS error: {exc}")
             return DeliveryResult.from_exception(exc, time.perf_counter() - started)
         return DeliveryResult.from_response(
             answer.status,
@@ -336,6 +368,11 @@ class HttpSender(AsyncResource):
             now=self._clock(),
             batch=type(delivery) is not Delivery,
         )
+
+    def _tell(self, origin: Origin, error: str) -> None:
+        """One line per endpoint per minute for an answer it should not have given."""
+        where = f"{origin.scheme}://{origin.host_header}"
+        self.quiet_log.warning(origin.key, "endpoint %s: %s (logged once a minute)", where, error)
 
     async def _exchange(
         self, origin: Origin, out: OutgoingRequest, data: bytes, timeout_s: float
@@ -369,4 +406,5 @@ def make_sender(settings: WorkerSettings) -> HttpSender:
         max_connections=settings.max_connections,
         policy=settings.endpoint_policy,
         http2=settings.http2,
+        limits=settings.answer_limits,
     )

@@ -20,6 +20,8 @@ from core.settings import (
 from metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
 from segments.config import AuditConfig, ClusterConfig, embedded_only
 
+from .answer_limits import AnswerLimits
+
 
 class WorkerSettings(SettingsBase):
     section: ClassVar[str] = "worker"  # of a deployment file (core.settings)
@@ -36,6 +38,11 @@ class WorkerSettings(SettingsBase):
     endpoint_policy: EndpointPolicy = Field(
         default_factory=EndpointPolicy,
         description="which addresses deliveries may go to (docs/security.md); checked at connect",
+    )
+    answer_limits: AnswerLimits = Field(
+        default=AnswerLimits(),
+        description="what an endpoint may answer and how long each phase may take "
+        "(docs/security.md); more fails the attempt as invalid_response or a timeout",
     )
     # Configs written before there was one sender may still name the others: they start, on
     # the HTTP sender, instead of failing (the field is kept for that reason only).

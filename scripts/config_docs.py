@@ -22,6 +22,7 @@ from control_plane.settings import ControlPlaneSettings
 from core.endpoint_policy import EndpointPolicy
 from core.http_server import HttpServerLimits
 from core.settings import SHARED, default_member_id
+from delivery_workers.answer_limits import AnswerLimits
 from delivery_workers.settings import WorkerSettings
 from metastore.config import EmbeddedMetaStoreConfig, ZooKeeperConfig
 from producer_api.settings import ProducerSettings
@@ -50,6 +51,7 @@ SHARED_MODELS: list[tuple[str, type[BaseModel]]] = [
     ("`audit`", AuditConfig),
     ("`endpoint_policy`", EndpointPolicy),
     ("`http_server`", HttpServerLimits),
+    ("`answer_limits` (worker)", AnswerLimits),
 ]
 
 

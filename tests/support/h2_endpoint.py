@@ -49,6 +49,8 @@ class H2Endpoint:
     body: bytes = b""
     refuse_first: int = 0  # HTTP/2: reset this many streams with REFUSED_STREAM first
     max_streams: int = 100
+    extra_headers: list[tuple[str, str]] = field(default_factory=list)  # in every answer
+    interim: int = 0  # HTTP/2: this many 103 Early Hints before each answer
     connections: int = 0
     protocols_seen: list[str] = field(default_factory=list)
     requests: list[tuple[str, int, dict[str, str]]] = field(default_factory=list)
@@ -139,7 +141,10 @@ class H2Endpoint:
             conn.reset_stream(stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
             return
         self.requests.append(("h2", number, head))
+        for _ in range(self.interim):
+            conn.send_headers(stream_id, [(":status", "103")])
         headers = [(":status", str(self.status)), ("content-length", str(len(self.body)))]
+        headers += self.extra_headers
         conn.send_headers(stream_id, headers, end_stream=not self.body)
         if self.body:
             conn.send_data(stream_id, self.body, end_stream=True)

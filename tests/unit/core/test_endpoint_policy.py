@@ -3,6 +3,7 @@ allowed, names checked again at connect time, and the dev default still reaching
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from pathlib import Path
 from typing import Any
@@ -130,3 +131,122 @@ def test_httpbus_dev_allows_private_networks_and_tells_its_worker(
     settings = dev_settings(None, tmp_path, "127.0.0.1", 8700)
     assert settings.endpoint_policy == DEV
     assert ControlPlaneSettings(admin_token="x" * 24).endpoint_policy == STRICT
+
+
+# --- IPv6 forms that carry an IPv4 address (issue 38) ---------------------------------------
+
+CARRIED = {  # the URL's host -> the IPv4 address it carries
+    "[64:ff9b::a00:1]": "10.0.0.1",  # NAT64, well-known prefix
+    "[64:ff9b:1::a00:1]": "10.0.0.1",  # NAT64, local-use prefix (/96 layout)
+    "[64:ff9b:1:a00:0:100::]": "10.0.0.1",  # NAT64, local-use prefix (/48 layout)
+    "[::127.0.0.1]": "127.0.0.1",  # IPv4-compatible
+    "[2002:7f00:1::]": "127.0.0.1",  # 6to4
+    "[::ffff:0:7f00:1]": "127.0.0.1",  # IPv4-translated
+    "[2001:0:4136:e378:8000:63bf:80ff:fffe]": "127.0.0.1",  # Teredo, client 127.0.0.1
+    "[64:ff9b::a9fe:a9fe]": "169.254.169.254",
+    "[::169.254.169.254]": "169.254.169.254",
+    "[::ffff:169.254.169.254]": "169.254.169.254",
+}
+METADATA = [
+    "http://[64:ff9b::a9fe:a9fe]/",
+    "http://[::169.254.169.254]/",
+    "http://[2002:a9fe:a9fe::]/",
+    "http://100.100.100.200/latest/meta-data/",
+    "http://[64:ff9b::6464:64c8]/",  # 100.100.100.200 through NAT64
+    "http://169.254.170.2/v2/credentials",
+    "http://[fd00:ec2::254]/",
+    "http://[fd20:ce::254]/",
+    "http://metadata.tencentyun.com/",
+]
+
+
+@pytest.mark.parametrize("host", CARRIED)
+def test_an_ipv6_form_is_judged_as_the_ipv4_address_it_carries(host: str) -> None:
+    """Refused as its IPv4 address is, and, being private, even where private networks are
+    allowed: write the address itself (or list it in allow)."""
+    url, inner = f"http://{host}/hook", CARRIED[host]
+    for policy in (STRICT, DEV):
+        problem = policy.url_problem(url)
+        assert problem is not None and f"{inner})" in problem, problem
+    allowed = EndpointPolicy(allow=(f"{inner}/32",))
+    if not inner.startswith("169.254."):
+        assert allowed.url_problem(url) is None
+        assert DEV.url_problem(f"http://{inner}/hook") is None
+
+
+@pytest.mark.parametrize("url", METADATA)
+@pytest.mark.parametrize("policy", [STRICT, DEV], ids=["default", "dev"])
+def test_cloud_metadata_is_refused_under_every_policy(policy: EndpointPolicy, url: str) -> None:
+    problem = policy.url_problem(url)
+    assert problem is not None and "metadata" in problem, problem
+    assert "public" in problem  # says what to do instead
+
+
+def test_a_cidr_in_allow_does_not_open_a_metadata_address() -> None:
+    wide = EndpointPolicy(allow=("169.254.0.0/16", "100.64.0.0/10"))
+    assert wide.url_problem("http://169.254.10.1/") is None
+    assert wide.url_problem("http://169.254.169.254/") is not None
+    assert wide.url_problem("http://100.100.100.200/") is not None
+    exact = EndpointPolicy(allow=("100.100.100.200",))
+    assert exact.url_problem("http://100.100.100.200/") is None
+
+
+@pytest.mark.parametrize(
+    "host", ["[2606:4700::1111]", "[64:ff9b::808:808]", "[2002:808:808::]", "[64:ff9b:1::808:808]"]
+)
+def test_ipv6_forms_of_public_addresses_pass(host: str) -> None:
+    assert STRICT.url_problem(f"http://{host}/hook") is None
+
+
+REFUSED_AT_CREATE = [*(f"http://{h}/hook" for h in CARRIED), *METADATA]
+
+
+@pytest.mark.parametrize("policy", [STRICT, DEV], ids=["default", "dev"])
+async def test_the_control_plane_refuses_every_form_at_create(
+    tmp_path: Path, policy: EndpointPolicy
+) -> None:
+    """Under the default policy and under dev (which allows 127.0.0.1 written as such)."""
+    async with embedded_control_plane(tmp_path, endpoint_policy=policy) as cp:
+        await create_shop(cp.client)
+        for n, url in enumerate(REFUSED_AT_CREATE):
+            sub = {"name": f"s{n}", "topic": "orders", "endpoint": {"url": url}}
+            r = await cp.client.post("/v1/projects/shop/subscriptions", json=sub)
+            assert r.status_code == 422, (url, r.text)
+            body = r.json()
+            assert body["code"] == "validation_failed"
+            assert body["details"]["fields"][0]["field"] == "endpoint.url"
+            assert "public" in body["message"], body["message"]
+            project = {"name": f"p{n}", "notification_url": url}
+            r = await cp.client.post("/v1/projects", json=project)
+            assert r.status_code == 422 and "notification_url" in r.text, (url, r.text)
+
+
+@pytest.mark.parametrize("host", list(CARRIED) + ["100.100.100.200"])
+async def test_the_sender_refuses_every_form_at_connect(host: str) -> None:
+    """The sender resolves the host and judges the address it would connect to: a literal
+    that slipped past the control plane never gets a connection."""
+    url = f"http://{host}:9/hook"
+    for policy in (STRICT, DEV):
+        async with HttpSender(policy=policy) as sender:
+            result = await sender.send(_delivery(url))
+        assert result.error_kind is ErrorKind.INVALID_REQUEST, result
+        assert "endpoint refused" in (result.error or "")
+
+
+@pytest.mark.parametrize("address", ["::ffff:0:7f00:1", "64:ff9b::a9fe:a9fe", "::a9fe:a9fe"])
+async def test_a_name_resolving_to_an_ipv6_form_is_refused_at_connect(
+    monkeypatch: pytest.MonkeyPatch, address: str
+) -> None:
+    """DNS answering an IPv6 form of an inside address: refused under the default policy
+    and under dev."""
+
+    async def resolve(self: Any, host: str, port: int, **kwargs: Any) -> Any:
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", (address, port, 0, 0))]
+
+    monkeypatch.setattr(asyncio.get_running_loop().__class__, "getaddrinfo", resolve)
+    url = "http://hooks.example.com:9/hook"
+    for policy in (STRICT, DEV):
+        async with HttpSender(policy=policy) as sender:
+            result = await sender.send(_delivery(url))
+        assert result.error_kind is ErrorKind.INVALID_REQUEST, result
+        assert "endpoint refused" in (result.error or "")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from core.result import ErrorKind
 from delivery_workers.http_sender import HttpSender
 from delivery_workers.sender import Delivery
 from tests.support.h2_endpoint import H2Endpoint, make_certificate
@@ -148,3 +149,26 @@ async def test_past_the_endpoints_stream_limit_more_connections_carry_the_rest(
         results = await asyncio.gather(*(sender.send(_delivery(endpoint.url)) for _ in range(12)))
     assert all(r.succeeded for r in results), [r.error for r in results if not r.succeeded]
     assert set(endpoint.protocols_seen) == {"h2"} and endpoint.connections >= 2
+
+
+@pytest.mark.parametrize(
+    ("options", "refusal"),
+    [
+        ({"extra_headers": [(f"x-h{n}", "v") for n in range(150)]}, "more than 100 headers"),
+        ({"extra_headers": [("x-big", "v" * 20_000)]}, "a header line over 16384 bytes"),
+        ({"interim": 20}, "more than 16 interim 1xx answers"),
+    ],
+    ids=["150 headers", "a 20 KB header", "20 interim answers"],
+)
+async def test_an_h2_answer_over_a_limit_is_an_invalid_response(
+    certificate: tuple[Path, Path],
+    endpoints: list[H2Endpoint],
+    options: dict[str, object],
+    refusal: str,
+) -> None:
+    endpoint = await _started(certificate, endpoints, **options)
+    async with _h2_sender(certificate) as sender:
+        result = await sender.send(_delivery(endpoint.url))
+    assert endpoint.protocols_seen == ["h2"]
+    assert result.error_kind is ErrorKind.INVALID_RESPONSE, result
+    assert refusal in (result.error or "")

@@ -18,6 +18,7 @@ import uvloop
 from pydantic import ValidationError
 
 from core.model import RetryPolicy
+from core.result import ErrorKind
 from core.retry import retries
 from delivery_workers.http1 import InvalidRequest, encode_request, parse_origin
 from delivery_workers.http_sender import HttpSender, make_sender
@@ -194,13 +195,14 @@ async def test_an_interim_answer_is_skipped(serve: Serve) -> None:
     assert result.succeeded and result.status == 204
 
 
-async def test_an_answer_that_is_not_http_is_a_connection_error(serve: Serve) -> None:
+async def test_an_answer_that_is_not_http_is_an_invalid_response(serve: Serve) -> None:
     server = await serve(_always(b"SSH-2.0-OpenSSH_9.6\r\n\r\n"))
     async with HttpSender() as s:
         result = await s.send(_delivery(server.url()))
         assert s.pool.open_connections == 0
     assert retries(RetryPolicy(), result) and result.error is not None
-    assert result.error.startswith("connection error: ConnectionLost: not HTTP/1.1")
+    assert result.error_kind is ErrorKind.INVALID_RESPONSE
+    assert result.error.startswith("invalid response: not HTTP/1.1")
 
 
 async def test_at_the_limit_an_idle_connection_of_another_origin_makes_room(

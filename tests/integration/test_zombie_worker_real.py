@@ -21,10 +21,12 @@ import pytest
 
 from metastore import paths
 from segments.protocol import Record
+from segments.reader import commit_group
 from tests.support.hook import Request
 from tests.support.peers import owner
 from tests.support.processes import WorkerProcess
 from tests.support.services import RealServices
+from tests.support.stored import read_to_end
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.until import until
 from tests.support.workers import ProcessWorld, process_world
@@ -85,14 +87,17 @@ class Producer:
         return (f"m{i:06d}" for i in range(self.sent))
 
     async def burst(self, count: int) -> None:
-        await self.world.produce_many([_record(self.sent + i) for i in range(count)])
-        self.sent += count
+        await self.world.produce_many(self._take(count))
+
+    def _take(self, count: int) -> list[Record]:
+        """The next ``count`` messages, their ids taken before any await: a burst and the
+        paced batches run concurrently."""
+        start, self.sent = self.sent, self.sent + count
+        return [_record(start + i) for i in range(count)]
 
     async def run(self) -> None:
         while not self.stopped.is_set():
-            batch = [_record(self.sent + i) for i in range(RATE // 10)]
-            await self.world.produce_many(batch)
-            self.sent += len(batch)
+            await self.world.produce_many(self._take(RATE // 10))
             await asyncio.sleep(0.1)  # a pace, not a synchronisation
 
 
@@ -217,7 +222,15 @@ async def test_a_worker_paused_past_its_session_sends_nothing_when_it_resumes(
 
 async def _diagnosis(world: ProcessWorld, expected: set[str]) -> str:
     missing = sorted(expected - set(world.hook.ids("s0")))
-    lines = [f"missing {len(missing)}: {missing[:10]}", f"holder: {await world.holder('s0')}"]
+    stored = await read_to_end(world.store, world.storage, expected=len(expected))
+    where = {m.value.decode(): (m.partition, m.position) for m in stored}
+    sub = await world.catalog.get_subscription("shop", "s0")
+    committed = await world.store.committed(world.storage, commit_group(sub))
+    lines = [
+        f"missing {len(missing)}: {[(m, where.get(m)) for m in missing[:20]]}",
+        f"holder: {await world.holder('s0')}; committed {committed}",
+        f"ends {await world.store.end_positions(world.storage)}; stored {len(stored)}",
+    ]
     for worker in world.processes:
         lines += [f"--- {worker.member}", worker.log.read_text()[-4000:]]
     return "\n".join(lines)

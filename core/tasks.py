@@ -9,7 +9,6 @@ await tasks.aclose()  # cancels what still runs, and waits for it
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Coroutine, Sequence
 from typing import Any
 
@@ -26,22 +25,27 @@ class TaskSet:
         task.add_done_callback(self._tasks.discard)
 
     async def aclose(self) -> None:
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_all(list(self._tasks))
 
 
 async def cancel_all(tasks: Sequence[asyncio.Future[None]]) -> None:
-    """Cancel ``tasks`` and wait until each has ended (in order; only a cancellation is
-    swallowed)."""
+    """Cancel ``tasks`` and wait until each has ended (in order). Their cancellations are
+    swallowed, any other error is raised; a cancellation of the *caller* itself, arriving
+    while it waits here, is raised once every task has ended: swallowing it as one of the
+    tasks' would let the caller go on as if never cancelled."""
     for task in tasks:
         task.cancel()
+    cancelled = False
     for task in tasks:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        while not task.done():
+            try:
+                await asyncio.wait([task])
+            except asyncio.CancelledError:
+                cancelled = True
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 async def cancel(task: asyncio.Future[None] | None) -> None:

@@ -176,6 +176,10 @@ class _Db:
 
     def ensure_member(self, path: str, data: bytes) -> None:
         found = self.row(path)
+        if found is not None and found[2] is not None and not self._alive(found[2]):
+            # Left by a dead session (ours, reaped) that the reaper has not cleared yet.
+            self.conn.execute("DELETE FROM nodes WHERE path = ?", (path,))
+            found = None
         if found is None:
             self.create(path, data, True)
         elif found[2] == self.session:
@@ -184,6 +188,10 @@ class _Db:
             raise AlreadyExists(f"member {path} belongs to another session", details={"path": path})
 
     # -- sessions --------------------------------------------------------------------------
+
+    def _alive(self, session: str) -> bool:
+        row = self.conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session,))
+        return row.fetchone() is not None
 
     def open_session(self) -> None:
         self.session = uuid.uuid4().hex

@@ -172,6 +172,7 @@ def _check(pair: Pair, fault_at: float, took_over: float, fault: str) -> None:
     """Nothing lost, nothing reordered, the zombie silent before its session could expire
     and before the heir's first delivery; the figures printed."""
     requests = pair.world.hook.requests
+    pair.senders.resolve(requests)  # any that came after the last look
     by = [
         (r.at - fault_at, who)
         for r, who in zip(requests, pair.senders.who, strict=True)

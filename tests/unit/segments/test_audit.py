@@ -21,7 +21,7 @@ from core.errors import StorageUnavailable, TooLarge
 from segments.audit import AuditSink, decode_audit_record
 from segments.embedded import EmbeddedSegmentStore, EmbeddedSettings
 from segments.protocol import Produced, Record, SegmentStore, Stored
-from tests.support.stored import read_all
+from tests.support.stored import read_to_end
 from tests.support.until import until
 
 TOPIC = "__httpbus.audit"
@@ -115,7 +115,7 @@ async def store(tmp_path: Path) -> AsyncIterator[EmbeddedSegmentStore]:
 
 async def _read_all(store: SegmentStore, topic: str = TOPIC) -> list[Stored]:
     """Every record of the topic, partition by partition, each in stored order."""
-    return await read_all(store, topic, max_records=1000, timeout=1.0)
+    return await read_to_end(store, topic, timeout=1.0)
 
 
 def _lines(records: Sequence[Stored | Record]) -> list[bytes]:

@@ -8,7 +8,7 @@ PHASE := scripts/phase.sh
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: install run run-real test test-unit lint types check services-up services-down services-status clean bench-peers
+.PHONY: install run run-real test test-unit chaos lint types check services-up services-down services-status clean bench-peers
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,12 @@ test: install
 ## Unit tests only: no servers.
 test-unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+## The faults of docs/reliability.md: leaders killed on a 3-node ZooKeeper ensemble and 3 Kafka
+## brokers the tests start themselves (tests/chaos), and the zombie worker on the single nodes.
+## `make test` runs them too; this runs only them, with their figures printed.
+chaos: install
+	$(SERVICES) --only zookeeper,kafka run -- $(PY) -m pytest -s tests/chaos tests/integration/test_zombie_worker_real.py $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

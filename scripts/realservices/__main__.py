@@ -24,6 +24,7 @@ from types import FrameType
 import yaml
 
 from . import maven
+from .cluster import cluster_topology
 from .deployment import deployment
 from .maven import MissingTool
 from .supervisor import Supervisor, tail
@@ -32,6 +33,7 @@ NAMES = ["zookeeper", "kafka", "pulsar", "postgres"]
 # Fetched with the servers, never started: jars other processes load (the Spark audit jobs).
 FETCH_ONLY = ["spark"]
 DEFAULT_DIR = Path(tempfile.gettempdir()) / "httpbus-services"
+CLUSTER_DIR = Path(tempfile.gettempdir()) / "httpbus-cluster"
 DEFAULT_CACHE = Path.home() / ".cache" / "httpbus" / "realservices"
 
 
@@ -43,7 +45,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="run folder (data, logs, state)")
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="classpath cache")
-    p.add_argument("--only", default=",".join(NAMES), help="comma-separated subset of servers")
+    p.add_argument("--only", default="", help="comma-separated subset of servers (default all)")
+    p.add_argument(
+        "--topology",
+        choices=["single", "cluster"],
+        default="single",
+        help="single: one node of each (the suite's); cluster: 3 ZooKeeper + 3 Kafka nodes, "
+        f"replicated (run folder {CLUSTER_DIR} unless --dir)",
+    )
     p.add_argument("command", choices=["fetch", "up", "down", "status", "deployment", "run"])
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="with run: the command to run")
     return p
@@ -101,12 +110,16 @@ def _deployment(state_file: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    names = [n for n in args.only.split(",") if n]
-    unknown = sorted(set(names) - set(NAMES))
+    cluster = args.topology == "cluster"
+    topology = cluster_topology() if cluster else None
+    known = list(topology.servers) if topology else NAMES
+    names = [n for n in args.only.split(",") if n] or known
+    unknown = sorted(set(names) - set(known))
     if unknown:
-        print(f"unknown server(s) {unknown}; choose from {NAMES}", file=sys.stderr)
+        print(f"unknown server(s) {unknown}; choose from {known}", file=sys.stderr)
         return 2
-    sup = Supervisor(args.dir, args.cache)
+    run_dir = CLUSTER_DIR if cluster and args.dir == DEFAULT_DIR else args.dir
+    sup = Supervisor(run_dir, args.cache, topology=topology)
     try:
         if args.command == "fetch":
             t0 = time.monotonic()

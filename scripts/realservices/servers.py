@@ -74,6 +74,16 @@ class Server:
     # What ``prepare`` gets as its second argument; None: the classpath of ``poms/<name>``.
     resolve: Callable[[], str] | None = None
     stop_signal: signal.Signals = signal.SIGTERM
+    pom: str = ""  # the ``poms/<pom>`` whose classpath it runs on; "" : its name's
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The servers of one run folder, by name, and what clients connect to (the state
+    file's ``endpoints``): :func:`single` here, the cluster in ``cluster.py``."""
+
+    servers: dict[str, Server]
+    endpoints: dict[str, str]
 
 
 def _write(path: Path, text: str) -> Path:
@@ -385,6 +395,11 @@ def _pg_url(ports: Ports) -> str:
 def all_servers(ports: Ports) -> dict[str, Server]:
     servers = (zookeeper(ports), kafka(ports), pulsar(ports), postgres(ports))
     return {s.name: s for s in servers}
+
+
+def single(ports: Ports) -> Topology:
+    """One node of each server: the suite's and ``make run-real``'s."""
+    return Topology(all_servers(ports), endpoints(ports))
 
 
 def endpoints(ports: Ports) -> dict[str, str]:

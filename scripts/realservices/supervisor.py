@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import maven
-from .servers import Ports, Server, all_servers, endpoints
+from .servers import Ports, Server, Topology, single
 
 PR_SET_PDEATHSIG = 1
 
@@ -68,11 +68,19 @@ def tail(path: Path, lines: int = 40) -> str:
 class Supervisor:
     """The servers of one run folder (``run_dir``): start, wait, stop, describe."""
 
-    def __init__(self, run_dir: Path, cache: Path, ports: Ports | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        cache: Path,
+        ports: Ports | None = None,
+        *,
+        topology: Topology | None = None,
+    ) -> None:
         self.run_dir = run_dir
         self.cache = cache
         self.ports = ports or Ports()
-        self.servers = all_servers(self.ports)
+        self.topology = topology or single(self.ports)
+        self.servers = self.topology.servers
         self.state_file = run_dir / "state.json"
         # Popen objects of the children this instance started: waited for on stop, so they
         # are reaped and never reported as still running when collected.
@@ -96,7 +104,7 @@ class Supervisor:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(
-            json.dumps({"endpoints": endpoints(self.ports), "processes": procs}, indent=2)
+            json.dumps({"endpoints": self.topology.endpoints, "processes": procs}, indent=2)
         )
         tmp.replace(self.state_file)
 
@@ -108,8 +116,10 @@ class Supervisor:
         return {name: self._resolve(name) for name in names}
 
     def _resolve(self, name: str) -> str:
-        resolve = self.servers[name].resolve
-        return resolve() if resolve is not None else maven.classpath(name, self.cache)
+        server = self.servers[name]
+        if server.resolve is not None:
+            return server.resolve()
+        return maven.classpath(server.pom or name, self.cache)
 
     def start(self, names: list[str], die_with_parent: bool = False) -> None:
         """Start ``names`` on fresh data folders and wait until every one answers

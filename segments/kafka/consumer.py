@@ -32,6 +32,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
+from core.errors import StorageUnavailable
+
 from ..protocol import Stored
 from .config import KafkaSettings
 from .errors import resolve, translate
@@ -220,7 +222,33 @@ async def offset_at(
     return offset if offset >= 0 else None
 
 
+_STALE_LEADER = {  # by name, as translate() records them
+    KafkaError(code).name()
+    for code in (
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+    )
+}
+
+
 async def _list_offsets(
+    admin: Any, topic: str, specs: dict[int, Any], timeout: float
+) -> dict[int, int]:
+    """Once more after a metadata refresh when the leader the client knew is stale: after a
+    broker restart librdkafka's AdminClient kept asking with the old leader epoch
+    (``FENCED_LEADER_EPOCH`` for 90 s and more, in the chaos test of a killed leader)."""
+    try:
+        return await _list_offsets_once(admin, topic, specs, timeout)
+    except StorageUnavailable as exc:
+        if exc.details.get("kafka_error") not in _STALE_LEADER:
+            raise
+    await asyncio.to_thread(admin.list_topics, topic, timeout=timeout)  # refreshes the cache
+    return await _list_offsets_once(admin, topic, specs, timeout)
+
+
+async def _list_offsets_once(
     admin: Any, topic: str, specs: dict[int, Any], timeout: float
 ) -> dict[int, int]:
     request = {TopicPartition(topic, p): spec for p, spec in specs.items()}

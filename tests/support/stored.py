@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
+from core.errors import StorageUnavailable
 from segments.protocol import SegmentStore, Stored
+
+T = TypeVar("T")
 
 
 async def read_to_end(
@@ -23,10 +29,10 @@ async def read_to_end(
     how many are known to be stored; reaching it ends the read too, as Pulsar's positions
     are not dense (the last record may sit below the end position). Past ``deadline_s`` it
     fails, naming each partition short of its end."""
-    ends = await store.end_positions(topic)
+    deadline = time.monotonic() + deadline_s
+    ends = await _retried(lambda: store.end_positions(topic), deadline)
     got: dict[int, list[Stored]] = {p: [] for p in ends}
     nexts = dict.fromkeys(ends, 0)
-    deadline = time.monotonic() + deadline_s
     while True:
         short = {p: (nexts[p], end) for p, end in ends.items() if nexts[p] < end}
         total = sum(len(records) for records in got.values())
@@ -37,7 +43,22 @@ async def read_to_end(
             f"partitions short of their end (next, end): {short}"
         )
         for p, (start, _) in short.items():
-            batch = await store.read(topic, p, start, max_records=max_records, timeout=timeout)
+            batch = await _retried(
+                lambda: store.read(topic, p, start, max_records=max_records, timeout=timeout),  # noqa: B023
+                deadline,
+            )
             if batch:
                 got[p] += batch
                 nexts[p] = batch[-1].position + 1
+
+
+async def _retried(call: Callable[[], Awaitable[T]], deadline: float) -> T:
+    """``call()``, again while the storage is unavailable (a broker just restarted: stale
+    metadata, a leader epoch moving on) until ``deadline``."""
+    while True:
+        try:
+            return await call()
+        except StorageUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)  # a retry's pace

@@ -1,0 +1,174 @@
+"""The cluster topology: a three-node ZooKeeper ensemble and three Kafka brokers on one
+machine, as production runs them (issue 34), beside the single nodes of ``servers.py``.
+
+- ZooKeeper: three peers (``zookeeper-1..3``), each with its client, quorum and election
+  ports; ready once it serves as leader or follower.
+- Kafka: three KRaft nodes (``kafka-1..3``), each a broker and a controller voter (a static
+  quorum), replication factor 3, ``min.insync.replicas`` 2, unclean leader election off, the
+  internal topics replicated likewise; ready once its metadata lists all three brokers.
+
+Each node is a :class:`~.servers.Server` of its own, so a test kills, pauses and restarts
+one with the :class:`~.supervisor.Supervisor` (``restart("kafka-2")``). Heaps are small:
+the six JVMs take about 2.5 GB. Example::
+
+    topology = cluster_topology(ClusterPorts.free())
+    sup = Supervisor(run_dir, cache, topology=topology)
+    sup.start(list(topology.servers), die_with_parent=True)
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from .servers import (
+    HOST,
+    Launch,
+    Server,
+    Topology,
+    _four_letter,
+    _java,
+    _log4j,
+    _props,
+    _write,
+    kafka_cluster_id,
+)
+
+NODES = 3
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class ClusterPorts:
+    """Per node (index 0 is node 1): ZooKeeper's client, quorum and election ports; Kafka's
+    broker and controller ports."""
+
+    zookeeper: tuple[int, ...] = (2281, 2282, 2283)
+    zk_quorum: tuple[int, ...] = (2888, 2889, 2890)
+    zk_election: tuple[int, ...] = (3888, 3889, 3890)
+    kafka: tuple[int, ...] = (9192, 9193, 9194)
+    kafka_controller: tuple[int, ...] = (9195, 9196, 9197)
+
+    @classmethod
+    def free(cls) -> ClusterPorts:
+        """Ports free now (a test's own cluster beside the suite's servers)."""
+        picked = [tuple(_free_port() for _ in range(NODES)) for _ in range(5)]
+        return cls(*picked)
+
+
+def zookeeper_peer(node: int, ports: ClusterPorts) -> Server:
+    """Peer ``node`` (1-based) of the ensemble."""
+    client = ports.zookeeper[node - 1]
+
+    def prepare(data: Path, cp: str) -> Launch:
+        _write(data / "data" / "myid", f"{node}\n")
+        peers = {
+            f"server.{i}": f"{HOST}:{ports.zk_quorum[i - 1]}:{ports.zk_election[i - 1]}"
+            for i in range(1, NODES + 1)
+        }
+        settings = {
+            "tickTime": 1000,  # sessions of 2-20 s: the tests' 4 s sessions fit
+            "initLimit": 10,
+            "syncLimit": 5,
+            "dataDir": data / "data",
+            "clientPort": client,
+            "clientPortAddress": HOST,
+            "admin.enableServer": "false",
+            "4lw.commands.whitelist": "ruok,srvr,stat,mntr,wchs",
+            "maxClientCnxns": 0,
+            **peers,
+        }
+        cfg = _write(data / "zoo.cfg", _props(settings))
+        main = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+        flags = ["-Dzookeeper.jmx.log4j.disable=true"]
+        return Launch(_java(cp, ["-Xmx128m"], flags, main, [str(cfg)]))
+
+    def ready() -> bool:
+        answer = _four_letter(client, b"srvr")
+        return b"Mode: leader" in answer or b"Mode: follower" in answer
+
+    return Server(f"zookeeper-{node}", prepare, ready, start_timeout=90, pom="zookeeper")
+
+
+def zookeeper_mode(port: int) -> str:
+    """``leader``, ``follower`` or "" (down, or not serving) for the peer on ``port``."""
+    for line in _four_letter(port, b"srvr").decode(errors="replace").splitlines():
+        if line.startswith("Mode: "):
+            return line.removeprefix("Mode: ").strip()
+    return ""
+
+
+def kafka_node(node: int, ports: ClusterPorts, cluster_id: str) -> Server:
+    """Node ``node`` (1-based): a broker and a voter of the static controller quorum."""
+    plain = f"{HOST}:{ports.kafka[node - 1]}"
+    ctrl = f"{HOST}:{ports.kafka_controller[node - 1]}"
+    voters = ",".join(
+        f"{i}@{HOST}:{port}" for i, port in enumerate(ports.kafka_controller, start=1)
+    )
+
+    def prepare(data: Path, cp: str) -> Launch:
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": node,
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://{plain},CONTROLLER://{ctrl}",
+            "advertised.listeners": f"PLAINTEXT://{plain},CONTROLLER://{ctrl}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": data / "logs",
+            "num.partitions": 1,
+            "default.replication.factor": NODES,
+            "min.insync.replicas": 2,
+            "unclean.leader.election.enable": "false",
+            "offsets.topic.replication.factor": NODES,
+            "offsets.topic.num.partitions": 4,
+            "transaction.state.log.replication.factor": NODES,
+            "transaction.state.log.min.isr": 2,
+            "share.coordinator.state.topic.replication.factor": NODES,
+            "share.coordinator.state.topic.min.isr": 2,
+            "group.initial.rebalance.delay.ms": 0,
+            "auto.create.topics.enable": "false",
+        }
+        props = _write(data / "server.properties", _props(settings))
+        heap = ["-Xms256m", "-Xmx512m"]
+        flags = [f"-Dlog4j2.configurationFile={_log4j(data)}"]
+        args = ["format", "-t", cluster_id, "-c", str(props)]
+        fmt = _java(cp, heap, flags, "kafka.tools.StorageTool", args)
+        return Launch(_java(cp, heap, flags, "kafka.Kafka", [str(props)]), pre=[fmt])
+
+    def ready() -> bool:
+        return _brokers(plain) == NODES
+
+    return Server(f"kafka-{node}", prepare, ready, start_timeout=120, pom="kafka")
+
+
+def _brokers(bootstrap: str) -> int:
+    from confluent_kafka.admin import AdminClient  # the venv has it; the JVMs do not need it
+
+    try:
+        meta = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=2)
+    except Exception:  # any client error means "not yet"
+        return 0
+    return len(meta.brokers)
+
+
+def cluster_topology(ports: ClusterPorts | None = None) -> Topology:
+    """The six servers and what clients connect to (every member, comma-separated)."""
+    ports = ports or ClusterPorts()
+    cluster_id = kafka_cluster_id()
+    nodes = range(1, NODES + 1)
+    servers = [zookeeper_peer(n, ports) for n in nodes] + [
+        kafka_node(n, ports, cluster_id) for n in nodes
+    ]
+    endpoints = {
+        "zookeeper": ",".join(f"{HOST}:{p}" for p in ports.zookeeper),
+        "kafka": ",".join(f"{HOST}:{p}" for p in ports.kafka),
+    }
+    return Topology({s.name: s for s in servers}, endpoints)

@@ -33,6 +33,7 @@ from .servers import (
     _props,
     _write,
     kafka_cluster_id,
+    kafka_properties,
 )
 
 NODES = 3
@@ -113,29 +114,8 @@ def kafka_node(node: int, ports: ClusterPorts, cluster_id: str) -> Server:
     )
 
     def prepare(data: Path, cp: str) -> Launch:
-        settings = {
-            "process.roles": "broker,controller",
-            "node.id": node,
-            "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://{plain},CONTROLLER://{ctrl}",
-            "advertised.listeners": f"PLAINTEXT://{plain},CONTROLLER://{ctrl}",
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            "log.dirs": data / "logs",
-            "num.partitions": 1,
-            "default.replication.factor": NODES,
-            "min.insync.replicas": 2,
-            "unclean.leader.election.enable": "false",
-            "offsets.topic.replication.factor": NODES,
-            "offsets.topic.num.partitions": 4,
-            "transaction.state.log.replication.factor": NODES,
-            "transaction.state.log.min.isr": 2,
-            "share.coordinator.state.topic.replication.factor": NODES,
-            "share.coordinator.state.topic.min.isr": 2,
-            "group.initial.rebalance.delay.ms": 0,
-            "auto.create.topics.enable": "false",
-        }
+        quorum = {"controller.quorum.voters": voters}
+        settings = kafka_properties(node, data, plain, ctrl, quorum, replicas=NODES, min_isr=2)
         props = _write(data / "server.properties", _props(settings))
         heap = ["-Xms256m", "-Xmx512m"]
         flags = [f"-Dlog4j2.configurationFile={_log4j(data)}"]

@@ -172,34 +172,9 @@ def kafka_cluster_id() -> str:
 def kafka(ports: Ports) -> Server:
     def prepare(data: Path, cp: str) -> Launch:
         plain, ctrl = f"{HOST}:{ports.kafka}", f"{HOST}:{ports.kafka_controller}"
-        props = _write(
-            data / "server.properties",
-            _props(
-                {
-                    "process.roles": "broker,controller",
-                    "node.id": 1,
-                    "controller.quorum.bootstrap.servers": ctrl,
-                    "listeners": f"PLAINTEXT://{plain},CONTROLLER://{ctrl}",
-                    "advertised.listeners": f"PLAINTEXT://{plain},CONTROLLER://{ctrl}",
-                    "controller.listener.names": "CONTROLLER",
-                    "inter.broker.listener.name": "PLAINTEXT",
-                    "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-                    "log.dirs": data / "logs",
-                    "num.partitions": 1,
-                    "offsets.topic.replication.factor": 1,
-                    "offsets.topic.num.partitions": 4,
-                    "transaction.state.log.replication.factor": 1,
-                    "transaction.state.log.min.isr": 1,
-                    "share.coordinator.state.topic.replication.factor": 1,
-                    "share.coordinator.state.topic.min.isr": 1,
-                    "min.insync.replicas": 1,
-                    "default.replication.factor": 1,
-                    "unclean.leader.election.enable": "false",
-                    "group.initial.rebalance.delay.ms": 0,
-                    "auto.create.topics.enable": "false",
-                }
-            ),
-        )
+        quorum = {"controller.quorum.bootstrap.servers": ctrl}
+        settings = kafka_properties(1, data, plain, ctrl, quorum, replicas=1, min_isr=1)
+        props = _write(data / "server.properties", _props(settings))
         log4j = _log4j(data)
         heap = ["-Xms256m", "-Xmx512m"]
         flags = [f"-Dlog4j2.configurationFile={log4j}"]
@@ -223,6 +198,44 @@ def kafka(ports: Ports) -> Server:
         return _kafka_metadata(f"{HOST}:{ports.kafka}")
 
     return Server("kafka", prepare, ready, start_timeout=90)
+
+
+def kafka_properties(
+    node: int,
+    data: Path,
+    plain: str,
+    ctrl: str,
+    quorum: dict[str, str],
+    *,
+    replicas: int,
+    min_isr: int,
+) -> dict[str, object]:
+    """A KRaft node that is both broker and controller: listening on ``plain`` (clients)
+    and ``ctrl`` (the quorum), its topics and the internal ones replicated ``replicas``
+    times with ``min_isr`` in sync, unclean leader election off."""
+    return {
+        "process.roles": "broker,controller",
+        "node.id": node,
+        **quorum,
+        "listeners": f"PLAINTEXT://{plain},CONTROLLER://{ctrl}",
+        "advertised.listeners": f"PLAINTEXT://{plain},CONTROLLER://{ctrl}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": data / "logs",
+        "num.partitions": 1,
+        "default.replication.factor": replicas,
+        "min.insync.replicas": min_isr,
+        "offsets.topic.replication.factor": replicas,
+        "offsets.topic.num.partitions": 4,
+        "transaction.state.log.replication.factor": replicas,
+        "transaction.state.log.min.isr": min_isr,
+        "share.coordinator.state.topic.replication.factor": replicas,
+        "share.coordinator.state.topic.min.isr": min_isr,
+        "unclean.leader.election.enable": "false",
+        "group.initial.rebalance.delay.ms": 0,
+        "auto.create.topics.enable": "false",
+    }
 
 
 def _kafka_metadata(bootstrap: str) -> bool:

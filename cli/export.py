@@ -31,6 +31,8 @@ from cli.kit import (
     EXIT_NOT_FOUND,
     EXIT_REFUSED,
     ConfigOption,
+    LocalProject,
+    LocalTopic,
     Master,
     duration_ms,
     instant_ms,
@@ -67,8 +69,8 @@ async def _plan(
 
 
 def export(
-    project: Annotated[str, typer.Argument(help="The topic's project.")],
-    topic: Annotated[str, typer.Argument(help="The topic.")],
+    project: LocalProject,
+    topic: LocalTopic,
     to: Annotated[str, typer.Option("--to", help="Output folder (or a URL Spark can write).")],
     format: Annotated[str, typer.Option("--format", help="Output format: parquet.")] = "parquet",
     since: Annotated[

@@ -17,9 +17,9 @@ from cli.kit import (
     EXIT_NOT_FOUND,
     EXIT_REFUSED,
     ConfigOption,
+    LocalProject,
+    LocalTopic,
     Master,
-    Project,
-    Topic,
     fail,
     require_spark,
 )
@@ -31,8 +31,8 @@ from core.errors import HttpbusError, NotFound
 
 
 def check(
-    project: Project,
-    topic: Topic,
+    project: LocalProject,
+    topic: LocalTopic,
     follow: Annotated[
         bool, typer.Option(help="Repeat every --every (the streaming variant; Ctrl-C stops).")
     ] = False,

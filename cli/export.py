@@ -31,13 +31,12 @@ from cli.kit import (
     EXIT_NOT_FOUND,
     EXIT_REFUSED,
     ConfigOption,
-    LocalProject,
-    LocalTopic,
     Master,
     duration_ms,
     instant_ms,
     require_spark,
 )
+from cli.local import LocalProject, LocalTopic
 from control_plane.services.export_plan import PlannedTimeline, clusters_of, plan_timeline
 from control_plane.settings import ControlPlaneSettings
 from core.errors import HttpbusError, NotFound

@@ -56,7 +56,6 @@ from rich.console import Console
 from rich.table import Table
 
 from control_plane.client import JSON, AdminClient, ApiError, NotAvailable, Unreachable
-from core.names import check_name
 
 T = TypeVar("T")
 
@@ -80,20 +79,6 @@ EXIT_CODES_HELP = (
 
 Project = Annotated[str, typer.Argument(help="Project name.")]
 Topic = Annotated[str, typer.Argument(help="Topic name.")]
-
-
-def _name(value: str) -> str:
-    """A name a command takes to the metastore itself (no API to refuse it): checked here,
-    so ``'../x'`` is a usage error (exit 2) and not a traceback."""
-    try:
-        return check_name(value)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-
-
-# For the commands that read the metastore directly (export, topic migration check).
-LocalProject = Annotated[str, typer.Argument(help="Project name.", callback=_name)]
-LocalTopic = Annotated[str, typer.Argument(help="Topic name.", callback=_name)]
 Subscription = Annotated[str, typer.Argument(help="Subscription name.")]
 Url = Annotated[
     str, typer.Option("--url", envvar="HTTPBUS_URL", help="Control plane URL.", show_default=True)

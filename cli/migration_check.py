@@ -17,12 +17,11 @@ from cli.kit import (
     EXIT_NOT_FOUND,
     EXIT_REFUSED,
     ConfigOption,
-    LocalProject,
-    LocalTopic,
     Master,
     fail,
     require_spark,
 )
+from cli.local import LocalProject, LocalTopic
 from cli.migration import print_migration, summary
 from control_plane.leaders.migration_check import compare, plan_with, store_with
 from control_plane.services.topic_migrations import view

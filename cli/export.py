@@ -36,6 +36,7 @@ from cli.kit import (
     instant_ms,
     require_spark,
 )
+from cli.local import LocalProject, LocalTopic
 from control_plane.services.export_plan import PlannedTimeline, clusters_of, plan_timeline
 from control_plane.settings import ControlPlaneSettings
 from core.errors import HttpbusError, NotFound
@@ -67,8 +68,8 @@ async def _plan(
 
 
 def export(
-    project: Annotated[str, typer.Argument(help="The topic's project.")],
-    topic: Annotated[str, typer.Argument(help="The topic.")],
+    project: LocalProject,
+    topic: LocalTopic,
     to: Annotated[str, typer.Option("--to", help="Output folder (or a URL Spark can write).")],
     format: Annotated[str, typer.Option("--format", help="Output format: parquet.")] = "parquet",
     since: Annotated[

@@ -5,10 +5,26 @@ session here. See :mod:`cli` for which commands are local jobs."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from cli.kit import require_spark
 from control_plane.settings import ControlPlaneSettings
+from core.names import check_name
+
+
+def _name(value: str) -> str:
+    """A name a local job takes to the metastore itself (no API to refuse it): checked here,
+    so ``'../x'`` is a usage error (exit 2), not a traceback."""
+    try:
+        return check_name(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+LocalProject = Annotated[str, typer.Argument(help="Project name.", callback=_name)]
+LocalTopic = Annotated[str, typer.Argument(help="Topic name.", callback=_name)]
 
 
 def spark_session(

@@ -18,11 +18,10 @@ from cli.kit import (
     EXIT_REFUSED,
     ConfigOption,
     Master,
-    Project,
-    Topic,
     fail,
     require_spark,
 )
+from cli.local import LocalProject, LocalTopic
 from cli.migration import print_migration, summary
 from control_plane.leaders.migration_check import compare, plan_with, store_with
 from control_plane.services.topic_migrations import view
@@ -31,8 +30,8 @@ from core.errors import HttpbusError, NotFound
 
 
 def check(
-    project: Project,
-    topic: Topic,
+    project: LocalProject,
+    topic: LocalTopic,
     follow: Annotated[
         bool, typer.Option(help="Repeat every --every (the streaming variant; Ctrl-C stops).")
     ] = False,

@@ -34,11 +34,13 @@ CONTENT_TYPE = "content-type"
 SCHEMA_VERSION = "x-schema-version"
 # Read from a produce request, never stored (it becomes DELIVER_AT).
 DELAY_MS = "x-delay-ms"
-# Set on the delivery request only, never stored.
+# Set on the delivery request only, never stored: a producer's own value is dropped.
 TOPIC = "x-topic"
 ATTEMPT = "x-attempt"
+BATCH_SIZE = "x-batch-size"  # on a batch's delivery: how many messages it holds
+DELIVERY_ONLY = frozenset({TOPIC, ATTEMPT, BATCH_SIZE})
 # Headers httpbus owns on a delivery: a producer cannot carry its own value of these.
-RESERVED = frozenset({MESSAGE_ID, GROUP_ID, DELIVER_AT, DELAY_MS, PRODUCED_AT, TOPIC, ATTEMPT})
+RESERVED = frozenset({MESSAGE_ID, GROUP_ID, DELIVER_AT, DELAY_MS, PRODUCED_AT, *DELIVERY_ONLY})
 
 # Internal: added by the retry path in its internal topics (see segments.subscription).
 INTERNAL_PREFIX = "x-httpbus-"

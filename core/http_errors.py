@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Mount
 
 from .errors import ErrorCode, HttpbusError, Malformed, ValidationFailed
 from .openapi import document_errors
@@ -64,12 +65,33 @@ async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
     if exc.status_code == 404:
         return _error(ErrorCode.NOT_FOUND, f"no such endpoint: {request.method} {request.url.path}")
     if exc.status_code == 405:
+        allowed = _allowed(request)
+        headers = dict(exc.headers or {})
+        if allowed:
+            headers["Allow"] = ", ".join(allowed)
         return _error(
             ErrorCode.METHOD_NOT_ALLOWED,
             f"{request.method} is not allowed on {request.url.path}",
-            headers=dict(exc.headers or {}),
+            headers=headers,
         )
     return _error(ErrorCode.MALFORMED, str(exc.detail))
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _allowed(request: Request) -> list[str]:
+    """Every method some route of the app serves on the request's path. Starlette's ``Allow``
+    names only the first route whose path matched, so a path served by a GET route and a PUT
+    route answered a DELETE with ``Allow: GET``. Each method is asked of the router as a
+    request would be (included routers resolve their routes lazily); mounts are left out."""
+    routes = [r for r in request.app.router.routes if not isinstance(r, Mount)]
+    allowed = []
+    for method in _METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] is Match.FULL for route in routes):
+            allowed.append(method)
+    return allowed
 
 
 def from_validation(errors: Sequence[Any]) -> HttpbusError:

@@ -11,7 +11,10 @@ gives ``uvicorn.run`` / ``uvicorn.Config`` a protocol that, per connection:
 - answers **408** (``request_timeout``) and closes when the header section has not ended
   ``header_timeout_s`` after the connection opened or the request's first byte came, or the
   body has not ended ``body_timeout_s`` after the headers did;
-- closes a connection idle between requests after ``keep_alive_s`` (uvicorn's own timer).
+- closes a connection idle between requests after ``keep_alive_s`` (uvicorn's own timer);
+- answers **400** (``malformed``) and closes, without calling the application, a request
+  without a ``Host`` header in HTTP/1.1, or with more than one in any version (RFC 9112,
+  3.2: a server must refuse both).
 
 It lives in ``core`` because all three services serve HTTP and may not import each other;
 it holds no state beyond the connection it guards. What a proxy in front must add is in
@@ -31,7 +34,7 @@ from typing import Any, ClassVar, cast
 from pydantic import BaseModel, ConfigDict, Field
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from .errors import HeadersTooLarge, HttpbusError, RequestTimeout
+from .errors import HeadersTooLarge, HttpbusError, Malformed, RequestTimeout
 from .settings import seconds
 
 # After a refusal the rest of what the client already sent is read and dropped, up to this
@@ -119,6 +122,38 @@ def _answer(error: HttpbusError) -> bytes:
     return head.encode() + body
 
 
+def _host_problem(headers: list[tuple[bytes, bytes]], version: str) -> Malformed | None:
+    """Why a request's ``Host`` headers are refused, or None."""
+    count = sum(1 for name, _ in headers if name == b"host")
+    if count > 1 or (count == 0 and version != "1.0"):
+        return Malformed(
+            f"a request carries exactly one Host header (HTTP/1.1); this one has {count}"
+        )
+    return None
+
+
+def _refusing_app(error: HttpbusError) -> Any:
+    """An ASGI app that reads what the client sends (up to :data:`LINGER_BYTES`, so it reads
+    the answer instead of a reset) and answers ``error``, closing the connection."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        taken, more = 0, True
+        while more and taken <= LINGER_BYTES:
+            message = await receive()
+            taken += len(message.get("body", b""))
+            more = message.get("more_body", False) and message["type"] == "http.request"
+        body = json.dumps(error.to_body()).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        await send({"type": "http.response.start", "status": error.code.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the limits of :class:`HttpServerLimits`; made per
     set of limits by :func:`guarded_protocol`."""
@@ -166,7 +201,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._arm(self.limits.body_timeout_s, "the request's body")
-        super().on_headers_complete()
+        problem = _host_problem(self.headers, self.parser.get_http_version())
+        if problem is None:
+            super().on_headers_complete()
+            return
+        app, self.app = self.app, _refusing_app(problem)  # this request only
+        try:
+            super().on_headers_complete()
+        finally:
+            self.app = app
 
     def on_message_complete(self) -> None:
         self._disarm()

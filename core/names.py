@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, WithJsonSchema
 
 MAX_NAME = 64
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"  # with MAX_NAME: the rule in OpenAPI
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 NAME_RULE = (
     f"1 to {MAX_NAME} characters: letters, digits, '-' and '_', starting with a letter or digit"
@@ -26,7 +27,14 @@ def check_name(value: str) -> str:
     return value
 
 
-Name = Annotated[str, AfterValidator(check_name)]
+# The schema states the rule, so clients (and fuzzers) see it; the check words the refusal.
+Name = Annotated[
+    str,
+    AfterValidator(check_name),
+    WithJsonSchema(
+        {"type": "string", "pattern": NAME_PATTERN, "minLength": 1, "maxLength": MAX_NAME}
+    ),
+]
 
 
 def storage_topic_name(project: str, topic: str, segment_id: int, prefix: str = "httpbus") -> str:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
+from typing import NamedTuple
 
 
 class Role(StrEnum):
@@ -114,3 +115,12 @@ def parse_grant(text: str) -> Grant:
         return Grant(Role(role), project or None)
     except ValueError:
         raise ValueError(f"{text!r}: give admin, owner:<project> or viewer:<project>") from None
+
+
+class SessionClaim(NamedTuple):
+    """Who a UI session says it stands for: ``user`` None for the admin token's session;
+    ``stamp``, the user's credential stamp when they logged in, which must still be the
+    user's for the session to hold (a deleted user, or a changed password, ends it)."""
+
+    user: str | None
+    stamp: str = ""

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 
+from .json_depth import too_deep
+
 MAX_RETRY_AFTER_S = 3_600.0
 EXCERPT_CHARS = 200
 
@@ -165,9 +167,11 @@ def failed_ids(body: bytes) -> frozenset[str] | None:
     """The ids of a batch answer's ``{"failed": ["id", …]}``; None for any other body (an
     empty one, text, JSON of another shape): the whole batch is then delivered. The answer
     is read up to the sender's limit (64 KiB); a cut one does not parse, so it is None too:
-    keep the list within the limit (1 000 ids of 60 characters fit)."""
+    keep the list within the limit (1 000 ids of 60 characters fit). A body nested deeper
+    than :data:`~core.json_depth.MAX_DEPTH` is not read either: parsing it would recurse out
+    of the stack (``{"failed": [[[…`` dead-lettered a whole batch)."""
     start = body.lstrip()[:1]
-    if start != b"{" or b'"failed"' not in body:
+    if start != b"{" or b'"failed"' not in body or too_deep(body):
         return None
     try:
         doc = json.loads(body)

@@ -34,6 +34,7 @@ from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import SchemaViolation, ValidationFailed
+from .json_depth import MAX_DEPTH, too_deep
 from .model import utcnow
 
 MAX_SCHEMA_BYTES = 128 * 1024  # a schema's JSON text (a metastore node holds it)
@@ -180,7 +181,15 @@ class CompiledSchema:
         return cls(version, _compile(schema))
 
     def problem(self, payload: bytes) -> SchemaViolation | None:
-        """Why the payload is refused, or None if it is valid."""
+        """Why the payload is refused, or None if it is valid. Nesting is measured before
+        the payload is parsed: deeper than :data:`~core.json_depth.MAX_DEPTH` levels, the
+        parser and the validator would recurse out of their stacks."""
+        if too_deep(payload):
+            return SchemaViolation(
+                f"`$`: the payload nests arrays and objects deeper than {MAX_DEPTH} levels, "
+                "the most a topic with a schema takes",
+                details={"path": "$", "rule": "depth", "schema_version": self.version},
+            )
         try:
             document = json.loads(payload, parse_constant=_no_constant)
         except (ValueError, UnicodeDecodeError) as exc:

@@ -43,6 +43,21 @@ def signing_key(secret: str) -> bytes:
     return key
 
 
+def check_new_secret(secret: str) -> None:
+    """``ValueError`` saying what is wrong unless ``secret`` may start signing: ``whsec_``,
+    then the base64 of a key that is not all zero bytes. :func:`signing_key` stays lenient
+    (no prefix needed, as in the reference libraries) for receivers and for secrets stored
+    before this check; a secret an operator gives httpbus is held to the format it documents,
+    and a key of zeros signs nothing anyone could not forge."""
+    if not secret.startswith(PREFIX):
+        raise ValueError(f"a signing secret is '{PREFIX}' followed by the key in base64")
+    if not any(signing_key(secret)):
+        raise ValueError(
+            "the signing secret's key is all zero bytes: use random bytes, or send no secret "
+            "and one is generated"
+        )
+
+
 def _digest(key: bytes, msg_id: str, timestamp_s: int, body: bytes) -> str:
     signed = b"%s.%d.%s" % (msg_id.encode(), timestamp_s, body)
     # hmac.digest is the one-shot C path: a third of the cost of an hmac.new object.

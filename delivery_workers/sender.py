@@ -32,6 +32,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 from core.envelope import (
     ATTEMPT,
+    BATCH_SIZE,
     CONTENT_TYPE,
     GROUP_ID,
     INTERNAL_PREFIX,
@@ -198,7 +199,6 @@ class BatchDelivery:
 
 
 BATCH_CONTENT_TYPE = "application/json"
-BATCH_SIZE = "x-batch-size"
 _TEXTUAL = ("text/", "application/json", "application/xml", "application/x-www-form-urlencoded")
 
 

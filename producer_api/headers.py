@@ -8,7 +8,13 @@ Stored headers (names lower-case, values bytes):
 - ``x-deliver-at`` — milliseconds since the epoch, for a delayed message;
 - ``content-type`` — the request's content type;
 - every other ``X-`` header of the request, carried to the endpoint as it came, except the
-  proxy hop headers (``X-Forwarded-*``, ``X-Real-IP``), which describe the hop, not the message.
+  proxy hop headers (``X-Forwarded-*``, ``X-Real-IP``), which describe the hop, not the message,
+  and the names httpbus sets on a delivery itself (``X-Topic``, ``X-Attempt``,
+  ``X-Batch-Size``, ``X-Schema-Version``, ``X-Produced-At``), dropped.
+
+``X-Group-Id`` on a topic that is not grouped is refused (400): it would make the message
+grouped (kept in order, and held behind its group's failures) on a topic created without
+groups, and reach the endpoint, which documents it on grouped topics only.
 
 Nothing is stored that the delivery sender would refuse to send: a carried header's name and
 value, and the content type, are checked with the sender's own rule
@@ -32,6 +38,7 @@ from core.envelope import (
     CONTENT_TYPE,
     DELAY_MS,
     DELIVER_AT,
+    DELIVERY_ONLY,
     GROUP_ID,
     MESSAGE_ID,
     PRODUCED_AT,
@@ -44,8 +51,9 @@ from core.errors import HeadersTooLarge, HttpbusError, Malformed, TooLarge
 from core.http_fields import content_type_problem, field_problem
 from core.ids import new_message_id
 
-# SCHEMA_VERSION: the producer sets it after validation; a client's own value is dropped.
-OWN = {MESSAGE_ID, GROUP_ID, DELIVER_AT, DELAY_MS, PRODUCED_AT, SCHEMA_VERSION}
+# Read here or dropped: PRODUCED_AT and SCHEMA_VERSION (set after validation) are httpbus's,
+# DELIVERY_ONLY are set on each delivery; a client's own value of them is never stored.
+OWN = {MESSAGE_ID, GROUP_ID, DELIVER_AT, DELAY_MS, PRODUCED_AT, SCHEMA_VERSION, *DELIVERY_ONLY}
 _HOP = ("x-forwarded-", "x-real-ip")
 _ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MAX_DELAY_MS = 366 * 24 * 3_600_000
@@ -188,6 +196,11 @@ def _shape(
     if grouped and group is None:
         raise Malformed(
             "this topic is grouped: send X-Group-Id (messages of a group are delivered in order)"
+        )
+    if not grouped and group is not None:
+        raise Malformed(
+            "this topic is not grouped: X-Group-Id is taken on grouped topics only (create a "
+            "topic with grouped: true to have messages of a group delivered in order)"
         )
     deliver_at = _deliver_at(own.get(DELIVER_AT), own.get(DELAY_MS), now_ms)
     rest = [(PRODUCED_AT, str(now_ms).encode())]

@@ -63,8 +63,11 @@ class Budget:
     watch: asyncio.Task[None] | None = None
 
     def take(self, messages: int, size: int, now: float) -> None:
-        """Take from both buckets or from neither; ``Throttled`` naming the quota hit."""
+        """Take from both buckets or from neither; ``Throttled`` naming the quota hit. A
+        batch over the project's whole quota for one second is refused at once: it never
+        fits, and letting it through (into debt) let one request carry any rate."""
         self.used_at = now
+        self._never_fits(messages, size)
         self.asked[0] += messages
         self.asked[1] += size
         wait = self.messages.take(messages, now) if self.messages is not None else 0.0
@@ -86,6 +89,25 @@ class Budget:
             )
         self.accepted[0] += messages
         self.accepted[1] += size
+
+    def _never_fits(self, messages: int, size: int) -> None:
+        """``Throttled`` for a request larger than a whole second of the project's quota
+        (more messages than ``messages_per_second``; more bytes than ``bytes_per_second``
+        in more than one message, so no single message the topic takes is impossible)."""
+        mps, bps = self.quota.messages_per_second, self.quota.bytes_per_second
+        if mps is not None and messages > mps:
+            hit, amount = RateQuota.MESSAGES, f"{messages} messages"
+        elif bps is not None and messages > 1 and size > bps:
+            hit, amount = RateQuota.BYTES, f"{size} bytes"
+        else:
+            return
+        self.throttled[hit] = self.throttled.get(hit, 0) + 1
+        limit = getattr(self.quota, hit.value)
+        raise Throttled(
+            f"this request ({amount}) is more than project {self.project}'s quota of "
+            f"{limit:g} {hit.unit} takes in one second: it can never fit; send smaller batches",
+            details={"quota": hit.value, "project": self.project, "limit": limit},
+        )
 
     def give_back(self, messages: int, size: int) -> None:
         """Return what a refused request took (a topic's own limit refused it)."""

@@ -4,7 +4,10 @@ Passwords are kept as argon2id hashes (argon2-cffi's defaults), API tokens as a 
 are 32 random bytes: a slow hash adds nothing but latency to every call). An API token reads
 ``hbk.<id>.<secret>``: the id finds the row, the secret's hash is compared in constant time.
 A user's token acts as the user with the roles the user holds *now*; a machine's token holds
-roles of its own. Synchronous like :class:`reports.store.ReportStore`: call it in a thread.
+roles of its own. A UI session carries the user's *stamp* (a digest of their password hash,
+salted anew by every password set): a user deleted and made again under the same name, or a
+changed password, has another stamp, so the sessions of before end (:meth:`PrincipalStore.
+session_principal`). Synchronous like :class:`reports.store.ReportStore`: call it in a thread.
 """
 
 from __future__ import annotations
@@ -68,6 +71,17 @@ def _now_ms() -> int:
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _stamp(password_hash: str) -> str:
+    """A user's session stamp: it changes whenever the password hash does (argon2 salts every
+    hash), and shows nothing of the hash, whose salt stays in the store."""
+    return hashlib.sha256(b"httpbus-ui-session:" + password_hash.encode()).hexdigest()[:32]
+
+
+def _same(expected: str, given: str) -> bool:
+    """Constant-time equality; bytes, as ``hmac.compare_digest`` refuses str beyond ASCII."""
+    return hmac.compare_digest(expected.encode(), given.encode("utf-8", "surrogatepass"))
 
 
 def user_key(name: str) -> str:
@@ -148,6 +162,11 @@ class PrincipalStore(Tables):
 
     def login(self, name: str, password: str) -> Principal | None:
         """The user ``name`` if ``password`` is theirs, else None (as slow either way)."""
+        found = self.login_session(name, password)
+        return found[0] if found is not None else None
+
+    def login_session(self, name: str, password: str) -> tuple[Principal, str] | None:
+        """:meth:`login`, with the stamp a session of this login carries."""
         with self._session() as session:
             row = session.get(UserRow, name)
             stored = row.password_hash if row is not None else _DUMMY_HASH
@@ -155,7 +174,18 @@ class PrincipalStore(Tables):
             _hasher.verify(stored, password)
         except (VerificationError, InvalidHashError):
             return None
-        return self.user_principal(name) if row is not None else None
+        principal = self.user_principal(name) if row is not None else None
+        return (principal, _stamp(stored)) if principal is not None else None
+
+    def session_principal(self, name: str, stamp: str) -> Principal | None:
+        """The user of a UI session with the roles they hold now; None if they no longer
+        exist, or their password changed since the session began (``stamp`` is not theirs)."""
+        with self._session() as session:
+            row = session.get(UserRow, name)
+            if row is None or not _same(_stamp(row.password_hash), stamp):
+                return None
+            grants = self._grants(session, user_key(name))
+        return Principal(PrincipalKind.USER, name, frozenset(grants))
 
     def user_principal(self, name: str) -> Principal | None:
         """The user with the roles they hold now; None if they no longer exist."""

@@ -7,7 +7,9 @@
 - ``Authorization: Bearer hbk.…``: an API token (``reports.principals``): its user with the
   roles they hold now, or a machine with its own roles;
 - the UI's session cookie (the UI calls this API in-process with it): the admin token's
-  session, or a user's, with the roles the user holds now (a revoked role ends at once).
+  session, or a user's, with the roles the user holds now (a revoked role ends at once); a
+  user's session ends when the user is deleted or their password changes (its stamp is no
+  longer theirs), even if a user of the same name is made again.
 
 Anything else is 401. Each route then declares what it needs, once::
 
@@ -28,12 +30,12 @@ from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from core.errors import Forbidden, Unauthorized
-from core.principals import ADMIN_TOKEN, Need, Principal
+from core.principals import ADMIN_TOKEN, Need, Principal, SessionClaim
 from reports.principals import TOKEN_PREFIX, PrincipalStore
 
-# The UI's session of a request: absent (None), the admin token's (``("admin", None)``) or a
-# user's (``("user", name)``). Set by ``control_plane.ui`` (the API never imports the UI).
-SessionReader = Callable[[Request], tuple[str, str | None] | None]
+# The UI's session of a request: absent (None), the admin token's (user None) or a user's.
+# Set by ``control_plane.ui`` (the API never imports the UI).
+SessionReader = Callable[[Request], SessionClaim | None]
 _CALLER = "httpbus_caller"  # where a request keeps its resolved principal (scope["state"])
 
 
@@ -66,12 +68,15 @@ class Authenticator:
             raise Unauthorized(
                 "send the admin token or an API token as 'Authorization: Bearer <token>'"
             )
-        kind, user = found
-        if kind == "admin" or user is None:
+        user = found.user
+        if user is None:
             return ADMIN_TOKEN
-        principal = await run_in_threadpool(self.principals.user_principal, user)
+        principal = await run_in_threadpool(self.principals.session_principal, user, found.stamp)
         if principal is None:
-            raise Unauthorized(f"user {user} no longer exists; log in again")
+            raise Unauthorized(
+                f"the session of user {user} has ended (the user was deleted or their password "
+                "changed); log in again"
+            )
         return principal
 
     async def _bearer(self, header: str) -> Principal:

@@ -13,12 +13,10 @@ from control_plane.api.schemas import Page
 from control_plane.services.admin import Admin
 from control_plane.services.cutovers import Cutovers
 from control_plane.services.topic_migrations import Migrations
-from core.names import MAX_NAME
+from core.names import MAX_NAME, NAME_PATTERN
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
-
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
 
 
 def _service(name: str) -> Callable[[Request], Any]:

@@ -15,10 +15,10 @@ from pydantic import BaseModel, ConfigDict
 from starlette.concurrency import run_in_threadpool
 
 from control_plane.api.auth import OWNER, VIEWER
-from control_plane.api.deps import NAME_PATTERN, AdminDep, ProjectName, TopicName
+from control_plane.api.deps import AdminDep, ProjectName, TopicName
 from control_plane.api.principals import principal_store
 from core.errors import GrantRequired, ValidationFailed
-from core.names import MAX_NAME, Name
+from core.names import MAX_NAME, NAME_PATTERN, Name
 from reports.principals import TopicGrant
 
 router = APIRouter(prefix="/v1/projects/{project}/topics/{topic}/grants", tags=["grants"])

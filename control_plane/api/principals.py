@@ -15,9 +15,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from control_plane.api.auth import ADMIN, ANY, PrincipalDep
-from control_plane.api.deps import NAME_PATTERN, AdminDep
+from control_plane.api.deps import AdminDep
 from core.errors import ValidationFailed
-from core.names import MAX_NAME, Name
+from core.names import MAX_NAME, NAME_PATTERN, Name
 from core.principals import Grant, Principal, parse_grant
 from reports.principals import PrincipalStore, TokenInfo, UserInfo, user_key
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from core.model import Partitions, SubscriptionSettings, TopicSettings, window_seconds
 from core.names import Name
 from core.shards import MAX_SHARDS
-from core.signing import signing_key
+from core.signing import check_new_secret
 
 
 def secret_field(description: str) -> Any:
@@ -20,10 +20,10 @@ def secret_field(description: str) -> Any:
 
 
 def secret_decodes(cls: type, secret: str | None) -> str | None:
-    """A secret that does not decode is refused here (422 naming the field), not at every
-    delivery."""
+    """A secret that does not decode, lacks ``whsec_`` or has a key of zeros is refused here
+    (422 naming the field), not at every delivery."""
     if secret is not None:
-        signing_key(secret)  # ValueError says what a secret is
+        check_new_secret(secret)  # ValueError says what a secret is
     return secret
 
 

@@ -51,13 +51,15 @@ async def login(request: Request) -> Response:
         return redirect(
             request, f"/ui/login?next={quote(target)}", "the login form expired; try again", "error"
         )
+    stamp = ""
     if user:
         authenticator: Authenticating = request.app.state.authenticator
-        found = await run_in_threadpool(authenticator.principals.login, user, password)
+        found = await run_in_threadpool(authenticator.principals.login_session, user, password)
         if found is None:
             throttle.failed(address, name)
             message = "that user name and password do not match"
             return redirect(request, f"/ui/login?next={quote(target)}", message, "error")
+        stamp = found[1]
     elif not sessions.signer(request).token_ok(token):
         throttle.failed(address, name)
         return redirect(
@@ -65,7 +67,7 @@ async def login(request: Request) -> Response:
         )
     throttle.succeeded(address, name)
     response = redirect(request, target)
-    sessions.start_session(request, response, user or None)
+    sessions.start_session(request, response, user or None, stamp)
     return response
 
 

@@ -3,7 +3,9 @@
 The session is a cookie the browser cannot read (HttpOnly), never sends from another site
 (SameSite=Strict) and nobody can forge: a JSON payload signed with HMAC-SHA256 under a key
 derived from the admin token, so rotating the admin token ends every session. The payload
-holds the session's id, its expiry and its CSRF token, which every form posts back. Logging
+holds the session's id, its expiry and its CSRF token, which every form posts back; a user's
+session also holds the user's stamp (``reports.principals``), so deleting the user or changing
+their password ends it. Logging
 out revokes the id on the server (:mod:`.revocation`), so a copied cookie dies with it. The
 login form, shown before any session exists, is protected by a signed nonce cookie it must
 echo (double submit). Cookies are ``Secure`` when the request came over https or the control
@@ -25,6 +27,7 @@ from fastapi import Request
 from starlette.responses import Response
 
 from control_plane.ui.revocation import RevokedSessions
+from core.principals import SessionClaim
 
 SESSION_COOKIE = "httpbus_session"
 LOGIN_COOKIE = "httpbus_login"
@@ -47,6 +50,7 @@ class Session:
     csrf: str
     expires: int
     user: str | None = None  # None: logged in with the admin token
+    stamp: str = ""  # the user's credential stamp at login (reports.principals)
 
 
 def _same(given: str, expected: str) -> bool:
@@ -125,24 +129,27 @@ def current_session(request: Request) -> Session | None:
         return None
     if sid in revoked(request):
         return None
-    user = payload.get("user")
+    user, stamp = payload.get("user"), payload.get("stamp")
+    if user is not None and (not isinstance(user, str) or not isinstance(stamp, str)):
+        return None  # a user's session from before stamps: log in again
     return Session(
         sid=sid,
         csrf=str(payload.get("csrf", "")),
         expires=expires,
-        user=user if isinstance(user, str) else None,
+        user=user,
+        stamp=stamp if isinstance(stamp, str) else "",
     )
 
 
-def session_identity(request: Request) -> tuple[str, str | None] | None:
-    """Who the session cookie of ``request`` stands for, for the admin API's authenticator:
-    ``("admin", None)`` for the admin token's session, ``("user", name)`` for a user's."""
+def session_identity(request: Request) -> SessionClaim | None:
+    """Who the session cookie of ``request`` stands for, for the admin API's authenticator
+    (which checks a user's stamp against the user now)."""
     if getattr(request.app.state, "ui_signer", None) is None:
         return None
     session = current_session(request)
     if session is None:
         return None
-    return ("user", session.user) if session.user is not None else ("admin", None)
+    return SessionClaim(session.user, session.stamp)
 
 
 def require_session(request: Request) -> Session:
@@ -153,8 +160,10 @@ def require_session(request: Request) -> Session:
     return session
 
 
-def start_session(request: Request, response: Response, user: str | None = None) -> None:
-    """A session of ``user`` (None: of the admin token)."""
+def start_session(
+    request: Request, response: Response, user: str | None = None, stamp: str = ""
+) -> None:
+    """A session of ``user`` with their credential ``stamp`` (None: of the admin token)."""
     expires = int(time.time()) + SESSION_SECONDS
     sid = secrets.token_hex(16)
     payload: dict[str, Any] = {
@@ -165,6 +174,7 @@ def start_session(request: Request, response: Response, user: str | None = None)
     }
     if user is not None:
         payload["user"] = user
+        payload["stamp"] = stamp
     _set(request, response, SESSION_COOKIE, signer(request).sign(payload), SESSION_SECONDS)
     response.delete_cookie(LOGIN_COOKIE, path=COOKIE_PATH)
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import cli
-from cli.kit import EXIT_NOT_AVAILABLE, EXIT_NOT_FOUND
+from cli.kit import EXIT_NOT_AVAILABLE, EXIT_NOT_FOUND, EXIT_USAGE
 from tests.support.cli import one_line_error
 
 HOW = "this command runs Spark: pip install 'httpbus[spark]'"
@@ -58,3 +58,22 @@ def test_writing_an_export_plan_needs_no_spark(no_pyspark: Path) -> None:
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == EXIT_NOT_FOUND, result.output
     assert "shop" in result.stdout and not plan.exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["export", "../x", "orders", "--to", "out", "--plan-out", "plan.json"],
+        ["export", "shop", "a/b", "--to", "out", "--plan-out", "plan.json"],
+        ["topic", "migration", "check", "shop", "../x"],
+    ],
+)
+def test_a_name_that_is_no_name_is_a_usage_error_not_a_traceback(
+    no_pyspark: Path, args: list[str]
+) -> None:
+    """These commands read the metastore themselves, with no API to refuse a bad name: it
+    raised ValueError out of the catalog (issue 38)."""
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "invalid name" in result.output and "Traceback" not in result.output

@@ -41,6 +41,9 @@ async def browser() -> AsyncIterator[httpx.AsyncClient]:
         "whsec_" + "é" * 30,  # not even ASCII
         "whsec_" + "QUFB" * 6 + "A",  # base64 with a broken end
         "whsec_" + "=" * 24,  # no key at all
+        "QUFB" * 8,  # a key, but no whsec_ (issue 38)
+        "whsec_" + "AAAA" * 8,  # 24 zero bytes
+        "whsec_" + "A" * 43 + "=",  # 32 zero bytes
     ],
 )
 async def test_a_signing_secret_that_does_not_decode_is_422(cp: ControlPlane, secret: str) -> None:

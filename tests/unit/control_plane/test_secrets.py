@@ -112,6 +112,8 @@ async def test_rotate_with_no_overlap_drops_the_old_secret_at_once(cp: ControlPl
         ({"overlap_s": "soon"}, "overlap_s"),
         ({"secret": "whsec_not base64!!!!!!!!!!!!"}, "secret"),
         ({"secret": "short"}, "secret"),
+        ({"secret": "QkJC" * 8}, "secret"),  # no whsec_
+        ({"secret": "whsec_" + "AAAA" * 8}, "secret"),  # a key of zeros
         ({"secret": OLD}, "secret"),  # the one in force
         ({"colour": "red"}, "colour"),
     ],

@@ -108,6 +108,32 @@ def test_keep_alive_requests_still_work_and_idle_ones_close() -> None:
 
 
 @pytest.mark.parametrize(
+    "head",
+    [
+        b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n",  # no Host
+        b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",  # two
+        b"POST / HTTP/1.1\r\nHost: a\r\nhost: a\r\nContent-Length: 2\r\n\r\nhi",
+        b"GET / HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n",
+    ],
+)
+def test_a_request_without_exactly_one_host_is_400_before_the_app(head: bytes) -> None:
+    """RFC 9112 (3.2): a server must answer 400 to an HTTP/1.1 request without ``Host`` and
+    to any request with two (issue 38); every service runs this protocol."""
+    with guarded_server(HttpServerLimits()) as served:
+        with served.connect() as sock:
+            sock.sendall(head)
+            answer = read_all(sock, deadline_s=5)
+        assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+        body = _json_body(answer)
+        assert body["code"] == "malformed" and "exactly one Host" in body["message"]
+        assert served.app.calls == 0
+        _ok(served)
+        with served.connect() as sock:  # HTTP/1.0 needs no Host
+            sock.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            assert read_all(sock, deadline_s=5).startswith(b"HTTP/1.1 200")
+
+
+@pytest.mark.parametrize(
     "module", ["producer_api.__main__", "control_plane.__main__", "delivery_workers.__main__"]
 )
 def test_every_service_runs_its_server_with_the_limits(

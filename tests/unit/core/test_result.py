@@ -147,3 +147,17 @@ def test_a_batch_answer_may_name_failed_messages() -> None:
     policy = RetryPolicy(max_attempts=2, retry_connection_errors=False, delay_levels_ms=(60_000,))
     assert isinstance(decide(policy, one, 1), RetryInPlace)
     assert not isinstance(decide(policy, one, 2), RetryInPlace)
+
+
+@pytest.mark.parametrize("levels", [200, 5_000, 60_000])
+def test_a_batch_answer_nested_too_deep_names_nothing_and_never_raises(levels: int) -> None:
+    """``{"failed": [[[…`` raised RecursionError out of the parse, and the whole batch went
+    to the DLQ; now it is an answer that names nothing: the batch is delivered."""
+    from core.result import failed_ids
+
+    body = b'{"failed": ' + b"[" * levels + b"]" * levels + b"}"
+    assert failed_ids(body) is None
+    answer = DeliveryResult.from_response(200, {}, 0.1, body=body[:65_536], batch=True)
+    assert answer.succeeded and answer.failed_ids is None
+    shallow = b'{"failed": ["a"], "why": ' + b"[" * 100 + b"]" * 100 + b"}"
+    assert failed_ids(shallow) == frozenset({"a"})

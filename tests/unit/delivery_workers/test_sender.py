@@ -201,6 +201,7 @@ def test_precedence_carried_then_static_then_our_own() -> None:
         b"x",
         ("x-topic", b"forged"),
         ("x-attempt", b"99"),
+        ("x-batch-size", b"1000"),  # stored before the producer dropped it: never sent
         ("x-tenant", b"from-producer"),
         ("x-other", b"kept"),
     )
@@ -223,6 +224,7 @@ def test_precedence_carried_then_static_then_our_own() -> None:
     assert lower["webhook-signature"] == sign(SECRET, "01JD3ZK6Q7M2X9C4V8B1N5R0TT", 7, b"x")
     assert lower["user-agent"] == "acme-relay"
     assert "content-length" not in lower and "host" not in lower
+    assert "x-batch-size" not in lower
 
 
 # --- each sender against a real endpoint ----------------------------------------------------

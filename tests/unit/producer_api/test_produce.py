@@ -83,6 +83,36 @@ async def test_grouped_topic_needs_a_group_and_keeps_it_in_one_partition(env: En
     assert len(parts) == 1
 
 
+async def test_a_group_on_an_ungrouped_topic_is_400_and_not_stored(env: Env) -> None:
+    """It would have made the message grouped (ordered, held behind its group's failures)
+    on a topic made without groups, and reached the endpoint (issue 38)."""
+    r = await env.client.post(URL.format("orders"), content=b"x", headers={"X-Group-Id": "g"})
+    assert (r.status_code, r.json()["code"]) == (400, "malformed")
+    assert "not grouped" in r.json()["message"] and "X-Group-Id" in r.json()["message"]
+    messages = [{"payload": "a", "headers": {"X-Group-Id": "g"}}, {"payload": "b"}]
+    r = await env.client.post(URL.format("orders") + "/batch", json={"messages": messages})
+    assert [x["status"] for x in r.json()["results"]] == [400, 201]
+    assert sum((await env.store.end_positions("st.orders")).values()) == 1
+
+
+async def test_headers_httpbus_sets_on_a_delivery_are_dropped(env: Env) -> None:
+    """X-Batch-Size, X-Topic and X-Attempt are httpbus's own on a delivery: a producer's
+    value is never stored, so no endpoint ever sees it (a single delivery sent the
+    producer's X-Batch-Size as if it were a batch)."""
+    own = {"X-Batch-Size": "1000", "X-Topic": "other/topic", "X-Attempt": "9"}
+    r = await env.client.post(URL.format("orders"), content=b"x", headers={**own, "X-Keep": "1"})
+    assert r.status_code == 201, r.text
+    _, headers = await _stored(env, "orders", r.json()["partition"], r.json()["position"])
+    assert headers["x-keep"] == b"1"
+    assert not {"x-batch-size", "x-topic", "x-attempt"} & set(headers)
+    r = await env.client.post(
+        URL.format("orders") + "/batch", json={"messages": [{"payload": "y", "headers": own}]}
+    )
+    (one,) = r.json()["results"]
+    _, headers = await _stored(env, "orders", one["partition"], one["position"])
+    assert not {"x-batch-size", "x-topic", "x-attempt"} & set(headers)
+
+
 async def test_too_large_is_413_and_not_stored(env: Env) -> None:
     r = await env.client.post(URL.format("small"), content=b"x" * 11)
     assert (r.status_code, r.json()["code"]) == (413, "too_large")

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from control_plane.api.topic_schemas import add_version
+from core.json_depth import MAX_DEPTH
 from tests.support.producer import PROJECT, ProducerEnv, produce_url, producer_env
 from tests.support.until import until
 
@@ -80,6 +81,31 @@ async def test_batch_reports_each_refusal(env: ProducerEnv) -> None:
     assert "$.amount" in results[1]["message"] and '"one" is not of type' in results[1]["message"]
     assert "not JSON" in results[2]["message"]
     assert len(await env.stored("orders")) == 2
+
+
+@pytest.mark.parametrize("levels", [300, 1_000, 100_000])
+async def test_a_payload_nested_too_deep_is_422_not_a_500(env: ProducerEnv, levels: int) -> None:
+    """Past 255 levels the validator refused with a bare ValueError, past about 1 000 the
+    parser raised RecursionError: both were 500s, for a whole batch too."""
+    deep = "[" * levels + "]" * levels
+    r = await env.client.post(URL, content=deep.encode())
+    assert r.status_code == 422, r.text
+    assert r.json()["code"] == "schema_violation"
+    assert r.json()["details"] == {"path": "$", "rule": "depth", "schema_version": 1}
+    assert f"deeper than {MAX_DEPTH} levels" in r.json()["message"]
+    messages = [{"payload": '{"amount": 1}'}, {"payload": deep}, {"payload": '{"amount": 2}'}]
+    r = await env.client.post(URL + "/batch", json={"messages": messages})
+    assert r.status_code == 207, r.text
+    results = r.json()["results"]
+    assert [x["status"] for x in results] == [201, 422, 201]
+    assert results[1]["details"]["rule"] == "depth"
+    assert len(await env.stored("orders")) == 2
+
+
+async def test_a_payload_at_the_depth_limit_is_validated_as_usual(env: ProducerEnv) -> None:
+    nested = '{"amount": 1, "note": ' + "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1) + "}"
+    r = await env.client.post(URL, content=nested.encode())
+    assert r.status_code == 201, r.text
 
 
 async def test_each_version_is_compiled_once(env: ProducerEnv) -> None:

@@ -120,10 +120,8 @@ class _Db:
                 self._insert(parent, b"", None)
             elif found[2] is not None:
                 raise Malformed(f"{path} has an ephemeral parent", details={"path": path})
-        if ephemeral:
-            alive = self.conn.execute("SELECT 1 FROM sessions WHERE id = ?", (self.session,))
-            if alive.fetchone() is None:
-                raise MetaStoreUnavailable("the embedded session expired; a new one is opening")
+        if ephemeral and not self._alive(self.session):
+            raise MetaStoreUnavailable("the embedded session expired; a new one is opening")
         self._insert(path, data, self.session if ephemeral else None)
 
     def _insert(self, path: str, data: bytes, owner: str | None) -> None:

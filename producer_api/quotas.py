@@ -78,14 +78,14 @@ class Budget:
             if wait > 0.0 and self.messages is not None:
                 self.messages.give_back(messages)
         if wait > 0.0:
-            self.throttled[hit] = self.throttled.get(hit, 0) + 1
-            limit = getattr(self.quota, hit.value)
-            raise Throttled(
-                f"project {self.project} is over its quota of {limit:g} {hit.unit} "
-                f"(all producers together); retry after {wait:.2f} s or ask an admin to "
-                "raise the quota",
+            raise self._refusal(
+                hit,
+                lambda limit: (
+                    f"project {self.project} is over its quota of {limit:g} "
+                    f"{hit.unit} (all producers together); retry after {wait:.2f} s or ask an "
+                    "admin to raise the quota"
+                ),
                 retry_after=wait,
-                details={"quota": hit.value, "project": self.project, "limit": limit},
             )
         self.accepted[0] += messages
         self.accepted[1] += size
@@ -101,11 +101,24 @@ class Budget:
             hit, amount = RateQuota.BYTES, f"{size} bytes"
         else:
             return
+        raise self._refusal(
+            hit,
+            lambda limit: (
+                f"this request ({amount}) is more than project {self.project}'s "
+                f"quota of {limit:g} {hit.unit} takes in one second: it can never fit; send "
+                "smaller batches"
+            ),
+        )
+
+    def _refusal(
+        self, hit: RateQuota, why: Callable[[float], str], retry_after: float | None = None
+    ) -> Throttled:
+        """Count a refusal by quota ``hit`` and build its error, the message ``why(limit)``."""
         self.throttled[hit] = self.throttled.get(hit, 0) + 1
         limit = getattr(self.quota, hit.value)
-        raise Throttled(
-            f"this request ({amount}) is more than project {self.project}'s quota of "
-            f"{limit:g} {hit.unit} takes in one second: it can never fit; send smaller batches",
+        return Throttled(
+            why(limit),
+            retry_after=retry_after,
             details={"quota": hit.value, "project": self.project, "limit": limit},
         )
 

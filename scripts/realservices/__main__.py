@@ -93,7 +93,7 @@ def _run(sup: Supervisor, names: list[str], cmd: list[str]) -> int:
             for log in sup.logs().values():
                 print(f"----- tail of {log} -----\n{tail(log, 15)}", file=sys.stderr)
         t0 = time.monotonic()
-        stopped = sup.stop()
+        stopped = sup.stop(own_only=True)
         _timed(f"stopped {', '.join(stopped) or 'nothing'}", t0)
     return rc
 

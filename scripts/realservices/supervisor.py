@@ -96,16 +96,23 @@ class Supervisor:
             for n, p in raw.get("processes", {}).items()
         }
 
-    def _save(self, started: dict[str, Started]) -> None:
+    def _owner(self) -> int | None:
+        """The pid of the process whose :meth:`start` made this run folder's servers."""
+        if not self.state_file.exists():
+            return None
+        owner = json.loads(self.state_file.read_text()).get("owner")
+        return owner if isinstance(owner, int) else None
+
+    def _save(self, started: dict[str, Started], owner: int | None = None) -> None:
         procs = {
             s.name: {"pid": s.pid, "starttime": s.starttime, "log": str(s.log)}
             for s in started.values()
         }
+        owner = owner if owner is not None else self._owner()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(
-            json.dumps({"endpoints": self.topology.endpoints, "processes": procs}, indent=2)
-        )
+        state = {"endpoints": self.topology.endpoints, "processes": procs, "owner": owner}
+        tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.state_file)
 
     def running(self) -> dict[str, Started]:
@@ -132,7 +139,7 @@ class Supervisor:
         try:
             for name in names:
                 started[name] = self._spawn(self.servers[name], classpaths[name], die_with_parent)
-                self._save(started)
+                self._save(started, owner=os.getpid())
             self._wait([self.servers[n] for n in names], started)
         except BaseException:
             self.stop()
@@ -205,8 +212,14 @@ class Supervisor:
             time.sleep(0.5)
 
     # ------------------------------------------------------------ stop
-    def stop(self, grace: float = 20.0) -> list[str]:
-        """Stop the processes this run folder started (TERM, then KILL); return their names."""
+    def stop(self, grace: float = 20.0, *, own_only: bool = False) -> list[str]:
+        """Stop the processes this run folder started (TERM, then KILL); return their names.
+
+        ``own_only``: only if this process started them (restarts by tests included). A
+        ``run`` refused because another run's servers were up, or orphaned while another
+        run took the folder over, must leave that run's servers alone on its way out."""
+        if own_only and self._owner() != os.getpid():
+            return []
         procs = self.running()
         for name, proc in procs.items():
             server = self.servers.get(name)

@@ -63,8 +63,8 @@ class ClusterPorts:
         return cls(*picked)
 
 
-def zookeeper_peer(node: int, ports: ClusterPorts) -> Server:
-    """Peer ``node`` (1-based) of the ensemble."""
+def zookeeper_peer(node: int, ports: ClusterPorts, heap: str = "128m") -> Server:
+    """Peer ``node`` (1-based) of the ensemble, with a Java heap of at most ``heap``."""
     client = ports.zookeeper[node - 1]
 
     def prepare(data: Path, cp: str) -> Launch:
@@ -88,7 +88,7 @@ def zookeeper_peer(node: int, ports: ClusterPorts) -> Server:
         cfg = _write(data / "zoo.cfg", _props(settings))
         main = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
         flags = ["-Dzookeeper.jmx.log4j.disable=true"]
-        return Launch(_java(cp, ["-Xmx128m"], flags, main, [str(cfg)]))
+        return Launch(_java(cp, [f"-Xmx{heap}"], flags, main, [str(cfg)]))
 
     def ready() -> bool:
         answer = _four_letter(client, b"srvr")
@@ -139,12 +139,13 @@ def _brokers(bootstrap: str) -> int:
     return len(meta.brokers)
 
 
-def cluster_topology(ports: ClusterPorts | None = None) -> Topology:
-    """The six servers and what clients connect to (every member, comma-separated)."""
+def cluster_topology(ports: ClusterPorts | None = None, zk_heap: str = "128m") -> Topology:
+    """The six servers and what clients connect to (every member, comma-separated);
+    ``zk_heap``: each ZooKeeper peer's largest heap (bench/scale.py holds 10^5 units)."""
     ports = ports or ClusterPorts()
     cluster_id = kafka_cluster_id()
     nodes = range(1, NODES + 1)
-    servers = [zookeeper_peer(n, ports) for n in nodes] + [
+    servers = [zookeeper_peer(n, ports, zk_heap) for n in nodes] + [
         kafka_node(n, ports, cluster_id) for n in nodes
     ]
     endpoints = {

@@ -318,6 +318,14 @@ class Catalog:
             update={"version": node.version, "consume_pointer": pointer}
         )
 
+    async def subscription_shards(self, project: str, name: str) -> int:
+        """The subscription's shard count, fixed at its creation: one read, no model (the
+        assignment leader asks it of 10^5 subscriptions when it starts)."""
+        path = paths.subscription(project, name)
+        node = await self._require(path, f"subscription {project}/{name}")
+        count = json.loads(node.data).get("shards", 1)
+        return count if isinstance(count, int) and count >= 1 else 1
+
     async def list_subscriptions(self, project: str) -> list[str]:
         return await self.store.children(paths.subscriptions(project))
 

@@ -20,23 +20,27 @@ A subscription of N > 1 shards (:mod:`core.shards`) is N units, ``"project/sub#k
 the workers are ranked by the same hashing of ``"project/sub"`` and shard k goes to the k-th
 of them (round robin), so its shards spread evenly over the workers and a worker joining or
 leaving moves only the shards whose rank changed. The shard
-count is fixed when a subscription is created; the leader reads it again every
-``SHARDS_TTL_S`` (a subscription deleted and made again with another count is noticed then).
+count is fixed when a subscription is created; the leader reads it once, and again when it
+is older than ``SHARDS_TTL_S``, at most ``SHARDS_REFRESH_PER_ROUND`` a round (a subscription
+deleted and made again with another count within one round is noticed then: within
+``SHARDS_TTL_S`` + N / ``SHARDS_REFRESH_PER_ROUND`` rounds for N subscriptions).
+
+The plan is kept between rounds (:class:`~.rendezvous.Planner`): a round in which nothing
+changed hashes nothing, a member joining or leaving rehashes what it moves (bench/scale.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterable
 
 from control_plane.leaders.election import LeaderElection
+from control_plane.leaders.rendezvous import Planner
 from core.errors import AlreadyExists, NotFound, VersionConflict
-from core.shards import parse_unit_key, shards, unit_key
+from core.shards import shards, unit_key
 from metastore import paths
 from metastore.catalog import Catalog
 from metastore.protocol import MetaStore
@@ -46,39 +50,8 @@ log = logging.getLogger(__name__)
 WORKERS = "workers"
 ROLE = "assigner"
 SHARDS_TTL_S = 30.0
-
-
-def _weight(worker: str, key: str) -> int:
-    digest = hashlib.blake2b(f"{worker}\x00{key}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big")
-
-
-def rendezvous(keys: Iterable[str], workers: Iterable[str]) -> dict[str, list[str]]:
-    """Each key given to the worker of highest weight; every worker listed, keys sorted.
-
-    >>> rendezvous(["p/a"], ["w1"])
-    {'w1': ['p/a']}
-    """
-    members = sorted(set(workers))
-    plan: dict[str, list[str]] = {w: [] for w in members}
-    if not members:
-        return plan
-    for key in sorted(set(keys)):
-        plan[_owner(key, members)].append(key)
-    return plan
-
-
-def _owner(key: str, members: list[str]) -> str:
-    """The worker of ``key``: of highest weight for it, or for a shard k of a subscription,
-    the k-th (round robin) in the order of weight for the subscription's whole key, so its
-    shards spread over as many workers as there are (a fair draw per shard would put two of
-    two shards on one of two workers half of the time)."""
-    project, name, index = parse_unit_key(key)
-    if index is None:
-        return max(members, key=lambda w: _weight(w, key))
-    whole = f"{project}/{name}"
-    ranked = sorted(members, key=lambda w: _weight(w, whole), reverse=True)
-    return ranked[index % len(ranked)]
+SHARDS_REFRESH_PER_ROUND = 200  # shard counts read again per round, oldest first
+READ_BATCH = 512  # metastore reads in flight while shard counts are read
 
 
 class Assigner(LeaderElection):
@@ -104,6 +77,7 @@ class Assigner(LeaderElection):
         self.interval_s = interval_s
         self.group = group
         self._shards: dict[str, tuple[int, float]] = {}  # "p/s" -> (shard count, read at)
+        self._planner = Planner()  # the last plan, kept: the next one hashes what changed
 
     async def lead(self, lost: asyncio.Event) -> None:
         """Assign until the leader node is no longer ours."""
@@ -128,32 +102,38 @@ class Assigner(LeaderElection):
         projects = await self.catalog.list_projects()
         names = await asyncio.gather(*(self.catalog.list_subscriptions(p) for p in projects))
         pairs = [(p, s) for p, subs in zip(projects, names, strict=True) for s in subs]
-        counts = await asyncio.gather(*(self._shard_count(p, s) for p, s in pairs))
-        self._shards = {
-            k: v for k, v in self._shards.items() if k in {f"{p}/{s}" for p, s in pairs}
-        }
+        await self._read_shard_counts([f"{p}/{s}" for p, s in pairs])
         return [
-            unit_key(p, s, shard)
-            for (p, s), count in zip(pairs, counts, strict=True)
-            for shard in shards(count)
+            unit_key(p, s, shard) for p, s in pairs for shard in shards(self._shards[f"{p}/{s}"][0])
         ]
 
-    async def _shard_count(self, project: str, name: str) -> int:
-        key, now = f"{project}/{name}", time.monotonic()
-        cached = self._shards.get(key)
-        if cached is not None and now - cached[1] < SHARDS_TTL_S:
-            return cached[0]
+    async def _read_shard_counts(self, listed: list[str]) -> None:
+        """Read the shard count of every subscription seen for the first time, and again
+        of at most ``SHARDS_REFRESH_PER_ROUND`` of those read longest ago (more than
+        ``SHARDS_TTL_S``): a round costs the metastore what changed, not one read per
+        subscription (10^5 of them every 30 s before)."""
+        now, kept = time.monotonic(), self._shards
+        self._shards = {k: kept[k] for k in listed if k in kept}
+        stale = sorted((at, k) for k, (_, at) in self._shards.items() if now - at >= SHARDS_TTL_S)[
+            :SHARDS_REFRESH_PER_ROUND
+        ]
+        wanted = [k for k in listed if k not in self._shards] + [k for _, k in stale]
+        for start in range(0, len(wanted), READ_BATCH):
+            batch = wanted[start : start + READ_BATCH]
+            counts = await asyncio.gather(*(self._shard_count(k) for k in batch))
+            self._shards.update((k, (c, now)) for k, c in zip(batch, counts, strict=True))
+
+    async def _shard_count(self, key: str) -> int:
+        project, name = key.split("/", 1)
         try:
-            count = (await self.catalog.get_subscription(project, name)).shards
+            return await self.catalog.subscription_shards(project, name)
         except NotFound:  # deleted meanwhile: the next round drops it
-            count = 1
-        self._shards[key] = (count, now)
-        return count
+            return 1
 
     async def rebalance(self) -> dict[str, list[str]]:
         """Compute the plan and write what changed; return the plan."""
         workers = await self.metastore.members(self.group)
-        plan = rendezvous(await self.subscriptions(), workers)
+        plan = self._planner.plan(await self.subscriptions(), workers)
         for worker, keys in plan.items():
             await self._write(worker, json.dumps(keys).encode())
         for gone in set(await self.metastore.children(paths.ASSIGNMENTS)) - set(plan):

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from control_plane.leaders.assigner import Assigner, rendezvous
+from control_plane.leaders.assigner import Assigner
+from control_plane.leaders.rendezvous import rendezvous
 from core.shards import shards, unit_key
 from tests.support.services import RealServices
 from tests.support.until import until

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from control_plane.leaders.assigner import rendezvous
+from control_plane.leaders.rendezvous import rendezvous
 from delivery_workers.unit_lock import UnitLock
 from metastore import paths
 from segments.protocol import Record

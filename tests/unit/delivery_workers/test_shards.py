@@ -10,7 +10,7 @@ from collections import defaultdict
 import pytest
 
 from circuit_breaker import CircuitState, Transition
-from control_plane.leaders.assigner import rendezvous
+from control_plane.leaders.rendezvous import rendezvous
 from core.audit import AuditType
 from core.model import SegmentState, Subscription
 from core.shards import WHOLE, Shard, parse_unit_key, shards, unit_key

@@ -22,6 +22,7 @@ import json
 import logging
 import uuid
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from core.errors import AlreadyExists, NotFound, VersionConflict
@@ -29,6 +30,13 @@ from core.tasks import TaskSet, cancel_all
 from metastore.protocol import MetaStore
 
 log = logging.getLogger(__name__)
+
+
+class Loss(Enum):
+    """Why :meth:`UnitLock.until_lost` returned."""
+
+    GONE = "gone"  # deleted, or another's: the session that held it expired
+    FENCED = "fenced"  # this process's lease lapsed; the node may still be ours
 
 
 @dataclass(eq=False)
@@ -96,9 +104,12 @@ class UnitLock:
             await self.metastore.delete(self.path, expected_version=node.version)
         return True
 
-    async def until_lost(self) -> None:
-        """Return when the lock is gone or another's, or when this process may no longer
-        act on it: its session's lease lapsed (a partition, a pause; metastore/lease.py)."""
+    async def until_lost(self) -> Loss:
+        """Return when the lock is gone or another's (``GONE``), or when this process may
+        no longer act on it: its session's lease lapsed (``FENCED``: a partition, a pause,
+        a stalled loop; metastore/lease.py). A fenced holder keeps the node: if the same
+        session is confirmed again (:meth:`until_ours_again`), it goes on without giving
+        the lock up and taking it again."""
         watching = asyncio.ensure_future(self._until_gone())
         lapsing = asyncio.ensure_future(self.metastore.lease.until_lapsed())
         try:
@@ -108,8 +119,17 @@ class UnitLock:
         if lapsing.done() and not lapsing.cancelled():
             log.warning("worker %s fenced off the lock %s: its session is not confirmed",
                         self.member_id, self.path)  # fmt: skip
-        else:
-            log.warning("worker %s lost the lock %s", self.member_id, self.path)
+            return Loss.FENCED
+        log.warning("worker %s lost the lock %s", self.member_id, self.path)
+        return Loss.GONE
+
+    async def until_ours_again(self) -> bool:
+        """After ``FENCED``: wait until the lease is valid again, then say whether the
+        lock is still this holder's (the same session was confirmed) or not (the session
+        expired meanwhile and its ephemeral lock went with it)."""
+        await self.metastore.lease.until_valid()
+        node = await self.metastore.get(self.path)
+        return node is not None and node.data == self.token
 
     async def _until_gone(self) -> None:
         async for node in self.metastore.watch(self.path):

@@ -73,7 +73,7 @@ from .shared_reads import SharedSegmentReader
 from .stats import RunnerStats, Totals
 from .status import StatusPublisher
 from .tracking import CommitPolicy
-from .unit_lock import UnitLock, until_node
+from .unit_lock import Loss, UnitLock, until_node
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,12 @@ class Worker(AsyncResource):
                 await lock.acquire()
                 self._holding.add(key)
                 try:
-                    await self._serve(key, project, name, lock)
+                    # Fenced (the lease lapsed) but still ours once the session is confirmed
+                    # again: go on with the same lock. Giving up and retaking thousands of
+                    # locks on every stall of a loaded worker fed the stall (bench/scale.py).
+                    while await self._serve(key, project, name, lock) is Loss.FENCED:
+                        if not await lock.until_ours_again():
+                            break
                 finally:
                     self._holding.discard(key)
                     with contextlib.suppress(HttpbusError, TimeoutError):
@@ -229,24 +234,25 @@ class Worker(AsyncResource):
                 log.exception("worker %s: subscription %s failed; retrying", self.member_id, key)
                 await asyncio.sleep(self.error_retry_s)
 
-    async def _serve(self, key: str, project: str, name: str, lock: UnitLock) -> None:
-        """Run the subscription until it is deleted, the lock is lost or a seek begins."""
-        tasks = [
+    async def _serve(self, key: str, project: str, name: str, lock: UnitLock) -> Loss | None:
+        """Run the subscription until it is deleted or a seek begins (None), or the lock is
+        lost or fenced off (why)."""
+        lost = asyncio.create_task(lock.until_lost())
+        others = [
             asyncio.create_task(self._follow_subscription(key, project, name)),
-            asyncio.create_task(lock.until_lost()),
             asyncio.create_task(_until_seek(self.metastore, self.member_id, project, name)),
         ]
         try:
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait([lost, *others], return_when=asyncio.FIRST_COMPLETED)
             for task in done:
-                task.result()  # an error of either is raised here
+                task.result()  # an error of any is raised here
+            return lost.result() if lost in done else None
         finally:
-            lost = tasks[1]
             if lost.done() and not lost.cancelled() and (runner := self.runners.get(key)):
                 runner.abandon()  # its next owner may be delivering already
-            for task in tasks:
+            for task in [lost, *others]:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(lost, *others, return_exceptions=True)
 
     # ------------------------------------------------------------ running
     async def _follow_subscription(self, key: str, project: str, name: str) -> None:

@@ -154,3 +154,26 @@ async def test_a_lock_created_after_its_owner_was_unassigned_is_released(
 
 async def _absent(meta: Any, path: str) -> bool:
     return await meta.get(path) is None
+
+
+async def test_a_fenced_worker_keeps_its_lock_when_its_session_is_confirmed_again(
+    world: World,
+) -> None:
+    """A lapsed lease (a stalled loop, a short partition) stops the runner, but while the
+    same session lives the lock stays the worker's: no delete and retake of every lock
+    (that fed the stall of a loaded worker with 10^3 subscriptions, bench/scale.py)."""
+    await world.subscribe("s0")
+    worker = await world.worker("w1")
+    await until(lambda: "p/s0" in worker.runners)
+    path = paths.subscription_lock("p", "s0")
+    held = await world.catalog.store.get(path)
+    assert held is not None
+    before = worker.runners["p/s0"]
+    first = await world.produce("a", 10)
+    await until(lambda: set(world.hook.ids("s0")) >= set(first))
+    worker.metastore.lease.suspend()  # the store's next heartbeat confirms it again
+    await until(lambda: worker.runners.get("p/s0") not in (None, before), 10, "a new runner")
+    after = await world.catalog.store.get(path)
+    assert after == held  # the same node: same token, same version
+    second = await world.produce("b", 10)
+    await until(lambda: set(world.hook.ids("s0")) >= set(first + second))

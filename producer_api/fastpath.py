@@ -36,6 +36,7 @@ from core.errors import (
 )
 from core.names import check_name
 
+from . import cloudevents
 from .publish import Accepted, Draft
 from .service import RequestRules, Service
 
@@ -129,16 +130,20 @@ async def read_body(receive: Receive, declared: str | None, limit: int, timeout_
 
 def request_headers(
     raw_headers: Iterable[tuple[bytes, bytes]], rules: RequestRules
-) -> tuple[list[tuple[str, str]], dict[str, str]]:
-    """The request's headers as (lower-case name, value) pairs, and by name (the first of a
-    repeated name); 431 past ``rules.max_header_bytes``, 400 for two ``Authorization``."""
+) -> tuple[list[tuple[str, str]], dict[str, str], bool]:
+    """The request's headers as (lower-case name, value) pairs, by name (the first of a
+    repeated name), and whether any is a ``ce-`` header (a CloudEvent in binary mode);
+    431 past ``rules.max_header_bytes``, 400 for two ``Authorization``."""
     headers: list[tuple[str, str]] = []
     named: dict[str, str] = {}
     size = 0
+    events = False
     for k, v in raw_headers:
         size += len(k) + len(v)
         name = k.decode("latin-1").lower()
         value = v.decode("latin-1")
+        if name[:3] == "ce-":
+            events = True
         if name in named:
             if name == "authorization":
                 raise Malformed("send one Authorization header, not several")
@@ -150,7 +155,7 @@ def request_headers(
             f"the request's headers have {size} bytes (names and values); "
             f"at most {rules.max_header_bytes} are taken"
         )
-    return headers, named
+    return headers, named, events
 
 
 def _names(project: str, topic: str) -> None:
@@ -173,20 +178,25 @@ async def produce_one(
     size = 0
     seen = False  # the topic exists and the caller may publish to it: a metric may name it
     try:
-        headers, named = request_headers(raw_headers, service.rules)
+        headers, named, events = request_headers(raw_headers, service.rules)
         if not service.cache.cached(project, topic):  # a cached topic has valid names
             _names(project, topic)
         await service.authorizer.check(named.get("authorization", ""), project, topic)
         found = await service.cache.topic(project, topic)
         seen = True
+        content_type = named.get("content-type")
+        event = cloudevents.mode(content_type, events)
         payload = await read_body(
             receive,
             named.get("content-length"),
-            found.max_message_bytes,
+            found.max_message_bytes if event is None else _event_limit(found.max_message_bytes),
             service.rules.body_timeout_s,
         )
         size = len(payload)
-        draft = Draft(payload, headers, named.get("content-type"))
+        if event is None:
+            draft = Draft(payload, headers, content_type)
+        else:
+            draft = cloudevents.single_draft(event, found, payload, headers, content_type)
         accepted = await service.publisher.publish(project, topic, draft)
     except HttpbusError as exc:
         service.metrics.refused(project, topic, exc.code.code, seen=seen)
@@ -204,6 +214,16 @@ async def produce_one(
         answer["duplicate"] = True
     status = 200 if accepted.duplicate else 201
     return status, {"X-Message-Id": accepted.message_id}, orjson.dumps(answer)
+
+
+def _event_limit(max_message_bytes: int) -> int:
+    """The body a single CloudEvent may have: a structured event's JSON holds its attributes
+    and its data in base64 (4/3 of the bytes), so its body may be larger than the message it
+    stores; the message itself is held to ``max_message_bytes`` after it is decoded."""
+    return max_message_bytes * 4 // 3 + EVENT_OVERHEAD
+
+
+EVENT_OVERHEAD = 64 * 1024
 
 
 def batch_drafts(body: bytes) -> list[Draft]:
@@ -310,15 +330,19 @@ async def produce_many(
     stored, 207 some failed, a result per message; an error if the request is refused)."""
     seen = False  # as in produce_one
     try:
-        _, named = request_headers(raw_headers, service.rules)
+        _, named, events = request_headers(raw_headers, service.rules)
         _names(project, topic)
         await service.authorizer.check(named.get("authorization", ""), project, topic)
-        await service.cache.topic(project, topic)
+        found = await service.cache.topic(project, topic)
         seen = True
+        event = cloudevents.mode(named.get("content-type"), events)
+        if event is cloudevents.Mode.BINARY or event is cloudevents.Mode.STRUCTURED:
+            raise cloudevents.not_a_batch(event)
         body = await read_body(
             receive, named.get("content-length"), MAX_BATCH_BYTES, service.rules.body_timeout_s
         )
-        results = await service.publisher.publish_many(project, topic, batch_drafts(body))
+        drafts = batch_drafts(body) if event is None else cloudevents.batch_drafts(found, body)
+        results = await service.publisher.publish_many(project, topic, drafts)
     except HttpbusError as exc:
         service.metrics.refused(project, topic, exc.code.code, seen=seen)
         return http_errors.render(exc)

@@ -42,6 +42,26 @@ _PREFIX = "application/cloudevents"
 MAX_EVENTS = 1_000  # as many as a batch of the ordinary shape
 
 
+# What the OpenAPI document says of a structured event (the rules are checked in code, with
+# messages that say what to fix: core.cloudevents.checked).
+EVENT_SCHEMA: dict[str, object] = {
+    "type": "object",
+    "description": "a CloudEvent 1.0 in the JSON format; its data in data or data_base64",
+    "required": ["specversion", "id", "source", "type"],
+    "properties": {
+        "specversion": {"type": "string", "enum": [cloudevents.SPECVERSION]},
+        "id": {"type": "string", "pattern": f"^{CLIENT_ID.pattern}$"},
+        "source": {"type": "string", "minLength": 1},
+        "type": {"type": "string", "minLength": 1},
+        "datacontenttype": {"type": "string"},
+        "subject": {"type": "string"},
+        "time": {"type": "string", "format": "date-time"},
+        "data": {},
+        "data_base64": {"type": "string", "format": "byte"},
+    },
+}
+
+
 class Mode(Enum):
     BINARY = "binary"
     STRUCTURED = "structured"

@@ -58,6 +58,8 @@ _DATA = frozenset({"data", "data_base64"})  # structured-mode members that are n
 # Printable ASCII a header value may hold as is (the HTTP binding encodes space, " and %).
 _SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) not in '"%')
 _INT32 = (-(2**31), 2**31 - 1)
+# What a CloudEvents string may not hold: control characters and lone surrogates.
+_FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _JSON_TYPE = re.compile(r"(?:application|text)/(?:[a-zA-Z0-9.\-]+\+)?json(?:\s*;.*)?", re.S)
 _TEXT_TYPE = re.compile(r"text/|application/(?:[a-zA-Z0-9.\-]+\+)?xml")
 
@@ -117,6 +119,9 @@ def checked(attributes: Mapping[str, str]) -> Event:
                 f"the attribute name {name[:64]!r} is not {NAME_RULE} (CloudEvents 1.0)",
                 details={"attribute": name[:64]},
             )
+    for name, value in attributes.items():
+        if _FORBIDDEN.search(value) is not None:
+            raise _invalid(name, "holds a control character, which CloudEvents strings may not")
     event_id = attributes["id"]
     if CLIENT_ID.fullmatch(event_id) is None:
         raise _invalid("id", f"must be {CLIENT_ID_RULE}: it becomes the message id")

@@ -7,11 +7,14 @@ Which requests are events (:func:`mode`), as the CloudEvents SDKs tell them apar
   the event as JSON (``data`` or ``data_base64`` its payload);
 - ``Content-Type: application/cloudevents-batch+json`` on ``…/produce/batch``: a JSON array of
   structured events, a result per event;
-- any ``ce-`` header on ``…/produce``: binary mode, the attributes are the ``ce-`` headers
+- a ``ce-specversion``, ``ce-id``, ``ce-source`` or ``ce-type`` header on ``…/produce``
+  (any attribute every event has): binary mode, the attributes are the ``ce-`` headers
   (percent-decoded) and the body is the payload, its content type the ``datacontenttype``.
+  Then a missing one is refused by name. Other ``ce-`` headers alone make no event (they are
+  not ``X-`` headers: not stored, as before).
 
 Anything else is an ordinary publish and pays for none of this: the fast path only looks at
-the content type's first characters and at a flag set while it reads the headers.
+the content type's first characters and looks up four header names.
 
 An event becomes a message as :mod:`core.cloudevents` says: ``id`` the message id (a
 client-named id: a topic's ``dedupe_window`` answers a replayed event as a duplicate), on a
@@ -25,7 +28,7 @@ dedupe, the cutover gate.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from enum import Enum
 
 import orjson
@@ -68,8 +71,9 @@ class Mode(Enum):
     BATCH = "batch"
 
 
-def mode(content_type: str | None, ce_headers: bool) -> Mode | None:
-    """The content mode of a request, or None for an ordinary publish."""
+def mode(content_type: str | None, named: Mapping[str, str]) -> Mode | None:
+    """The content mode of a request (``named``: its headers by lower-case name), or None
+    for an ordinary publish: a few dictionary lookups, all an ordinary publish pays."""
     if content_type is not None and content_type[: len(_PREFIX)].lower() == _PREFIX:
         media = content_type.split(";", 1)[0].strip().lower()
         if media == cloudevents.STRUCTURED:
@@ -80,7 +84,9 @@ def mode(content_type: str | None, ce_headers: bool) -> Mode | None:
             f"the content type {media[:64]!r} is no CloudEvents format httpbus reads: send "
             f"{cloudevents.STRUCTURED}, {cloudevents.BATCH} (batch route), or the binary mode"
         )
-    return Mode.BINARY if ce_headers else None
+    if "ce-specversion" in named or "ce-id" in named or "ce-source" in named or "ce-type" in named:
+        return Mode.BINARY
+    return None
 
 
 def single_draft(

@@ -130,20 +130,16 @@ async def read_body(receive: Receive, declared: str | None, limit: int, timeout_
 
 def request_headers(
     raw_headers: Iterable[tuple[bytes, bytes]], rules: RequestRules
-) -> tuple[list[tuple[str, str]], dict[str, str], bool]:
-    """The request's headers as (lower-case name, value) pairs, by name (the first of a
-    repeated name), and whether any is a ``ce-`` header (a CloudEvent in binary mode);
-    431 past ``rules.max_header_bytes``, 400 for two ``Authorization``."""
+) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """The request's headers as (lower-case name, value) pairs, and by name (the first of a
+    repeated name); 431 past ``rules.max_header_bytes``, 400 for two ``Authorization``."""
     headers: list[tuple[str, str]] = []
     named: dict[str, str] = {}
     size = 0
-    events = False
     for k, v in raw_headers:
         size += len(k) + len(v)
         name = k.decode("latin-1").lower()
         value = v.decode("latin-1")
-        if name[:3] == "ce-":
-            events = True
         if name in named:
             if name == "authorization":
                 raise Malformed("send one Authorization header, not several")
@@ -155,7 +151,7 @@ def request_headers(
             f"the request's headers have {size} bytes (names and values); "
             f"at most {rules.max_header_bytes} are taken"
         )
-    return headers, named, events
+    return headers, named
 
 
 def _names(project: str, topic: str) -> None:
@@ -178,14 +174,14 @@ async def produce_one(
     size = 0
     seen = False  # the topic exists and the caller may publish to it: a metric may name it
     try:
-        headers, named, events = request_headers(raw_headers, service.rules)
+        headers, named = request_headers(raw_headers, service.rules)
         if not service.cache.cached(project, topic):  # a cached topic has valid names
             _names(project, topic)
         await service.authorizer.check(named.get("authorization", ""), project, topic)
         found = await service.cache.topic(project, topic)
         seen = True
         content_type = named.get("content-type")
-        event = cloudevents.mode(content_type, events)
+        event = cloudevents.mode(content_type, named)
         payload = await read_body(
             receive,
             named.get("content-length"),
@@ -330,12 +326,12 @@ async def produce_many(
     stored, 207 some failed, a result per message; an error if the request is refused)."""
     seen = False  # as in produce_one
     try:
-        _, named, events = request_headers(raw_headers, service.rules)
+        _, named = request_headers(raw_headers, service.rules)
         _names(project, topic)
         await service.authorizer.check(named.get("authorization", ""), project, topic)
         found = await service.cache.topic(project, topic)
         seen = True
-        event = cloudevents.mode(named.get("content-type"), events)
+        event = cloudevents.mode(named.get("content-type"), named)
         if event is cloudevents.Mode.BINARY or event is cloudevents.Mode.STRUCTURED:
             raise cloudevents.not_a_batch(event)
         body = await read_body(

@@ -52,6 +52,9 @@ def test_checked_splits_the_id_and_content_type_from_the_stored_attributes() -> 
         ({"time": "2026-01-02"}, "time"),
         ({"time": "2026-01-02T03:04:05"}, "time"),  # no time zone
         ({"subject": ""}, "subject"),
+        ({"subject": "line\nbreak"}, "subject"),
+        ({"type": "bell\x07"}, "type"),
+        ({"ext": "\ud800"}, "ext"),
     ],
 )
 def test_checked_names_the_attribute_to_fix(changes: dict[str, str], attribute: str) -> None:

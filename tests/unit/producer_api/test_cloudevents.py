@@ -222,8 +222,10 @@ async def test_a_batch_answers_each_event(env: ProducerEnv) -> None:
 
 async def test_an_ordinary_publish_is_untouched(env: ProducerEnv) -> None:
     r = await env.client.post(
-        produce_url("events"), content=b"p", headers={"Content-Type": "application/json"}
+        produce_url("events"),
+        content=b"p",
+        headers={"Content-Type": "application/json", "ce-partitionkey": "k"},  # no event
     )
-    assert r.status_code == 201
+    assert r.status_code == 201, r.text
     (stored,) = await env.stored("events")
     assert not any(name.startswith("ce-") for name, _ in stored.headers)

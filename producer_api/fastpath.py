@@ -185,7 +185,11 @@ async def produce_one(
         payload = await read_body(
             receive,
             named.get("content-length"),
-            found.max_message_bytes if event is None else _event_limit(found.max_message_bytes),
+            (
+                _event_limit(found.max_message_bytes)
+                if event is cloudevents.Mode.STRUCTURED
+                else found.max_message_bytes
+            ),
             service.rules.body_timeout_s,
         )
         size = len(payload)

@@ -152,7 +152,8 @@ async def test_the_group_is_the_topics_attribute(env: ProducerEnv) -> None:
         (_event(ext={"a": 1}), "a string, a boolean"),
         (_event(data="a", data_base64="YQ=="), "not both"),
         (_event(data_base64="***"), "not valid base64"),
-        (_event(datacontenttype="text/plain\r\nX: 1"), "content type"),
+        (_event(datacontenttype="text/plain\r\nX: 1"), "control character"),
+        (_event(datacontenttype="text/plain; charset=é"), "no content type"),
         ([_event()], "JSON object"),
     ],
 )

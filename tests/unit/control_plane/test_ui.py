@@ -211,6 +211,8 @@ async def test_the_delivery_format_through_the_form(browser: httpx.AsyncClient) 
     assert sub["delivery_format"] == "cloudevents-structured"
     page = await browser.get("/ui/projects/shop/subscriptions/s1/edit")
     assert "<option selected>cloudevents-structured</option>" in page.text
+    page = await browser.get("/ui/projects/shop/subscriptions/s1")
+    assert '<span id="delivery-format">cloudevents-structured</span>' in page.text
     edit = {**SUB_FORM, "delivery_format": "cloudevents-binary", "batch_max_messages": "5"}
     r = await browser.post("/ui/projects/shop/subscriptions/s1/edit", data={**edit, "csrf": token})
     assert r.status_code == 422 and "one event per request" in r.text

@@ -37,6 +37,7 @@ from core import cloudevents
 from core.envelope import GROUP_ID, MESSAGE_ID
 from core.errors import HttpbusError, InvalidCloudEvent
 from core.ids import CLIENT_ID, CLIENT_ID_RULE
+from core.json_depth import MAX_DEPTH, too_deep
 from core.model import Topic
 
 from .publish import Draft
@@ -139,6 +140,8 @@ def not_a_batch(found: Mode) -> InvalidCloudEvent:
 
 
 def _json(body: bytes) -> object:
+    if too_deep(body):  # orjson reads 1 024 levels but writes 255: refuse before either
+        raise InvalidCloudEvent(f"the body nests arrays and objects deeper than {MAX_DEPTH} levels")
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:

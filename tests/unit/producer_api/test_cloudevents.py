@@ -187,7 +187,8 @@ async def test_invalid_binary_requests_are_400(
 
 
 async def test_hostile_structured_bodies_are_400_never_500(env: ProducerEnv) -> None:
-    for body in (b"", b"{", b"[" * 100_000, b'{"id": 1e400}', b"\xff\xfe", b'"s"', b"null"):
+    deep = json.dumps(_event()).encode()[:-1] + b', "data": ' + b"[" * 300 + b"]" * 300 + b"}"
+    for body in (b"", b"{", b"[" * 100_000, b'{"id": 1e400}', b"\xff\xfe", b'"s"', b"null", deep):
         r = await env.client.post(
             produce_url("events"), content=body, headers={"Content-Type": STRUCTURED}
         )
@@ -207,6 +208,13 @@ async def test_a_batch_answers_each_event(env: ProducerEnv) -> None:
         headers={"Content-Type": BATCH},
     )
     assert r.status_code == 207, r.text
+    deep = [_event(id="deep", data=json.loads("[" * 300 + "]" * 300))]
+    too_deep = await env.client.post(
+        produce_url("events") + "/batch",
+        content=json.dumps(deep).encode(),
+        headers={"Content-Type": BATCH},
+    )
+    assert too_deep.status_code == 400 and too_deep.json()["code"] == "invalid_cloudevent"
     first, bad, last = r.json()["results"]
     assert first["status"] == 201 and last["message_id"] == "ok2"
     assert (bad["status"], bad["code"]) == (400, "invalid_cloudevent")

@@ -166,10 +166,9 @@ def binary_attributes(items: Iterable[tuple[str, str]]) -> dict[str, str]:
         if attribute in found:
             raise _invalid(attribute, f"is sent twice (header {name}): send it once")
         if not value.isascii():
-            raw = value.encode("latin-1")
             try:
-                value = raw.decode("utf-8")
-            except UnicodeDecodeError:
+                value = value.encode("latin-1").decode("utf-8")
+            except UnicodeError:  # not UTF-8 (or not as a server reads it): kept as text
                 pass
         found[attribute] = unquote(value)
     return found

@@ -108,3 +108,38 @@ def test_structured_carries_json_text_and_bytes() -> None:
     assert cloudevents.structured(attributes, "text/plain", b"hi").endswith(b',"data":"hi"}')
     assert cloudevents.structured(attributes, None, b"\x00").endswith(b',"data_base64":"AA=="}')
     assert cloudevents.structured(attributes, None, b"") == b'{"specversion":"1.0","id":"m"}'
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=20,
+)
+_ATTRIBUTES = st.dictionaries(
+    st.sampled_from([*REQUIRED, "time", "subject", "datacontenttype", "data", "data_base64", "X"]),
+    _JSON,
+)
+
+
+@given(_ATTRIBUTES, st.booleans())
+def test_any_json_is_an_event_or_an_invalid_cloudevent(doc: dict[str, object], base: bool) -> None:
+    if base:
+        doc = {**REQUIRED, **doc}
+    try:
+        event, payload = cloudevents.structured_event(doc)
+    except InvalidCloudEvent:
+        return
+    for name, value in cloudevents.stored(event.attributes):
+        assert field_problem(name, value.decode("ascii")) is None
+    assert isinstance(payload, bytes)
+
+
+@given(st.lists(st.tuples(st.text(max_size=12), st.text(max_size=30)), max_size=8))
+def test_any_headers_are_attributes_or_an_invalid_cloudevent(
+    pairs: list[tuple[str, str]],
+) -> None:
+    items = [(f"ce-{name}".lower(), value) for name, value in pairs]
+    try:
+        cloudevents.checked({**REQUIRED, **cloudevents.binary_attributes(items)})
+    except InvalidCloudEvent:
+        pass

@@ -37,6 +37,14 @@ app = typer.Typer(
 Backoff = Literal["fixed", "linear", "exponential"]
 
 
+Format = Annotated[
+    Literal["raw", "cloudevents-binary", "cloudevents-structured"] | None,
+    typer.Option(
+        "--delivery-format",
+        help="raw (the payload as produced), cloudevents-binary (ce- headers) or "
+        "cloudevents-structured (application/cloudevents+json); docs/receiving.md.",
+    ),
+]
 BatchMessages = Annotated[
     int | None,
     typer.Option("--batch", min=1, max=1_000, help="Deliver up to this many messages per request."),
@@ -84,6 +92,7 @@ def create(
     batch: BatchMessages = None,
     batch_max_bytes: BatchMaxBytes = None,
     batch_max_wait_ms: BatchMaxWait = None,
+    delivery_format: Format = None,
 ) -> Call:
     """Create a subscription that pushes a topic's messages to an endpoint."""
     body: dict[str, Any] = {"name": name, "topic": topic, "endpoint": {"url": endpoint}}
@@ -97,6 +106,7 @@ def create(
             rate_limit_per_second=rate_limit,
             delay_ms=delay_ms,
             shards=shards,
+            delivery_format=delivery_format,
         )
     )
     body["dlq_enabled"] = dlq
@@ -185,6 +195,7 @@ def update(
     no_batch: Annotated[
         bool, typer.Option("--no-batch", help="One message per request again.")
     ] = False,
+    delivery_format: Format = None,
 ) -> Call:
     """Change a subscription's settings; the others stay as they are.
 
@@ -208,6 +219,7 @@ def update(
         delay_ms=delay_ms,
         dlq_enabled=dlq,
         description=description,
+        delivery_format=delivery_format,
     )
     wanted.update({"filter": None} if no_filter else {})
     wanted.update({"rate_limit_per_second": None} if no_rate_limit else {})

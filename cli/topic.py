@@ -86,6 +86,15 @@ def _active(topic: dict[str, Any]) -> str:
     return f"{active['backend']} ×{active['partitions']}" if active else "-"
 
 
+CloudEventsGroup = Annotated[
+    str | None,
+    typer.Option(
+        help="Grouped topics: the CloudEvents attribute that is an event's group "
+        "(default partitionkey; subject, or any extension).",
+    ),
+]
+
+
 @command(app)
 def create(
     project: Project,
@@ -100,6 +109,7 @@ def create(
     ] = None,
     failover_cluster: FailoverClusters = None,
     failover_mode: FailoverMode = None,
+    cloudevents_group_attribute: CloudEventsGroup = None,
 ) -> Call:
     """Create a topic and its first segment."""
     body: dict[str, Any] = {"name": name, "partitions": partitions, "grouped": grouped}
@@ -108,6 +118,7 @@ def create(
         "failover": failover_body(failover_cluster, failover_mode),
         "retention_hours": retention_hours,
         "dedupe_window": dedupe_window,
+        "cloudevents_group_attribute": cloudevents_group_attribute,
     }
     body.update({k: v for k, v in optional.items() if v})
 
@@ -203,6 +214,7 @@ SETTINGS = (
     "description",
     "dedupe_window",
     "failover",
+    "cloudevents_group_attribute",
 )
 _DURATION = re.compile(r"^\s*(\d+)\s*([hdw]?)\s*$")
 _HOURS = {"": 1, "h": 1, "d": 24, "w": 24 * 7}
@@ -243,6 +255,7 @@ def update(
     no_failover: Annotated[
         bool, typer.Option("--no-failover", help="Name no standby cluster any more.")
     ] = False,
+    cloudevents_group_attribute: CloudEventsGroup = None,
 ) -> Call:
     """Change a topic's settings; the others stay as they are.
 
@@ -254,6 +267,7 @@ def update(
             "retention_hours": retention,
             "max_message_bytes": max_message_bytes,
             "description": description,
+            "cloudevents_group_attribute": cloudevents_group_attribute,
         }.items()
         if v is not None
     }
@@ -270,8 +284,8 @@ def update(
     if not wanted and not capacity:
         raise fail(
             "nothing to change: give --retention, --max-message-bytes, --max-qps, "
-            "--max-bytes-per-second, --description, --dedupe-window, --failover-cluster or "
-            "--no-failover",
+            "--max-bytes-per-second, --description, --dedupe-window, --failover-cluster, "
+            "--no-failover or --cloudevents-group-attribute",
             EXIT_USAGE,
         )
 

@@ -161,6 +161,7 @@ SETTINGS_FIELDS = (
     "paused",
     "description",
     "batch",
+    "delivery_format",
 )
 
 

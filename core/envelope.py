@@ -42,6 +42,12 @@ DELIVERY_ONLY = frozenset({TOPIC, ATTEMPT, BATCH_SIZE})
 # Headers httpbus owns on a delivery: a producer cannot carry its own value of these.
 RESERVED = frozenset({MESSAGE_ID, GROUP_ID, DELIVER_AT, DELAY_MS, PRODUCED_AT, *DELIVERY_ONLY})
 
+# CloudEvents (core.cloudevents): a message published as a CloudEvent keeps each of its context
+# attributes but ``id`` (its message id) and ``datacontenttype`` (its content type) as a stored
+# header named ``ce-`` and the attribute's name, the value encoded by :func:`encode`.
+CE_PREFIX = "ce-"
+CE_SPECVERSION = "ce-specversion"
+
 # Internal: added by the retry path in its internal topics (see segments.subscription).
 INTERNAL_PREFIX = "x-httpbus-"
 # W3C trace context: carried from the publish to the endpoint unchanged, like an X- header, so

@@ -21,6 +21,7 @@ class ErrorCode(Enum):
     """A stable, documented error code and the HTTP status it answers with."""
 
     MALFORMED = ("malformed", 400)
+    INVALID_CLOUDEVENT = ("invalid_cloudevent", 400)
     UNAUTHORIZED = ("unauthorized", 401)
     FORBIDDEN = ("forbidden", 403)
     GRANT_REQUIRED = ("grant_required", 403)
@@ -80,6 +81,14 @@ class HttpbusError(Exception):
 
 class Malformed(HttpbusError):
     code = ErrorCode.MALFORMED
+
+
+class InvalidCloudEvent(Malformed):
+    """A publish in the CloudEvents HTTP binding whose event is not a valid CloudEvent 1.0
+    (a required attribute missing or wrong, an attribute httpbus cannot store); the message
+    names the attribute and what to send instead."""
+
+    code = ErrorCode.INVALID_CLOUDEVENT
 
 
 class Unauthorized(HttpbusError):

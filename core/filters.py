@@ -6,7 +6,8 @@ filters and Kubernetes validation rules) that must give ``true`` or ``false``. I
 - ``headers`` — ``map(string, string)``: the message's stored headers, names in lower case,
   values decoded as UTF-8 (bad bytes become U+FFFD); a name sent twice gives the values joined
   with ``", "``. It holds ``x-message-id``, ``x-produced-at``, ``x-group-id``,
-  ``content-type`` and every carried ``x-`` header;
+  ``content-type``, every carried ``x-`` header, and a CloudEvent's ``ce-`` attributes
+  (:mod:`core.cloudevents`; values as stored, percent-encoded where the binding says);
 - ``group`` — the group id, ``""`` when the message has none;
 - ``topic`` — ``"project/topic"``;
 - ``content_type`` — the content type, ``""`` when none;

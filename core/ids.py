@@ -8,8 +8,14 @@ random part is incremented, so ids made by one producer also sort in the order m
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
+
+# What a client may name a message or a group (X-Message-Id, X-Group-Id, a CloudEvent's id):
+# it travels in headers, URLs and storage keys as is.
+CLIENT_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+CLIENT_ID_RULE = "1 to 128 characters of letters, digits and . _ : -"
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _RANDOM_BITS = 80

@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from .cloudevents import DEFAULT_GROUP_ATTRIBUTE, NAME_RULE
+from .cloudevents import NAME as ATTRIBUTE_NAME
 from .errors import SecretInForce, TooManySecrets
 from .filters import FilterError, compile_filter
 from .names import Name
@@ -230,6 +232,23 @@ class TopicSettings(Model):
         "stored again (docs/producing.md); absent: off",
     )
 
+    cloudevents_group_attribute: str = Field(
+        default=DEFAULT_GROUP_ATTRIBUTE,
+        max_length=64,
+        description="on a grouped topic, the CloudEvents attribute whose value is the group of "
+        "an event published in the CloudEvents HTTP binding (partitionkey, subject, or any "
+        "extension; docs/producing.md)",
+    )
+
+    @field_validator("cloudevents_group_attribute")
+    @classmethod
+    def _group_attribute(cls, name: str) -> str:
+        if ATTRIBUTE_NAME.fullmatch(name) is None:
+            raise ValueError(f"a CloudEvents attribute name is {NAME_RULE}")
+        if name in ("id", "specversion", "datacontenttype"):
+            raise ValueError(f"{name} cannot be the group: name another attribute")
+        return name
+
     @field_validator("dedupe_window")
     @classmethod
     def _window(cls, window: str | None) -> str | None:
@@ -405,6 +424,14 @@ class BatchPolicy(Model):
     max_wait_ms: int = Field(default=100, ge=0, le=60_000)
 
 
+class DeliveryFormat(StrEnum):
+    """How a delivery request carries a message (docs/receiving.md)."""
+
+    RAW = "raw"  # the payload as produced, httpbus's X- headers
+    CLOUDEVENTS_BINARY = "cloudevents-binary"  # the payload, the attributes as ce- headers
+    CLOUDEVENTS_STRUCTURED = "cloudevents-structured"  # application/cloudevents+json
+
+
 class SubscriptionSettings(Model):
     """What an operator sets on a subscription (and may change later)."""
 
@@ -423,6 +450,21 @@ class SubscriptionSettings(Model):
         description="deliver up to max_messages messages per request (docs/receiving.md); "
         "absent: one message per request",
     )
+    delivery_format: DeliveryFormat = Field(
+        default=DeliveryFormat.RAW,
+        description="raw: the payload as produced; cloudevents-binary: a CloudEvent with its "
+        "attributes as ce- headers; cloudevents-structured: a CloudEvent as "
+        "application/cloudevents+json (with batch: application/cloudevents-batch+json)",
+    )
+
+    @model_validator(mode="after")
+    def _binary_is_one_event(self) -> SubscriptionSettings:
+        if self.batch is not None and self.delivery_format is DeliveryFormat.CLOUDEVENTS_BINARY:
+            raise ValueError(
+                "delivery_format cloudevents-binary sends one event per request: use "
+                "cloudevents-structured with batch, or no batch"
+            )
+        return self
 
     @field_validator("circuit_breaker")
     @classmethod

@@ -16,6 +16,13 @@ attempt or the signature a receiver relies on.
 A subscription with ``batch`` set sends a :class:`BatchDelivery` instead: one request whose
 body is a JSON array of its messages (:func:`build_batch_request`, docs/receiving.md).
 
+A subscription's ``delivery_format`` may ask for CloudEvents (:mod:`core.cloudevents`):
+``cloudevents-binary`` adds the event's ``ce-`` headers to the request above,
+``cloudevents-structured`` sends the event as ``application/cloudevents+json`` (a batch as
+``application/cloudevents-batch+json``). The signature covers the body as sent, as always.
+A message published as a CloudEvent carries its ``ce-`` attributes in ``raw`` too, with
+``ce-id``: it reaches the endpoint as the binary-mode event it was.
+
 ``send`` never raises for anything the endpoint does: every attempt ends as a
 :class:`~core.result.DeliveryResult`.
 """
@@ -30,9 +37,12 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import NamedTuple, Protocol, runtime_checkable
 
+from core import cloudevents
 from core.envelope import (
     ATTEMPT,
     BATCH_SIZE,
+    CE_PREFIX,
+    CE_SPECVERSION,
     CONTENT_TYPE,
     GROUP_ID,
     INTERNAL_PREFIX,
@@ -41,10 +51,11 @@ from core.envelope import (
     RESERVED,
     TOPIC,
     TRACE_CONTEXT,
+    Envelope,
 )
 from core.envelope import header as stored_header
 from core.lifecycle import Lifecycle
-from core.model import Subscription
+from core.model import DeliveryFormat, Subscription
 from core.result import DeliveryResult
 from core.signing import sign_with_key, signing_key
 from segments.protocol import Stored
@@ -111,8 +122,14 @@ def _carried(name: str) -> bool:
     found = _CARRIED.get(name)
     if found is None:
         found = (
-            name.startswith("x-") and name not in RESERVED and not name.startswith(INTERNAL_PREFIX)
-        ) or name in TRACE_CONTEXT
+            (
+                name.startswith("x-")
+                and name not in RESERVED
+                and not name.startswith(INTERNAL_PREFIX)
+            )
+            or name in TRACE_CONTEXT
+            or name.startswith(CE_PREFIX)  # a CloudEvent's attributes (core.cloudevents)
+        )
         if len(_CARRIED) < 10_000:  # bounded: producers choose the names
             _CARRIED[name] = found
     return found
@@ -155,12 +172,42 @@ def build_request(delivery: Delivery, now_s: int) -> OutgoingRequest:
     headers[TOPIC] = ("X-Topic", delivery.topic)
     headers[PRODUCED_AT] = ("X-Produced-At", _rfc3339_ms(produced_ms))
     headers[ATTEMPT] = ("X-Attempt", str(delivery.attempt))
+    body = msg.value
+    if sub.delivery_format is not DeliveryFormat.RAW or CE_SPECVERSION in headers:
+        body = _as_event(delivery, headers, message_id, produced_ms, group, own.get(CONTENT_TYPE))
     headers["webhook-id"] = ("webhook-id", message_id)
     headers["webhook-timestamp"] = ("webhook-timestamp", str(now_s))
     secrets = sub.secrets_at(now_s)  # during a rotation's overlap: the new one and the old
-    signature = " ".join(sign_with_key(_key(s), message_id, now_s, msg.value) for s in secrets)
+    signature = " ".join(sign_with_key(_key(s), message_id, now_s, body) for s in secrets)
     headers["webhook-signature"] = ("webhook-signature", signature)
-    return OutgoingRequest(endpoint.method, _url(endpoint.url), tuple(headers.values()), msg.value)
+    return OutgoingRequest(endpoint.method, _url(endpoint.url), tuple(headers.values()), body)
+
+
+def _as_event(
+    delivery: Delivery,
+    headers: dict[str, tuple[str, str]],
+    message_id: str,
+    produced_ms: int,
+    group: str | None,
+    content_type: str | None,
+) -> bytes:
+    """The body of a delivery as a CloudEvent, its headers updated in place: ``raw`` carries
+    a message published as an event as the binary-mode event it was (``ce-id`` added);
+    ``cloudevents-binary`` adds the attributes a message lacks (:func:`core.cloudevents.context`);
+    ``cloudevents-structured`` moves them into an ``application/cloudevents+json`` body."""
+    msg, fmt = delivery.message, delivery.subscription.delivery_format
+    if fmt is DeliveryFormat.RAW:
+        headers["ce-id"] = ("ce-id", cloudevents.quote(message_id))
+        return msg.value
+    attributes = cloudevents.context(msg.headers, message_id, delivery.topic, produced_ms, group)
+    if fmt is DeliveryFormat.CLOUDEVENTS_BINARY:
+        for name, value in cloudevents.binary_headers(attributes):
+            headers[name] = (name, value)
+        return msg.value
+    for name in [n for n in headers if n.startswith(CE_PREFIX)]:  # all in the body instead
+        del headers[name]
+    headers[CONTENT_TYPE] = ("Content-Type", cloudevents.STRUCTURED)
+    return cloudevents.structured(attributes, content_type, msg.value)
 
 
 @lru_cache(maxsize=4096)
@@ -239,15 +286,29 @@ def batch_entry(topic: str, msg: Stored, attempt: int) -> dict[str, object]:
     }
 
 
+def batch_event(topic: str, msg: Stored) -> bytes:
+    """One message of a ``cloudevents-structured`` batch: its structured-mode event."""
+    envelope = Envelope.of(msg.headers)
+    produced_ms = envelope.produced_at_ms or msg.timestamp_ms
+    message_id = envelope.message_id or batch_message_id(topic, msg)
+    attributes = cloudevents.context(msg.headers, message_id, topic, produced_ms, envelope.group)
+    return cloudevents.structured(attributes, envelope.content_type, msg.value)
+
+
 def build_batch_request(batch: BatchDelivery, now_s: int) -> OutgoingRequest:
     """The request of one batch attempt, signed at ``now_s``: a JSON array of
     :func:`batch_entry`, with the endpoint's static headers, ``X-Topic``, ``X-Batch-Size``,
     ``X-Attempt`` and the Standard Webhooks headers of the batch id. ``ValueError`` as
     :func:`build_request`."""
     sub, endpoint = batch.subscription, batch.subscription.endpoint
-    pairs = zip(batch.messages, batch.attempts, strict=True)
-    entries = [batch_entry(batch.topic, m, a) for m, a in pairs]
-    body = json.dumps(entries, separators=(",", ":"), ensure_ascii=False).encode()
+    if sub.delivery_format is DeliveryFormat.CLOUDEVENTS_STRUCTURED:
+        body = b"[%s]" % b",".join(batch_event(batch.topic, m) for m in batch.messages)
+        content_type = cloudevents.BATCH
+    else:
+        pairs = zip(batch.messages, batch.attempts, strict=True)
+        entries = [batch_entry(batch.topic, m, a) for m, a in pairs]
+        body = json.dumps(entries, separators=(",", ":"), ensure_ascii=False).encode()
+        content_type = BATCH_CONTENT_TYPE
     headers: dict[str, tuple[str, str]] = {
         "user-agent": ("User-Agent", USER_AGENT),
         "accept-encoding": ("Accept-Encoding", "identity"),
@@ -257,9 +318,9 @@ def build_batch_request(batch: BatchDelivery, now_s: int) -> OutgoingRequest:
         if lower not in _FRAMING:
             headers[lower] = (name, value)
     batch_id = batch.message_id
-    headers[CONTENT_TYPE] = ("Content-Type", BATCH_CONTENT_TYPE)
+    headers[CONTENT_TYPE] = ("Content-Type", content_type)
     headers[TOPIC] = ("X-Topic", batch.topic)
-    headers[BATCH_SIZE] = ("X-Batch-Size", str(len(entries)))
+    headers[BATCH_SIZE] = ("X-Batch-Size", str(len(batch.messages)))
     headers[ATTEMPT] = ("X-Attempt", str(batch.attempt))
     headers["webhook-id"] = ("webhook-id", batch_id)
     headers["webhook-timestamp"] = ("webhook-timestamp", str(now_s))

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import FastAPI, Path, Request, Response
 from fastapi.responses import PlainTextResponse
 
-from core import http_errors, metrics_group, telemetry
+from core import cloudevents, http_errors, metrics_group, telemetry
 from core.errors import HttpbusError, MetaStoreUnavailable
 from core.membership import member_data
 from core.metrics_group import LOCAL
@@ -27,6 +27,7 @@ from segments.protocol import SegmentStore
 from segments.writer import SegmentWriter
 
 from .auth import Authorizer
+from .cloudevents import EVENT_SCHEMA, MAX_EVENTS
 from .cutover import CutoverParticipant
 from .fastpath import Batch, ProducerASGI, produce_many, produce_one
 from .headers import HeaderRules
@@ -125,11 +126,21 @@ def _routes(app: FastAPI) -> None:
         "/v1/projects/{project}/topics/{topic}/produce",
         status_code=201,
         tags=["produce"],
-        openapi_extra={"requestBody": {"content": {"*/*": {}}, "required": True}},
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "*/*": {},
+                    cloudevents.STRUCTURED: {"schema": EVENT_SCHEMA},
+                },
+            }
+        },
     )
     async def produce(project: NameParam, topic: NameParam, request: Request) -> Response:
         """Publish the body as one message; 201 only once the storage stored it durably;
         200 with ``"duplicate": true`` for an id the topic's dedupe window already saw.
+        A CloudEvent in binary (``ce-`` headers) or structured mode
+        (``application/cloudevents+json``) is published as its data (docs/producing.md).
         (Served by the fast path of ``fastpath.ProducerASGI``; this route documents it.)"""
         status, headers, body = await produce_one(
             request.app.state.service, project, topic, request.scope["headers"], request.receive
@@ -148,12 +159,23 @@ def _routes(app: FastAPI) -> None:
         openapi_extra={
             "requestBody": {
                 "required": True,
-                "content": {"application/json": {"schema": Batch.model_json_schema()}},
+                "content": {
+                    "application/json": {"schema": Batch.model_json_schema()},
+                    cloudevents.BATCH: {
+                        "schema": {
+                            "type": "array",
+                            "minItems": 1,
+                            "maxItems": MAX_EVENTS,
+                            "items": EVENT_SCHEMA,
+                        }
+                    },
+                },
             }
         },
     )
     async def produce_batch(project: NameParam, topic: NameParam, request: Request) -> Response:
-        """Publish many messages; a result per message (200 all stored, 207 some failed).
+        """Publish many messages; a result per message (200 all stored, 207 some failed);
+        ``application/cloudevents-batch+json``: a JSON array of CloudEvents, a result each.
         (Served by the fast path of ``fastpath.ProducerASGI``; this route documents it.)"""
         status, headers, body = await produce_many(
             request.app.state.service, project, topic, request.scope["headers"], request.receive

@@ -36,6 +36,7 @@ from core.errors import (
 )
 from core.names import check_name
 
+from . import cloudevents
 from .publish import Accepted, Draft
 from .service import RequestRules, Service
 
@@ -179,14 +180,23 @@ async def produce_one(
         await service.authorizer.check(named.get("authorization", ""), project, topic)
         found = await service.cache.topic(project, topic)
         seen = True
+        content_type = named.get("content-type")
+        event = cloudevents.mode(content_type, named)
         payload = await read_body(
             receive,
             named.get("content-length"),
-            found.max_message_bytes,
+            (
+                _event_limit(found.max_message_bytes)
+                if event is cloudevents.Mode.STRUCTURED
+                else found.max_message_bytes
+            ),
             service.rules.body_timeout_s,
         )
         size = len(payload)
-        draft = Draft(payload, headers, named.get("content-type"))
+        if event is None:
+            draft = Draft(payload, headers, content_type)
+        else:
+            draft = cloudevents.single_draft(event, found, payload, headers, content_type)
         accepted = await service.publisher.publish(project, topic, draft)
     except HttpbusError as exc:
         service.metrics.refused(project, topic, exc.code.code, seen=seen)
@@ -204,6 +214,16 @@ async def produce_one(
         answer["duplicate"] = True
     status = 200 if accepted.duplicate else 201
     return status, {"X-Message-Id": accepted.message_id}, orjson.dumps(answer)
+
+
+def _event_limit(max_message_bytes: int) -> int:
+    """The body a single CloudEvent may have: a structured event's JSON holds its attributes
+    and its data in base64 (4/3 of the bytes), so its body may be larger than the message it
+    stores; the message itself is held to ``max_message_bytes`` after it is decoded."""
+    return max_message_bytes * 4 // 3 + EVENT_OVERHEAD
+
+
+EVENT_OVERHEAD = 64 * 1024
 
 
 def batch_drafts(body: bytes) -> list[Draft]:
@@ -313,12 +333,16 @@ async def produce_many(
         _, named = request_headers(raw_headers, service.rules)
         _names(project, topic)
         await service.authorizer.check(named.get("authorization", ""), project, topic)
-        await service.cache.topic(project, topic)
+        found = await service.cache.topic(project, topic)
         seen = True
+        event = cloudevents.mode(named.get("content-type"), named)
+        if event is cloudevents.Mode.BINARY or event is cloudevents.Mode.STRUCTURED:
+            raise cloudevents.not_a_batch(event)
         body = await read_body(
             receive, named.get("content-length"), MAX_BATCH_BYTES, service.rules.body_timeout_s
         )
-        results = await service.publisher.publish_many(project, topic, batch_drafts(body))
+        drafts = batch_drafts(body) if event is None else cloudevents.batch_drafts(found, body)
+        results = await service.publisher.publish_many(project, topic, drafts)
     except HttpbusError as exc:
         service.metrics.refused(project, topic, exc.code.code, seen=seen)
         return http_errors.render(exc)

@@ -7,6 +7,8 @@ Stored headers (names lower-case, values bytes):
 - ``x-group-id`` — the group (also the record key, so a group stays in one partition);
 - ``x-deliver-at`` — milliseconds since the epoch, for a delayed message;
 - ``content-type`` — the request's content type;
+- ``ce-*`` — the context attributes of a message published as a CloudEvent
+  (``producer_api.cloudevents``, stored as :mod:`core.cloudevents` says);
 - every other ``X-`` header of the request, carried to the endpoint as it came, except the
   proxy hop headers (``X-Forwarded-*``, ``X-Real-IP``), which describe the hop, not the message,
   and the names httpbus sets on a delivery itself (``X-Topic``, ``X-Attempt``,
@@ -27,7 +29,6 @@ message's size (the topic's ``max_message_bytes``, 413, and byte rate), and are 
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -44,18 +45,18 @@ from core.envelope import (
     PRODUCED_AT,
     SCHEMA_VERSION,
     TRACE_CONTEXT,
+    Headers,
 )
 from core.envelope import decode as _unwire
 from core.envelope import encode as _wire
 from core.errors import HeadersTooLarge, HttpbusError, Malformed, TooLarge
 from core.http_fields import content_type_problem, field_problem
-from core.ids import new_message_id
+from core.ids import CLIENT_ID, CLIENT_ID_RULE, new_message_id
 
 # Read here or dropped: PRODUCED_AT and SCHEMA_VERSION (set after validation) are httpbus's,
 # DELIVERY_ONLY are set on each delivery; a client's own value of them is never stored.
 OWN = {MESSAGE_ID, GROUP_ID, DELIVER_AT, DELAY_MS, PRODUCED_AT, SCHEMA_VERSION, *DELIVERY_ONLY}
 _HOP = ("x-forwarded-", "x-real-ip")
-_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MAX_DELAY_MS = 366 * 24 * 3_600_000
 MAX_DIGITS = 15  # epoch milliseconds have 13 digits until the year 2286
 
@@ -106,8 +107,8 @@ def _deliver_at(raw: str | None, delay: str | None, now_ms: int) -> int | None:
 
 
 def _checked_id(value: str | None, header: str) -> str | None:
-    if value is not None and not _ID.fullmatch(value):
-        raise Malformed(f"{header} must be 1 to 128 characters of letters, digits and . _ : -")
+    if value is not None and not CLIENT_ID.fullmatch(value):
+        raise Malformed(f"{header} must be {CLIENT_ID_RULE}")
     return value
 
 
@@ -181,6 +182,7 @@ def _shape(
     grouped: bool,
     rules: HeaderRules,
     now_ms: int,
+    attributes: Headers = (),
 ) -> _Shape:
     own: dict[str, str] = {}
     carried: list[tuple[str, bytes]] = []
@@ -211,6 +213,7 @@ def _shape(
     if content_type:
         rest.append((CONTENT_TYPE, _content_type(content_type)))
     rest += carried
+    rest += attributes  # a CloudEvent's, stored as they are (core.cloudevents)
     # The client's headers as stored: all but what httpbus adds itself (x-produced-at first).
     rest_bytes = sum(len(name) + len(value) for name, value in rest[1:])
     return _Shape(message_id, group, deliver_at, tuple(rest), rest_bytes)
@@ -247,12 +250,14 @@ def parse(
     grouped: bool,
     rules: HeaderRules = DEFAULT_RULES,
     now_ms: int | None = None,
+    attributes: Headers = (),
 ) -> Parsed:
     """Validate the request's headers (``Malformed`` says what to fix) and build the stored
     ones; :func:`size_problem` then checks their size. ``items`` are (lower-case name, value)
-    pairs as the server received them."""
+    pairs as the server received them; ``attributes``, a CloudEvent's stored attributes
+    (:func:`core.cloudevents.stored`), are stored after them and count in the size."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    return _shape(items, content_type, grouped, rules, now_ms).parsed(now_ms)
+    return _shape(items, content_type, grouped, rules, now_ms, attributes).parsed(now_ms)
 
 
 class BatchParser:
@@ -275,15 +280,21 @@ class BatchParser:
         self._shapes: dict[object, _Shape | HttpbusError] = {}
 
     def parse(
-        self, items: Sequence[tuple[str, str]], content_type: str | None, new_id: str | None = None
+        self,
+        items: Sequence[tuple[str, str]],
+        content_type: str | None,
+        new_id: str | None = None,
+        attributes: Headers = (),
     ) -> Parsed | HttpbusError:
         """The parsed headers of one message, or why they are refused; ``new_id`` is its id
         unless it sent one (see :func:`core.ids.new_message_ids`)."""
-        key = (items if type(items) is tuple else tuple(items), content_type)
+        key = (items if type(items) is tuple else tuple(items), content_type, attributes)
         shape = self._shapes.get(key)
         if shape is None:
             try:
-                shape = _shape(key[0], content_type, self._grouped, self._rules, self._now_ms)
+                shape = _shape(
+                    key[0], content_type, self._grouped, self._rules, self._now_ms, attributes
+                )
             except Malformed as exc:
                 shape = exc
             self._shapes[key] = shape

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 
 from core import telemetry
 from core.audit import AuditEvent, AuditType
+from core.envelope import Headers
 from core.errors import HttpbusError, StorageUnavailable, TooLarge
 from core.ids import new_message_ids
 from core.model import Topic
@@ -47,6 +48,7 @@ class Draft:
     payload: bytes
     headers: Sequence[tuple[str, str]]
     content_type: str | None
+    attributes: Headers = ()  # a CloudEvent's, as stored (producer_api.cloudevents)
 
 
 class Publisher:
@@ -79,6 +81,7 @@ class Publisher:
             grouped=topic.grouped,
             rules=self.rules,
             now_ms=now_ms,
+            attributes=draft.attributes,
         )
         problem = headers.size_problem(
             len(draft.payload), parsed, topic.max_message_bytes, self.rules
@@ -127,9 +130,10 @@ class Publisher:
         return self._accepted(topic, parsed, written, len(draft.payload), now_ms, started_ns)
 
     async def publish_many(
-        self, project: str, name: str, drafts: Sequence[Draft]
+        self, project: str, name: str, drafts: Sequence[Draft | HttpbusError]
     ) -> list[Accepted | HttpbusError]:
-        """Store many messages; a result per message, in order."""
+        """Store many messages; a result per message, in order (an error among ``drafts``,
+        a message refused before, such as an invalid CloudEvent, is its result)."""
         started_ns = time.time_ns()
         topic = await self.cache.topic(project, name)
         now_ms = started_ns // 1_000_000
@@ -144,11 +148,16 @@ class Publisher:
         # One lock and one encoding for the batch's ids (a client's own id leaves one unused).
         new_ids = new_message_ids(len(drafts), now_ms)
         for index, draft in enumerate(drafts):
+            if isinstance(draft, HttpbusError):
+                results.append(draft)
+                continue
             size = len(draft.payload)
             parsed = (
                 _too_large(topic, size)
                 if size > limit
-                else parser.parse(draft.headers, draft.content_type, new_ids[index])
+                else parser.parse(
+                    draft.headers, draft.content_type, new_ids[index], draft.attributes
+                )
             )
             if isinstance(parsed, headers.Parsed):
                 parsed = headers.size_problem(size, parsed, limit, self.rules) or parsed

@@ -27,6 +27,7 @@ TEXTS = {
     "endpoint_method": ("endpoint", "method"),
     "retry_backoff": ("retry", "backoff"),
     "description": (None, "description"),
+    "delivery_format": (None, "delivery_format"),
 }
 
 

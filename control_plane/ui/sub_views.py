@@ -71,6 +71,7 @@ async def new(project: Name, request: Request, session: SessionDep, api: ApiDep)
         "dlq_enabled": fields["dlq_enabled"].default,
         "max_in_flight": fields["max_in_flight"].default,
         "delay_ms": fields["delay_ms"].default,
+        "delivery_format": fields["delivery_format"].default.value,
     }
     values = values_of(defaults) | {"topic": request.query_params.get("topic", "")}
     return _form(request, session, project, values, {}, None)

@@ -285,3 +285,42 @@ def test_batches_and_a_dedupe_window_from_the_cli(url: str) -> None:
     one_line_error(
         httpbus(url, "sub", "update", "pbd", "bulk", "--batch", "5", "--no-batch"), 2, "not both"
     )
+
+
+def test_cloudevents_settings_from_the_cli(url: str) -> None:
+    ok(httpbus(url, "project", "create", "pce"))
+    made = ok(
+        httpbus(
+            url, "topic", "create", "pce", "ev", "--grouped",
+            "--cloudevents-group-attribute", "subject",
+        )
+    )  # fmt: skip
+    assert "created topic pce/ev" in made
+    assert _get(url, "pce", "topics", "ev").json()["cloudevents_group_attribute"] == "subject"
+    ok(httpbus(url, "topic", "update", "pce", "ev", "--description", "orders"))
+    assert _get(url, "pce", "topics", "ev").json()["cloudevents_group_attribute"] == "subject"
+    one_line_error(
+        httpbus(url, "topic", "update", "pce", "ev", "--cloudevents-group-attribute", "ID!"),
+        1,
+        "422",
+    )
+    created = as_json(
+        httpbus(
+            url, "sub", "create", "pce", "ce", "--topic", "ev", "--endpoint", HOOK,
+            "--delivery-format", "cloudevents-binary", "-o", "json",
+        )
+    )  # fmt: skip
+    assert created["delivery_format"] == "cloudevents-binary"
+    kept = as_json(httpbus(url, "sub", "update", "pce", "ce", "--max-in-flight", "5", "-o", "json"))
+    assert kept["delivery_format"] == "cloudevents-binary"  # an update keeps what it is not told
+    one_line_error(
+        httpbus(url, "sub", "update", "pce", "ce", "--batch", "10"), 1, "one event per request"
+    )
+    changed = as_json(
+        httpbus(
+            url, "sub", "update", "pce", "ce", "--delivery-format", "cloudevents-structured",
+            "--batch", "10", "-o", "json",
+        )
+    )  # fmt: skip
+    assert changed["delivery_format"] == "cloudevents-structured"
+    assert changed["batch"]["max_messages"] == 10

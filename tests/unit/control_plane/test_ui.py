@@ -199,6 +199,28 @@ async def test_batches_and_a_dedupe_window_through_the_forms(browser: httpx.Asyn
     assert sub["batch"] is None
 
 
+async def test_the_delivery_format_through_the_form(browser: httpx.AsyncClient) -> None:
+    await _project_and_topic(browser)
+    token = await csrf(browser, "/ui/projects/shop/subscriptions/new")
+    page = await browser.get("/ui/projects/shop/subscriptions/new")
+    assert "<option selected>raw</option>" in page.text
+    form = {**SUB_FORM, "delivery_format": "cloudevents-structured", "csrf": token}
+    r = await browser.post("/ui/projects/shop/subscriptions/new", data=form)
+    assert r.status_code == 303, r.text[:2000]
+    sub = (await browser.get("/v1/projects/shop/subscriptions/s1", headers=API)).json()
+    assert sub["delivery_format"] == "cloudevents-structured"
+    page = await browser.get("/ui/projects/shop/subscriptions/s1/edit")
+    assert "<option selected>cloudevents-structured</option>" in page.text
+    page = await browser.get("/ui/projects/shop/subscriptions/s1")
+    assert '<span id="delivery-format">cloudevents-structured</span>' in page.text
+    edit = {**SUB_FORM, "delivery_format": "cloudevents-binary", "batch_max_messages": "5"}
+    r = await browser.post("/ui/projects/shop/subscriptions/s1/edit", data={**edit, "csrf": token})
+    assert r.status_code == 422 and "one event per request" in r.text
+    edit = {**SUB_FORM, "delivery_format": "nonsense", "csrf": token}
+    r = await browser.post("/ui/projects/shop/subscriptions/s1/edit", data=edit)
+    assert r.status_code == 422 and 'id="error-delivery_format"' in r.text
+
+
 async def test_unknown_entities_get_a_page_not_a_crash(
     browser: httpx.AsyncClient,
 ) -> None:

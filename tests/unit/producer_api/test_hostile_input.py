@@ -87,6 +87,32 @@ async def test_single_produce_refuses_what_the_sender_cannot_send(
     await env.fifty_ordinary("orders")
 
 
+_EVENT = [(b"ce-specversion", b"1.0"), (b"ce-id", b"e1"), (b"ce-source", b"/s"), (b"ce-type", b"t")]
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "fix"),
+    [
+        ([*_EVENT, (b"ce-subject", b"bell%07")], 400, "control character"),
+        ([*_EVENT, (b"ce-subject", b"line%0D%0AX-Injected: 1")], 400, "control character"),
+        ([*_EVENT, (b"ce-subject", b"c1 \x85 control")], 400, "control character"),
+        ([*_EVENT[:1], (b"ce-id", b"../../etc"), *_EVENT[2:]], 400, "message id"),
+        ([*_EVENT, (b"ce-Bad_Name", b"v")], 400, "lower-case letters"),
+        ([*_EVENT, *((b"ce-e%d" % i, b"v") for i in range(80))], 400, "at most 64"),
+        ([*_EVENT, (b"ce-big", b"a" * 20_000), (b"ce-big2", b"a" * 20_000)], 431, "headers"),
+        ([*_EVENT, (b"content-type", b"application/cloudevents+json")], 400, "not JSON"),
+        ([(b"content-type", b"application/cloudevents+json; charset=\xe9")], 400, "not JSON"),
+    ],
+)
+async def test_hostile_cloudevents_are_refused_and_nothing_is_stored(
+    env: ProducerEnv, headers: list[tuple[bytes, bytes]], status: int, fix: str
+) -> None:
+    r = await env.client.post(produce_url("orders"), content=b"p", headers=headers)
+    assert r.status_code == status and fix in r.json()["message"], r.text
+    assert await env.stored("orders") == []
+    await env.fifty_ordinary("orders")
+
+
 async def test_headers_count_in_the_message_size(env: ProducerEnv) -> None:
     big = {f"X-H{i}": "a" * 500 for i in range(8_000 // 500)}  # 8 kB of headers, tiny payload
     r = await _batch(env, "tiny", {"payload": "p", "headers": big})

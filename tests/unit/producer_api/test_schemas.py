@@ -151,3 +151,22 @@ async def test_the_endpoint_sees_each_messages_version(env: ProducerEnv) -> None
     )
     seen = {r.id: r.headers.get("X-Schema-Version") for r in hook.on("o")}
     assert seen == {first: "1", second: "2"}
+
+
+async def test_a_cloudevents_data_is_checked_against_the_schema(env: ProducerEnv) -> None:
+    def event(i: int, data: Any) -> dict[str, Any]:
+        return {"specversion": "1.0", "id": f"e{i}", "source": "/s", "type": "t", "data": data}
+
+    structured = {"Content-Type": "application/cloudevents+json"}
+    r = await env.client.post(URL, json=event(1, {"amount": -3}), headers=structured)
+    assert (r.status_code, r.json()["details"]["path"]) == (422, "$.amount"), r.text
+    r = await env.client.post(URL, json=event(2, {"amount": 3}), headers=structured)
+    assert r.status_code == 201, r.text
+    batch = {"Content-Type": "application/cloudevents-batch+json"}
+    r = await env.client.post(
+        URL + "/batch", json=[event(3, {"amount": 4}), event(4, {"no": 1})], headers=batch
+    )
+    assert [one["status"] for one in r.json()["results"]] == [201, 422], r.text
+    stored = await env.stored("orders")
+    assert sorted(dict(m.headers)["x-message-id"] for m in stored) == [b"e2", b"e3"]
+    assert all(dict(m.headers)["x-schema-version"] == b"1" for m in stored)

@@ -228,7 +228,14 @@ async def test_open_by_name_skips_the_paging(browser: httpx.AsyncClient) -> None
     await _project_and_topic(browser)
     r = await browser.get("/ui/projects/shop/topics", params={"open": "orders"})
     assert r.status_code == 303 and r.headers["location"] == "/ui/projects/shop/topics/orders"
+    r = await browser.get("/ui/projects", params={"open": "shop"})
+    assert r.status_code == 303 and r.headers["location"] == "/ui/projects/shop/topics"
+    # Not there, or not a name: the list again, saying so (it used to say nothing).
     r = await browser.get("/ui/projects/shop/subscriptions", params={"open": "s9"})
-    assert r.headers["location"] == "/ui/projects/shop/subscriptions/s9"
+    assert r.status_code == 200 and "No subscription named s9 here." in r.text
+    r = await browser.get("/ui/projects/shop/topics", params={"open": "nope"})
+    assert r.status_code == 200 and "No topic named nope here." in r.text
+    r = await browser.get("/ui/projects", params={"open": "nope"})
+    assert r.status_code == 200 and "No project named nope here." in r.text
     r = await browser.get("/ui/projects/shop/topics", params={"open": "../x"})
-    assert r.status_code == 200  # not a name: the list, no redirect
+    assert r.status_code == 200 and "invalid name &#39;../x&#39;" in r.text

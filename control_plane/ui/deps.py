@@ -63,9 +63,12 @@ async def page_principal(request: Request) -> None:
         raise LoginRequired() from None
 
 
-async def require_owner(request: Request, project: Name) -> None:
+async def require_owner(
+    request: Request, project: Name, session: Annotated[Session, Depends(require_session)]
+) -> None:
     """A form that changes ``project`` is for its owners: anyone else gets the refusal page
-    (403), not a form whose save the API would refuse."""
+    (403), not a form whose save the API would refuse; without a session, the login form
+    first."""
     principal: Principal | None = request.state.principal
     if principal is None or not principal.may(Need.OWNER, project):
         raise ApiError(403, "forbidden", f"this needs owner of {project}")

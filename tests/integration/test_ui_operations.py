@@ -211,6 +211,7 @@ def test_cutover_from_the_topic_page_then_the_timeline_shows_two_segments(
     form = page.locator("#migrate")
     form.locator("select[name=cluster]").select_option("embedded")
     form.locator("input[name=partitions]").fill("3")
+    page.once("dialog", lambda dialog: dialog.accept())  # Start cutover asks first
     form.locator("button").click()
     expect(page).to_have_url(re.compile(r"/topics/events/cutover$"))
     # The page follows the phases every second and shows the final one when it ends.

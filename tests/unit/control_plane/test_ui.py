@@ -28,7 +28,8 @@ async def browser(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
 async def test_no_page_without_login_and_a_wrong_token_is_refused(
     browser: httpx.AsyncClient,
 ) -> None:
-    for url in ("/ui/projects", "/ui/projects/shop/topics", "/ui/audit", "/ui/"):
+    forms = ("/ui/projects/shop/subscriptions/new", "/ui/projects/shop/subscriptions/s/edit")
+    for url in ("/ui/projects", "/ui/projects/shop/topics", "/ui/audit", "/ui/", *forms):
         r = await browser.get(url)
         assert r.status_code == 303 and r.headers["location"].startswith("/ui/login?next="), url
     r = await browser.get("/ui/projects/shop/subscriptions/s/status.json")

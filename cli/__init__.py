@@ -15,53 +15,141 @@ Three kinds of module, kept apart so that most of the CLI is a plain client of t
 - **Service starters** — ``dev`` and ``run`` (with ``supervisor``): they import the
   services' entry points to start them.
 
+The root imports none of them: each is loaded when its command runs (or for ``--help``), so
+``httpbus --version`` answers without importing httpx, pydantic, FastAPI or Spark
+(:mod:`cli.lazy`). A new command is one line of ``COMMANDS`` below, in the order ``--help``
+lists it.
+
 Exit codes: see :mod:`cli.kit`."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import sys
+from typing import Annotated, Any
 
 import typer
 
-from cli import (
-    audit,
-    db,
-    dev,
-    dlq,
-    export,
-    migration,
-    migration_check,
-    produce,
-    project,
-    run,
-    sub,
-    tail,
-    token,
-    topic,
-    trace,
-    user,
-)
-from cli.kit import EXIT_CODES_HELP, command
+from cli.lazy import Kind, Lazy, lazy_group
 from core.version import VERSION
 
-cli = typer.Typer(
-    help=f"httpbus: an HTTP asynchronous message bus. {EXIT_CODES_HELP}", no_args_is_help=True
+# The exit codes of cli.kit, in a sentence for --help (here, not in the kit: importing the
+# kit imports the API client, which --version must not wait for).
+EXIT_CODES_HELP = (
+    "Exit codes: 0 done, 1 refused by the API or not confirmed, 2 bad usage (a delete off a "
+    "terminal needs --yes), 3 not found, 4 conflict or in use, 5 not available on this "
+    "control plane (or Spark not installed), 6 control plane unreachable or failing, "
+    "7 operation ended unsuccessfully."
 )
-cli.command()(dev.dev)
-cli.command()(run.run)
-cli.command()(produce.produce)
-cli.add_typer(project.app, name="project")
-cli.add_typer(topic.app, name="topic")
-cli.add_typer(sub.app, name="sub")
-cli.add_typer(token.app, name="token")
-cli.add_typer(user.app, name="user")
-cli.add_typer(dlq.app, name="dlq")
-command(cli)(tail.tail)
-command(cli)(trace.trace)
-cli.add_typer(audit.app, name="audit")
-cli.command()(export.export)
-cli.add_typer(db.app, name="db")
-migration.app.command()(migration_check.check)
+
+
+def _dev() -> Any:
+    from cli import dev
+
+    return dev.dev
+
+
+def _run() -> Any:
+    from cli import run
+
+    return run.run
+
+
+def _produce() -> Any:
+    from cli import produce
+
+    return produce.produce
+
+
+def _tail() -> Any:
+    from cli import tail
+
+    return tail.tail
+
+
+def _trace() -> Any:
+    from cli import trace
+
+    return trace.trace
+
+
+def _export() -> Any:
+    from cli import export
+
+    return export.export
+
+
+def _project() -> Any:
+    from cli import project
+
+    return project.app
+
+
+def _topic() -> Any:
+    from cli import migration, migration_check, topic
+
+    migration.app.command()(migration_check.check)  # ``topic migration check``
+    return topic.app
+
+
+def _sub() -> Any:
+    from cli import sub
+
+    return sub.app
+
+
+def _token() -> Any:
+    from cli import token
+
+    return token.app
+
+
+def _user() -> Any:
+    from cli import user
+
+    return user.app
+
+
+def _dlq() -> Any:
+    from cli import dlq
+
+    return dlq.app
+
+
+def _audit() -> Any:
+    from cli import audit
+
+    return audit.app
+
+
+def _db() -> Any:
+    from cli import db
+
+    return db.app
+
+
+# In the order --help lists them: the commands, then the groups.
+COMMANDS = (
+    Lazy("dev", Kind.COMMAND, _dev),
+    Lazy("run", Kind.COMMAND, _run),
+    Lazy("produce", Kind.COMMAND, _produce),
+    Lazy("tail", Kind.KIT, _tail),
+    Lazy("trace", Kind.KIT, _trace),
+    Lazy("export", Kind.COMMAND, _export),
+    Lazy("project", Kind.GROUP, _project),
+    Lazy("topic", Kind.GROUP, _topic),
+    Lazy("sub", Kind.GROUP, _sub),
+    Lazy("token", Kind.GROUP, _token),
+    Lazy("user", Kind.GROUP, _user),
+    Lazy("dlq", Kind.GROUP, _dlq),
+    Lazy("audit", Kind.GROUP, _audit),
+    Lazy("db", Kind.GROUP, _db),
+)
+
+cli = typer.Typer(
+    help=f"httpbus: an HTTP asynchronous message bus. {EXIT_CODES_HELP}",
+    no_args_is_help=True,
+    cls=lazy_group(COMMANDS),
+)
 
 
 @cli.callback(invoke_without_command=True)
@@ -74,4 +162,10 @@ def _root(
 
 
 def main() -> None:
+    # ``httpbus --version`` alone is answered before Typer builds the root group: building
+    # it imports pydantic (Typer coerces every option through a TypeAdapter), half of what
+    # is left of the start-up once the commands load lazily. Same output, same exit code.
+    if sys.argv[1:] == ["--version"]:
+        typer.echo(VERSION)
+        return
     cli()

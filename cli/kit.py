@@ -68,12 +68,6 @@ EXIT_NOT_AVAILABLE = 5
 EXIT_UNREACHABLE = 6
 EXIT_FAILED = 7
 
-EXIT_CODES_HELP = (
-    "Exit codes: 0 done, 1 refused by the API or not confirmed, 2 bad usage (a delete off a "
-    "terminal needs --yes), 3 not found, 4 conflict or in use, 5 not available on this "
-    "control plane (or Spark not installed), 6 control plane unreachable or failing, "
-    "7 operation ended unsuccessfully."
-)
 
 # ------------------------------------------------------------------ arguments and options
 

@@ -15,6 +15,10 @@ from pydantic import AfterValidator, WithJsonSchema
 MAX_NAME = 64
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"  # with MAX_NAME: the rule in OpenAPI
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+# The same rule for an HTML ``pattern`` attribute: browsers compile it with the ``v`` flag,
+# under which a bare ``-`` at the end of a class is a syntax error (the check is then dropped
+# with only a console warning), so it is escaped here.
+NAME_INPUT_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_\-]*"
 NAME_RULE = (
     f"1 to {MAX_NAME} characters: letters, digits, '-' and '_', starting with a letter or digit"
 )

@@ -5,7 +5,7 @@ are defined in :mod:`control_plane.services.inputs` and accepted here as they ar
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Generic, Self, TypeVar
 
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator
 
@@ -128,7 +128,7 @@ class SubscriptionView(SubscriptionBase):
     )
 
     @classmethod
-    def of(cls, sub: Subscription, at: datetime) -> SubscriptionView:
+    def of(cls, sub: Subscription, at: datetime) -> Self:
         """What ``sub`` shows at ``at`` (expired overlaps are not mentioned)."""
         fields = sub.model_dump(exclude=_SECRETS)
         fields["endpoint"]["headers"] = masked(sub.endpoint.headers)
@@ -138,6 +138,17 @@ class SubscriptionView(SubscriptionBase):
             signing_secret_rotated_at=sub.signing_secret_rotated_at,
             previous_secrets_until=max(ending, default=None),
         )
+
+
+class SubscriptionListed(SubscriptionView):
+    """A row of the subscription list: the view and the state of its circuit, so a list
+    does not call a subscription "active" while its endpoint's circuit is open."""
+
+    circuit: str | None = Field(
+        default=None,
+        description="the circuit as its worker last reported it: closed, half_open or open; "
+        "null before a worker reported",
+    )
 
 
 class SubscriptionCreated(SubscriptionView):

@@ -25,6 +25,7 @@ from control_plane.api.schemas import (
     SecretsShown,
     SubscriptionCreate,
     SubscriptionCreated,
+    SubscriptionListed,
     SubscriptionUpdate,
     SubscriptionView,
 )
@@ -54,13 +55,23 @@ async def create_subscription(
     return SubscriptionCreated(**view(sub).model_dump(), signing_secret=sub.signing_secret)
 
 
+def _ops(request: Request, admin: AdminDep) -> SubscriptionOps:
+    return SubscriptionOps(admin.catalog, admin.stores, request.app.state.member_id)
+
+
+OpsDep = Annotated[SubscriptionOps, Depends(_ops)]
+
+
 @router.get("", **VIEWER)
 async def list_subscriptions(
-    project: ProjectName, admin: AdminDep, offset: Offset = 0, limit: Limit = 100
-) -> Page[SubscriptionView]:
+    project: ProjectName, admin: AdminDep, ops: OpsDep, offset: Offset = 0, limit: Limit = 100
+) -> Page[SubscriptionListed]:
+    """A page of the project's subscriptions, each with its circuit's state."""
 
-    async def fetch(name: str) -> SubscriptionView:
-        return view(await admin.catalog.get_subscription(project, name))
+    async def fetch(name: str) -> SubscriptionListed:
+        sub = await admin.catalog.get_subscription(project, name)
+        listed = SubscriptionListed.of(sub, utcnow())
+        return listed.model_copy(update={"circuit": await ops.circuit(sub)})
 
     return await project_page(
         admin, project, admin.catalog.list_subscriptions, fetch, offset, limit
@@ -145,13 +156,6 @@ async def reveal_secret(
 
 
 # ------------------------------------------------------------ operations
-
-
-def _ops(request: Request, admin: AdminDep) -> SubscriptionOps:
-    return SubscriptionOps(admin.catalog, admin.stores, request.app.state.member_id)
-
-
-OpsDep = Annotated[SubscriptionOps, Depends(_ops)]
 
 
 class SeekRequest(BaseModel):

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from control_plane.services.shard_status import merge_figures, merge_partitions
+from control_plane.services.shard_status import merge_figures, merge_partitions, worst_circuit
 from core.errors import AlreadyExists, HttpbusError, InUse, NotFound, VersionConflict
 from core.model import Segment, SegmentState, Subscription, Topic
 from core.shards import Shard, shards, unit_key
@@ -283,6 +283,20 @@ class SubscriptionOps:
         if sub.shards > 1:
             body["shards"] = [u.row() for u in units]
         return body
+
+    async def circuit(self, sub: Subscription) -> str | None:
+        """The state of ``sub``'s circuit as its workers last published it (the least
+        healthy shard's), from the metastore alone: cheap enough for every row of a list.
+        None when no worker has reported."""
+        found = await asyncio.gather(
+            *(
+                self.meta.get(paths.subscription_status(sub.project, sub.name, _index(shard)))
+                for shard in shards(sub.shards)
+            )
+        )
+        docs = [json.loads(doc.data) for doc in found if doc is not None]
+        worst = worst_circuit(docs)
+        return str(worst["state"]) if worst and worst.get("state") else None
 
     async def _shard_status(
         self, sub: Subscription, shard: Shard, segment: Segment | None

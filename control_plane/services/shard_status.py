@@ -27,17 +27,23 @@ def merge_figures(docs: list[Doc]) -> Doc:
                 into = history.setdefault(int(row[0]), [0, 0, 0])
                 for i in range(3):
                     into[i] += int(row[i + 1])
-    circuits = [d["circuit"] for d in docs if d.get("circuit")]
     stamps = [d["updated_at"] for d in docs if d.get("updated_at")]
     return {
         "worker": next((d["worker"] for d in docs if d.get("worker")), None),
         "in_flight": sum(int(d.get("in_flight", 0)) for d in docs),
         "rates": _sum_maps([d.get("rates", {}) for d in docs]),
         "totals": _sum_maps([d.get("totals", {}) for d in docs]),
-        "circuit": max(circuits, key=lambda c: _SEVERITY.get(c.get("state"), 0), default=None),
+        "circuit": worst_circuit(docs),
         "history": [[t, *history[t]] for t in sorted(history)],
         "updated_at": max(stamps, default=None),
     }
+
+
+def worst_circuit(docs: list[Doc]) -> Doc | None:
+    """The least healthy circuit the shards' documents report (open, then half open, then
+    closed), or None when no worker reported one."""
+    circuits = [d["circuit"] for d in docs if d.get("circuit")]
+    return max(circuits, key=lambda c: _SEVERITY.get(c.get("state"), 0), default=None)
 
 
 def _sum_maps(maps: list[dict[str, Any]]) -> dict[str, Any]:

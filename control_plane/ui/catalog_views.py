@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from control_plane.client import AdminClient, ApiError, NotAvailable, path
 from control_plane.ui.deps import ApiDep, FormDep, Name, SessionDep
-from control_plane.ui.render import opened, paging, redirect, refused, render
+from control_plane.ui.render import open_by_name, paging, redirect, refused, render
 from control_plane.ui.timeline import draw
 
 router = APIRouter()
@@ -24,9 +24,14 @@ async def home(session: SessionDep, request: Request) -> Response:
 
 @router.get("/ui/projects")
 async def projects(request: Request, session: SessionDep, api: ApiDep) -> Response:
+    wanted = await open_by_name(request, api, "project", path("v1", "projects"), "/ui/projects")
+    if wanted.url:
+        return redirect(request, f"{wanted.url}/topics")
     offset, limit = paging(request)
     page = await api.get(path("v1", "projects"), {"offset": offset, "limit": limit})
-    return render(request, "projects.html", session, page=page, base="/ui/projects")
+    return render(
+        request, "projects.html", session, page=page, base="/ui/projects", flash=wanted.problem
+    )
 
 
 @router.post("/ui/projects")
@@ -50,8 +55,12 @@ async def project_home(project: Name, session: SessionDep, request: Request) -> 
 
 @router.get("/ui/projects/{project}/topics")
 async def topics(project: Name, request: Request, session: SessionDep, api: ApiDep) -> Response:
-    if wanted := opened(request):  # "open by name": no paging through 1 000 topics
-        return redirect(request, f"/ui/projects/{project}/topics/{wanted}")
+    base = f"/ui/projects/{project}/topics"
+    # "open by name": no paging through 1 000 topics
+    api_base = path("v1", "projects", project, "topics")
+    wanted = await open_by_name(request, api, "topic", api_base, base)
+    if wanted.url:
+        return redirect(request, wanted.url)
     offset, limit = paging(request)
     page = await api.get(
         path("v1", "projects", project, "topics"), {"offset": offset, "limit": limit}
@@ -64,7 +73,8 @@ async def topics(project: Name, request: Request, session: SessionDep, api: ApiD
         project=project,
         page=page,
         quota_rows=quota_rows(usage),
-        base=f"/ui/projects/{project}/topics",
+        base=base,
+        flash=wanted.problem,
         clusters=request.app.state.ui_clusters,
         default_cluster=request.app.state.ui_default_cluster,
     )

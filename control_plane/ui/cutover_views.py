@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from control_plane.client import AdminClient, ApiError, NotAvailable
 from control_plane.ui.deps import ApiDep, FormDep, Name, SessionDep
-from control_plane.ui.render import redirect, refused, render, templates
+from control_plane.ui.render import confirmation, confirmed, redirect, refused, render, templates
 from control_plane.ui.topic_process import TopicProcess
 
 router = APIRouter()
@@ -23,6 +23,8 @@ CUTOVER = TopicProcess(
     none_yet="This topic has had no cutover yet.",
     not_ended="not aborted",
     ended="abort requested",
+    question="Abort the cutover of {name}? Producers go back to the current segment.",
+    yes="Yes, abort",
 )
 
 
@@ -60,14 +62,30 @@ def view_of(cutover: dict[str, Any]) -> dict[str, Any]:
 
 @router.post("/ui/projects/{project}/topics/{topic}/cutover")
 async def start(
-    project: Name, topic: Name, request: Request, form: FormDep, api: ApiDep
+    project: Name, topic: Name, request: Request, session: SessionDep, form: FormDep, api: ApiDep
 ) -> Response:
+    """Start a cutover, once the person was asked: it moves every producer, and past COMMIT
+    only another cutover undoes it."""
     back = f"/ui/projects/{project}/topics/{topic}"
     try:
         partitions = int(form.get("partitions", ""))
     except ValueError:
         return redirect(request, back, "partitions must be a whole number", "error")
-    body = {"cluster": form.get("cluster", ""), "partitions": partitions}
+    cluster = form.get("cluster", "")
+    body = {"cluster": cluster, "partitions": partitions}
+    if not cluster:
+        return redirect(request, back, "choose the cluster to cut over to", "error")
+    if not confirmed(form):
+        question = (
+            f"Start a cutover of {project}/{topic} to {cluster} with {partitions} "
+            "partition(s)? Every producer switches to a new segment; after COMMIT there is no "
+            "going back."
+        )
+        fields = {"cluster": cluster, "partitions": str(partitions)}
+        path = str(request.url.path)
+        return confirmation(
+            request, session, question, action=path, back=back, yes="Yes, start", fields=fields
+        )
     try:
         await api.post(CUTOVER.api_path(project, topic), body)
     except NotAvailable:

@@ -8,7 +8,7 @@ from typing import Annotated, Protocol
 import httpx
 from fastapi import Depends, Path, Request
 
-from control_plane.client import AdminClient
+from control_plane.client import AdminClient, ApiError
 from control_plane.ui.session import (
     SESSION_COOKIE,
     LoginRequired,
@@ -18,7 +18,7 @@ from control_plane.ui.session import (
     require_session,
 )
 from core.errors import Unauthorized
-from core.principals import Principal
+from core.principals import Need, Principal
 from reports.principals import PrincipalStore
 
 
@@ -63,7 +63,20 @@ async def page_principal(request: Request) -> None:
         raise LoginRequired() from None
 
 
+async def require_owner(
+    request: Request, project: Name, session: Annotated[Session, Depends(require_session)]
+) -> None:
+    """A form that changes ``project`` is for its owners: anyone else gets the refusal page
+    (403), not a form whose save the API would refuse; without a session, the login form
+    first."""
+    principal: Principal | None = request.state.principal
+    if principal is None or not principal.may(Need.OWNER, project):
+        raise ApiError(403, "forbidden", f"this needs owner of {project}")
+
+
 SessionDep = Annotated[Session, Depends(require_session)]
+# ``dependencies=[OWNER]`` on a route: only the project's owners (and admins) reach it.
+OWNER = Depends(require_owner)
 ApiDep = Annotated[AdminClient, Depends(_api)]
 
 

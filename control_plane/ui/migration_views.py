@@ -20,9 +20,16 @@ COLORS = {"matched": "#2e8b57", "missing": "#c0392b", "late": "#e08e0b"}
 MIGRATION = TopicProcess(
     "migration",
     unavailable="Verified migration is not available on this control plane.",
-    none_yet="This topic has had no migration. {reason}",
+    # The API's 404 already says it ("topic p/t has had no migration", or that the topic
+    # does not exist): said once, not after a sentence of our own that repeats it.
+    none_yet="{reason}.",
     not_ended="not abandoned",
     ended="migration abandoned",
+    question=(
+        "Abandon the migration of {name}? The dual write stops and the shadow segment's "
+        "storage is deleted; the legacy producers go on as before."
+    ),
+    yes="Yes, abandon",
 )
 
 

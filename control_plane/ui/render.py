@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import Request
 from fastapi.templating import Jinja2Templates
 from starlette.responses import RedirectResponse, Response
 
-from control_plane.client import ApiError
+from control_plane.client import AdminClient, ApiError
 from control_plane.ui import session as sessions
+from core.names import MAX_NAME, NAME_INPUT_PATTERN, check_name
 from core.principals import Need, Principal, PrincipalKind
 
 HERE = Path(__file__).parent
@@ -55,6 +58,8 @@ def _heading(column: str) -> str:
 
 templates.env.filters["compact"] = _compact
 templates.env.filters["heading"] = _heading
+templates.env.globals["name_pattern"] = NAME_INPUT_PATTERN
+templates.env.globals["max_name"] = MAX_NAME
 
 
 def _can(principal: Principal | None, need: str, project: str | None = None) -> bool:
@@ -103,6 +108,37 @@ def render(
     return response
 
 
+def confirmation(
+    request: Request,
+    session: sessions.Session,
+    question: str,
+    *,
+    action: str,
+    back: str,
+    yes: str,
+    fields: dict[str, str] | None = None,
+) -> Response:
+    """The page that asks ``question`` before a form that changes something is acted on:
+    what a form with ``data-confirm`` answers when it arrives without ``confirm=yes`` (the
+    browser did not ask: no script). Yes posts ``fields`` again to ``action``."""
+    return render(
+        request,
+        "confirm.html",
+        session,
+        title=question.split("?")[0] + "?",
+        question=question,
+        action=action,
+        back=back,
+        yes=yes,
+        fields=sorted((fields or {}).items()),
+    )
+
+
+def confirmed(form: dict[str, str]) -> bool:
+    """Whether the person was asked (by the browser's dialog or the confirmation page)."""
+    return form.get("confirm") == "yes"
+
+
 def redirect(
     request: Request, url: str, message: str | None = None, kind: str = "info"
 ) -> Response:
@@ -133,10 +169,34 @@ def paging(request: Request, default: int = 50) -> tuple[int, int]:
     return number("offset", 0, 0, 1_000_000), number("limit", default, 1, 500)
 
 
-def opened(request: Request) -> str | None:
-    """The name typed in a list page's "open" box, if it is a valid name."""
+@dataclass(frozen=True)
+class Opened:
+    """What a list page's "open by name" box led to: the page to go to, or why not (the
+    list is shown again with that said)."""
+
+    url: str | None = None
+    problem: tuple[str, str] | None = None
+
+
+async def open_by_name(
+    request: Request, api: AdminClient, what: str, api_base: str, ui_base: str
+) -> Opened:
+    """The ``what`` typed in the list's "open" box: its page if the API has it (asked at
+    ``api_base``/name), else a message that says so; nothing typed, nothing to do."""
     name = request.query_params.get("open", "").strip()
-    return name if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", name) else None
+    if not name:
+        return Opened()
+    try:
+        check_name(name)
+    except ValueError as exc:
+        return Opened(problem=(str(exc), "error"))
+    try:
+        await api.get(f"{api_base}/{quote(name, safe='')}")
+    except ApiError as exc:
+        if exc.status not in (403, 404):  # 403: one the user may not see is not "found"
+            raise
+        return Opened(problem=(f"No {what} named {name} here.", "error"))
+    return Opened(url=f"{ui_base}/{name}")
 
 
 def _flat(row: dict[str, Any]) -> dict[str, Any]:

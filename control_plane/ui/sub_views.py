@@ -10,9 +10,9 @@ from fastapi.responses import JSONResponse
 from starlette.responses import Response
 
 from control_plane.client import AdminClient, ApiError, NotAvailable, path, update_body
-from control_plane.ui.deps import ApiDep, FormDep, Name, SessionDep, form_of
+from control_plane.ui.deps import OWNER, ApiDep, FormDep, Name, SessionDep, form_of
 from control_plane.ui.forms import body_of, field_errors, values_of
-from control_plane.ui.render import opened, paging, redirect, refused, render
+from control_plane.ui.render import open_by_name, paging, redirect, refused, render
 from core.filters import FilterError, compile_filter
 from core.model import Endpoint, RetryPolicy, SubscriptionSettings
 
@@ -27,12 +27,21 @@ def _subs(project: str, *rest: str) -> str:
 async def subscriptions(
     project: Name, request: Request, session: SessionDep, api: ApiDep
 ) -> Response:
-    if wanted := opened(request):
-        return redirect(request, f"/ui/projects/{project}/subscriptions/{wanted}")
+    base = f"/ui/projects/{project}/subscriptions"
+    wanted = await open_by_name(request, api, "subscription", _subs(project), base)
+    if wanted.url:
+        return redirect(request, wanted.url)
     offset, limit = paging(request)
     page = await api.get(_subs(project), {"offset": offset, "limit": limit})
-    base = f"/ui/projects/{project}/subscriptions"
-    return render(request, "subscriptions.html", session, project=project, page=page, base=base)
+    return render(
+        request,
+        "subscriptions.html",
+        session,
+        project=project,
+        page=page,
+        base=base,
+        flash=wanted.problem,
+    )
 
 
 def _form(
@@ -56,7 +65,7 @@ def _form(
     )
 
 
-@router.get("/ui/projects/{project}/subscriptions/new")
+@router.get("/ui/projects/{project}/subscriptions/new", dependencies=[OWNER])
 async def new(project: Name, request: Request, session: SessionDep, api: ApiDep) -> Response:
     await api.get(path("v1", "projects", project))
     # The model's own defaults, so the form never disagrees with the API.
@@ -100,7 +109,7 @@ async def _submit(
         return errors or {"form": exc.message}, None
 
 
-@router.post("/ui/projects/{project}/subscriptions/new")
+@router.post("/ui/projects/{project}/subscriptions/new", dependencies=[OWNER])
 async def create(
     project: Name, request: Request, session: SessionDep, form: FormDep, api: ApiDep
 ) -> Response:
@@ -111,7 +120,7 @@ async def create(
     return redirect(request, url, f"created subscription {created['name']}")
 
 
-@router.get("/ui/projects/{project}/subscriptions/{sub}/edit")
+@router.get("/ui/projects/{project}/subscriptions/{sub}/edit", dependencies=[OWNER])
 async def edit(
     project: Name, sub: Name, request: Request, session: SessionDep, api: ApiDep
 ) -> Response:
@@ -119,7 +128,7 @@ async def edit(
     return _form(request, session, project, values_of(current), {}, current)
 
 
-@router.post("/ui/projects/{project}/subscriptions/{sub}/edit")
+@router.post("/ui/projects/{project}/subscriptions/{sub}/edit", dependencies=[OWNER])
 async def update(
     project: Name, sub: Name, request: Request, session: SessionDep, form: FormDep, api: ApiDep
 ) -> Response:

@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from control_plane.client import AdminClient, ApiError, NotAvailable, path
 from control_plane.ui.deps import form_of
-from control_plane.ui.render import redirect, refused
+from control_plane.ui.render import confirmation, confirmed, redirect, refused
 from control_plane.ui.session import Session
 
 
@@ -20,13 +20,16 @@ class TopicProcess:
     """A topic's ``kind`` (``cutover``, ``migration``) and what its page says of it:
     ``unavailable`` when this control plane does not serve it, ``none_yet`` when the topic
     has had none (``{reason}`` in it: the API's message), ``not_ended`` and ``ended`` after
-    the end button."""
+    the end button; ``question`` (``{name}``: project/topic) is asked before ending it, with
+    ``yes`` on the button that ends it."""
 
     kind: str
     unavailable: str
     none_yet: str
     not_ended: str
     ended: str
+    question: str
+    yes: str
 
     def api_path(self, project: str, topic: str) -> str:
         return path("v1", "projects", project, "topics", topic, self.kind)
@@ -42,15 +45,21 @@ class TopicProcess:
             return None, self.unavailable
         except ApiError as exc:
             if exc.status == 404:
-                return None, self.none_yet.format(reason=exc.message)
+                reason = exc.message[:1].upper() + exc.message[1:]
+                return None, self.none_yet.format(reason=reason)
             raise
 
     async def end(
         self, request: Request, session: Session, api: AdminClient, project: str, topic: str
     ) -> Response:
-        """End the process (the form's POST), back to its page saying how it went."""
-        await form_of(request, session)
+        """End the process (the form's POST, once asked), back to its page saying how it
+        went."""
+        form = await form_of(request, session)
         back = f"/ui/projects/{project}/topics/{topic}/{self.kind}"
+        if not confirmed(form):
+            question = self.question.format(name=f"{project}/{topic}")
+            action = str(request.url.path)
+            return confirmation(request, session, question, action=action, back=back, yes=self.yes)
         try:
             await api.delete(self.api_path(project, topic))
         except ApiError as exc:

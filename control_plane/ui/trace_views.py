@@ -32,20 +32,22 @@ def trace_url(project: str, topic: str, message_id: str) -> str:
 
 @router.get("/ui/trace")
 async def search(request: Request, session: SessionDep) -> Response:
-    """The search box's target: ``project``, ``topic`` and ``id`` to the trace page."""
+    """The search box's target: ``project``, ``topic`` and ``id`` to the trace page. With
+    none of them (the page opened from a link) the empty search form, not a refusal."""
     q = request.query_params
     project, topic, mid = (q.get(k, "").strip() for k in ("project", "topic", "id"))
     if not (project and topic and mid):
+        partly = bool(project or topic or mid)
         return render(
             request,
             "trace.html",
             session,
-            422,
+            422 if partly else 200,
             project=project,
             topic=topic,
             message_id=mid,
             trace=None,
-            missing="Give the project, the topic and the message id.",
+            missing="Give the project, the topic and the message id." if partly else None,
         )
     return redirect(request, trace_url(project, topic, mid))
 

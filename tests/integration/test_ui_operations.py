@@ -111,6 +111,12 @@ def test_circuit_opens_on_the_page_when_the_endpoint_breaks(
     expect(page.locator('#status [data-k="circuit"]')).to_have_text("open", timeout=20_000)
     expect(page.locator("#rates-chart")).not_to_have_attribute("data-failed", "0")
     shot(page, "08-circuit-open")
+    # Not "active" while the circuit is open: the page's state and the list's say so.
+    page.reload()
+    expect(page.locator("#sub-state")).to_have_text("circuit open")
+    page.goto(f"{dev.control_plane}/ui/projects/shop/subscriptions")
+    row = page.locator("#subscriptions tbody tr").filter(has_text="billing")
+    expect(row.locator(".sub-state")).to_have_text("circuit open")
     with admin(dev) as api:  # no more probes of this endpoint for the rest of the module
         assert api.post("/v1/projects/shop/subscriptions/billing/stop").status_code == 200
 
@@ -211,6 +217,7 @@ def test_cutover_from_the_topic_page_then_the_timeline_shows_two_segments(
     form = page.locator("#migrate")
     form.locator("select[name=cluster]").select_option("embedded")
     form.locator("input[name=partitions]").fill("3")
+    page.once("dialog", lambda dialog: dialog.accept())  # Start cutover asks first
     form.locator("button").click()
     expect(page).to_have_url(re.compile(r"/topics/events/cutover$"))
     # The page follows the phases every second and shows the final one when it ends.

@@ -90,11 +90,18 @@ def test_a_viewer_sees_and_cannot_change(page: Page, world: Dev) -> None:
         expect(page.locator(hidden)).to_have_count(0)
     assert "whsec_" not in page.content()
     shot(page, "roles-viewer-subscription")
-    # Going by address to what the role does not allow is refused.
-    page.goto(f"{base}/ui/projects/shop/subscriptions/billing/edit")
-    page.click("#sub-form button[type=submit]")
-    expect(page.locator("h1")).to_have_text("Refused")
-    expect(page.locator(".error-message")).to_contain_text("this needs owner of shop")
+    page.goto(f"{base}/ui/projects/shop/topics/orders")
+    expect(page.locator("h1")).to_have_text("Topic shop/orders")
+    for hidden in ("a:has-text('new subscription')", "#migrate"):
+        expect(page.locator(hidden)).to_have_count(0)
+    # Going by address to a form the role does not allow: the refusal, not the form (whose
+    # save the API would refuse).
+    for form in ("subscriptions/billing/edit", "subscriptions/new"):
+        answer = page.goto(f"{base}/ui/projects/shop/{form}")
+        assert answer is not None and answer.status == 403, form
+        expect(page.locator("h1")).to_have_text("Refused")
+        expect(page.locator(".error-message")).to_contain_text("this needs owner of shop")
+        expect(page.locator("#sub-form")).to_have_count(0)
     page.goto(f"{base}/ui/projects/other/topics")
     expect(page.locator(".error-message")).to_contain_text("this needs viewer of other")
     with admin(world) as api:
@@ -110,8 +117,13 @@ def test_an_owner_changes_their_project_only(page: Page, world: Dev) -> None:
     page.fill("#new-topic input[name=name]", "events")
     page.click("#new-topic button[type=submit]")
     expect(page.locator("h1")).to_contain_text("events")
+    page.goto(f"{base}/ui/projects/shop/subscriptions/new")
+    expect(page.locator("#sub-form")).to_be_visible()
     page.goto(f"{base}/ui/projects/shop/subscriptions/billing")
     expect(page.locator("#edit")).to_be_visible()
+    page.click("#edit")
+    expect(page.locator("#sub-form")).to_be_visible()
+    page.go_back()
     page.click("#pause-resume")
     expect(page.locator("#pause-resume")).to_have_text("Resume")
     shot(page, "roles-owner-subscription")

@@ -94,6 +94,7 @@ class State:
         self.dlq = [dlq_message(i) for i in range(dlq_size)]
         self.cutover: dict[str, Any] | None = None
         self.cutover_end = "COMPLETE"
+        self.cutover_holds = False  # True: reads do not move the cutover on (it waits)
         self.seeks: list[dict[str, Any]] = []
 
 
@@ -315,7 +316,7 @@ def fake_app(
         if c is None:
             raise _not_found("no cutover")
         # Every read moves the fake one step on: acks of the current phase, then the next phase.
-        if c["phase"] in ("PREPARE", "SWITCH", "COMMIT"):
+        if c["phase"] in ("PREPARE", "SWITCH", "COMMIT") and not state.cutover_holds:
             key = {"PREPARE": "prepared_at", "SWITCH": "switched_at", "COMMIT": "committed_at"}[
                 c["phase"]
             ]

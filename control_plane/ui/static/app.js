@@ -1,7 +1,11 @@
 // httpbus web control plane: a little plain JavaScript, no build step.
 // - the filter of the subscription form is checked while typing (same compiler as the API);
 // - the subscription page polls its status and redraws its figures and its uPlot chart;
-// - the cutover page re-fetches its live part every second until the cutover ends.
+// - the cutover page re-fetches its live part every second until the cutover ends;
+// - a form with data-confirm asks before it is sent (the question may name the form's fields
+//   as {name}); a hidden "confirm" field tells the server it was asked, else it asks itself;
+// - a live page whose polling is refused (401: the session ended) or keeps failing says so in
+//   a banner instead of showing frozen figures as if they were current.
 "use strict";
 window.httpbus = (function () {
   function debounce(fn, ms) {
@@ -22,6 +26,59 @@ window.httpbus = (function () {
       } catch (e) { /* the server check on submit still applies */ }
     }, 300);
     area.addEventListener("input", check);
+  }
+
+  function confirmations() {
+    document.querySelectorAll("form[data-confirm]").forEach(function (form) {
+      form.addEventListener("submit", function (e) {
+        const question = form.dataset.confirm.replace(/\{(\w+)\}/g, function (all, name) {
+          const field = form.elements.namedItem(name);
+          return field && "value" in field ? field.value : all;
+        });
+        if (!window.confirm(question)) { e.preventDefault(); return; }
+        const asked = form.querySelector('input[name="confirm"]');
+        if (asked) asked.value = "yes";
+      });
+    });
+  }
+
+  // What a live page's polling says about its figures: fresh, stale, or signed out.
+  const FAILURES_BEFORE_STALE = 3;
+  function watcher() {
+    const banner = document.getElementById("stale");
+    let failures = 0;
+    let freshAt = new Date();
+    function show(text, link) {
+      banner.textContent = text;
+      if (link) {
+        const a = document.createElement("a");
+        a.href = "/ui/login?next=" + encodeURIComponent(location.pathname + location.search);
+        a.textContent = link;
+        banner.append(" — ", a);
+      }
+      banner.hidden = false;
+    }
+    return {
+      ok: function () { failures = 0; freshAt = new Date(); banner.hidden = true; },
+      signedOut: function () { show("Signed out: these figures stopped updating", "sign in again"); },
+      failed: function () {
+        failures += 1;
+        if (failures >= FAILURES_BEFORE_STALE) {
+          show("Figures stale since " + freshAt.toTimeString().slice(0, 8) + ": the control plane does not answer");
+        }
+      },
+    };
+  }
+
+  // One poll of a live page: the response when it is usable, else null (the banner says why).
+  async function poll(url, watch) {
+    try {
+      const r = await fetch(url, { credentials: "same-origin", cache: "no-store" });
+      if (r.status === 401) { watch.signedOut(); return null; }
+      if (!r.ok) { watch.failed(); return null; }
+      watch.ok();
+      return r;
+    } catch (e) { watch.failed(); return null; }
   }
 
   function get(obj, path) {
@@ -66,28 +123,26 @@ window.httpbus = (function () {
       chart.setData(series(status));
       plotted();
     }
+    const watch = watcher();
     setInterval(async function () {
-      try {
-        const r = await fetch(section.dataset.url, { credentials: "same-origin" });
-        if (r.ok) { status = await r.json(); paint(); }
-      } catch (e) { /* keep the last figures; try again */ }
+      const r = await poll(section.dataset.url, watch);
+      if (r) { status = await r.json(); paint(); }
     }, 2000);
   }
 
   function cutoverPage() {
     const live = document.getElementById("cutover-live");
     if (!live || live.dataset.final === "yes") return;
+    const watch = watcher();
     const timer = setInterval(async function () {
-      try {
-        const r = await fetch(live.dataset.live, { credentials: "same-origin" });
-        if (!r.ok) return;
-        live.innerHTML = await r.text();
-        const phase = document.getElementById("phase");
-        if (phase && ["COMPLETE", "ABORTED", "ROLLED_BACK"].includes(phase.dataset.phase)) {
-          clearInterval(timer);
-          window.location.reload();  // shows the final page (no abort button)
-        }
-      } catch (e) { /* try again */ }
+      const r = await poll(live.dataset.live, watch);
+      if (!r) return;
+      live.innerHTML = await r.text();
+      const phase = document.getElementById("phase");
+      if (phase && ["COMPLETE", "ABORTED", "ROLLED_BACK"].includes(phase.dataset.phase)) {
+        clearInterval(timer);
+        window.location.reload();  // shows the final page (no abort button)
+      }
     }, 1000);
   }
 
@@ -108,7 +163,7 @@ window.httpbus = (function () {
   // No inline script anywhere (the pages' Content-Security-Policy forbids it): each page's
   // code starts here when its elements are present.
   document.addEventListener("DOMContentLoaded", function () {
-    filterCheck(); cutoverPage(); selectAll(); backLinks();
+    confirmations(); filterCheck(); cutoverPage(); selectAll(); backLinks();
     if (document.getElementById("status-data")) statusPage();
   });
   return { statusPage: statusPage };

@@ -33,7 +33,7 @@ API_CLIENTS = {
 }
 LOCAL_JOBS = {"local", "audit", "export", "migration_check", "db"}
 STARTERS = {"dev", "run", "supervisor"}
-ASSEMBLY = {"__init__", "__main__"}
+ASSEMBLY = {"__init__", "__main__", "lazy"}
 OURS = {
     "core",
     "metastore",

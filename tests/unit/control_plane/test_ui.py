@@ -28,7 +28,8 @@ async def browser(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
 async def test_no_page_without_login_and_a_wrong_token_is_refused(
     browser: httpx.AsyncClient,
 ) -> None:
-    for url in ("/ui/projects", "/ui/projects/shop/topics", "/ui/audit", "/ui/"):
+    forms = ("/ui/projects/shop/subscriptions/new", "/ui/projects/shop/subscriptions/s/edit")
+    for url in ("/ui/projects", "/ui/projects/shop/topics", "/ui/audit", "/ui/", *forms):
         r = await browser.get(url)
         assert r.status_code == 303 and r.headers["location"].startswith("/ui/login?next="), url
     r = await browser.get("/ui/projects/shop/subscriptions/s/status.json")
@@ -250,7 +251,14 @@ async def test_open_by_name_skips_the_paging(browser: httpx.AsyncClient) -> None
     await _project_and_topic(browser)
     r = await browser.get("/ui/projects/shop/topics", params={"open": "orders"})
     assert r.status_code == 303 and r.headers["location"] == "/ui/projects/shop/topics/orders"
+    r = await browser.get("/ui/projects", params={"open": "shop"})
+    assert r.status_code == 303 and r.headers["location"] == "/ui/projects/shop/topics"
+    # Not there, or not a name: the list again, saying so (it used to say nothing).
     r = await browser.get("/ui/projects/shop/subscriptions", params={"open": "s9"})
-    assert r.headers["location"] == "/ui/projects/shop/subscriptions/s9"
+    assert r.status_code == 200 and "No subscription named s9 here." in r.text
+    r = await browser.get("/ui/projects/shop/topics", params={"open": "nope"})
+    assert r.status_code == 200 and "No topic named nope here." in r.text
+    r = await browser.get("/ui/projects", params={"open": "nope"})
+    assert r.status_code == 200 and "No project named nope here." in r.text
     r = await browser.get("/ui/projects/shop/topics", params={"open": "../x"})
-    assert r.status_code == 200  # not a name: the list, no redirect
+    assert r.status_code == 200 and "invalid name &#39;../x&#39;" in r.text

@@ -126,10 +126,16 @@ async def test_unsideline_everything_loops_on_remaining(
 async def test_cutover_page_follows_the_phases_and_the_producer_acks(
     fake: tuple[httpx.AsyncClient, FastAPI],
 ) -> None:
-    client, _ = fake
+    client, app = fake
     base = "/ui/projects/shop/topics/orders/cutover"
     token = await csrf(client, "/ui/audit")
-    r = await client.post(base, data={"csrf": token, "cluster": "pulsar-main", "partitions": "8"})
+    form = {"csrf": token, "cluster": "pulsar-main", "partitions": "8"}
+    # Not asked yet (a browser without script): the server asks, and starts nothing.
+    asked = await client.post(base, data=form)
+    assert asked.status_code == 200
+    assert "Start a cutover of shop/orders to pulsar-main" in asked.text
+    assert 'name="confirm" value="yes"' in asked.text and app.state.fake.cutover is None
+    r = await client.post(base, data={**form, "confirm": "yes"})
     assert r.status_code == 303 and r.headers["location"] == base
     page = await client.get(base)
     assert 'data-live="' in page.text and "segment 1 → 2" in page.text
@@ -146,7 +152,9 @@ async def test_cutover_page_follows_the_phases_and_the_producer_acks(
         "COMPLETE",
     ]
     assert live.count('class="ack"') == 6  # 2 producers × prepared, switched, committed
-    again = await client.post(base, data={"csrf": token, "cluster": "embedded", "partitions": "1"})
+    again = await client.post(
+        base, data={"csrf": token, "cluster": "embedded", "partitions": "1", "confirm": "yes"}
+    )
     assert again.status_code == 303  # a finished cutover does not block the next one
 
 
@@ -224,7 +232,7 @@ async def test_without_those_apis_every_page_says_not_available(bare: httpx.Asyn
     token = await csrf(bare, "/ui/audit")
     r = await bare.post(
         "/ui/projects/shop/topics/orders/cutover",
-        data={"csrf": token, "cluster": "x", "partitions": "1"},
+        data={"csrf": token, "cluster": "x", "partitions": "1", "confirm": "yes"},
     )
     assert "not available" in (await bare.get(r.headers["location"])).text
 

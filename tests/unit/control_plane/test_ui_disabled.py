@@ -35,7 +35,7 @@ async def test_the_page_shows_disabled_and_enable_enables(tmp_path: Path) -> Non
         assert "disabled (endpoint failing since 2026-11-24T08:00:00Z)" in page.text
         assert 'id="enable"' in page.text and "HTTP 503" in page.text
         listing = await browser.get("/ui/projects/shop/subscriptions")
-        assert "<td>disabled</td>" in listing.text
+        assert '<span class="sub-state bad">disabled</span>' in listing.text
         token = await csrf(browser, "/ui/projects/shop/subscriptions/s1")
         url = "/ui/projects/shop/subscriptions/s1/enable"
         r = await browser.post(url, data={"csrf": token})

@@ -27,7 +27,8 @@ async def test_the_page_draws_the_windows_and_abandons(tmp_path: Path) -> None:
         browser = cp.client
         await create_shop(browser, headers=API)
         await login(browser)
-        assert "has had no migration" in (await browser.get(PAGE)).text
+        empty = (await browser.get(PAGE)).text
+        assert empty.count("has had no migration") == 1  # said once, not twice
         # The document as the API would have made it (the page does not care that this
         # topic's first segment is not external), with three checked windows.
         topic = await Catalog(cp.meta).get_topic("shop", "orders")
@@ -57,7 +58,12 @@ async def test_the_page_draws_the_windows_and_abandons(tmp_path: Path) -> None:
         assert 'id="duplicates"' not in page  # none delivered twice
         assert 'id="migration-link"' in (await browser.get("/ui/projects/shop/topics/orders")).text
         token = await csrf(browser, PAGE)
+        assert 'id="abandon"' in page and "data-confirm=" in page and "onsubmit" not in page
+        # Without the browser's question (no script), the server asks first.
         r = await browser.post(f"{PAGE}/abandon", data={"csrf": token})
+        assert r.status_code == 200 and "Yes, abandon" in r.text
+        assert 'data-state="dual_write"' in (await browser.get(PAGE)).text
+        r = await browser.post(f"{PAGE}/abandon", data={"csrf": token, "confirm": "yes"})
         assert r.status_code == 303, r.text
         page = (await browser.get(PAGE)).text
         assert 'data-state="abandoned"' in page and "Abandon</button>" not in page

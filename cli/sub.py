@@ -84,9 +84,19 @@ def create(
     batch: BatchMessages = None,
     batch_max_bytes: BatchMaxBytes = None,
     batch_max_wait_ms: BatchMaxWait = None,
+    start: Annotated[
+        str,
+        typer.Option(
+            help="Where it begins: latest (only what is published from now on), earliest "
+            "(the whole retained backlog) or an RFC 3339 time."
+        ),
+    ] = "latest",
 ) -> Call:
     """Create a subscription that pushes a topic's messages to an endpoint."""
     body: dict[str, Any] = {"name": name, "topic": topic, "endpoint": {"url": endpoint}}
+    if start not in ("latest", "earliest"):
+        start = rfc3339(start, "--start", " (nor latest or earliest)")
+    body["start"] = start
     retry = _given(max_attempts=max_attempts, backoff=backoff)
     if retry:
         body["retry"] = retry

@@ -72,7 +72,10 @@ async def new(project: Name, request: Request, session: SessionDep, api: ApiDep)
         "max_in_flight": fields["max_in_flight"].default,
         "delay_ms": fields["delay_ms"].default,
     }
-    values = values_of(defaults) | {"topic": request.query_params.get("topic", "")}
+    values = values_of(defaults) | {
+        "topic": request.query_params.get("topic", ""),
+        "start": "latest",
+    }
     return _form(request, session, project, values, {}, None)
 
 
@@ -89,6 +92,7 @@ async def _submit(
                 **settings,
                 "name": form.get("name", "").strip(),
                 "topic": form.get("topic", "").strip(),
+                "start": _start(form),
             }
             return {}, await api.post(_subs(project), body)
         return {}, await api.put(_subs(project, current["name"]), update_body(current, settings))
@@ -97,6 +101,14 @@ async def _submit(
             raise
         errors = field_errors(exc.field_problems()) if exc.status == 422 else {}
         return errors or {"form": exc.message}, None
+
+
+def _start(form: dict[str, str]) -> str:
+    """The create form's start: ``latest``, ``earliest`` or its time as RFC 3339."""
+    chosen = form.get("start", "latest")
+    if chosen == "time":
+        return rfc3339(form.get("start_time", "")) or "time"  # empty: the API names it
+    return chosen
 
 
 @router.post("/ui/projects/{project}/subscriptions/new")

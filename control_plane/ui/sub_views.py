@@ -190,6 +190,34 @@ async def enable(
     return redirect(request, f"/ui/projects/{project}/subscriptions/{sub}", "enabled")
 
 
+@router.post("/ui/projects/{project}/subscriptions/{sub}/test-event")
+async def test_event(
+    project: Name, sub: Name, request: Request, session: SessionDep, api: ApiDep
+) -> Response:
+    """Send a test event (``POST …/test-event``); the page shows the endpoint's answer."""
+    await form_of(request, session)
+    back = f"/ui/projects/{project}/subscriptions/{sub}"
+    try:
+        result = await api.post(_subs(project, sub, "test-event"))
+    except NotAvailable:
+        return redirect(request, back, "test events are not available here", "error")
+    except ApiError as exc:
+        if exc.status == 503:  # no worker holds it: say so on the page
+            return redirect(request, back, f"test event not sent: {exc.message}", "error")
+        return refused(request, back, exc, "test event not sent")
+    return redirect(request, back, _tested(result), "info" if result.get("delivered") else "error")
+
+
+def _tested(result: dict[str, Any]) -> str:
+    """A test event's result as the page's one-line notice (the answer cut to 200 chars)."""
+    status = result.get("status")
+    said = f"HTTP {status}" if status is not None else str(result.get("error") or "no answer")
+    verdict = "delivered" if result.get("delivered") else "failed"
+    line = f"test event {verdict}: {said} in {result.get('latency_ms')} ms"
+    answer = str(result.get("answer") or "")[:200]
+    return f"{line}; answer: {answer}" if answer else line
+
+
 def rfc3339(local: str) -> str:
     """A ``datetime-local`` input (``2026-01-31T12:00``, taken as UTC) as RFC 3339."""
     stamp = local.strip()

@@ -19,12 +19,17 @@ from core.model import Endpoint, Project, Topic
 from metastore import paths
 from metastore.catalog import Catalog
 from metastore.config import EmbeddedMetaStoreConfig, open_metastore
+from tests.support.cli import httpbus as run
+from tests.support.cli import ok
+from tests.support.contract_api import fake_app, served
 from tests.support.control_plane import embedded_control_plane
 from tests.support.hook import SECRET, Hook, serve_hook
+from tests.support.ui_pages import TOKEN, csrf, login
 from tests.support.workers import worker_in_process
 from tests.support.world import segment, subscription
 
 SUBS = "/v1/projects/shop/subscriptions"
+PAGE = "/ui/projects/shop/subscriptions"
 
 
 @dataclass
@@ -106,3 +111,55 @@ async def test_without_a_worker_the_asker_gives_up_and_leaves_nothing(tmp_path: 
             await events.send("p", "s")
         assert "no worker answered" in refused.value.message
         assert await meta.get(paths.test_event("p", "s")) is None
+
+
+async def test_the_page_s_button_sends_it_and_shows_the_answer(tmp_path: Path) -> None:
+    api = {"Authorization": f"Bearer {TOKEN}"}
+    async with (
+        serve_hook(secret=SECRET) as hook,
+        embedded_control_plane(
+            tmp_path, admin=False, base_url="http://testserver", assign_interval_s=0.2
+        ) as cp,
+        worker_in_process(cp.meta, {"embedded": cp.store}, "w1", lock_retry_s=0.1),
+    ):
+        browser = cp.client
+        await browser.post("/v1/projects", json={"name": "shop"}, headers=api)
+        await browser.post("/v1/projects/shop/topics", json={"name": "orders"}, headers=api)
+        sub = {"name": "s1", "topic": "orders", "endpoint": {"url": hook.url_for("s1")}}
+        r = await browser.post(SUBS, json=sub | {"signing_secret": SECRET}, headers=api)
+        assert r.status_code == 201, r.text
+        hook.behaviour = lambda mid, n: (202, {})
+        hook.answer = lambda path, body: b"queued"
+        await login(browser)
+        page = await browser.get(f"{PAGE}/s1")
+        assert 'id="test-event"' in page.text and " onclick" not in page.text
+        token = await csrf(browser, f"{PAGE}/s1")
+        r = await browser.post(f"{PAGE}/s1/test-event", data={"csrf": token})
+        assert r.status_code == 303, r.text
+        page = await browser.get(f"{PAGE}/s1")
+        assert "test event delivered: HTTP 202 in" in page.text and "answer: queued" in page.text
+        assert [r.headers["X-Test"] for r in hook.requests] == ["true"]
+        assert hook.bad_signatures == 0
+
+
+def test_the_cli_prints_the_endpoint_s_answer() -> None:
+    app = fake_app()
+    asked: list[str] = []
+
+    @app.post("/v1/projects/{p}/subscriptions/{s}/test-event")
+    def test_event(p: str, s: str) -> Any:
+        asked.append(f"{p}/{s}")
+        return {
+            "message_id": "test_0f",
+            "delivered": False,
+            "status": 401,
+            "latency_ms": 12.5,
+            "error": "HTTP 401",
+            "answer": "bad signature",
+            "worker": "w1",
+        }
+
+    with served(app) as url:
+        out = ok(run(url, "sub", "test-event", "shop", "s1"))
+    assert "test event test_0f: failed, HTTP 401 in 12.5 ms (sent by w1)" in out
+    assert "answer: bad signature" in out and asked == ["shop/s1"]

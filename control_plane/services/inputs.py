@@ -7,7 +7,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 
 from core.model import (
     Partitions,
@@ -75,9 +83,16 @@ class SubscriptionCreate(SubscriptionSettings):
 
     _secret_decodes = field_validator("signing_secret")(secret_decodes)
 
-    @field_validator("start")
+    @field_validator("start", mode="wrap")
     @classmethod
-    def _start_not_ahead(cls, start: StartAt) -> StartAt:
+    def _start(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> StartAt:
+        """One problem named ``start`` (not one per member of the union)."""
+        try:
+            start: StartAt = handler(value)
+        except ValidationError:
+            raise ValueError(
+                f"{str(value)[:40]!r}: 'latest', 'earliest' or an RFC 3339 time with an offset"
+            ) from None
         # A time ahead would let through what is published until then: 'latest' says it.
         if isinstance(start, datetime) and start > utcnow():
             raise ValueError("a start time must not lie in the future; use 'latest'")

@@ -285,3 +285,17 @@ def test_batches_and_a_dedupe_window_from_the_cli(url: str) -> None:
     one_line_error(
         httpbus(url, "sub", "update", "pbd", "bulk", "--batch", "5", "--no-batch"), 2, "not both"
     )
+
+
+def test_sub_create_start(url: str) -> None:
+    _world(url, "pstart")
+    base = ["sub", "create", "pstart"]
+    ok(httpbus(url, *base, "a", "--topic", "orders", "--endpoint", HOOK))
+    ok(httpbus(url, *base, "b", "--topic", "orders", "--endpoint", HOOK, "--start", "earliest"))
+    at = "2026-01-31T12:00:00Z"
+    ok(httpbus(url, *base, "c", "--topic", "orders", "--endpoint", HOOK, "--start", at))
+    starts = [_get(url, "pstart", "subscriptions", n).json()["start"] for n in "abc"]
+    assert [s["requested"] for s in starts[:2]] == ["latest", "earliest"]
+    assert starts[2]["requested"].replace("+00:00", "Z") == at
+    bad = httpbus(url, *base, "d", "--topic", "orders", "--endpoint", HOOK, "--start", "soon")
+    one_line_error(bad, 2, "--start", "RFC 3339")

@@ -1,5 +1,5 @@
 """``httpbus sub``: create, list, update, delete, status, pause, resume, enable, seek
-subscriptions; rotate and reveal their signing secrets."""
+subscriptions, send them a test event; rotate and reveal their signing secrets."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from control_plane.client import SETTINGS_FIELDS, path, update_body
 
 app = typer.Typer(
     help="Subscriptions: create, list, update, delete, status, pause, resume, enable, seek, "
-    "rotate-secret, reveal-secret.",
+    "test-event, rotate-secret, reveal-secret.",
     no_args_is_help=True,
 )
 
@@ -93,9 +93,19 @@ def create(
     batch_max_bytes: BatchMaxBytes = None,
     batch_max_wait_ms: BatchMaxWait = None,
     delivery_format: Format = None,
+    start: Annotated[
+        str,
+        typer.Option(
+            help="Where it begins: latest (only what is published from now on), earliest "
+            "(the whole retained backlog) or an RFC 3339 time."
+        ),
+    ] = "latest",
 ) -> Call:
     """Create a subscription that pushes a topic's messages to an endpoint."""
     body: dict[str, Any] = {"name": name, "topic": topic, "endpoint": {"url": endpoint}}
+    if start not in ("latest", "earliest"):
+        start = rfc3339(start, "--start", " (nor latest or earliest)")
+    body["start"] = start
     retry = _given(max_attempts=max_attempts, backoff=backoff)
     if retry:
         body["retry"] = retry
@@ -270,6 +280,31 @@ def enable(project: Project, name: Name) -> Call:
     A subscription is disabled when its endpoint has failed for too long; enabled, it
     resumes from the position it stopped at."""
     return post(_subs(project, name, "enable"), text=lambda _: f"{project}/{name} enabled")
+
+
+def tested(result: dict[str, Any]) -> str:
+    """A test event's result in a few lines: what the endpoint answered, and how fast."""
+    status = result.get("status")
+    verdict = "delivered" if result.get("delivered") else "failed"
+    lines = [
+        f"test event {result.get('message_id')}: {verdict}, "
+        f"HTTP {status if status is not None else '—'} in {result.get('latency_ms')} ms "
+        f"(sent by {result.get('worker')})"
+    ]
+    if result.get("error"):
+        lines.append(f"error: {result['error']}")
+    if result.get("answer"):
+        lines.append(f"answer: {result['answer']}")
+    return "\n".join(lines)
+
+
+@command(app, "test-event")
+def test_event(project: Project, name: Name) -> Call:
+    """Send a signed test event (X-Test: true) to the subscription's endpoint now.
+
+    The worker holding the subscription sends it as it sends deliveries; shows the
+    endpoint's status, latency and the start of its answer."""
+    return post(_subs(project, name, "test-event"), text=tested)
 
 
 @command(app)

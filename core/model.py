@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import (
     AnyHttpUrl,
+    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -519,6 +520,31 @@ class RetiringSecret(Model):
     until: datetime
 
 
+StartAt = Literal["latest", "earliest"] | AwareDatetime
+"""Where a new subscription begins: ``latest`` (what is published after it exists, the
+default), ``earliest`` (the oldest retained message of the oldest readable segment) or a time
+(the first message stored at or after it)."""
+
+
+class StartPoint(Model):
+    """Where a subscription began, resolved once when it was created: the segment its consume
+    pointer was created at and, per partition, the first position it reads there. Readers use
+    it only for a partition the subscription never committed (``segments.reader.floor``), so
+    once a worker has committed, a restart or a rebalance resumes from the commits, never from
+    here again. Later segments are read from their start; earlier ones never."""
+
+    requested: StartAt = Field(description="what the create asked for")
+    segment: int = Field(ge=1, description="the segment the subscription began in")
+    positions: dict[int, int] = Field(
+        default_factory=dict, description="per partition, the first position read there"
+    )
+
+    def position(self, segment: int, partition: int) -> int:
+        """The first position to read in ``partition`` of ``segment`` when nothing was
+        committed there: this start's in its own segment, else 0."""
+        return self.positions.get(partition, 0) if segment == self.segment else 0
+
+
 class SubscriptionBase(SubscriptionSettings):
     """A subscription as anyone may read it: everything but its signing secrets."""
 
@@ -530,6 +556,12 @@ class SubscriptionBase(SubscriptionSettings):
     created_at: datetime = Field(default_factory=utcnow)
     disabled: Disabled | None = Field(
         default=None, description="set while the subscription is disabled (failing endpoint)"
+    )
+    start: StartPoint | None = Field(
+        default=None,
+        description='where it began (docs/receiving.md, "Where a subscription starts"); '
+        "absent on subscriptions created before start positions existed: they began at the "
+        "start of their first segment",
     )
     consume_pointer: Pointer | None = None
     version: int = -1

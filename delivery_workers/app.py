@@ -42,7 +42,7 @@ _HELP = {
     "filter_errors": "messages whose filter could not be evaluated",
     "attempts": "delivery attempts",
     "failed_attempts": "delivery attempts that failed",
-    "retried": "messages handed to a delay level for a later attempt",
+    "retried": "failed attempts followed by another (in place or through a delay level)",
     "dead_lettered": "messages handed to the dead-letter queue",
 }
 

@@ -71,6 +71,17 @@ class Finished:
 POISONED = DeadLetter(exhausted=False)
 
 
+def count_failed(stats: AttemptStats, verdict: RetryInPlace | ToLevel | DeadLetter) -> None:
+    """Count one failed attempt of one message by what follows it: dead-lettered, or retried
+    (another attempt comes, in place or through a delay level). The single and the batch
+    attempts count here, so a batch's failed messages count as each would alone."""
+    stats.failed_attempts += 1
+    if isinstance(verdict, DeadLetter):
+        stats.dead_lettered += 1
+    else:
+        stats.retried += 1
+
+
 class AttemptParts:
     """What every kind of attempt of one subscription works with: the single attempts here,
     the batch attempts of :mod:`.batch_attempt`."""
@@ -131,14 +142,10 @@ class Attempts(AttemptParts):
                 verdict = decide(policy, result, attempt)
                 if verdict is DELIVERED:
                     break
-                stats.failed_attempts += 1
-                if isinstance(verdict, DeadLetter):
-                    stats.dead_lettered += 1
+                assert not isinstance(verdict, Delivered)
+                count_failed(stats, verdict)
+                if not isinstance(verdict, RetryInPlace):
                     return Finished(item, verdict, result, attempt)
-                if isinstance(verdict, ToLevel):
-                    stats.retried += 1
-                    return Finished(item, verdict, result, attempt)
-                assert isinstance(verdict, RetryInPlace)
                 await asyncio.sleep(verdict.wait_ms / 1000)  # shorter than every level
                 attempt += 1
         finally:

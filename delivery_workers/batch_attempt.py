@@ -30,9 +30,9 @@ from collections.abc import AsyncIterator
 
 from core.audit import AuditType
 from core.result import DeliveryResult
-from core.retry import DELIVERED, DeadLetter, RetryInPlace, ToLevel, Verdict, decide
+from core.retry import DELIVERED, Delivered, RetryInPlace, Verdict, decide
 
-from .attempt import POISONED, AttemptParts, Finished, accepted_s
+from .attempt import POISONED, AttemptParts, Finished, accepted_s, count_failed
 from .items import Item, sleep_until
 from .poison import crash_names, poisoned_result
 from .sender import BatchDelivery, batch_message_id
@@ -68,11 +68,10 @@ class BatchAttempts(AttemptParts):
             return
         await sleep_until(max(item.not_before_ms for item in batch))
         attempts = [item.meta.attempts + 1 for item in batch]
-        sent = 1
         while batch:
             await throttle.admit()  # refused while open: waits, costs no attempt
             delivery = BatchDelivery(
-                self.sub, self.topic, tuple(i.msg for i in batch), tuple(attempts), sent
+                self.sub, self.topic, tuple(i.msg for i in batch), tuple(attempts)
             )
             result = await self._send(delivery)
             throttle.record(result)
@@ -107,7 +106,6 @@ class BatchAttempts(AttemptParts):
             if batch:
                 await asyncio.sleep(wait_ms / 1000)  # shorter than every level
                 attempts = [a + 1 for a in attempts]
-                sent += 1
 
     def _verdict(self, item: Item, attempt: int, result: DeliveryResult) -> Verdict:
         """One message's verdict, counted (and audited when delivered)."""
@@ -118,11 +116,8 @@ class BatchAttempts(AttemptParts):
             stats.latency.observe(time.time() - accepted_s(item))
             self.audit.item(AuditType.DELIVERED, item, attempt=attempt, status=result.status)
             return verdict
-        stats.failed_attempts += 1
-        if isinstance(verdict, DeadLetter):
-            stats.dead_lettered += 1
-        elif isinstance(verdict, ToLevel):
-            stats.retried += 1
+        assert not isinstance(verdict, Delivered)
+        count_failed(stats, verdict)
         return verdict
 
     async def _send(self, delivery: BatchDelivery) -> DeliveryResult:

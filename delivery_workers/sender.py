@@ -228,14 +228,19 @@ class EndpointSender(Lifecycle, Protocol):
 @dataclass(frozen=True, slots=True)
 class BatchDelivery:
     """One attempt to push ``messages`` of ``topic`` to ``subscription`` in one request (a
-    subscription with ``batch`` set); ``attempts`` is each message's attempt, in order, and
-    ``attempt`` how often this batch was sent in place, from 1."""
+    subscription with ``batch`` set); ``attempts`` is each message's attempt, in order."""
 
     subscription: Subscription
     topic: str
     messages: tuple[Stored, ...]
     attempts: tuple[int, ...]
-    attempt: int = 1
+
+    @property
+    def attempt(self) -> int:
+        """The batch's ``X-Attempt``: the highest attempt of its messages (each entry carries
+        its own), so a message sent again carries its own count however it comes back: in
+        place beside the other failed ones, or through a delay level in a new batch."""
+        return max(self.attempts, default=1)
 
     @property
     def message_id(self) -> str:

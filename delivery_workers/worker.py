@@ -29,6 +29,9 @@ A sharded subscription (:mod:`core.shards`) is assigned shard by shard: a key
 ``"project/subscription#k"`` is held the same way, with its own lock and status node, and
 runs a runner for that shard only; pause, settings changes and seeks apply to every shard.
 
+The holder of a subscription (of its shard 0) also answers its test events, paused or
+disabled too (:mod:`.sample_events`).
+
 One slow endpoint cannot hold the worker: a subscription's deliveries in flight are capped
 at ``max_in_flight_per_subscription`` (the service passes half the sender's connections)
 whatever its own ``max_in_flight`` says, so an endpoint that holds every request for its
@@ -61,6 +64,7 @@ from segments.audit import AuditSink
 from segments.protocol import SegmentStore
 from segments.subscription.layout import drop_layout
 
+from . import sample_events
 from .audit import pause_event
 from .bodies import BodyCache
 from .disabling import Disabling
@@ -242,6 +246,9 @@ class Worker(AsyncResource):
             asyncio.create_task(self._follow_subscription(key, project, name)),
             asyncio.create_task(_until_seek(self.metastore, self.member_id, project, name)),
         ]
+        if not parse_unit_key(key)[2]:  # the whole, or shard 0: it answers the test events
+            events = sample_events.serve(self.catalog, self.fenced, self.member_id, project, name)
+            tasks.append(asyncio.create_task(events))
         try:
             done, _ = await asyncio.wait([lost, *others], return_when=asyncio.FIRST_COMPLETED)
             for task in done:

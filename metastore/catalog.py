@@ -269,7 +269,8 @@ class Catalog:
 
     # ------------------------------------------------------------ subscriptions
     async def create_subscription(self, sub: Subscription) -> Subscription:
-        """Create ``sub`` reading its topic from the topic's active segment, atomically
+        """Create ``sub`` reading its topic from the segment of its start point (the topic's
+        active segment if it has none, ``_first_needed``), atomically
         with its marker under the topic (checked against the topic's version), within the
         project's subscription quota (``metastore.quotas``)."""
         await self.get_project(sub.project)
@@ -288,7 +289,7 @@ class Catalog:
                 Create(path, _dump(sub, _SUB_ONLY)),
                 Create(
                     paths.consume_pointer(sub.project, sub.name),
-                    _pointer_bytes(_first_needed(topic)),
+                    _pointer_bytes(_first_needed(topic, sub)),
                 ),
                 Create(marker, b""),
             ]
@@ -389,8 +390,12 @@ class Catalog:
         return pointer
 
 
-def _first_needed(topic: Topic) -> int:
-    """A new subscription starts at the topic's active segment (like Pub/Sub: it receives
-    what is published from its creation on)."""
+def _first_needed(topic: Topic, sub: Subscription) -> int:
+    """The segment a new subscription reads first: its start point's (``StartPoint``,
+    resolved by the control plane), else the topic's active segment."""
+    if sub.start is not None:
+        if topic.segment(sub.start.segment) is None:
+            raise NotFound(f"segment {sub.start.segment} of {topic.project}/{topic.name}")
+        return sub.start.segment
     assert topic.produce_pointer is not None
     return topic.produce_pointer.segment_id

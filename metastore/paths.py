@@ -56,6 +56,7 @@ ACTIVE_CUTOVERS = "/cutovers/active"
 ACTIVE_MIGRATIONS = "/migrations/active"
 INTERNAL_SUBSCRIPTIONS = "/internal/subscriptions"
 SEEKS = "/seeks"
+TEST_EVENTS = "/test-events"
 STATUS = "/status"
 FAILING = "/failing"
 REVOKED_SESSIONS = "/ui/revoked-sessions"
@@ -214,6 +215,12 @@ def internal_topics(p: str, s: str) -> str:
     subscription's node, so deleting the subscription stays one transaction)."""
     p, s = _n(p, s)
     return f"{INTERNAL_SUBSCRIPTIONS}/{p}:{s}"
+
+
+def test_event(p: str, s: str) -> str:
+    """A test event of subscription s under way (``core.sample_event``): one at a time."""
+    p, s = _n(p, s)
+    return f"{TEST_EVENTS}/{p}:{s}"
 
 
 def seek_request(p: str, s: str) -> str:

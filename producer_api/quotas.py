@@ -64,8 +64,9 @@ class Budget:
 
     def take(self, messages: int, size: int, now: float) -> None:
         """Take from both buckets or from neither; ``Throttled`` naming the quota hit. A
-        batch over the project's whole quota for one second is refused at once: it never
-        fits, and letting it through (into debt) let one request carry any rate."""
+        batch of more messages than the project's quota for one second is refused at once:
+        it never fits. Bytes over a second of the quota pass into debt, in one message or in
+        a batch alike (the topic's limits do the same, ``producer_api.limits``)."""
         self.used_at = now
         self._never_fits(messages, size)
         self.asked[0] += messages
@@ -91,16 +92,14 @@ class Budget:
         self.accepted[1] += size
 
     def _never_fits(self, messages: int, size: int) -> None:
-        """``Throttled`` for a request larger than a whole second of the project's quota
-        (more messages than ``messages_per_second``; more bytes than ``bytes_per_second``
-        in more than one message, so no single message the topic takes is impossible)."""
-        mps, bps = self.quota.messages_per_second, self.quota.bytes_per_second
-        if mps is not None and messages > mps:
-            hit, amount = RateQuota.MESSAGES, f"{messages} messages"
-        elif bps is not None and messages > 1 and size > bps:
-            hit, amount = RateQuota.BYTES, f"{size} bytes"
-        else:
+        """``Throttled`` for a request of more messages than ``messages_per_second``. Its
+        bytes are never refused so: a request of more bytes than ``bytes_per_second`` passes
+        when the bucket is full and leaves it in debt, whether one message or a batch carries
+        them, so the answer depends on the bytes, not on how they are split."""
+        mps = self.quota.messages_per_second
+        if mps is None or messages <= mps:
             return
+        hit, amount = RateQuota.MESSAGES, f"{messages} messages"
         raise self._refusal(
             hit,
             lambda limit: (

@@ -30,6 +30,16 @@ def commit_group(sub: Subscription, shard: Shard = WHOLE) -> str:
     return base if shard.whole else f"{base}.shard{shard.index}"
 
 
+def floor(sub: Subscription, segment: Segment, partition: int) -> int:
+    """Where ``sub`` begins in ``partition`` of ``segment`` when it never committed there:
+    the segment's own start (a verified migration's, ``Segment.start_of``), or later where the
+    subscription's start point lies in this segment (``StartPoint``: created at ``latest`` or
+    a time). A committed position always wins over this, so a start is applied only until the
+    subscription's first commit."""
+    start = sub.start.position(segment.id, partition) if sub.start is not None else 0
+    return max(segment.start_of(partition), start)
+
+
 def left_behind(topic: Topic, segment: Segment) -> bool:
     """Whether subscriptions move past ``segment`` before it is finished: a failover left it
     unsealed and the topic fails over in ``available`` mode."""
@@ -63,14 +73,24 @@ class SegmentReader:
     async def start_positions(
         self, sub: Subscription, segment: Segment, shard: Shard = WHOLE
     ) -> dict[int, int]:
-        """Where to resume each partition the shard reads: the committed position, else the
-        segment's start there (0 unless a verified migration set it, ``Segment.start_of``)."""
-        group = commit_group(sub, shard)
-        committed = await self.store(segment).committed(segment.storage_topic, group)
+        """Where to resume each partition the shard reads: the committed position, else
+        :func:`floor` (the segment's or the subscription's start there).
+
+        A start point taken for a partition never committed is committed at once, so status
+        shows the subscription's lag from there and every later run resumes from storage."""
+        group, store = commit_group(sub, shard), self.store(segment)
+        committed = await store.committed(segment.storage_topic, group)
         n = segment.partitions
-        return {
-            p: max(committed.get(p, 0), segment.start_of(p)) for p in range(n) if shard.reads(p, n)
+        starts = {
+            p: max(committed[p], segment.start_of(p)) if p in committed else floor(sub, segment, p)
+            for p in range(n)
+            if shard.reads(p, n)
         }
+        began_here = sub.start is not None and sub.start.segment == segment.id
+        fresh = {p: pos for p, pos in starts.items() if began_here and p not in committed}
+        if fresh:
+            await store.commit(segment.storage_topic, group, fresh)
+        return starts
 
     async def read(
         self,
@@ -121,7 +141,7 @@ class SegmentReader:
         for shard in shards(sub.shards):
             committed = await store.committed(segment.storage_topic, commit_group(sub, shard))
             if any(
-                committed.get(p, segment.start_of(p)) < end
+                committed.get(p, floor(sub, segment, p)) < end
                 for p, end in ends.items()
                 if end > 0 and shard.reads(p, n)
             ):
@@ -136,10 +156,12 @@ class SegmentReader:
         read to their ends, not asked again (those found so are added to it)."""
         skip = set() if skip is None else skip
         topic, current = await self.consume_segment(sub)
+        began = sub.start.segment if sub.start is not None else 0
         out = []
         for segment in topic.segments:
             if (
                 segment.id >= current.id
+                or segment.id < began  # the subscription began after it
                 or segment.id in skip
                 or segment.unsealed_at is None
                 or segment.state is SegmentState.RETIRED
@@ -159,7 +181,7 @@ class SegmentReader:
             segment.storage_topic, commit_group(sub, shard)
         )
         return all(
-            committed.get(p, segment.start_of(p)) >= end
+            committed.get(p, floor(sub, segment, p)) >= end
             for p, end in ends.items()
             if end > 0 and shard.reads(p, n)
         )

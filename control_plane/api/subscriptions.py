@@ -31,7 +31,9 @@ from control_plane.api.schemas import (
 )
 from control_plane.services.admin import rotate
 from control_plane.services.operations import SeekTarget, SubscriptionOps
+from control_plane.services.sample_events import SampleEvents
 from core.model import DEFAULT_SECRET_OVERLAP_S, Subscription, utcnow
+from core.sample_event import SampleResult
 from core.secret_headers import refuse_masked, unmasked
 
 audit_log = logging.getLogger("httpbus.audit")
@@ -213,6 +215,19 @@ async def seek_subscription(
     return SeekResponse(
         segment=result.segment, positions={str(p): v for p, v in result.positions.items()}
     )
+
+
+@router.post("/{subscription}/test-event", **OWNER)
+async def send_test_event(
+    project: ProjectName, subscription: SubscriptionName, request: Request, admin: AdminDep
+) -> SampleResult:
+    """Send a test event to the endpoint, now: a small JSON body, signed exactly as a
+    delivery (the worker holding the subscription sends it through its delivery sender, so the
+    endpoint policy and the answer limits apply) and marked ``X-Test: true``. Answers the
+    endpoint's status, latency and the start of its answer. Paused and disabled subscriptions
+    answer too; 503 ``not_ready`` if no worker holds the subscription."""
+    events = SampleEvents(admin.catalog, request.app.state.member_id)
+    return await events.send(project, subscription)
 
 
 @router.get("/{subscription}/status", **VIEWER)

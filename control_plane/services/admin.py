@@ -22,11 +22,22 @@ from core.errors import (
     ValidationFailed,
     VersionConflict,
 )
-from core.model import Failover, Project, Segment, SegmentState, Subscription, Topic, utcnow
+from core.model import (
+    Failover,
+    Project,
+    Segment,
+    SegmentState,
+    StartAt,
+    StartPoint,
+    Subscription,
+    Topic,
+    utcnow,
+)
 from core.secret_headers import refuse_masked
 from metastore.catalog import Catalog
 from metastore.protocol import MetaStore
 from segments.config import ClusterConfig, is_read_only
+from segments.positions import locate
 from segments.protocol import SegmentStore
 
 log = logging.getLogger(__name__)
@@ -202,13 +213,13 @@ class Admin:
         topic_project = topic_project or project
         await self.catalog.get_project(project)
         try:
-            await self.catalog.get_topic(topic_project, topic)
+            found = await self.catalog.get_topic(topic_project, topic)
         except NotFound:
             raise ValidationFailed(
                 f"topic: {topic_project}/{topic} does not exist",
                 details={"fields": [{"field": "topic", "problem": "unknown topic"}]},
             ) from None
-        fields = body.model_dump(exclude={"name", "topic", "signing_secret"})
+        fields = body.model_dump(exclude={"name", "topic", "signing_secret", "start"})
         sub = Subscription(
             project=project,
             name=body.name,
@@ -219,7 +230,15 @@ class Admin:
         )
         self.check_endpoint(sub)
         refuse_masked(sub.endpoint.headers)
-        return await self.catalog.create_subscription(sub)
+        start = await self.start_point(found, body.start)
+        return await self.catalog.create_subscription(sub.model_copy(update={"start": start}))
+
+    async def start_point(self, topic: Topic, at: StartAt) -> StartPoint:
+        """Where a subscription created now with ``start`` ``at`` begins, resolved on the
+        storage now (``latest``: the ends as they are before the subscription exists, so
+        every message published after it is delivered)."""
+        segment, positions = await locate(topic, self.stores, at)
+        return StartPoint(requested=at, segment=segment.id, positions=positions)
 
     async def rotate_secret(
         self,

@@ -4,11 +4,27 @@ re-uses them), so a service never imports the HTTP layer that calls it."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 
-from core.model import Partitions, SubscriptionSettings, TopicSettings, window_seconds
+from core.model import (
+    Partitions,
+    StartAt,
+    SubscriptionSettings,
+    TopicSettings,
+    utcnow,
+    window_seconds,
+)
 from core.names import Name
 from core.shards import MAX_SHARDS
 from core.signing import check_new_secret
@@ -58,7 +74,29 @@ class SubscriptionCreate(SubscriptionSettings):
         description="workers that share the delivery (see docs/shards.md); fixed at creation",
     )
 
+    start: StartAt = Field(
+        default="latest",
+        description="where it begins: 'latest' (only what is published after it exists), "
+        "'earliest' (the topic's whole retained backlog) or an RFC 3339 time (the first "
+        "message stored at or after it); used once, at its first start (docs/receiving.md)",
+    )
+
     _secret_decodes = field_validator("signing_secret")(secret_decodes)
+
+    @field_validator("start", mode="wrap")
+    @classmethod
+    def _start(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> StartAt:
+        """One problem named ``start`` (not one per member of the union)."""
+        try:
+            start: StartAt = handler(value)
+        except ValidationError:
+            raise ValueError(
+                f"{str(value)[:40]!r}: 'latest', 'earliest' or an RFC 3339 time with an offset"
+            ) from None
+        # A time ahead would let through what is published until then: 'latest' says it.
+        if isinstance(start, datetime) and start > utcnow():
+            raise ValueError("a start time must not lie in the future; use 'latest'")
+        return start
 
 
 MAX_MIGRATION_WINDOW_S = 7 * 86_400

@@ -30,10 +30,8 @@ paused subscription does not re-arm a dead endpoint by accident).
 A runner's last commit may still be on the wire when it is cancelled, so the seek commits
 twice, ``STALE_COMMIT_S`` apart.
 
-For a timestamp the target is the oldest readable segment holding a message at or after it
-(sealed segments closed long before it are skipped without a lookup), else the active one at
-its end. ``earliest`` is the oldest readable segment from its first retained message,
-``latest`` the active segment at its end.
+The target (earliest, latest or a timestamp) is found as a subscription's start at create is
+(:mod:`segments.positions`).
 
 **Status** combines the figures the worker publishes (``/status/{p}:{s}``, see
 ``delivery_workers.status``) with the committed positions, end positions and backlog of the
@@ -62,13 +60,13 @@ from core.model import Segment, SegmentState, Subscription, Topic
 from core.shards import Shard, shards, unit_key
 from metastore import paths
 from metastore.catalog import Catalog
+from segments.positions import earliest, locate, readable
 from segments.protocol import SegmentStore
-from segments.reader import commit_group
+from segments.reader import commit_group, floor
 
 LOCK_WAIT_S = 15.0
 LOCK_POLL_S = 0.1
 STALE_COMMIT_S = 0.3
-SEAL_SKEW_MS = 60_000  # producer clocks may run behind the seal by this much
 BUCKET_S = 10
 HISTORY_S = 3_600
 
@@ -182,54 +180,16 @@ class SubscriptionOps:
 
     async def _seek_locked(self, sub: Subscription, target: SeekTarget) -> SeekResult:
         topic = await self.catalog.get_topic(sub.topic_project, sub.topic)
-        readable = [
-            s for s in topic.segments if s.state not in (SegmentState.PENDING, SegmentState.RETIRED)
-        ]
-        if not readable:
-            raise NotFound(f"topic {topic.project}/{topic.name} has no readable segment")
-        segment, positions = await self._locate(topic, readable, target)
+        at = target.timestamp if target.timestamp is not None else (target.to or "latest")
+        segment, positions = await locate(topic, self.stores, at)
         groups = [commit_group(sub, shard) for shard in shards(sub.shards)]
         await self._commit_checked(segment, groups, positions)
-        for later in (s for s in readable if s.id > segment.id):
-            await self._commit_checked(later, groups, await self._earliest(later))
+        for later in (s for s in readable(topic) if s.id > segment.id):
+            await self._commit_checked(later, groups, await earliest(self._store(later), later))
         fresh = await self.catalog.get_subscription(sub.project, sub.name)
         if fresh.consume_pointer is None or fresh.consume_pointer.segment_id != segment.id:
             await self.catalog.move_consume_pointer(fresh, segment.id)
         return SeekResult(segment.id, positions)
-
-    async def _locate(
-        self, topic: Topic, readable: list[Segment], target: SeekTarget
-    ) -> tuple[Segment, dict[int, int]]:
-        if target.to == "earliest":
-            return readable[0], await self._earliest(readable[0])
-        if target.to == "latest" or target.timestamp is None:
-            active = topic.active_segment or readable[-1]
-            return active, await self._store(active).end_positions(active.storage_topic)
-        at_ms = int(target.timestamp.timestamp() * 1000)
-        for segment in readable:
-            sealed_ms = _ms(segment.sealed_at)
-            last = segment is readable[-1]
-            if not last and sealed_ms is not None and sealed_ms < at_ms - SEAL_SKEW_MS:
-                continue  # closed long before the timestamp: nothing of it is due
-            store = self._store(segment)
-            found = await asyncio.gather(
-                *(
-                    store.position_at(segment.storage_topic, p, at_ms)
-                    for p in range(segment.partitions)
-                )
-            )
-            positions = dict(enumerate(found))
-            ends = segment.end_positions or await store.end_positions(segment.storage_topic)
-            if last or any(pos < ends.get(p, 0) for p, pos in positions.items()):
-                return segment, positions
-        raise AssertionError("unreachable: the last readable segment always answers")
-
-    async def _earliest(self, segment: Segment) -> dict[int, int]:
-        store = self._store(segment)
-        found = await asyncio.gather(
-            *(store.position_at(segment.storage_topic, p, 0) for p in range(segment.partitions))
-        )
-        return dict(enumerate(found))
 
     async def _commit_checked(
         self, segment: Segment, groups: list[str], positions: dict[int, int]
@@ -328,7 +288,7 @@ class SubscriptionOps:
         return [
             {
                 "partition": p,
-                "committed": committed.get(p, 0),
+                "committed": committed.get(p, floor(sub, segment, p)),
                 "end": ends.get(p, 0),
                 "lag": backlog.get(p, 0),
             }
@@ -381,10 +341,6 @@ def waiting_for(topic: Topic, segment: Segment | None) -> str | None:
 def _state(sub: Subscription, states: list[str]) -> str:
     """disabled, paused, running (some shard runs), or unassigned (none does)."""
     return _held_state(sub) or ("running" if "running" in states else "unassigned")
-
-
-def _ms(at: datetime | None) -> int | None:
-    return None if at is None else int(at.timestamp() * 1000)
 
 
 def _history(rows: list[list[int]], now: float) -> list[dict[str, int]]:

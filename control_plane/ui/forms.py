@@ -100,4 +100,4 @@ def field_errors(problems: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-FORM_FIELDS = {"name", "topic", "filter", "dlq_enabled", *NUMBERS, *TEXTS}
+FORM_FIELDS = {"name", "topic", "filter", "dlq_enabled", "start", *NUMBERS, *TEXTS}

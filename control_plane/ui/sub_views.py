@@ -82,7 +82,10 @@ async def new(project: Name, request: Request, session: SessionDep, api: ApiDep)
         "delay_ms": fields["delay_ms"].default,
         "delivery_format": fields["delivery_format"].default.value,
     }
-    values = values_of(defaults) | {"topic": request.query_params.get("topic", "")}
+    values = values_of(defaults) | {
+        "topic": request.query_params.get("topic", ""),
+        "start": "latest",
+    }
     return _form(request, session, project, values, {}, None)
 
 
@@ -99,6 +102,7 @@ async def _submit(
                 **settings,
                 "name": form.get("name", "").strip(),
                 "topic": form.get("topic", "").strip(),
+                "start": _start(form),
             }
             return {}, await api.post(_subs(project), body)
         return {}, await api.put(_subs(project, current["name"]), update_body(current, settings))
@@ -107,6 +111,14 @@ async def _submit(
             raise
         errors = field_errors(exc.field_problems()) if exc.status == 422 else {}
         return errors or {"form": exc.message}, None
+
+
+def _start(form: dict[str, str]) -> str:
+    """The create form's start: ``latest``, ``earliest`` or its time as RFC 3339."""
+    chosen = form.get("start", "latest")
+    if chosen == "time":
+        return rfc3339(form.get("start_time", "")) or "time"  # empty: the API names it
+    return chosen
 
 
 @router.post("/ui/projects/{project}/subscriptions/new", dependencies=[OWNER])
@@ -186,6 +198,34 @@ async def enable(
     await form_of(request, session)
     await api.post(f"{path('v1', 'projects', project, 'subscriptions', sub)}/enable")
     return redirect(request, f"/ui/projects/{project}/subscriptions/{sub}", "enabled")
+
+
+@router.post("/ui/projects/{project}/subscriptions/{sub}/test-event")
+async def test_event(
+    project: Name, sub: Name, request: Request, session: SessionDep, api: ApiDep
+) -> Response:
+    """Send a test event (``POST …/test-event``); the page shows the endpoint's answer."""
+    await form_of(request, session)
+    back = f"/ui/projects/{project}/subscriptions/{sub}"
+    try:
+        result = await api.post(_subs(project, sub, "test-event"))
+    except NotAvailable:
+        return redirect(request, back, "test events are not available here", "error")
+    except ApiError as exc:
+        if exc.status == 503:  # no worker holds it: say so on the page
+            return redirect(request, back, f"test event not sent: {exc.message}", "error")
+        return refused(request, back, exc, "test event not sent")
+    return redirect(request, back, _tested(result), "info" if result.get("delivered") else "error")
+
+
+def _tested(result: dict[str, Any]) -> str:
+    """A test event's result as the page's one-line notice (the answer cut to 200 chars)."""
+    status = result.get("status")
+    said = f"HTTP {status}" if status is not None else str(result.get("error") or "no answer")
+    verdict = "delivered" if result.get("delivered") else "failed"
+    line = f"test event {verdict}: {said} in {result.get('latency_ms')} ms"
+    answer = str(result.get("answer") or "")[:200]
+    return f"{line}; answer: {answer}" if answer else line
 
 
 def rfc3339(local: str) -> str:

@@ -67,7 +67,7 @@ async def test_an_adopted_kafka_topic_delivers_and_is_never_written(
         assert r.status_code == 422 and "partitions" in r.text, r.text
         topic = await world.topic("orders", partitions=2, external_topic=legacy)
         assert topic["segments"][0]["storage_topic"] == legacy
-        await world.subscribe("all", "orders")
+        await world.subscribe("all", "orders", start="earliest")  # the legacy records
         await world.running("all")
         await until(lambda: len(set(world.hook.ids("all"))) >= COUNT, 60, "every legacy record")
         requests = world.hook.on("all")
@@ -117,7 +117,7 @@ async def test_a_cutover_seals_the_external_segment_logically_and_moves_subscrib
         extra_clusters={"kafka-main": plain},
     ) as world:
         await world.topic("payments", partitions=2, external_topic=legacy)
-        await world.subscribe("all", "payments")
+        await world.subscribe("all", "payments", start="earliest")  # the legacy records
         await world.running("all")
         await until(lambda: len(set(world.hook.ids("all"))) >= COUNT, 60, "the legacy records")
         r = await world.cp.post(

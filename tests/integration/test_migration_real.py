@@ -147,7 +147,7 @@ async def test_dual_write_switch_after_clean_windows_and_rollback_on_a_loss(
         history = MigrationWindows.from_url(postgres_database)
         stack.callback(history.close)
         await world.topic("orders", partitions=2, external_topic=legacy, grouped=True)
-        await world.subscribe("all", "orders")
+        await world.subscribe("all", "orders", start="earliest")  # the legacy records
         await world.running("all")
         body = {
             "cluster": target,

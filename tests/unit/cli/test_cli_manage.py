@@ -324,3 +324,17 @@ def test_cloudevents_settings_from_the_cli(url: str) -> None:
     )  # fmt: skip
     assert changed["delivery_format"] == "cloudevents-structured"
     assert changed["batch"]["max_messages"] == 10
+
+
+def test_sub_create_start(url: str) -> None:
+    _world(url, "pstart")
+    base = ["sub", "create", "pstart"]
+    ok(httpbus(url, *base, "a", "--topic", "orders", "--endpoint", HOOK))
+    ok(httpbus(url, *base, "b", "--topic", "orders", "--endpoint", HOOK, "--start", "earliest"))
+    at = "2026-01-31T12:00:00Z"
+    ok(httpbus(url, *base, "c", "--topic", "orders", "--endpoint", HOOK, "--start", at))
+    starts = [_get(url, "pstart", "subscriptions", n).json()["start"] for n in "abc"]
+    assert [s["requested"] for s in starts[:2]] == ["latest", "earliest"]
+    assert starts[2]["requested"].replace("+00:00", "Z") == at
+    bad = httpbus(url, *base, "d", "--topic", "orders", "--endpoint", HOOK, "--start", "soon")
+    one_line_error(bad, 2, "--start", "RFC 3339")

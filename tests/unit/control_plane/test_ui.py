@@ -262,3 +262,26 @@ async def test_open_by_name_skips_the_paging(browser: httpx.AsyncClient) -> None
     assert r.status_code == 200 and "No project named nope here." in r.text
     r = await browser.get("/ui/projects/shop/topics", params={"open": "../x"})
     assert r.status_code == 200 and "invalid name &#39;../x&#39;" in r.text
+
+
+async def test_the_form_sets_where_a_subscription_starts(browser: httpx.AsyncClient) -> None:
+    await _project_and_topic(browser)
+    form_page = await browser.get("/ui/projects/shop/subscriptions/new")
+    assert 'name="start"' in form_page.text and 'name="start_time"' in form_page.text
+    token = await csrf(browser, "/ui/projects/shop/subscriptions/new")
+    for name, start, at, wanted in (
+        ("s1", "latest", "", "latest"),
+        ("s2", "earliest", "", "earliest"),
+        ("s3", "time", "2026-01-31T12:00", "2026-01-31T12:00:00Z"),
+    ):
+        form = {**SUB_FORM, "name": name, "start": start, "start_time": at, "csrf": token}
+        r = await browser.post("/ui/projects/shop/subscriptions/new", data=form)
+        assert r.status_code == 303, r.text[:2000]
+        sub = (await browser.get(f"/v1/projects/shop/subscriptions/{name}", headers=API)).json()
+        requested = sub["start"]["requested"]
+        assert requested.replace("+00:00", "Z") == wanted, sub["start"]
+    form = {**SUB_FORM, "name": "s4", "start": "time", "start_time": "", "csrf": token}
+    r = await browser.post("/ui/projects/shop/subscriptions/new", data=form)
+    assert r.status_code == 422 and 'id="error-start"' in r.text
+    edit = await browser.get("/ui/projects/shop/subscriptions/s1/edit")
+    assert 'name="start"' not in edit.text  # a start is chosen once, at create

@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import json
 
+import pytest
+
 from core.model import BatchPolicy, Endpoint, RetryPolicy, Subscription
 from segments.subscription import dlq
 from tests.support.hook import SECRET
@@ -193,3 +195,39 @@ async def test_on_a_grouped_topic_a_failed_message_s_group_waits_behind_it(
     assert [m for m in accepted if m.startswith("g1")] == ["g1-0", "g1-1", "g1-2"]
     assert [m for m in accepted if m.startswith("g2")] == ["g2-0", "g2-1", "g2-2"]
     assert tries["g1-0"] == 2
+
+
+IN_PLACE = RetryPolicy(
+    max_attempts=3, backoff="fixed", initial_delay_ms=50, jitter=0, delay_levels_ms=(100,)
+)
+
+
+@pytest.mark.parametrize("retry", [IN_PLACE, FAST], ids=["in-place", "through-a-level"])
+async def test_each_message_an_answer_names_failed_counts_as_retried_with_its_attempt(
+    world: World, retry: RetryPolicy
+) -> None:
+    """Issue 40: two messages named failed are two retries, and each resend carries its own
+    attempt (2) in ``X-Attempt`` and in its entry, whether it is retried in place or comes
+    back through a delay level in a batch of its own."""
+    world.hook.behaviour = lambda mid, n: (200, {})
+    seen: dict[str, int] = {}
+
+    def answer(path: str, body: bytes) -> bytes:  # b1 and b3 fail their first attempt
+        ids = [m["id"] for m in json.loads(body)]
+        for mid in ids:
+            seen[mid] = seen.get(mid, 0) + 1
+        return json.dumps(
+            {"failed": [m for m in ids if m in ("b1", "b3") and seen[m] == 1]}
+        ).encode()
+
+    world.hook.answer = answer
+    sub = await subscribe(world, batch=BatchPolicy(max_messages=50, max_wait_ms=100), retry=retry)
+    for i in range(6):
+        await produce(world, f"b{i}", None)
+    async with quick_running(world, sub) as runner:
+        await until(lambda: runner.stats.delivered == 6, 20, "all six")
+        assert (runner.stats.retried, runner.stats.failed_attempts) == (2, 2)
+    resends = [r for r in world.hook.on("") if "b0" not in ids_of(json.loads(r.body))]
+    entries = [m for r in resends for m in json.loads(r.body)]
+    assert sorted((m["id"], m["attempt"]) for m in entries) == [("b1", 2), ("b3", 2)]
+    assert [r.headers["X-Attempt"] for r in resends] == ["2"] * len(resends)

@@ -158,6 +158,22 @@ async def test_headers_count_in_the_byte_rate(env: ProducerEnv) -> None:
     _refusal(second, 429, "throttled")
 
 
+async def test_bytes_over_the_burst_pass_alike_in_a_batch_and_alone(env: ProducerEnv) -> None:
+    # Issue 40: on 1 KiB/s, 1 400 bytes in two messages were refused for ever ("never fits")
+    # while 1 400 bytes in one passed. Both pass on a full bucket, then wait off the debt.
+    r = await _batch(env, "narrow", *[{"payload": "b" * 700}] * 2)
+    assert r.status_code == 200 and r.json()["accepted"] == 2, r.text
+    again = await _batch(env, "narrow", *[{"payload": "b" * 700}] * 2)
+    assert int(_throttled_after(again)) >= 1  # a full burst and the debt of 376 bytes
+    alone = await env.client.post(produce_url("narrow"), content=b"s" * 1_400)
+    assert int(_throttled_after(alone)) >= 1
+
+
+def _throttled_after(r: httpx.Response) -> str:
+    _refusal(r, 429, "throttled")
+    return r.headers["retry-after"]
+
+
 async def test_at_most_64_x_headers(env: ProducerEnv) -> None:
     many = {f"X-H{i}": "v" for i in range(65)}
     r = await env.client.post(produce_url("orders"), content=b"p", headers=many)

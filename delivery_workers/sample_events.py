@@ -8,8 +8,11 @@ being debugged)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 from core.envelope import CONTENT_TYPE, MESSAGE_ID, PRODUCED_AT
 from core.errors import HttpbusError
@@ -24,6 +27,7 @@ from core.sample_event import (
     SampleResult,
     sample_payload,
 )
+from core.tasks import TaskSet, cancel
 from metastore import paths
 from metastore.catalog import Catalog
 from segments.protocol import Stored
@@ -31,29 +35,74 @@ from segments.protocol import Stored
 from .sender import Delivery, EndpointSender
 
 log = logging.getLogger(__name__)
+RESCAN_S = 0.5  # how often the requests are matched again with what this worker holds
 
 
 async def serve(
-    catalog: Catalog, sender: EndpointSender, member: str, project: str, name: str
+    catalog: Catalog,
+    sender: EndpointSender,
+    member: str,
+    holds: Callable[[str, str], bool],
+    tasks: TaskSet,
 ) -> None:
-    """Answer the test events of ``project/name`` until cancelled."""
+    """Answer, until cancelled, the test events of every subscription ``holds(project,
+    name)`` says this worker answers for: one watch on the requests' parent for the whole
+    worker, not one per subscription it holds (10^5 watches at platform scale,
+    bench/scale.py)."""
+    answering: set[str] = set()
+    listed: list[str] = []
+    changed = asyncio.Event()
+
+    async def follow() -> None:
+        async for children in catalog.store.watch_children(paths.TEST_EVENTS):
+            listed[:] = children
+            changed.set()
+
+    follower = asyncio.create_task(follow())
+    try:
+        while not follower.done():
+            # Also every RESCAN_S: a request that came before this worker held its
+            # subscription (just assigned, or moved here) is answered once it does.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(RESCAN_S):
+                    await changed.wait()
+            changed.clear()
+            for child in listed:
+                project, _, name = child.partition(":")
+                if child not in answering and holds(project, name):
+                    answering.add(child)
+                    tasks.spawn(_answer(catalog, sender, member, project, name, answering))
+        follower.result()
+    finally:
+        await cancel(follower)
+
+
+async def _answer(
+    catalog: Catalog,
+    sender: EndpointSender,
+    member: str,
+    project: str,
+    name: str,
+    answering: set[str],
+) -> None:
     path = paths.test_event(project, name)
-    async for node in catalog.store.watch(path):
+    try:
+        node = await catalog.store.get(path)
         if node is None:
-            continue
-        try:
-            asked = SampleNode.model_validate_json(node.data)
-            if asked.result is not None:
-                continue
-            sub = await catalog.get_subscription(project, name)
-            delivery = sample(sub, asked.request)
-            result = await send(sender, delivery, member)
-            done = asked.model_copy(update={"result": result})
-            await catalog.store.update(
-                path, done.model_dump_json().encode(), expected_version=node.version
-            )
-        except (HttpbusError, ValueError) as exc:  # gone, changed or malformed: the asker times out
-            log.warning("test event of %s/%s not answered: %s", project, name, exc)
+            return
+        asked = SampleNode.model_validate_json(node.data)
+        if asked.result is not None:
+            return
+        sub = await catalog.get_subscription(project, name)
+        result = await send(sender, sample(sub, asked.request), member)
+        done = asked.model_copy(update={"result": result})
+        await catalog.store.update(
+            path, done.model_dump_json().encode(), expected_version=node.version
+        )
+    except (HttpbusError, ValueError) as exc:  # gone, changed or malformed: the asker times out
+        log.warning("test event of %s/%s not answered: %s", project, name, exc)
+    finally:
+        answering.discard(f"{project}:{name}")
 
 
 def sample(sub: Subscription, request: SampleRequest) -> Delivery:

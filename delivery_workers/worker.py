@@ -55,7 +55,7 @@ from collections.abc import Callable, Mapping
 from core.errors import HttpbusError, NotFound
 from core.lifecycle import AsyncResource
 from core.model import Subscription
-from core.shards import WHOLE, Shard, parse_unit_key
+from core.shards import SEPARATOR, WHOLE, Shard, parse_unit_key
 from core.tasks import TaskSet, cancel
 from metastore import paths
 from metastore.catalog import Catalog
@@ -135,6 +135,8 @@ class Worker(AsyncResource):
         self.totals = Totals()  # per subscription, over restarts
         self._crashes: dict[str, RunnerCrashes] = {}  # per subscription, over restarts
         self._follow: asyncio.Task[None] | None = None
+        self._sampling: asyncio.Task[None] | None = None  # answers test events
+        self._samples = TaskSet()  # test events being sent
         self._holding: set[str] = set()  # subscriptions whose lock this worker holds
         self._orphans = TaskSet()  # releases of orphaned locks
         self._disabled: set[str] = set()  # held subscriptions seen disabled
@@ -175,16 +177,28 @@ class Worker(AsyncResource):
             out[key] = total
         return out
 
+    def _answers_tests(self, project: str, name: str) -> bool:
+        """Whether this worker answers the subscription's test events: it holds the
+        subscription whole, or its shard 0."""
+        whole = f"{project}/{name}"
+        return whole in self._holding or f"{whole}{SEPARATOR}0" in self._holding
+
     async def start(self) -> None:
         """Join the group ``workers`` and follow this worker's assignment."""
         await self.metastore.join(GROUP, self.member_id, self.member_data)
         self._follow = asyncio.create_task(self._follow_assignment())
+        events = sample_events.serve(
+            self.catalog, self.fenced, self.member_id, self._answers_tests, self._samples
+        )
+        self._sampling = asyncio.create_task(events)
         await self.status.start()
 
     async def aclose(self) -> None:
         """Stop every runner and release every lock (the membership ends with the store)."""
         await cancel(self._follow)
         self._follow = None
+        await cancel(self._sampling)
+        await self._samples.aclose()
         await self._disown(list(self._owned))
         await self.disabling.aclose()
         await self.status.aclose()
@@ -246,9 +260,6 @@ class Worker(AsyncResource):
             asyncio.create_task(self._follow_subscription(key, project, name)),
             asyncio.create_task(_until_seek(self.metastore, self.member_id, project, name)),
         ]
-        if not parse_unit_key(key)[2]:  # the whole, or shard 0: it answers the test events
-            events = sample_events.serve(self.catalog, self.fenced, self.member_id, project, name)
-            tasks.append(asyncio.create_task(events))
         try:
             done, _ = await asyncio.wait([lost, *others], return_when=asyncio.FIRST_COMPLETED)
             for task in done:

@@ -277,6 +277,7 @@ class EmbeddedMetaStore(AsyncResource):
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.lease.aclose()
         db = self._db
         with contextlib.suppress(MetaStoreUnavailable):  # a crashed file is reaped by ttl
             await self._write(lambda: db.end_session(db.session))

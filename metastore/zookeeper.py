@@ -163,6 +163,7 @@ class ZooKeeperMetaStore(AsyncResource):
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.lease.aclose()
         with contextlib.suppress(Exception):  # closing is best effort
             async with asyncio.timeout(self._request_timeout_s + 10):
                 await asyncio.to_thread(self._client.stop)
@@ -226,10 +227,15 @@ class ZooKeeperMetaStore(AsyncResource):
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(settle, result)
 
+        sent = self.lease.clock()
         try:
             fn(*args, **kwargs).rawlink(done)
             async with asyncio.timeout(self._request_timeout_s):
-                return await fut
+                answer = await fut
+            # Any answer confirms the session as a heartbeat would: under a burst of
+            # requests a heartbeat queued behind them would come back too late.
+            self.lease.confirm(sent)
+            return answer
         except TimeoutError as exc:
             raise MetaStoreUnavailable(
                 f"zookeeper did not answer on {path} in {self._request_timeout_s}s"

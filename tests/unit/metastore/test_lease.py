@@ -79,3 +79,24 @@ async def test_waiters_wake_on_the_lapse_and_on_the_confirmation() -> None:
         await asyncio.sleep(0)
         lease.suspend()
         await suspended
+
+
+async def test_many_waiters_share_one_watchdog_and_confirmations_wake_none() -> None:
+    """A worker waits on its lease once per held lock (10^3): one watchdog settles them all,
+    and a confirmation of a valid lease (every answer of the store) wakes nobody."""
+    lease = SessionLease(10.0)
+    lease.confirm(sent=lease.clock())
+    waiters = [asyncio.create_task(lease.until_lapsed()) for _ in range(100)]
+    await asyncio.sleep(0)
+    watchdogs = [t for t in asyncio.all_tasks() if t.get_coro().__name__ == "_watch"]  # type: ignore[union-attr]
+    assert len(watchdogs) == 1
+    changed = lease._changed
+    for _ in range(50):
+        lease.confirm(sent=lease.clock())
+    assert lease._changed is changed  # nobody was woken
+    await asyncio.sleep(0.01)
+    assert not any(w.done() for w in waiters)
+    lease.suspend()
+    async with asyncio.timeout(1):
+        await asyncio.gather(*waiters)
+    await lease.aclose()

@@ -36,6 +36,10 @@ class Batcher(Generic[T, R]):
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def submit(self, item: T) -> R:
+        return await self.submit_soon(item)
+
+    def submit_soon(self, item: T) -> asyncio.Future[R]:
+        """:meth:`submit` without waiting: the item's future (no task per item)."""
         done: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._queue.append((item, done))
         if self._running < self.parallel:
@@ -43,7 +47,12 @@ class Batcher(Generic[T, R]):
             task = asyncio.create_task(self._drain())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        return await done
+        return done
+
+    async def drained(self) -> None:
+        """Once every item submitted so far has its outcome."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _drain(self) -> None:
         try:
@@ -72,6 +81,7 @@ class Batcher(Generic[T, R]):
                 done.set_result(result)
 
     async def aclose(self) -> None:
+        """Stop: items still queued are cancelled (:meth:`drained` first to keep them)."""
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from core.errors import DuplicateInFlight, HttpbusError
 from core.lifecycle import AsyncResource
@@ -41,6 +43,33 @@ from .protocol import Claim, DedupeTable, Entry, Original, Place, RowKey, Swap
 
 log = logging.getLogger(__name__)
 Pair = tuple[RowKey, RowKey]
+
+
+class _Insert(NamedTuple):
+    """A claim's two rows, to insert."""
+
+    pair: Pair
+    entry: Entry
+
+
+class _Record(NamedTuple):
+    """A claim's place, to set in its rows with a new stamp."""
+
+    claim: Claim
+    new: int
+    place: Place
+
+
+def _logged(claim: Claim, placed: asyncio.Future[tuple[bool, bool]]) -> None:
+    """The outcome of a record in the background, logged when it was not stored: the claim
+    stays pending (a repeat waits for it, then takes it over) or was taken over."""
+    if placed.cancelled():
+        return
+    exc = placed.exception()
+    if exc is not None:
+        log.warning("the dedupe record of %s failed: %s", claim, exc)
+    elif not all(placed.result()):
+        log.warning("the dedupe claim of %s was taken over before it was recorded", claim)
 
 
 def new_stamp() -> int:
@@ -69,10 +98,12 @@ class Claims(AsyncResource):
         self.poll_s = poll_s
         self.stale_ms = int(stale_s * 1000)
         self.expire_every_s = expire_every_s
-        self._inserts: Batcher[tuple[Pair, Entry], tuple[bool, bool]] = Batcher(self._insert)
-        self._places: Batcher[tuple[Claim, int, Place], bool] = Batcher(self._place)
-        self._deletes: Batcher[Claim, bool] = Batcher(self._delete)
-        self._records: set[asyncio.Task[None]] = set()
+        # Claims and records share statements, two in flight, and releases one: fewer than
+        # the table's connections (4 by default), so a batch is made when it can go.
+        self._writes: Batcher[_Insert | _Record, tuple[bool, bool]] = Batcher(
+            self._write, parallel=2
+        )
+        self._deletes: Batcher[Claim, bool] = Batcher(self._delete, parallel=1)
         self._expiry: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -80,12 +111,12 @@ class Claims(AsyncResource):
         self._expiry = asyncio.create_task(self._expire_forever())
 
     async def aclose(self) -> None:
-        await asyncio.gather(*self._records, return_exceptions=True)  # every record lands
+        await self._writes.drained()  # every record lands
         if self._expiry is not None:
             self._expiry.cancel()
             await asyncio.gather(self._expiry, return_exceptions=True)
-        for batcher in (self._inserts, self._places, self._deletes):
-            await batcher.aclose()
+        await self._writes.aclose()
+        await self._deletes.aclose()
         await self.table.aclose()
 
     # ------------------------------------------------------------ the store
@@ -100,7 +131,7 @@ class Claims(AsyncResource):
         deadline = time.monotonic() + self.wait_s
         while True:
             mine = Entry(now_ms, self.member_id, new_stamp())
-            inserted = await self._inserts.submit((pair, mine))
+            inserted = await self._writes.submit(_Insert(pair, mine))
             if all(inserted):
                 return Claim(message_id, tuple((key, mine.stamp) for key in pair), now_ms)
             if any(inserted):  # one of ours beside another claim's row: not ours to keep
@@ -152,44 +183,41 @@ class Claims(AsyncResource):
     async def record(self, claim: Claim, segment: int, partition: int, position: int) -> None:
         """Store the message's place in its claim. A claim taken over meanwhile (this process
         was thought dead) is logged: the message may then be stored twice."""
-        placed = await self._places.submit(
-            (claim, new_stamp(), Place(segment, partition, position))
+        placed = await self._writes.submit(
+            _Record(claim, new_stamp(), Place(segment, partition, position))
         )
-        if not placed:
+        if not all(placed):
             log.warning("the dedupe claim of %s was taken over before it was recorded", claim)
 
     def record_soon(self, claim: Claim, segment: int, partition: int, position: int) -> None:
         """:meth:`record` in the background: the answer to the client does not wait for the
         second round trip. Until it lands, a publish of the same id waits for it as for any
         claim in flight; :meth:`aclose` waits for every one."""
-        task = asyncio.create_task(self._record_logged(claim, segment, partition, position))
-        self._records.add(task)
-        task.add_done_callback(self._records.discard)
-
-    async def _record_logged(self, claim: Claim, segment: int, partition: int, pos: int) -> None:
-        try:
-            await self.record(claim, segment, partition, pos)
-        except HttpbusError as exc:  # the claim stays pending: a repeat waits, then takes over
-            log.warning("the dedupe record of %s failed: %s", claim, exc)
+        place = Place(segment, partition, position)
+        self._writes.submit_soon(_Record(claim, new_stamp(), place)).add_done_callback(
+            functools.partial(_logged, claim)
+        )
 
     async def release(self, claim: Claim) -> None:
         with contextlib.suppress(HttpbusError):
             await self._deletes.submit(claim)
 
     # ------------------------------------------------------------ batched statements
-    async def _insert(self, items: Sequence[tuple[Pair, Entry]]) -> list[tuple[bool, bool]]:
-        inserted = await self.table.insert([(key, entry) for pair, entry in items for key in pair])
+    async def _write(self, items: Sequence[_Insert | _Record]) -> list[tuple[bool, bool]]:
+        inserts = [(k, i.entry) for i in items if isinstance(i, _Insert) for k in i.pair]
+        places = [
+            (key, stamp, i.new, i.place)
+            for i in items
+            if isinstance(i, _Record)
+            for key, stamp in i.claim.rows
+        ]
+        inserted, placed = await self.table.write(inserts, places)
         return [
-            (inserted.get(pair[0]) == entry.stamp, inserted.get(pair[1]) == entry.stamp)
-            for pair, entry in items
+            (inserted.get(i.pair[0]) == i.entry.stamp, inserted.get(i.pair[1]) == i.entry.stamp)
+            if isinstance(i, _Insert)
+            else (all(placed.get(key) == i.new for key, _ in i.claim.rows),) * 2
+            for i in items
         ]
-
-    async def _place(self, items: Sequence[tuple[Claim, int, Place]]) -> list[bool]:
-        rows = [
-            (key, stamp, new, place) for claim, new, place in items for key, stamp in claim.rows
-        ]
-        placed = await self.table.place(rows)
-        return [all(placed.get(key) == new for key, _ in claim.rows) for claim, new, _ in items]
 
     async def _delete(self, claims: Sequence[Claim]) -> list[bool]:
         deleted = await self.table.delete([row for claim in claims for row in claim.rows])

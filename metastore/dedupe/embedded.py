@@ -96,21 +96,30 @@ class EmbeddedDedupeTable(AsyncResource):
         return name if exists else None
 
     # ------------------------------------------------------------ rows
-    async def insert(self, rows: Sequence[tuple[RowKey, Entry]]) -> dict[RowKey, int]:
-        def run(conn: sqlite3.Connection) -> dict[RowKey, int]:
-            inserted: dict[RowKey, int] = {}
-            for key, e in rows:
-                table = self._table(conn, key.until_ms, create=True)
-                cursor = conn.execute(
-                    f"INSERT INTO {table} (scope, message_id, bucket_ms, until_ms, at_ms, owner,"
-                    " stamp) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                    (*key, e.at_ms, e.owner, e.stamp),
-                )
-                if cursor.rowcount == 1:
-                    inserted[key] = e.stamp
-            return inserted
+    async def write(
+        self,
+        inserts: Sequence[tuple[RowKey, Entry]],
+        places: Sequence[tuple[RowKey, int, int, Place]],
+    ) -> tuple[dict[RowKey, int], dict[RowKey, int]]:
+        def run(conn: sqlite3.Connection) -> tuple[dict[RowKey, int], dict[RowKey, int]]:
+            return self._insert(conn, inserts), self._place(conn, places)
 
         return await self._run(self._write, run)
+
+    def _insert(
+        self, conn: sqlite3.Connection, rows: Sequence[tuple[RowKey, Entry]]
+    ) -> dict[RowKey, int]:
+        inserted: dict[RowKey, int] = {}
+        for key, e in rows:
+            table = self._table(conn, key.until_ms, create=True)
+            cursor = conn.execute(
+                f"INSERT INTO {table} (scope, message_id, bucket_ms, until_ms, at_ms, owner,"
+                " stamp) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (*key, e.at_ms, e.owner, e.stamp),
+            )
+            if cursor.rowcount == 1:
+                inserted[key] = e.stamp
+        return inserted
 
     async def read(self, keys: Sequence[RowKey]) -> dict[RowKey, Entry]:
         def run() -> dict[RowKey, Entry]:
@@ -130,22 +139,21 @@ class EmbeddedDedupeTable(AsyncResource):
 
         return await self._run(run)
 
-    async def place(self, rows: Sequence[tuple[RowKey, int, int, Place]]) -> dict[RowKey, int]:
-        def run(conn: sqlite3.Connection) -> dict[RowKey, int]:
-            return {
-                key: new
-                for key, stamp, new, p in rows
-                if _change(
-                    conn,
-                    self._table(conn, key.until_ms, create=True),
-                    "SET stamp = ?, segment = ?, partition = ?, position = ?",
-                    (new, *p),
-                    key,
-                    stamp,
-                )
-            }
-
-        return await self._run(self._write, run)
+    def _place(
+        self, conn: sqlite3.Connection, rows: Sequence[tuple[RowKey, int, int, Place]]
+    ) -> dict[RowKey, int]:
+        return {
+            key: new
+            for key, stamp, new, p in rows
+            if _change(
+                conn,
+                self._table(conn, key.until_ms, create=True),
+                "SET stamp = ?, segment = ?, partition = ?, position = ?",
+                (new, *p),
+                key,
+                stamp,
+            )
+        }
 
     async def delete(self, rows: Sequence[tuple[RowKey, int]]) -> dict[RowKey, int]:
         def run(conn: sqlite3.Connection) -> dict[RowKey, int]:

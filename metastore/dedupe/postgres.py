@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 import psycopg
@@ -53,6 +53,9 @@ UPDATE {TABLE} AS d SET stamp = u.new, segment = u.segment, partition = u.partit
 FROM unnest({_KEYS}, %s::bigint[], %s::bigint[], %s::int[], %s::int[], %s::bigint[])
      AS u(scope, message_id, bucket_ms, until_ms, stamp, new, segment, partition, position)
 WHERE {_MATCH} AND d.stamp = u.stamp {_RETURNING}"""
+_WRITE = f"""
+WITH inserted AS ({_INSERT}), placed AS ({_PLACE})
+SELECT true, * FROM inserted UNION ALL SELECT false, * FROM placed"""
 _DELETE = f"""
 DELETE FROM {TABLE} AS d USING unnest({_KEYS}, %s::bigint[])
      AS u(scope, message_id, bucket_ms, until_ms, stamp)
@@ -62,11 +65,53 @@ SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 WHERE i.inhparent = '{TABLE}'::regclass"""
 
 
-def _columns(keys: Sequence[RowKey]) -> list[list[Any]]:
-    return [[k.scope for k in keys], [k.message_id for k in keys]] + [
-        [k.bucket_ms for k in keys],
-        [k.until_ms for k in keys],
+def _texts(values: Iterable[str]) -> str:
+    """An array literal of ``values`` (one parameter, not one per element: psycopg adapts
+    a list element by element in Python, which cost more than the statement itself)."""
+    return (
+        "{"
+        + ",".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
+        + "}"
+    )
+
+
+def _ints(values: Iterable[int]) -> str:
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def _columns(keys: Sequence[RowKey]) -> list[str]:
+    return [
+        _texts(k.scope for k in keys),
+        _texts(k.message_id for k in keys),
+        _ints(k.bucket_ms for k in keys),
+        _ints(k.until_ms for k in keys),
     ]
+
+
+def _write_statement(
+    inserts: Sequence[tuple[RowKey, Entry]], places: Sequence[tuple[RowKey, int, int, Place]]
+) -> tuple[str, list[str]]:
+    """The statement of :meth:`PostgresDedupeTable.write`: the inserts, the places, or both
+    in one (data-modifying CTEs), and its parameters."""
+    params: list[str] = []
+    if inserts:
+        params += [
+            *_columns([key for key, _ in inserts]),
+            _ints(e.at_ms for _, e in inserts),
+            _texts(e.owner for _, e in inserts),
+            _ints(e.stamp for _, e in inserts),
+        ]
+    if places:
+        params += [
+            *_columns([key for key, _, _, _ in places]),
+            _ints(stamp for _, stamp, _, _ in places),
+            _ints(new for _, _, new, _ in places),
+            _ints(p.segment for _, _, _, p in places),
+            _ints(p.partition for _, _, _, p in places),
+            _ints(p.position for _, _, _, p in places),
+        ]
+    statement = _WRITE if inserts and places else _INSERT if inserts else _PLACE
+    return statement, params
 
 
 def _key(row: Sequence[Any]) -> RowKey:
@@ -130,37 +175,29 @@ class PostgresDedupeTable(AsyncResource):
             self._idle.put_nowait(conn)
 
     # ------------------------------------------------------------ rows
-    async def insert(self, rows: Sequence[tuple[RowKey, Entry]]) -> dict[RowKey, int]:
-        keys = [key for key, _ in rows]
-        params = [
-            *_columns(keys),
-            [e.at_ms for _, e in rows],
-            [e.owner for _, e in rows],
-            [e.stamp for _, e in rows],
-        ]
-        await self._partitions_for(keys)
+    async def write(
+        self,
+        inserts: Sequence[tuple[RowKey, Entry]],
+        places: Sequence[tuple[RowKey, int, int, Place]],
+    ) -> tuple[dict[RowKey, int], dict[RowKey, int]]:
+        if inserts:
+            await self._partitions_for([key for key, _ in inserts])
+        statement, params = _write_statement(inserts, places)
         async with self._connection() as conn:
-            return _stamps(await (await conn.execute(_INSERT, params)).fetchall())
+            rows = await (await conn.execute(statement, params)).fetchall()
+        if not places:
+            return _stamps(rows), {}
+        if not inserts:
+            return {}, _stamps(rows)
+        return _stamps([r[1:] for r in rows if r[0]]), _stamps([r[1:] for r in rows if not r[0]])
 
     async def read(self, keys: Sequence[RowKey]) -> dict[RowKey, Entry]:
         async with self._connection() as conn:
             rows = await (await conn.execute(_READ, _columns(keys))).fetchall()
         return {_key(r): _entry(r[4:]) for r in rows}
 
-    async def place(self, rows: Sequence[tuple[RowKey, int, int, Place]]) -> dict[RowKey, int]:
-        params = [
-            *_columns([key for key, _, _, _ in rows]),
-            [stamp for _, stamp, _, _ in rows],
-            [new for _, _, new, _ in rows],
-            [p.segment for _, _, _, p in rows],
-            [p.partition for _, _, _, p in rows],
-            [p.position for _, _, _, p in rows],
-        ]
-        async with self._connection() as conn:
-            return _stamps(await (await conn.execute(_PLACE, params)).fetchall())
-
     async def delete(self, rows: Sequence[tuple[RowKey, int]]) -> dict[RowKey, int]:
-        params = [*_columns([key for key, _ in rows]), [stamp for _, stamp in rows]]
+        params = [*_columns([key for key, _ in rows]), _ints(stamp for _, stamp in rows)]
         async with self._connection() as conn:
             return _stamps(await (await conn.execute(_DELETE, params)).fetchall())
 

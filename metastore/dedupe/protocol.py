@@ -110,9 +110,16 @@ class DedupeTable(Lifecycle, Protocol):
     """A backend: the rows of claimed ids, batched. Every method takes many rows in one
     round trip; the rows of concurrent publishes are joined by the caller."""
 
-    async def insert(self, rows: Sequence[tuple[RowKey, Entry]]) -> dict[RowKey, int]:
-        """Insert each row unless its key exists (``ON CONFLICT DO NOTHING``, also against an
-        earlier row of ``rows``); the keys inserted and their stamps."""
+    async def write(
+        self,
+        inserts: Sequence[tuple[RowKey, Entry]],
+        places: Sequence[tuple[RowKey, int, int, Place]],
+    ) -> tuple[dict[RowKey, int], dict[RowKey, int]]:
+        """In one statement (one round trip carries the claims and the records of many
+        publishes): insert each row of ``inserts`` unless its key exists (``ON CONFLICT DO
+        NOTHING``, also against an earlier row of ``inserts``), and set the place and new
+        stamp of each row of ``places``, ``(key, stamp, new stamp, place)``, that still has
+        that stamp. The keys inserted and the keys placed, with their stamps."""
         ...
 
     async def read(self, keys: Sequence[RowKey]) -> dict[RowKey, Entry]:
@@ -122,11 +129,6 @@ class DedupeTable(Lifecycle, Protocol):
     async def swap(self, swaps: Sequence[Swap]) -> bool:
         """All of ``swaps`` in one transaction, each a compare-and-set on its row's stamp;
         False (nothing changed) if any row was not as expected."""
-        ...
-
-    async def place(self, rows: Sequence[tuple[RowKey, int, int, Place]]) -> dict[RowKey, int]:
-        """Set each row's place and new stamp, ``(key, stamp, new stamp, place)``, where the
-        row still has that stamp; the keys updated and their new stamps."""
         ...
 
     async def delete(self, rows: Sequence[tuple[RowKey, int]]) -> dict[RowKey, int]:

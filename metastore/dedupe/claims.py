@@ -43,6 +43,7 @@ from .protocol import Claim, DedupeTable, Entry, Original, Place, RowKey, Swap
 
 log = logging.getLogger(__name__)
 Pair = tuple[RowKey, RowKey]
+_CLOCK_MARGIN_MS = 300_000
 
 
 class _Insert(NamedTuple):
@@ -226,7 +227,8 @@ class Claims(AsyncResource):
     async def _expire_forever(self) -> None:
         while True:
             try:
-                await self.table.expire(time.time_ns() // 1_000_000)
+                # A margin for the clocks of other producers, which may be behind ours.
+                await self.table.expire(time.time_ns() // 1_000_000 - _CLOCK_MARGIN_MS)
             except HttpbusError as exc:  # the next round tries again
                 log.warning("dedupe expiry failed: %s", exc)
             await asyncio.sleep(self.expire_every_s)

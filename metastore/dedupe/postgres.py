@@ -5,8 +5,10 @@ upgrade``).
 Each statement carries the rows of many publishes as arrays (``unnest``), so one round trip
 claims a whole batch: ``INSERT … ON CONFLICT DO NOTHING RETURNING``. Partitions cover
 ``partition_s`` of ``until_ms`` each; one is made when a row first needs it, and dropped
-whole once every row in it is past its ``until_ms`` (no claim reads it any more). Schema
-changes are serialised across producers by an advisory lock.
+whole once every row in it is past its ``until_ms`` (no claim reads it any more). Every
+statement names the partitions it touches (a partition's name follows from ``until_ms``), so
+PostgreSQL never plans it over all of them. Schema changes are serialised across producers by
+an advisory lock.
 
 psycopg 3 (already the relational store's driver) on a few autocommit connections, one
 statement at a time each; its errors become ``StorageUnavailable`` here.

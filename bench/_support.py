@@ -54,11 +54,18 @@ class Endpoints:
     kafka: str
     pulsar: str
     pulsar_admin: str
+    postgres: str = ""  # libpq URL; "" when the state file predates PostgreSQL
 
     @classmethod
     def read(cls, path: Path) -> Endpoints:
         found = json.loads(path.read_text())["endpoints"]
-        return cls(found["zookeeper"], found["kafka"], found["pulsar"], found["pulsar_admin"])
+        return cls(
+            found["zookeeper"],
+            found["kafka"],
+            found["pulsar"],
+            found["pulsar_admin"],
+            found.get("postgres", ""),
+        )
 
 
 def free_port() -> int:

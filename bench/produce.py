@@ -14,7 +14,9 @@ backend through the admin API, and loads the producer with wrk (another process)
 - idempotent publish: single-message produce with a new ``X-Message-Id`` per request, on a
   topic without and with ``dedupe_window`` (``--dedupe-window``), at full speed and at a fixed
   rate both can take (half the slower one's full speed), with the ratios and the load average
-  (``--dedupe-only`` runs just these).
+  (``--dedupe-only`` runs just these). The ids live in a database of the bench's own on the
+  real PostgreSQL (``--dedupe-store postgres``, migrated, dropped at the end) or in the
+  embedded SQLite store (``--dedupe-store embedded``).
 
 It prints msgs/s, latency percentiles and CPU use per scenario and the ratios to the
 baselines; it never asserts timings. Every run ends by itself; everything it starts is stopped
@@ -103,11 +105,36 @@ class Bench(s.BenchRun):
             },
         }
         control = {**common, "default_cluster": "kafka-main", "storage_topic_prefix": self.tag}
-        producer = {**common, "audit": {"cluster": "kafka-main", "topic": f"{self.tag}.audit"}}
+        producer = {
+            **common,
+            "audit": {"cluster": "kafka-main", "topic": f"{self.tag}.audit"},
+            "dedupe": self.dedupe_store(),
+        }
         paths = self.workdir / "control-plane.yaml", self.workdir / "producer.yaml"
         for path, settings in zip(paths, (control, producer), strict=True):
             path.write_text(yaml.safe_dump(settings))
         return paths
+
+    def dedupe_store(self) -> dict[str, Any]:
+        """The producer's dedupe store: a database of our own on the real PostgreSQL,
+        migrated (dropped by :meth:`drop_storage`), or an embedded file in the workdir."""
+        if self.args.dedupe_store == "embedded":
+            return {"kind": "embedded", "path": str(self.workdir / "dedupe.db")}
+        import psycopg
+
+        from reports import migrate
+
+        if not self.endpoints.postgres:
+            raise SystemExit("the services file names no PostgreSQL: --dedupe-store embedded")
+        with psycopg.connect(self.endpoints.postgres, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{self.database}"')
+        url = self.endpoints.postgres.rsplit("/", 1)[0] + f"/{self.database}"
+        migrate.upgrade(url)
+        return {"kind": "postgres", "url": url}
+
+    @property
+    def database(self) -> str:
+        return self.tag.replace("-", "_")
 
     def server(self, name: str, *argv: str | Path) -> Server:
         """``python *argv --port P`` (not started), logging to the work dir."""
@@ -163,6 +190,14 @@ class Bench(s.BenchRun):
         from confluent_kafka.admin import AdminClient
 
         s.drop_zookeeper_root(self.endpoints.zookeeper, self.tag)
+        if self.args.dedupe_store == "postgres" and self.endpoints.postgres:
+            import psycopg
+
+            with (
+                s.warn_on_error("drop the dedupe database"),
+                psycopg.connect(self.endpoints.postgres, autocommit=True) as conn,
+            ):
+                conn.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
         with s.warn_on_error("delete the Kafka topics"):
             admin = AdminClient({"bootstrap.servers": self.endpoints.kafka})
             for future in admin.delete_topics(self.kafka_topics, operation_timeout=30).values():
@@ -416,7 +451,8 @@ def dedupe(bench: Bench, producer: Server, backend: str) -> None:
 def dedupe_report(bench: Bench) -> None:
     if not bench.dedupe_rows:
         return
-    print(f"\n== idempotent publish: dedupe_window {bench.args.dedupe_window} off vs on")
+    a = bench.args
+    print(f"\n== idempotent publish: dedupe_window {a.dedupe_window} off vs on ({a.dedupe_store})")
     table = []
     for d in bench.dedupe_rows:
         r, row = d.row.result, d.row
@@ -524,6 +560,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--py-spy", action="store_true", help="profile every run (py-spy)")
     p.add_argument("--dedupe-window", default="10m", help="of the dedupe topics")
     p.add_argument("--dedupe-only", action="store_true", help="run only the dedupe off/on runs")
+    p.add_argument(
+        "--dedupe-store",
+        choices=["postgres", "embedded"],
+        default="postgres",
+        help="where the producer keeps the ids (PostgreSQL of the services file, or SQLite)",
+    )
     s.add_run_args(p)
     return p.parse_args(argv)
 

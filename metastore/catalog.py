@@ -21,7 +21,6 @@ from core.quotas import CountQuota
 from core.schemas import SchemaState, SchemaVersion
 
 from . import paths
-from .dedupe import DedupeStore
 from .protocol import Check, Create, Delete, MetaStore, Node, Op, Update
 from .quotas import QuotaStore
 
@@ -155,7 +154,6 @@ class Catalog:
         for sub_project, sub in subs:
             await self.delete_subscription(sub_project, sub)
         await self.store.delete(paths.topic(project, name), recursive=True)
-        await DedupeStore(self.store, "catalog").forget(project, name)
         return topic
 
     # ------------------------------------------------------------ topic schemas

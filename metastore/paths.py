@@ -29,10 +29,6 @@ The tree (relative to the store's root)::
     /status/{project}:{s}                           ephemeral: s's figures, by the worker running it
     /failing/{project}:{s}                          {"since_ms": t}: s's endpoint fails every
                                                     attempt since t (by the worker running it)
-    /dedupe/{p}/{t}/{start:015d}/{hh}/m-{id}        a message id accepted (or being stored) on
-                                                    a topic with a dedupe window: its bucket's
-                                                    start (ms), a hash shard, the id
-    /dedupe-sweeps/{p}:{t}:{start}                  ephemeral: the producer deleting that bucket
     /failover/health/{p}:{t}:{segment}:{member}     ephemeral: a producer's write figures of one
                                                     segment (segments.failover.health)
     /failover/unsealed/{p}:{t}:{segment}            a segment a failover left unsealed: the
@@ -40,8 +36,6 @@ The tree (relative to the store's root)::
 """
 
 from __future__ import annotations
-
-import zlib
 
 from core.names import check_name
 from core.shards import SEPARATOR, parse_unit_key
@@ -61,8 +55,6 @@ STATUS = "/status"
 FAILING = "/failing"
 REVOKED_SESSIONS = "/ui/revoked-sessions"
 QUOTA_LEASES = "/quota-leases"
-DEDUPE = "/dedupe"
-DEDUPE_SWEEPS = "/dedupe-sweeps"
 FAILOVER_HEALTH = "/failover/health"
 FAILOVER_UNSEALED = "/failover/unsealed"
 
@@ -247,30 +239,6 @@ def revoked_session(expires: int, sid: str) -> str:
     if not sid.isalnum() or not sid.isascii():
         raise ValueError(f"invalid session id {sid!r}")
     return f"{REVOKED_SESSIONS}/{int(expires)}-{sid}"
-
-
-def dedupe_topic(p: str, t: str) -> str:
-    """Every dedupe bucket of topic p/t (outside the topic's node: written on the hot path,
-    and deleted on its own when the topic is)."""
-    p, t = _n(p, t)
-    return f"{DEDUPE}/{p}/{t}"
-
-
-def dedupe_bucket(p: str, t: str, start_ms: int) -> str:
-    return f"{dedupe_topic(p, t)}/{int(start_ms):015d}"
-
-
-def dedupe_id(p: str, t: str, start_ms: int, message_id: str) -> str:
-    """A message id in a bucket, under one of 256 shards (a ZooKeeper listing of one
-    parent stays far below its 1 MB reply limit); the ``m-`` prefix keeps ids such as
-    ``.`` and ``..`` (valid message ids) valid node names."""
-    shard = zlib.crc32(message_id.encode()) & 0xFF
-    return f"{dedupe_bucket(p, t, start_ms)}/{shard:02x}/m-{message_id}"
-
-
-def dedupe_sweep(p: str, t: str, start_ms: int) -> str:
-    p, t = _n(p, t)
-    return f"{DEDUPE_SWEEPS}/{p}:{t}:{int(start_ms)}"
 
 
 def segment_health(p: str, t: str, segment_id: int, member: str) -> str:

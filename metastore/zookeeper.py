@@ -321,8 +321,8 @@ class ZooKeeperMetaStore(AsyncResource):
     async def transaction(self, ops: Sequence[Op]) -> None:
         """One ZooKeeper multi; missing parents of ``Create`` ops are added to it, first.
 
-        The multi is tried first as it is (one round trip when the parents exist, as on
-        the publish path of a dedupe topic); only a ``Create`` refused for a missing parent
+        The multi is tried first as it is (one round trip when the parents exist, as
+        they mostly do); only a ``Create`` refused for a missing parent
         makes it look the parents up (an ``exists`` each) and try again with them."""
         for attempt in range(_TX_ATTEMPTS):
             parents = [] if attempt == 0 else await self._missing_parents(ops)

@@ -17,7 +17,7 @@ from core.names import MAX_NAME, NAME_PATTERN
 from core.prefork import Slot
 from core.version import VERSION
 from metastore.catalog import Catalog
-from metastore.dedupe import PRODUCERS, DedupeStore
+from metastore.dedupe import PRODUCERS, default_dedupe, open_dedupe
 from metastore.protocol import MetaStore
 from metastore.quotas import QuotaStore
 from segments.backends import open_backends
@@ -82,8 +82,14 @@ def create_app(
             quotas = await stack.enter_async_context(
                 ProjectQuotas(QuotaStore(meta), settings.member_id)
             )
-            dedupe = DedupeStore(meta, settings.member_id, wait_s=settings.cutover_hold_timeout_s)
-            stack.push_async_callback(dedupe.aclose)
+            dedupe = await stack.enter_async_context(
+                open_dedupe(
+                    settings.dedupe or default_dedupe(settings.metastore),
+                    meta,
+                    settings.member_id,
+                    wait_s=settings.cutover_hold_timeout_s,
+                )
+            )
             metrics = ProducerMetrics()
             metrics.registry.register(QuotaCollector(quotas))
             token = settings.admin_token.get_secret_value() if settings.admin_token else None

@@ -111,7 +111,7 @@ class Publisher:
         claim = None
         window = topic.dedupe_window_ms
         if window is not None and parsed.client_id and self.dedupe is not None:
-            found = await self.dedupe.claim(project, name, parsed.message_id, window, now_ms)
+            found = await self.dedupe.claim(dedupe_scope(topic), parsed.message_id, window, now_ms)
             if isinstance(found, Original):
                 return _duplicate(found)
             claim = found
@@ -238,9 +238,10 @@ class Publisher:
                     continue
                 first_of[parsed.message_id] = index
             todo.append((entry, record))
+        scope = dedupe_scope(topic)
         found = await asyncio.gather(
             *(
-                self.dedupe.claim(topic.project, topic.name, p.message_id, window, now_ms)
+                self.dedupe.claim(scope, p.message_id, window, now_ms)
                 if p.client_id
                 else _no_claim()
                 for (_, p, _), _ in todo
@@ -316,6 +317,12 @@ class Publisher:
                 )
             )
         return Accepted(parsed.message_id, written.segment_id, written.partition, written.position)
+
+
+def dedupe_scope(topic: Topic) -> str:
+    """The ids' scope in the dedupe store: the topic and its creation time, so a topic
+    deleted and made again starts with no ids (the old ones expire with their partitions)."""
+    return f"{topic.project}/{topic.name}@{int(topic.created_at.timestamp() * 1000)}"
 
 
 def _duplicate(original: Original) -> Accepted:

@@ -17,6 +17,7 @@ from core.settings import (
     seconds,
 )
 from metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
+from metastore.dedupe import DedupeConfig
 from segments.config import AuditConfig, ClusterConfig, embedded_only
 
 
@@ -28,6 +29,11 @@ class ProducerSettings(SettingsBase):
     metastore: MetaStoreConfig = EmbeddedMetaStoreConfig()
     clusters: dict[str, ClusterConfig] = Field(default_factory=embedded_only)
     audit: AuditConfig = AuditConfig()
+    dedupe: DedupeConfig | None = Field(
+        default=None,
+        description="where the ids of topics with a dedupe_window live (PostgreSQL in "
+        "production); none set: beside an embedded metastore, else no idempotent publish",
+    )
     processes: Processes = processes_field()
     member_id: str = member_id_field(
         "producer", "its name among the producers of a cutover (unique per process)"

@@ -25,6 +25,7 @@ from core.settings import SHARED, default_member_id
 from delivery_workers.answer_limits import AnswerLimits
 from delivery_workers.settings import WorkerSettings
 from metastore.config import EmbeddedMetaStoreConfig, ZooKeeperConfig
+from metastore.dedupe import EmbeddedDedupeConfig, PostgresDedupeConfig
 from producer_api.settings import ProducerSettings
 from segments.config import (
     AuditConfig,
@@ -52,6 +53,8 @@ SHARED_MODELS: list[tuple[str, type[BaseModel]]] = [
     ("`endpoint_policy`", EndpointPolicy),
     ("`http_server`", HttpServerLimits),
     ("`answer_limits` (worker)", AnswerLimits),
+    ("`dedupe` (producer) with `kind: postgres`", PostgresDedupeConfig),
+    ("`dedupe` (producer) with `kind: embedded`", EmbeddedDedupeConfig),
 ]
 
 

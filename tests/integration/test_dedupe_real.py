@@ -1,4 +1,5 @@
-"""Idempotent publish across producer processes on real ZooKeeper and Kafka (issue 21).
+"""Idempotent publish across producer processes on real ZooKeeper, Kafka and PostgreSQL
+(issues 21 and 35: the ids in PostgreSQL, the membership in ZooKeeper).
 
 Three ``python -m producer_api`` processes share a topic with ``dedupe_window``. The same
 1 000 ids are published twice each: the second time half of them through another process
@@ -23,13 +24,14 @@ import pytest
 from control_plane.app import create_app as create_control_plane
 from control_plane.settings import ControlPlaneSettings
 from core.model import Subscription
+from reports import migrate
 from tests.support.control_plane import app_client
 from tests.support.processes import ProducerProcess, producer_processes
 from tests.support.services import RealServices
 from tests.support.until import until
 from tests.support.world import Running, World, kafka_world, subscribe
 
-pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
+pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka, pytest.mark.postgres]
 
 ADMIN = "dedupe-admin-token-0123456789"
 COUNT, RACED = 1_000, 100
@@ -63,12 +65,13 @@ async def _cutover(world: World) -> str:
     return topic.active_segment.storage_topic
 
 
-def _settings(world: World, member: str) -> dict[str, Any]:
+def _settings(world: World, member: str, database: str) -> dict[str, Any]:
     return {
         "admin_token": ADMIN,
         "metastore": world.zk.model_dump(),
         "clusters": {world.cluster: world.config.model_dump()},
         "member_id": member,
+        "dedupe": {"kind": "postgres", "url": database},
     }
 
 
@@ -78,13 +81,14 @@ async def _stored(world: World) -> int:
 
 
 async def test_three_producers_store_each_id_once_and_answer_every_repeat_as_duplicate(
-    real_services: RealServices, unique: str, tmp_path: Path
+    real_services: RealServices, unique: str, tmp_path: Path, postgres_database: str
 ) -> None:
+    migrate.upgrade(postgres_database)
     async with kafka_world(real_services, unique, partitions=4, grouped=False) as world:
         topic = await world.catalog.get_topic("p", "t")
         await world.catalog.update_topic(topic.model_copy(update={"dedupe_window": "10m"}))
         sub = await subscribe(world)  # from segment 1: it walks to segment 2 after the cutover
-        settings = [_settings(world, f"dd{i}-{unique}") for i in range(3)]
+        settings = [_settings(world, f"dd{i}-{unique}", postgres_database) for i in range(3)]
         with producer_processes(settings, tmp_path) as procs:
             await _scenario(world, procs, sub)
 

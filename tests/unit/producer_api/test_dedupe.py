@@ -74,3 +74,25 @@ async def test_a_topic_refuses_a_window_beyond_a_day() -> None:
         assert "between 1s and 1d" in str(exc)
     else:
         raise AssertionError("a 25 h window was taken")
+
+
+async def test_a_topic_made_again_starts_with_no_ids(tmp_path: Path) -> None:
+    from core.model import Topic
+    from tests.support.until import until
+    from tests.support.world import segment
+
+    async with producer_env(tmp_path, {"d": {"dedupe_window": "10m"}}) as env:
+        first = await env.client.post(produce_url("d"), content=b"a", headers={"X-Message-Id": "m"})
+        assert first.status_code == 201
+        old = await env.catalog.get_topic("shop", "d")
+        await env.catalog.delete_topic("shop", "d")
+        # the same name and window, made anew (its ids are the old topic's, kept per creation)
+        seg = segment("embedded", storage="st.d", partitions=2)
+        await env.catalog.create_topic(Topic(project="shop", name="d", dedupe_window="10m"), seg)
+        assert (await env.catalog.get_topic("shop", "d")).created_at != old.created_at
+
+        async def stored_anew() -> bool:
+            r = await env.client.post(produce_url("d"), content=b"b", headers={"X-Message-Id": "m"})
+            return r.status_code == 201
+
+        await until(stored_anew, 10, "the id stored again on the new topic")

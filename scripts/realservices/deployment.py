@@ -39,6 +39,10 @@ def deployment(
             "storage_topic_prefix": prefix,
             "database_url": database_url or endpoints["postgres"],
         },
-        "producer": {"port": producer},
+        # The ids of topics with a dedupe_window: the same database (httpbus db upgrade).
+        "producer": {
+            "port": producer,
+            "dedupe": {"kind": "postgres", "url": database_url or endpoints["postgres"]},
+        },
         "worker": {"port": worker},
     }

@@ -27,13 +27,14 @@ from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
 from core.model import BatchPolicy, DeliveryFormat, Endpoint
+from reports import migrate
 from tests.support.hook import SECRET, Request
 from tests.support.processes import producer_processes
 from tests.support.services import RealServices
 from tests.support.until import until
 from tests.support.world import Running, World, kafka_world, subscribe
 
-pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
+pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka, pytest.mark.postgres]
 
 ADMIN = "cloudevents-admin-token-0123456789"
 PATH = "/v1/projects/p/topics/t/produce"
@@ -55,12 +56,13 @@ def _event(mode: str, i: int) -> CloudEvent:
     )
 
 
-def _settings(world: World, unique: str) -> dict[str, Any]:
+def _settings(world: World, unique: str, database: str) -> dict[str, Any]:
     return {
         "admin_token": ADMIN,
         "metastore": world.zk.model_dump(),
         "clusters": {world.cluster: world.config.model_dump()},
         "member_id": f"ce-{unique}",
+        "dedupe": {"kind": "postgres", "url": database},  # the ids of the dedupe window
     }
 
 
@@ -132,13 +134,14 @@ def _check(received: list[CloudEvent], events: list[CloudEvent], what: str) -> N
 
 
 async def test_cloudevents_published_and_received_with_the_sdk(
-    real_services: RealServices, unique: str, tmp_path: Path
+    real_services: RealServices, unique: str, tmp_path: Path, postgres_database: str
 ) -> None:
+    migrate.upgrade(postgres_database)
     async with kafka_world(real_services, unique, partitions=3, grouped=True) as world:
         world.hook.secret = SECRET
         topic = await world.catalog.get_topic("p", "t")
         await world.catalog.update_topic(topic.model_copy(update={"dedupe_window": "10m"}))
-        with producer_processes([_settings(world, unique)], tmp_path) as (proc,):
+        with producer_processes([_settings(world, unique, postgres_database)], tmp_path) as (proc,):
             headers = {"Authorization": f"Bearer {ADMIN}"}
             async with httpx.AsyncClient(headers=headers, timeout=30) as client:
                 events, replays = await _publish(client, proc.url)

@@ -73,6 +73,7 @@ class Members:
     def __init__(self, args: argparse.Namespace, zk: str, root: str, workdir: Path) -> None:
         self.args, self.zk, self.root, self.workdir = args, zk, root, workdir
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.restarts = 0
 
     def start(self, index: int) -> None:
         status = self.workdir / f"members-{index:02d}.json"
@@ -108,8 +109,18 @@ class Members:
                 found.append(json.loads(path.read_text()))
         return found
 
+    def revive(self) -> None:
+        """Start again a member process that exited (a ZooKeeper request that timed out at
+        its start, under the start's burst): counted in :attr:`restarts`."""
+        for index, proc in list(self.procs.items()):
+            if proc.poll() is not None:
+                print(f"  member process {index} exited ({proc.returncode}); started again")
+                self.restarts += 1
+                self.start(index)
+
     def settled(self, units: int, members: int) -> bool:
         """Every unit assigned to one of ``members`` live members, who each hold theirs."""
+        self.revive()
         counts = [c for r in self.reports() for c in r["members"].values()]
         assigned = sum(a for a, _ in counts)
         return len(counts) == members and assigned == units and all(a == h for a, h in counts)
@@ -261,6 +272,7 @@ class Scale:
         limit = self.args.timeout_s
         took = until(lambda: members.settled(size, members_total), limit)
         fig.values["all_locked_s"] = None if took is None else time.monotonic() - t0
+        fig.values["member_restarts"] = members.restarts
         print(f"  every unit locked after {fig.values['all_locked_s']} s", flush=True)
         if took is None:
             return

@@ -27,11 +27,21 @@ TABLES = {
 }
 
 
+# Made by the migrations but not by the typed models: the ids of idempotent publish
+# (metastore.dedupe.postgres writes them with SQL of its own), on PostgreSQL only.
+UNMODELLED = {"dedupe_ids"}
+
+
+def _modelled(name: str | None, type_: str, parent_names: object) -> bool:
+    return not (type_ == "table" and name in UNMODELLED)
+
+
 def schema_diff(url: str) -> list[object]:
     engine = make_engine(url)
     try:
         with engine.connect() as conn:
-            return list(compare_metadata(MigrationContext.configure(conn), Base.metadata))
+            context = MigrationContext.configure(conn, opts={"include_name": _modelled})
+            return list(compare_metadata(context, Base.metadata))
     finally:
         engine.dispose()
 
@@ -45,13 +55,14 @@ def tables(url: str) -> set[str]:
 
 
 def check_up_down_up(url: str) -> None:
+    expected = TABLES | (UNMODELLED if url.startswith("postgresql") else set())
     assert migrate.current(url) is None
     migrate.upgrade(url)
     assert migrate.current(url) == migrate.head()
-    assert tables(url) == TABLES
+    assert tables(url) == expected
     assert schema_diff(url) == []
     migrate.downgrade(url)
     assert migrate.current(url) is None
     assert tables(url) == set()
     migrate.upgrade(url)
-    assert tables(url) == TABLES
+    assert tables(url) == expected

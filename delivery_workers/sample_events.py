@@ -1,5 +1,5 @@
 """Test events (``core.sample_event``): the worker that holds a subscription (its whole, or its
-shard 0) watches the subscription's test-event node and answers each request there, by
+shard 0) answers each request under ``/test-events`` for it (one watch per worker), by
 sending the event through the sender every delivery of this worker uses, so it is built,
 signed and guarded exactly as a real delivery (``X-Attempt: 1``, one more header:
 ``X-Test: true``). It is not a message of the topic: nothing is stored, committed, retried

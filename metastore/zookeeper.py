@@ -141,10 +141,8 @@ class ZooKeeperMetaStore(AsyncResource):
         read that extends :attr:`lease` (metastore/lease.py)."""
         while True:
             await self._beat_wait()
-            sent = self.lease.clock()
-            try:
+            try:  # an answered call confirms the lease (_call)
                 await self._call("/", self._client.exists_async, self._abs("/"))
-                self.lease.confirm(sent)
             except HttpbusError as exc:
                 log.debug("zookeeper session not confirmed: %s", exc)
 

@@ -21,9 +21,10 @@ the workers are ranked by the same hashing of ``"project/sub"`` and shard k goes
 of them (round robin), so its shards spread evenly over the workers and a worker joining or
 leaving moves only the shards whose rank changed. The shard
 count is fixed when a subscription is created; the leader reads it once, and again when it
-is older than ``SHARDS_TTL_S``, at most ``SHARDS_REFRESH_PER_ROUND`` a round (a subscription
-deleted and made again with another count within one round is noticed then: within
-``SHARDS_TTL_S`` + N / ``SHARDS_REFRESH_PER_ROUND`` rounds for N subscriptions).
+is older than ``SHARDS_TTL_S``, at most ``SHARDS_REFRESH_PER_ROUND`` a round, oldest first (a
+subscription deleted and made again with another count within one round is noticed then:
+``SHARDS_TTL_S`` seconds, plus up to N / ``SHARDS_REFRESH_PER_ROUND`` rounds for N
+subscriptions).
 
 The plan is kept between rounds (:class:`~.rendezvous.Planner`): a round in which nothing
 changed hashes nothing, a member joining or leaving rehashes what it moves (bench/scale.py).
@@ -102,9 +103,12 @@ class Assigner(LeaderElection):
         projects = await self.catalog.list_projects()
         names = await asyncio.gather(*(self.catalog.list_subscriptions(p) for p in projects))
         pairs = [(p, s) for p, subs in zip(projects, names, strict=True) for s in subs]
-        await self._read_shard_counts([f"{p}/{s}" for p, s in pairs])
+        keys = [f"{p}/{s}" for p, s in pairs]
+        await self._read_shard_counts(keys)
         return [
-            unit_key(p, s, shard) for p, s in pairs for shard in shards(self._shards[f"{p}/{s}"][0])
+            unit_key(p, s, shard)
+            for (p, s), key in zip(pairs, keys, strict=True)
+            for shard in shards(self._shards[key][0])
         ]
 
     async def _read_shard_counts(self, listed: list[str]) -> None:

@@ -379,6 +379,9 @@ def postgres(ports: Ports) -> Server:
         server = [f"{bindir}/postgres", "-D", str(pgdata), "-h", HOST, "-p", str(ports.postgres)]
         server += ["-c", "unix_socket_directories=", "-c", "fsync=off"]  # tests only: no fsync
         server += ["-c", "max_connections=200"]
+        # The outbox's CDC engine (Debezium) reads the write-ahead log by logical replication.
+        server += ["-c", "wal_level=logical", "-c", "max_replication_slots=20"]
+        server += ["-c", "max_wal_senders=20"]
         return Launch(_as_postgres_user(server), pre=[_as_postgres_user(initdb)])
 
     def ready() -> bool:

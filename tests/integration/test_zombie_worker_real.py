@@ -12,6 +12,7 @@ import asyncio
 import json
 import signal
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -40,23 +41,21 @@ BURST = 1_000  # published at once just before the cut
 
 @dataclass
 class Senders:
-    """Which worker process sent each request the endpoint got: its client port's owner,
-    looked up while the connection is open (a port may be reused by the other process
-    later, so each request is resolved once, soon after it arrived)."""
+    """Which worker process sent each request the endpoint got: the owner of the client port
+    of its connection, looked up once per connection, while it is open (soon after its
+    first request). A lookup reads /proc (80 ms under load): done per request, on the
+    test's loop, it starved the endpoint double that shares the loop."""
 
     pids: dict[int, str]  # pid → member
     who: list[str] = field(default_factory=list)  # per request, in arrival order
-    last: dict[int, str] = field(default_factory=dict)  # port → its last owner seen
+    owners: dict[int, str] = field(default_factory=dict)  # connection → its owner
 
     def resolve(self, requests: list[Request]) -> None:
-        fresh: dict[int, str] = {}
         for r in requests[len(self.who) :]:
-            if r.peer not in fresh:
+            if r.conn not in self.owners:
                 pid = owner(r.peer, list(self.pids))
-                # Closed already: the owner of its connection when last seen open.
-                found = self.last.get(r.peer, "?") if pid is None else self.pids[pid]
-                fresh[r.peer] = self.last[r.peer] = found
-            self.who.append(fresh[r.peer])
+                self.owners[r.conn] = "?" if pid is None else self.pids[pid]
+            self.who.append(self.owners[r.conn])
 
     async def follow(self, requests: list[Request]) -> None:
         while True:
@@ -239,13 +238,17 @@ async def _diagnosis(world: ProcessWorld, expected: set[str]) -> str:
     where = {m.value.decode(): (m.partition, m.position) for m in stored}
     sub = await world.catalog.get_subscription("shop", "s0")
     committed = await world.store.committed(world.storage, commit_group(sub))
+    status = await world.meta.get(paths.subscription_status("shop", "s0"))
+    answers = Counter(r.status for r in world.hook.requests if r.path == "s0")
     lines = [
         f"missing {len(missing)}: {[(m, where.get(m)) for m in missing[:20]]}",
         f"holder: {await world.holder('s0')}; committed {committed}",
         f"ends {await world.store.end_positions(world.storage)}; stored {len(stored)}",
+        f"the endpoint's answers by status: {dict(answers)}",
+        f"the holder's status: {status.data.decode() if status else None}",
     ]
     for worker in world.processes:
-        lines += [f"--- {worker.member}", worker.log.read_text()[-4000:]]
+        lines += [f"--- {worker.member}", worker.log.read_text()[-12000:]]
     return "\n".join(lines)
 
 

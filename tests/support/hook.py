@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -66,6 +67,7 @@ class Request:
     body: bytes
     status: int
     peer: int = 0  # the client's port: which process sent it (tests.support.peers)
+    conn: int = 0  # the connection it came on (1, 2, …): one client process per connection
 
     @property
     def id(self) -> str:
@@ -89,6 +91,16 @@ class Hook:
     bad_signatures: int = 0
     concurrent: int = 0
     max_concurrent: int = 0
+    _conns: weakref.WeakKeyDictionary[object, int] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
+    _serial: int = 0
+
+    def _conn_of(self, transport: object) -> int:
+        """The connection's serial, numbered in order of first request (never reused)."""
+        if transport not in self._conns:
+            self._conns[transport] = self._serial = self._serial + 1
+        return self._conns[transport]
 
     def url_for(self, path: str) -> str:
         return f"{self.url}/{path}"
@@ -132,9 +144,12 @@ class Hook:
         self.concurrent += 1
         self.max_concurrent = max(self.max_concurrent, self.concurrent)
         try:
-            peer = request.transport.get_extra_info("peername") if request.transport else None
+            transport = request.transport
+            peer = transport.get_extra_info("peername") if transport else None
             port = int(peer[1]) if peer else 0
-            self.requests.append(Request(at, path, request.headers.copy(), body, status, port))
+            conn = self._conn_of(transport) if transport else 0
+            headers_copy = request.headers.copy()
+            self.requests.append(Request(at, path, headers_copy, body, status, port, conn))
             if 200 <= status < 300:
                 group = request.headers.get("X-Group-Id", "")
                 attempt = int(request.headers.get("X-Attempt", "0"))

@@ -1,6 +1,7 @@
 """The chaos tests' cluster: three ZooKeeper peers and three Kafka brokers (replication 3,
-min ISR 2) on free ports, started once for the module that asks for it by the project's
-own supervisor (scripts/realservices/cluster.py) and stopped after it."""
+min ISR 2) on free ports, started once per test run for the chaos modules that ask for it
+(they share it: a cluster takes a minute to start) by the project's own supervisor
+(scripts/realservices/cluster.py), and stopped after them."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class Cluster:
         return self.topology.endpoints["kafka"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     built = Cluster(Path(tempfile.mkdtemp(prefix="httpbus-chaos-")))
     built.supervisor.start(list(built.topology.servers), die_with_parent=True)

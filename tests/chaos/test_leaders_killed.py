@@ -7,14 +7,11 @@ publishing answers 201 again within 15 s."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 from confluent_kafka.admin import AdminClient
 
@@ -25,51 +22,13 @@ from scripts.realservices.cluster import zookeeper_mode
 from segments.config import KafkaClusterConfig
 from segments.registry import open_store
 from tests.chaos.conftest import Cluster
+from tests.chaos.faults import ADMIN, Load, kill_and_restart
 from tests.support.processes import ProducerProcess
 from tests.support.stored import read_to_end
 from tests.support.world import segment
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
-ADMIN = "chaos-admin-token"
 GROUPS = 12
-URL = "/v1/projects/shop/topics/orders/produce"
-
-
-@dataclass
-class Load:
-    """One client per group, each publishing its sequence in order: a refused or failed
-    publish is retried until acknowledged, as an ordering client must."""
-
-    url: str
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-    acked: dict[str, list[int]] = field(default_factory=dict)
-    answers: list[tuple[float, int]] = field(default_factory=list)  # (time, status; 0: error)
-
-    async def group(self, group: str) -> None:
-        seq = 0
-        headers = {"Authorization": f"Bearer {ADMIN}", "X-Group-Id": group}
-        async with httpx.AsyncClient(base_url=self.url, timeout=15) as client:
-            while not self.stop.is_set():
-                try:
-                    r = await client.post(
-                        URL,
-                        content=f"{group}:{seq}".encode(),
-                        headers={**headers, "X-Message-Id": f"{group}-{seq}"},
-                    )
-                    status = r.status_code
-                except httpx.HTTPError:
-                    status = 0
-                self.answers.append((time.time(), status))
-                if status == 201:
-                    self.acked.setdefault(group, []).append(seq)
-                    seq += 1
-                else:
-                    await asyncio.sleep(0.05)  # a client's retry pace
-
-    def longest_gap_after(self, at: float) -> float:
-        """The longest time without a 201 from ``at`` on."""
-        times = [at] + [t for t, s in self.answers if s == 201 and t >= at]
-        return max(b - a for a, b in zip(times, times[1:], strict=False)) if times[1:] else 0.0
 
 
 def _leader(bootstrap: str, topic: str, partition: int) -> int:
@@ -146,19 +105,12 @@ async def _publish_through(cluster: Cluster, unique: str, tmp_path: Path, fault:
     return Outcome(acked, order, len(stored), refused, load.longest_gap_after(fault_at))
 
 
-async def _kill_and_restart(cluster: Cluster, name: str, down_s: float) -> None:
-    os.killpg(cluster.supervisor.running()[name].pid, signal.SIGKILL)
-    await asyncio.sleep(down_s)
-    cluster.supervisor.restart(name, die_with_parent=True, wait=False)
-    await asyncio.to_thread(cluster.supervisor.wait, [name])
-
-
 async def test_the_partition_leader_killed_under_load_loses_nothing(
     cluster: Cluster, unique: str, tmp_path: Path
 ) -> None:
     async def kill_the_leader(cluster: Cluster, storage: str) -> str:
         node = await asyncio.to_thread(_leader, cluster.kafka, storage, 0)
-        await _kill_and_restart(cluster, f"kafka-{node}", down_s=10)
+        await kill_and_restart(cluster, f"kafka-{node}", down_s=10)
         return f"kafka-{node}, the leader of partition 0, killed and restarted after 10 s"
 
     outcome = await _publish_through(cluster, unique, tmp_path, kill_the_leader)
@@ -174,7 +126,7 @@ async def test_the_zookeeper_leader_killed_under_load_loses_nothing(
     async def kill_the_leader(cluster: Cluster, storage: str) -> str:
         modes = {n: zookeeper_mode(p) for n, p in enumerate(cluster.ports.zookeeper, start=1)}
         [node] = [n for n, mode in modes.items() if mode == "leader"]
-        await _kill_and_restart(cluster, f"zookeeper-{node}", down_s=5)
+        await kill_and_restart(cluster, f"zookeeper-{node}", down_s=5)
         return f"zookeeper-{node}, the ensemble's leader ({modes}), killed and restarted after 5 s"
 
     outcome = await _publish_through(cluster, unique, tmp_path, kill_the_leader)

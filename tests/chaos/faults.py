@@ -1,0 +1,73 @@
+"""What the chaos tests share: the publishing load (a client per group) and the faults done
+to the cluster's servers (SIGKILL, then a restart on their data)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from tests.chaos.conftest import Cluster
+
+ADMIN = "chaos-admin-token"
+URL = "/v1/projects/shop/topics/orders/produce"
+
+
+@dataclass
+class Load:
+    """One client per group, each publishing its sequence in order: a refused or failed
+    publish is retried until acknowledged, as an ordering client must."""
+
+    url: str
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    acked: dict[str, list[int]] = field(default_factory=dict)
+    answers: list[tuple[float, int]] = field(default_factory=list)  # (time, status; 0: error)
+
+    async def group(self, group: str) -> None:
+        seq = 0
+        headers = {"Authorization": f"Bearer {ADMIN}", "X-Group-Id": group}
+        async with httpx.AsyncClient(base_url=self.url, timeout=15) as client:
+            while not self.stop.is_set():
+                try:
+                    r = await client.post(
+                        URL,
+                        content=f"{group}:{seq}".encode(),
+                        headers={**headers, "X-Message-Id": f"{group}-{seq}"},
+                    )
+                    status = r.status_code
+                except httpx.HTTPError:
+                    status = 0
+                self.answers.append((time.time(), status))
+                if status == 201:
+                    self.acked.setdefault(group, []).append(seq)
+                    seq += 1
+                else:
+                    await asyncio.sleep(0.05)  # a client's retry pace
+
+    def longest_gap_after(self, at: float) -> float:
+        """The longest time without a 201 from ``at`` on."""
+        times = [at] + [t for t, s in self.answers if s == 201 and t >= at]
+        return max(b - a for a, b in zip(times, times[1:], strict=False)) if times[1:] else 0.0
+
+
+async def kill_and_restart(cluster: Cluster, name: str, down_s: float) -> None:
+    """SIGKILL server ``name``, and start it again on its data ``down_s`` later."""
+    await kill_for(cluster, [name], down_s)
+
+
+async def kill_for(cluster: Cluster, names: list[str], down_s: float) -> float:
+    """SIGKILL the servers ``names`` at once, and start them again ``down_s`` later; return
+    when they answer, with the time (``time.time()``) their restart began."""
+    running = cluster.supervisor.running()
+    for name in names:
+        os.killpg(running[name].pid, signal.SIGKILL)
+    await asyncio.sleep(down_s)
+    restarted_at = time.time()
+    for name in names:
+        cluster.supervisor.restart(name, die_with_parent=True, wait=False)
+    await asyncio.to_thread(cluster.supervisor.wait, names)
+    return restarted_at

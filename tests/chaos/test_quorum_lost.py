@@ -1,0 +1,124 @@
+"""ZooKeeper's quorum lost for 20 s while a producer service publishes and a worker process
+delivers (issue 34's matrix), on the three-peer ensemble: two peers SIGKILLed at once, the
+third left alone without a quorum, both restarted on their data 20 s later.
+
+The worker cannot confirm its session meanwhile, so it must send nothing once its lease has
+lapsed (metastore/lease.py), and deliver again once the ensemble is back. Every acknowledged
+message is stored and delivered, each group's first deliveries in the order they were
+acknowledged; publishing and delivery are back within 15 s of the quorum."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from metastore import paths
+from scripts.realservices.cluster import zookeeper_mode
+from tests.chaos.conftest import Cluster
+from tests.chaos.faults import ADMIN, Load, kill_for
+from tests.support.hook import Request
+from tests.support.processes import ProducerProcess
+from tests.support.services import RealServices
+from tests.support.stored import read_to_end
+from tests.support.until import until
+from tests.support.workers import ProcessWorld, process_world
+
+pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
+SESSION_S = 6.0
+DOWN_S = 20.0
+GROUPS = 8
+BACK_WITHIN_S = 15.0
+
+
+def _first_deliveries(requests: list[Request]) -> dict[str, list[int]]:
+    """Per group, the sequence numbers in the order of their first 2xx delivery."""
+    order: dict[str, list[int]] = {}
+    for r in requests:
+        if 200 <= r.status < 300:
+            group, seq = r.body.decode().split(":")
+            if int(seq) not in order.setdefault(group, []):
+                order[group].append(int(seq))
+    return order
+
+
+async def _worker_holding(world: ProcessWorld, member: str) -> None:
+    await world.meta.create(paths.assignment(member), json.dumps(["shop/s0"]).encode())
+    [worker] = world.workers([member], commit_every_s=0.2, lock_retry_s=0.2)
+    await worker.ready()
+    await until(lambda: _holds(world, member), 30, "the worker holding s0")
+
+
+async def _holds(world: ProcessWorld, member: str) -> bool:
+    return await world.holder("s0") == member
+
+
+async def test_zookeeper_quorum_lost_for_20s_fences_delivery_and_loses_nothing(
+    cluster: Cluster, unique: str, tmp_path: Path
+) -> None:
+    on_cluster = RealServices(cluster.zookeeper, cluster.kafka, pulsar="", pulsar_admin="")
+    async with process_world(
+        on_cluster, unique, tmp_path, grouped=True, session_timeout_s=SESSION_S
+    ) as world:
+        await world.subscribe("s0", max_in_flight=8)
+        await _worker_holding(world, f"wq-{unique}")
+        settings = world.settings(admin_token=ADMIN)
+        with ProducerProcess(settings, tmp_path) as producer:
+            load = Load(producer.url)
+            clients = [asyncio.create_task(load.group(f"g{i:02d}")) for i in range(GROUPS)]
+            try:
+                await until(lambda: len(world.hook.on("s0")) >= 50, 30, "deliveries flowing")
+                modes = {n: zookeeper_mode(p) for n, p in enumerate(cluster.ports.zookeeper, 1)}
+                lost = [f"zookeeper-{n}" for n in sorted(modes)[:2]]
+                fault_at = time.time()
+                restarted_at = await kill_for(cluster, lost, DOWN_S)
+                back_at = time.time()
+                await asyncio.sleep(BACK_WITHIN_S)  # publishing on after the quorum is back
+            finally:
+                load.stop.set()
+                await asyncio.gather(*clients, return_exceptions=True)
+        acked = {(g, s) for g, seqs in load.acked.items() for s in seqs}
+        ids = {f"{g}-{s}" for g, s in acked}
+        try:
+            await until(lambda: ids <= set(world.hook.ids("s0")), 90, "every acked delivered")
+        finally:
+            _report(world, load, (modes, lost), (fault_at, restarted_at, back_at))
+        stored = await read_to_end(world.store, world.storage, deadline_s=90)
+    stored_pairs = {tuple(m.value.decode().split(":")) for m in stored}
+    assert not {(g, str(s)) for g, s in acked} - stored_pairs, "acknowledged and not stored"
+    order = _first_deliveries(world.hook.on("s0"))
+    assert all(seqs == sorted(seqs) for seqs in order.values()), "a group reordered"
+    # From the lease's span (and a request in flight) to the restart of the two peers.
+    fenced = (fault_at + SESSION_S / 2 + 1.0, restarted_at)
+    delivered = world.hook.on("s0")
+    during = [round(r.at - fault_at, 2) for r in delivered if fenced[0] < r.at < fenced[1]]
+    assert not during, f"{len(during)} deliveries without a quorum, at (s after the fault) {during}"
+    first_after = min(r.at for r in world.hook.on("s0") if r.at >= back_at)
+    assert first_after - back_at < BACK_WITHIN_S, "delivery not back within 15 s"
+    assert load.longest_gap_after(back_at) < BACK_WITHIN_S, "publishing not back within 15 s"
+
+
+def _report(
+    world: ProcessWorld,
+    load: Load,
+    peers: tuple[dict[int, str], list[str]],
+    times: tuple[float, float, float],
+) -> None:
+    """What the run did, in seconds from the fault (the figures of docs/reliability.md)."""
+    (modes, lost), (fault_at, restarted_at, back_at) = peers, times
+    delivered = world.hook.on("s0")
+    last_before = max((r.at for r in delivered if r.at < restarted_at), default=fault_at)
+    first_after = min((r.at for r in delivered if r.at >= restarted_at), default=float("nan"))
+    during = Counter(s for t, s in load.answers if fault_at <= t < back_at)
+    print(
+        f"\nquorum lost ({lost} of {modes}), restarted after {restarted_at - fault_at:.1f}s, "
+        f"serving again at {back_at - fault_at:.1f}s: publish answers meanwhile "
+        f"{dict(during)}; the worker's last delivery at {last_before - fault_at:.2f}s, its "
+        f"first after the restart {first_after - restarted_at:.2f}s after it; "
+        f"{sum(len(s) for s in load.acked.values())} acknowledged, {len(delivered)} "
+        f"deliveries, publishing's longest gap after {load.longest_gap_after(back_at):.2f}s"
+    )

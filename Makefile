@@ -34,12 +34,13 @@ run-real: services-up
 ## What every commit must pass: ruff, ruff format --check and mypy strict first (seconds; a lint
 ## or type error fails here, before any server starts), then the whole suite against real
 ## ZooKeeper, Kafka and Pulsar, started and stopped here.
-## Helm, for the chart tests, is built once from Go modules into ~/.cache/httpbus (scripts/tools/helm.sh).
+## Helm (the chart tests) and toxiproxy (latency and loss) are built once from Go modules into
+## ~/.cache/httpbus (scripts/tools/helm.sh, scripts/tools/toxiproxy.sh).
 test: install
 	@$(PHASE) ruff $(VENV)/bin/ruff check .
 	@$(PHASE) format $(VENV)/bin/ruff format --check .
 	@$(PHASE) mypy $(VENV)/bin/mypy
-	@$(PHASE) tools sh -c 'scripts/tools/helm.sh >/dev/null'
+	@$(PHASE) tools sh -c 'scripts/tools/helm.sh >/dev/null && scripts/tools/toxiproxy.sh >/dev/null'
 	@$(PHASE) chromium scripts/ensure-chromium.sh
 	@$(PHASE) fetch $(SERVICES) fetch
 	@$(PHASE) tests $(SERVICES) run -- $(PY) -m pytest $(PYTEST_ARGS)

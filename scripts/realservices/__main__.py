@@ -98,13 +98,14 @@ def _run(sup: Supervisor, names: list[str], cmd: list[str]) -> int:
     return rc
 
 
-def _deployment(state_file: Path) -> int:
+def _deployment(state_file: Path, replicated: bool) -> int:
     if not state_file.exists():
         print("no servers running: make services-up first", file=sys.stderr)
         return 1
     endpoints = json.loads(state_file.read_text())["endpoints"]
     token = os.environ.get("HTTPBUS_ADMIN_TOKEN") or secrets.token_urlsafe(24)
-    print(yaml.safe_dump(deployment(endpoints, admin_token=token), sort_keys=False), end="")
+    doc = deployment(endpoints, admin_token=token, replicated=replicated)
+    print(yaml.safe_dump(doc, sort_keys=False), end="")
     return 0
 
 
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "down":
             print(f"stopped: {', '.join(sup.stop()) or 'nothing was running'}")
         elif args.command == "deployment":
-            return _deployment(sup.state_file)
+            return _deployment(sup.state_file, replicated=cluster)
         elif args.command == "status":
             for name, proc in sup.running().items():
                 print(f"{name}: pid {proc.pid}, log {proc.log}")

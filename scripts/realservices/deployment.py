@@ -1,6 +1,10 @@
 """A deployment file (docs/configuration.md) for the servers ``make services-up`` started:
 ZooKeeper as the metastore, Kafka and Pulsar as clusters, the audit trail on Kafka and the
-reports and trace index in PostgreSQL. ``make run-real`` feeds it to ``httpbus run``."""
+reports and trace index in PostgreSQL. ``make run-real`` feeds it to ``httpbus run``.
+
+On the cluster topology (``--topology cluster``: three ZooKeeper peers, three Kafka brokers,
+no Pulsar or PostgreSQL) it holds what runs there, with production's replication: every
+storage topic on 3 replicas with ``min.insync.replicas`` 2 (docs/running.md)."""
 
 from __future__ import annotations
 
@@ -16,33 +20,40 @@ def deployment(
     prefix: str = "httpbus",
     ports: tuple[int, int, int] = (8700, 8701, 8702),
     database_url: str | None = None,
+    replicated: bool = False,
 ) -> dict[str, Any]:
-    """The file's content for ``endpoints`` (the state file's), as a mapping to dump."""
+    """The file's content for ``endpoints`` (the state file's), as a mapping to dump; with
+    ``replicated`` (the cluster topology), Kafka topics on 3 replicas, 2 in sync."""
     cp, producer, worker = ports
+    kafka: dict[str, Any] = {"backend": "kafka", "bootstrap_servers": endpoints["kafka"]}
+    if replicated:
+        kafka |= {"replication_factor": 3, "min_insync_replicas": 2}
+    clusters: dict[str, Any] = {"kafka-main": kafka}
+    if "pulsar" in endpoints:
+        clusters["pulsar-main"] = {
+            "backend": "pulsar",
+            "service_url": endpoints["pulsar"],
+            "admin_url": endpoints["pulsar_admin"],
+        }
+    database = database_url or endpoints.get("postgres")
+    control_plane: dict[str, Any] = {
+        "port": cp,
+        "default_cluster": "kafka-main",
+        "storage_topic_prefix": prefix,
+    }
+    producer_section: dict[str, Any] = {"port": producer}
+    if database:
+        control_plane["database_url"] = database
+        # The ids of topics with a dedupe_window: the same database (httpbus db upgrade).
+        producer_section["dedupe"] = {"kind": "postgres", "url": database}
     return {
         "admin_token": admin_token,
         "metastore": {"kind": "zookeeper", "hosts": endpoints["zookeeper"], "root": root},
-        "clusters": {
-            "kafka-main": {"backend": "kafka", "bootstrap_servers": endpoints["kafka"]},
-            "pulsar-main": {
-                "backend": "pulsar",
-                "service_url": endpoints["pulsar"],
-                "admin_url": endpoints["pulsar_admin"],
-            },
-        },
+        "clusters": clusters,
         "audit": {"cluster": "kafka-main", "topic": f"{prefix}.audit"},
         # The servers and the endpoints of the tour are on this machine.
         "endpoint_policy": {"allow_private_networks": True},
-        "control_plane": {
-            "port": cp,
-            "default_cluster": "kafka-main",
-            "storage_topic_prefix": prefix,
-            "database_url": database_url or endpoints["postgres"],
-        },
-        # The ids of topics with a dedupe_window: the same database (httpbus db upgrade).
-        "producer": {
-            "port": producer,
-            "dedupe": {"kind": "postgres", "url": database_url or endpoints["postgres"]},
-        },
+        "control_plane": control_plane,
+        "producer": producer_section,
         "worker": {"port": worker},
     }

@@ -43,3 +43,21 @@ def test_httpbus_run_needs_a_deployment_file(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["run", "--config", str(path)])
     assert result.exit_code == 2
     assert "no control_plane, producer or worker section" in result.output
+
+
+def test_the_cluster_deployment_replicates_and_leaves_out_what_the_cluster_lacks(
+    tmp_path: Path,
+) -> None:
+    """``--topology cluster`` runs three ZooKeeper peers and three Kafka brokers only."""
+    endpoints = {
+        "zookeeper": "127.0.0.1:2281,127.0.0.1:2282,127.0.0.1:2283",
+        "kafka": "127.0.0.1:9192,127.0.0.1:9193,127.0.0.1:9194",
+    }
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(deployment(endpoints, admin_token="t" * 32, replicated=True)))
+    producer = ProducerSettings.load(path)
+    kafka = producer.clusters["kafka-main"]
+    assert (kafka.replication_factor, kafka.min_insync_replicas) == (3, 2)  # type: ignore[union-attr]
+    assert set(producer.clusters) == {"kafka-main"} and producer.dedupe is None
+    assert ControlPlaneSettings.load(path).database_url.startswith("sqlite:")  # the default
+    assert WorkerSettings.load(path).metastore.hosts == endpoints["zookeeper"]  # type: ignore[union-attr]

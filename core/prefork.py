@@ -36,7 +36,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol, Self, TypeVar
 
@@ -155,30 +155,23 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+@dataclass(eq=False)
 class _Supervisor:
-    def __init__(
-        self,
-        make_app: AppFactory,
-        listener: socket.socket,
-        run_dir: Path,
-        count: int,
-        options: dict[str, Any],
-    ) -> None:
-        self._make_app = make_app
-        self._listener = listener
-        self._run_dir = run_dir
-        self._count = count
-        self._options = options
-        self._children: dict[int, int] = {}  # pid -> slot index
-        self._stopping = False
-        self._failed = False
+    make_app: AppFactory
+    listener: socket.socket
+    run_dir: Path
+    count: int
+    options: dict[str, Any]
+    _children: dict[int, int] = field(default_factory=dict, init=False)  # pid -> slot index
+    _stopping: bool = field(default=False, init=False)
+    _failed: bool = field(default=False, init=False)
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._stop)
         signal.signal(signal.SIGINT, self._stop)
-        for index in range(self._count):
+        for index in range(self.count):
             self._start(index)
-        log.warning("serving on %d processes", self._count)
+        log.warning("serving on %d processes", self.count)
         while self._children:
             try:
                 pid, status = os.wait()
@@ -206,13 +199,13 @@ class _Supervisor:
                 pass
 
     def _start(self, index: int) -> None:
-        slot = Slot(index, self._count, self._run_dir)
+        slot = Slot(index, self.count, self.run_dir)
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # the child: never returns into the supervisor's loop
             code = 1
             try:
-                _child(self._make_app, slot, self._listener, self._options, parent)
+                _child(self.make_app, slot, self.listener, self.options, parent)
                 code = 0
             except BaseException:
                 log.exception("process %d failed", index)

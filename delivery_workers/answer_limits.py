@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -202,33 +203,27 @@ class HeadGuard:
         return None
 
 
+@dataclass(eq=False)
 class QuietLog:
     """At most one log line per key (an endpoint's origin) per ``interval_s``: a hostile or
     broken endpoint fails every attempt, and must not fill the log doing so."""
 
-    def __init__(
-        self,
-        logger: logging.Logger,
-        interval_s: float = 60.0,
-        clock: Callable[[], float] = time.monotonic,
-        max_keys: int = 10_000,
-    ) -> None:
-        self.logger = logger
-        self.interval_s = interval_s
-        self._clock = clock
-        self._max_keys = max_keys
-        self._last: dict[object, float] = {}
+    logger: logging.Logger
+    interval_s: float = 60.0
+    clock: Callable[[], float] = time.monotonic
+    max_keys: int = 10_000
+    _last: dict[object, float] = field(default_factory=dict, init=False)
 
     def warning(self, key: object, message: str, *args: object) -> bool:
         """Log ``message`` (no traceback) unless ``key`` logged within the interval; whether
         it was logged."""
-        now = self._clock()
+        now = self.clock()
         last = self._last.get(key)
         if last is not None and now - last < self.interval_s:
             return False
-        if len(self._last) >= self._max_keys:
+        if len(self._last) >= self.max_keys:
             self._last = {k: t for k, t in self._last.items() if now - t < self.interval_s}
-            if len(self._last) >= self._max_keys:  # that many noisy endpoints at once
+            if len(self._last) >= self.max_keys:  # that many noisy endpoints at once
                 self._last.clear()
         self._last[key] = now
         self.logger.warning(message, *args)

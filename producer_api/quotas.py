@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -170,27 +170,20 @@ class Budget:
         return report
 
 
+@dataclass(eq=False)
 class ProjectQuotas:
     """The quotas of every project this producer publishes to. ``async with`` runs the
     background refresh; tests call :meth:`refresh` themselves with an injected clock."""
 
-    def __init__(
-        self,
-        store: QuotaStore,
-        member: str,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        refresh_s: float = REFRESH_S,
-        idle_s: float = IDLE_S,
-    ) -> None:
-        self.store = store
-        self.member = member
-        self.clock = clock
-        self.refresh_s = refresh_s
-        self.idle_s = idle_s
-        self.budgets: dict[str, Budget] = {}
-        self._loading: dict[str, asyncio.Future[Budget]] = {}
-        self._task: asyncio.Task[None] | None = None
+    store: QuotaStore
+    member: str
+    _: KW_ONLY
+    clock: Callable[[], float] = time.monotonic
+    refresh_s: float = REFRESH_S
+    idle_s: float = IDLE_S
+    budgets: dict[str, Budget] = field(default_factory=dict, init=False)
+    _loading: dict[str, asyncio.Future[Budget]] = field(default_factory=dict, init=False)
+    _task: asyncio.Task[None] | None = field(default=None, init=False)
 
     async def admit(self, topic: Topic, messages: int, size: int, limits: TopicLimits) -> None:
         """Charge the project's quota, then the topic's own limits (giving the quota back

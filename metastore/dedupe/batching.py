@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 
+@dataclass(eq=False)
 class Batcher(Generic[T, R]):
     """Items of concurrent :meth:`submit` calls passed to ``apply`` together (at most
     ``parallel`` calls in flight, each of at most ``max_items``): alone, an item goes at once;
@@ -21,19 +23,13 @@ class Batcher(Generic[T, R]):
         inserted = await inserts.submit(row)
     """
 
-    def __init__(
-        self,
-        apply: Callable[[Sequence[T]], Awaitable[Sequence[R]]],
-        *,
-        parallel: int = 4,
-        max_items: int = 500,
-    ) -> None:
-        self.apply = apply
-        self.parallel = parallel
-        self.max_items = max_items
-        self._queue: deque[tuple[T, asyncio.Future[R]]] = deque()
-        self._running = 0
-        self._tasks: set[asyncio.Task[None]] = set()
+    apply: Callable[[Sequence[T]], Awaitable[Sequence[R]]]
+    _: KW_ONLY
+    parallel: int = 4
+    max_items: int = 500
+    _queue: deque[tuple[T, asyncio.Future[R]]] = field(default_factory=deque, init=False)
+    _running: int = field(default=0, init=False)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
     async def submit(self, item: T) -> R:
         return await self.submit_soon(item)

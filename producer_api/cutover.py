@@ -27,6 +27,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 
 from core.errors import CutoverTimeout, HttpbusError, MetaStoreUnavailable
@@ -129,33 +130,26 @@ class Gate:
         return self.inflight == 0
 
 
+@dataclass(eq=False)
 class CutoverParticipant(AsyncResource):
     """Follows the cutovers of the topics this producer serves (see the module doc)."""
 
-    def __init__(
-        self,
-        metastore: MetaStore,
-        member_id: str,
-        stores: Mapping[str, SegmentStore],
-        cache: TopicCache,
-        *,
-        hold_timeout_s: float = 5.0,
-        drain_timeout_s: float = 30.0,
-        now: Callable[[], datetime] = utcnow,
-    ) -> None:
-        self.metastore = metastore
-        self.records = CutoverRecords(metastore)
-        self.member_id = member_id
-        self.stores = stores
-        self.cache = cache
-        self.hold_timeout_s = hold_timeout_s
-        self.drain_timeout_s = drain_timeout_s
-        self.now = now
-        self.gates: dict[Key, Gate] = {}
-        self._followed: dict[Key, asyncio.Task[None]] = {}
-        self._first_reads: dict[Key, asyncio.Future[None]] = {}
-        self._session: object = getattr(metastore, "session_id", None)
-        self._tasks: list[asyncio.Task[None]] = []
+    metastore: MetaStore
+    member_id: str
+    stores: Mapping[str, SegmentStore]
+    cache: TopicCache
+    _: KW_ONLY
+    hold_timeout_s: float = 5.0
+    drain_timeout_s: float = 30.0
+    now: Callable[[], datetime] = utcnow
+    gates: dict[Key, Gate] = field(default_factory=dict, init=False)
+    _followed: dict[Key, asyncio.Task[None]] = field(default_factory=dict, init=False)
+    _first_reads: dict[Key, asyncio.Future[None]] = field(default_factory=dict, init=False)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        self.records = CutoverRecords(self.metastore)
+        self._session: object = getattr(self.metastore, "session_id", None)
 
     async def start(self) -> None:
         self._tasks = [asyncio.create_task(self._watch_active())]

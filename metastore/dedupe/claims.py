@@ -32,6 +32,7 @@ import logging
 import random
 import time
 from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from typing import NamedTuple
 
 from core.errors import DuplicateInFlight, HttpbusError
@@ -77,35 +78,29 @@ def new_stamp() -> int:
     return random.getrandbits(62)
 
 
+@dataclass(eq=False)
 class Claims(AsyncResource):
     """The :class:`~metastore.dedupe.protocol.DedupeStore` of producer ``member_id`` on
     ``table``; ``members`` tells which owners of pending claims are alive."""
 
-    def __init__(
-        self,
-        table: DedupeTable,
-        members: Members,
-        member_id: str,
-        *,
-        wait_s: float = 5.0,
-        poll_s: float = 0.02,
-        stale_s: float = 60.0,
-        expire_every_s: float = 60.0,
-    ) -> None:
-        self.table = table
-        self.members = members
-        self.member_id = member_id
-        self.wait_s = wait_s
-        self.poll_s = poll_s
-        self.stale_ms = int(stale_s * 1000)
-        self.expire_every_s = expire_every_s
+    table: DedupeTable
+    members: Members
+    member_id: str
+    _: KW_ONLY
+    wait_s: float = 5.0
+    poll_s: float = 0.02
+    stale_s: float = 60.0
+    expire_every_s: float = 60.0
+    _expiry: asyncio.Task[None] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.stale_ms = int(self.stale_s * 1000)
         # Claims and records share statements, two in flight, and releases one: fewer than
         # the table's connections (4 by default), so a batch is made when it can go.
         self._writes: Batcher[_Insert | _Record, tuple[bool, bool]] = Batcher(
             self._write, parallel=2
         )
         self._deletes: Batcher[Claim, bool] = Batcher(self._delete, parallel=1)
-        self._expiry: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.table.start()

@@ -2,7 +2,7 @@
 receiver that checks each request with a test's function, and a test CA (``cryptography``)
 for TLS receivers that require a client certificate.
 
-    async with serve_token_server({"httpbus": "s3cret"}, expires_in=3) as tokens, \\
+    async with serve_token_server({"httpbus": ["s3cret"]}, expires_in=3) as tokens, \\
             serve_receiver(tokens.bearer_ok) as receiver:
         sub = ...auth={"type": "oauth2_client_credentials", "token_url": tokens.url, ...}
         ...
@@ -18,6 +18,7 @@ import asyncio
 import base64
 import datetime as dt
 import ipaddress
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+import uvicorn
 from aiohttp import web
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -43,11 +45,12 @@ class Issued:
 
 @dataclass
 class TokenServer:
-    """``POST /token``: the client credentials grant, the client in HTTP Basic. A token
-    is valid until its ``expires_in`` has passed and while its client's secret is the one
-    it was issued under (a changed secret revokes the tokens of the old one)."""
+    """``POST /token``: the client credentials grant, the client in HTTP Basic. ``clients``
+    maps each client to the secrets it may use (two during a secret's rotation, as Okta and
+    Entra ID allow). A token is valid until its ``expires_in`` has passed and while the
+    secret it was issued under is still accepted (a secret withdrawn revokes its tokens)."""
 
-    clients: dict[str, str]
+    clients: dict[str, list[str]]
     expires_in: float = 3_600
     url: str = ""
     issued: list[Issued] = field(default_factory=list)
@@ -59,7 +62,7 @@ class TokenServer:
         scheme, _, encoded = request.headers.get("Authorization", "").partition(" ")
         client, _, secret = base64.b64decode(encoded or "Og==").decode().partition(":")
         client, secret = unquote(client), unquote(secret)
-        if scheme != "Basic" or self.clients.get(client) != secret:
+        if scheme != "Basic" or secret not in self.clients.get(client, []):
             return web.json_response({"error": "invalid_client"}, status=401)
         if form.get("grant_type") != "client_credentials":
             return web.json_response({"error": "unsupported_grant_type"}, status=400)
@@ -74,7 +77,7 @@ class TokenServer:
         return (
             found is not None
             and time.monotonic() < found.expires_at
-            and self.clients.get(found.client_id) == found.secret
+            and found.secret in self.clients.get(found.client_id, [])
         )
 
     def bearer_ok(self, headers: Mapping[str, str]) -> bool:
@@ -85,9 +88,9 @@ class TokenServer:
 
 @asynccontextmanager
 async def serve_token_server(
-    clients: dict[str, str], expires_in: float = 3_600
+    clients: dict[str, list[str]], expires_in: float = 3_600
 ) -> AsyncIterator[TokenServer]:
-    server = TokenServer(dict(clients), expires_in)
+    server = TokenServer({k: list(v) for k, v in clients.items()}, expires_in)
     app = web.Application()
     app.router.add_post("/token", server.handle)
     async with _served(app) as port:
@@ -261,6 +264,49 @@ class TestCA:
         return Issuance(cert.public_bytes(serialization.Encoding.PEM).decode(), _pem(key))
 
 
-async def blocking(function: Callable[[], Any]) -> Any:
-    """``function()`` in a thread (a receiver's synchronous check, such as PyJWKClient)."""
-    return await asyncio.to_thread(function)
+@asynccontextmanager
+async def serve_asgi(app: Any, **options: Any) -> AsyncIterator[int]:
+    """``app`` served by uvicorn on a free 127.0.0.1 port of this event loop (``options``:
+    uvicorn's, such as ``ssl_certfile``, ``ssl_cert_reqs``); its port."""
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, lifespan="off", log_level="warning", **options
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[_bound()]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()  # raises what stopped it
+            await asyncio.sleep(0.02)
+        yield server.servers[0].sockets[0].getsockname()[1]
+    finally:
+        server.should_exit = True
+        await task
+
+
+def _bound() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+@dataclass
+class AsgiReceiver:
+    """A bare ASGI receiver: records each request's path and headers, answers 204."""
+
+    got: list[Received] = field(default_factory=list)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        more = True
+        while more:
+            more = (await receive()).get("more_body", False)
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        headers = {**headers, "X-Message-Id": headers.get("x-message-id", "")}
+        self.got.append(Received(scope["path"].rsplit("/", 1)[-1], headers, 204, time.time()))
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    def accepted(self, path: str) -> list[str]:
+        return [r.id for r in self.got if r.path == path]

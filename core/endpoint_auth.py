@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Annotated, Literal, TypeVar
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -132,7 +133,7 @@ class MtlsAuth(_Auth):
             if self.client_key != MASK:  # the stored key replaces the mask before it is used
                 try:
                     key = load_pem_private_key(self.client_key.encode(), password=None)
-                except (ValueError, TypeError):
+                except (ValueError, TypeError, UnsupportedAlgorithm):
                     raise ValueError("client_key must be an unencrypted PEM private key") from None
                 if key.public_key() != leaf.public_key():
                     raise ValueError("client_key is not the key of client_cert")

@@ -37,11 +37,17 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .errors import TooManySecrets
+
 Algorithm = Literal["ES256", "RS256"]
 DEFAULT_PUBLISH_LEAD_S = 15 * 60
 DEFAULT_RETAIN_S = 3_600
 DEFAULT_TOKEN_TTL_S = 300
 MAX_KEYS = 16
+
+
+class TooManyKeys(TooManySecrets):
+    """A rotation while :data:`MAX_KEYS` keys are still published (409)."""
 
 
 class SigningKey(BaseModel):
@@ -126,7 +132,12 @@ class KeySet(BaseModel):
             update={"created_at": at, "signs_from": at + timedelta(seconds=lead)}
         )
         kept = tuple(k for k in self.keys if k in self.published(at) or k.created_at > at)
-        return self.model_copy(update={"keys": (*kept, added)[-MAX_KEYS:]})
+        if len(kept) >= MAX_KEYS:
+            raise TooManyKeys(
+                f"{len(kept)} keys are published: at most {MAX_KEYS}; wait until older keys "
+                f"leave the JWKS (retain_s {self.retain_s} s after they stop signing)"
+            )
+        return self.model_copy(update={"keys": (*kept, added)})
 
     def due(self, at: datetime, every_s: float) -> bool:
         """Whether a scheduled rotation is due: no key is waiting to sign and the newest

@@ -58,7 +58,10 @@ class JwtSigner:
 
     async def start(self) -> None:
         if self.metastore is not None and self._follow is None:
-            await self.refresh()
+            try:
+                await self.refresh()
+            except HttpbusError as exc:  # the watch below reads them once it can
+                log.warning("reading the JWT signing keys: %s", exc)
             self._follow = asyncio.create_task(self._follow_keys(self.metastore))
 
     async def aclose(self) -> None:

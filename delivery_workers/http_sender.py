@@ -24,6 +24,7 @@ import asyncio
 import base64
 import json
 import logging
+import re
 import socket
 import ssl
 import time
@@ -506,6 +507,7 @@ class HttpSender(AsyncResource):
 
 
 TOKEN_TIMEOUT_S = 10.0
+_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750 b64token: safe in a header
 
 
 def _bearer(out: OutgoingRequest, token: str) -> OutgoingRequest:
@@ -524,7 +526,7 @@ def _granted(url: str, answer: Answer) -> Granted:
     except ValueError:
         raise TokenError(f"token URL {url} answered no JSON") from None
     token = found.get("access_token") if isinstance(found, dict) else None
-    if not isinstance(token, str) or not token or not token.isascii():
+    if not isinstance(token, str) or _TOKEN.fullmatch(token) is None:
         raise TokenError(f"token URL {url} answered no access_token")
     expires = found.get("expires_in")
     seconds = float(expires) if isinstance(expires, int | float) and expires > 0 else None

@@ -5,9 +5,9 @@ for receivers (no credential needed: public keys only), and for admins the list 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -82,14 +82,20 @@ class KeyRotate(BaseModel):
     )
 
 
-@router.get("/.well-known/jwks.json", include_in_schema=True)
-async def jwks(request: Request, admin: AdminDep) -> JSONResponse:
+class JwksDocument(BaseModel):
+    """A JSON Web Key Set (RFC 7517): the public keys only."""
+
+    keys: list[dict[str, Any]]
+
+
+@router.get("/.well-known/jwks.json", response_model=JwksDocument)
+async def jwks(admin: AdminDep) -> JSONResponse:
     """The public keys of delivery JWTs (RFC 7517), for receivers; no credential needed.
     A new key is listed ``publish_lead_s`` before it signs and an old one ``retain_s`` after
     it stopped, so a cache of up to ``max-age`` never misses a key."""
     body = await admin.signing_keys.jwks()
     headers = {"Cache-Control": f"public, max-age={JWKS_MAX_AGE_S}"}
-    return JSONResponse(body, headers=headers, media_type="application/jwk-set+json")
+    return JSONResponse(body, headers=headers)
 
 
 @router.get("/v1/signing-keys", **ADMIN)

@@ -74,6 +74,17 @@ def test_mtls_from_pem_files(url: str, tmp_path: Path) -> None:
     assert _create(url, "ca-only", "--ca", str(tmp_path / "ca.pem"))["auth"]["type"] == "mtls"  # type: ignore[index]
 
 
+def test_signing_keys_list_and_rotate(url: str) -> None:
+    _create(url, "jk", "--auth", "jwt")  # the first key is made with it
+    listed = ok(httpbus(url, "signing-keys", "list"))
+    assert "signing" in listed and "ES256" in listed
+    rotated = as_json(httpbus(url, "signing-keys", "rotate", "--lead-s", "60", "-o", "json"))
+    states = [k["signing"] for k in rotated["keys"]]
+    assert states[-1] is False and True in states
+    assert "waiting" in ok(httpbus(url, "signing-keys", "list"))
+    assert httpbus(url, "signing-keys", "rotate", "--lead-s", "-1").exit_code == 2
+
+
 def test_misuse_exits_with_one_line(url: str) -> None:
     create = ["sub", "create", "shop", "x", "--topic", "orders", "--endpoint", HOOK]
     one_line_error(httpbus(url, *create, "--token-url", "https://id.example/t"), 2, "--auth")

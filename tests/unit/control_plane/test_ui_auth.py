@@ -84,3 +84,5 @@ async def test_mtls_and_jwt_through_the_form(browser: httpx.AsyncClient) -> None
     assert r.status_code == 303, r.text[:2000]
     sub = (await browser.get(SUB, headers=API)).json()
     assert sub["auth"] == {"type": "jwt", "audience": "urn:hooks"}
+    page = await browser.get("/ui/projects/shop/subscriptions/s1")
+    assert '<span id="auth-type">jwt</span>' in page.text

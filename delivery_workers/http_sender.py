@@ -35,6 +35,7 @@ from urllib.parse import quote, urlencode
 from core.endpoint_auth import JwtAuth, MtlsAuth, OAuth2ClientCredentials
 from core.endpoint_policy import EndpointPolicy
 from core.lifecycle import AsyncResource
+from core.model import MAX_TIMEOUT_MS
 from core.result import DeliveryResult, ErrorKind
 
 from .answer_limits import AnswerLimits, ConnectTimeout, InvalidAnswer, QuietLog
@@ -341,6 +342,8 @@ class HttpSender(AsyncResource):
         # One pool per mTLS client identity: a connection that presented one subscription's
         # certificate never carries another's delivery.
         self._tls_pools: dict[str, ConnectionPool] = {}
+        self._tls_used: dict[str, float] = {}  # identity -> when a delivery last took it
+        self._closing: set[asyncio.Task[None]] = set()
         self._pool_args = (max_connections, keepalive_expiry, policy, http2, limits)
 
     async def start(self) -> None:
@@ -351,6 +354,8 @@ class HttpSender(AsyncResource):
         await self.signer.aclose()
         for pool in self._tls_pools.values():
             await pool.close()
+        if self._closing:
+            await asyncio.wait(self._closing)
         await self.pool.close()
 
     async def send(self, delivery: Delivery | BatchDelivery) -> DeliveryResult:
@@ -394,13 +399,26 @@ class HttpSender(AsyncResource):
 
     def _tls_pool(self, auth: MtlsAuth) -> ConnectionPool:
         identity = tls_identity(auth)
+        now = time.monotonic()
         pool = self._tls_pools.get(identity)
         if pool is None:
+            self._sweep_tls_pools(now)
             most, keepalive, policy, http2, limits = self._pool_args
             context = tls_context(auth, ALPN if http2 else None)
             pool = ConnectionPool(most, keepalive, context, policy, http2, limits)
             self._tls_pools[identity] = pool
+        self._tls_used[identity] = now
         return pool
+
+    def _sweep_tls_pools(self, now: float) -> None:
+        """Close the pools of client identities unused for longer than any attempt may
+        last (a rotated certificate's, a deleted subscription's): none has a request on."""
+        idle_s = MAX_TIMEOUT_MS / 1000 + 60
+        for identity in [i for i, at in self._tls_used.items() if now - at > idle_s]:
+            del self._tls_used[identity]
+            closing = asyncio.get_running_loop().create_task(self._tls_pools.pop(identity).close())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
 
     async def _send(
         self, delivery: Delivery | BatchDelivery, out: OutgoingRequest, pool: ConnectionPool

@@ -1,7 +1,8 @@
 """The OAuth 2.0 token cache (delivery_workers.token_cache) and the sender's use of it: a
 token renewed at 80 % of its lifetime, one fetch for many callers, a renewal failure covered
-by a token still valid, a 401 answered by one retry with a new token; and the token request
-itself against a token server double (client credentials in HTTP Basic, the endpoint policy)."""
+by a token still valid, a 401 answered by one retry with a new token; the token request
+itself against a token server double (client credentials in HTTP Basic, the endpoint policy);
+and the sender's connection pools of mTLS identities."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from core.endpoint_auth import OAuth2ClientCredentials
+from core.endpoint_auth import MtlsAuth, OAuth2ClientCredentials
 from core.endpoint_policy import EndpointPolicy
-from core.model import Subscription
+from core.model import MAX_TIMEOUT_MS, Subscription
 from delivery_workers.http_sender import HttpSender
 from delivery_workers.token_cache import Granted, TokenCache, TokenError
-from tests.support.auth_doubles import serve_receiver, serve_token_server
+from tests.support.auth_doubles import Issuance, TestCA, serve_receiver, serve_token_server
 from tests.support.senders import delivery_to
+from tests.support.until import until
 
 
 def _auth(secret: str = "s3cret", url: str = "http://127.0.0.1:9/token") -> OAuth2ClientCredentials:
@@ -175,3 +177,20 @@ async def test_the_token_url_passes_the_endpoint_policy_at_connect() -> None:
         with pytest.raises(TokenError, match="token URL refused"):
             await strict.fetch_token(_auth(url=tokens.url))
     assert tokens.issued == []
+
+
+async def test_mtls_pools_are_one_per_identity_and_an_unused_one_is_closed() -> None:
+    ca = TestCA.make()
+    one, two = ca.issue("one", server=False), ca.issue("two", server=False)
+
+    def mtls(issued: Issuance) -> MtlsAuth:
+        return MtlsAuth(type="mtls", client_cert=issued.cert_pem, client_key=issued.key_pem)
+
+    async with HttpSender() as sender:
+        first = sender._tls_pool(mtls(one))
+        assert sender._tls_pool(mtls(one)) is first and first is not sender.pool
+        [identity] = sender._tls_used
+        sender._tls_used[identity] -= MAX_TIMEOUT_MS / 1000 + 61  # unused past any attempt
+        second = sender._tls_pool(mtls(two))
+        assert list(sender._tls_pools.values()) == [second]
+        await until(lambda: first._closed and not sender._closing, 5, "the old pool closed")

@@ -161,7 +161,12 @@ class JwtSigning(BaseModel):
         description="the tokens' 'iss' (receivers compare it); say your control plane's URL",
     )
     algorithm: Algorithm = Field(default="ES256", description="of new keys: ES256 or RS256")
-    token_ttl_s: int = Field(default=DEFAULT_TOKEN_TTL_S, ge=10, le=3_600)
+    token_ttl_s: int = Field(
+        default=DEFAULT_TOKEN_TTL_S,
+        ge=10,
+        le=3_600,
+        description="a delivery JWT's lifetime: exp is iat plus this",
+    )
     publish_lead_s: int = Field(
         default=DEFAULT_PUBLISH_LEAD_S,
         ge=0,

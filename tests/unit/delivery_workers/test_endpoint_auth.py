@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +17,14 @@ from core.endpoint_policy import EndpointPolicy
 from core.model import MAX_TIMEOUT_MS, Subscription
 from delivery_workers.http_sender import HttpSender
 from delivery_workers.token_cache import Granted, TokenCache, TokenError
-from tests.support.auth_doubles import Issuance, TestCA, serve_receiver, serve_token_server
+from tests.support.auth_doubles import (
+    AsgiReceiver,
+    Issuance,
+    TestCA,
+    serve_asgi,
+    serve_receiver,
+    serve_token_server,
+)
 from tests.support.senders import delivery_to
 from tests.support.until import until
 
@@ -194,3 +202,21 @@ async def test_mtls_pools_are_one_per_identity_and_an_unused_one_is_closed() -> 
         second = sender._tls_pool(mtls(two))
         assert list(sender._tls_pools.values()) == [second]
         await until(lambda: first._closed and not sender._closing, 5, "the old pool closed")
+
+
+async def test_a_custom_ca_alone_verifies_the_endpoint_the_system_store_does_not(
+    tmp_path: Path,
+) -> None:
+    ca = TestCA.make("private CA")
+    cert, key = ca.issue("localhost", server=True).write(tmp_path, "server")
+    receiver = AsgiReceiver()
+    options = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
+    async with serve_asgi(receiver, **options) as port, HttpSender() as sender:
+        url = f"https://localhost:{port}/hook/ca"
+        private = delivery_to(url)
+        trusted = private.subscription.model_copy(update={"auth": MtlsAuth(type="mtls", ca=ca.pem)})
+        ok = await sender.send(type(private)(trusted, private.topic, private.message))
+        unknown = await sender.send(private)  # the system's trust store: not our CA
+    assert ok.succeeded, ok
+    assert not unknown.succeeded and "CERTIFICATE_VERIFY_FAILED" in (unknown.error or "")
+    assert len(receiver.got) == 1

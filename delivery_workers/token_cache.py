@@ -88,7 +88,10 @@ class TokenCache:
         try:
             value = await self._renew(key, auth, cached)
         except BaseException as exc:
-            future.set_exception(exc)
+            # Those waiting on this fetch fail with a TokenError (retryable), never with the
+            # cancellation of the attempt that ran it.
+            shared = exc if isinstance(exc, TokenError) else TokenError(f"no token: {exc!r}")
+            future.set_exception(shared)
             future.exception()  # retrieved: a fetch nobody else waited on must not warn
             raise
         else:

@@ -220,3 +220,18 @@ async def test_a_custom_ca_alone_verifies_the_endpoint_the_system_store_does_not
     assert ok.succeeded, ok
     assert not unknown.succeeded and "CERTIFICATE_VERIFY_FAILED" in (unknown.error or "")
     assert len(receiver.got) == 1
+
+
+async def test_an_attempt_cancelled_while_fetching_fails_the_others_retryably() -> None:
+    issuer = Issuer()
+    issuer.gate = asyncio.Event()
+    cache = TokenCache(issuer, Clock())
+    fetching = asyncio.create_task(cache.token(_auth()))
+    await until(lambda: cache.fetches == 1, 5, "the fetch to begin")
+    waiting = asyncio.create_task(cache.token(_auth()))
+    await asyncio.sleep(0)  # proves the second waits on the first's fetch
+    fetching.cancel()
+    with pytest.raises(TokenError, match="no token"):
+        await waiting
+    issuer.gate.set()
+    assert await cache.token(_auth()) == "tok-0"  # the next call fetches anew

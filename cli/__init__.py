@@ -3,10 +3,10 @@
 Three kinds of module, kept apart so that most of the CLI is a plain client of the REST API:
 
 - **API clients** — ``project``, ``quota``, ``topic``, ``topic_schema``, ``cutover``,
-  ``failover``, ``migration`` (start, status, abandon), ``sub``, ``token``, ``user``, ``dlq``,
-  ``trace``, ``tail``: declared with the command kit (:mod:`cli.kit`) and talking to the
-  control plane through :mod:`control_plane.client` only. ``produce`` is a client of the
-  producer service's HTTP API.
+  ``failover``, ``migration`` (start, status, abandon), ``sub``, ``signing_keys``, ``token``,
+  ``user``, ``dlq``, ``trace``, ``tail``: declared with the command kit (:mod:`cli.kit`)
+  and talking to the control plane through :mod:`control_plane.client` only. ``produce`` is
+  a client of the producer service's HTTP API.
 - **Local jobs** — ``audit`` (run, job, load), ``export``, ``migration_check`` (``topic
   migration check``) and ``db``: they read the settings file and work on the metastore, the
   storage clusters and the report database themselves (:mod:`cli.local`); ``audit``,
@@ -97,6 +97,12 @@ def _sub() -> Any:
     return sub.app
 
 
+def _signing_keys() -> Any:
+    from cli import signing_keys
+
+    return signing_keys.app
+
+
 def _token() -> Any:
     from cli import token
 
@@ -138,6 +144,7 @@ COMMANDS = (
     Lazy("project", Kind.GROUP, _project),
     Lazy("topic", Kind.GROUP, _topic),
     Lazy("sub", Kind.GROUP, _sub),
+    Lazy("signing-keys", Kind.GROUP, _signing_keys),
     Lazy("token", Kind.GROUP, _token),
     Lazy("user", Kind.GROUP, _user),
     Lazy("dlq", Kind.GROUP, _dlq),

@@ -1,8 +1,15 @@
 """``httpbus sub``: create, list, update, delete, status, pause, resume, enable, seek
-subscriptions, send them a test event; rotate and reveal their signing secrets."""
+subscriptions, send them a test event; rotate and reveal their signing secrets.
+
+``create`` and ``update`` set the endpoint authentication (``auth``, docs/receiving.md):
+``--auth jwt [--audience A]``, ``--auth oauth2_client_credentials --token-url U --client-id I
+--client-secret-file F [--scope S] [--audience A]``, ``--auth mtls --client-cert F --client-key
+F [--ca F]`` (or ``--ca F`` alone), ``--auth none``. On ``update``, the auth flags without
+``--auth`` change the auth in force; a write-only value not given is kept."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
@@ -58,6 +65,121 @@ BatchMaxWait = Annotated[
 ]
 
 
+AuthType = Annotated[
+    Literal["none", "jwt", "oauth2_client_credentials", "mtls"] | None,
+    typer.Option(
+        "--auth",
+        help="How deliveries authenticate: none, jwt (a JWT signed by httpbus per delivery), "
+        "oauth2_client_credentials (a bearer token from --token-url), mtls (a client "
+        "certificate); docs/receiving.md.",
+    ),
+]
+Audience = Annotated[
+    str | None,
+    typer.Option(
+        help="jwt: the token's aud (default: the endpoint URL); oauth2: the token "
+        "request's audience."
+    ),
+]
+TokenUrl = Annotated[str | None, typer.Option(help="oauth2: the token endpoint.")]
+ClientId = Annotated[str | None, typer.Option(help="oauth2: the client id.")]
+ClientSecretFile = Annotated[
+    Path | None,
+    typer.Option(
+        exists=True,
+        dir_okay=False,
+        help="oauth2: a file holding the client secret (write-only, never shown).",
+    ),
+]
+Scope = Annotated[str | None, typer.Option(help="oauth2: the scope asked for.")]
+ClientCert = Annotated[
+    Path | None,
+    typer.Option(exists=True, dir_okay=False, help="mtls: the client certificate (PEM)."),
+]
+ClientKey = Annotated[
+    Path | None,
+    typer.Option(exists=True, dir_okay=False, help="mtls: its private key (PEM, write-only)."),
+]
+CaFile = Annotated[
+    Path | None,
+    typer.Option(
+        exists=True,
+        dir_okay=False,
+        help="mtls: CA bundle the endpoint's certificate must chain to.",
+    ),
+]
+_SECRET_OF = {"oauth2_client_credentials": "client_secret", "mtls": "client_key"}
+MASK = "********"  # what reads show of a write-only value (core.secret_headers)
+
+
+def _auth_changes(
+    *,
+    audience: str | None,
+    token_url: str | None,
+    client_id: str | None,
+    client_secret_file: Path | None,
+    scope: str | None,
+    client_cert: Path | None,
+    client_key: Path | None,
+    ca: Path | None,
+) -> dict[str, Any]:
+    """The auth fields the flags give (files read), None values left out."""
+    text = {
+        "client_secret": client_secret_file,
+        "client_cert": client_cert,
+        "client_key": client_key,
+        "ca": ca,
+    }
+    found: dict[str, Any] = {
+        k: p.read_text().strip() if k == "client_secret" else p.read_text()
+        for k, p in text.items()
+        if p is not None
+    }
+    found.update(_given(audience=audience, token_url=token_url, client_id=client_id, scope=scope))
+    return found
+
+
+def _auth_body(
+    kind: str | None, changes: dict[str, Any], current: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The ``auth`` to send: ``kind`` with ``changes`` (on the auth in force when it is of
+    that kind, so a write-only value not given is kept: it goes back masked), or None when
+    the flags change nothing."""
+    current = current or {"type": "none"}
+    if kind is None and not changes:
+        return None
+    if kind is None:
+        kind = current["type"]
+        if kind == "none":
+            if not {"client_cert", "ca"} & set(changes):
+                raise fail("give --auth with the auth options (see --help)", EXIT_USAGE)
+            kind = "mtls"
+    if kind == "none":
+        if changes:
+            raise fail("--auth none takes no other auth option", EXIT_USAGE)
+        return {"type": "none"}
+    base = {k: v for k, v in current.items() if v is not None} if current["type"] == kind else {}
+    secret = _SECRET_OF.get(kind)
+    if secret and current["type"] == kind and current.get(secret) == MASK:
+        base[secret] = MASK  # kept by the server
+    allowed = {
+        "jwt": {"audience"},
+        "oauth2_client_credentials": {
+            "token_url",
+            "client_id",
+            "client_secret",
+            "scope",
+            "audience",
+        },
+        "mtls": {"client_cert", "client_key", "ca"},
+    }[kind]
+    stray = sorted(set(changes) - allowed)
+    if stray:
+        flags = ", ".join("--" + s.replace("_", "-") for s in stray)
+        raise fail(f"--auth {kind} does not take {flags}", EXIT_USAGE)
+    return {**base, **changes, "type": kind}
+
+
 def _subs(project: str, *rest: str) -> str:
     return path("v1", "projects", project, "subscriptions", *rest)
 
@@ -93,6 +215,15 @@ def create(
     batch_max_bytes: BatchMaxBytes = None,
     batch_max_wait_ms: BatchMaxWait = None,
     delivery_format: Format = None,
+    auth: AuthType = None,
+    audience: Audience = None,
+    token_url: TokenUrl = None,
+    client_id: ClientId = None,
+    client_secret_file: ClientSecretFile = None,
+    scope: Scope = None,
+    client_cert: ClientCert = None,
+    client_key: ClientKey = None,
+    ca: CaFile = None,
     start: Annotated[
         str,
         typer.Option(
@@ -123,6 +254,19 @@ def create(
     batching = _given(max_messages=batch, max_bytes=batch_max_bytes, max_wait_ms=batch_max_wait_ms)
     if batching:
         body["batch"] = batching
+    auth_changes = _auth_changes(
+        audience=audience,
+        token_url=token_url,
+        client_id=client_id,
+        client_secret_file=client_secret_file,
+        scope=scope,
+        client_cert=client_cert,
+        client_key=client_key,
+        ca=ca,
+    )
+    auth_body = _auth_body(auth, auth_changes, None)
+    if auth_body is not None:
+        body["auth"] = auth_body
     return post(_subs(project), body, text=lambda sub: _created(project, name, sub))
 
 
@@ -206,6 +350,15 @@ def update(
         bool, typer.Option("--no-batch", help="One message per request again.")
     ] = False,
     delivery_format: Format = None,
+    auth: AuthType = None,
+    audience: Audience = None,
+    token_url: TokenUrl = None,
+    client_id: ClientId = None,
+    client_secret_file: ClientSecretFile = None,
+    scope: Scope = None,
+    client_cert: ClientCert = None,
+    client_key: ClientKey = None,
+    ca: CaFile = None,
 ) -> Call:
     """Change a subscription's settings; the others stay as they are.
 
@@ -234,7 +387,21 @@ def update(
     wanted.update({"filter": None} if no_filter else {})
     wanted.update({"rate_limit_per_second": None} if no_rate_limit else {})
     wanted.update({"batch": None} if no_batch else {})
-    if not (wanted or endpoint_changes or retry_changes or batch_changes):
+    auth_changes = _auth_changes(
+        audience=audience,
+        token_url=token_url,
+        client_id=client_id,
+        client_secret_file=client_secret_file,
+        scope=scope,
+        client_cert=client_cert,
+        client_key=client_key,
+        ca=ca,
+    )
+    if (
+        auth is None
+        and not auth_changes
+        and not (wanted or endpoint_changes or retry_changes or batch_changes)
+    ):
         raise fail("nothing to change: give at least one setting (see --help)", EXIT_USAGE)
 
     def body(current: dict[str, Any]) -> dict[str, Any]:
@@ -244,6 +411,9 @@ def update(
         }
         if batch_changes:  # on the batch settings in force, or the defaults
             nested["batch"] = {**(current.get("batch") or {}), **batch_changes}
+        auth_body = _auth_body(auth, auth_changes, current.get("auth"))
+        if auth_body is not None:
+            nested["auth"] = auth_body
         return update_body(current, {**wanted, **nested})
 
     fields = [f for f in SETTINGS_FIELDS if f != "paused"]

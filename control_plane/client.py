@@ -162,6 +162,7 @@ SETTINGS_FIELDS = (
     "description",
     "batch",
     "delivery_format",
+    "auth",
 )
 
 

@@ -10,6 +10,7 @@ from core.endpoint_policy import EndpointPolicy
 from core.http_server import HttpServerLimits
 from core.model import MiB
 from core.settings import SettingsBase, listen_host, listen_port, member_id_field, seconds
+from core.signing_keys import JwtSigning
 from metastore.config import EmbeddedMetaStoreConfig, MetaStoreConfig
 from segments.config import AuditConfig, ClusterConfig, embedded_only
 
@@ -57,6 +58,11 @@ class ControlPlaneSettings(SettingsBase):
     endpoint_policy: EndpointPolicy = Field(
         default_factory=EndpointPolicy,
         description="which endpoint URLs subscriptions may have (docs/security.md)",
+    )
+    jwt_signing: JwtSigning = Field(
+        default_factory=JwtSigning,
+        description="the JWTs of subscriptions with auth jwt: issuer, algorithm, key rotation "
+        "and its overlap (docs/security.md)",
     )
     public_url: str | None = Field(
         default=None,

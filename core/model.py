@@ -25,6 +25,7 @@ from pydantic import (
 
 from .cloudevents import DEFAULT_GROUP_ATTRIBUTE, NAME_RULE
 from .cloudevents import NAME as ATTRIBUTE_NAME
+from .endpoint_auth import EndpointAuth, MtlsAuth, NoAuth
 from .errors import SecretInForce, TooManySecrets
 from .filters import FilterError, compile_filter
 from .names import Name
@@ -457,6 +458,18 @@ class SubscriptionSettings(Model):
         "attributes as ce- headers; cloudevents-structured: a CloudEvent as "
         "application/cloudevents+json (with batch: application/cloudevents-batch+json)",
     )
+    auth: EndpointAuth = Field(
+        default_factory=NoAuth,
+        description="how deliveries authenticate to the endpoint (type none, "
+        "oauth2_client_credentials, jwt or mtls; docs/receiving.md, 'Endpoint "
+        "authentication'); client_secret and client_key are shown as ********",
+    )
+
+    @model_validator(mode="after")
+    def _mtls_over_https(self) -> SubscriptionSettings:
+        if isinstance(self.auth, MtlsAuth) and self.endpoint.url.scheme != "https":
+            raise ValueError("auth mtls needs an https endpoint URL")
+        return self
 
     @model_validator(mode="after")
     def _binary_is_one_event(self) -> SubscriptionSettings:

@@ -30,6 +30,7 @@ from metastore.protocol import MetaStore
 from segments.backends import open_backends
 from segments.protocol import SegmentStore
 
+from .endpoint_auth import JwtSigner
 from .http_sender import make_sender
 from .settings import WorkerSettings
 from .stats import COUNTERS, RunnerStats
@@ -187,7 +188,7 @@ def create_app(
             meta, opened, audit = await open_backends(
                 stack, settings, metastore=metastore, stores=stores
             )
-            sender = make_sender(settings)
+            sender = make_sender(settings, JwtSigner(meta))
             await stack.enter_async_context(sender)
             worker = Worker(
                 meta,

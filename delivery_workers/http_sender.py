@@ -10,23 +10,36 @@ The attempt's deadline is one timer on the loop. It sends the same request
 as the aiohttp and httpx senders that ``bench/senders.py`` keeps as comparisons; the module
 doc of :mod:`.http1` lists how each failure is reported. HTTP/1.1, and with ``http2`` on,
 HTTP/2 to HTTPS endpoints that select it through ALPN (:mod:`.http2`), never otherwise.
+
+A subscription with ``auth`` (:mod:`core.endpoint_auth`) gets its ``Authorization`` from
+:mod:`.endpoint_auth` (a JWT per delivery) or :mod:`.token_cache` (an OAuth 2.0 token, fetched
+through this sender's pool, so the token URL passes the endpoint policy at connect as an
+endpoint does), and with ``mtls`` its own pool, whose TLS context presents the client
+certificate. Subscriptions without auth pay one comparison per delivery.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import logging
+import re
 import socket
 import ssl
 import time
 from collections import deque
 from collections.abc import Callable
+from urllib.parse import quote, urlencode
 
+from core.endpoint_auth import JwtAuth, MtlsAuth, OAuth2ClientCredentials
 from core.endpoint_policy import EndpointPolicy
 from core.lifecycle import AsyncResource
+from core.model import MAX_TIMEOUT_MS
 from core.result import DeliveryResult, ErrorKind
 
 from .answer_limits import AnswerLimits, ConnectTimeout, InvalidAnswer, QuietLog
+from .endpoint_auth import JwtSigner, NoSigningKey, tls_context, tls_identity
 from .http1 import (
     Answer,
     Connection,
@@ -45,6 +58,7 @@ from .sender import (
     build_request,
 )
 from .settings import WorkerSettings
+from .token_cache import Granted, TokenCache, TokenError
 
 _OriginKey = tuple[str, str, int]
 AnyConnection = Connection | H2Connection
@@ -303,7 +317,8 @@ class HttpSender(AsyncResource):
     ``policy`` (:mod:`core.endpoint_policy`) every address an endpoint resolves to is checked
     before connecting; a refused one fails the delivery to the DLQ. What an endpoint may
     answer, and how long each phase may take, is bounded by ``limits``
-    (:mod:`.answer_limits`)."""
+    (:mod:`.answer_limits`). ``signer`` signs the JWTs of subscriptions with ``auth`` ``jwt``
+    (without one, such deliveries fail, retryable)."""
 
     def __init__(
         self,
@@ -315,17 +330,32 @@ class HttpSender(AsyncResource):
         policy: EndpointPolicy | None = None,
         http2: bool = False,
         limits: AnswerLimits | None = None,
+        signer: JwtSigner | None = None,
     ) -> None:
         self.pool = ConnectionPool(
             max_connections, keepalive_expiry, ssl_context, policy, http2, limits
         )
         self._clock = clock
         self.quiet_log = QuietLog(log)
+        self.signer = signer or JwtSigner(None)
+        self.tokens = TokenCache(self.fetch_token)
+        # One pool per mTLS client identity: a connection that presented one subscription's
+        # certificate never carries another's delivery.
+        self._tls_pools: dict[str, ConnectionPool] = {}
+        self._tls_used: dict[str, float] = {}  # identity -> when a delivery last took it
+        self._closing: set[asyncio.Task[None]] = set()
+        self._pool_args = (max_connections, keepalive_expiry, policy, http2, limits)
 
     async def start(self) -> None:
-        """Nothing to open: connections are made on first use and kept alive."""
+        """Connections are made on first use and kept alive; the JWT signer reads its keys."""
+        await self.signer.start()
 
     async def aclose(self) -> None:
+        await self.signer.aclose()
+        for pool in self._tls_pools.values():
+            await pool.close()
+        if self._closing:
+            await asyncio.wait(self._closing)
         await self.pool.close()
 
     async def send(self, delivery: Delivery | BatchDelivery) -> DeliveryResult:
@@ -338,6 +368,61 @@ class HttpSender(AsyncResource):
                 out = build_batch_request(delivery, int(self._clock()))
         except ValueError as exc:
             return DeliveryResult.invalid(f"cannot build the request: {exc}")
+        auth = delivery.subscription.auth
+        if auth.type == "none":  # the hot path: nothing more
+            return await self._send(delivery, out, self.pool)
+        pool, token = self.pool, None
+        try:
+            if isinstance(auth, MtlsAuth):
+                pool = self._tls_pool(auth)
+            elif isinstance(auth, JwtAuth):
+                out = _bearer(out, self.signer.sign(delivery.subscription, auth, out.url))
+            elif isinstance(auth, OAuth2ClientCredentials):
+                token = await self.tokens.token(auth)
+                out = _bearer(out, token)
+        except (NoSigningKey, TokenError) as exc:
+            return DeliveryResult.failure(ErrorKind.UNEXPECTED, f"endpoint auth: {exc}")
+        except (ssl.SSLError, OSError) as exc:
+            return DeliveryResult.invalid(f"endpoint auth: the mtls settings do not load: {exc}")
+        result = await self._send(delivery, out, pool)
+        if result.status == 401 and token is not None:
+            assert isinstance(auth, OAuth2ClientCredentials)
+            # The endpoint refused the token (revoked, or the secret changed): once, at once,
+            # with a new one.
+            self.tokens.refused(auth, token)
+            try:
+                fresh = await self.tokens.token(auth)
+            except TokenError as exc:
+                return DeliveryResult.failure(ErrorKind.UNEXPECTED, f"endpoint auth: {exc}")
+            result = await self._send(delivery, _bearer(out, fresh), pool)
+        return result
+
+    def _tls_pool(self, auth: MtlsAuth) -> ConnectionPool:
+        identity = tls_identity(auth)
+        now = time.monotonic()
+        pool = self._tls_pools.get(identity)
+        if pool is None:
+            self._sweep_tls_pools(now)
+            most, keepalive, policy, http2, limits = self._pool_args
+            context = tls_context(auth, ALPN if http2 else None)
+            pool = ConnectionPool(most, keepalive, context, policy, http2, limits)
+            self._tls_pools[identity] = pool
+        self._tls_used[identity] = now
+        return pool
+
+    def _sweep_tls_pools(self, now: float) -> None:
+        """Close the pools of client identities unused for longer than any attempt may
+        last (a rotated certificate's, a deleted subscription's): none has a request on."""
+        idle_s = MAX_TIMEOUT_MS / 1000 + 60
+        for identity in [i for i, at in self._tls_used.items() if now - at > idle_s]:
+            del self._tls_used[identity]
+            closing = asyncio.get_running_loop().create_task(self._tls_pools.pop(identity).close())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+
+    async def _send(
+        self, delivery: Delivery | BatchDelivery, out: OutgoingRequest, pool: ConnectionPool
+    ) -> DeliveryResult:
         try:
             origin = parse_origin(out.url)
             data = encode_request(out, origin)
@@ -346,7 +431,7 @@ class HttpSender(AsyncResource):
         timeout_s = delivery.subscription.endpoint.timeout_ms / 1000
         started = time.perf_counter()
         try:
-            answer = await self._exchange(origin, out, data, timeout_s)
+            answer = await self._exchange(origin, out, data, timeout_s, pool)
         except InvalidRequest as exc:  # a header HTTP/2 cannot carry: nothing was sent
             return DeliveryResult.invalid(f"invalid request: {exc}")
         except EndpointRefused as exc:  # not retried: only a policy change lets it through
@@ -369,21 +454,60 @@ class HttpSender(AsyncResource):
             batch=type(delivery) is not Delivery,
         )
 
+    async def fetch_token(self, auth: OAuth2ClientCredentials) -> Granted:
+        """An access token from ``auth.token_url`` (RFC 6749 4.4, the client authenticated
+        with HTTP Basic), through this sender's pool: the endpoint policy and the answer
+        limits apply as to a delivery. :class:`TokenError` saying what went wrong."""
+        form = {"grant_type": "client_credentials"}
+        if auth.scope:
+            form["scope"] = auth.scope
+        if auth.audience:
+            form["audience"] = auth.audience
+        body = urlencode(form).encode()
+        basic = base64.b64encode(
+            f"{quote(auth.client_id, safe='')}:{quote(auth.client_secret, safe='')}".encode()
+        ).decode()
+        headers = (
+            ("User-Agent", "httpbus"),
+            ("Accept", "application/json"),
+            ("Accept-Encoding", "identity"),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+            ("Authorization", f"Basic {basic}"),
+        )
+        url = str(auth.token_url)
+        out = OutgoingRequest("POST", url, headers, body)
+        try:
+            origin = parse_origin(url)
+            answer = await self._exchange(
+                origin, out, encode_request(out, origin), TOKEN_TIMEOUT_S, self.pool
+            )
+        except EndpointRefused as exc:
+            raise TokenError(f"token URL refused: {exc}") from None
+        except Exception as exc:  # every failure of the token server is a TokenError
+            why = f"{type(exc).__name__}: {exc}"
+            raise TokenError(f"token request to {url} failed: {why}") from None
+        return _granted(url, answer)
+
     def _tell(self, origin: Origin, error: str) -> None:
         """One line per endpoint per minute for an answer it should not have given."""
         where = f"{origin.scheme}://{origin.host_header}"
         self.quiet_log.warning(origin.key, "endpoint %s: %s (logged once a minute)", where, error)
 
     async def _exchange(
-        self, origin: Origin, out: OutgoingRequest, data: bytes, timeout_s: float
+        self,
+        origin: Origin,
+        out: OutgoingRequest,
+        data: bytes,
+        timeout_s: float,
+        pool: ConnectionPool,
     ) -> Answer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
-            conn = self.pool.take_idle(origin.key, loop.time())
+            conn = pool.take_idle(origin.key, loop.time())
             if conn is None:  # the slow path: wait for the limit, or connect
                 async with asyncio.timeout_at(deadline):
-                    conn = await self.pool.acquire(origin)
+                    conn = await pool.acquire(origin)
             waiter = (
                 conn.request(out, origin) if isinstance(conn, H2Connection) else conn.request(data)
             )
@@ -397,14 +521,43 @@ class HttpSender(AsyncResource):
                     raise
             finally:
                 timer.cancel()
-                self.pool.release(conn)
+                pool.release(conn)
 
 
-def make_sender(settings: WorkerSettings) -> HttpSender:
-    """The worker's sender, unstarted, with its pool limit."""
+TOKEN_TIMEOUT_S = 10.0
+_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750 b64token: safe in a header
+
+
+def _bearer(out: OutgoingRequest, token: str) -> OutgoingRequest:
+    """``out`` with ``Authorization: Bearer <token>`` instead of any static one."""
+    headers = tuple(h for h in out.headers if h[0].lower() != "authorization")
+    return out._replace(headers=(*headers, ("Authorization", f"Bearer {token}")))
+
+
+def _granted(url: str, answer: Answer) -> Granted:
+    """The token of a token endpoint's answer; :class:`TokenError` naming what is wrong."""
+    if not 200 <= answer.status < 300:
+        start = answer.body[:200].decode("utf-8", "replace")
+        raise TokenError(f"token URL {url} answered {answer.status}: {start}")
+    try:
+        found = json.loads(answer.body)
+    except ValueError:
+        raise TokenError(f"token URL {url} answered no JSON") from None
+    token = found.get("access_token") if isinstance(found, dict) else None
+    if not isinstance(token, str) or _TOKEN.fullmatch(token) is None:
+        raise TokenError(f"token URL {url} answered no access_token")
+    expires = found.get("expires_in")
+    seconds = float(expires) if isinstance(expires, int | float) and expires > 0 else None
+    return Granted(token, seconds)
+
+
+def make_sender(settings: WorkerSettings, signer: JwtSigner | None = None) -> HttpSender:
+    """The worker's sender, unstarted, with its pool limit (and ``signer``: the JWT signer
+    following the metastore's keys)."""
     return HttpSender(
         max_connections=settings.max_connections,
         policy=settings.endpoint_policy,
         http2=settings.http2,
         limits=settings.answer_limits,
+        signer=signer,
     )

@@ -19,6 +19,7 @@ from core.errors import AlreadyExists, InUse, NotFound, VersionConflict
 from core.model import Pointer, ProduceToken, Project, Segment, Subscription, Topic
 from core.quotas import CountQuota
 from core.schemas import SchemaState, SchemaVersion
+from core.signing_keys import KeySet
 
 from . import paths
 from .protocol import Check, Create, Delete, MetaStore, Node, Op, Update
@@ -339,6 +340,24 @@ class Catalog:
             expected_version=sub.version,
         )
         return await self.get_subscription(sub.project, sub.name)
+
+    # ------------------------------------------------------------ JWT signing keys
+    async def get_signing_keys(self) -> tuple[KeySet, int] | None:
+        """The key set delivery JWTs are signed with and its version; None before the
+        first key was made."""
+        node = await self.store.get(paths.SIGNING_KEYS)
+        if node is None:
+            return None
+        return KeySet.model_validate_json(node.data), node.version
+
+    async def put_signing_keys(self, keys: KeySet, version: int | None) -> None:
+        """Store ``keys``: created when ``version`` is None, else a compare-and-set
+        (``VersionConflict`` / ``AlreadyExists`` when another writer was first)."""
+        data = keys.model_dump_json().encode()
+        if version is None:
+            await self.store.create(paths.SIGNING_KEYS, data)
+        else:
+            await self.store.update(paths.SIGNING_KEYS, data, expected_version=version)
 
     async def delete_subscription(self, project: str, name: str) -> None:
         sub = await self.get_subscription(project, name)

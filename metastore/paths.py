@@ -33,6 +33,8 @@ The tree (relative to the store's root)::
                                                     segment (segments.failover.health)
     /failover/unsealed/{p}:{t}:{segment}            a segment a failover left unsealed: the
                                                     leader seals it when its cluster is back
+    /signing-keys                                   KeySet: the keys delivery JWTs are signed
+                                                    with, and their timings (core.signing_keys)
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ REVOKED_SESSIONS = "/ui/revoked-sessions"
 QUOTA_LEASES = "/quota-leases"
 FAILOVER_HEALTH = "/failover/health"
 FAILOVER_UNSEALED = "/failover/unsealed"
+SIGNING_KEYS = "/signing-keys"
 
 
 def _n(*names: str) -> tuple[str, ...]:

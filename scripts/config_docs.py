@@ -22,6 +22,7 @@ from control_plane.settings import ControlPlaneSettings
 from core.endpoint_policy import EndpointPolicy
 from core.http_server import HttpServerLimits
 from core.settings import SHARED, default_member_id
+from core.signing_keys import JwtSigning
 from delivery_workers.answer_limits import AnswerLimits
 from delivery_workers.settings import WorkerSettings
 from metastore.config import EmbeddedMetaStoreConfig, ZooKeeperConfig
@@ -53,6 +54,7 @@ SHARED_MODELS: list[tuple[str, type[BaseModel]]] = [
     ("`endpoint_policy`", EndpointPolicy),
     ("`http_server`", HttpServerLimits),
     ("`answer_limits` (worker)", AnswerLimits),
+    ("`jwt_signing` (control plane)", JwtSigning),
     ("`dedupe` (producer) with `kind: postgres`", PostgresDedupeConfig),
     ("`dedupe` (producer) with `kind: embedded`", EmbeddedDedupeConfig),
 ]

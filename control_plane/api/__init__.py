@@ -16,6 +16,7 @@ from control_plane.api import (
     principals,
     projects,
     quotas,
+    signing_keys,
     subscriptions,
     tokens,
     topic_schemas,
@@ -41,6 +42,7 @@ def router(database_url: str, trace_index: TraceIndex) -> APIRouter:
         cutover,
         migration,
         failover,
+        signing_keys,
     ):
         api.include_router(module.router)
     api.include_router(dlq.router())

@@ -16,6 +16,7 @@ from control_plane.services.inputs import (
     secret_decodes,
     secret_field,
 )
+from core.endpoint_auth import masked as masked_auth
 from core.model import (
     DEFAULT_SECRET_OVERLAP_S,
     MAX_SECRET_OVERLAP_S,
@@ -132,6 +133,7 @@ class SubscriptionView(SubscriptionBase):
         """What ``sub`` shows at ``at`` (expired overlaps are not mentioned)."""
         fields = sub.model_dump(exclude=_SECRETS)
         fields["endpoint"]["headers"] = masked(sub.endpoint.headers)
+        fields["auth"] = masked_auth(sub.auth).model_dump()
         ending = [r.until for r in sub.retiring_secrets if r.until > at]
         return cls(
             **fields,
@@ -193,11 +195,19 @@ class SecretsRevealed(SecretsShown):
     endpoint_headers: dict[str, str] = Field(
         description="the endpoint's credential headers (Authorization, *-Token, *-Key…)"
     )
+    auth_secrets: dict[str, str] = Field(
+        default_factory=dict,
+        description="the write-only fields of auth: client_secret (oauth2_client_credentials) "
+        "or client_key (mtls)",
+    )
 
     @classmethod
     def revealed(cls, sub: Subscription, at: datetime) -> SecretsRevealed:
         headers = {k: v for k, v in sub.endpoint.headers.items() if is_secret(k)}
-        return cls(**SecretsShown.of(sub, at).model_dump(), endpoint_headers=headers)
+        written = sub.auth.model_dump(include={"client_secret", "client_key"}, exclude_none=True)
+        return cls(
+            **SecretsShown.of(sub, at).model_dump(), endpoint_headers=headers, auth_secrets=written
+        )
 
 
 class Page(_Body, Generic[T]):

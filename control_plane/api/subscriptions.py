@@ -32,6 +32,7 @@ from control_plane.api.schemas import (
 from control_plane.services.admin import rotate
 from control_plane.services.operations import SeekTarget, SubscriptionOps
 from control_plane.services.sample_events import SampleEvents
+from core.endpoint_auth import unmasked as unmasked_auth
 from core.model import DEFAULT_SECRET_OVERLAP_S, Subscription, utcnow
 from core.sample_event import SampleResult
 from core.secret_headers import refuse_masked, unmasked
@@ -98,6 +99,7 @@ async def update_subscription(
     changes = body.model_dump(exclude={"signing_secret"})
     # What was read shows credentials masked: sent back so, they keep the stored value.
     changes["endpoint"]["headers"] = unmasked(body.endpoint.headers, current.endpoint.headers)
+    changes["auth"] = unmasked_auth(changes["auth"], current.auth)  # the same for auth
     updated = Subscription.model_validate({**current.model_dump(), **changes})
     if body.signing_secret is not None and body.signing_secret != current.signing_secret:
         updated = rotate(
@@ -105,6 +107,7 @@ async def update_subscription(
         )
     admin.check_endpoint(updated)
     refuse_masked(updated.endpoint.headers)
+    await admin.prepare_auth(updated)
     return view(await admin.catalog.update_subscription(updated))
 
 

@@ -10,6 +10,7 @@ Every control plane stands for election in each role; each role leads on its own
 - ``migration`` — switches, rolls back and completes verified migrations
   (:mod:`.migration_monitor`);
 - ``retirement`` — retires segments no subscription needs (:mod:`.retirement`);
+- ``signing-keys`` — rotates the JWT signing keys on schedule (:mod:`.key_rotation`);
 - ``trace-indexer`` — the audit trail into the trace index (:mod:`.trace_indexer`), when
   ``trace_index`` is on.
 
@@ -29,10 +30,12 @@ from control_plane.leaders.assigner import Assigner
 from control_plane.leaders.cutover_coordinator import CutoverCoordinator
 from control_plane.leaders.election import LeaderElection
 from control_plane.leaders.failover import FailoverMonitor
+from control_plane.leaders.key_rotation import KeyRotation
 from control_plane.leaders.migration_monitor import MigrationMonitor
 from control_plane.leaders.retirement import SegmentRetirement
 from control_plane.leaders.trace_indexer import TraceIndexer
 from control_plane.services.cutovers import Cutovers
+from control_plane.services.signing_keys import SigningKeys
 from control_plane.settings import ControlPlaneSettings
 from metastore.catalog import Catalog
 from metastore.protocol import MetaStore
@@ -57,6 +60,7 @@ def roles(
         _failover(settings, stores, cutovers),
         MigrationMonitor(cutovers, member),
         SegmentRetirement(metastore, stores, member, interval_s=settings.segment_retire_interval_s),
+        KeyRotation(metastore, SigningKeys(Catalog(metastore), settings.jwt_signing), member),
     ]
     if settings.trace_index:
         found.append(_trace_indexer(settings, metastore, stores, trace_index))

@@ -12,7 +12,10 @@ import uuid
 from datetime import datetime
 
 from control_plane.services.inputs import SubscriptionCreate, TopicCreate
+from control_plane.services.signing_keys import SigningKeys
 from control_plane.settings import ControlPlaneSettings
+from core.endpoint_auth import JwtAuth, OAuth2ClientCredentials
+from core.endpoint_auth import refuse_masked as refuse_masked_auth
 from core.endpoint_policy import EndpointPolicy
 from core.errors import (
     HttpbusError,
@@ -34,6 +37,7 @@ from core.model import (
     utcnow,
 )
 from core.secret_headers import refuse_masked
+from core.signing_keys import JwtSigning
 from metastore.catalog import Catalog
 from metastore.protocol import MetaStore
 from segments.config import ClusterConfig, is_read_only
@@ -101,9 +105,11 @@ class Admin:
         default_cluster: str,
         prefix: str,
         endpoint_policy: EndpointPolicy | None = None,
+        jwt_signing: JwtSigning | None = None,
     ) -> None:
         self.endpoint_policy = endpoint_policy or EndpointPolicy()
         self.catalog = catalog
+        self.signing_keys = SigningKeys(catalog, jwt_signing or JwtSigning())
         self.clusters = clusters
         self.stores = stores
         self.default_cluster = default_cluster
@@ -124,6 +130,7 @@ class Admin:
             settings.default_cluster,
             settings.storage_topic_prefix,
             settings.endpoint_policy,
+            settings.jwt_signing,
         )
 
     async def check_ready(self, timeout_s: float = 2.0) -> None:
@@ -200,13 +207,25 @@ class Admin:
         await drop_storage(store, storage_topic)
 
     def check_endpoint(self, sub: Subscription) -> None:
-        """422 naming ``endpoint.url`` if the endpoint policy refuses the URL as written."""
-        problem = self.endpoint_policy.url_problem(str(sub.endpoint.url))
-        if problem is not None:
-            raise ValidationFailed(
-                f"endpoint.url: {problem}",
-                details={"fields": [{"field": "endpoint.url", "problem": problem}]},
-            )
+        """422 naming ``endpoint.url`` (or ``auth.token_url``) if the endpoint policy refuses
+        the URL as written, or ``auth.<field>`` if a write-only field is still masked."""
+        urls = [("endpoint.url", str(sub.endpoint.url))]
+        if isinstance(sub.auth, OAuth2ClientCredentials):
+            urls.append(("auth.token_url", str(sub.auth.token_url)))
+        for field, url in urls:
+            problem = self.endpoint_policy.url_problem(url)
+            if problem is not None:
+                raise ValidationFailed(
+                    f"{field}: {problem}",
+                    details={"fields": [{"field": field, "problem": problem}]},
+                )
+        refuse_masked_auth(sub.auth)
+
+    async def prepare_auth(self, sub: Subscription) -> None:
+        """What a subscription's ``auth`` needs before a worker uses it: for ``jwt``, a
+        signing key (the first is made when none exists)."""
+        if isinstance(sub.auth, JwtAuth):
+            await self.signing_keys.ensure()
 
     async def create_subscription(self, project: str, body: SubscriptionCreate) -> Subscription:
         topic_project, _, topic = body.topic.rpartition("/")
@@ -230,6 +249,7 @@ class Admin:
         )
         self.check_endpoint(sub)
         refuse_masked(sub.endpoint.headers)
+        await self.prepare_auth(sub)
         start = await self.start_point(found, body.start)
         return await self.catalog.create_subscription(sub.model_copy(update={"start": start}))
 

@@ -31,6 +31,51 @@ TEXTS = {
 }
 
 
+AUTH_TYPES = ("none", "jwt", "oauth2_client_credentials", "mtls")
+AUTH_FIELDS = {  # form field -> auth key; the modes that take it (core.endpoint_auth)
+    "auth_audience": ("audience", ("jwt", "oauth2_client_credentials")),
+    "auth_token_url": ("token_url", ("oauth2_client_credentials",)),
+    "auth_client_id": ("client_id", ("oauth2_client_credentials",)),
+    "auth_client_secret": ("client_secret", ("oauth2_client_credentials",)),
+    "auth_scope": ("scope", ("oauth2_client_credentials",)),
+    "auth_client_cert": ("client_cert", ("mtls",)),
+    "auth_client_key": ("client_key", ("mtls",)),
+    "auth_ca": ("ca", ("mtls",)),
+}
+WRITE_ONLY = {"auth_client_secret", "auth_client_key"}  # shown empty: empty keeps the stored
+MASK = "********"
+
+
+def auth_values(auth: Mapping[str, Any] | None) -> dict[str, str]:
+    """The form values of a subscription's ``auth`` (write-only ones empty)."""
+    auth = auth or {}
+    values = {"auth_type": str(auth.get("type", "none"))}
+    for field, (key, _) in AUTH_FIELDS.items():
+        value = auth.get(key)
+        values[field] = "" if value is None or field in WRITE_ONLY else str(value)
+    return values
+
+
+def auth_of(form: Mapping[str, str], stored: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``auth`` of ``form``: the chosen type with the fields it takes; a write-only field
+    left empty goes back masked when one of that type is stored (the API keeps it). A PEM
+    keeps its final line end."""
+    if "auth_type" not in form:  # a form without the auth fieldset changes no auth
+        return dict(stored or {"type": "none"})
+    kind = form.get("auth_type", "").strip() or "none"
+    auth: dict[str, Any] = {"type": kind}
+    for field, (key, modes) in AUTH_FIELDS.items():
+        if kind not in modes:
+            continue
+        value = form.get(field, "").strip()
+        if value:
+            auth[key] = value + "\n" if value.startswith("-----BEGIN") else value
+        elif field in WRITE_ONLY and stored and stored.get("type") == kind:
+            if stored.get(key) == MASK:  # what reads show of a stored value: kept
+                auth[key] = MASK
+    return auth
+
+
 def values_of(sub: Mapping[str, Any]) -> dict[str, str]:
     """A subscription (as the API returns it) as form values."""
     values: dict[str, str] = {
@@ -47,6 +92,7 @@ def values_of(sub: Mapping[str, Any]) -> dict[str, str]:
         source = sub.get(group, {}) if group else sub
         value = source.get(key) if isinstance(source, Mapping) else None
         values[field] = "" if value is None else str(value)
+    values.update(auth_values(sub.get("auth")))
     return values
 
 
@@ -83,6 +129,7 @@ def body_of(
             problems.pop(field, None)
     body["filter"] = form.get("filter", "").strip() or None
     body["dlq_enabled"] = form.get("dlq_enabled") == "on"
+    body["auth"] = auth_of(form, base.get("auth"))
     if not body["endpoint"].get("url"):
         problems["endpoint_url"] = "the endpoint URL is required"
     return body, problems
@@ -100,4 +147,14 @@ def field_errors(problems: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-FORM_FIELDS = {"name", "topic", "filter", "dlq_enabled", "start", *NUMBERS, *TEXTS}
+FORM_FIELDS = {
+    "name",
+    "topic",
+    "filter",
+    "dlq_enabled",
+    "start",
+    "auth_type",
+    *NUMBERS,
+    *TEXTS,
+    *AUTH_FIELDS,
+}

@@ -24,6 +24,7 @@ API_CLIENTS = {
     "failover",
     "migration",
     "sub",
+    "signing_keys",
     "token",
     "user",
     "dlq",

@@ -14,6 +14,7 @@ from .settings import RelaySettings
 def serve(settings: RelaySettings) -> None:
     """Runs the relay until SIGTERM or SIGINT (exit 0) or a failure (exit 1); never returns."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per POST: its own figures
     code = Relay(settings).run()
     logging.shutdown()
     sys.stdout.flush()

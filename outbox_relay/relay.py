@@ -73,9 +73,12 @@ class BatchPoster:
         totals = Totals(len(events), skipped=len(events) - len(found), aggregates=len(lanes))
         if self._gate is None:
             self._gate = asyncio.Semaphore(self.concurrency)
-        async with asyncio.TaskGroup() as tasks:
-            for lane in lanes:
-                tasks.create_task(self._lane(lane, totals))
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                for lane in lanes:
+                    tasks.create_task(self._lane(lane, totals))
+        except ExceptionGroup as group:  # the first lane's failure, which names its event
+            raise _first(group) from None
         return totals
 
     async def _lane(self, lane: list[OutboxEvent], totals: Totals) -> None:
@@ -87,6 +90,11 @@ class BatchPoster:
                     totals.duplicates += 1
                 else:
                     totals.stored += 1
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    first = group.exceptions[0]
+    return _first(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 class Relay:

@@ -1,7 +1,8 @@
 """The transactional outbox end to end: PostgreSQL + Debezium (the relay) + httpbus on Kafka.
 
 Five writers put 50 aggregates × 40 events into an outbox table, a few events of a few
-aggregates per transaction, and roll back one transaction in five. The relay (Debezium's
+aggregates per transaction, and roll back one transaction in five (every other transaction
+also deletes its rows before committing). The relay (Debezium's
 embedded engine reading the table by logical replication, in its own process) is killed with
 SIGKILL twice while it posts and started again. Every committed event reaches the endpoint,
 none of the rolled-back ones, each aggregate's events in commit order, each exactly once
@@ -67,14 +68,20 @@ def _plan(seed: int) -> list[list[Txn]]:
 
 
 def _write(url: str, txns: list[Txn]) -> None:
+    """Every other transaction deletes its outbox rows before it commits, as services that
+    keep the table empty do: the deletes are no events, the inserts are."""
     with psycopg.connect(url) as conn:
-        for txn in txns:
+        for i, txn in enumerate(txns):
             with conn.transaction(force_rollback=not txn.commit):
-                conn.cursor().executemany(
+                cursor = conn.cursor()
+                cursor.executemany(
                     f"INSERT INTO {TABLE} (id, aggregatetype, aggregateid, type, payload) "
                     "VALUES (%s, 'order', %s, 'order.step', %s::jsonb)",
                     [(e, a, json.dumps({"aggregate": a, "seq": s})) for e, a, s in txn.events],
                 )
+                if i % 2:
+                    ids = [e for e, _, _ in txn.events]
+                    cursor.execute(f"DELETE FROM {TABLE} WHERE id = ANY(%s::uuid[])", (ids,))
 
 
 async def _write_phase(url: str, plans: list[list[Txn]], phase: int) -> None:
@@ -239,3 +246,48 @@ async def _run(
     relay.start()
     await _write_phase(database, plans, 2)
     assert relay.alive(), relay.tail()
+
+
+async def test_a_refused_event_stops_the_relay_and_the_fixed_relay_delivers_it(
+    real_services: RealServices, unique: str, tmp_path: Path, postgres_database: str
+) -> None:
+    """httpbus refuses the relay (a wrong token: 401): the relay exits 1 naming the event and
+    the answer, having acknowledged nothing; started again with the right token, it delivers
+    every event, in order."""
+    migrate.upgrade(postgres_database)
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE TABLE {TABLE} (id uuid PRIMARY KEY, aggregatetype text NOT NULL, "
+            "aggregateid text NOT NULL, type text NOT NULL, payload jsonb NOT NULL)"
+        )
+    events = [Txn([(str(uuid.uuid4()), "agg-1", s) for s in range(10)], commit=True)]
+    async with kafka_world(real_services, unique, partitions=2, grouped=True) as world:
+        topic = await world.catalog.get_topic("p", "t")
+        await world.catalog.update_topic(topic.model_copy(update={"dedupe_window": "10m"}))
+        sub = await subscribe(world, "s")
+        producer = [_producer_settings(world, unique, postgres_database)]
+        with producer_processes(producer, tmp_path) as (proc,):
+            settings = _relay_settings(unique, postgres_database, proc.url, tmp_path)
+            slot = settings["database"]["slot"]
+            relay = RelayProcess({**settings, "token": "not-the-token"}, tmp_path)
+            try:
+                async with Running(world, sub):
+                    relay.start()
+                    await until(lambda: _slot(postgres_database, slot) == (True,), 90, "slot")
+                    await asyncio.to_thread(_write, postgres_database, events)
+                    await until(lambda: relay.exit_code() is not None, 60, "the relay to stop")
+                    assert relay.exit_code() == 1
+                    first = events[0].events[0][0]
+                    assert f"refused outbox event {first} (aggregate agg-1) with 401" in (
+                        relay.tail(20_000)
+                    )
+                    assert _received(world) == []
+                    relay.configure(token=ADMIN)
+                    relay.start()
+                    await until(lambda: len(_received(world)) >= 10, 90, "the ten events")
+                assert relay.stop() == 0, relay.tail()
+            finally:
+                relay.kill()
+                await until(lambda: _slot(postgres_database, slot) != (True,), 30, "slot idle")
+                _drop(postgres_database, slot)
+        assert _received(world) == events[0].events

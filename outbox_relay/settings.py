@@ -52,7 +52,9 @@ class RelaySettings(SettingsBase):
     producer_url: str = Field(
         default="http://127.0.0.1:8701", description="the producer service's base URL"
     )
-    token: SecretStr | None = Field(default=None, description="a produce token for the topic")
+    produce_token: SecretStr | None = Field(
+        default=None, description="a produce token for the topic (HTTPBUS_PRODUCE_TOKEN)"
+    )
     project: Name
     topic: Name
     source: str = Field(

@@ -106,7 +106,7 @@ def _relay_settings(unique: str, database: str, producer: str, tmp: Path) -> dic
     return {
         "name": f"outbox-{unique}",
         "producer_url": producer,
-        "token": ADMIN,
+        "produce_token": ADMIN,
         "project": "p",
         "topic": "t",
         "source": "/shop/orders",
@@ -269,7 +269,7 @@ async def test_a_refused_event_stops_the_relay_and_the_fixed_relay_delivers_it(
         with producer_processes(producer, tmp_path) as (proc,):
             settings = _relay_settings(unique, postgres_database, proc.url, tmp_path)
             slot = settings["database"]["slot"]
-            relay = RelayProcess({**settings, "token": "not-the-token"}, tmp_path)
+            relay = RelayProcess({**settings, "produce_token": "not-the-token"}, tmp_path)
             try:
                 async with Running(world, sub):
                     relay.start()
@@ -282,7 +282,7 @@ async def test_a_refused_event_stops_the_relay_and_the_fixed_relay_delivers_it(
                         relay.tail(20_000)
                     )
                     assert _received(world) == []
-                    relay.configure(token=ADMIN)
+                    relay.configure(produce_token=ADMIN)
                     relay.start()
                     await until(lambda: len(_received(world)) >= 10, 90, "the ten events")
                 assert relay.stop() == 0, relay.tail()

@@ -16,7 +16,7 @@ from .events import OutboxEvent
 
 log = logging.getLogger("outbox_relay.poster")
 
-RETRYABLE = frozenset({408, 425, 429, 500, 502, 503, 504})
+RETRYABLE = frozenset({408, 425, 429})  # and every 5xx
 
 
 class Outcome(Enum):
@@ -39,7 +39,7 @@ class Posted:
         if 200 <= status < 300:
             duplicate = status == 200 and _duplicate(response)
             return cls(Outcome.DUPLICATE if duplicate else Outcome.STORED, status, "")
-        if status in RETRYABLE:
+        if status in RETRYABLE or status >= 500:
             return cls(Outcome.RETRY, status, response.text[:300], _retry_after(response))
         return cls(Outcome.REFUSED, status, response.text[:500])
 
@@ -112,7 +112,7 @@ class Poster:
             log.warning(
                 "event %s: %s %s; again in %.1fs",
                 event.id,
-                posted.status,
+                posted.status or "no answer:",
                 posted.detail[:120],
                 pause,
             )

@@ -26,7 +26,7 @@ import psycopg
 import pytest
 
 from reports import migrate
-from tests.support.processes import RelayProcess, producer_processes
+from tests.support.processes import ProducerProcess, RelayProcess, producer_processes
 from tests.support.services import RealServices
 from tests.support.until import until
 from tests.support.world import Running, World, kafka_world, subscribe
@@ -291,3 +291,48 @@ async def test_a_refused_event_stops_the_relay_and_the_fixed_relay_delivers_it(
                 await until(lambda: _slot(postgres_database, slot) != (True,), 30, "slot idle")
                 _drop(postgres_database, slot)
         assert _received(world) == events[0].events
+
+
+async def test_while_httpbus_is_down_the_relay_waits_and_loses_nothing(
+    real_services: RealServices, unique: str, tmp_path: Path, postgres_database: str
+) -> None:
+    """The producer is not running when the events are committed: the relay tries again and
+    again (acknowledging nothing) and, once the producer is up, delivers every event in
+    aggregate order."""
+    migrate.upgrade(postgres_database)
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE TABLE {TABLE} (id uuid PRIMARY KEY, aggregatetype text NOT NULL, "
+            "aggregateid text NOT NULL, type text NOT NULL, payload jsonb NOT NULL)"
+        )
+    txns = [
+        Txn([(str(uuid.uuid4()), f"agg-{i % 2}", i // 2) for i in range(k * 4, k * 4 + 4)], True)
+        for k in range(5)
+    ]
+    async with kafka_world(real_services, unique, partitions=2, grouped=True) as world:
+        topic = await world.catalog.get_topic("p", "t")
+        await world.catalog.update_topic(topic.model_copy(update={"dedupe_window": "10m"}))
+        sub = await subscribe(world, "s")
+        producer = ProducerProcess(_producer_settings(world, unique, postgres_database), tmp_path)
+        settings = _relay_settings(unique, postgres_database, producer.url, tmp_path)
+        slot = settings["database"]["slot"]
+        relay = RelayProcess({**settings, "retry_max_s": 1.0}, tmp_path)
+        try:
+            async with Running(world, sub):
+                relay.start()
+                await until(lambda: _slot(postgres_database, slot) == (True,), 90, "slot")
+                await asyncio.to_thread(_write, postgres_database, txns)
+                await until(lambda: relay.tail().count("again in") >= 3, 60, "the relay's tries")
+                assert relay.alive() and _received(world) == []
+                producer.start(timeout=60)
+                await until(lambda: len(_received(world)) >= 20, 90, "the twenty events")
+            assert relay.stop() == 0, relay.tail()
+        finally:
+            relay.kill()
+            producer.stop()
+            await until(lambda: _slot(postgres_database, slot) != (True,), 30, "slot idle")
+            _drop(postgres_database, slot)
+        received = _received(world)
+        assert sorted(received) == sorted(e for t in txns for e in t.events)
+        for agg in ("agg-0", "agg-1"):
+            assert [s for _, a, s in received if a == agg] == list(range(10))

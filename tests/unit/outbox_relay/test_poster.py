@@ -71,6 +71,7 @@ def test_what_httpbus_answered_is_a_value() -> None:
     throttled = of(429, headers={"Retry-After": "3"}, json={"code": "throttled"})
     assert throttled.outcome is Outcome.RETRY and throttled.retry_after == 3.0
     assert of(503, json={"code": "storage_unavailable"}).outcome is Outcome.RETRY
+    assert of(507).outcome is Outcome.RETRY and of(408).outcome is Outcome.RETRY
     assert of(422, json={"code": "invalid_cloud_event"}).outcome is Outcome.REFUSED
     assert of(404, json={"code": "topic_not_found"}).outcome is Outcome.REFUSED
 

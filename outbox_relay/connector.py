@@ -24,7 +24,7 @@ def properties(settings: RelaySettings) -> dict[str, str]:
         "database.hostname": db.host,
         "database.port": str(db.port),
         "database.user": db.user,
-        "database.password": db.password.get_secret_value(),
+        "database.password": db.password.get_secret_value() if db.password else "",
         "database.dbname": db.dbname,
         "topic.prefix": settings.name,
         "plugin.name": "pgoutput",

@@ -21,10 +21,10 @@ class OutboxDatabase(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    host: str = "127.0.0.1"
-    port: int = Field(default=5432, ge=1, le=65535)
-    user: str = "postgres"
-    password: SecretStr = SecretStr("")
+    host: str = Field(default="127.0.0.1", description="PostgreSQL's host")
+    port: int = Field(default=5432, ge=1, le=65535, description="PostgreSQL's port")
+    user: str = Field(default="postgres", description="a user with the REPLICATION attribute")
+    password: SecretStr | None = Field(default=None, description="its password")
     dbname: str = Field(min_length=1, description="the database of the outbox table")
     table: str = Field(
         default="public.outbox", pattern=TABLE_NAME, description="schema.table of the outbox"
@@ -55,8 +55,8 @@ class RelaySettings(SettingsBase):
     produce_token: SecretStr | None = Field(
         default=None, description="a produce token for the topic (HTTPBUS_PRODUCE_TOKEN)"
     )
-    project: Name
-    topic: Name
+    project: Name = Field(description="the project of the topic the events go to")
+    topic: Name = Field(description="that topic: grouped, with a dedupe_window")
     source: str = Field(
         default="/outbox", min_length=1, description="the CloudEvents source of every event"
     )
@@ -69,7 +69,7 @@ class RelaySettings(SettingsBase):
     content_type: str = Field(
         default="application/json", description="the content type of the payload column"
     )
-    database: OutboxDatabase
+    database: OutboxDatabase = Field(description="where the outbox table is")
     offsets_file: Path = Field(
         description="where Debezium keeps the position it has acknowledged (a restart resumes "
         "there); keep it on a durable disk"
@@ -90,7 +90,9 @@ class RelaySettings(SettingsBase):
     )
     post_timeout_s: float = seconds(10.0, 300, "one POST to the producer service")
     retry_max_s: float = seconds(5.0, 300, "the longest wait between two tries of one event")
-    jvm_max_heap_mb: int = Field(default=512, ge=128, le=65_536)
+    jvm_max_heap_mb: int = Field(
+        default=512, ge=128, le=65_536, description="the Debezium JVM's heap (-Xmx)"
+    )
     debezium: dict[str, str] = Field(
         default_factory=dict,
         description="further Debezium connector properties, set as given (they win)",

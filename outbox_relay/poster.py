@@ -13,6 +13,7 @@ import httpx
 from core.cloudevents import SPECVERSION, quote
 
 from .events import OutboxEvent
+from .metrics import RelayMetrics
 
 log = logging.getLogger("outbox_relay.poster")
 
@@ -67,8 +68,9 @@ class Poster:
         group_attribute: str,
         content_type: str,
         retry_max_s: float,
+        metrics: RelayMetrics | None = None,
     ) -> None:
-        self.client, self.url = client, url
+        self.client, self.url, self.metrics = client, url, metrics
         self.source, self.group_attribute = quote(source), group_attribute
         self.content_type, self.retry_max_s = content_type, retry_max_s
 
@@ -109,6 +111,8 @@ class Poster:
             if posted.outcome is not Outcome.RETRY:
                 return posted
             pause = min(posted.retry_after or wait, self.retry_max_s)
+            if self.metrics is not None:
+                self.metrics.retries.inc()
             log.warning(
                 "event %s: %s %s; again in %.1fs",
                 event.id,

@@ -28,6 +28,7 @@ from pydbzengine import BasePythonChangeHandler, DebeziumJsonEngine
 
 from .connector import properties
 from .events import OutboxEvent, by_aggregate, parse
+from .metrics import RelayMetrics
 from .poster import Outcome, Poster
 from .settings import RelaySettings
 
@@ -104,6 +105,7 @@ class Relay:
     def __init__(self, settings: RelaySettings) -> None:
         self.settings = settings
         self.totals = Totals()
+        self.metrics = RelayMetrics()
         self.loop = asyncio.new_event_loop()
         self._stopping = threading.Event()
         self._current: concurrent.futures.Future[Totals] | None = None
@@ -123,6 +125,7 @@ class Relay:
                 group_attribute=s.group_attribute,
                 content_type=s.content_type,
                 retry_max_s=s.retry_max_s,
+                metrics=self.metrics,
             ),
             s.concurrency,
         )
@@ -132,6 +135,8 @@ class Relay:
             handler=_Handler(self),
             jvm_opts=["-Xrs", f"-Xmx{s.jvm_max_heap_mb}m"],
         )
+        if s.metrics_port is not None:
+            self.metrics.serve(s.metrics_host, s.metrics_port)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         engine_thread = threading.Thread(target=self._run_engine, args=(engine,), name="debezium")
@@ -195,6 +200,7 @@ class Relay:
         finally:
             self._current = None
         self.totals.add(totals)
+        self.metrics.acknowledged(totals.stored, totals.duplicates, totals.skipped)
         log.info("outbox batch %s", totals.line())
 
 

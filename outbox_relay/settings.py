@@ -90,6 +90,10 @@ class RelaySettings(SettingsBase):
     )
     post_timeout_s: float = seconds(10.0, 300, "one POST to the producer service")
     retry_max_s: float = seconds(5.0, 300, "the longest wait between two tries of one event")
+    metrics_host: str = Field(default="127.0.0.1", description="where metrics_port listens")
+    metrics_port: int | None = Field(
+        default=None, ge=1, le=65535, description="serve Prometheus metrics here; none: not served"
+    )
     jvm_max_heap_mb: int = Field(
         default=512, ge=128, le=65_536, description="the Debezium JVM's heap (-Xmx)"
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
@@ -22,11 +23,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import psycopg
 import pytest
 
 from reports import migrate
-from tests.support.processes import ProducerProcess, RelayProcess, producer_processes
+from tests.support.processes import (
+    ProducerProcess,
+    RelayProcess,
+    free_port,
+    producer_processes,
+)
 from tests.support.services import RealServices
 from tests.support.until import until
 from tests.support.world import Running, World, kafka_world, subscribe
@@ -298,7 +305,7 @@ async def test_while_httpbus_is_down_the_relay_waits_and_loses_nothing(
 ) -> None:
     """The producer is not running when the events are committed: the relay tries again and
     again (acknowledging nothing) and, once the producer is up, delivers every event in
-    aggregate order."""
+    aggregate order; its metrics count the tries and the events."""
     migrate.upgrade(postgres_database)
     with psycopg.connect(postgres_database, autocommit=True) as conn:
         conn.execute(
@@ -316,7 +323,8 @@ async def test_while_httpbus_is_down_the_relay_waits_and_loses_nothing(
         producer = ProducerProcess(_producer_settings(world, unique, postgres_database), tmp_path)
         settings = _relay_settings(unique, postgres_database, producer.url, tmp_path)
         slot = settings["database"]["slot"]
-        relay = RelayProcess({**settings, "retry_max_s": 1.0}, tmp_path)
+        port = free_port()
+        relay = RelayProcess({**settings, "retry_max_s": 1.0, "metrics_port": port}, tmp_path)
         try:
             async with Running(world, sub):
                 relay.start()
@@ -326,6 +334,10 @@ async def test_while_httpbus_is_down_the_relay_waits_and_loses_nothing(
                 assert relay.alive() and _received(world) == []
                 producer.start(timeout=60)
                 await until(lambda: len(_received(world)) >= 20, 90, "the twenty events")
+                metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+                assert 'httpbus_outbox_events_total{outcome="stored"} 20.0' in metrics
+                retries = re.search(r"^httpbus_outbox_retries_total (\S+)$", metrics, re.M)
+                assert retries is not None and float(retries[1]) >= 3, metrics
             assert relay.stop() == 0, relay.tail()
         finally:
             relay.kill()

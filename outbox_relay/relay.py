@@ -177,6 +177,11 @@ class Relay:
         """Keeps the first failure: the exit code and the last log line name it."""
         self._failure = self._failure or exc
 
+    @property
+    def stopping(self) -> bool:
+        """SIGTERM or SIGINT came: a batch cut short now is no failure."""
+        return self._stopping.is_set()
+
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stopping.set()
 
@@ -216,5 +221,6 @@ class _Handler(BasePythonChangeHandler):
             self.relay.handle(values)
         except BaseException as exc:
             self.relay.failed(exc)
-            log.error("outbox batch of %d not acknowledged: %s", len(records), exc)
+            level = logging.INFO if self.relay.stopping else logging.ERROR
+            log.log(level, "outbox batch of %d not acknowledged: %s", len(records), exc)
             raise

@@ -20,6 +20,7 @@ import logging
 import signal
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -33,6 +34,7 @@ from .poster import Outcome, Poster
 from .settings import RelaySettings
 
 log = logging.getLogger("outbox_relay")
+LOG4J = Path(__file__).with_name("log4j2.properties")  # Debezium's logging: the console only
 
 
 @dataclass
@@ -133,7 +135,7 @@ class Relay:
         engine = DebeziumJsonEngine(
             properties=properties(s),
             handler=_Handler(self),
-            jvm_opts=["-Xrs", f"-Xmx{s.jvm_max_heap_mb}m"],
+            jvm_opts=["-Xrs", f"-Xmx{s.jvm_max_heap_mb}m", f"-Dlog4j2.configurationFile={LOG4J}"],
         )
         if s.metrics_port is not None:
             self.metrics.serve(s.metrics_host, s.metrics_port)

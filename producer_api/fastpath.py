@@ -115,6 +115,14 @@ async def read_body(receive: Receive, declared: str | None, limit: int, timeout_
         async with asyncio.timeout(timeout_s):
             while more:
                 message = await receive()
+                if message["type"] == "http.disconnect":
+                    # Gone before its whole body came (a client killed mid-request): storing
+                    # what came would keep a truncated message under the client's id, and a
+                    # dedupe topic would answer its retry, with the whole body, as a duplicate.
+                    raise Malformed(
+                        f"the client closed the connection after {size} bytes of the body: "
+                        "nothing stored; send the request again"
+                    )
                 chunk = message.get("body", b"")
                 size += len(chunk)
                 if size > limit:

@@ -27,6 +27,7 @@ from delivery_workers.answer_limits import AnswerLimits
 from delivery_workers.settings import WorkerSettings
 from metastore.config import EmbeddedMetaStoreConfig, ZooKeeperConfig
 from metastore.dedupe import EmbeddedDedupeConfig, PostgresDedupeConfig
+from outbox_relay.settings import OutboxDatabase, RelaySettings
 from producer_api.settings import ProducerSettings
 from segments.config import (
     AuditConfig,
@@ -43,6 +44,7 @@ SERVICES: list[tuple[str, type[BaseModel]]] = [
     ("Control plane (`control_plane:`)", ControlPlaneSettings),
     ("Producer (`producer:`)", ProducerSettings),
     ("Worker (`worker:`)", WorkerSettings),
+    ("Outbox relay (a file of its own: [outbox.md](outbox.md))", RelaySettings),
 ]
 SHARED_MODELS: list[tuple[str, type[BaseModel]]] = [
     ("`metastore` with `kind: zookeeper`", ZooKeeperConfig),
@@ -57,6 +59,7 @@ SHARED_MODELS: list[tuple[str, type[BaseModel]]] = [
     ("`jwt_signing` (control plane)", JwtSigning),
     ("`dedupe` (producer) with `kind: postgres`", PostgresDedupeConfig),
     ("`dedupe` (producer) with `kind: embedded`", EmbeddedDedupeConfig),
+    ("`database` (outbox relay)", OutboxDatabase),
 ]
 
 

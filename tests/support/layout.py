@@ -17,4 +17,5 @@ PACKAGES = (
     "spark",
     "reports",
     "migrations",
+    "outbox_relay",
 )

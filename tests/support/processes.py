@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import socket
 import subprocess
@@ -133,3 +134,63 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+
+
+class RelayProcess:
+    """``python -m outbox_relay`` with ``settings`` (a dict written as YAML); every start
+    appends to one log, so the figures of every run can be read from it (:meth:`figures`)."""
+
+    def __init__(self, settings: dict[str, Any], workdir: Path) -> None:
+        self.config = workdir / "relay.yaml"
+        self.config.write_text(yaml.safe_dump(settings))
+        self.log = workdir / "relay.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "outbox_relay", "--config", str(self.config)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        self.starts += 1
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def exit_code(self) -> int | None:
+        """None while it runs (or before it started)."""
+        return None if self.proc is None else self.proc.poll()
+
+    def configure(self, **changes: Any) -> None:
+        """Changes its settings file for the next start."""
+        settings = yaml.safe_load(self.config.read_text())
+        self.config.write_text(yaml.safe_dump({**settings, **changes}))
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no goodbye (what a crash looks like)."""
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> int | None:
+        """SIGTERM, then the exit code (SIGKILL after 30 s)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode
+
+    def figures(self, name: str) -> int:
+        """The sum of ``name=N`` over the log's ``outbox batch`` lines, every run."""
+        found = re.findall(rf"outbox batch .*\b{name}=(\d+)", self.log.read_text(errors="replace"))
+        return sum(int(n) for n in found)
+
+    def tail(self, chars: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""

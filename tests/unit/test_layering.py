@@ -44,10 +44,12 @@ ALLOWED: dict[str, set[str]] = {
         "delivery_workers",
         "spark",
         "reports",
+        "outbox_relay",
     },
     "spark": {"core"},
     "migrations": set(),
     "reports": {"core"},
+    "outbox_relay": {"core"},
 }
 
 
@@ -92,6 +94,8 @@ ROWS: tuple[Row, ...] = (
     Row("cli", ONLY, "control_plane.services.topic_migrations", "and shows what the API shows"),
     Row("cli", ONLY, "spark", "the Spark commands (audit, export) run the jobs in the process"),
     Row("cli", ONLY, "reports", "httpbus db and audit open the report store"),
+    Row("cli", ONLY, "outbox_relay.service", "httpbus outbox run starts a relay"),
+    Row("cli", ONLY, "outbox_relay.settings", "its settings file"),
 )
 BACKENDS = {"kafka", "pulsar", "embedded"}
 GONE = "httpbus"  # the old package: the distribution's name, never an import

@@ -33,7 +33,7 @@ API_CLIENTS = {
     "produce",
 }
 LOCAL_JOBS = {"local", "audit", "export", "migration_check", "db"}
-STARTERS = {"dev", "run", "supervisor"}
+STARTERS = {"dev", "run", "supervisor", "outbox"}
 ASSEMBLY = {"__init__", "__main__", "lazy"}
 OURS = {
     "core",
@@ -46,6 +46,7 @@ OURS = {
     "spark",
     "reports",
     "migrations",
+    "outbox_relay",
 }
 # Importing these does not import pyspark (plain pydantic models of the plan).
 SPARK_WITHOUT_PYSPARK = {"spark.plan"}

@@ -275,6 +275,31 @@ async def test_a_slow_body_is_408(env: ProducerEnv) -> None:
     assert time.monotonic() - start < 3
 
 
+@pytest.mark.parametrize("first", [b"", b'{"n": '])
+async def test_a_client_gone_before_its_whole_body_stores_nothing(
+    env: ProducerEnv, first: bytes
+) -> None:
+    """An outbox relay killed between a request's headers and its body: nothing is stored,
+    so its replay with the whole body is stored then, not answered as a duplicate of a
+    truncated message."""
+    messages = [
+        {"type": "http.request", "body": first, "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0)
+
+    headers = [
+        (b"authorization", f"Bearer {ADMIN}".encode()),
+        (b"content-length", b"9"),
+        (b"x-message-id", b"event-1"),
+    ]
+    status, _, body = await produce_one(env.service, "shop", "orders", headers, receive)
+    assert (status, b"nothing stored" in body) == (400, True)
+    assert await env.stored("orders") == []
+
+
 async def test_metrics_name_only_topics_the_caller_may_see(env: ProducerEnv) -> None:
     await env.fifty_ordinary("orders")
     before = len((await env.client.get("/metrics")).content)

@@ -17,7 +17,7 @@ import pytest
 from core.model import Endpoint, RetryPolicy, Subscription
 from metastore import paths
 from segments.protocol import Record
-from tests.support.hook import SECRET, Request
+from tests.support.hook import SECRET, inversions
 from tests.support.services import RealServices
 from tests.support.toxiproxy import toxiproxy
 from tests.support.until import until
@@ -40,16 +40,6 @@ def _record(i: int) -> Record:
     group, mid = f"g{i % GROUPS}", f"m{i:04d}"
     headers = (("x-message-id", mid.encode()), ("x-group-id", group.encode()))
     return Record(mid.encode(), key=group.encode(), headers=headers)
-
-
-def _inversions(delivered: list[Request]) -> list[str]:
-    firsts: dict[str, list[str]] = {}
-    seen: set[str] = set()
-    for r in delivered:
-        if r.id not in seen:
-            seen.add(r.id)
-            firsts.setdefault(r.headers.get("X-Group-Id", ""), []).append(r.id)
-    return [f"{g}: {ids}" for g, ids in firsts.items() if ids != sorted(ids)]
 
 
 async def _subscribe(world: ProcessWorld, name: str, url: str) -> None:
@@ -103,6 +93,6 @@ async def test_an_endpoint_behind_latency_and_loss_gets_everything_in_order_alon
         f"{len(expected)} messages in {far_done:.1f}s, {len(far)} deliveries, worker totals "
         f"{totals}; near: {near_done:.1f}s"
     )
-    assert not _inversions(far), _inversions(far)
-    assert not _inversions(world.hook.on("near")), "near reordered"
+    assert not inversions(far), inversions(far)
+    assert not inversions(world.hook.on("near")), "near reordered"
     assert near_done < far_done / 2, "the slow endpoint held its neighbour back"

@@ -23,7 +23,7 @@ import pytest
 from metastore import paths
 from segments.protocol import Record
 from segments.reader import commit_group
-from tests.support.hook import Request
+from tests.support.hook import Request, inversions
 from tests.support.peers import owner
 from tests.support.processes import WorkerProcess
 from tests.support.services import RealServices
@@ -67,17 +67,6 @@ def _record(i: int) -> Record:
     group, mid = f"g{i % GROUPS}", f"m{i:06d}"
     headers = (("x-message-id", mid.encode()), ("x-group-id", group.encode()))
     return Record(mid.encode(), key=group.encode(), headers=headers)
-
-
-def _inversions(requests: list[Request]) -> list[str]:
-    """Per group, messages whose first delivery came after a later message's first."""
-    firsts: dict[str, list[str]] = {}
-    seen: set[str] = set()
-    for r in requests:
-        if r.id not in seen:
-            seen.add(r.id)
-            firsts.setdefault(r.headers.get("X-Group-Id", ""), []).append(r.id)
-    return [f"{g}: {ids}" for g, ids in firsts.items() if ids != sorted(ids)]
 
 
 class Producer:
@@ -192,7 +181,7 @@ def _check(pair: Pair, fault_at: float, took_over: float, fault: str) -> None:
     assert not unknown, f"deliveries from an unknown sender (time, port): {unknown[:20]}"
     assert last_zombie < first_heir, "two workers delivered the subscription at once"
     assert last_zombie < SESSION_S, "the zombie delivered after its session could expire"
-    assert not _inversions(delivered), _inversions(delivered)
+    assert not inversions(delivered), inversions(delivered)
 
 
 async def test_a_worker_cut_off_from_zookeeper_stops_before_its_successor_starts(

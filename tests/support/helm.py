@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.go_tools import go_tool
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "httpbus"
 RELEASE = "rel"
@@ -21,14 +23,7 @@ RELEASE = "rel"
 @pytest.fixture(scope="session", name="helm")
 def helm_fixture() -> str:
     """The helm binary, built from Go modules on first use (scripts/tools/helm.sh)."""
-    done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "tools" / "helm.sh")],
-        capture_output=True,
-        text=True,
-        timeout=1_400,
-    )
-    assert done.returncode == 0, f"scripts/tools/helm.sh failed:\n{done.stderr[-3000:]}"
-    return done.stdout.strip()
+    return go_tool("helm.sh")
 
 
 def run_helm(helm: str, *args: str) -> subprocess.CompletedProcess[str]:

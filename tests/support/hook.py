@@ -182,3 +182,15 @@ async def serve_hook(**options: object) -> AsyncIterator[Hook]:
         hook.open.set()
         hook.released.set()
         await runner.cleanup()
+
+
+def inversions(delivered: list[Request]) -> list[str]:
+    """Per group (``X-Group-Id``), the message ids whose first delivery came after a later
+    message's first: an order broken (ids sort in publish order)."""
+    firsts: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for r in delivered:
+        if r.id not in seen:
+            seen.add(r.id)
+            firsts.setdefault(r.headers.get("X-Group-Id", ""), []).append(r.id)
+    return [f"{g}: {ids}" for g, ids in firsts.items() if ids != sorted(ids)]

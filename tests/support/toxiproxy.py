@@ -16,27 +16,12 @@ import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 
+from tests.support.go_tools import go_tool
 from tests.support.processes import free_port
 from tests.support.until import until
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def binary() -> str:
-    """The toxiproxy server, built from Go modules on first use."""
-    done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "tools" / "toxiproxy.sh")],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert done.returncode == 0, f"scripts/tools/toxiproxy.sh failed:\n{done.stderr[-3000:]}"
-    return done.stdout.strip()
 
 
 @dataclass
@@ -75,7 +60,7 @@ class Toxiproxy:
 @asynccontextmanager
 async def toxiproxy() -> AsyncIterator[Toxiproxy]:
     """A toxiproxy server on a free port, stopped on exit."""
-    server = await asyncio.to_thread(binary)
+    server = await asyncio.to_thread(go_tool, "toxiproxy.sh")
     port = free_port()
     proc = subprocess.Popen(
         [server, "-host", "127.0.0.1", "-port", str(port)],

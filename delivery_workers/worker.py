@@ -10,9 +10,9 @@ holds:
    worker tries again every ``lock_retry_s``. So a subscription never runs on two workers,
    and a dead worker's subscriptions resume elsewhere once its session is gone, from the
    last committed positions;
-2. it watches the subscription and runs a :class:`SubscriptionRunner` while it exists and is
-   not ``paused``, restarting the runner (from the committed positions) when the
-   subscription's settings change;
+2. it hands the subscription to :class:`~.running.Running`, which watches it and runs a
+   :class:`SubscriptionRunner` while it exists and is not ``paused``, restarting the runner
+   (from the committed positions) when the subscription's settings change;
 3. it watches its lock: if the lock vanishes (a ZooKeeper session expired while the process
    stalled) it stops the runner at once and takes the lock again before going on.
 
@@ -52,10 +52,9 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from core.errors import HttpbusError, NotFound
+from core.errors import HttpbusError
 from core.lifecycle import AsyncResource
-from core.model import Subscription
-from core.shards import SEPARATOR, WHOLE, Shard, parse_unit_key
+from core.shards import SEPARATOR, parse_unit_key
 from core.tasks import TaskSet, cancel
 from metastore import paths
 from metastore.catalog import Catalog
@@ -65,18 +64,16 @@ from segments.protocol import SegmentStore
 from segments.subscription.layout import drop_layout
 
 from . import sample_events
-from .audit import pause_event
 from .bodies import BodyCache
 from .disabling import Disabling
 from .fenced import FencedSender
 from .notify import BACKOFF_S, Notifier
-from .poison import RunnerCrashes
 from .runner import SubscriptionRunner
+from .running import RunnerOptions, Running
 from .sender import EndpointSender
 from .shared_reads import SharedSegmentReader
-from .stats import RunnerStats, Totals
+from .stats import RunnerStats
 from .status import StatusPublisher
-from .tracking import CommitPolicy
 from .unit_lock import Loss, UnitLock, until_node
 
 log = logging.getLogger(__name__)
@@ -115,31 +112,20 @@ class Worker(AsyncResource):
         self.metastore = metastore
         self.catalog = Catalog(metastore)
         self.stores = stores
-        # One read per storage partition for every subscription at its tail (shared_reads).
-        self.reader = SharedSegmentReader(self.catalog, stores)
-        self.bodies = BodyCache()  # one parse of a shared read for every body filter
         self.sender = sender
         # What the runners send through: nothing leaves while the session's lease is lapsed.
         self.fenced = FencedSender(sender, metastore.lease)
         self.member_id = member_id
         self.audit = audit
         self.member_data = member_data
-        self.commit_every_n = commit_every_n
-        self.commit_every_s = commit_every_s
         self.lock_retry_s = lock_retry_s
         self.error_retry_s = error_retry_s
-        self.max_in_flight_per_subscription = max_in_flight_per_subscription
-        self.runners: dict[str, SubscriptionRunner] = {}  # running now, by "project/sub"
         self._owned: dict[str, asyncio.Task[None]] = {}
-        self._running: dict[str, asyncio.Task[None]] = {}
-        self.totals = Totals()  # per subscription, over restarts
-        self._crashes: dict[str, RunnerCrashes] = {}  # per subscription, over restarts
         self._follow: asyncio.Task[None] | None = None
         self._sampling: asyncio.Task[None] | None = None  # answers test events
         self._samples = TaskSet()  # test events being sent
         self._holding: set[str] = set()  # subscriptions whose lock this worker holds
         self._orphans = TaskSet()  # releases of orphaned locks
-        self._disabled: set[str] = set()  # held subscriptions seen disabled
         self.disabling = Disabling(
             self.catalog,
             member_id,
@@ -147,6 +133,13 @@ class Worker(AsyncResource):
             audit=audit,
             clock=clock,  # epoch seconds: how long an endpoint has failed
         )
+        options = RunnerOptions(
+            commit_every_n, commit_every_s, error_retry_s, max_in_flight_per_subscription
+        )
+        # One read per storage partition for every subscription at its tail (shared_reads).
+        reader = SharedSegmentReader(self.catalog, stores)
+        self.running = Running(metastore, self.catalog, stores, reader, self.fenced,
+                               BodyCache(), self.disabling, member_id, audit, options)  # fmt: skip
         self.status = StatusPublisher(
             metastore, member_id, self.stats, self.holding, interval_s=status_interval_s
         )
@@ -156,9 +149,14 @@ class Worker(AsyncResource):
         """The subscriptions assigned to this worker (held or waiting for their lock)."""
         return set(self._owned)
 
+    @property
+    def runners(self) -> dict[str, SubscriptionRunner]:
+        """The runners running now, by "project/sub" (or its shard's key)."""
+        return self.running.runners
+
     def disabled(self) -> set[str]:
         """The held subscriptions (shards) that are disabled."""
-        return self._disabled & self._holding
+        return self.running.disabled & self._holding
 
     def holding(self) -> set[str]:
         """The subscriptions whose lock this worker holds (running, or paused)."""
@@ -166,16 +164,7 @@ class Worker(AsyncResource):
 
     def stats(self) -> dict[str, RunnerStats]:
         """Counters per subscription since this worker started, over all its runners."""
-        out: dict[str, RunnerStats] = {}
-        for key in self.totals.keys() | self.runners.keys() | self.disabled():
-            runner = self.runners.get(key)
-            total = self.totals.combined(key, runner.stats if runner else None)
-            total.oldest_unacked_ms = runner.oldest_unacked_ms() if runner else None
-            total.disabled = key in self._disabled
-            total.failing_s = self.disabling.failing_for(key)
-            total.disablings = self.disabling.disabled_total.get(key, 0)
-            out[key] = total
-        return out
+        return self.running.stats(self.disabled())
 
     def _answers_tests(self, project: str, name: str) -> bool:
         """Whether this worker answers the subscription's test events: it holds the
@@ -257,7 +246,7 @@ class Worker(AsyncResource):
         lost or fenced off (why)."""
         lost = asyncio.create_task(lock.until_lost())
         others = [
-            asyncio.create_task(self._follow_subscription(key, project, name)),
+            asyncio.create_task(self.running.follow(key, project, name)),
             asyncio.create_task(_until_seek(self.metastore, self.member_id, project, name)),
         ]
         try:
@@ -271,102 +260,6 @@ class Worker(AsyncResource):
             for task in [lost, *others]:
                 task.cancel()
             await asyncio.gather(lost, *others, return_exceptions=True)
-
-    # ------------------------------------------------------------ running
-    async def _follow_subscription(self, key: str, project: str, name: str) -> None:
-        """(Re)start the runner as the subscription changes; return when it is deleted."""
-        current: bytes | None = None
-        paused: bool | None = None
-        disabled: bool | None = None
-        try:
-            async for node in self.metastore.watch(paths.subscription(project, name)):
-                if node is None:
-                    await self._stop_runner(key)
-                    if current is not None:  # deleted while we held it: drop its topics
-                        await drop_layout(self.metastore, self.stores, project, name)
-                        with contextlib.suppress(NotFound):
-                            await self.metastore.delete(paths.endpoint_failing(project, name))
-                    return
-                if node.data == current:
-                    continue
-                current = node.data
-                await self._stop_runner(key)
-                sub = Subscription.model_validate_json(node.data)
-                if sub.paused != paused and (sub.paused or paused is not None):
-                    # A pause is no loss: the reconciliation stops its clock meanwhile, per
-                    # shard (each shard's runner stops and starts on its own).
-                    if self.audit is not None:  # paused, or resumed
-                        self.audit.emit(pause_event(sub, parse_unit_key(key)[2]))
-                paused = sub.paused
-                if disabled and sub.disabled is None:  # enabled again
-                    self.disabling.enabled(key, sub)
-                disabled = sub.disabled is not None
-                if disabled:
-                    self._disabled.add(key)
-                else:
-                    self._disabled.discard(key)
-                if not sub.paused and not disabled:
-                    self._running[key] = asyncio.create_task(self._run(key, project, name))
-        finally:
-            self._disabled.discard(key)
-            await self._stop_runner(key)
-
-    async def _stop_runner(self, key: str) -> None:
-        task = self._running.pop(key, None)
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-    async def _run(self, key: str, project: str, name: str) -> None:
-        """Deliver until cancelled, starting over (from the committed positions) on errors;
-        a message the runner fails on again and again is dead-lettered (:mod:`.poison`)."""
-        crashes = self._crashes.setdefault(key, RunnerCrashes())
-        while True:
-            runner: SubscriptionRunner | None = None
-            try:
-                sub = await self.catalog.get_subscription(project, name)
-                health = await self.disabling.watch(key, sub)
-                runner = SubscriptionRunner(
-                    sub,
-                    self.reader,
-                    self.fenced,
-                    audit=self.audit,
-                    commit_policy=CommitPolicy(self.commit_every_n, self.commit_every_s),
-                    shard=_shard_of(sub, parse_unit_key(key)[2]),
-                    poisoned=crashes.poisoned,
-                    health=health,
-                    in_flight_cap=self.max_in_flight_per_subscription,
-                    bodies=self.bodies,
-                )
-                runner.stats.latency = self.totals.latency_of(key)
-                self.runners[key] = runner
-                await runner.run()
-            except Exception as exc:
-                log.exception("worker %s: runner of %s failed; restarting", self.member_id, key)
-                crashes.record(exc, key)
-                await asyncio.sleep(self.error_retry_s)
-            finally:
-                if runner is not None:
-                    self._fold(key, runner)
-
-    def _fold(self, key: str, runner: SubscriptionRunner) -> None:
-        """Add a finished runner's counters to the totals of its subscription."""
-        if self.runners.get(key) is runner:
-            del self.runners[key]
-        self.totals.fold(key, runner.stats)
-
-
-def _shard_of(sub: Subscription, index: int | None) -> Shard:
-    """The shard an assignment key names; an error if the subscription has no such shard
-    (an assignment older than the subscription: the next one fixes it)."""
-    if index is None and sub.shards == 1:
-        return WHOLE
-    if index is None or index >= sub.shards:
-        raise HttpbusError(
-            f"assignment of shard {index} does not match {sub.project}/{sub.name}, "
-            f"which has {sub.shards} shards"
-        )
-    return Shard(index, sub.shards)
 
 
 async def _drop_deleted(

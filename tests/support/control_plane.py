@@ -67,6 +67,25 @@ async def embedded_control_plane(
 
 
 @asynccontextmanager
+async def browser_control_plane(
+    tmp_path: Path, users: dict[str, tuple[str, list[str]]]
+) -> AsyncIterator[ControlPlane]:
+    """A control plane a browser signs in to (its client sends no token; reports in SQLite),
+    with ``users``: name → (password, roles), made by the admin."""
+    async with embedded_control_plane(
+        tmp_path,
+        admin=False,
+        base_url="http://testserver",
+        database_url=f"sqlite:///{tmp_path / 'reports.db'}",
+    ) as built:
+        for name, (password, roles) in users.items():
+            body = {"name": name, "password": password, "roles": roles}
+            r = await built.client.post("/v1/users", json=body, headers=AUTH)
+            assert r.status_code == 201, r.text
+        yield built
+
+
+@asynccontextmanager
 async def app_client(
     app: FastAPI, base_url: str = "http://cp", token: str = TOKEN
 ) -> AsyncIterator[httpx.AsyncClient]:

@@ -16,7 +16,12 @@ from control_plane.settings import ControlPlaneSettings
 from control_plane.ui.session import SESSION_COOKIE
 from control_plane.ui.throttle import LoginThrottle
 from core.http_server import HttpServerLimits, uvicorn_options
-from tests.support.control_plane import AUTH, TOKEN, ControlPlane, embedded_control_plane
+from tests.support.control_plane import (
+    TOKEN,
+    ControlPlane,
+    browser_control_plane,
+    embedded_control_plane,
+)
 from tests.support.ui_pages import hidden, login
 from tests.support.uvicorn_thread import uvicorn_thread
 
@@ -25,16 +30,8 @@ PASSWORD = "right-password-1"
 
 @pytest.fixture
 async def cp(tmp_path: Path) -> AsyncIterator[ControlPlane]:
-    async with embedded_control_plane(
-        tmp_path,
-        admin=False,
-        base_url="http://testserver",
-        database_url=f"sqlite:///{tmp_path / 'reports.db'}",
-    ) as built:
-        for name in ("ada", "bob"):
-            body = {"name": name, "password": PASSWORD, "roles": ["admin"]}
-            r = await built.client.post("/v1/users", json=body, headers=AUTH)
-            assert r.status_code == 201, r.text
+    users = {name: (PASSWORD, ["admin"]) for name in ("ada", "bob")}
+    async with browser_control_plane(tmp_path, users) as built:
         yield built
 
 

@@ -15,8 +15,14 @@ import pytest
 
 from control_plane import ui
 from core.secret_headers import MASK, is_secret, masked, unmasked
-from tests.support.control_plane import AUTH, SUB_FORM, TOKEN, ControlPlane, create_shop
-from tests.support.control_plane import embedded_control_plane as control_plane
+from tests.support.control_plane import (
+    AUTH,
+    SUB_FORM,
+    TOKEN,
+    ControlPlane,
+    browser_control_plane,
+    create_shop,
+)
 from tests.support.ui_pages import csrf, hidden
 
 SUBS = "/v1/projects/shop/subscriptions"
@@ -54,17 +60,12 @@ PARAMS = {
 
 @pytest.fixture
 async def cp(tmp_path: Path) -> AsyncIterator[ControlPlane]:
-    async with control_plane(
-        tmp_path,
-        admin=False,
-        base_url="http://testserver",
-        database_url=f"sqlite:///{tmp_path / 'reports.db'}",
-    ) as built:
+    async with browser_control_plane(tmp_path, users={}) as built:
         c = built.client
         await create_shop(c, headers=AUTH)
         r = await c.post(SUBS, json=SUB, headers=AUTH)
         assert r.status_code == 201, r.text
-        body = {"name": "vic", "password": PASSWORD, "roles": ["viewer:shop"]}
+        body = {"name": "vic", "password": PASSWORD, "roles": ["viewer:shop"]}  # of the shop
         assert (await c.post("/v1/users", json=body, headers=AUTH)).status_code == 201
         yield built
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from control_plane.ui.session import SESSION_COOKIE, Signer
-from tests.support.control_plane import AUTH, TOKEN, ControlPlane, embedded_control_plane
+from tests.support.control_plane import AUTH, TOKEN, ControlPlane, browser_control_plane
 from tests.support.ui_pages import hidden
 
 PASSWORD = "right-password-1"
@@ -20,13 +20,7 @@ PASSWORD = "right-password-1"
 
 @pytest.fixture
 async def cp(tmp_path: Path) -> AsyncIterator[ControlPlane]:
-    async with embedded_control_plane(
-        tmp_path,
-        admin=False,
-        base_url="http://testserver",
-        database_url=f"sqlite:///{tmp_path / 'reports.db'}",
-    ) as built:
-        await _create(built.client, "ada")
+    async with browser_control_plane(tmp_path, {"ada": (PASSWORD, ["admin"])}) as built:
         yield built
 
 

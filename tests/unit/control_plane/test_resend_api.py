@@ -1,7 +1,8 @@
 """Resend on the embedded metastore and store: the message is found by its id in the trace
 index, read back from its segment and appended to the replay topic of that one subscription,
 marked as a resend (the worker's side: tests/unit/delivery_workers/test_resend_reader.py);
-a subscription that had no internal topics gets them; every bad request is a clear 4xx."""
+a subscription that had no internal topics gets them; every bad request is a clear 4xx. The
+web UI's two forms on the subscription page do the same and say how it went."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from segments.protocol import Record
 from segments.subscription import dlq
 from segments.subscription.layout import load_layout
 from segments.subscription.retry_meta import RetryMeta
-from tests.support.control_plane import ControlPlane, create_shop, embedded_control_plane
+from tests.support.control_plane import AUTH, ControlPlane, create_shop, embedded_control_plane
+from tests.support.ui_pages import csrf, login
 
 SUBS = "/v1/projects/shop/subscriptions"
 
@@ -27,7 +29,10 @@ SUBS = "/v1/projects/shop/subscriptions"
 @pytest.fixture
 async def cp(tmp_path: Path) -> AsyncIterator[ControlPlane]:
     url = f"sqlite:///{tmp_path / 'reports.db'}"
-    async with embedded_control_plane(tmp_path, database_url=url) as cp:
+    async with embedded_control_plane(
+        tmp_path, database_url=url, admin=False, base_url="http://testserver"
+    ) as cp:
+        cp.client.headers.update(AUTH)
         await create_shop(cp.client, partitions=2)
         for name in ("s1", "s2"):
             sub = {"name": name, "topic": "orders", "endpoint": {"url": "http://127.0.0.1:9/h"}}
@@ -94,3 +99,29 @@ async def test_bad_resends_are_clear(cp: ControlPlane, tmp_path: Path) -> None:
         answer = await cp.client.post(url, json=body)
         assert answer.status_code == status, answer.text
         assert words in answer.json()["message"] and answer.json()["code"]
+
+
+async def test_the_ui_resends_and_recovers(cp: ControlPlane, tmp_path: Path) -> None:
+    await _stored(cp, tmp_path, "m1", 0)
+    ui = cp.client
+    del ui.headers["Authorization"]  # the browser has a session, not the token
+    await login(ui)
+    page = "/ui/projects/shop/subscriptions/s1"
+    token = await csrf(ui, page)
+    r = await ui.post(f"{page}/resend", data={"csrf": token, "message_id": "m1"})
+    assert r.status_code == 303
+    assert r.headers["location"] == "/ui/projects/shop/topics/orders/messages/m1"
+    shown = await ui.get(r.headers["location"])
+    assert shown.status_code == 200 and "m1 resent to shop/s1 only" in shown.text
+    r = await ui.post(
+        f"{page}/resend", data={"csrf": token, "message_id": "zz"}, follow_redirects=True
+    )
+    assert "zz not resent: message zz of shop/orders is not in the trace index" in r.text
+    window = {"since": "2026-01-01T00:00", "until": "2026-01-02T00:00"}
+    r = await ui.post(f"{page}/recover", data={"csrf": token, **window}, follow_redirects=True)
+    assert "recovered 0 dead-lettered messages that failed between 2026-01-01T00:00:00Z" in r.text
+    backwards = {"since": window["until"], "until": window["since"]}
+    r = await ui.post(f"{page}/recover", data={"csrf": token, **backwards}, follow_redirects=True)
+    assert "nothing recovered: until" in r.text and "must come after" in r.text
+    r = await ui.post(f"{page}/recover", data={"csrf": token, "since": ""}, follow_redirects=True)
+    assert "give both times" in r.text

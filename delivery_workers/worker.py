@@ -70,6 +70,7 @@ from .bodies import BodyCache
 from .disabling import Disabling
 from .fenced import FencedSender
 from .notify import BACKOFF_S, Notifier
+from .ops_events import OpsEvents
 from .poison import RunnerCrashes
 from .runner import SubscriptionRunner
 from .sender import EndpointSender
@@ -147,6 +148,10 @@ class Worker(AsyncResource):
             audit=audit,
             clock=clock,  # epoch seconds: how long an endpoint has failed
         )
+        self.ops_events = OpsEvents(
+            self.catalog, self.disabling.notifier, self.stats, self.disabling, member_id, clock
+        )
+        self._ops: asyncio.Task[None] | None = None  # tells the operational events
         self.status = StatusPublisher(
             metastore, member_id, self.stats, self.holding, interval_s=status_interval_s
         )
@@ -191,6 +196,7 @@ class Worker(AsyncResource):
             self.catalog, self.fenced, self.member_id, self._answers_tests, self._samples
         )
         self._sampling = asyncio.create_task(events)
+        self._ops = asyncio.create_task(self.ops_events.run())
         await self.status.start()
 
     async def aclose(self) -> None:
@@ -198,6 +204,7 @@ class Worker(AsyncResource):
         await cancel(self._follow)
         self._follow = None
         await cancel(self._sampling)
+        await cancel(self._ops)
         await self._samples.aclose()
         await self._disown(list(self._owned))
         await self.disabling.aclose()

@@ -40,8 +40,9 @@ class _Body(BaseModel):
 
 
 _NOTIFICATION_URL = (
-    "where a notice goes when one of the project's subscriptions is disabled (a signed JSON "
-    "POST, docs/operations.md); checked against the endpoint policy"
+    "where the project's operational events go (`notifications`: by default when one of its "
+    "subscriptions is disabled; a signed JSON POST each, docs/operations.md); checked "
+    "against the endpoint policy"
 )
 
 

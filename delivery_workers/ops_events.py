@@ -191,7 +191,9 @@ class OpsEvents:
         wants: Notifications,
         now: float,
     ) -> None:
-        state = stats.circuit_state or CLOSED
+        state = stats.circuit_state
+        if state is None:  # no runner now (paused, disabled, restarting): nothing is known
+            return
         if state != CLOSED and told.last_state == CLOSED:
             if told.openings == 0:
                 told.opened_at_s = now

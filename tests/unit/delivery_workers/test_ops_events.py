@@ -85,6 +85,11 @@ async def test_a_flapping_circuit_is_bounded_and_a_lasting_one_is_told() -> None
         await events.tick()
     assert notifier.kinds() == [NoticeKind.CIRCUIT_OPENED]
     assert notifier.told[0][4]["state"] == "half_open"
+    # Its runner stops (paused, disabled): no state is known, so no `closed` is made up.
+    stats["shop/s"].circuit_state = None
+    clock.now += INTERVAL
+    await events.tick()
+    assert notifier.kinds() == [NoticeKind.CIRCUIT_OPENED]
 
 
 async def test_dead_letters_are_aggregated_per_interval() -> None:

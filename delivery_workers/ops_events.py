@@ -108,9 +108,18 @@ class OpsEvents:
         return cached[1]
 
     def _tell(
-        self, project: str, name: str, kind: NoticeKind, notice_id: str, **fields: object
+        self,
+        wants: Notifications,
+        project: str,
+        name: str,
+        kind: NoticeKind,
+        notice_id: str,
+        **fields: object,
     ) -> None:
-        self.notifier.notify(project, name, kind, notice_id, worker=self.member_id, **fields)
+        """Hand the notice to the notifier, unless the project (as cached) does not want it:
+        an unwanted kind costs no read (the notifier checks again, on a fresh read)."""
+        if wants.wants(kind):
+            self.notifier.notify(project, name, kind, notice_id, worker=self.member_id, **fields)
 
     def _failing(
         self,
@@ -130,7 +139,13 @@ class OpsEvents:
                 told.failing_since_s = None
                 notice = f"recovered.{project}.{name}.{int(started * 1000)}"
                 self._tell(
-                    project, name, NoticeKind.RECOVERED, notice, failing_since=iso(started), **label
+                    wants,
+                    project,
+                    name,
+                    NoticeKind.RECOVERED,
+                    notice,
+                    failing_since=iso(started),
+                    **label,
                 )
             return
         if told.failing_since_s == since or now - since < wants.failing_after_s:
@@ -139,6 +154,7 @@ class OpsEvents:
         error = watch.last_error if watch is not None else None
         notice = f"failing.{project}.{name}.{int(since * 1000)}"
         self._tell(
+            wants,
             project,
             name,
             NoticeKind.FAILING,
@@ -171,6 +187,7 @@ class OpsEvents:
         told.dead_reported, told.dead_told_s, told.dead_since_s = stats.dead_lettered, now, None
         notice = f"dead_lettered.{project}.{name}.{self.member_id}.{int(now * 1000)}"
         self._tell(
+            wants,
             project,
             name,
             NoticeKind.DEAD_LETTERED,
@@ -204,7 +221,7 @@ class OpsEvents:
             if told.circuit_open:
                 told.circuit_open = False
                 notice = f"circuit_closed.{project}.{name}.{self.member_id}.{int(now * 1000)}"
-                self._tell(project, name, NoticeKind.CIRCUIT_CLOSED, notice, **label)
+                self._tell(wants, project, name, NoticeKind.CIRCUIT_CLOSED, notice, **label)
             return
         if told.circuit_open or now - told.opened_told_s < wants.interval_s:
             return
@@ -212,6 +229,7 @@ class OpsEvents:
         told.circuit_open, told.opened_told_s = True, now
         notice = f"circuit_opened.{project}.{name}.{self.member_id}.{int(now * 1000)}"
         self._tell(
+            wants,
             project,
             name,
             NoticeKind.CIRCUIT_OPENED,

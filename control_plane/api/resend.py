@@ -65,15 +65,13 @@ def router(index: TraceIndex) -> APIRouter:
         ops = SubscriptionOps(admin.catalog, admin.stores, request.app.state.member_id)
         done = await resends.resend(admin, ops, index, project, subscription, body.message_id)
         sub = await admin.catalog.get_subscription(project, subscription)
-        trace_parts = ("v1", "projects", sub.topic_project, "topics", sub.topic, "messages",
-                       done.message_id)  # fmt: skip
         return ResendResponse(
             message_id=done.message_id,
             subscription=f"{project}/{subscription}",
             segment=done.segment,
             partition=done.partition,
             position=done.position,
-            trace="/" + "/".join(quote(p, safe="") for p in trace_parts),
+            trace=_trace(sub.topic_project, sub.topic, done.message_id),
         )
 
     @api.post("/recover", **OWNER)
@@ -90,3 +88,9 @@ def router(index: TraceIndex) -> APIRouter:
         return Recovered(recovered=done, remaining=remaining)
 
     return api
+
+
+def _trace(project: str, topic: str, message_id: str) -> str:
+    """The API path of a message's trace (``control_plane.api.trace``)."""
+    parts = ("v1", "projects", project, "topics", topic, "messages", message_id)
+    return "/" + "/".join(quote(p, safe="") for p in parts)

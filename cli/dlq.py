@@ -47,7 +47,7 @@ def _messages(project: str, sub: str, *rest: str) -> str:
     return path("v1", "projects", project, "subscriptions", sub, "dlq", "messages", *rest)
 
 
-def _time(value: str | None, option: str) -> str | None:
+def time_option(value: str | None, option: str) -> str | None:
     """An RFC 3339 time as given, or ``now`` as the current UTC time."""
     if value is None:
         return None
@@ -105,13 +105,13 @@ def _selector(
     chosen = [bool(ids), bool(groups), before is not None, everything]
     if sum(chosen) != 1:
         raise fail("choose exactly one of --id, --group, --before (or --all to purge)", EXIT_USAGE)
-    return ("ids", "groups", "before", "all")[chosen.index(True)], _time(before, "--before")
+    return ("ids", "groups", "before", "all")[chosen.index(True)], time_option(before, "--before")
 
 
 Step = Callable[[AdminClient], Awaitable[dict[str, Any]]]
 
 
-def _loop(
+def batches(
     doing: str, done: str, step: Step, output: str, *, ask: str | None = None, yes: bool = False
 ) -> Call:
     """Call ``step`` until nothing remains (its answer counts ``done`` and ``remaining``); a
@@ -166,7 +166,7 @@ def unsideline(
         body = {"failed_before": before}
     body["limit"] = batch
     where = _messages(project, name, "unsideline")
-    return _loop("unsidelining", "unsidelined", lambda api: api.post(where, body), output)
+    return batches("unsidelining", "unsidelined", lambda api: api.post(where, body), output)
 
 
 @command(app)
@@ -195,6 +195,6 @@ def purge(
     params.append(("limit", batch))
     where = _messages(project, name)
     ask = f"purge {what} of {project}/{name} for good?"
-    return _loop(
+    return batches(
         "purging", "purged", lambda api: api.delete(where, params), output, ask=ask, yes=yes
     )

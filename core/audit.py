@@ -22,6 +22,8 @@ class AuditType(StrEnum):
     RETRIED = "retried"
     DEAD_LETTERED = "dead_lettered"
     UNSIDELINED = "unsidelined"
+    RESENT = "resent"  # an operator resent the message to one subscription (it is read again)
+    RECOVERED = "recovered"  # an operator recovered it from the DLQ by its failure time
     CIRCUIT = "circuit"  # a subscription's circuit changed state; message_id is ""
     PAUSED = "paused"  # a worker saw its subscription paused; message_id is ""
     RESUMED = "resumed"  # ... and resumed

@@ -157,15 +157,50 @@ class Capacity(Model):
 Secret = Annotated[str, Field(min_length=24, max_length=256)]
 
 
+class NoticeKind(StrEnum):
+    """The operational events a project's ``notification_url`` may receive (the ``type`` of
+    each notice; docs/operations.md, "Operational events")."""
+
+    FAILING = "subscription.failing"  # every attempt has failed for failing_after_s
+    RECOVERED = "subscription.recovered"  # ... and then one succeeded
+    DEAD_LETTERED = "subscription.dead_lettered"  # messages exhausted to the DLQ (a count)
+    CIRCUIT_OPENED = "subscription.circuit_opened"
+    CIRCUIT_CLOSED = "subscription.circuit_closed"
+    DISABLED = "subscription.disabled"
+    ENABLED = "subscription.enabled"
+
+
+class Notifications(Model):
+    """Which operational events a project wants, and their bounds: ``failing_after_s`` is how
+    long every attempt must have failed before ``subscription.failing``; ``interval_s`` is
+    the least time between two ``dead_lettered`` notices of one subscription (they carry the
+    count in between) and between two ``circuit_opened`` (the openings in between are
+    counted in the next)."""
+
+    events: tuple[NoticeKind, ...] = (NoticeKind.DISABLED,)
+    failing_after_s: int = Field(default=300, ge=10, le=86_400)
+    interval_s: int = Field(default=300, ge=10, le=86_400)
+
+    @field_validator("events")
+    @classmethod
+    def _distinct(cls, events: tuple[NoticeKind, ...]) -> tuple[NoticeKind, ...]:
+        return tuple(sorted(set(events)))
+
+    def wants(self, kind: NoticeKind) -> bool:
+        return kind in self.events
+
+
 class Project(Model):
-    """A tenant. ``notification_url`` (optional) receives a signed JSON notice when one of
-    the project's subscriptions is disabled (docs/operations.md), signed with
-    ``notification_secret`` (made at creation, shown once) as deliveries are signed."""
+    """A tenant. ``notification_url`` (optional) receives a signed JSON notice of the
+    operational events ``notifications`` names — by default when one of the project's
+    subscriptions is disabled (docs/operations.md) — signed with ``notification_secret``
+    (made at creation, shown once) as deliveries are signed."""
 
     name: Name
     description: str = Field(default="", max_length=1_000)
     notification_url: AnyHttpUrl | None = None
     notification_secret: Secret | None = None
+    notifications: Notifications = Field(default_factory=Notifications)
     created_at: datetime = Field(default_factory=utcnow)
     version: int = -1
 

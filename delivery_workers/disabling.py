@@ -40,8 +40,9 @@ from typing import Any
 
 from core.audit import AuditEvent, AuditType
 from core.errors import AlreadyExists, HttpbusError, NotFound, VersionConflict
-from core.model import Disabled, Subscription
+from core.model import Disabled, NoticeKind, Subscription
 from core.result import DeliveryResult, ErrorKind
+from core.shards import parse_unit_key
 from metastore import paths
 from metastore.catalog import Catalog
 from segments.audit import AuditSink
@@ -236,6 +237,11 @@ class Disabling:
             watch.reset()
         if self.audit is not None:
             self.audit.emit(lifecycle_event(sub, AuditType.ENABLED, time.time()))
+        if parse_unit_key(key)[2] in (None, 0):  # one notice for all the shards
+            notice = f"enabled.{sub.project}.{sub.name}.{sub.version}"
+            self.notifier.notify(
+                sub.project, sub.name, NoticeKind.ENABLED, notice, worker=self.member_id
+            )
 
     def failing_for(self, key: str) -> float | None:
         """Seconds the endpoint of ``key`` has failed every attempt (None: it has not)."""

@@ -1,5 +1,8 @@
-"""Notices to a project's ``notification_url``: one JSON ``POST`` when a subscription of the
-project is disabled (:mod:`.disabling`).
+"""Notices to a project's ``notification_url``: one JSON ``POST`` per operational event of a
+subscription of the project that the project wants (``Project.notifications``,
+:class:`core.model.NoticeKind`): disabled and enabled (:mod:`.disabling`); failing,
+recovered, dead-lettered and circuit opened / closed (:mod:`.ops_events`, which bounds how
+often). docs/operations.md, "Operational events", shows every body.
 
 A notice travels as a delivery does, through the worker's
 :class:`~.sender.EndpointSender` (so the endpoint policy is checked at connect and the
@@ -14,6 +17,9 @@ drops a repeat. The body::
      "last_error": "HTTP 503", "worker": "w-1",
      "enable": "POST /v1/projects/shop/subscriptions/orders/enable"}
 
+Every other kind has the same frame (``type``, ``id``, ``project``, ``subscription``,
+``topic``, ``endpoint``, ``worker``, ``at``) plus its own fields (:meth:`Notifier.notify`).
+
 Each notice is tried up to ``len(backoff_s) + 1`` times (a 2xx ends it), in a task of its
 own: it never waits in front of a delivery. A worker that stops meanwhile drops it (logged).
 """
@@ -25,9 +31,11 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from core.envelope import CONTENT_TYPE, MESSAGE_ID
-from core.model import Endpoint, Subscription
+from core.errors import HttpbusError
+from core.model import Endpoint, NoticeKind, Subscription
 from core.result import DeliveryResult
 from metastore.catalog import Catalog
 from segments.protocol import Stored
@@ -38,7 +46,7 @@ log = logging.getLogger(__name__)
 
 BACKOFF_S = (1.0, 5.0, 30.0, 120.0)
 TIMEOUT_MS = 10_000
-NOTICE_TYPE = "subscription.disabled"
+NOTICE_TYPE = NoticeKind.DISABLED.value
 
 
 def notice_body(sub: Subscription, notice_id: str) -> bytes:
@@ -61,6 +69,27 @@ def notice_body(sub: Subscription, notice_id: str) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
+def event_body(sub: Subscription, kind: NoticeKind, notice_id: str, **fields: Any) -> bytes:
+    """The JSON of an operational event of ``sub`` other than its disabling: the common
+    frame and ``fields``."""
+    doc = {
+        "type": kind.value,
+        "id": notice_id,
+        "project": sub.project,
+        "subscription": sub.name,
+        "topic": f"{sub.topic_project}/{sub.topic}",
+        "endpoint": str(sub.endpoint.url),
+        "at": _iso(time.time()),
+        **fields,
+    }
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def iso(epoch_s: float) -> str:
+    """An epoch time as the notices write it (RFC 3339, UTC, seconds)."""
+    return _iso(epoch_s)
+
+
 def _iso(epoch_s: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_s))
 
@@ -80,11 +109,26 @@ class Notifier:
         self.backoff_s = tuple(backoff_s)
         self.sent = 0  # notices a 2xx acknowledged
         self.failed = 0  # notices every attempt of which failed
+        self.unwanted = 0  # events the project does not want (Project.notifications)
         self._tasks: set[asyncio.Task[None]] = set()
 
     def disabled(self, sub: Subscription) -> None:
         """Tell ``sub``'s project that ``sub`` was disabled (in the background)."""
-        task = asyncio.create_task(self._notify(sub), name=f"notify-{sub.project}/{sub.name}")
+        assert sub.disabled is not None
+        disabled_ms = int(sub.disabled.disabled_at.timestamp() * 1000)
+        notice_id = f"disabled.{sub.project}.{sub.name}.{disabled_ms}"
+        self._spawn(self._notify(sub, NoticeKind.DISABLED, notice_id, notice_body(sub, notice_id)))
+
+    def notify(
+        self, project: str, name: str, kind: NoticeKind, notice_id: str, **fields: Any
+    ) -> None:
+        """Tell the project of subscription ``project/name`` of event ``kind`` (in the
+        background), if the project wants it. ``notice_id`` is its ``webhook-id``: made of
+        what every worker would derive the same way, so a receiver drops a repeat."""
+        self._spawn(self._event(project, name, kind, notice_id, fields))
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -92,18 +136,31 @@ class Notifier:
         for task in self._tasks:
             task.cancel()
 
-    async def _notify(self, sub: Subscription) -> None:
+    async def _event(
+        self, project: str, name: str, kind: NoticeKind, notice_id: str, fields: dict[str, Any]
+    ) -> None:
+        try:
+            sub = await self.catalog.get_subscription(project, name)
+        except HttpbusError as exc:  # deleted meanwhile, or the metastore is away
+            log.warning("no %s notice of %s/%s: %s", kind.value, project, name, exc)
+            return
+        body = event_body(sub, kind, notice_id, **fields)
+        await self._notify(sub, kind, notice_id, body)
+
+    async def _notify(
+        self, sub: Subscription, kind: NoticeKind, notice_id: str, body: bytes
+    ) -> None:
         try:
             project = await self.catalog.get_project(sub.project)
         except Exception as exc:  # the metastore is away: say what is lost
-            log.warning("no notice of %s/%s disabled: %s", sub.project, sub.name, exc)
+            log.warning("no notice %s of %s/%s: %s", notice_id, sub.project, sub.name, exc)
             return
         if project.notification_url is None or project.notification_secret is None:
             log.info("project %s has no notification endpoint", sub.project)
             return
-        assert sub.disabled is not None
-        disabled_ms = int(sub.disabled.disabled_at.timestamp() * 1000)
-        notice_id = f"disabled.{sub.project}.{sub.name}.{disabled_ms}"
+        if not project.notifications.wants(kind):
+            self.unwanted += 1
+            return
         target = sub.model_copy(
             update={
                 "endpoint": Endpoint(url=project.notification_url, timeout_ms=TIMEOUT_MS),
@@ -115,7 +172,7 @@ class Notifier:
             (MESSAGE_ID, notice_id.encode()),
             (CONTENT_TYPE, b"application/json"),
         )
-        message = Stored(0, 0, int(time.time() * 1000), notice_body(sub, notice_id), None, headers)
+        message = Stored(0, 0, int(time.time() * 1000), body, None, headers)
         topic = f"{sub.topic_project}/{sub.topic}"
         result = DeliveryResult()
         for attempt, wait in enumerate((*self.backoff_s, None), start=1):

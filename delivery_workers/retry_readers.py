@@ -7,7 +7,10 @@ back from.
 - a reader per delay level waits for its head (FIFO): when the level's delay has passed the
   message goes on to the level that fits what is left (:meth:`.retry_path.RetryPath.relevel`)
   or, with less left than the smallest level, is offered for delivery at its due time;
-- the replay reader admits unsidelined DLQ entries (their attempts reset) as new messages;
+- the replay reader admits unsidelined and recovered DLQ entries (their attempts reset) and
+  resent messages as new messages; a resend goes through the subscription's filter first
+  (it comes from the topic, not from this subscription's DLQ), and each is audited as what
+  it is (``unsidelined``, ``recovered``, ``resent``), so the message's trace shows it;
 - the DLQ tail follows removals (purge, unsideline) that free sidelined groups;
 - the returns of the retry path (:attr:`.retry_path.RetryPath.returns`): a released
   follower, or a group's messages to admit again, go through :mod:`.admission` again.
@@ -20,7 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from core.audit import AuditType
-from core.envelope import GROUP_ID, header
+from core.envelope import GROUP_ID, Envelope, header
+from core.filters import Filter, FilterOutcome, compile_filter, parse_body
 from core.model import Subscription
 from core.retry import level_for
 from core.tasks import TaskSet
@@ -37,6 +41,11 @@ from .items import Held, Item, Kind, Source, now_ms, sleep_until
 from .retry_path import RetryPath
 
 _READ_TIMEOUT_S = 1.0
+REPLAYED = {  # a replay record's kind → what its audit event says
+    dlq.REPLAY: AuditType.UNSIDELINED,
+    dlq.RECOVER: AuditType.RECOVERED,
+    dlq.RESEND: AuditType.RESENT,
+}
 
 
 @dataclass(eq=False)
@@ -53,6 +62,7 @@ class RetryReaders:
     _tasks: TaskSet = field(init=False, default_factory=TaskSet)
     _dlq_end: int = field(init=False, default=0)
     _skip: set[tuple[str, int]] = field(init=False, default_factory=set)  # stale level copies
+    _matcher: Filter | None = field(init=False, default=None)  # for resends, compiled once
 
     def start(self) -> None:
         """Take up the retry path's returns, and start reading the topics (at once if they
@@ -183,10 +193,34 @@ class RetryReaders:
                 if not self.mine(msg):  # another shard's
                     source.done(msg)
                     continue
+                kind = dlq.replay_kind(msg)
+                self.audit.message(REPLAYED[kind], msg)
+                if kind == dlq.RESEND and not self._passes_filter(msg):
+                    source.done(msg)
+                    continue
                 group = header(msg.headers, GROUP_ID)
                 item = Item(msg, source, Kind.REPLAY, group, RetryMeta.of(msg.headers))
-                self.audit.message(AuditType.UNSIDELINED, msg)
                 await self.admission.admit(item)
+
+    def _passes_filter(self, msg: Stored) -> bool:
+        """Whether the subscription's filter keeps a resent message (audited ``filtered``
+        with the reason if not)."""
+        if self._matcher is None:
+            self._matcher = compile_filter(self.sub.filter)
+        envelope = Envelope.of(msg.headers)
+        matcher = self._matcher
+        verdict = matcher.matches(
+            msg.headers,
+            group=envelope.group or None,
+            topic=f"{self.sub.topic_project}/{self.sub.topic}",
+            content_type=envelope.content_type or None,
+            body=parse_body(msg.value) if matcher.reads_body else None,
+        )
+        if verdict.outcome is FilterOutcome.MATCH:
+            return True
+        why = verdict.error if verdict.outcome is FilterOutcome.ERROR else "the filter left it out"
+        self.audit.message(AuditType.FILTERED, msg, reason=f"resend: {why}")
+        return False
 
     async def _dlq_tail(self) -> None:
         position = self._dlq_end

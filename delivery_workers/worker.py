@@ -68,6 +68,7 @@ from .bodies import BodyCache
 from .disabling import Disabling
 from .fenced import FencedSender
 from .notify import BACKOFF_S, Notifier
+from .ops_events import OpsEvents
 from .runner import SubscriptionRunner
 from .running import RunnerOptions, Running
 from .sender import EndpointSender
@@ -140,6 +141,10 @@ class Worker(AsyncResource):
         reader = SharedSegmentReader(self.catalog, stores)
         self.running = Running(metastore, self.catalog, stores, reader, self.fenced,
                                BodyCache(), self.disabling, member_id, audit, options)  # fmt: skip
+        self.ops_events = OpsEvents(
+            self.catalog, self.disabling.notifier, self.stats, self.disabling, member_id, clock
+        )
+        self._ops: asyncio.Task[None] | None = None  # tells the operational events
         self.status = StatusPublisher(
             metastore, member_id, self.stats, self.holding, interval_s=status_interval_s
         )
@@ -180,6 +185,7 @@ class Worker(AsyncResource):
             self.catalog, self.fenced, self.member_id, self._answers_tests, self._samples
         )
         self._sampling = asyncio.create_task(events)
+        self._ops = asyncio.create_task(self.ops_events.run())
         await self.status.start()
 
     async def aclose(self) -> None:
@@ -187,6 +193,7 @@ class Worker(AsyncResource):
         await cancel(self._follow)
         self._follow = None
         await cancel(self._sampling)
+        await cancel(self._ops)
         await self._samples.aclose()
         await self._disown(list(self._owned))
         await self.disabling.aclose()

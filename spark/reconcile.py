@@ -28,7 +28,8 @@ the moment it was **due**:
   due by ``as_of`` (never for a subscription paused now);
 - **pending**: no terminal event yet, within that (in flight, delayed, paused; not a finding);
 - **duplicate**: ``delivered`` more than once (exact copies of an event, which the sink may write
-  twice, are removed first).
+  twice, are removed first), not counting one delivery per ``resent`` event: a resend an
+  operator asked for (docs/operations.md) is delivered again on purpose.
 
 A terminal event whose message has no ``accepted`` event counts as ``unaccepted``, never as a
 finding: the trail is best effort (a crashed producer loses the events it had not flushed).
@@ -237,10 +238,23 @@ def _terminal(events: DataFrame) -> DataFrame:
     kinds = [AuditType.DELIVERED.value, AuditType.FILTERED.value, AuditType.DEAD_LETTERED.value]
     terminal = events.where(F.col("type").isin(kinds) & F.col("subscription").isNotNull())
     first = F.min_by("type", "at_ms")
-    return terminal.groupBy("subscription", "message_id").agg(
+    outcomes = terminal.groupBy("subscription", "message_id").agg(
         F.min("at_ms").alias("terminal_at"),
         first.alias("outcome"),
-        F.sum((F.col("type") == AuditType.DELIVERED.value).cast("int")).alias("deliveries"),
+        F.sum((F.col("type") == AuditType.DELIVERED.value).cast("int")).alias("sent"),
+    )
+    # A delivery an operator asked for (a resend) is no duplicate: one fewer per resend.
+    resends = (
+        events.where((F.col("type") == AuditType.RESENT.value) & F.col("subscription").isNotNull())
+        .groupBy("subscription", "message_id")
+        .agg(F.count("*").alias("resends"))
+    )
+    asked = F.coalesce(F.col("resends"), F.lit(0))
+    deliveries = F.when(F.col("sent") > 0, F.greatest(F.col("sent") - asked, F.lit(1)))
+    return (
+        outcomes.join(resends, ["subscription", "message_id"], "left")
+        .withColumn("deliveries", deliveries.otherwise(F.col("sent")))
+        .drop("sent", "resends")
     )
 
 

@@ -16,6 +16,7 @@ from control_plane.api import (
     principals,
     projects,
     quotas,
+    resend,
     signing_keys,
     subscriptions,
     tokens,
@@ -47,5 +48,6 @@ def router(database_url: str, trace_index: TraceIndex) -> APIRouter:
         api.include_router(module.router)
     api.include_router(dlq.router())
     api.include_router(trace.router(trace_index))
+    api.include_router(resend.router(trace_index))
     api.include_router(audit.router(database_url))
     return api

@@ -15,7 +15,9 @@ router = APIRouter(prefix="/v1/projects", tags=["projects"])
 @router.post("", status_code=status.HTTP_201_CREATED, **ADMIN)
 async def create_project(body: ProjectCreate, admin: AdminDep) -> ProjectShown:
     """Create a project; the answer shows its notification secret this once."""
-    project = await admin.create_project(body.name, body.description, body.notification_url)
+    project = await admin.create_project(
+        body.name, body.description, body.notification_url, body.notifications
+    )
     return ProjectShown(
         **ProjectView.of(project).model_dump(), notification_secret=project.notification_secret
     )
@@ -45,15 +47,17 @@ async def get_project(project: ProjectName, admin: AdminDep) -> ProjectView:
 async def update_project(
     project: ProjectName, body: ProjectUpdate, admin: AdminDep
 ) -> ProjectShown:
-    """Replace the description; the notification URL too when the body names it (null
-    removes it; absent keeps it, so a client that only knows the description cannot drop
-    it). A project made before notification secrets existed gets one with its first
+    """Replace the description; the notification URL and the operational events wanted
+    (``notifications``) too when the body names them (a null URL removes it; absent keeps
+    them, so a client that only knows the description cannot drop them). A project made
+    before notification secrets existed gets one with its first
     notification URL, shown this once."""
     current = await admin.catalog.get_project(project)
     url = current.notification_url
     if "notification_url" in body.model_fields_set:
         url = body.notification_url
         admin.check_notification_url(url)
+    wanted = current.notifications if body.notifications is None else body.notifications
     made = None
     if url is not None and current.notification_secret is None:
         made = new_signing_secret()
@@ -62,6 +66,7 @@ async def update_project(
             "description": body.description,
             "notification_url": url,
             "notification_secret": made or current.notification_secret,
+            "notifications": wanted,
             "version": body.version,
         }
     )

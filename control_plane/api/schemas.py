@@ -21,6 +21,7 @@ from core.model import (
     DEFAULT_SECRET_OVERLAP_S,
     MAX_SECRET_OVERLAP_S,
     Failover,
+    Notifications,
     Pointer,
     Project,
     Segment,
@@ -40,8 +41,15 @@ class _Body(BaseModel):
 
 
 _NOTIFICATION_URL = (
-    "where a notice goes when one of the project's subscriptions is disabled (a signed JSON "
-    "POST, docs/operations.md); checked against the endpoint policy"
+    "where the project's operational events go (`notifications`: by default when one of its "
+    "subscriptions is disabled; a signed JSON POST each, docs/operations.md); checked "
+    "against the endpoint policy"
+)
+
+
+_NOTIFICATIONS = (
+    "which operational events go to the notification URL (subscription.failing, .recovered, "
+    ".dead_lettered, .circuit_opened, .circuit_closed, .disabled, .enabled) and their bounds"
 )
 
 
@@ -49,12 +57,16 @@ class ProjectCreate(_Body):
     name: Name
     description: str = Field(default="", max_length=1_000)
     notification_url: AnyHttpUrl | None = Field(default=None, description=_NOTIFICATION_URL)
+    notifications: Notifications = Field(default_factory=Notifications, description=_NOTIFICATIONS)
 
 
 class ProjectUpdate(_Body):
     description: str = Field(default="", max_length=1_000)
     notification_url: AnyHttpUrl | None = Field(
         default=None, description=_NOTIFICATION_URL + "; absent: unchanged, null: none"
+    )
+    notifications: Notifications | None = Field(
+        default=None, description=_NOTIFICATIONS + "; absent: unchanged"
     )
     version: int = Field(description="the version you read; a stale one is refused (409)")
 
@@ -67,6 +79,7 @@ class ProjectView(_Body):
     description: str
     notification_url: AnyHttpUrl | None = None
     notification_secret_set: bool = False
+    notifications: Notifications = Field(default_factory=Notifications)
     created_at: datetime
     version: int
 

@@ -27,6 +27,7 @@ from core.errors import (
 )
 from core.model import (
     Failover,
+    Notifications,
     Project,
     Segment,
     SegmentState,
@@ -296,7 +297,11 @@ class Admin:
             )
 
     async def create_project(
-        self, name: str, description: str = "", notification_url: object | None = None
+        self,
+        name: str,
+        description: str = "",
+        notification_url: object | None = None,
+        notifications: Notifications | None = None,
     ) -> Project:
         """A new project with a notification secret of its own (notices are signed with it
         whenever a notification URL is set, now or later)."""
@@ -307,6 +312,7 @@ class Admin:
                 "description": description,
                 "notification_url": notification_url,
                 "notification_secret": new_signing_secret(),
+                "notifications": notifications or Notifications(),
             }
         )
         return await self.catalog.create_project(project)

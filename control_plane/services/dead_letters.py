@@ -5,8 +5,9 @@ The DLQ topic is read back and filtered here (see :mod:`segments.subscription.dl
 control plane answers the same as any other, whichever worker wrote the entries. Unsidelined
 entries are appended to the subscription's replay topic (attempts reset), then removed from
 the DLQ; the worker delivers them through the normal path, in order, and lifts the group's
-sideline once the group has no entry left. One unsideline or purge runs at a time per
-subscription in this process.
+sideline once the group has no entry left. A *recovery* is an unsideline of the entries whose
+last failure lies in a window (``since`` to ``until``), audited as ``recovered``. One
+unsideline, recovery or purge runs at a time per subscription in this process.
 """
 
 from __future__ import annotations
@@ -117,6 +118,36 @@ async def unsideline(
     """Replay the selected entries (oldest first, at most ``limit``) through the normal
     path with their attempts reset: how many, and how many more match."""
     return await _act(admin, project, subscription, chosen, limit, dlq.replay)
+
+
+def window(since: datetime, until: datetime) -> tuple[int, int]:
+    """A recovery's window in epoch milliseconds, ``since`` inclusive, ``until`` exclusive:
+    a 422 naming the field if a time has no zone, ``since`` lies in the future, or the
+    window is empty."""
+    since_ms = epoch_ms(since, "since")
+    if until.tzinfo is None:
+        epoch_ms(until, "until")  # raises: no time zone
+    until_ms = int(until.timestamp() * 1000)
+    if until_ms <= since_ms:
+        raise ValidationFailed(
+            f"until ({until.isoformat()}) must come after since ({since.isoformat()})",
+            details={"fields": [{"field": "until", "problem": "not after since"}]},
+        )
+    return since_ms, until_ms
+
+
+async def recover(
+    admin: Admin, project: str, subscription: str, since_ms: int, until_ms: int, limit: int
+) -> tuple[int, int]:
+    """Replay, like an unsideline, the entries whose last failure lies in ``[since_ms,
+    until_ms)`` (oldest first, at most ``limit``), marked as recovered: how many, and how
+    many more match."""
+    chosen = dlq.Selector(failed_before_ms=until_ms, failed_after_ms=since_ms)
+    return await _act(admin, project, subscription, chosen, limit, _recovery)
+
+
+async def _recovery(store: SegmentStore, layout: Layout, entries: list[Stored]) -> None:
+    await dlq.replay(store, layout, entries, dlq.RECOVER)
 
 
 async def purge(

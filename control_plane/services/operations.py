@@ -49,7 +49,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -140,6 +140,14 @@ class SubscriptionOps:
 
     # ------------------------------------------------------------ seek
     async def seek(self, project: str, name: str, target: SeekTarget) -> SeekResult:
+        async with self.stepped_aside(project, name) as sub:
+            return await self._seek_locked(sub, target)
+
+    @contextlib.asynccontextmanager
+    async def stepped_aside(self, project: str, name: str) -> AsyncIterator[Subscription]:
+        """While no worker runs the subscription (steps 1, 2 and 4 of a seek): the
+        subscription as it was. A resend uses it to make the internal topics of a
+        subscription that has none yet, so its runners read them from their start."""
         sub = await self.catalog.get_subscription(project, name)
         request = paths.seek_request(project, name)
         stamp = json.dumps({"by": self.member_id, "at_ms": int(time.time() * 1000)}).encode()
@@ -153,7 +161,7 @@ class SubscriptionOps:
             for shard in shards(sub.shards):
                 lock = paths.subscription_lock(project, name, _index(shard))
                 taken[lock] = await self._take_lock(lock, unit_key(project, name, shard))
-            return await self._seek_locked(sub, target)
+            yield sub
         finally:
             with contextlib.suppress(HttpbusError):
                 await self.meta.delete(request)

@@ -4,7 +4,8 @@ state and its attempts (the body of ``GET …/messages/{id}``).
 A subscription's state is read off its events in time order:
 
 - ``pending``: no event yet (waiting for its turn, a delay, or a paused subscription);
-- ``delivering``: attempted, no outcome yet, or replayed from the DLQ;
+- ``delivering``: attempted, no outcome yet, or replayed from the DLQ (unsidelined,
+  recovered) or resent by an operator;
 - ``retrying``: an attempt failed and another is due (in place or in a delay level);
 - ``delivered``, ``filtered``, ``dead_lettered``: its outcome (a DLQ entry replayed later is
   ``delivering`` again, then its new outcome). A copy passed over after a verified
@@ -26,6 +27,8 @@ STATE_OF = {
     "dead_lettered": "dead_lettered",
     "retried": "retrying",
     "unsidelined": "delivering",
+    "recovered": "delivering",
+    "resent": "delivering",
 }
 
 

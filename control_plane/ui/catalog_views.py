@@ -1,4 +1,5 @@
-"""Projects and topics: paged lists, creation forms, the segment timeline."""
+"""Projects and topics: paged lists, creation forms, the segment timeline; a project's
+notification settings (which operational events go to its notification URL)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from control_plane.client import AdminClient, ApiError, NotAvailable, path
-from control_plane.ui.deps import ApiDep, FormDep, Name, SessionDep
+from control_plane.ui.deps import ApiDep, FormDep, FormListsDep, Name, SessionDep
 from control_plane.ui.render import open_by_name, paging, redirect, refused, render
 from control_plane.ui.timeline import draw
 
@@ -72,12 +73,78 @@ async def topics(project: Name, request: Request, session: SessionDep, api: ApiD
         session,
         project=project,
         page=page,
+        notices=await _notices(api, project),
+        notice_kinds=NOTICE_KINDS,
         quota_rows=quota_rows(usage),
         base=base,
         flash=wanted.problem,
         clusters=request.app.state.ui_clusters,
         default_cluster=request.app.state.ui_default_cluster,
     )
+
+
+NOTICE_KINDS = (  # (kind, what it says), in the order the form lists them
+    ("subscription.failing", "every attempt failed for a while"),
+    ("subscription.recovered", "an attempt succeeded after that"),
+    ("subscription.dead_lettered", "messages exhausted to the DLQ (a count per interval)"),
+    ("subscription.circuit_opened", "the circuit opened (at most once per interval)"),
+    ("subscription.circuit_closed", "the circuit closed again"),
+    ("subscription.disabled", "the endpoint was disabled"),
+    ("subscription.enabled", "it was enabled again"),
+)
+
+
+async def _notices(api: AdminClient, project: str) -> dict[str, Any] | None:
+    """The project's notification URL and settings (None where the API does not say)."""
+    try:
+        found = await api.get(path("v1", "projects", project))
+    except (NotAvailable, ApiError):
+        return None
+    settings = found.get("notifications") if isinstance(found, dict) else None
+    if settings is None:
+        return None
+    return {"url": found.get("notification_url"), "version": found.get("version"), **settings}
+
+
+@router.post("/ui/projects/{project}/notifications")
+async def notifications(
+    project: Name, request: Request, form: FormListsDep, api: ApiDep
+) -> Response:
+    """Save which operational events go to the notification URL (``PUT /v1/projects/{p}``,
+    a compare-and-set on the version the form was read at)."""
+    back = f"/ui/projects/{project}/topics"
+    known = {kind for kind, _ in NOTICE_KINDS}
+    events = sorted(kind for kind in form.get("events", []) if kind in known)
+
+    def one(name: str) -> str:
+        return (form.get(name) or [""])[0]
+
+    current = await api.get(path("v1", "projects", project))
+    body: dict[str, Any] = {
+        "description": current.get("description", ""),
+        "notifications": {
+            "events": events,
+            "failing_after_s": _int(one("failing_after_s")),
+            "interval_s": _int(one("interval_s")),
+        },
+        "version": _int(one("version")),
+    }
+    url = one("notification_url").strip()
+    body["notification_url"] = url or None
+    try:
+        await api.put(path("v1", "projects", project), body)
+    except ApiError as exc:
+        return refused(request, back, exc, "notifications not saved")
+    said = ", ".join(e.removeprefix("subscription.") for e in events) or "none"
+    return redirect(request, back, f"notifications saved: {said}")
+
+
+def _int(text: Any) -> Any:
+    """A number field as a number (the API names a field that is not one)."""
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        return text
 
 
 @router.post("/ui/projects/{project}/topics")

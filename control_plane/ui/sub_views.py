@@ -1,9 +1,11 @@
 """Subscriptions: the paged list, the create / edit form with inline validation, the page
-with status and charts, pause / resume and seek."""
+with status and charts, pause / resume and seek, resend one message and recover the DLQ
+between two times."""
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -254,6 +256,55 @@ async def seek(project: Name, sub: Name, request: Request, form: FormDep, api: A
         return refused(request, back, exc, "not moved")
     where = ", ".join(f"p{k}@{v}" for k, v in sorted(moved.get("positions", {}).items()))
     return redirect(request, back, f"moved to segment {moved.get('segment')}: {where}")
+
+
+@router.post("/ui/projects/{project}/subscriptions/{sub}/resend")
+async def resend(
+    project: Name, sub: Name, request: Request, form: FormDep, api: ApiDep
+) -> Response:
+    """Resend one message (``POST …/resend``), then show its trace: the subscription's state
+    there is the resend's status (pending, delivering, delivered, filtered, …)."""
+    back = f"/ui/projects/{project}/subscriptions/{sub}"
+    mid = form.get("message_id", "").strip()
+    if not mid:
+        return redirect(request, back, "give the id of the message to resend", "error")
+    try:
+        done = await api.post(_subs(project, sub, "resend"), {"message_id": mid})
+    except NotAvailable:
+        return redirect(request, back, "resend is not available on this control plane", "error")
+    except ApiError as exc:
+        return refused(request, back, exc, f"{mid} not resent")
+    found = await api.get(_subs(project, sub))
+    trace = f"/ui/projects/{found['topic_project']}/topics/{found['topic']}/messages/"
+    note = (
+        f"{mid} resent to {project}/{sub} only: its state below is the resend's status "
+        "(the trace shows it within seconds; reload)"
+    )
+    return redirect(request, trace + quote(done["message_id"], safe=""), note)
+
+
+@router.post("/ui/projects/{project}/subscriptions/{sub}/recover")
+async def recover(
+    project: Name, sub: Name, request: Request, form: FormDep, api: ApiDep
+) -> Response:
+    """Recover the DLQ entries that failed between two times (``POST …/recover``), up to
+    10 000 at once; the notice says how many, and how many of the window are left."""
+    back = f"/ui/projects/{project}/subscriptions/{sub}"
+    since, until = form.get("since", "").strip(), form.get("until", "").strip()
+    if not since or not until:
+        return redirect(request, back, "give both times: failed since and until", "error")
+    body = {"since": rfc3339(since), "until": rfc3339(until), "limit": 10_000}
+    try:
+        done = await api.post(_subs(project, sub, "recover"), body)
+    except NotAvailable:
+        return redirect(request, back, "recover is not available on this control plane", "error")
+    except ApiError as exc:
+        return refused(request, back, exc, "nothing recovered")
+    left = int(done.get("remaining", 0))
+    more = f"; {left} more of the window remain: recover again" if left else ""
+    window = f"{body['since']} and {body['until']}"
+    line = f"recovered {done.get('recovered')} dead-lettered messages that failed between {window}"
+    return redirect(request, back, line + more)
 
 
 @router.get("/ui/filter-check")

@@ -23,6 +23,8 @@ COLOURS = {
     "filtered": "#4a6fa5",
     "dead_lettered": "#c0392b",
     "unsidelined": "#8e44ad",
+    "recovered": "#8e44ad",
+    "resent": "#16a085",
 }
 
 

@@ -33,7 +33,11 @@ from .layout import Layout
 from .retry_meta import RetryMeta
 
 REMOVED = b"removed"
-REPLAY = b"replay"
+# What a record of the replay topic is (header ``x-httpbus-kind``), so the worker audits it as
+# what it is and runs a resend through the subscription's filter (docs/operations.md).
+REPLAY = b"replay"  # unsidelined from the DLQ
+RECOVER = b"recover"  # recovered from the DLQ: its last failure lies in a window
+RESEND = b"resend"  # a message of the topic, resent to this one subscription
 _READ_TIMEOUT_S = 0.5
 
 
@@ -96,12 +100,15 @@ async def scan(store: SegmentStore, layout: Layout) -> DlqView:
 
 @dataclass(frozen=True)
 class Selector:
-    """Which live entries an operation takes: exactly one of ids, groups, a time, all."""
+    """Which live entries an operation takes: exactly one of ids, groups, a time, all. A
+    time is an end (``failed_before_ms``), with a start (``failed_after_ms``, inclusive) for a
+    recovery's window."""
 
     message_ids: frozenset[str] | None = None
     group_ids: frozenset[str] | None = None
     failed_before_ms: int | None = None
     everything: bool = False
+    failed_after_ms: int | None = None
 
     def matches(self) -> Callable[[Stored], bool]:
         if self.message_ids is not None:
@@ -111,8 +118,8 @@ class Selector:
             groups = self.group_ids
             return lambda m: header(m.headers, GROUP_ID) in groups
         if self.failed_before_ms is not None:
-            before = self.failed_before_ms
-            return lambda m: (RetryMeta.of(m.headers).last_failed_ms or 0) < before
+            before, after = self.failed_before_ms, self.failed_after_ms or 0
+            return lambda m: after <= (RetryMeta.of(m.headers).last_failed_ms or 0) < before
         return lambda m: self.everything
 
 
@@ -130,18 +137,35 @@ async def remove(store: SegmentStore, layout: Layout, positions: Iterable[int]) 
         await store.produce(layout.dlq, record, partition=0)
 
 
-async def replay(store: SegmentStore, layout: Layout, entries: list[Stored]) -> None:
+async def replay(
+    store: SegmentStore, layout: Layout, entries: list[Stored], kind: bytes = REPLAY
+) -> None:
     """Append ``entries`` (oldest first) to the replay topic with their attempts reset, then
-    remove them from the DLQ."""
+    remove them from the DLQ; ``kind`` says why (an unsideline, a recovery)."""
     if not entries:
         return
     records = []
     for msg in entries:
         meta = RetryMeta.of(msg.headers)
         fresh = RetryMeta(origin=meta.origin, topic=meta.topic)
-        headers = own_headers(msg.headers) + fresh.headers() + ((KIND, REPLAY),)
+        headers = own_headers(msg.headers) + fresh.headers() + ((KIND, kind),)
         records.append(Record(value=msg.value, key=msg.key, headers=headers))
     for result in await store.produce_many(layout.replay, records):
         if isinstance(result, Exception):
             raise StorageUnavailable(f"could not replay into {layout.replay}: {result}")
     await remove(store, layout, (m.position for m in entries))
+
+
+async def resend(store: SegmentStore, layout: Layout, msg: Stored, origin: str, topic: str) -> int:
+    """Append ``msg``, read from its segment at ``origin`` (``segment:partition:position``) of
+    ``topic``, to the replay topic as a resend (attempts at zero): its replay position."""
+    meta = RetryMeta(origin=origin, topic=topic)
+    headers = own_headers(msg.headers) + meta.headers() + ((KIND, RESEND),)
+    record = Record(value=msg.value, key=msg.key, headers=headers)
+    return (await store.produce(layout.replay, record, partition=0)).position
+
+
+def replay_kind(msg: Stored) -> bytes:
+    """Why a record of the replay topic is there: :data:`REPLAY`, :data:`RECOVER` or
+    :data:`RESEND` (a record written before the kinds existed is a replay)."""
+    return next((v for k, v in msg.headers if k == KIND), REPLAY)

@@ -137,3 +137,35 @@ async def test_retry_policy_validation_names_the_field(env: Env) -> None:
         answer = await env.client.post("/v1/projects/shop/subscriptions", json=body)
         assert answer.status_code == 422, answer.text
         assert field in answer.text
+
+
+async def test_recover_replays_the_window_only(env: Env) -> None:
+    now = int(time.time() * 1000)
+    for i in range(6):  # failed at now-6000 … now-1000, one a second
+        await env.dead_letter(f"m{i}", "g", 500, now - 6_000 + i * 1_000)
+    recover = "/v1/projects/shop/subscriptions/s1/recover"
+    window = {"since": _iso(now - 5_000), "until": _iso(now - 2_000)}  # m1, m2, m3
+    first = await env.client.post(recover, json={**window, "limit": 2})
+    assert first.json() == {"recovered": 2, "remaining": 1}, first.text
+    rest = await env.client.post(recover, json=window)
+    assert rest.json() == {"recovered": 1, "remaining": 0}
+    replay = await dlq.read_all(env.store, (await env.layout()).replay)
+    assert [dict(m.headers)["x-message-id"] for m in replay] == [b"m1", b"m2", b"m3"]
+    assert {dlq.replay_kind(m) for m in replay} == {dlq.RECOVER}
+    assert all(RetryMeta.of(m.headers).attempts == 0 for m in replay)
+    left = (await env.client.get(BASE, params={"order": "oldest"})).json()
+    assert [m["message_id"] for m in left["messages"]] == ["m0", "m4", "m5"]
+    naive = "2026-01-01T00:00:00"
+    future = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    cases = [
+        ({"since": window["until"], "until": window["since"]}, "must come after"),
+        ({"since": naive, "until": window["until"]}, "since"),
+        ({"since": future, "until": future}, "future"),
+        ({"since": window["since"]}, "until"),
+        ({**window, "limit": 0}, "limit"),
+        ({**window, "bogus": 1}, "bogus"),
+    ]
+    for body, words in cases:
+        answer = await env.client.post(recover, json=body)
+        assert answer.status_code == 422, answer.text
+        assert words in answer.text and answer.json()["code"]

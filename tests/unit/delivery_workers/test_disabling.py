@@ -14,7 +14,15 @@ import pytest
 
 from control_plane.services.operations import SubscriptionOps
 from core.audit import AuditType
-from core.model import CircuitBreakerPolicy, Endpoint, Project, RetryPolicy, Subscription
+from core.model import (
+    CircuitBreakerPolicy,
+    Endpoint,
+    NoticeKind,
+    Notifications,
+    Project,
+    RetryPolicy,
+    Subscription,
+)
 from core.result import DeliveryResult, ErrorKind
 from core.signing import verify
 from delivery_workers.app import WorkerCollector
@@ -118,14 +126,17 @@ async def test_the_watch_records_the_streak_and_asks_once_when_due(tmp_path: Pat
         assert len(asked) == 1 and watch.streak.since_s == clock.now
 
 
-async def _notification_project(world: WorkersWorld) -> None:
-    """Project p with the hook's path ``notify`` as its notification endpoint."""
+async def _notification_project(world: WorkersWorld, *events: NoticeKind) -> None:
+    """Project p with the hook's path ``notify`` as its notification endpoint (for
+    ``events``, or the default: disabled only)."""
     project = await world.catalog.get_project("p")
     fields = {
         **project.model_dump(),
         "notification_url": world.hook.url_for("notify"),
         "notification_secret": NOTIFY_SECRET,
     }
+    if events:
+        fields["notifications"] = Notifications(events=events)
     await world.catalog.update_project(Project.model_validate(fields))
 
 
@@ -147,7 +158,7 @@ async def test_a_failing_endpoint_disables_and_enable_delivers_everything(
     tmp_path: Path,
 ) -> None:
     async with workers_world(tmp_path) as world:
-        await _notification_project(world)
+        await _notification_project(world, NoticeKind.DISABLED, NoticeKind.ENABLED)
         clock, audit = Clock(), MemoryAudit({AuditType.DISABLED, AuditType.ENABLED})
         world.hook.down.add("s0")
         await world.catalog.create_subscription(
@@ -205,7 +216,16 @@ async def test_a_failing_endpoint_disables_and_enable_delivers_everything(
         assert await world.catalog.store.get(failing) is None
         await until(lambda: sorted(set(world.hook.ids("s0"))) == sorted(ids), what="all delivered")
         assert [e.type for e in audit.events] == [AuditType.DISABLED, AuditType.ENABLED]
-        assert len(world.hook.on("notify")) == 1
+        # ... and the project, which asked for it, hears that it is enabled (once).
+        await until(lambda: len(world.hook.on("notify")) == 2, what="the enabled notice")
+        enabled_notice = world.hook.on("notify")[1]
+        assert verify(NOTIFY_SECRET, dict(enabled_notice.headers), enabled_notice.body)
+        body = json.loads(enabled_notice.body)
+        assert (body["type"], body["subscription"], body["worker"]) == (
+            "subscription.enabled",
+            "s0",
+            "w2",
+        )
         assert (await ops.status("p", "s0"))["state"] != "disabled"
 
 

@@ -21,6 +21,7 @@ A, D, F, DL, AT = (
     AuditType.DEAD_LETTERED,
     AuditType.ATTEMPTED,
 )
+R = AuditType.RESENT
 HORIZON = 60_000
 
 
@@ -49,6 +50,10 @@ def _trail() -> list[Any]:
     events += [ev(A, "late-1", 4), ev(D, "late-1", 4 + HORIZON + 1)]
     events += [ev(A, "dup-1", 5), ev(D, "dup-1", 6), ev(D, "dup-1", 900)]
     events += [ev(A, "dup-3", 5), ev(D, "dup-3", 6), ev(D, "dup-3", 7), ev(D, "dup-3", 8)]
+    # Resent by an operator: its second delivery was asked for, no duplicate; one more is.
+    events += [ev(A, "resent", 5), ev(D, "resent", 6), ev(R, "resent", 99), ev(D, "resent", 100)]
+    events += [ev(A, "dup-r", 5), ev(D, "dup-r", 6), ev(R, "dup-r", 9), ev(D, "dup-r", 10)]
+    events += [ev(D, "dup-r", 11)]
     copy = ev(D, "copy", 7)
     events += [ev(A, "copy", 6), copy, copy]  # the same event twice: the sink wrote it twice
     events += [ev(A, "inflight", 200_000 - 1_000)]  # accepted a second before as_of
@@ -72,14 +77,14 @@ def test_planted_faults_are_named_exactly(spark: Any) -> None:
     by_kind = {k: sorted(f.message_id for f in result.findings if f.kind is k) for k in FindingKind}
     assert by_kind[FindingKind.LOST] == ["lost-1", "lost-2"]
     assert by_kind[FindingKind.LATE] == ["late-1"]
-    assert by_kind[FindingKind.DUPLICATE] == ["dup-1", "dup-3"]
+    assert by_kind[FindingKind.DUPLICATE] == ["dup-1", "dup-3", "dup-r"]
     counts = {f.message_id: f.count for f in result.findings if f.kind is FindingKind.DUPLICATE}
-    assert counts == {"dup-1": 2, "dup-3": 3}
+    assert counts == {"dup-1": 2, "dup-3": 3, "dup-r": 2}
     (tally,) = result.tallies
     assert tally.subscription == SUB
-    assert tally.expected == 100 + 9
-    assert (tally.delivered, tally.filtered, tally.dead_lettered) == (103, 1, 1)
-    assert (tally.lost, tally.late, tally.pending, tally.duplicates) == (2, 1, 1, 3)
+    assert tally.expected == 100 + 11
+    assert (tally.delivered, tally.filtered, tally.dead_lettered) == (105, 1, 1)
+    assert (tally.lost, tally.late, tally.pending, tally.duplicates) == (2, 1, 1, 4)
     assert result.unaccepted == 1
     lost = next(f for f in result.findings if f.message_id == "lost-2")
     assert (lost.subscription, lost.accepted_at_ms, lost.terminal_at_ms) == (SUB, T0 + 3, None)

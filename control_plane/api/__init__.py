@@ -13,6 +13,7 @@ from control_plane.api import (
     failover,
     grants,
     migration,
+    overview,
     principals,
     projects,
     quotas,
@@ -46,4 +47,5 @@ def router(database_url: str, trace_index: TraceIndex) -> APIRouter:
     api.include_router(dlq.router())
     api.include_router(trace.router(trace_index))
     api.include_router(audit.router(database_url))
+    api.include_router(overview.router(database_url))
     return api

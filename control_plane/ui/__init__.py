@@ -27,6 +27,7 @@ from control_plane.ui import (
     cutover_views,
     dlq_views,
     migration_views,
+    overview_views,
     sub_views,
     trace_views,
 )
@@ -46,6 +47,7 @@ __all__ = ["install", "login_answer", "session_identity"]
 
 ROUTERS = (
     auth_views,
+    overview_views,
     catalog_views,
     cutover_views,
     migration_views,

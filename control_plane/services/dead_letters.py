@@ -32,7 +32,8 @@ _locks: dict[str, asyncio.Lock] = {}  # one unsideline or purge at a time per su
 @dataclass(frozen=True)
 class Filter:
     """Which live entries a browse shows: newest or oldest first, from after ``after``
-    (a position, in that order), of a group, a last status, a window of last failure."""
+    (a position, in that order), of a group, a last status, a window of last failure, the
+    failed heads or the sidelined followers."""
 
     newest_first: bool = True
     after: int | None = None
@@ -40,6 +41,7 @@ class Filter:
     status: int | None = None
     failed_after_ms: int | None = None
     failed_before_ms: int | None = None
+    sidelined: bool | None = None  # True: only sidelined followers; False: only failed heads
 
     def keeps(self, msg: Stored) -> bool:
         if self.after is not None and (
@@ -53,6 +55,7 @@ class Filter:
             and (self.status is None or meta.last_status == self.status)
             and (self.failed_after_ms is None or failed > self.failed_after_ms)
             and (self.failed_before_ms is None or failed < self.failed_before_ms)
+            and (self.sidelined is None or sidelined(msg) == self.sidelined)
         )
 
 

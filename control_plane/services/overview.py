@@ -8,10 +8,11 @@ circuits, subscriptions whose attempts fail now, the newest failures), **where i
 being moved** (cutovers, failovers, verified migrations in flight); with the platform's
 delivery and publish rates and, for admins, the last audit findings.
 
-Everything is read in bulk, never per subscription from storage: the subscriptions of each
-visible project (their nodes), the workers' published figures (one listing of
-``/status`` and a read of each node, all at once), the markers of cutovers, migrations and
-unsealed segments. The publish rate is the growth of every topic's produce segment's end
+Everything is read in bulk (``MetaStore.get_many``: one call to the embedded store,
+pipelined requests to ZooKeeper), never per subscription from storage: the subscriptions of
+each visible project (their nodes), the workers' published figures (one listing of
+``/status``, then every node at once), the markers of cutovers, migrations and unsealed
+segments. The publish rate is the growth of every topic's produce segment's end
 positions between two overviews of this process (the first one can only say "measuring");
 no producer reports its rate for every project, and asking storage for a rate would cost a
 read per topic per second.
@@ -28,12 +29,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 from control_plane.services.shard_status import merge_figures
 from core.errors import HttpbusError
 from core.model import SegmentState, Subscription
 from core.shards import parse_unit_key
 from metastore import paths
-from metastore.protocol import MetaStore
+from metastore.protocol import MetaStore, Node
 from segments.protocol import SegmentStore
 
 BUCKET_S = 10
@@ -89,9 +92,10 @@ class Overview:
         now = time.time()
         every = await self.meta.children(paths.PROJECTS)
         visible = sorted(every if projects is None else set(every) & set(projects))
+        hour = _Hour(now)
         subs, statuses, cutovers, migrations, failovers, published = await asyncio.gather(
             self._subscriptions(visible),
-            self._statuses(set(visible)),
+            self._statuses(set(visible), hour),
             self._moving(paths.ACTIVE_CUTOVERS, set(visible), paths.cutover),
             self._moving(paths.ACTIVE_MIGRATIONS, set(visible), paths.migration),
             self._failovers(set(visible)),
@@ -102,11 +106,11 @@ class Overview:
             "projects": visible,
             "subscriptions": len(rows),
             "rates": _rates(rows, published),
-            "history": _history(rows, now),
+            "history": hour.buckets(),
             "failing": _failing(rows),
             "lag": _ranked(rows, "lag"),
             "oldest_unacked": _ranked(rows, "oldest"),
-            "dlq_growing": _dlq_growing(rows, now),
+            "dlq_growing": _dlq_growing(rows, hour),
             "disabled": [_disabled(r.sub) for r in rows if r.sub.disabled is not None],
             "in_flight": {"cutovers": cutovers, "migrations": migrations, "failovers": failovers},
             "read_ms": round((time.perf_counter() - started) * 1000, 1),
@@ -119,32 +123,38 @@ class Overview:
             *(self.meta.children(paths.subscriptions(p)) for p in projects)
         )
         keys = [(p, s) for p, found in zip(projects, names, strict=True) for s in found]
-        nodes = await asyncio.gather(*(self.meta.get(paths.subscription(p, s)) for p, s in keys))
+        nodes = await self.meta.get_many([paths.subscription(p, s) for p, s in keys])
         return [
             Subscription.model_validate_json(node.data)
             for node in nodes
             if node is not None and node.data
         ]
 
-    async def _statuses(self, projects: set[str]) -> dict[tuple[str, str], dict[str, Any]]:
+    async def _statuses(
+        self, projects: set[str], hour: _Hour
+    ) -> dict[tuple[str, str], dict[str, Any]]:
         """Every published status document of the visible projects, merged per subscription
-        (a sharded one publishes one per shard)."""
+        (a sharded one publishes one per shard). Each document's history is folded into
+        ``hour`` as it is read and dropped: a thousand hours of 10-second buckets kept as
+        lists would cost more in the garbage collector than in the reading."""
         names = [n for n in await self.meta.children(paths.STATUS) if _project(n) in projects]
-        nodes = await asyncio.gather(*(self.meta.get(f"{paths.STATUS}/{n}") for n in names))
+        nodes = await self.meta.get_many([f"{paths.STATUS}/{n}" for n in names])
         docs: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for name, node in zip(names, nodes, strict=True):
             if node is None or not node.data:
                 continue
             with contextlib.suppress(ValueError):
                 project, sub, _ = parse_unit_key(name.replace(":", "/", 1))
-                docs.setdefault((project, sub), []).append(json.loads(node.data))
+                doc = orjson.loads(node.data)
+                hour.add((project, sub), doc.pop("history", None) or ())
+                docs.setdefault((project, sub), []).append(doc)
         return {key: merge_figures(found) for key, found in docs.items()}
 
     async def _moving(self, marks: str, projects: set[str], record: Any) -> list[dict[str, Any]]:
         """The cutovers (or migrations) the leaders still drive, as their records say."""
         names = [n for n in await self.meta.children(marks) if _project(n) in projects]
         pairs = [tuple(n.split(":", 1)) for n in names]
-        nodes = await asyncio.gather(*(self.meta.get(record(p, t)) for p, t in pairs))
+        nodes = await self.meta.get_many([record(p, t) for p, t in pairs])
         out = []
         for (project, topic), node in zip(pairs, nodes, strict=True):
             doc: dict[str, Any] = {}
@@ -177,9 +187,16 @@ class Overview:
         """Messages per second published to the visible topics (see the module doc)."""
         topics = await asyncio.gather(*(self.meta.children(paths.topics(p)) for p in projects))
         keys = [(p, t) for p, found in zip(projects, topics, strict=True) for t in found]
-        ends = await asyncio.gather(*(self._end(p, t) for p, t in keys))
+        pointers = await self.meta.get_many([paths.produce_pointer(p, t) for p, t in keys])
+        wanted = [
+            (key, paths.segment(*key, _segment_id(node)))
+            for key, node in zip(keys, pointers, strict=True)
+            if _segment_id(node)
+        ]
+        segments = await self.meta.get_many([where for _, where in wanted])
+        ends = await asyncio.gather(*(self._end(node) for node in segments))
         per_topic: list[tuple[str, str, float | None]] = []
-        for (project, topic), total in zip(keys, ends, strict=True):
+        for ((project, topic), _), total in zip(wanted, ends, strict=True):
             if total is not None:
                 rate = self.sampler.rate(f"{project}/{topic}", now, total)
                 per_topic.append((project, topic, rate))
@@ -193,25 +210,31 @@ class Overview:
             ],
         }
 
-    async def _end(self, project: str, topic: str) -> int | None:
-        """The sum of the end positions of the topic's produce segment (None: unknown)."""
+    async def _end(self, node: Node | None) -> int | None:
+        """The sum of the end positions of a produce segment (None: unknown, or its storage
+        did not answer within ``END_TIMEOUT_S``)."""
         try:
-            pointer = await self.meta.get(paths.produce_pointer(project, topic))
-            if pointer is None:
+            seg = json.loads(node.data) if node is not None else None
+            if not seg or seg.get("state") == SegmentState.UNSEALED.value:
                 return None
-            segment_id = int(json.loads(pointer.data)["segment_id"])
-            node = await self.meta.get(paths.segment(project, topic, segment_id))
-            if node is None:
-                return None
-            seg = json.loads(node.data)
             store = self.stores.get(str(seg.get("cluster")))
-            if store is None or seg.get("state") == SegmentState.UNSEALED.value:
+            if store is None:
                 return None
             async with asyncio.timeout(END_TIMEOUT_S):
                 ends = await store.end_positions(str(seg["storage_topic"]))
             return sum(ends.values())
         except (HttpbusError, TimeoutError, ValueError, KeyError, TypeError):
             return None
+
+
+def _segment_id(pointer: Node | None) -> int:
+    """The segment a produce pointer names (0: none or unreadable)."""
+    if pointer is None or not pointer.data:
+        return 0
+    try:
+        return int(json.loads(pointer.data)["segment_id"])
+    except (ValueError, KeyError, TypeError):
+        return 0
 
 
 def _project(name: str) -> str:
@@ -251,22 +274,39 @@ def _rates(rows: list[_Sub], published: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _history(rows: list[_Sub], now: float) -> list[dict[str, int]]:
-    """The last hour in 10-second buckets over every visible subscription."""
-    sums: dict[int, list[int]] = {}
-    for row in rows:
-        for bucket in row.figures.get("history") or []:
-            if len(bucket) >= 4:
-                into = sums.setdefault(int(bucket[0]), [0, 0, 0])
-                into[0] += int(bucket[1] or 0)
-                into[1] += int(bucket[2] or 0)
-                into[2] += int(bucket[4] or 0) if len(bucket) > 4 else 0
-    last = int(now) // BUCKET_S * BUCKET_S
-    out = []
-    for t in range(last - HOUR_S + BUCKET_S, last + BUCKET_S, BUCKET_S):
-        d, f, dl = sums.get(t, (0, 0, 0))
-        out.append({"t": t, "delivered": d, "failed": f, "dead_lettered": dl})
-    return out
+class _Hour:
+    """The last hour over every visible subscription: the 10-second buckets summed
+    (delivered, failed, dead-lettered) and, per subscription, what it dead-lettered."""
+
+    def __init__(self, now: float) -> None:
+        self.last = int(now) // BUCKET_S * BUCKET_S
+        self.first = self.last - HOUR_S + BUCKET_S
+        n = HOUR_S // BUCKET_S
+        self.delivered, self.failed, self.dead = [0] * n, [0] * n, [0] * n
+        self.dead_lettered: dict[tuple[str, str], tuple[int, int]] = {}  # (count, last t)
+
+    def add(self, key: tuple[str, str], history: Iterable[list[Any]]) -> None:
+        count, latest = self.dead_lettered.get(key, (0, 0))
+        first, last = self.first, self.last
+        for bucket in history:
+            t = bucket[0]
+            if len(bucket) < 4 or not first <= t <= last:
+                continue
+            i = (t - first) // BUCKET_S
+            self.delivered[i] += bucket[1] or 0
+            self.failed[i] += bucket[2] or 0
+            if len(bucket) > 4 and bucket[4]:
+                self.dead[i] += bucket[4]
+                count += bucket[4]
+                latest = max(latest, t)
+        if count:
+            self.dead_lettered[key] = (count, latest)
+
+    def buckets(self) -> list[dict[str, int]]:
+        return [
+            {"t": self.first + i * BUCKET_S, "delivered": d, "failed": f, "dead_lettered": dl}
+            for i, (d, f, dl) in enumerate(zip(self.delivered, self.failed, self.dead, strict=True))
+        ]
 
 
 def _failure(row: _Sub) -> dict[str, Any] | None:
@@ -328,17 +368,13 @@ def _ranked(rows: list[_Sub], by: str) -> list[dict[str, Any]]:
     return [row for _, row in found[:TOP]]
 
 
-def _dlq_growing(rows: list[_Sub], now: float) -> list[dict[str, Any]]:
+def _dlq_growing(rows: list[_Sub], hour: _Hour) -> list[dict[str, Any]]:
     """Subscriptions that dead-lettered messages in the last hour, most first."""
-    since = now - HOUR_S
     out = []
     for row in rows:
-        buckets = [b for b in row.figures.get("history") or [] if len(b) > 4 and int(b[0]) >= since]
-        grew = sum(int(b[4] or 0) for b in buckets)
-        if grew <= 0:
-            continue
-        last = max(int(b[0]) for b in buckets if int(b[4] or 0) > 0)
-        out.append(_key(row.sub) | {"last_hour": grew, "last_at": _iso(last)})
+        found = hour.dead_lettered.get((row.sub.project, row.sub.name))
+        if found is not None:
+            out.append(_key(row.sub) | {"last_hour": found[0], "last_at": _iso(found[1])})
     out.sort(key=lambda r: -r["last_hour"])
     return out
 

@@ -38,7 +38,7 @@ class Lines:
     plot_bottom: int
     peak: int  # the top of the scale
     series: tuple[Series, ...]
-    ticks: tuple[tuple[int, str], ...]  # (x, label) along the time axis
+    ticks: tuple[tuple[int, str, str], ...]  # (x, label, text-anchor) along the time axis
     empty: bool
 
 
@@ -61,11 +61,12 @@ def lines(rows: Sequence[Mapping[str, Any]], names: Sequence[str], *, ticks: int
         Series(n, COLORS.get(n, "#555"), " ".join(point(i, v) for i, v in enumerate(vs)), sum(vs))
         for n, vs in values.items()
     )
-    marks: list[tuple[int, str]] = []
+    marks: list[tuple[int, str, str]] = []
     if rows:
         for k in range(ticks + 1):
             i = round(k * (len(rows) - 1) / ticks)
-            marks.append((round(LEFT + i * step), _clock(int(rows[i]["t"]))))
+            anchor = "start" if k == 0 else ("end" if k == ticks else "middle")
+            marks.append((round(LEFT + i * step), _clock(int(rows[i]["t"])), anchor))
     return Lines(
         WIDTH,
         HEIGHT,

@@ -17,6 +17,7 @@ from control_plane.api import (
     principals,
     projects,
     quotas,
+    search,
     subscriptions,
     tokens,
     topic_schemas,
@@ -46,6 +47,7 @@ def router(database_url: str, trace_index: TraceIndex) -> APIRouter:
         api.include_router(module.router)
     api.include_router(dlq.router())
     api.include_router(trace.router(trace_index))
+    api.include_router(search.router(trace_index))
     api.include_router(audit.router(database_url))
     api.include_router(overview.router(database_url))
     return api

@@ -28,6 +28,7 @@ from control_plane.ui import (
     dlq_views,
     migration_views,
     overview_views,
+    search_views,
     sub_views,
     trace_views,
 )
@@ -55,6 +56,7 @@ ROUTERS = (
     dlq_views,
     audit_views,
     trace_views,
+    search_views,
 )
 
 

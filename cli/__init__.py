@@ -4,9 +4,9 @@ Three kinds of module, kept apart so that most of the CLI is a plain client of t
 
 - **API clients** — ``project``, ``quota``, ``topic``, ``topic_schema``, ``cutover``,
   ``failover``, ``migration`` (start, status, abandon), ``sub``, ``signing_keys``, ``token``,
-  ``user``, ``dlq``, ``trace``, ``tail``: declared with the command kit (:mod:`cli.kit`)
-  and talking to the control plane through :mod:`control_plane.client` only. ``produce`` is
-  a client of the producer service's HTTP API.
+  ``user``, ``dlq``, ``trace``, ``tail``, ``overview``: declared with the command kit
+  (:mod:`cli.kit`) and talking to the control plane through :mod:`control_plane.client` only.
+  ``produce`` is a client of the producer service's HTTP API.
 - **Local jobs** — ``audit`` (run, job, load), ``export``, ``migration_check`` (``topic
   migration check``) and ``db``: they read the settings file and work on the metastore, the
   storage clusters and the report database themselves (:mod:`cli.local`); ``audit``,
@@ -65,6 +65,12 @@ def _tail() -> Any:
     from cli import tail
 
     return tail.tail
+
+
+def _overview() -> Any:
+    from cli import overview
+
+    return overview.overview
 
 
 def _trace() -> Any:
@@ -145,6 +151,7 @@ COMMANDS = (
     Lazy("dev", Kind.COMMAND, _dev),
     Lazy("run", Kind.COMMAND, _run),
     Lazy("produce", Kind.COMMAND, _produce),
+    Lazy("overview", Kind.KIT, _overview),
     Lazy("tail", Kind.KIT, _tail),
     Lazy("trace", Kind.KIT, _trace),
     Lazy("export", Kind.COMMAND, _export),

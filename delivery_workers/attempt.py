@@ -31,11 +31,12 @@ from core.result import DeliveryResult
 from core.retry import DELIVERED, DeadLetter, Delivered, RetryInPlace, ToLevel, decide
 
 from .audit import SubscriptionAudit
-from .items import Item, sleep_until
+from .items import Item, now_ms, sleep_until
 from .latency import LatencyHistogram
 from .poison import poisoned_result
 from .progress import Progress
 from .sender import Delivery, EndpointSender
+from .stats import record_failure
 from .throttle import Throttle
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ class AttemptStats(Protocol):
     dead_lettered: int
     in_flight: int
     latency: LatencyHistogram
+    failures: dict[str, int]
+    last_failure: dict[str, object] | None
 
 
 class HealthRecorder(Protocol):
@@ -71,11 +74,15 @@ class Finished:
 POISONED = DeadLetter(exhausted=False)
 
 
-def count_failed(stats: AttemptStats, verdict: RetryInPlace | ToLevel | DeadLetter) -> None:
+def count_failed(
+    stats: AttemptStats, verdict: RetryInPlace | ToLevel | DeadLetter, result: DeliveryResult
+) -> None:
     """Count one failed attempt of one message by what follows it: dead-lettered, or retried
-    (another attempt comes, in place or through a delay level). The single and the batch
-    attempts count here, so a batch's failed messages count as each would alone."""
+    (another attempt comes, in place or through a delay level), and by what the endpoint
+    answered (``stats.record_failure``). The single and the batch attempts count here, so a
+    batch's failed messages count as each would alone."""
     stats.failed_attempts += 1
+    record_failure(stats, result, now_ms())
     if isinstance(verdict, DeadLetter):
         stats.dead_lettered += 1
     else:
@@ -143,7 +150,7 @@ class Attempts(AttemptParts):
                 if verdict is DELIVERED:
                     break
                 assert not isinstance(verdict, Delivered)
-                count_failed(stats, verdict)
+                count_failed(stats, verdict, result)
                 if not isinstance(verdict, RetryInPlace):
                     return Finished(item, verdict, result, attempt)
                 await asyncio.sleep(verdict.wait_ms / 1000)  # shorter than every level

@@ -117,7 +117,7 @@ class BatchAttempts(AttemptParts):
             self.audit.item(AuditType.DELIVERED, item, attempt=attempt, status=result.status)
             return verdict
         assert not isinstance(verdict, Delivered)
-        count_failed(stats, verdict)
+        count_failed(stats, verdict, result)
         return verdict
 
     async def _send(self, delivery: BatchDelivery) -> DeliveryResult:

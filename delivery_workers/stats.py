@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
+
+from core.result import DeliveryResult
 
 from .latency import LatencyHistogram
 
@@ -29,6 +32,10 @@ class RunnerStats:
     disabled: bool = False  # its endpoint failed too long (.disabling); no runner runs
     failing_s: float | None = None  # how long its endpoint has failed every attempt
     disablings: int = 0  # the times this worker disabled it
+    # Failed attempts by what came back: the HTTP status ("500") or why none did ("timeout").
+    failures: dict[str, int] = field(default_factory=dict)
+    # The newest failed attempt: {"at_ms", "status", "error", "answer"} (see record_failure).
+    last_failure: dict[str, object] | None = None
     # Accepted -> 2xx; the worker hands each runner its subscription's (kept over restarts).
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
 
@@ -53,6 +60,29 @@ GAUGES = (  # of the runner running now; a stopped one shows the defaults
 )
 
 
+class FailureStats(Protocol):
+    failures: dict[str, int]
+    last_failure: dict[str, object] | None
+
+
+def record_failure(stats: FailureStats, result: DeliveryResult, at_ms: int) -> None:
+    """Count a failed attempt by what came back and keep it as the newest failure, with the
+    start of the endpoint's answer (what an operator reads first when a subscription fails)."""
+    key = str(result.status) if result.status is not None else str(result.error_kind or "error")
+    stats.failures[key] = stats.failures.get(key, 0) + 1
+    stats.last_failure = {
+        "at_ms": at_ms,
+        "status": result.status,
+        "error": result.error,
+        "answer": result.answer,
+    }
+
+
+def _newest(*found: dict[str, object] | None) -> dict[str, object] | None:
+    seen = [f for f in found if f is not None]
+    return max(seen, key=lambda f: int(str(f.get("at_ms", 0)))) if seen else None
+
+
 class Totals:
     """The counters of each subscription over its runners (one after the other: each
     restart starts a runner with fresh figures) and its latency, kept over restarts."""
@@ -73,6 +103,7 @@ class Totals:
         total = self._totals.setdefault(key, RunnerStats())
         for name in COUNTERS:
             setattr(total, name, getattr(total, name) + getattr(finished, name))
+        _merge_failures(total, finished)
 
     def combined(self, key: str, live: RunnerStats | None) -> RunnerStats:
         """The totals of ``key`` with the running runner's (``live``) figures."""
@@ -81,8 +112,15 @@ class Totals:
             if part is not None:
                 for name in COUNTERS:
                     setattr(total, name, getattr(total, name) + getattr(part, name))
+                _merge_failures(total, part)
         if live is not None:
             for name in GAUGES:
                 setattr(total, name, getattr(live, name))
         total.latency = self._latency.get(key) or LatencyHistogram()
         return total
+
+
+def _merge_failures(total: RunnerStats, part: RunnerStats) -> None:
+    for key, count in part.failures.items():
+        total.failures[key] = total.failures.get(key, 0) + count
+    total.last_failure = _newest(total.last_failure, part.last_failure)

@@ -8,13 +8,20 @@ Every ``interval_s`` the :class:`StatusPublisher` samples the worker's counters
      "totals": {"delivered": .., "failed": .., "filtered": .., "retried": .., "dead_lettered": ..},
      "rates": {"delivered_per_s": .., "failed_per_s": .., "filtered_per_s": ..},
      "circuit": {"state": "closed", "rate_per_s": 100.0} | null,
-     "history": [[t, delivered, failed, filtered], ...],
+     "lag": 40 | null, "oldest_unacked_ms": 1767225600000 | null,
+     "failures": {"500": 12, "timeout": 3},
+     "last_failure": {"at_ms": .., "status": 500, "error": "HTTP 500: ..", "answer": ".."} | null,
+     "history": [[t, delivered, failed, filtered, dead_lettered, lag | null], ...],
      "updated_at": "2026-01-01T00:00:00Z"}
 
 ``history`` holds 10-second buckets (``t`` = the bucket's start, epoch seconds) over the last
-hour, only the non-empty ones (the control plane fills in the gaps). Rates are over the last
-``rate_window_s``. A node is written only when its figures changed, or every ``refresh_s``
-otherwise, so an idle worker with thousands of subscriptions costs the metastore little.
+hour, only the non-empty ones (the control plane fills in the gaps); ``lag`` there is the last
+one the runner measured in the bucket. ``failures`` counts failed attempts by the endpoint's
+status (or why no answer came), ``last_failure`` is the newest one with the start of the
+answer; with ``dead_lettered`` per bucket the overview finds the DLQs that grow. Rates are
+over the last ``rate_window_s``. A node is written only when its figures changed, or every
+``refresh_s`` otherwise, so an idle worker with thousands of subscriptions costs the metastore
+little.
 
 Totals count since this worker took the subscription: a subscription that moves to another
 worker starts from zero there (the audit trail keeps the exact history).
@@ -46,28 +53,39 @@ BUCKET_S = 10
 HISTORY_S = 3_600
 
 
-def _counts(stats: RunnerStats) -> tuple[int, int, int]:
-    """(delivered, failed, filtered): failed counts failed attempts."""
-    return stats.delivered, stats.failed_attempts, stats.filtered
+def _counts(stats: RunnerStats) -> tuple[int, int, int, int]:
+    """(delivered, failed, filtered, dead_lettered): failed counts failed attempts."""
+    return stats.delivered, stats.failed_attempts, stats.filtered, stats.dead_lettered
 
 
 @dataclass
 class _Series:
     """One subscription's samples (for rates) and 10-second buckets (for history)."""
 
-    samples: deque[tuple[float, tuple[int, int, int]]] = field(default_factory=deque)
+    samples: deque[tuple[float, tuple[int, int, int, int]]] = field(default_factory=deque)
     buckets: dict[int, list[int]] = field(default_factory=dict)
-    last: tuple[int, int, int] = (0, 0, 0)  # the worker's counters start at zero
+    lags: dict[int, int] = field(default_factory=dict)  # the last lag seen in a bucket
+    last: tuple[int, int, int, int] = (0, 0, 0, 0)  # the worker's counters start at zero
     version: int | None = None  # of the node we wrote; None: not written (or lost)
     written: str = ""
     written_at: float = 0.0
 
-    def add(self, now: float, wall: float, counts: tuple[int, int, int], window: float) -> None:
+    def add(
+        self,
+        now: float,
+        wall: float,
+        counts: tuple[int, int, int, int],
+        window: float,
+        lag: int | None = None,
+    ) -> None:
         delta = [max(0, a - b) for a, b in zip(counts, self.last, strict=True)]
+        start = int(wall) // BUCKET_S * BUCKET_S
         if any(delta):
-            bucket = self.buckets.setdefault(int(wall) // BUCKET_S * BUCKET_S, [0, 0, 0])
+            bucket = self.buckets.setdefault(start, [0, 0, 0, 0])
             for i, d in enumerate(delta):
                 bucket[i] += d
+        if lag is not None:
+            self.lags[start] = lag
         self.last = counts
         self.samples.append((now, counts))
         while len(self.samples) > 2 and now - self.samples[1][0] >= window:
@@ -75,13 +93,23 @@ class _Series:
         horizon = int(wall) - HISTORY_S
         for t in [t for t in self.buckets if t < horizon]:
             del self.buckets[t]
+        for t in [t for t in self.lags if t < horizon]:
+            del self.lags[t]
+
+    def history(self) -> list[list[int | None]]:
+        """``[t, delivered, failed, filtered, dead_lettered, lag]`` of every non-empty bucket."""
+        out: list[list[int | None]] = []
+        for t in sorted(self.buckets.keys() | self.lags.keys()):
+            counts = self.buckets.get(t, [0, 0, 0, 0])
+            out.append([t, *counts, self.lags.get(t)])
+        return out
 
     def rates(self) -> tuple[float, float, float]:
         if len(self.samples) < 2:
             return 0.0, 0.0, 0.0
         (t0, c0), (t1, c1) = self.samples[0], self.samples[-1]
         dt = max(t1 - t0, 1e-6)
-        d, f, fl = ((b - a) / dt for a, b in zip(c0, c1, strict=True))
+        d, f, fl = ((b - a) / dt for a, b in zip(c0[:3], c1[:3], strict=True))
         return d, f, fl
 
 
@@ -140,7 +168,7 @@ class StatusPublisher(AsyncResource):
         for key in sorted(held):
             st = stats.get(key, RunnerStats())
             series = self._series.setdefault(key, _Series())
-            series.add(now, wall, _counts(st), self.rate_window_s)
+            series.add(now, wall, _counts(st), self.rate_window_s, st.lag)
             body = self._document(series, st)
             if body == series.written and now - series.written_at < self.refresh_s:
                 continue
@@ -169,7 +197,11 @@ class StatusPublisher(AsyncResource):
                 "filtered_per_s": round(fl, 2),
             },
             "circuit": _circuit(st),
-            "history": [[t, *series.buckets[t]] for t in sorted(series.buckets)],
+            "lag": st.lag,
+            "oldest_unacked_ms": st.oldest_unacked_ms,
+            "failures": dict(sorted(st.failures.items())),
+            "last_failure": st.last_failure,
+            "history": series.history(),
         }
         return json.dumps(doc, separators=(",", ":"))
 

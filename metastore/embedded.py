@@ -359,6 +359,17 @@ class EmbeddedMetaStore(AsyncResource):
         found = await self._run(lambda: self._live_db.row(path))
         return None if found is None else Node(found[0], found[1])
 
+    async def get_many(self, paths: Sequence[str]) -> list[Node | None]:
+        """The nodes at ``paths`` (None where absent), in one call on the store's thread."""
+        for path in paths:
+            check_path(path)
+
+        def read() -> list[Node | None]:
+            db = self._live_db
+            return [None if (row := db.row(p)) is None else Node(row[0], row[1]) for p in paths]
+
+        return await self._run(read)
+
     async def children(self, path: str) -> list[str]:
         """Names of the children of ``path``, sorted; [] if it does not exist."""
         check_path(path)

@@ -81,6 +81,11 @@ class MetaStore(Lifecycle, Protocol):
     async def get(self, path: str) -> Node | None:
         """The node at ``path``, or None."""
 
+    async def get_many(self, paths: Sequence[str]) -> list[Node | None]:
+        """The nodes at ``paths`` in their order (None where absent), read in bulk: one
+        request to the embedded store, pipelined requests to ZooKeeper. For a page that
+        reads thousands of small nodes at once (the overview)."""
+
     async def children(self, path: str) -> list[str]:
         """Names of the children of ``path``, sorted; [] if it has none or does not exist."""
 

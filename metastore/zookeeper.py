@@ -251,6 +251,11 @@ class ZooKeeperMetaStore(AsyncResource):
             return None
         return Node(data or b"", stat.version)
 
+    async def get_many(self, paths: Sequence[str]) -> list[Node | None]:
+        """The nodes at ``paths`` (None where absent): every request is sent at once on the
+        session's connection (ZooKeeper answers them in order), then awaited."""
+        return list(await asyncio.gather(*(self.get(p) for p in paths)))
+
     async def children(self, path: str) -> list[str]:
         """Names of the children of ``path``, sorted; [] if it does not exist."""
         try:

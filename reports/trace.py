@@ -115,6 +115,21 @@ class TraceIndex(Tables):
                 found.setdefault(row.message_id, []).append(TraceEventRow(**row._mapping))
         return found
 
+    def where_is(
+        self, message_id: str, projects: Sequence[str] | None, limit: int = 20
+    ) -> list[tuple[str, str]]:
+        """``(project, topic)`` of every topic of ``projects`` (None: any) that has indexed
+        events of ``message_id``; at most ``limit``. The index leads with project and topic,
+        so this reads each project's part of it (the header search; no index of its own)."""
+        query = select(TraceEventRow.project, TraceEventRow.topic).where(
+            TraceEventRow.message_id == message_id
+        )
+        if projects is not None:
+            query = query.where(TraceEventRow.project.in_(list(projects)))
+        query = query.distinct().order_by(TraceEventRow.project, TraceEventRow.topic)
+        with self._connection() as conn:
+            return [(row.project, row.topic) for row in conn.execute(query.limit(limit))]
+
     def group(self, project: str, topic: str, group: str, limit: int) -> list[str]:
         """The ids of the last ``limit`` messages accepted in ``group``, newest first (the
         group index, read backwards; an id accepted twice is named once)."""

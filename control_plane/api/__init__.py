@@ -13,10 +13,12 @@ from control_plane.api import (
     failover,
     grants,
     migration,
+    overview,
     principals,
     projects,
     quotas,
     resend,
+    search,
     signing_keys,
     subscriptions,
     tokens,
@@ -49,5 +51,7 @@ def router(database_url: str, trace_index: TraceIndex) -> APIRouter:
     api.include_router(dlq.router())
     api.include_router(trace.router(trace_index))
     api.include_router(resend.router(trace_index))
+    api.include_router(search.router(trace_index))
     api.include_router(audit.router(database_url))
+    api.include_router(overview.router(database_url))
     return api

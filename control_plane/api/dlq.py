@@ -75,6 +75,7 @@ def router() -> APIRouter:
     """The DLQ routes: a viewer browses, an owner unsidelines and purges."""
     api = APIRouter(prefix=PREFIX, tags=["dlq"])
     api.add_api_route("", browse, methods=["GET"], **VIEWER)
+    api.add_api_route("/summary", summary, methods=["GET"], **VIEWER)
     api.add_api_route("/unsideline", unsideline, methods=["POST"], **OWNER)
     api.add_api_route("", purge, methods=["DELETE"], **OWNER)
     return api
@@ -91,10 +92,14 @@ async def browse(
     status: Annotated[int | None, Query(ge=100, le=599)] = None,
     failed_after: datetime | None = None,
     failed_before: datetime | None = None,
+    kind: Literal["heads", "sidelined"] | None = None,
 ) -> DlqPage:
-    """One page of live entries, newest or oldest first, filtered by group, last status and
-    last failure time; ``next_cursor`` (None on the last page) fetches the next page."""
+    """One page of live entries, newest or oldest first, filtered by group, last status,
+    last failure time and ``kind``: ``heads`` (attempted and failed) or ``sidelined`` (never
+    attempted: they followed their group's failed head); ``next_cursor`` (None on the last
+    page) fetches the next page."""
     by = dead_letters.Filter(
+        sidelined=None if kind is None else kind == "sidelined",
         newest_first=order == "newest",
         failed_after_ms=_epoch_ms(failed_after, "failed_after"),
         failed_before_ms=_epoch_ms(failed_before, "failed_before"),
@@ -145,6 +150,45 @@ async def purge(
     )
     done, remaining = await dead_letters.purge(admin, project, subscription, chosen, limit)
     return Purged(purged=done, remaining=remaining)
+
+
+class ErrorGroupView(BaseModel):
+    sidelined: bool = Field(description="never attempted: behind their group's failed head")
+    status: int | None
+    error: str | None
+    count: int
+    newest_failed_at: datetime | None
+
+
+class DlqSummaryView(BaseModel):
+    size: int = Field(description="live entries in the DLQ now")
+    failed_heads: int = Field(description="entries attempted and failed")
+    sidelined: int = Field(description="entries never attempted: behind a failed group head")
+    by_error: list[ErrorGroupView] = Field(description="failed heads first, largest first")
+
+
+async def summary(
+    project: ProjectName, subscription: SubscriptionName, admin: AdminDep
+) -> DlqSummaryView:
+    """What the DLQ holds, as stored: its size, the failed heads and the sidelined followers,
+    grouped by error (failed heads first, the largest group first)."""
+    sub = await admin.catalog.get_subscription(project, subscription)
+    found = await dead_letters.summary(admin.catalog.store, admin.stores, sub)
+    return DlqSummaryView(
+        size=found.size,
+        failed_heads=found.failed_heads,
+        sidelined=found.sidelined,
+        by_error=[
+            ErrorGroupView(
+                sidelined=g.sidelined,
+                status=g.status,
+                error=g.error,
+                count=g.count,
+                newest_failed_at=_rfc3339(g.newest_ms),
+            )
+            for g in found.groups
+        ],
+    )
 
 
 # ---------------------------------------------------------------- helpers

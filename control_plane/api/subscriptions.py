@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Request, status
+from fastapi import APIRouter, Depends, Query, Request, status
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from control_plane.api.auth import ADMIN, OWNER, VIEWER, PrincipalDep
@@ -235,7 +235,18 @@ async def send_test_event(
 
 @router.get("/{subscription}/status", **VIEWER)
 async def subscription_status(
-    project: ProjectName, subscription: SubscriptionName, ops: OpsDep
+    project: ProjectName,
+    subscription: SubscriptionName,
+    ops: OpsDep,
+    range: Annotated[
+        Literal["10m", "1h"], Query(description="how far back ``history`` goes")
+    ] = "1h",
 ) -> dict[str, Any]:
-    """Lag per partition, in-flight, rates, totals and the last hour in 10-second buckets."""
-    return await ops.status(project, subscription)
+    """Lag per partition, in-flight, rates, totals, the DLQ as stored (size, failed heads,
+    sidelined followers, by error), failures by status, the last failure with the endpoint's
+    answer, and the last ``range`` in 10-second buckets (delivered, failed, filtered,
+    dead-lettered, lag)."""
+    return await ops.status(project, subscription, range_s=RANGES[range])
+
+
+RANGES = {"10m": 600, "1h": 3_600}

@@ -13,13 +13,15 @@ unsideline, recovery or purge runs at a time per subscription in this process.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from control_plane.services.admin import Admin
 from core.envelope import GROUP_ID, header
 from core.errors import StorageUnavailable, ValidationFailed
+from core.model import Subscription
+from metastore.protocol import MetaStore
 from segments.protocol import SegmentStore, Stored
 from segments.subscription import dlq
 from segments.subscription.layout import Layout, load_layout
@@ -31,7 +33,8 @@ _locks: dict[str, asyncio.Lock] = {}  # one unsideline or purge at a time per su
 @dataclass(frozen=True)
 class Filter:
     """Which live entries a browse shows: newest or oldest first, from after ``after``
-    (a position, in that order), of a group, a last status, a window of last failure."""
+    (a position, in that order), of a group, a last status, a window of last failure, the
+    failed heads or the sidelined followers."""
 
     newest_first: bool = True
     after: int | None = None
@@ -39,6 +42,7 @@ class Filter:
     status: int | None = None
     failed_after_ms: int | None = None
     failed_before_ms: int | None = None
+    sidelined: bool | None = None  # True: only sidelined followers; False: only failed heads
 
     def keeps(self, msg: Stored) -> bool:
         if self.after is not None and (
@@ -52,6 +56,7 @@ class Filter:
             and (self.status is None or meta.last_status == self.status)
             and (self.failed_after_ms is None or failed > self.failed_after_ms)
             and (self.failed_before_ms is None or failed < self.failed_before_ms)
+            and (self.sidelined is None or sidelined(msg) == self.sidelined)
         )
 
 
@@ -184,10 +189,85 @@ async def _open(
     admin: Admin, project: str, subscription: str
 ) -> tuple[SegmentStore, Layout] | None:
     sub = await admin.catalog.get_subscription(project, subscription)
-    layout = await load_layout(admin.catalog.store, sub)
+    return await open_dlq(admin.catalog.store, admin.stores, sub)
+
+
+async def open_dlq(
+    meta: MetaStore, stores: Mapping[str, SegmentStore], sub: Subscription
+) -> tuple[SegmentStore, Layout] | None:
+    """The store and layout of ``sub``'s DLQ; None when nothing was ever dead-lettered or
+    delayed (no internal topics yet)."""
+    layout = await load_layout(meta, sub)
     if layout is None:  # nothing was ever dead-lettered or delayed
         return None
-    store = admin.stores.get(layout.cluster)
+    store = stores.get(layout.cluster)
     if store is None:
         raise StorageUnavailable(f"the DLQ's storage cluster {layout.cluster!r} is not here")
     return store, layout
+
+
+def sidelined(msg: Stored) -> bool:
+    """An entry that was never attempted: it followed its group's failed head into the DLQ
+    (the admission sidelines a group's later messages behind its dead-lettered head)."""
+    return RetryMeta.of(msg.headers).attempts == 0 and header(msg.headers, GROUP_ID) is not None
+
+
+@dataclass(frozen=True)
+class ErrorGroup:
+    """The DLQ's entries that failed alike: the failed heads by last status and error, the
+    sidelined followers as one group (``sidelined``)."""
+
+    sidelined: bool
+    status: int | None
+    error: str | None
+    count: int
+    newest_ms: int | None
+
+
+@dataclass(frozen=True)
+class DlqSummary:
+    """What a DLQ holds: ``size`` live entries, of which ``failed_heads`` were attempted and
+    failed and ``sidelined`` waited behind their group's failed head, never attempted."""
+
+    size: int
+    failed_heads: int
+    sidelined: int
+    groups: tuple[ErrorGroup, ...]
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "size": self.size,
+            "failed_heads": self.failed_heads,
+            "sidelined": self.sidelined,
+            "by_error": [g.__dict__ for g in self.groups],
+        }
+
+
+def summarize(entries: list[Stored]) -> DlqSummary:
+    """Count ``entries`` and group them by error, failed heads first (largest group first),
+    the sidelined followers last."""
+    counts: dict[tuple[bool, int | None, str | None], list[int]] = {}
+    for msg in entries:
+        meta = RetryMeta.of(msg.headers)
+        behind = sidelined(msg)
+        key = (behind, None, None) if behind else (False, meta.last_status, meta.last_error)
+        seen = counts.setdefault(key, [0, 0])
+        seen[0] += 1
+        seen[1] = max(seen[1], meta.last_failed_ms or 0)
+    groups = sorted(
+        (ErrorGroup(k[0], k[1], k[2], v[0], v[1] or None) for k, v in counts.items()),
+        key=lambda g: (g.sidelined, -g.count),
+    )
+    followers = sum(g.count for g in groups if g.sidelined)
+    return DlqSummary(len(entries), len(entries) - followers, followers, tuple(groups))
+
+
+async def summary(
+    meta: MetaStore, stores: Mapping[str, SegmentStore], sub: Subscription
+) -> DlqSummary:
+    """The summary of ``sub``'s DLQ as stored now (read back whole: it is what an operator
+    trusts over a worker's counters)."""
+    found = await open_dlq(meta, stores, sub)
+    if found is None:
+        return DlqSummary(0, 0, 0, ())
+    return summarize((await dlq.scan(*found)).live())

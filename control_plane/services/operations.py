@@ -51,9 +51,10 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
+from control_plane.services import dead_letters
 from control_plane.services.shard_status import merge_figures, merge_partitions, worst_circuit
 from core.errors import AlreadyExists, HttpbusError, InUse, NotFound, VersionConflict
 from core.model import Segment, SegmentState, Subscription, Topic
@@ -212,7 +213,9 @@ class SubscriptionOps:
             await store.commit(segment.storage_topic, group, positions)
 
     # ------------------------------------------------------------ status
-    async def status(self, project: str, name: str) -> dict[str, Any]:
+    async def status(self, project: str, name: str, *, range_s: int = HISTORY_S) -> dict[str, Any]:
+        """The figures of the module doc; ``history`` covers the last ``range_s`` seconds
+        (at most the hour the workers keep)."""
         sub = await self.catalog.get_subscription(project, name)
         topic = await self.catalog.get_topic(sub.topic_project, sub.topic)
         segment_id = sub.consume_pointer.segment_id if sub.consume_pointer else None
@@ -223,6 +226,7 @@ class SubscriptionOps:
         figures = merge_figures([u.figures for u in units])
         partitions = merge_partitions([u.partitions for u in units])
         holder = next((u.worker for u in units if u.worker), None)
+        dlq_found = await self._dlq(sub)
         state = _state(sub, [u.state for u in units])
         totals = figures.get("totals", {})
         body = {
@@ -242,15 +246,26 @@ class SubscriptionOps:
                 for k in ("delivered", "failed", "filtered", "retried", "dead_lettered")
             },
             "circuit": figures.get("circuit"),
+            "dlq": dlq_found,
+            "failures": {str(k): int(v) for k, v in (figures.get("failures") or {}).items()},
+            "last_failure": _failure(figures.get("last_failure")),
+            "oldest_unacked_at": _stamp(figures.get("oldest_unacked_ms")),
             "disabled": sub.disabled.model_dump(mode="json") if sub.disabled else None,
             "state_detail": sub.disabled.describe() if sub.disabled else state,
             "waiting": waiting_for(topic, segment),
-            "history": _history(figures.get("history", []), time.time()),
+            "history": _history(figures.get("history", []), time.time(), range_s),
             "updated_at": figures.get("updated_at"),
         }
         if sub.shards > 1:
             body["shards"] = [u.row() for u in units]
         return body
+
+    async def _dlq(self, sub: Subscription) -> dict[str, object] | None:
+        """What the DLQ holds now, read from storage (None when storage does not answer)."""
+        try:
+            return (await dead_letters.summary(self.meta, self.stores, sub)).as_dict()
+        except HttpbusError:
+            return None
 
     async def circuit(self, sub: Subscription) -> str | None:
         """The state of ``sub``'s circuit as its workers last published it (the least
@@ -351,19 +366,44 @@ def _state(sub: Subscription, states: list[str]) -> str:
     return _held_state(sub) or ("running" if "running" in states else "unassigned")
 
 
-def _history(rows: list[list[int]], now: float) -> list[dict[str, int]]:
-    """Every 10-second bucket of the last hour, oldest first, the missing ones as zeros."""
-    got = {int(r[0]): r for r in rows if len(r) == 4}
+def _history(
+    rows: list[list[int | None]], now: float, range_s: int = HISTORY_S
+) -> list[dict[str, int | None]]:
+    """Every 10-second bucket of the last ``range_s`` seconds, oldest first, the missing
+    ones as zeros; ``lag`` is the last lag the worker measured in the bucket (None: none)."""
+    got = {int(r[0] or 0): r for r in rows if len(r) >= 4}
     last = int(now) // BUCKET_S * BUCKET_S
-    out = []
-    for t in range(last - HISTORY_S + BUCKET_S, last + BUCKET_S, BUCKET_S):
-        row = got.get(t)
+    span = max(BUCKET_S, min(HISTORY_S, range_s)) // BUCKET_S * BUCKET_S
+    out: list[dict[str, int | None]] = []
+    for t in range(last - span + BUCKET_S, last + BUCKET_S, BUCKET_S):
+        row = got.get(t, [])
         out.append(
             {
                 "t": t,
-                "delivered": row[1] if row else 0,
-                "failed": row[2] if row else 0,
-                "filtered": row[3] if row else 0,
+                "delivered": int(row[1] or 0) if row else 0,
+                "failed": int(row[2] or 0) if row else 0,
+                "filtered": int(row[3] or 0) if row else 0,
+                "dead_lettered": int(row[4] or 0) if len(row) > 4 else 0,
+                "lag": row[5] if len(row) > 5 else None,
             }
         )
     return out
+
+
+def _stamp(ms: object) -> str | None:
+    """Epoch milliseconds as RFC 3339 (None stays None)."""
+    if not isinstance(ms, int) or ms <= 0:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _failure(found: object) -> dict[str, object] | None:
+    """The newest failed attempt a worker published, its time as RFC 3339."""
+    if not isinstance(found, dict):
+        return None
+    return {
+        "at": _stamp(found.get("at_ms")),
+        "status": found.get("status"),
+        "error": found.get("error"),
+        "answer": found.get("answer"),
+    }

@@ -2,7 +2,8 @@
 
 Each shard's worker publishes its own document (``/status/{p}:{s}#k``, the same shape as an
 unsharded subscription's). The subscription's figures are their sums: in flight, rates,
-totals and every history bucket; the circuit shown is the least healthy one (open, then
+totals, lag, failures by status and every history bucket; the newest last failure and the
+oldest unacked message; the circuit shown is the least healthy one (open, then
 half open, then closed); ``updated_at`` the latest. Per partition, the committed position is
 the lowest over the shards that read the partition and the lag the highest: the partition
 is as far behind as its slowest reader.
@@ -20,20 +21,29 @@ def merge_figures(docs: list[Doc]) -> Doc:
     """One document with the sums of the shards' documents (see the module doc)."""
     if len(docs) == 1:
         return docs[0]
-    history: dict[int, list[int]] = {}
+    history: dict[int, list[int | None]] = {}
     for doc in docs:
         for row in doc.get("history", []):
-            if len(row) == 4:
-                into = history.setdefault(int(row[0]), [0, 0, 0])
-                for i in range(3):
-                    into[i] += int(row[i + 1])
+            if len(row) >= 4:
+                into = history.setdefault(int(row[0]), [0, 0, 0, 0, None])
+                for i, value in enumerate(row[1:5]):
+                    into[i] = int(into[i] or 0) + int(value or 0)
+                if len(row) > 5 and row[5] is not None:
+                    into[4] = int(into[4] or 0) + int(row[5])
     stamps = [d["updated_at"] for d in docs if d.get("updated_at")]
+    lags = [int(d["lag"]) for d in docs if d.get("lag") is not None]
+    oldest = [int(d["oldest_unacked_ms"]) for d in docs if d.get("oldest_unacked_ms")]
+    failures = [d["last_failure"] for d in docs if d.get("last_failure")]
     return {
         "worker": next((d["worker"] for d in docs if d.get("worker")), None),
         "in_flight": sum(int(d.get("in_flight", 0)) for d in docs),
         "rates": _sum_maps([d.get("rates", {}) for d in docs]),
         "totals": _sum_maps([d.get("totals", {}) for d in docs]),
         "circuit": worst_circuit(docs),
+        "lag": sum(lags) if lags else None,
+        "oldest_unacked_ms": min(oldest, default=None),
+        "failures": _sum_maps([d.get("failures", {}) for d in docs]),
+        "last_failure": max(failures, key=lambda f: int(f.get("at_ms") or 0), default=None),
         "history": [[t, *history[t]] for t in sorted(history)],
         "updated_at": max(stamps, default=None),
     }

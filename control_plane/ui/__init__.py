@@ -27,6 +27,8 @@ from control_plane.ui import (
     cutover_views,
     dlq_views,
     migration_views,
+    overview_views,
+    search_views,
     sub_views,
     trace_views,
 )
@@ -46,6 +48,7 @@ __all__ = ["install", "login_answer", "session_identity"]
 
 ROUTERS = (
     auth_views,
+    overview_views,
     catalog_views,
     cutover_views,
     migration_views,
@@ -53,6 +56,7 @@ ROUTERS = (
     dlq_views,
     audit_views,
     trace_views,
+    search_views,
 )
 
 

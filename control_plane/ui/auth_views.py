@@ -22,7 +22,7 @@ def _next(value: str | None) -> str:
     """Where to go after login: only a page of the UI (never another site)."""
     if value and value.startswith("/ui/") and not value.startswith("//"):
         return value
-    return "/ui/projects"
+    return "/ui/"  # the overview
 
 
 @router.get("/ui/login")

@@ -17,12 +17,6 @@ from control_plane.ui.timeline import draw
 router = APIRouter()
 
 
-@router.get("/ui/")
-@router.get("/ui")
-async def home(session: SessionDep, request: Request) -> Response:
-    return redirect(request, "/ui/projects")
-
-
 @router.get("/ui/projects")
 async def projects(request: Request, session: SessionDep, api: ApiDep) -> Response:
     wanted = await open_by_name(request, api, "project", path("v1", "projects"), "/ui/projects")

@@ -17,7 +17,16 @@ from control_plane.ui.trace_views import trace_url
 
 router = APIRouter()
 MAX_ROUNDS = 50  # unsideline / purge loop on "remaining", bounded per click
-FILTERS = ("order", "limit", "cursor", "group", "status", "failed_after", "failed_before")
+FILTERS = (
+    "order",
+    "limit",
+    "cursor",
+    "group",
+    "status",
+    "failed_after",
+    "failed_before",
+    "kind",
+)
 
 
 def _messages(project: str, sub: str, *rest: str) -> str:
@@ -37,35 +46,60 @@ def _preview(message: dict[str, Any], size: int = 160) -> str:
 async def browse(
     project: Name, sub: Name, request: Request, session: SessionDep, api: ApiDep
 ) -> Response:
+    """The DLQ's summary by error, then its entries: the failed heads first, the followers
+    sidelined behind them after (unless a filter names one kind)."""
     params = {k: request.query_params.get(k) for k in FILTERS}
     params["limit"] = params["limit"] or "50"
+    summary: dict[str, Any] | None = None
     try:
-        page = await api.get(_messages(project, sub), params)
-        missing = None
+        summary = await api.get(_messages(project, sub, "summary"))
     except NotAvailable:
-        page, missing = (
-            {"messages": [], "next_cursor": None},
-            "The DLQ is not available on this control plane.",
-        )
-    except ApiError as exc:
-        if exc.status != 422:
-            raise
-        page, missing = {"messages": [], "next_cursor": None}, exc.message
-    for message in page["messages"]:
-        message["preview"] = _preview(message)
-        topic_project, _, topic = (message.get("topic") or "").partition("/")
-        if topic and message.get("message_id"):
-            message["trace_url"] = trace_url(topic_project, topic, message["message_id"])
+        summary = None
+    chosen = params.get("kind")
+    kinds = [chosen] if chosen in ("heads", "sidelined") else ["heads", "sidelined"]
+    if summary is None and not chosen:
+        kinds = [""]  # a control plane without kinds: everything in one list
+    pages: list[dict[str, Any]] = []
+    missing = None
+    for kind in kinds:
+        page, missing = await _page(api, project, sub, params | {"kind": kind})
+        if missing:
+            break
+        if kind == "sidelined" and not chosen and not page["messages"]:
+            continue
+        pages.append({"kind": kind, **page})
     return render(
         request,
         "dlq.html",
         session,
         project=project,
         sub=sub,
-        page=page,
+        pages=pages,
+        summary=summary,
         missing=missing,
         filters={k: v or "" for k, v in params.items()},
     )
+
+
+async def _page(
+    api: AdminClient, project: str, sub: str, params: dict[str, str | None]
+) -> tuple[dict[str, Any], str | None]:
+    """One page of entries (with previews and trace links), or why there is none."""
+    empty: dict[str, Any] = {"messages": [], "next_cursor": None}
+    try:
+        page: dict[str, Any] = await api.get(_messages(project, sub), params)
+    except NotAvailable:
+        return empty, "The DLQ is not available on this control plane."
+    except ApiError as exc:
+        if exc.status != 422:
+            raise
+        return empty, exc.message
+    for message in page["messages"]:
+        message["preview"] = _preview(message)
+        topic_project, _, topic = (message.get("topic") or "").partition("/")
+        if topic and message.get("message_id"):
+            message["trace_url"] = trace_url(topic_project, topic, message["message_id"])
+    return page, None
 
 
 def _selector(form: dict[str, list[str]]) -> tuple[str, list[tuple[str, Any]], str]:

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.responses import Response
 
 from control_plane.client import AdminClient, ApiError, NotAvailable, path, update_body
+from control_plane.ui.charts import lines
 from control_plane.ui.deps import OWNER, ApiDep, FormDep, Name, SessionDep, form_of
 from control_plane.ui.forms import body_of, field_errors, values_of
 from control_plane.ui.render import open_by_name, paging, redirect, refused, render
@@ -154,9 +155,19 @@ async def update(
     return redirect(request, f"/ui/projects/{project}/subscriptions/{sub}", "saved")
 
 
-async def _status(api: AdminClient, project: str, sub: str) -> dict[str, Any] | None:
+RANGES = ("10m", "1h")  # the history a status page shows (the API's ``range``)
+
+
+def _range(request: Request) -> str:
+    wanted = request.query_params.get("range", "1h")
+    return wanted if wanted in RANGES else "1h"
+
+
+async def _status(
+    api: AdminClient, project: str, sub: str, range_: str = "1h"
+) -> dict[str, Any] | None:
     try:
-        found: dict[str, Any] = await api.get(_subs(project, sub, "status"))
+        found: dict[str, Any] = await api.get(_subs(project, sub, "status"), {"range": range_})
         return found
     except NotAvailable:
         return None
@@ -167,14 +178,28 @@ async def page(
     project: Name, sub: Name, request: Request, session: SessionDep, api: ApiDep
 ) -> Response:
     found = await api.get(_subs(project, sub))
-    status = await _status(api, project, sub)
-    return render(request, "subscription.html", session, project=project, sub=found, status=status)
+    range_ = _range(request)
+    status = await _status(api, project, sub, range_)
+    lag = lines(status["history"], ("lag",)) if status else None
+    return render(
+        request,
+        "subscription.html",
+        session,
+        project=project,
+        sub=found,
+        status=status,
+        range=range_,
+        ranges=RANGES,
+        lag_chart=lag,
+    )
 
 
 @router.get("/ui/projects/{project}/subscriptions/{sub}/status.json")
-async def status_json(project: Name, sub: Name, session: SessionDep, api: ApiDep) -> Response:
+async def status_json(
+    project: Name, sub: Name, request: Request, session: SessionDep, api: ApiDep
+) -> Response:
     """The status for the page's polling (the browser has a session, not the admin token)."""
-    status = await _status(api, project, sub)
+    status = await _status(api, project, sub, _range(request))
     if status is None:
         return JSONResponse({"code": "not_available", "message": "status is not available"}, 404)
     return JSONResponse(status, headers={"Cache-Control": "no-store"})

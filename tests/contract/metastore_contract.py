@@ -67,6 +67,14 @@ class MetaStoreContract:
         with pytest.raises(NotFound):
             await store.update("/c/n", b"x", expected_version=0)
 
+    async def test_get_many_reads_in_order_with_none_where_absent(self, store: MetaStore) -> None:
+        await store.create("/m/a", b"1")
+        await store.create("/m/b", b"2")
+        await store.update("/m/b", b"3", expected_version=0)
+        found = await store.get_many(["/m/b", "/m/none", "/m/a"])
+        assert found == [Node(b"3", 1), None, Node(b"1", 0)]
+        assert await store.get_many([]) == []
+
     async def test_create_existing_is_already_exists(self, store: MetaStore) -> None:
         await store.create("/c/dup", b"first")
         with pytest.raises(AlreadyExists):

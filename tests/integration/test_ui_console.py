@@ -80,6 +80,8 @@ def test_every_main_page_fits_a_phone(page: Page, dev: Dev, delivered: str) -> N
     page.set_viewport_size(PHONE)
     widths = {}
     for url in (
+        "/ui/",
+        "/ui/search?q=orders",
         "/ui/projects",
         "/ui/projects/shop/topics",
         "/ui/projects/shop/topics/orders",

@@ -30,6 +30,7 @@ API_CLIENTS = {
     "dlq",
     "trace",
     "tail",
+    "overview",
     "produce",
 }
 LOCAL_JOBS = {"local", "audit", "export", "migration_check", "db"}

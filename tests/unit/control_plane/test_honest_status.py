@@ -1,0 +1,123 @@
+"""Honest numbers (issue 39 item 2) with a real Worker on the embedded backends: a grouped
+topic whose endpoint always answers 500. Only the groups' heads are ever attempted; the
+followers read meanwhile follow them into the DLQ, sidelined, and the open circuit stops
+the reading, so the rest waits as lag. The status must say so, every message accounted for:
+the DLQ's size as stored, its failed heads and sidelined followers, the lag, the open
+circuit, failures by status and the endpoint's last answer; and the subscription page and
+the DLQ page show them (heads first, grouped by error)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from core.envelope import GROUP_ID, MESSAGE_ID, encode
+from segments.protocol import Record
+from tests.support.control_plane import ControlPlane, embedded_control_plane
+from tests.support.hook import Hook, serve_hook
+from tests.support.ui_pages import login
+from tests.support.until import until
+from tests.support.workers import worker_in_process
+
+SUB = "/v1/projects/shop/subscriptions/grouped"
+GROUPS, PER_GROUP = 4, 10
+ANSWER = b"database on fire"
+SIDELINED_TITLE = "in the DLQ behind their group's failed head, never attempted"
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[tuple[ControlPlane, Hook]]:
+    async with (
+        serve_hook(behaviour=lambda mid, n: (500, {}), answer=lambda p, b: ANSWER) as hook,
+        embedded_control_plane(tmp_path, assign_interval_s=0.2) as cp,
+    ):
+        client = cp.client
+        assert (await client.post("/v1/projects", json={"name": "shop"})).status_code == 201
+        topic = {"name": "orders", "partitions": 1, "grouped": True}
+        r = await client.post("/v1/projects/shop/topics", json=topic)
+        assert r.status_code == 201, r.text
+        storage = r.json()["segments"][0]["storage_topic"]
+        sub = {
+            "name": "grouped",
+            "topic": "orders",
+            "endpoint": {"url": hook.url},
+            "retry": {"max_attempts": 2, "backoff": "fixed", "initial_delay_ms": 50},
+            "circuit_breaker": {"min_calls": 2, "cooldown_seconds": 600},
+        }
+        r = await client.post("/v1/projects/shop/subscriptions", json=sub)
+        assert r.status_code == 201, r.text
+        options = {"commit_every_s": 0.1, "lock_retry_s": 0.1, "status_interval_s": 0.2}
+        async with worker_in_process(cp.meta, {"embedded": cp.store}, "w1", **options):
+            for i in range(GROUPS * PER_GROUP):
+                headers = ((MESSAGE_ID, encode(f"m{i}")), (GROUP_ID, encode(f"g{i % GROUPS}")))
+                await cp.store.produce(storage, Record(b'{"n": %d}' % i, None, headers))
+            yield cp, hook
+
+
+SEEN: list[Any] = []
+
+
+async def _status(client: httpx.AsyncClient) -> dict[str, Any] | None:
+    r = await client.get(f"{SUB}/status")
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    dlq = body["dlq"] or {}
+    SEEN[:] = [dlq, body["totals"], body["circuit"], body["lag"]]
+    settled = (
+        (body["circuit"] or {}).get("state") == "open"
+        and dlq.get("failed_heads") == GROUPS
+        and dlq.get("sidelined", 0) >= 1
+        and dlq["size"] + body["lag"] == GROUPS * PER_GROUP  # each one in the DLQ or behind
+    )
+    return body if settled else None
+
+
+async def test_a_grouped_always_failing_subscription_says_what_its_dlq_holds(
+    world: tuple[ControlPlane, Hook],
+) -> None:
+    cp, hook = world
+    try:
+        status = await until(lambda: _status(cp.client), 60, "every message accounted for", 0.25)
+    except AssertionError:
+        raise AssertionError(f"last seen: {SEEN}") from None
+    size, sidelined = status["dlq"]["size"], status["dlq"]["sidelined"]
+    assert size == GROUPS + sidelined
+    assert set(status["failures"]) == {"500"} and status["failures"]["500"] >= GROUPS
+    assert status["last_failure"]["status"] == 500
+    assert status["last_failure"]["answer"] == ANSWER.decode()
+    heads = {g["sidelined"]: g for g in status["dlq"]["by_error"]}
+    assert heads[False]["status"] == 500 and heads[False]["count"] == GROUPS
+    assert heads[True]["count"] == sidelined
+    attempted = {r.id for r in hook.requests}
+    assert len(attempted) == GROUPS  # only the heads were ever sent
+
+    r = await cp.client.get(f"{SUB}/dlq/messages", params={"kind": "heads", "limit": 500})
+    assert len(r.json()["messages"]) == GROUPS
+    r = await cp.client.get(f"{SUB}/dlq/messages/summary")
+    assert (r.json()["size"], r.json()["sidelined"]) == (size, sidelined)
+
+    assert cp.app is not None
+    transport = httpx.ASGITransport(app=cp.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as browser:
+        await login(browser)
+        page = (await browser.get("/ui/projects/shop/subscriptions/grouped")).text
+        assert f'data-k="dlq.size">{size}</a>' in page
+        assert f'data-k="dlq.sidelined" id="dlq-sidelined" title="{SIDELINED_TITLE}">' in page
+        assert f'title="{SIDELINED_TITLE}">{sidelined}</dd>' in page
+        assert f'id="lag">{status["lag"]}</dd>' in page
+        assert ">circuit open</span>" in page and ANSWER.decode() in page
+        assert 'id="lag-chart"' in page and 'id="failures"' in page
+        url = "/ui/projects/shop/subscriptions/grouped"
+        short = await browser.get(url, params={"range": "10m"})
+        assert short.status_code == 200 and "Lag over the last 10 minutes" in short.text
+        dlq = (await browser.get("/ui/projects/shop/subscriptions/grouped/dlq")).text
+        assert dlq.index('id="dlq-actions"') < dlq.index('id="dlq"')  # actions at the top
+        assert dlq.index('<table class="list" id="dlq"') < dlq.index(
+            '<table class="list" id="dlq-sidelined"'
+        )
+        assert f'<strong id="dlq-total-sidelined">{sidelined}<' in dlq
+        assert 'class="payload"' in dlq and 'id="dlq-by-error"' in dlq

@@ -28,6 +28,7 @@ from control_plane.ui import (
     dlq_views,
     migration_views,
     sub_views,
+    topic_catalog_views,
     trace_views,
 )
 from control_plane.ui.deps import page_principal
@@ -53,6 +54,7 @@ ROUTERS = (
     dlq_views,
     audit_views,
     trace_views,
+    topic_catalog_views,
 )
 
 

@@ -109,6 +109,10 @@ def show(ref: TopicRef) -> Call:
             f"  subscribers   {e['subscribers']}",
             f"  schema        {_schema_line(schema)}",
         ]
+        for r in e.get("your_requests", []):
+            note = f": {r['note']}" if r["note"] else ""
+            by = f" by {r['decided_by']}" if r.get("decided_by") else ""
+            lines.append(f"  your request  as {r['grantee']}: {r['state']}{by}{note}")
         if e.get("example") is not None:
             lines.append(f"  example       {json.dumps(e['example'])}")
         if schema and schema.get("document") is not None:

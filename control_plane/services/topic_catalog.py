@@ -67,6 +67,11 @@ class CatalogEntry(BaseModel):
         description="grantees with a pending request the caller may see: all of them for "
         "the topic's owners, else the caller's own"
     )
+    your_requests: list[GrantRequest] = Field(
+        default_factory=list,
+        description="the requests of the caller's projects in any state (a refusal and its "
+        "note included); empty for the topic's owners, who list them all",
+    )
     schema_: SchemaRef | None = Field(
         default=None, alias="schema", serialization_alias="schema", description="null: none"
     )
@@ -243,6 +248,7 @@ class TopicCatalog:
             for r in requests
             if r.state is RequestState.PENDING and (decides or principal.may(Need.OWNER, r.grantee))
         ]
+        yours = [r for r in requests if not decides and principal.may(Need.OWNER, r.grantee)]
         return CatalogEntry(
             project=p,
             topic=t,
@@ -254,6 +260,7 @@ class TopicCatalog:
             subscribe_as=list(seen.subscribe_as),
             request_as=[g for g in seen.request_as if g not in pending],
             pending_requests=pending,
+            your_requests=yours,
             schema=schema,
             example=example,
             subscribers=len(subscribers),

@@ -87,6 +87,8 @@ def test_find_ask_and_approve(url: str, tmp_path: Path) -> None:
     assert (entry["access"], entry["subscribe_as"]) == ("granted", ["other"])
     refused = ("topic", "grant-request", "refuse", "shop", "orders", "other")
     one_line_error(httpbus(url, *refused, token=sam), 4, "approved")
+    card = ok(httpbus(url, "catalog", "show", "shop/orders", token=olga))
+    assert "your request  as other: approved by user:sam: welcome" in card
 
 
 def test_catalog_pages_with_a_cursor(url: str) -> None:

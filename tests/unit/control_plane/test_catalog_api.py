@@ -229,6 +229,12 @@ async def test_a_refused_request_can_be_made_again(cp: ControlPlane) -> None:
     assert (await c.post(url, json={"project": "third"}, headers=tina)).status_code == 201
     r = await c.post(f"{url}/third/refuse", json={"note": "not yet"}, headers=sam)
     assert (r.status_code, r.json()["state"]) == (200, "refused")
+    entry = (await c.get("/v1/catalog/shop/invoices", headers=tina)).json()
+    assert [(x["grantee"], x["state"], x["note"]) for x in entry["your_requests"]] == [
+        ("third", "refused", "not yet")
+    ]
+    assert (entry["pending_requests"], entry["request_as"]) == ([], ["third"])
+    assert (await c.get("/v1/catalog/shop/invoices", headers=sam)).json()["your_requests"] == []
     assert (await c.post(f"{url}/third/approve", headers=sam)).status_code == 409
     assert (await c.get("/v1/projects/shop/topics/invoices/grants")).json() == []
     r = await c.post(url, json={"project": "third", "reason": "now?"}, headers=tina)

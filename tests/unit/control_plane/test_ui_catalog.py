@@ -113,6 +113,7 @@ async def test_search_request_and_approve_in_the_pages(world: World) -> None:
     assert "approved the request of other" in after.text and "No pending request" in after.text
     card = await olga.get("/ui/catalog/shop/orders")
     assert "may subscribe as other" in card.text and 'id="subscribe"' in card.text
+    assert "Your request as other was approved by user:sam: “welcome”." in card.text
     assert "topic=shop%2Forders" in card.text
     r = await sam.post(
         "/ui/projects/shop/topics/orders/grant-requests/other/refuse", data={"csrf": token}

@@ -92,6 +92,15 @@ async def test_visibility_follows_roles_and_grants(cp: ControlPlane) -> None:
     )
     # Without a role anywhere: nothing.
     assert (await listing(cp, nobody))["items"] == []
+    # A machine token owning a project sees as an owning user does (and is no "owner" shown).
+    r = await c.post("/v1/tokens", json={"roles": ["owner:third"], "description": "ci"})
+    machine = {"Authorization": f"Bearer {r.json()['token']}"}
+    seen = by_key(await listing(cp, machine))["shop/orders"]
+    assert (seen["access"], seen["request_as"], seen["owners"]) == (
+        "requestable",
+        ["third"],
+        ["sam"],
+    )
     # shop grants orders to other: the viewer of other now sees it, as granted.
     assert (
         await c.post("/v1/projects/shop/topics/orders/grants", json={"project": "other"})

@@ -2,11 +2,12 @@
 
 Three kinds of module, kept apart so that most of the CLI is a plain client of the REST API:
 
-- **API clients** — ``project``, ``quota``, ``topic``, ``topic_schema``, ``cutover``,
-  ``failover``, ``migration`` (start, status, abandon), ``sub``, ``signing_keys``, ``token``,
-  ``user``, ``dlq``, ``trace``, ``tail``, ``overview``: declared with the command kit
-  (:mod:`cli.kit`) and talking to the control plane through :mod:`control_plane.client` only.
-  ``produce`` is a client of the producer service's HTTP API.
+- **API clients** — ``catalog``, ``project``, ``quota``, ``topic``, ``topic_schema``,
+  ``grant_request``, ``cutover``, ``failover``, ``migration`` (start, status, abandon),
+  ``sub``, ``signing_keys``, ``token``, ``user``, ``dlq``, ``trace``, ``tail``, ``overview``:
+  declared with the command kit (:mod:`cli.kit`) and talking to the control plane through
+  :mod:`control_plane.client` only. ``produce`` is a client of the producer service's HTTP
+  API.
 - **Local jobs** — ``audit`` (run, job, load), ``export``, ``migration_check`` (``topic
   migration check``) and ``db``: they read the settings file and work on the metastore, the
   storage clusters and the report database themselves (:mod:`cli.local`); ``audit``,
@@ -85,6 +86,12 @@ def _export() -> Any:
     return export.export
 
 
+def _catalog() -> Any:
+    from cli import catalog
+
+    return catalog.app
+
+
 def _project() -> Any:
     from cli import project
 
@@ -155,6 +162,7 @@ COMMANDS = (
     Lazy("tail", Kind.KIT, _tail),
     Lazy("trace", Kind.KIT, _trace),
     Lazy("export", Kind.COMMAND, _export),
+    Lazy("catalog", Kind.GROUP, _catalog),
     Lazy("project", Kind.GROUP, _project),
     Lazy("topic", Kind.GROUP, _topic),
     Lazy("sub", Kind.GROUP, _sub),

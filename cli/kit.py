@@ -431,29 +431,59 @@ def command(
     (to print while it works, as ``topic migrate`` does)."""
 
     def register(declare: Callable[..., Call]) -> Callable[..., Call]:
-        signature = inspect.signature(declare, eval_str=True)
-        own = signature.parameters
-        keyword = inspect.Parameter.KEYWORD_ONLY
-        connection = [
-            own[key].replace(kind=keyword)
-            if key in own
-            else inspect.Parameter(key, keyword, default=default, annotation=kind)
-            for key, (kind, default) in _CONNECTION.items()
-            if key in own or output or key != "output"
-        ]
-        parameters = [p for p in own.values() if p.name not in _CONNECTION] + connection
-
-        @functools.wraps(declare)
-        def cli_command(**given: Any) -> None:
-            url, token = given.pop("url"), given.pop("token")
-            shown = given["output"] if "output" in own else given.pop("output", "text")
-            declare(**given).perform(url, token, shown)
-
-        cli_command.__signature__ = signature.replace(  # type: ignore[attr-defined]
-            parameters=parameters, return_annotation=None
-        )
-        cli_command.__annotations__ = {p.name: p.annotation for p in parameters}
-        app.command(name)(cli_command)
+        app.command(name)(_cli_command(declare, output))
         return declare
 
     return register
+
+
+def default_command(app: typer.Typer) -> Callable[[Callable[..., Call]], Callable[..., Call]]:
+    """Register a function that returns a :class:`Call` as what the group ``app`` does when
+    no subcommand is named (``httpbus catalog`` lists, ``httpbus catalog show`` is a
+    subcommand); its options come before a subcommand's name."""
+
+    def register(declare: Callable[..., Call]) -> Callable[..., Call]:
+        run_it = _cli_command(declare, True)
+        signature = inspect.signature(run_it)
+        ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+        @functools.wraps(run_it)
+        def callback(ctx: typer.Context, **given: Any) -> None:
+            if ctx.invoked_subcommand is None:
+                run_it(**given)
+
+        params = [ctx.replace(annotation=typer.Context), *signature.parameters.values()]
+        callback.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+        callback.__annotations__ = {p.name: p.annotation for p in params}
+        app.callback(invoke_without_command=True)(callback)
+        return declare
+
+    return register
+
+
+def _cli_command(declare: Callable[..., Call], output: bool) -> Callable[..., None]:
+    """``declare`` as a Typer command function: its own parameters, then the connection
+    options, running the :class:`Call` it returns."""
+    signature = inspect.signature(declare, eval_str=True)
+    own = signature.parameters
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    connection = [
+        own[key].replace(kind=keyword)
+        if key in own
+        else inspect.Parameter(key, keyword, default=default, annotation=kind)
+        for key, (kind, default) in _CONNECTION.items()
+        if key in own or output or key != "output"
+    ]
+    parameters = [p for p in own.values() if p.name not in _CONNECTION] + connection
+
+    @functools.wraps(declare)
+    def cli_command(**given: Any) -> None:
+        url, token = given.pop("url"), given.pop("token")
+        shown = given["output"] if "output" in own else given.pop("output", "text")
+        declare(**given).perform(url, token, shown)
+
+    cli_command.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=parameters, return_annotation=None
+    )
+    cli_command.__annotations__ = {p.name: p.annotation for p in parameters}
+    return cli_command

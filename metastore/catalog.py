@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel
 
 from core.errors import AlreadyExists, InUse, NotFound, VersionConflict
+from core.grant_requests import GrantRequest
 from core.model import Pointer, ProduceToken, Project, Segment, Subscription, Topic
 from core.quotas import CountQuota
 from core.schemas import SchemaState, SchemaVersion
@@ -156,6 +157,62 @@ class Catalog:
             await self.delete_subscription(sub_project, sub)
         await self.store.delete(paths.topic(project, name), recursive=True)
         return topic
+
+    async def describe_topic(self, project: str, name: str) -> Topic:
+        """The topic's own settings (description, grouped…) in one read, without its
+        segments and pointer: what a listing of many topics needs."""
+        node = await self._require(paths.topic(project, name), f"topic {project}/{name}")
+        return Topic.model_validate_json(node.data).model_copy(update={"version": node.version})
+
+    # ------------------------------------------------------------ grant requests
+    async def get_grant_request(self, project: str, topic: str, grantee: str) -> GrantRequest:
+        node = await self._require(
+            paths.grant_request(project, topic, grantee),
+            f"a request of {grantee} for topic {project}/{topic}",
+        )
+        found = GrantRequest.model_validate_json(node.data)
+        return found.model_copy(update={"version": node.version})
+
+    async def list_grant_requests(self, project: str, topic: str) -> list[GrantRequest]:
+        """Every request on the topic, by grantee (a topic deleted meanwhile: none)."""
+        names = await self.store.children(paths.grant_requests(project, topic))
+        found = await asyncio.gather(
+            *(self._grant_request_or_none(project, topic, n) for n in names)
+        )
+        return [r for r in found if r is not None]
+
+    async def _grant_request_or_none(
+        self, project: str, topic: str, grantee: str
+    ) -> GrantRequest | None:
+        try:
+            return await self.get_grant_request(project, topic, grantee)
+        except NotFound:
+            return None
+
+    async def put_grant_request(self, request: GrantRequest) -> GrantRequest:
+        """Create the request (``version`` -1) or replace the one read at ``version`` (CAS),
+        in a transaction that checks the topic still exists, so a request never outlives
+        its topic nor makes one appear."""
+        p, t, g = request.project, request.topic, request.grantee
+        path = paths.grant_request(p, t, g)
+        data = _dump(request)
+        if request.version >= 0:
+            await self.store.update(path, data, expected_version=request.version)
+            return await self.get_grant_request(p, t, g)
+        parent = paths.grant_requests(p, t)
+        ops: list[Op] = [Check(paths.topic(p, t), -1)]
+        if await self.store.get(parent) is None:
+            ops.append(Create(parent, b""))
+        ops.append(Create(path, data))
+        try:
+            await self.store.transaction(ops)
+        except NotFound:
+            raise NotFound(f"topic {p}/{t} does not exist") from None
+        except AlreadyExists:
+            if await self.store.get(path) is not None:
+                raise AlreadyExists(f"a request of {g} for topic {p}/{t} exists") from None
+            await self.store.transaction([Check(paths.topic(p, t), -1), Create(path, data)])
+        return await self.get_grant_request(p, t, g)
 
     # ------------------------------------------------------------ topic schemas
     async def get_schema_state(self, project: str, topic: str) -> tuple[SchemaState, int] | None:

@@ -10,6 +10,7 @@ The tree (relative to the store's root)::
     /projects/{p}/topics/{t}/migration              the topic's latest verified migration
     /projects/{p}/topics/{t}/schema                 SchemaState: latest version, active, mode
     /projects/{p}/topics/{t}/schema/{n:010d}        SchemaVersion n (written once)
+    /projects/{p}/topics/{t}/grant-requests/{g}     GrantRequest of project g (docs/catalog.md)
     /projects/{p}/subscriptions/{s}                 Subscription (without consume pointer)
     /projects/{p}/subscriptions/{s}/consume-pointer {"segment_id": n}
     /projects/{p}/tokens/{id}                       ProduceToken (a hash, never the secret)
@@ -99,6 +100,15 @@ def topic_schema(p: str, t: str) -> str:
 
 def schema_version(p: str, t: str, version: int) -> str:
     return f"{topic_schema(p, t)}/{version:010d}"
+
+
+def grant_requests(p: str, t: str) -> str:
+    return f"{topic(p, t)}/grant-requests"
+
+
+def grant_request(p: str, t: str, grantee: str) -> str:
+    (grantee,) = _n(grantee)
+    return f"{grant_requests(p, t)}/{grantee}"
 
 
 def subscriptions(p: str) -> str:

@@ -333,6 +333,33 @@ class PrincipalStore(Tables):
                 )
             )
 
+    def all_topic_grants(self) -> list[TopicGrant]:
+        """Every topic grant (one small table: the topic catalog reads it once a request)."""
+        query = select(TopicGrantRow).order_by(
+            TopicGrantRow.project, TopicGrantRow.topic, TopicGrantRow.grantee
+        )
+        with self._session() as session:
+            return [
+                TopicGrant(r.project, r.topic, r.grantee, r.created_at_ms)
+                for r in session.scalars(query)
+            ]
+
+    def project_owners(self) -> dict[str, list[str]]:
+        """The users who hold ``owner`` of each project, by name (machine tokens are not
+        people one can ask, so they are left out)."""
+        query = (
+            select(RoleGrantRow)
+            .where(RoleGrantRow.role == Role.OWNER.value)
+            .order_by(RoleGrantRow.project, RoleGrantRow.principal)
+        )
+        owners: dict[str, list[str]] = {}
+        with self._session() as session:
+            for row in session.scalars(query):
+                kind, _, name = row.principal.partition(":")
+                if kind == "user":
+                    owners.setdefault(row.project, []).append(name)
+        return owners
+
     def has_topic_grant(self, project: str, topic: str, grantee: str) -> bool:
         with self._session() as session:
             return session.scalars(_topic_grant_query(project, topic, grantee)).first() is not None

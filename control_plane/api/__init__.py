@@ -8,6 +8,7 @@ from fastapi import APIRouter
 
 from control_plane.api import (
     audit,
+    catalog,
     cutover,
     dlq,
     failover,
@@ -41,6 +42,7 @@ def router(database_url: str, trace_index: TraceIndex) -> APIRouter:
         subscriptions,
         tokens,
         grants,
+        catalog,
         principals,
         cutover,
         migration,

@@ -30,6 +30,7 @@ from control_plane.ui import (
     overview_views,
     search_views,
     sub_views,
+    topic_catalog_views,
     trace_views,
 )
 from control_plane.ui.deps import page_principal
@@ -57,6 +58,7 @@ ROUTERS = (
     audit_views,
     trace_views,
     search_views,
+    topic_catalog_views,
 )
 
 

@@ -13,6 +13,7 @@ from control_plane.client import AdminClient, ApiError, NotAvailable, path
 from control_plane.ui.deps import ApiDep, FormDep, FormListsDep, Name, SessionDep
 from control_plane.ui.render import open_by_name, paging, redirect, refused, render
 from control_plane.ui.timeline import draw
+from control_plane.ui.topic_catalog_views import pending_requests
 
 router = APIRouter()
 
@@ -204,6 +205,7 @@ async def topic_page(
         request,
         "topic.html",
         session,
+        grant_requests=await pending_requests(api, project, topic),
         schema_versions=schema_versions,
         schema_text=schema_text,
         project=project,

@@ -1,6 +1,7 @@
 """Principals and topic grants on a real PostgreSQL (``reports.principals``): users with
 argon2id passwords, a user's and a machine's API tokens, roles granted and revoked, a user's
-tokens deleted with them, topic grants idempotent, a duplicate user refused."""
+tokens deleted with them, topic grants idempotent, a duplicate user refused; the topic
+catalog's reads of every grant and of each project's owners."""
 
 from __future__ import annotations
 
@@ -47,6 +48,15 @@ def test_principals_round_trip_on_postgres(postgres_database: str) -> None:
         store.add_topic_grant("shop", "orders", "other")
         assert [g.grantee for g in store.topic_grants("shop", "orders")] == ["other"]
         assert store.has_topic_grant("shop", "orders", "other")
+        # What the topic catalog reads: every grant at once, and each project's owning users
+        # (a machine token's role is not an owner one can ask).
+        store.add_topic_grant("shop", "audit", "third")
+        every = [(g.project, g.topic, g.grantee) for g in store.all_topic_grants()]
+        assert every == [("shop", "audit", "third"), ("shop", "orders", "other")]
+        store.create_user("bob", "bob's password", (OWNER, Grant(Role.OWNER, "other")))
+        store.create_user("carol", "carol's password", (OWNER, VIEWER))
+        store.create_token(None, (OWNER,), "a machine owning shop")
+        assert store.project_owners() == {"other": ["bob"], "shop": ["bob", "carol"]}
         store.remove_topic_grants("shop", "orders")
         assert not store.has_topic_grant("shop", "orders", "other")
     finally:

@@ -16,6 +16,8 @@ from tests.support.layout import ROOT
 CLI = ROOT / "cli"
 API_CLIENTS = {
     "kit",
+    "catalog",
+    "grant_request",
     "project",
     "quota",
     "topic",

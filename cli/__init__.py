@@ -4,7 +4,8 @@ Three kinds of module, kept apart so that most of the CLI is a plain client of t
 
 - **API clients** — ``project``, ``quota``, ``topic``, ``topic_schema``, ``cutover``,
   ``failover``, ``migration`` (start, status, abandon), ``sub``, ``signing_keys``, ``token``,
-  ``user``, ``dlq``, ``trace``, ``tail``: declared with the command kit (:mod:`cli.kit`)
+  ``topic_grant``, ``user``, ``dlq``, ``trace``, ``tail``, ``audit_reports`` (``audit
+  runs|show|hourly|cutovers``): declared with the command kit (:mod:`cli.kit`)
   and talking to the control plane through :mod:`control_plane.client` only. ``produce`` is
   a client of the producer service's HTTP API.
 - **Local jobs** — ``audit`` (run, job, load), ``export``, ``migration_check`` (``topic
@@ -73,6 +74,12 @@ def _trace() -> Any:
     return trace.trace
 
 
+def _whoami() -> Any:
+    from cli import user
+
+    return user.whoami
+
+
 def _export() -> Any:
     from cli import export
 
@@ -123,8 +130,9 @@ def _dlq() -> Any:
 
 
 def _audit() -> Any:
-    from cli import audit
+    from cli import audit, audit_reports
 
+    audit_reports.register(audit.app)  # ``audit runs|show|hourly|cutovers``
     return audit.app
 
 
@@ -147,6 +155,7 @@ COMMANDS = (
     Lazy("produce", Kind.COMMAND, _produce),
     Lazy("tail", Kind.KIT, _tail),
     Lazy("trace", Kind.KIT, _trace),
+    Lazy("whoami", Kind.KIT, _whoami),
     Lazy("export", Kind.COMMAND, _export),
     Lazy("project", Kind.GROUP, _project),
     Lazy("topic", Kind.GROUP, _topic),

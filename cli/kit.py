@@ -414,6 +414,16 @@ def removal(
 
 # ------------------------------------------------------------------ registering commands
 
+KIT_MARK = "httpbus_kit_command"
+
+
+def is_kit_command(callback: Any) -> bool:
+    """Whether a Click command's ``callback`` was registered by :func:`command`: a client of
+    the control plane's API, whose requests all go through :func:`run`'s
+    :class:`AdminClient` (``tests/unit/cli/test_cli_walks_api.py`` records them)."""
+    return bool(getattr(callback, KIT_MARK, False))
+
+
 _CONNECTION = {
     "url": (Url, DEFAULT_URL),
     "token": (Token, ""),
@@ -453,6 +463,7 @@ def command(
             parameters=parameters, return_annotation=None
         )
         cli_command.__annotations__ = {p.name: p.annotation for p in parameters}
+        setattr(cli_command, KIT_MARK, True)  # copied onto Typer's wrapper (update_wrapper)
         app.command(name)(cli_command)
         return declare
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cli import cutover, failover, migration, topic_schema
+from cli import cutover, failover, migration, topic_grant, topic_schema
 from cli.cutover import check_outcome, cutover_path, follow
 from cli.kit import (
     EXIT_CONFLICT,
@@ -46,6 +46,7 @@ app.add_typer(cutover.app, name="cutover")
 app.add_typer(failover.app, name="failover")
 app.add_typer(migration.app, name="migration")
 app.add_typer(topic_schema.app, name="schema")
+app.add_typer(topic_grant.app, name="grant")
 
 FailoverClusters = Annotated[
     list[str] | None,

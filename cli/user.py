@@ -1,5 +1,6 @@
-"""``httpbus user``: the users of the admin API and the UI — create, list, grant, revoke,
-delete, set a password — and their API tokens (``httpbus user token create|list|revoke``).
+"""``httpbus user``: the users of the admin API and the UI — create, list, show, grant,
+revoke, delete, set a password — and their API tokens (``httpbus user token
+create|list|revoke``); ``httpbus whoami``: who a token stands for.
 
 Roles read ``admin``, ``owner:<project>`` or ``viewer:<project>``. A password is never an
 argument (it would stay in the shell's history): it is asked on a terminal, or read from the
@@ -20,6 +21,7 @@ from cli.kit import (
     Yes,
     command,
     fail,
+    get,
     listing,
     post,
     put,
@@ -78,6 +80,22 @@ def create(name: UserName, roles: Roles = None, password_stdin: PasswordStdin = 
 def list_() -> Call:
     """List the users and their roles (never a password)."""
     return listing(_users(), USERS, counted="user")
+
+
+@command(app)
+def show(name: UserName) -> Call:
+    """Show a user and their roles (never a password)."""
+    return get(_users(name), text=_roles)
+
+
+def _roles(principal: dict[str, Any]) -> str:
+    return f"{principal['name']}: {', '.join(principal['roles']) or 'no roles'}"
+
+
+def whoami() -> Call:
+    """Who the token stands for (an admin token, a user's or a machine's API token) and its
+    roles now: ``httpbus whoami``."""
+    return get(path("v1", "me"), text=lambda me: f"{me['kind']} {_roles(me)}")
 
 
 @command(app)

@@ -1,0 +1,203 @@
+"""The commands that let the CLI reach the rest of the API (issue 39 item 4): ``topic grant
+add|list|remove``, ``user show``, ``whoami`` and ``audit runs|show|hourly|cutovers``, against
+a real control plane (embedded backends, a SQLite report database) served over HTTP in this
+process: their text, ``--output json`` and exit codes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from control_plane.app import create_app
+from control_plane.settings import ControlPlaneSettings
+from core.audit import (
+    AuditCutover,
+    CutoverCheck,
+    Finding,
+    FindingKind,
+    HourlyRow,
+    Reconciliation,
+    SubscriptionTally,
+)
+from metastore.config import EmbeddedMetaStoreConfig
+from reports import migrate
+from reports.store import ReportStore
+from segments.config import EmbeddedClusterConfig
+from tests.support.cli import TOKEN, as_json, httpbus, ok, one_line_error
+from tests.support.contract_api import served
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cp")
+
+
+@pytest.fixture(scope="module")
+def url(data: Path) -> Iterator[str]:
+    reports = f"sqlite:///{data / 'reports.db'}"
+    migrate.upgrade(reports)
+    settings = ControlPlaneSettings(
+        admin_token=TOKEN,
+        metastore=EmbeddedMetaStoreConfig(path=str(data / "meta.db")),
+        clusters={"embedded": EmbeddedClusterConfig(path=str(data / "segments.db"))},
+        database_url=reports,
+        trace_index=False,
+    )
+    with served(create_app(settings)) as base:
+        ok(httpbus(base, "project", "create", "shop"))
+        ok(httpbus(base, "topic", "create", "shop", "orders"))
+        ok(httpbus(base, "project", "create", "billing"))
+        yield base
+
+
+def test_topic_grant_add_list_remove(url: str) -> None:
+    said = ok(httpbus(url, "topic", "grant", "add", "shop", "orders", "billing"))
+    assert said.strip() == "granted shop/orders to project billing"
+    # Idempotent: a second add is no error.
+    ok(httpbus(url, "topic", "grant", "add", "shop", "orders", "billing"))
+    listed = ok(httpbus(url, "topic", "grant", "list", "shop", "orders"))
+    assert "billing" in listed and "1 grant(s)" in listed
+    [grant] = as_json(httpbus(url, "topic", "grant", "list", "shop", "orders", "-o", "json"))
+    assert (grant["project"], grant["topic"], grant["grantee"]) == ("shop", "orders", "billing")
+    # With the grant, billing subscribes to shop/orders.
+    ok(
+        httpbus(
+            url,
+            *("sub", "create", "billing", "bills", "--topic", "shop/orders"),
+            *("--endpoint", "http://127.0.0.1:9/hook"),
+        )
+    )
+
+    one_line_error(httpbus(url, "topic", "grant", "add", "shop", "orders", "nope"), 1, "422")
+    one_line_error(httpbus(url, "topic", "grant", "list", "shop", "nope"), 3, "404")
+    # Off a terminal a removal needs --yes (exit 2), and nothing changes.
+    one_line_error(
+        httpbus(url, "topic", "grant", "remove", "shop", "orders", "billing"), 2, "--yes"
+    )
+    removed = httpbus(
+        url, "topic", "grant", "remove", "shop", "orders", "billing", "--yes", "-o", "json"
+    )
+    assert as_json(removed)["grantee"] == "billing"
+    assert as_json(httpbus(url, "topic", "grant", "list", "shop", "orders", "-o", "json")) == []
+    refused = httpbus(
+        url,
+        *("sub", "create", "billing", "bills2", "--topic", "shop/orders"),
+        *("--endpoint", "http://127.0.0.1:9/hook"),
+    )
+    one_line_error(refused, 1, "403 grant_required")
+
+
+def test_user_show_and_whoami(url: str) -> None:
+    ok(
+        httpbus(
+            url,
+            *("user", "create", "ann", "--role", "viewer:shop", "--password-stdin"),
+            input="ann's password\n",
+        )
+    )
+    assert ok(httpbus(url, "user", "show", "ann")).strip() == "ann: viewer:shop"
+    shown = as_json(httpbus(url, "user", "show", "ann", "-o", "json"))
+    assert shown["name"] == "ann" and shown["roles"] == ["viewer:shop"] and "password" not in shown
+    one_line_error(httpbus(url, "user", "show", "nobody"), 3, "404")
+
+    assert as_json(httpbus(url, "whoami", "-o", "json"))["roles"] == ["admin"]
+    assert "admin" in ok(httpbus(url, "whoami"))
+    token = as_json(httpbus(url, "user", "token", "create", "ann", "-o", "json"))["token"]
+    assert ok(httpbus(url, "whoami", token=token)).strip() == "user ann: viewer:shop"
+    one_line_error(httpbus(url, "whoami", token="hbk.not-a-token"), 1, "401")
+
+
+def _seed(data: Path) -> int:
+    """A run with a lost and a duplicated id, an hourly row and a cutover verification."""
+    store = ReportStore.from_url(f"sqlite:///{data / 'reports.db'}")
+    try:
+        store.upsert_hourly(
+            [
+                HourlyRow(
+                    window_start_ms=0,
+                    window_end_ms=3_600_000,
+                    subscription="shop/s1",
+                    accepted=3,
+                    attempted=4,
+                    delivered=2,
+                    failed_attempts=1,
+                    latency_p50_ms=12.0,
+                    latency_p99_ms=41.5,
+                )
+            ]
+        )
+        store.save_cutovers(
+            [
+                CutoverCheck(
+                    cutover=AuditCutover(
+                        project="shop", topic="orders", from_segment=1, to_segment=2, sealed_at_ms=0
+                    ),
+                    old_segment_messages=7,
+                    new_segment_messages=5,
+                    groups_across=2,
+                )
+            ]
+        )
+        result = Reconciliation(
+            since_ms=0,
+            until_ms=3_600_000,
+            as_of_ms=3_600_000,
+            horizon_ms=60_000,
+            events=40,
+            tallies=[
+                SubscriptionTally(
+                    subscription="shop/s1", expected=20, delivered=19, lost=1, duplicates=1
+                )
+            ],
+            findings=[
+                Finding(kind=FindingKind.LOST, subscription="shop/s1", message_id="m-lost-1"),
+                Finding(
+                    kind=FindingKind.DUPLICATE, subscription="shop/s1", message_id="m7", count=2
+                ),
+            ],
+        )
+        return store.save_reconciliation(
+            result, mode="batch", source="files", started_at_ms=3_600_000, duration_ms=900
+        )
+    finally:
+        store.close()
+
+
+def test_audit_report_reads(url: str, data: Path) -> None:
+    assert ok(httpbus(url, "audit", "runs")).strip().endswith("0 run(s)")
+    one_line_error(httpbus(url, "audit", "show", "1"), 3, "404", "run 1 does not exist")
+    run_id = _seed(data)
+
+    runs = ok(httpbus(url, "audit", "runs", "--limit", "5"))
+    assert "batch" in runs and "1 run(s)" in runs
+    [run] = as_json(httpbus(url, "audit", "runs", "-o", "json"))["runs"]
+    assert (run["id"], run["lost"], run["duplicates"]) == (run_id, 1, 1)
+
+    shown = ok(httpbus(url, "audit", "show", str(run_id)))
+    assert "lost shop/s1 m-lost-1" in shown and "duplicates shop/s1 m7 ×2" in shown
+    assert shown.strip().endswith("lost 1, late 0, duplicates 1")
+    detail = as_json(httpbus(url, "audit", "show", str(run_id), "-o", "json"))
+    assert detail["lost"][0]["message_id"] == "m-lost-1"
+
+    hourly = ok(httpbus(url, "audit", "hourly", "--subscription", "shop/s1"))
+    assert "shop/s1" in hourly and "0.25" in hourly and "41.5" in hourly and "1 row(s)" in hourly
+    rows = as_json(
+        httpbus(
+            url,
+            *("audit", "hourly", "--project", "shop", "--subscription", "s1"),
+            *("--since", "1970-01-01T00:00:00Z", "-o", "json"),
+        )
+    )["rows"]
+    assert [r["delivered"] for r in rows] == [2]
+    later = httpbus(url, "audit", "hourly", "--since", "2030-01-01T00:00:00Z", "-o", "json")
+    assert as_json(later)["rows"] == []
+    bad = httpbus(url, "audit", "hourly", "--since", "yesterday")
+    one_line_error(bad, 2, "--since", "RFC 3339")
+    one_line_error(httpbus(url, "audit", "hourly", "--subscription", "s1"), 1, "422", "project")
+
+    cutovers = ok(httpbus(url, "audit", "cutovers"))
+    assert "shop/orders" in cutovers and "1 → 2" in cutovers and "yes" in cutovers
+    [check] = as_json(httpbus(url, "audit", "cutovers", "-o", "json"))["cutovers"]
+    assert (check["old_segment_messages"], check["groups_across"], check["ok"]) == (7, 2, True)

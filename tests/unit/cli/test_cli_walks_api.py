@@ -1,0 +1,310 @@
+"""The CLI reaches every operation of the control plane's API (issue 39 item 4).
+
+The test builds the control plane's OpenAPI document (``create_app`` on the embedded
+backends) and the CLI's command tree (the Click group Typer builds from ``cli.cli``). It then
+runs every API command of the tree — every command registered by ``cli.kit.command`` — with
+the arguments of :data:`EXAMPLES` against a recording client: ``cli.kit.run`` opens a
+:class:`Recorder` instead of the HTTP client, which writes down each request (method and
+path) and answers with a :class:`Anything`. Nobody keeps a table of which command calls
+which route: what a command reaches is what it sent, matched to the document's path
+templates. So the test fails:
+
+- naming every API operation (method + path template) that no command reached;
+- naming every request a command sent that matches no operation of the document (a route
+  renamed or removed under the CLI);
+- naming an API command that has no example here, or whose examples sent nothing (a new
+  command is noticed the day it is added);
+- naming a command outside the kit that is not a known local job or service starter
+  (:data:`NOT_API_CLIENTS`), so an API client cannot slip past the kit and this walk.
+
+Operations for browsers or machines are left out by one rule, :func:`for_browsers_or_machines`:
+the web UI (``/ui``), the probes and metrics (``/healthz``, ``/readyz``, ``/metrics``),
+anything under ``/.well-known/`` (the JWKS that endpoints fetch), and login and session
+routes (``/login``, ``/logout``, ``/session``, also under ``/v1``). They are not for people
+at a terminal; everything else is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from cli import cli, kit
+from control_plane.app import create_app
+from control_plane.client import JSON, AdminClient, Unreachable
+from control_plane.settings import ControlPlaneSettings
+from metastore.config import EmbeddedMetaStoreConfig
+from segments.config import EmbeddedClusterConfig
+
+HTTP_METHODS = ("get", "post", "put", "patch", "delete")
+
+# Commands that are not clients of the control plane's API, and why.
+NOT_API_CLIENTS = {
+    "dev": "starts the services",
+    "run": "starts the services",
+    "outbox run": "starts the outbox relay",
+    "produce": "a client of the producer service, not of the control plane",
+    "export": "a local Spark job",
+    "audit run": "a local Spark job",
+    "audit job": "a local Spark job",
+    "audit load": "a local job writing the report database",
+    "db upgrade": "migrates the report database",
+    "db downgrade": "migrates the report database",
+    "db current": "reads the report database's revision",
+    "topic migration check": "a local Spark job",
+}
+
+# How each API command is run here: one argument list a line, after the command's name.
+# A command with flags that reach other operations has a line for each.
+S = ("shop", "s1")  # project, subscription
+T = ("shop", "orders")  # project, topic
+EXAMPLES: dict[str, list[tuple[str, ...]]] = {
+    "tail": [(*S, "--count", "1")],
+    "trace": [(*T, "m1"), (*T, "--group", "g1")],
+    "project create": [("shop",)],
+    "project list": [()],
+    "project update": [("shop", "--description", "d")],
+    "project delete": [("shop", "--yes")],
+    "project quota get": [("shop",)],
+    "project quota set": [("shop", "--max-topics", "3")],
+    "topic create": [T],
+    "topic list": [("shop",)],
+    "topic show": [T],
+    "topic migrate": [(*T, "--cluster", "embedded", "--partitions", "2", "--interval", "0.05")],
+    "topic update": [(*T, "--retention", "36h")],
+    "topic delete": [(*T, "--yes")],
+    "topic cutover status": [T],
+    "topic cutover abort": [T],
+    "topic failover status": [T],
+    "topic migration start": [(*T, "--cluster", "kafka-main")],
+    "topic migration status": [T, (*T, "--history")],
+    "topic migration abandon": [T],
+    "topic schema set": [(*T, "schema.json")],  # written by _walk
+    "topic schema get": [T, (*T, "--version", "1")],
+    "topic schema versions": [T],
+    "topic schema delete": [(*T, "--yes")],
+    "topic grant add": [(*T, "other")],
+    "topic grant list": [T],
+    "topic grant remove": [(*T, "other", "--yes")],
+    "sub create": [(*S, "--topic", "orders", "--endpoint", "http://127.0.0.1:9/hook")],
+    "sub list": [("shop",)],
+    "sub update": [(*S, "--max-attempts", "3")],
+    "sub delete": [(*S, "--yes")],
+    "sub enable": [S],
+    "sub test-event": [S],
+    "sub status": [S],
+    "sub pause": [S],
+    "sub resume": [S],
+    "sub seek": [(*S, "--to", "earliest")],
+    "sub rotate-secret": [S],
+    "sub reveal-secret": [S],
+    "signing-keys list": [()],
+    "signing-keys rotate": [()],
+    "token create": [("shop",)],
+    "token list": [("shop",)],
+    "token revoke": [("shop", "t1", "--yes")],
+    "user create": [("ann", "--password-stdin")],
+    "user list": [()],
+    "user show": [("ann",)],
+    "user grant": [("ann", "admin")],
+    "user revoke": [("ann", "admin")],
+    "user delete": [("ann", "--yes")],
+    "user password": [("ann", "--password-stdin")],
+    "user token create": [("ann",)],
+    "user token list": [()],
+    "user token revoke": [("t1", "--yes")],
+    "whoami": [()],
+    "dlq list": [S],
+    "dlq unsideline": [(*S, "--id", "m1")],
+    "dlq purge": [(*S, "--all", "--yes")],
+    "audit runs": [()],
+    "audit show": [("1",)],
+    "audit hourly": [()],
+    "audit cutovers": [()],
+}
+
+
+def for_browsers_or_machines(path: str) -> bool:
+    """The rule that leaves an operation out of the walk: the web UI, probes and metrics,
+    ``/.well-known/`` documents, login and session routes."""
+    if path.startswith(("/ui/", "/.well-known/")) or path == "/ui":
+        return True
+    if path in ("/healthz", "/readyz", "/metrics"):
+        return True
+    return bool(re.search(r"/(login|logout|session)(/|$)", path))
+
+
+class Anything(dict[str, Any]):
+    """An answer to any request: every key is another :class:`Anything` (so a command reads
+    what it wants and goes on to its next request), iterating it gives nothing."""
+
+    def __missing__(self, key: str) -> Anything:
+        return Anything()
+
+
+@dataclass
+class Recorder:
+    """Stands in for :class:`AdminClient` in ``cli.kit.run``: records every request. A
+    request the command already sent (a poll, a batch loop) ends the command (exit 6)."""
+
+    sent: list[tuple[str, str]] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)
+
+    def client(self, base_url: str, token: str) -> AdminClient:
+        recorder = self
+
+        class Recording(AdminClient):
+            def __init__(self) -> None:  # no HTTP client: nothing leaves the process
+                pass
+
+            async def aclose(self) -> None:
+                pass
+
+            async def request(
+                self, method: str, url: str, *, json: JSON = None, params: Any = None
+            ) -> JSON:
+                key = f"{method} {url} {params!r} {json!r}"
+                if key in recorder.seen:
+                    raise Unreachable(0, "unreachable", "the recorder answers each request once")
+                recorder.seen.add(key)
+                # The server matches the decoded path (``secret%3Arotate`` is ``secret:rotate``).
+                recorder.sent.append((method.upper(), unquote(url.split("?")[0])))
+                return Anything()
+
+        return Recording()
+
+
+@dataclass(frozen=True)
+class Operation:
+    method: str
+    template: str
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.template}"
+
+
+@pytest.fixture(scope="module")
+def operations(tmp_path_factory: pytest.TempPathFactory) -> list[Operation]:
+    data = tmp_path_factory.mktemp("cp")
+    settings = ControlPlaneSettings(
+        admin_token="walk-admin-token-0123456789",
+        metastore=EmbeddedMetaStoreConfig(path=str(data / "meta.db")),
+        clusters={"embedded": EmbeddedClusterConfig(path=str(data / "segments.db"))},
+    )
+    paths: dict[str, Any] = create_app(settings).openapi()["paths"]
+    return [
+        Operation(method.upper(), template)
+        for template, item in paths.items()
+        for method in item
+        if method in HTTP_METHODS
+    ]
+
+
+def _leaves(command: Any, names: tuple[str, ...] = ()) -> Iterator[tuple[str, Any]]:
+    if hasattr(command, "commands"):
+        for name in list(command.commands):
+            yield from _leaves(command.commands[name], (*names, name))
+    else:
+        yield " ".join(names), command
+
+
+@pytest.fixture(scope="module")
+def commands() -> dict[str, Any]:
+    return dict(_leaves(typer.main.get_command(cli)))
+
+
+def _pattern(template: str) -> re.Pattern[str]:
+    parts = re.split(r"(\{[^}]+\})", template)
+    return re.compile("".join("[^/]+" if p.startswith("{") else re.escape(p) for p in parts))
+
+
+def _match(method: str, url: str, operations: list[Operation]) -> Operation | None:
+    found = [o for o in operations if o.method == method and _pattern(o.template).fullmatch(url)]
+    # A literal segment beats a parameter (``.../schema/versions`` before ``{version}``).
+    return max(found, key=lambda o: len(re.sub(r"\{[^}]+\}", "", o.template)), default=None)
+
+
+def _walk(
+    commands: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> dict[str, list[tuple[str, str]]]:
+    """Every API command run with its examples: the requests each sent."""
+    sent: dict[str, list[tuple[str, str]]] = {}
+    env = {"HTTPBUS_URL": "http://cli-walk.invalid", "HTTPBUS_ADMIN_TOKEN": "t", "COLUMNS": "200"}
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "schema.json").write_text('{"type": "object"}')
+    for name, command in commands.items():
+        if not kit.is_kit_command(command.callback):
+            continue
+        for args in EXAMPLES.get(name, []):
+            recorder = Recorder()
+            monkeypatch.setattr(kit, "AdminClient", recorder.client)
+            result = CliRunner().invoke(
+                cli, [*name.split(), *args], env=env, input="a-password-of-the-walk\n"
+            )
+            usage = result.stderr.strip().splitlines()[-2:] if result.exit_code == 2 else ""
+            assert result.exit_code != 2, f"the example {name} {args} is refused: {usage}"
+            sent.setdefault(name, []).extend(recorder.sent)
+    return sent
+
+
+def test_every_api_operation_is_reached_by_a_cli_command(
+    operations: list[Operation],
+    commands: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    problems: list[str] = []
+    outside_kit = sorted(n for n, c in commands.items() if not kit.is_kit_command(c.callback))
+    if outside_kit != sorted(NOT_API_CLIENTS):
+        problems.append(
+            "commands outside cli.kit must be the local jobs and service starters of "
+            f"NOT_API_CLIENTS (declare API clients with cli.kit.command): {outside_kit}"
+        )
+    api_commands = sorted(set(commands) - set(NOT_API_CLIENTS))
+    if without_example := [n for n in api_commands if n not in EXAMPLES]:
+        problems.append(f"API commands with no example in EXAMPLES: {without_example}")
+    if stale := sorted(set(EXAMPLES) - set(api_commands)):
+        problems.append(f"EXAMPLES names commands that are not API commands: {stale}")
+
+    sent = _walk(commands, monkeypatch, tmp_path)
+    if silent := [n for n in api_commands if n in EXAMPLES and not sent.get(n)]:
+        problems.append(f"API commands whose examples sent no request: {silent}")
+
+    reached: set[Operation] = set()
+    for name, requests in sent.items():
+        for method, url in requests:
+            operation = _match(method, url, operations)
+            if operation is None:
+                problems.append(f"{name} sent {method} {url}, no operation of the OpenAPI")
+            else:
+                reached.add(operation)
+    problems += [
+        f"no CLI command reaches {o}"
+        for o in operations
+        if o not in reached and not for_browsers_or_machines(o.template)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_rule_leaves_out_only_browser_and_machine_routes(
+    operations: list[Operation],
+) -> None:
+    left_out = sorted({o.template for o in operations if for_browsers_or_machines(o.template)})
+    assert left_out == ["/.well-known/jwks.json", "/healthz", "/metrics", "/readyz"]
+    assert not for_browsers_or_machines("/v1/projects/{project}/sessions-report")
+    assert for_browsers_or_machines("/ui/projects") and for_browsers_or_machines("/v1/login")
+
+
+def test_a_request_to_an_unknown_route_matches_nothing(operations: list[Operation]) -> None:
+    assert _match("GET", "/v1/projects/shop/nothing-here", operations) is None
+    assert _match("PATCH", "/v1/projects/shop", operations) is None
+    found = _match("GET", "/v1/projects/shop/topics/orders/schema/versions", operations)
+    assert found == Operation("GET", "/v1/projects/{project}/topics/{topic}/schema/versions")

@@ -23,6 +23,7 @@ from cli.kit import (
     Project,
     Yes,
     command,
+    duration_ms,
     fail,
     get,
     listing,
@@ -108,6 +109,28 @@ CaFile = Annotated[
         help="mtls: CA bundle the endpoint's certificate must chain to.",
     ),
 ]
+TimeoutMs = Annotated[
+    int | None,
+    typer.Option(min=100, max=900_000, help="How long one delivery may take (ms, up to 15 min)."),
+]
+Method = Annotated[
+    Literal["POST", "PUT"] | None, typer.Option(help="HTTP method of deliveries (default POST).")
+]
+Headers = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--header",
+        help="NAME=VALUE sent with every delivery (repeat). Credentials (Authorization, "
+        "*-Token, *-Key…) are shown as ******** afterwards; reveal-secret shows them.",
+    ),
+]
+DisableAfter = Annotated[
+    str | None,
+    typer.Option(
+        help="Disable the subscription once every attempt has failed this long (90m, 24h, "
+        "7d; default 24h), or never."
+    ),
+]
 _SECRET_OF = {"oauth2_client_credentials": "client_secret", "mtls": "client_key"}
 MASK = "********"  # what reads show of a write-only value (core.secret_headers)
 
@@ -180,6 +203,44 @@ def _auth_body(
     return {**base, **changes, "type": kind}
 
 
+def _headers(given: list[str]) -> dict[str, str]:
+    """``NAME=VALUE`` options as a dict; a usage error names one without ``=``."""
+    found: dict[str, str] = {}
+    for item in given:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise fail(f"--header {item!r}: give NAME=VALUE", EXIT_USAGE)
+        found[name.strip()] = value
+    return found
+
+
+def _disable_after_s(text: str) -> int | None:
+    """``never`` (None) or a duration in whole seconds."""
+    if text.strip().lower() == "never":
+        return None
+    try:
+        seconds = duration_ms(text) // 1000
+    except typer.BadParameter as exc:
+        raise fail(f"--disable-after: {exc} (or never)", EXIT_USAGE) from None
+    if seconds < 1:
+        raise fail(f"--disable-after {text!r}: at least one second", EXIT_USAGE)
+    return seconds
+
+
+def _endpoint(
+    *,
+    url: str | None,
+    timeout_ms: int | None,
+    method: str | None,
+    disable_after: str | None,
+) -> dict[str, Any]:
+    """The endpoint fields the flags give (None values left out)."""
+    found = _given(url=url, timeout_ms=timeout_ms, method=method)
+    if disable_after is not None:
+        found["disable_after_s"] = _disable_after_s(disable_after)
+    return found
+
+
 def _subs(project: str, *rest: str) -> str:
     return path("v1", "projects", project, "subscriptions", *rest)
 
@@ -201,6 +262,18 @@ def create(
     name: Name,
     topic: Annotated[str, typer.Option(help="Topic, or project/topic.")],
     endpoint: Annotated[str, typer.Option(help="Webhook URL (http or https).")],
+    timeout_ms: TimeoutMs = None,
+    method: Method = None,
+    header: Headers = None,
+    disable_after: DisableAfter = None,
+    signing_secret_file: Annotated[
+        Path | None,
+        typer.Option(
+            exists=True,
+            dir_okay=False,
+            help="A file holding the signing secret (whsec_…); generated when absent.",
+        ),
+    ] = None,
     filter_: Annotated[str | None, typer.Option("--filter", help="CEL filter expression.")] = None,
     max_attempts: Annotated[int | None, typer.Option(min=1, help="Delivery attempts.")] = None,
     backoff: Annotated[Backoff | None, typer.Option(help="Retry backoff.")] = None,
@@ -233,7 +306,14 @@ def create(
     ] = "latest",
 ) -> Call:
     """Create a subscription that pushes a topic's messages to an endpoint."""
-    body: dict[str, Any] = {"name": name, "topic": topic, "endpoint": {"url": endpoint}}
+    target = _endpoint(
+        url=endpoint, timeout_ms=timeout_ms, method=method, disable_after=disable_after
+    )
+    if header:
+        target["headers"] = _headers(header)
+    body: dict[str, Any] = {"name": name, "topic": topic, "endpoint": target}
+    if signing_secret_file is not None:
+        body["signing_secret"] = signing_secret_file.read_text().strip()
     if start not in ("latest", "earliest"):
         start = rfc3339(start, "--start", " (nor latest or earliest)")
     body["start"] = start
@@ -323,12 +403,20 @@ def update(
     project: Project,
     name: Name,
     endpoint: Annotated[str | None, typer.Option(help="New webhook URL (http or https).")] = None,
-    timeout_ms: Annotated[
-        int | None, typer.Option(min=1, help="How long one delivery may take.")
+    timeout_ms: TimeoutMs = None,
+    method: Method = None,
+    header: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--header",
+            help="NAME=VALUE to send with every delivery (repeat; added to, or replacing, "
+            "the endpoint's headers of that name).",
+        ),
     ] = None,
-    method: Annotated[
-        Literal["POST", "PUT"] | None, typer.Option(help="HTTP method of deliveries.")
+    remove_header: Annotated[
+        list[str] | None, typer.Option(help="A header not to send any more (repeat).")
     ] = None,
+    disable_after: DisableAfter = None,
     filter_: Annotated[str | None, typer.Option("--filter", help="CEL filter expression.")] = None,
     no_filter: Annotated[bool, typer.Option("--no-filter", help="Deliver everything.")] = False,
     max_attempts: Annotated[int | None, typer.Option(min=1, help="Delivery attempts.")] = None,
@@ -373,7 +461,12 @@ def update(
     )
     if batch_changes and no_batch:
         raise fail("give --batch… or --no-batch, not both", EXIT_USAGE)
-    endpoint_changes = _given(url=endpoint, timeout_ms=timeout_ms, method=method)
+    endpoint_changes = _endpoint(
+        url=endpoint, timeout_ms=timeout_ms, method=method, disable_after=disable_after
+    )
+    added, removed = _headers(header or []), {h.lower() for h in remove_header or []}
+    if both := sorted(h for h in added if h.lower() in removed):
+        raise fail(f"--header and --remove-header both name {both[0]}", EXIT_USAGE)
     retry_changes = _given(max_attempts=max_attempts, backoff=backoff)
     wanted = _given(
         filter=filter_,
@@ -401,12 +494,18 @@ def update(
         auth is None
         and not auth_changes
         and not (wanted or endpoint_changes or retry_changes or batch_changes)
+        and not (added or removed)
     ):
         raise fail("nothing to change: give at least one setting (see --help)", EXIT_USAGE)
 
     def body(current: dict[str, Any]) -> dict[str, Any]:
+        headers = {
+            k: v
+            for k, v in (current["endpoint"].get("headers") or {}).items()
+            if k.lower() not in removed and k.lower() not in {a.lower() for a in added}
+        }
         nested = {
-            "endpoint": {**current["endpoint"], **endpoint_changes},
+            "endpoint": {**current["endpoint"], **endpoint_changes, "headers": headers | added},
             "retry": {**current["retry"], **retry_changes},
         }
         if batch_changes:  # on the batch settings in force, or the defaults

@@ -1,13 +1,19 @@
-"""The commands that let the CLI reach the rest of the API (issue 39 item 4): ``topic grant
-add|list|remove``, ``user show``, ``whoami`` and ``audit runs|show|hourly|cutovers``, against
+"""The commands and flags that let the CLI reach the rest of the API (issue 39 item 4):
+``topic grant add|list|remove``, ``user show``, ``whoami``, ``audit
+runs|show|hourly|cutovers``, the endpoint's flags of ``sub create|update`` (timeout, method,
+headers, disable-after, signing secret), ``project --notification-url`` and ``dlq list``'s
+time filters, against
 a real control plane (embedded backends, a SQLite report database) served over HTTP in this
 process: their text, ``--output json`` and exit codes."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from control_plane.app import create_app
@@ -201,3 +207,116 @@ def test_audit_report_reads(url: str, data: Path) -> None:
     assert "shop/orders" in cutovers and "1 → 2" in cutovers and "yes" in cutovers
     [check] = as_json(httpbus(url, "audit", "cutovers", "-o", "json"))["cutovers"]
     assert (check["old_segment_messages"], check["groups_across"], check["ok"]) == (7, 2, True)
+
+
+def _sub(url: str, project: str, name: str) -> dict[str, Any]:
+    answer = httpx.get(
+        f"{url}/v1/projects/{project}/subscriptions/{name}",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    assert answer.status_code == 200, answer.text
+    found: dict[str, Any] = answer.json()
+    return found
+
+
+def test_sub_endpoint_flags(url: str, tmp_path: Path) -> None:
+    secret = "whsec_" + base64.b64encode(b"a-secret-of-the-cli-test-32-byte").decode()
+    (tmp_path / "secret").write_text(secret + "\n")
+    made = httpbus(
+        url,
+        *("sub", "create", "shop", "e1", "--topic", "orders"),
+        *("--endpoint", "http://127.0.0.1:9/hook", "--timeout-ms", "2500", "--method", "PUT"),
+        *("--header", "X-Env=prod", "--header", "Authorization=Bearer abc=="),
+        *("--disable-after", "2h", "--signing-secret-file", str(tmp_path / "secret")),
+    )
+    assert f"signing secret (shown this once): {secret}" in ok(made)
+    endpoint = _sub(url, "shop", "e1")["endpoint"]
+    assert (endpoint["timeout_ms"], endpoint["method"], endpoint["disable_after_s"]) == (
+        2500,
+        "PUT",
+        7200,
+    )
+    assert endpoint["headers"] == {"X-Env": "prod", "Authorization": "********"}
+
+    changed = ok(
+        httpbus(
+            url,
+            *("sub", "update", "shop", "e1", "--header", "x-env=dev"),
+            *("--remove-header", "X-Nothing", "--disable-after", "never", "--timeout-ms", "900"),
+        )
+    )
+    assert "endpoint.disable_after_s 7200 → none" in changed and "timeout_ms 2500 → 900" in changed
+    endpoint = _sub(url, "shop", "e1")["endpoint"]
+    # x-env replaced X-Env; the masked credential was sent back as read, so it is kept.
+    assert endpoint["headers"] == {"x-env": "dev", "Authorization": "********"}
+    assert endpoint["disable_after_s"] is None
+    revealed = ok(httpbus(url, "sub", "reveal-secret", "shop", "e1"))
+    assert "Authorization: Bearer abc==" in revealed
+
+    ok(httpbus(url, "sub", "update", "shop", "e1", "--remove-header", "authorization"))
+    assert _sub(url, "shop", "e1")["endpoint"]["headers"] == {"x-env": "dev"}
+
+    base = ("sub", "update", "shop", "e1")
+    one_line_error(httpbus(url, *base, "--header", "X-Env"), 2, "--header", "NAME=VALUE")
+    one_line_error(httpbus(url, *base, "--disable-after", "soon"), 2, "--disable-after")
+    one_line_error(httpbus(url, *base, "--header", "A=1", "--remove-header", "a"), 2, "both name A")
+    bad = httpbus(url, *base, "--timeout-ms", "50")
+    assert bad.exit_code == 2 and "--timeout-ms" in bad.stderr
+    refused = httpbus(
+        url,
+        *("sub", "create", "shop", "e2", "--topic", "orders"),
+        *("--endpoint", "http://127.0.0.1:9/hook", "--disable-after", "60d"),
+    )
+    one_line_error(refused, 1, "422", "disable_after_s")
+
+
+def test_project_notification_url(url: str) -> None:
+    made = ok(
+        httpbus(
+            url, "project", "create", "notes", "--notification-url", "https://example.com/notice"
+        )
+    )
+    assert made.startswith("created project notes\nnotification secret (shown this once): whsec_")
+    shown = as_json(httpbus(url, "project", "update", "notes", "--description", "d", "-o", "json"))
+    assert shown["notification_url"] == "https://example.com/notice"  # kept
+    assert shown["description"] == "d" and not shown.get("notification_secret")
+    said = ok(httpbus(url, "project", "update", "notes", "--no-notification-url"))
+    assert said.strip() == (
+        'updated project notes: notification_url "https://example.com/notice" → none'
+    )
+    one_line_error(httpbus(url, "project", "update", "notes"), 2, "nothing to change")
+    one_line_error(
+        httpbus(
+            url,
+            *("project", "update", "notes", "--notification-url", "https://example.com/n"),
+            "--no-notification-url",
+        ),
+        2,
+        "not both",
+    )
+    one_line_error(
+        httpbus(url, "project", "update", "notes", "--notification-url", "not a url"), 1, "422"
+    )
+
+
+def test_dlq_list_time_filters(url: str) -> None:
+    ok(
+        httpbus(
+            url,
+            *("sub", "create", "shop", "d1", "--topic", "orders"),
+            *("--endpoint", "http://127.0.0.1:9/hook"),
+        )
+    )
+    page = as_json(
+        httpbus(
+            url,
+            *("dlq", "list", "shop", "d1", "--failed-after", "2026-01-01T00:00:00Z"),
+            *("--failed-before", "now", "-o", "json"),
+        )
+    )
+    assert page["messages"] == []
+    one_line_error(
+        httpbus(url, "dlq", "list", "shop", "d1", "--failed-after", "yesterday"),
+        2,
+        "--failed-after",
+    )

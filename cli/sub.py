@@ -9,6 +9,7 @@ F [--ca F]`` (or ``--ca F`` alone), ``--auth none``. On ``update``, the auth fla
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -131,6 +132,25 @@ DisableAfter = Annotated[
         "7d; default 24h), or never."
     ),
 ]
+RetryFields = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--retry",
+        help="KEY=VALUE of the retry policy (repeat), the value JSON or text: "
+        "initial_delay_ms=500, max_delay_ms, multiplier, jitter, retry_4xx=true, "
+        "'retry_statuses=[500,503]', retry_timeouts, retry_connection_errors, "
+        "'delay_levels_ms=[1000,60000]' (docs/retries.md).",
+    ),
+]
+CircuitFields = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--circuit",
+        help="KEY=VALUE of the circuit breaker (repeat): enabled=false, "
+        "failure_rate_threshold=0.3, window_seconds, min_calls, cooldown_seconds, "
+        "probe_per_second, floor_per_second (docs/circuit-breaking.md).",
+    ),
+]
 _SECRET_OF = {"oauth2_client_credentials": "client_secret", "mtls": "client_key"}
 MASK = "********"  # what reads show of a write-only value (core.secret_headers)
 
@@ -214,6 +234,22 @@ def _headers(given: list[str]) -> dict[str, str]:
     return found
 
 
+def _policy(option: str, given: list[str] | None) -> dict[str, Any]:
+    """``KEY=VALUE`` options of a policy: each value read as JSON (a number, true, false,
+    null, a list), else kept as text. The API checks the keys and values (422 naming the
+    field)."""
+    found: dict[str, Any] = {}
+    for item in given or []:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise fail(f"{option} {item!r}: give KEY=VALUE", EXIT_USAGE)
+        try:
+            found[key.strip()] = json.loads(text)
+        except ValueError:
+            found[key.strip()] = text
+    return found
+
+
 def _disable_after_s(text: str) -> int | None:
     """``never`` (None) or a duration in whole seconds."""
     if text.strip().lower() == "never":
@@ -277,6 +313,8 @@ def create(
     filter_: Annotated[str | None, typer.Option("--filter", help="CEL filter expression.")] = None,
     max_attempts: Annotated[int | None, typer.Option(min=1, help="Delivery attempts.")] = None,
     backoff: Annotated[Backoff | None, typer.Option(help="Retry backoff.")] = None,
+    retry: RetryFields = None,
+    circuit: CircuitFields = None,
     max_in_flight: Annotated[int | None, typer.Option(min=1, help="In-flight limit.")] = None,
     rate_limit: Annotated[float | None, typer.Option(help="Messages per second.")] = None,
     delay_ms: Annotated[int | None, typer.Option(min=0, help="Hold every message.")] = None,
@@ -317,9 +355,14 @@ def create(
     if start not in ("latest", "earliest"):
         start = rfc3339(start, "--start", " (nor latest or earliest)")
     body["start"] = start
-    retry = _given(max_attempts=max_attempts, backoff=backoff)
-    if retry:
-        body["retry"] = retry
+    retry_policy = {
+        **_policy("--retry", retry),
+        **_given(max_attempts=max_attempts, backoff=backoff),
+    }
+    if retry_policy:
+        body["retry"] = retry_policy
+    if circuit:
+        body["circuit_breaker"] = _policy("--circuit", circuit)
     body.update(
         _given(
             filter=filter_,
@@ -421,6 +464,8 @@ def update(
     no_filter: Annotated[bool, typer.Option("--no-filter", help="Deliver everything.")] = False,
     max_attempts: Annotated[int | None, typer.Option(min=1, help="Delivery attempts.")] = None,
     backoff: Annotated[Backoff | None, typer.Option(help="Retry backoff.")] = None,
+    retry: RetryFields = None,
+    circuit: CircuitFields = None,
     max_in_flight: Annotated[int | None, typer.Option(min=1, help="In-flight limit.")] = None,
     rate_limit: Annotated[float | None, typer.Option(help="Messages per second.")] = None,
     no_rate_limit: Annotated[
@@ -467,7 +512,11 @@ def update(
     added, removed = _headers(header or []), {h.lower() for h in remove_header or []}
     if both := sorted(h for h in added if h.lower() in removed):
         raise fail(f"--header and --remove-header both name {both[0]}", EXIT_USAGE)
-    retry_changes = _given(max_attempts=max_attempts, backoff=backoff)
+    retry_changes = {
+        **_policy("--retry", retry),
+        **_given(max_attempts=max_attempts, backoff=backoff),
+    }
+    circuit_changes = _policy("--circuit", circuit)
     wanted = _given(
         filter=filter_,
         max_in_flight=max_in_flight,
@@ -494,7 +543,7 @@ def update(
         auth is None
         and not auth_changes
         and not (wanted or endpoint_changes or retry_changes or batch_changes)
-        and not (added or removed)
+        and not (added or removed or circuit_changes)
     ):
         raise fail("nothing to change: give at least one setting (see --help)", EXIT_USAGE)
 
@@ -508,6 +557,8 @@ def update(
             "endpoint": {**current["endpoint"], **endpoint_changes, "headers": headers | added},
             "retry": {**current["retry"], **retry_changes},
         }
+        if circuit_changes:
+            nested["circuit_breaker"] = {**current["circuit_breaker"], **circuit_changes}
         if batch_changes:  # on the batch settings in force, or the defaults
             nested["batch"] = {**(current.get("batch") or {}), **batch_changes}
         auth_body = _auth_body(auth, auth_changes, current.get("auth"))

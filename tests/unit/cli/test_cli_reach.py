@@ -320,3 +320,44 @@ def test_dlq_list_time_filters(url: str) -> None:
         2,
         "--failed-after",
     )
+
+
+def test_sub_retry_and_circuit_details(url: str) -> None:
+    ok(
+        httpbus(
+            url,
+            *("sub", "create", "shop", "r1", "--topic", "orders"),
+            *("--endpoint", "http://127.0.0.1:9/hook", "--max-attempts", "4"),
+            *("--retry", "initial_delay_ms=500", "--retry", "retry_statuses=[500, 503]"),
+            *("--retry", "backoff=linear", "--circuit", "failure_rate_threshold=0.3"),
+            *("--circuit", "enabled=false"),
+        )
+    )
+    sub = _sub(url, "shop", "r1")
+    retry, circuit = sub["retry"], sub["circuit_breaker"]
+    assert (retry["max_attempts"], retry["backoff"], retry["initial_delay_ms"]) == (
+        4,
+        "linear",
+        500,
+    )
+    assert retry["retry_statuses"] == [500, 503]
+    assert (circuit["failure_rate_threshold"], circuit["enabled"]) == (0.3, False)
+
+    said = ok(
+        httpbus(
+            url,
+            *("sub", "update", "shop", "r1", "--retry", "jitter=0", "--retry", "retry_4xx=true"),
+            *("--circuit", "enabled=true", "--circuit", "cooldown_seconds=30"),
+        )
+    )
+    assert "retry.jitter 0.2 → 0" in said and "retry.retry_4xx False → True" in said
+    assert "circuit_breaker.cooldown_seconds 10 → 30" in said
+    sub = _sub(url, "shop", "r1")
+    assert sub["retry"]["initial_delay_ms"] == 500  # the rest of the policy stays
+    assert sub["circuit_breaker"]["enabled"] is True
+    assert sub["circuit_breaker"]["failure_rate_threshold"] == 0.3
+
+    base = ("sub", "update", "shop", "r1")
+    one_line_error(httpbus(url, *base, "--retry", "jitter"), 2, "--retry", "KEY=VALUE")
+    one_line_error(httpbus(url, *base, "--retry", "jiter=0.1"), 1, "422", "jiter")
+    one_line_error(httpbus(url, *base, "--circuit", "min_calls=0"), 1, "422", "min_calls")

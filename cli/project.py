@@ -22,6 +22,7 @@ from cli.kit import (
     Yes,
     command,
     fail,
+    get,
     listing,
     post,
     removal,
@@ -29,7 +30,9 @@ from cli.kit import (
 from cli.kit import update as updated
 from control_plane.client import path
 
-app = typer.Typer(help="Projects: create, list, update, delete; quotas.", no_args_is_help=True)
+app = typer.Typer(
+    help="Projects: create, list, show, update, delete; quotas.", no_args_is_help=True
+)
 app.add_typer(quota.app, name="quota")
 Description = Annotated[str, typer.Option(help="What the project is for.")]
 NotificationUrl = Annotated[
@@ -69,6 +72,21 @@ def create(
 def list_(offset: Offset = 0, limit: Limit = 100) -> Call:
     """List projects (a page at a time)."""
     return listing(path("v1", "projects"), PROJECTS, page=(offset, limit))
+
+
+def _shown(project: dict[str, Any]) -> str:
+    secret = "set" if project.get("notification_secret_set") else "none"
+    return (
+        f"{project['name']}: {project.get('description') or '(no description)'}\n"
+        f"notification url {project.get('notification_url') or '-'} (secret {secret})\n"
+        f"created {project.get('created_at')}, version {project.get('version')}"
+    )
+
+
+@command(app)
+def show(name: Project) -> Call:
+    """A project: its description, notification URL, when it was made."""
+    return get(path("v1", "projects", name), text=_shown)
 
 
 @command(app)

@@ -1,4 +1,4 @@
-"""``httpbus sub``: create, list, update, delete, status, pause, resume, enable, seek
+"""``httpbus sub``: create, list, show, update, delete, status, pause, resume, enable, seek
 subscriptions, send them a test event; rotate and reveal their signing secrets.
 
 ``create`` and ``update`` set the endpoint authentication (``auth``, docs/receiving.md):
@@ -38,7 +38,7 @@ from cli.kit import update as updated
 from control_plane.client import SETTINGS_FIELDS, path, update_body
 
 app = typer.Typer(
-    help="Subscriptions: create, list, update, delete, status, pause, resume, enable, seek, "
+    help="Subscriptions: create, list, show, update, delete, status, pause, resume, enable, seek, "
     "test-event, rotate-secret, reveal-secret.",
     no_args_is_help=True,
 )
@@ -409,6 +409,45 @@ def list_(project: Project, offset: Offset = 0, limit: Limit = 100) -> Call:
         ),
     )
     return listing(_subs(project), columns, page=(offset, limit))
+
+
+def _pairs(values: dict[str, Any] | None) -> str:
+    return ", ".join(f"{k} {v}" for k, v in (values or {}).items()) or "-"
+
+
+def _settings(sub: dict[str, Any]) -> str:
+    """A subscription's settings, a line per part (secrets masked as the API shows them)."""
+    endpoint = sub["endpoint"]
+    disable = endpoint.get("disable_after_s")
+    headers = endpoint.get("headers") or {}
+    batch = sub.get("batch")
+    return "\n".join(
+        (
+            f"{sub['project']}/{sub['name']} ({_state(sub)}) reads "
+            f"{sub['topic_project']}/{sub['topic']}, shards {sub.get('shards', 1)}",
+            f"endpoint  {endpoint.get('method', 'POST')} {endpoint['url']}  timeout "
+            f"{endpoint.get('timeout_ms')} ms  disable after "
+            + ("never" if disable is None else f"{disable} s"),
+            "headers   " + (", ".join(f"{k}: {v}" for k, v in headers.items()) or "-"),
+            f"auth      {_pairs(sub.get('auth'))}",
+            f"filter    {sub.get('filter') or '-'}",
+            f"retry     {_pairs(sub.get('retry'))}",
+            f"circuit   {_pairs(sub.get('circuit_breaker'))}",
+            f"limits    max_in_flight {sub.get('max_in_flight')}, rate_limit_per_second "
+            f"{sub.get('rate_limit_per_second') or '-'}, delay_ms {sub.get('delay_ms')}",
+            f"delivery  {sub.get('delivery_format', 'raw')}, "
+            f"batch {_pairs(batch) if batch else 'off'}, "
+            f"dlq {'on' if sub.get('dlq_enabled', True) else 'off'}",
+            f"secret    {_secret_state(sub)}",
+        )
+    )
+
+
+@command(app)
+def show(project: Project, name: Name) -> Call:
+    """A subscription's settings: endpoint (method, timeout, headers, disable-after), auth,
+    filter, retry policy, circuit breaker, limits, delivery, signing secret's state."""
+    return get(_subs(project, name), text=_settings)
 
 
 def print_status(status: dict[str, Any]) -> None:

@@ -361,3 +361,29 @@ def test_sub_retry_and_circuit_details(url: str) -> None:
     one_line_error(httpbus(url, *base, "--retry", "jitter"), 2, "--retry", "KEY=VALUE")
     one_line_error(httpbus(url, *base, "--retry", "jiter=0.1"), 1, "422", "jiter")
     one_line_error(httpbus(url, *base, "--circuit", "min_calls=0"), 1, "422", "min_calls")
+
+
+def test_sub_show_and_project_show(url: str) -> None:
+    ok(
+        httpbus(
+            url,
+            *("sub", "create", "shop", "v1", "--topic", "orders"),
+            *("--endpoint", "http://127.0.0.1:9/hook", "--header", "X-Api-Key=k1"),
+            *("--disable-after", "never", "--filter", 'headers["x-region"] == "eu"'),
+        )
+    )
+    shown = ok(httpbus(url, "sub", "show", "shop", "v1"))
+    assert "shop/v1 (active) reads shop/orders, shards 1" in shown
+    assert "endpoint  POST http://127.0.0.1:9/hook  timeout 10000 ms  disable after never" in shown
+    assert "headers   X-Api-Key: ********" in shown and "k1" not in shown
+    assert 'filter    headers["x-region"] == "eu"' in shown
+    assert "retry     max_attempts 10, backoff exponential" in shown
+    assert "circuit   enabled True, failure_rate_threshold 0.5" in shown
+    assert "secret    set" in shown
+    assert as_json(httpbus(url, "sub", "show", "shop", "v1", "-o", "json"))["name"] == "v1"
+    one_line_error(httpbus(url, "sub", "show", "shop", "nope"), 3, "404")
+
+    project = ok(httpbus(url, "project", "show", "shop"))
+    assert project.startswith("shop: (no description)\nnotification url - (secret set)\n")
+    assert as_json(httpbus(url, "project", "show", "shop", "-o", "json"))["name"] == "shop"
+    one_line_error(httpbus(url, "project", "show", "nope"), 3, "404")

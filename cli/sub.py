@@ -319,6 +319,10 @@ def create(
     rate_limit: Annotated[float | None, typer.Option(help="Messages per second.")] = None,
     delay_ms: Annotated[int | None, typer.Option(min=0, help="Hold every message.")] = None,
     dlq: Annotated[bool, typer.Option(help="Dead-letter what fails for good.")] = True,
+    description: Annotated[str | None, typer.Option(help="What the subscription is for.")] = None,
+    paused: Annotated[
+        bool, typer.Option("--paused", help="Create it paused (sub resume starts it).")
+    ] = False,
     shards: Annotated[
         int | None, typer.Option(min=1, max=64, help="Workers sharing the delivery (fixed).")
     ] = None,
@@ -371,9 +375,12 @@ def create(
             delay_ms=delay_ms,
             shards=shards,
             delivery_format=delivery_format,
+            description=description,
         )
     )
     body["dlq_enabled"] = dlq
+    if paused:
+        body["paused"] = True
     batching = _given(max_messages=batch, max_bytes=batch_max_bytes, max_wait_ms=batch_max_wait_ms)
     if batching:
         body["batch"] = batching

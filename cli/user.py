@@ -138,14 +138,28 @@ def password(name: UserName, password_stdin: PasswordStdin = False) -> Call:
 
 @command(tokens, "create")
 def token_create(
-    name: UserName, description: Annotated[str, typer.Option(help="Where it is used.")] = ""
+    name: Annotated[
+        str | None, typer.Argument(help="The user it acts as; omit for a machine's token.")
+    ] = None,
+    roles: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--role", help="A machine token's role (repeat): admin, owner:<p>, viewer:<p>."
+        ),
+    ] = None,
+    description: Annotated[str, typer.Option(help="Where it is used.")] = "",
 ) -> Call:
-    """Make an API token that acts as the user, with the user's roles (--token for the CLI).
+    """Make an API token (--token for the CLI): one that acts as the user NAME, with the
+    user's roles, or, with --role and no NAME, a machine's token with roles of its own.
 
     The token is printed this once: only its hash is kept."""
-    body = {"user": name, "description": description}
+    if (name is None) == (not roles):
+        raise fail("give a user NAME, or --role for a machine's token (not both)", EXIT_USAGE)
+    body: dict[str, Any] = {"description": description}
+    body.update({"user": name} if name is not None else {"roles": roles})
+    whose = f"of {name}" if name is not None else f"for {', '.join(roles or [])}"
     return post(
-        path("v1", "tokens"), body, text=lambda t: shown_once(f"API token {t['id']} of {name}", t)
+        path("v1", "tokens"), body, text=lambda t: shown_once(f"API token {t['id']} {whose}", t)
     )
 
 

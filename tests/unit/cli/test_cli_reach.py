@@ -387,3 +387,47 @@ def test_sub_show_and_project_show(url: str) -> None:
     assert project.startswith("shop: (no description)\nnotification url - (secret set)\n")
     assert as_json(httpbus(url, "project", "show", "shop", "-o", "json"))["name"] == "shop"
     one_line_error(httpbus(url, "project", "show", "nope"), 3, "404")
+
+
+def test_topic_create_settings_and_an_external_topic_refused_here(url: str) -> None:
+    made = httpbus(
+        url,
+        *("topic", "create", "shop", "big", "--description", "large orders"),
+        *("--max-message-bytes", "2048", "--max-qps", "50", "--max-bytes-per-second", "4096"),
+    )
+    ok(made)
+    topic = as_json(httpbus(url, "topic", "list", "shop", "-o", "json"))["items"]
+    [big] = [t for t in topic if t["name"] == "big"]
+    assert (big["description"], big["max_message_bytes"]) == ("large orders", 2048)
+    assert big["capacity"] == {"max_qps": 50, "max_bytes_per_second": 4096}
+    # The embedded cluster is not a read_only Kafka cluster: the API names the field.
+    refused = httpbus(url, "topic", "create", "shop", "adopted", "--external-topic", "orders-v1")
+    one_line_error(refused, 1, "422", "external_topic")
+
+
+def test_sub_create_description_and_paused(url: str) -> None:
+    ok(
+        httpbus(
+            url,
+            *("sub", "create", "shop", "p1", "--topic", "orders"),
+            *("--endpoint", "http://127.0.0.1:9/hook", "--paused", "--description", "later"),
+        )
+    )
+    sub = _sub(url, "shop", "p1")
+    assert (sub["paused"], sub["description"]) == (True, "later")
+    assert "shop/p1 (paused)" in ok(httpbus(url, "sub", "show", "shop", "p1"))
+
+
+def test_machine_token_and_migration_history_since(url: str) -> None:
+    made = as_json(httpbus(url, "user", "token", "create", "--role", "viewer:shop", "-o", "json"))
+    assert made["user"] is None and made["roles"] == ["viewer:shop"]
+    said = ok(httpbus(url, "user", "token", "create", "--role", "viewer:shop"))
+    assert said.startswith("created API token ") and " for viewer:shop\n" in said
+    assert ok(httpbus(url, "whoami", token=made["token"])).strip().endswith(": viewer:shop")
+    one_line_error(httpbus(url, "user", "token", "create"), 2, "--role")
+    one_line_error(httpbus(url, "user", "token", "create", "ann", "--role", "admin"), 2, "not both")
+    one_line_error(
+        httpbus(url, "topic", "migration", "status", "shop", "orders", "--since", "1h"),
+        2,
+        "--since goes with --history",
+    )

@@ -10,6 +10,8 @@ which route: what a command reaches is what it sent, matched to the document's p
 templates. So the test fails:
 
 - naming every API operation (method + path template) that no command reached;
+- naming every input of a reached operation (a query parameter, a top-level field of its
+  JSON body) that no command sent, but for the fields of :data:`SET_ELSEWHERE`;
 - naming every request a command sent that matches no operation of the document (a route
   renamed or removed under the CLI);
 - naming an API command that has no example here, or whose examples sent nothing (a new
@@ -62,6 +64,16 @@ NOT_API_CLIENTS = {
     "topic migration check": "a local Spark job",
 }
 
+
+@dataclass(frozen=True)
+class Operation:
+    method: str
+    template: str
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.template}"
+
+
 # How each API command is run here: one argument list a line, after the command's name.
 # A command with flags that reach other operations has a line for each.
 S = ("shop", "s1")  # project, subscription
@@ -69,43 +81,74 @@ T = ("shop", "orders")  # project, topic
 EXAMPLES: dict[str, list[tuple[str, ...]]] = {
     "tail": [(*S, "--count", "1")],
     "trace": [(*T, "m1"), (*T, "--group", "g1")],
-    "project create": [("shop",)],
+    "whoami": [()],
+    "project create": [("shop", "--description", "d", "--notification-url", "https://e.com/n")],
     "project list": [()],
     "project show": [("shop",)],
-    "project update": [("shop", "--description", "d")],
+    "project update": [("shop", "--description", "d", "--notification-url", "https://e.com/n")],
     "project delete": [("shop", "--yes")],
     "project quota get": [("shop",)],
-    "project quota set": [("shop", "--max-topics", "3")],
-    "topic create": [T],
+    "project quota set": [
+        ("shop", "--messages-per-second", "5", "--bytes-per-second", "2048"),
+        ("shop", "--max-topics", "3", "--max-subscriptions", "4"),
+    ],
+    "topic create": [
+        (*T, "--cluster", "embedded", "--retention-hours", "24", "--dedupe-window", "1h"),
+        (*T, "--failover-cluster", "kafka-main", "--cloudevents-group-attribute", "subject"),
+        (*T, "--description", "d", "--max-message-bytes", "100", "--max-qps", "5"),
+        (*T, "--cluster", "legacy", "--external-topic", "orders-v1", "--partitions", "12"),
+    ],
     "topic list": [("shop",)],
     "topic show": [T],
     "topic migrate": [(*T, "--cluster", "embedded", "--partitions", "2", "--interval", "0.05")],
-    "topic update": [(*T, "--retention", "36h")],
-    "topic delete": [(*T, "--yes")],
+    "topic update": [
+        (*T, "--retention", "36h", "--max-message-bytes", "100", "--max-qps", "5"),
+        (*T, "--description", "d", "--dedupe-window", "1h", "--failover-cluster", "kafka-main"),
+        (*T, "--cloudevents-group-attribute", "subject"),
+    ],
+    "topic delete": [(*T, "--yes"), (*T, "--force", "--yes")],
     "topic cutover status": [T],
     "topic cutover abort": [T],
     "topic failover status": [T],
-    "topic migration start": [(*T, "--cluster", "kafka-main")],
-    "topic migration status": [T, (*T, "--history")],
+    "topic migration start": [(*T, "--cluster", "kafka-main", "--partitions", "2")],
+    "topic migration status": [T, (*T, "--history", "--since", "2026-01-01T00:00:00Z")],
     "topic migration abandon": [T],
-    "topic schema set": [(*T, "schema.json")],  # written by _walk
+    "topic schema set": [(*T, "schema.json", "--compatibility", "backward")],  # by _walk
     "topic schema get": [T, (*T, "--version", "1")],
     "topic schema versions": [T],
     "topic schema delete": [(*T, "--yes")],
     "topic grant add": [(*T, "other")],
     "topic grant list": [T],
     "topic grant remove": [(*T, "other", "--yes")],
-    "sub create": [(*S, "--topic", "orders", "--endpoint", "http://127.0.0.1:9/hook")],
+    "sub create": [
+        (*S, "--topic", "orders", "--endpoint", "http://127.0.0.1:9/hook", "--filter", "true"),
+        (*S, "--topic", "orders", "--endpoint", "http://h/", "--max-attempts", "3"),
+        (*S, "--topic", "orders", "--endpoint", "http://h/", "--circuit", "enabled=false"),
+        (*S, "--topic", "orders", "--endpoint", "http://h/", "--max-in-flight", "2"),
+        (*S, "--topic", "orders", "--endpoint", "http://h/", "--rate-limit", "5"),
+        (*S, "--topic", "orders", "--endpoint", "http://h/", "--delay-ms", "10"),
+        (*S, "--topic", "orders", "--endpoint", "http://h/", "--batch", "10"),
+        (*S, "--topic", "orders", "--endpoint", "http://h/", "--delivery-format", "raw"),
+        (*S, "--topic", "orders", "--endpoint", "http://h/", "--auth", "jwt"),
+        (*S, "--topic", "orders", "--endpoint", "http://h/", "--description", "d"),
+        (*S, "--topic", "orders", "--endpoint", "http://h/", "--paused", "--shards", "2"),
+        (*S, "--topic", "orders", "--endpoint", "http://h/", "--signing-secret-file", "secret"),
+    ],
     "sub list": [("shop",)],
     "sub show": [S],
-    "sub update": [(*S, "--max-attempts", "3")],
+    "sub update": [
+        (*S, "--max-attempts", "3", "--filter", "true", "--max-in-flight", "2"),
+        (*S, "--rate-limit", "5", "--delay-ms", "10", "--no-dlq", "--description", "d"),
+        (*S, "--batch", "10", "--delivery-format", "raw", "--auth", "jwt"),
+        (*S, "--circuit", "enabled=false"),
+    ],
     "sub delete": [(*S, "--yes")],
     "sub enable": [S],
     "sub test-event": [S],
     "sub status": [S],
     "sub pause": [S],
     "sub resume": [S],
-    "sub seek": [(*S, "--to", "earliest")],
+    "sub seek": [(*S, "--to", "earliest"), (*S, "--timestamp", "2026-01-31T12:00:00Z")],
     "sub rotate-secret": [S],
     "sub reveal-secret": [S],
     "signing-keys list": [()],
@@ -120,17 +163,33 @@ EXAMPLES: dict[str, list[tuple[str, ...]]] = {
     "user revoke": [("ann", "admin")],
     "user delete": [("ann", "--yes")],
     "user password": [("ann", "--password-stdin")],
-    "user token create": [("ann",)],
-    "user token list": [()],
+    "user token create": [("ann",), ("--role", "admin")],
+    "user token list": [(), ("ann",)],
     "user token revoke": [("t1", "--yes")],
-    "whoami": [()],
-    "dlq list": [S],
-    "dlq unsideline": [(*S, "--id", "m1")],
-    "dlq purge": [(*S, "--all", "--yes")],
+    "dlq list": [
+        (*S, "--group", "g", "--status", "500", "--cursor", "c"),
+        (*S, "--failed-after", "2026-01-01T00:00:00Z", "--failed-before", "now"),
+    ],
+    "dlq unsideline": [(*S, "--id", "m1"), (*S, "--group", "g"), (*S, "--before", "now")],
+    "dlq purge": [
+        (*S, "--all", "--yes"),
+        (*S, "--id", "m1", "--yes"),
+        (*S, "--group", "g", "--yes"),
+        (*S, "--before", "now", "--yes"),
+    ],
     "audit runs": [()],
     "audit show": [("1",)],
-    "audit hourly": [()],
+    "audit hourly": [("--project", "shop", "--subscription", "s1", "--since", "2026-01-01T00:00Z")],
     "audit cutovers": [()],
+}
+
+# Fields an operation takes that the CLI sets through another operation: an update sends
+# them back as it read them.
+SET_ELSEWHERE = {
+    Operation("PUT", "/v1/projects/{project}/subscriptions/{subscription}"): {
+        "paused": "sub pause|resume (the stop and start routes)",
+        "signing_secret": "sub rotate-secret (with an overlap)",
+    },
 }
 
 
@@ -152,12 +211,28 @@ class Anything(dict[str, Any]):
         return Anything()
 
 
+@dataclass(frozen=True)
+class Sent:
+    """One request a command sent: the names of its query parameters and of its JSON
+    body's top-level fields (those the real client would send: no None, no empty text)."""
+
+    method: str
+    path: str
+    inputs: frozenset[str]
+
+
+def _inputs(params: Any, body: JSON) -> frozenset[str]:
+    pairs = params.items() if isinstance(params, dict) else params or []
+    names = {k for k, v in pairs if v is not None and v != ""}
+    return frozenset(names | (set(body) if isinstance(body, dict) else set()))
+
+
 @dataclass
 class Recorder:
     """Stands in for :class:`AdminClient` in ``cli.kit.run``: records every request. A
     request the command already sent (a poll, a batch loop) ends the command (exit 6)."""
 
-    sent: list[tuple[str, str]] = field(default_factory=list)
+    sent: list[Sent] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)
 
     def client(self, base_url: str, token: str) -> AdminClient:
@@ -178,36 +253,53 @@ class Recorder:
                     raise Unreachable(0, "unreachable", "the recorder answers each request once")
                 recorder.seen.add(key)
                 # The server matches the decoded path (``secret%3Arotate`` is ``secret:rotate``).
-                recorder.sent.append((method.upper(), unquote(url.split("?")[0])))
+                where = unquote(url.split("?")[0])
+                recorder.sent.append(Sent(method.upper(), where, _inputs(params, json)))
                 return Anything()
 
         return Recording()
 
 
-@dataclass(frozen=True)
-class Operation:
-    method: str
-    template: str
-
-    def __str__(self) -> str:
-        return f"{self.method} {self.template}"
+def _body_fields(spec: dict[str, Any], document: dict[str, Any]) -> set[str]:
+    """The top-level properties of an operation's JSON body (a ``$ref`` followed)."""
+    schema = spec.get("requestBody", {}).get("content", {}).get("application/json", {})
+    schema = schema.get("schema", {})
+    ref = schema.get("$ref", "")
+    if ref.startswith("#/components/schemas/"):
+        schema = document["components"]["schemas"][ref.rsplit("/", 1)[1]]
+    return set(schema.get("properties", {}))
 
 
 @pytest.fixture(scope="module")
-def operations(tmp_path_factory: pytest.TempPathFactory) -> list[Operation]:
+def document(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     data = tmp_path_factory.mktemp("cp")
     settings = ControlPlaneSettings(
         admin_token="walk-admin-token-0123456789",
         metastore=EmbeddedMetaStoreConfig(path=str(data / "meta.db")),
         clusters={"embedded": EmbeddedClusterConfig(path=str(data / "segments.db"))},
     )
-    paths: dict[str, Any] = create_app(settings).openapi()["paths"]
-    return [
-        Operation(method.upper(), template)
-        for template, item in paths.items()
-        for method in item
+    built: dict[str, Any] = create_app(settings).openapi()
+    return built
+
+
+@pytest.fixture(scope="module")
+def inputs(document: dict[str, Any]) -> dict[Operation, set[str]]:
+    """Every operation of the document and what it takes: its query parameters and its
+    body's top-level fields."""
+    return {
+        Operation(method.upper(), template): {
+            p["name"] for p in spec.get("parameters", []) if p["in"] == "query"
+        }
+        | _body_fields(spec, document)
+        for template, item in document["paths"].items()
+        for method, spec in item.items()
         if method in HTTP_METHODS
-    ]
+    }
+
+
+@pytest.fixture(scope="module")
+def operations(inputs: dict[Operation, set[str]]) -> list[Operation]:
+    return list(inputs)
 
 
 def _leaves(command: Any, names: tuple[str, ...] = ()) -> Iterator[tuple[str, Any]]:
@@ -236,12 +328,13 @@ def _match(method: str, url: str, operations: list[Operation]) -> Operation | No
 
 def _walk(
     commands: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> dict[str, list[tuple[str, str]]]:
+) -> dict[str, list[Sent]]:
     """Every API command run with its examples: the requests each sent."""
-    sent: dict[str, list[tuple[str, str]]] = {}
+    sent: dict[str, list[Sent]] = {}
     env = {"HTTPBUS_URL": "http://cli-walk.invalid", "HTTPBUS_ADMIN_TOKEN": "t", "COLUMNS": "200"}
     monkeypatch.chdir(tmp_path)
     (tmp_path / "schema.json").write_text('{"type": "object"}')
+    (tmp_path / "secret").write_text("whsec_c2VjcmV0LW9mLXRoZS13YWxrLTMyLWJ5dGVzLWxvbmc=")
     for name, command in commands.items():
         if not kit.is_kit_command(command.callback):
             continue
@@ -258,7 +351,7 @@ def _walk(
 
 
 def test_every_api_operation_is_reached_by_a_cli_command(
-    operations: list[Operation],
+    inputs: dict[Operation, set[str]],
     commands: dict[str, Any],
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
@@ -280,19 +373,23 @@ def test_every_api_operation_is_reached_by_a_cli_command(
     if silent := [n for n in api_commands if n in EXAMPLES and not sent.get(n)]:
         problems.append(f"API commands whose examples sent no request: {silent}")
 
-    reached: set[Operation] = set()
+    reached: dict[Operation, set[str]] = {}
     for name, requests in sent.items():
-        for method, url in requests:
-            operation = _match(method, url, operations)
+        for request in requests:
+            operation = _match(request.method, request.path, list(inputs))
             if operation is None:
-                problems.append(f"{name} sent {method} {url}, no operation of the OpenAPI")
+                problems.append(
+                    f"{name} sent {request.method} {request.path}, no operation of the OpenAPI"
+                )
             else:
-                reached.add(operation)
-    problems += [
-        f"no CLI command reaches {o}"
-        for o in operations
-        if o not in reached and not for_browsers_or_machines(o.template)
-    ]
+                reached.setdefault(operation, set()).update(request.inputs)
+    for operation, takes in inputs.items():
+        if for_browsers_or_machines(operation.template):
+            continue
+        if operation not in reached:
+            problems.append(f"no CLI command reaches {operation}")
+        elif unsent := sorted(takes - reached[operation] - set(SET_ELSEWHERE.get(operation, {}))):
+            problems.append(f"no CLI command sends {', '.join(unsent)} to {operation}")
     assert not problems, "\n".join(problems)
 
 

@@ -78,6 +78,46 @@ class Operation:
 # A command with flags that reach other operations has a line for each.
 S = ("shop", "s1")  # project, subscription
 T = ("shop", "orders")  # project, topic
+SUB = ("--topic", "orders", "--endpoint", "http://127.0.0.1:9/hook")
+ENDPOINT = (
+    *("--endpoint", "http://h/", "--timeout-ms", "500", "--method", "PUT"),
+    *("--header", "X-A=1", "--disable-after", "1h"),
+)
+RETRY = tuple(
+    f"--retry={key}"
+    for key in (
+        "backoff=linear",
+        "max_attempts=3",
+        "initial_delay_ms=10",
+        "max_delay_ms=100",
+        "multiplier=3",
+        "jitter=0",
+        "retry_4xx=true",
+        "retry_statuses=[500]",
+        "retry_timeouts=false",
+        "retry_connection_errors=false",
+        "delay_levels_ms=[1000]",
+    )
+)
+CIRCUIT = tuple(
+    f"--circuit={key}"
+    for key in (
+        "enabled=true",
+        "failure_rate_threshold=0.3",
+        "window_seconds=10",
+        "min_calls=5",
+        "cooldown_seconds=5",
+        "probe_per_second=1",
+        "floor_per_second=2",
+    )
+)
+BATCH = ("--batch", "10", "--batch-max-bytes", "1000", "--batch-max-wait-ms", "50")
+AUTH = (  # the files are written by _walk
+    ("--auth", "jwt", "--audience", "a"),
+    ("--auth", "oauth2_client_credentials", "--token-url", "https://t/", "--client-id", "i"),
+    ("--auth", "oauth2_client_credentials", "--client-secret-file", "pem", "--scope", "s"),
+    ("--auth", "mtls", "--client-cert", "pem", "--client-key", "pem", "--ca", "pem"),
+)
 EXAMPLES: dict[str, list[tuple[str, ...]]] = {
     "tail": [(*S, "--count", "1")],
     "trace": [(*T, "m1"), (*T, "--group", "g1")],
@@ -96,6 +136,15 @@ EXAMPLES: dict[str, list[tuple[str, ...]]] = {
         (*T, "--cluster", "embedded", "--retention-hours", "24", "--dedupe-window", "1h"),
         (*T, "--failover-cluster", "kafka-main", "--cloudevents-group-attribute", "subject"),
         (*T, "--description", "d", "--max-message-bytes", "100", "--max-qps", "5"),
+        (
+            *T,
+            "--max-bytes-per-second",
+            "2048",
+            "--failover-cluster",
+            "k",
+            "--failover-mode",
+            "ordered",
+        ),
         (*T, "--cluster", "legacy", "--external-topic", "orders-v1", "--partitions", "12"),
     ],
     "topic list": [("shop",)],
@@ -104,7 +153,8 @@ EXAMPLES: dict[str, list[tuple[str, ...]]] = {
     "topic update": [
         (*T, "--retention", "36h", "--max-message-bytes", "100", "--max-qps", "5"),
         (*T, "--description", "d", "--dedupe-window", "1h", "--failover-cluster", "kafka-main"),
-        (*T, "--cloudevents-group-attribute", "subject"),
+        (*T, "--cloudevents-group-attribute", "subject", "--max-bytes-per-second", "2048"),
+        (*T, "--failover-cluster", "k", "--failover-mode", "available"),
     ],
     "topic delete": [(*T, "--yes"), (*T, "--force", "--yes")],
     "topic cutover status": [T],
@@ -121,26 +171,25 @@ EXAMPLES: dict[str, list[tuple[str, ...]]] = {
     "topic grant list": [T],
     "topic grant remove": [(*T, "other", "--yes")],
     "sub create": [
-        (*S, "--topic", "orders", "--endpoint", "http://127.0.0.1:9/hook", "--filter", "true"),
-        (*S, "--topic", "orders", "--endpoint", "http://h/", "--max-attempts", "3"),
-        (*S, "--topic", "orders", "--endpoint", "http://h/", "--circuit", "enabled=false"),
-        (*S, "--topic", "orders", "--endpoint", "http://h/", "--max-in-flight", "2"),
-        (*S, "--topic", "orders", "--endpoint", "http://h/", "--rate-limit", "5"),
-        (*S, "--topic", "orders", "--endpoint", "http://h/", "--delay-ms", "10"),
-        (*S, "--topic", "orders", "--endpoint", "http://h/", "--batch", "10"),
-        (*S, "--topic", "orders", "--endpoint", "http://h/", "--delivery-format", "raw"),
-        (*S, "--topic", "orders", "--endpoint", "http://h/", "--auth", "jwt"),
-        (*S, "--topic", "orders", "--endpoint", "http://h/", "--description", "d"),
-        (*S, "--topic", "orders", "--endpoint", "http://h/", "--paused", "--shards", "2"),
-        (*S, "--topic", "orders", "--endpoint", "http://h/", "--signing-secret-file", "secret"),
+        (*S, *SUB, "--filter", "true", "--max-in-flight", "2", "--rate-limit", "5"),
+        (*S, *SUB, "--delay-ms", "10", "--description", "d", "--paused", "--shards", "2"),
+        (*S, *SUB, "--delivery-format", "raw", "--signing-secret-file", "secret"),
+        (*S, *SUB, *ENDPOINT),
+        (*S, *SUB, *RETRY),
+        (*S, *SUB, *CIRCUIT),
+        (*S, *SUB, *BATCH),
+        *((*S, *SUB, *auth) for auth in AUTH),
     ],
     "sub list": [("shop",)],
     "sub show": [S],
     "sub update": [
-        (*S, "--max-attempts", "3", "--filter", "true", "--max-in-flight", "2"),
-        (*S, "--rate-limit", "5", "--delay-ms", "10", "--no-dlq", "--description", "d"),
-        (*S, "--batch", "10", "--delivery-format", "raw", "--auth", "jwt"),
-        (*S, "--circuit", "enabled=false"),
+        (*S, "--filter", "true", "--max-in-flight", "2", "--rate-limit", "5", "--no-dlq"),
+        (*S, "--delay-ms", "10", "--description", "d", "--delivery-format", "raw"),
+        (*S, "--endpoint", "http://h/", *ENDPOINT[2:]),
+        (*S, *RETRY),
+        (*S, *CIRCUIT),
+        (*S, *BATCH),
+        *((*S, *auth) for auth in AUTH),
     ],
     "sub delete": [(*S, "--yes")],
     "sub enable": [S],
@@ -149,10 +198,15 @@ EXAMPLES: dict[str, list[tuple[str, ...]]] = {
     "sub pause": [S],
     "sub resume": [S],
     "sub seek": [(*S, "--to", "earliest"), (*S, "--timestamp", "2026-01-31T12:00:00Z")],
-    "sub rotate-secret": [S],
+    "sub rotate-secret": [(*S, "--secret", "whsec_x", "--overlap-s", "60")],
     "sub reveal-secret": [S],
     "signing-keys list": [()],
-    "signing-keys rotate": [()],
+    "signing-keys rotate": [
+        (
+            "--lead-s",
+            "60",
+        )
+    ],
     "token create": [("shop",)],
     "token list": [("shop",)],
     "token revoke": [("shop", "t1", "--yes")],
@@ -224,7 +278,11 @@ class Sent:
 def _inputs(params: Any, body: JSON) -> frozenset[str]:
     pairs = params.items() if isinstance(params, dict) else params or []
     names = {k for k, v in pairs if v is not None and v != ""}
-    return frozenset(names | (set(body) if isinstance(body, dict) else set()))
+    for key, value in (body if isinstance(body, dict) else {}).items():
+        names.add(key)
+        if isinstance(value, dict):
+            names.update(f"{key}.{inner}" for inner in value)
+    return frozenset(names)
 
 
 @dataclass
@@ -260,14 +318,31 @@ class Recorder:
         return Recording()
 
 
+def _objects(schema: dict[str, Any], document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The object schemas ``schema`` may be: a ``$ref`` followed, every variant of an
+    ``anyOf``, ``oneOf`` or ``allOf`` (an optional object, a union of auth modes)."""
+    if "$ref" in schema:
+        return _objects(
+            document["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]], document
+        )
+    found = [schema] if "properties" in schema else []
+    for key in ("anyOf", "oneOf", "allOf"):
+        for variant in schema.get(key, []):
+            found += _objects(variant, document)
+    return found
+
+
 def _body_fields(spec: dict[str, Any], document: dict[str, Any]) -> set[str]:
-    """The top-level properties of an operation's JSON body (a ``$ref`` followed)."""
-    schema = spec.get("requestBody", {}).get("content", {}).get("application/json", {})
-    schema = schema.get("schema", {})
-    ref = schema.get("$ref", "")
-    if ref.startswith("#/components/schemas/"):
-        schema = document["components"]["schemas"][ref.rsplit("/", 1)[1]]
-    return set(schema.get("properties", {}))
+    """The fields of an operation's JSON body: its top-level properties, and as
+    ``field.inner`` the properties of those that are objects (``endpoint.timeout_ms``)."""
+    body = spec.get("requestBody", {}).get("content", {}).get("application/json", {})
+    fields: set[str] = set()
+    for top in _objects(body.get("schema", {}), document):
+        for name, prop in top["properties"].items():
+            fields.add(name)
+            for inner in _objects(prop, document):
+                fields.update(f"{name}.{key}" for key in inner["properties"])
+    return fields
 
 
 @pytest.fixture(scope="module")
@@ -334,6 +409,7 @@ def _walk(
     env = {"HTTPBUS_URL": "http://cli-walk.invalid", "HTTPBUS_ADMIN_TOKEN": "t", "COLUMNS": "200"}
     monkeypatch.chdir(tmp_path)
     (tmp_path / "schema.json").write_text('{"type": "object"}')
+    (tmp_path / "pem").write_text("-----BEGIN CERTIFICATE-----\n")
     (tmp_path / "secret").write_text("whsec_c2VjcmV0LW9mLXRoZS13YWxrLTMyLWJ5dGVzLWxvbmc=")
     for name, command in commands.items():
         if not kit.is_kit_command(command.callback):

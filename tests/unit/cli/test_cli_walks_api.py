@@ -10,8 +10,9 @@ which route: what a command reaches is what it sent, matched to the document's p
 templates. So the test fails:
 
 - naming every API operation (method + path template) that no command reached;
-- naming every input of a reached operation (a query parameter, a top-level field of its
-  JSON body) that no command sent, but for the fields of :data:`SET_ELSEWHERE`;
+- naming every input of a reached operation (a query parameter, a field of its JSON body or
+  of an object in it, as ``endpoint.timeout_ms``) that no command sent, but for the fields
+  of :data:`SET_ELSEWHERE`;
 - naming every request a command sent that matches no operation of the document (a route
   renamed or removed under the CLI);
 - naming an API command that has no example here, or whose examples sent nothing (a new

@@ -462,9 +462,11 @@ def print_status(status: dict[str, Any]) -> None:
     rates, totals = status.get("rates") or {}, status.get("totals") or {}
     circuit = status.get("circuit") or {}
     state = status.get("state_detail") or status["state"]  # disabled (endpoint failing since …)
+    rate = circuit.get("rate_per_s")
+    pace = "" if rate is None else f" ({rate:g}/s allowed)"  # the breaker's adaptive rate
     typer.echo(
         f"{status['subscription']}: {state}  worker {status.get('worker') or '-'}  "
-        f"segment {status.get('segment') or '-'}  circuit {circuit.get('state', '-')}"
+        f"segment {status.get('segment') or '-'}  circuit {circuit.get('state', '-')}{pace}"
     )
     typer.echo(f"lag {status['lag']}  in flight {status['in_flight']}")
     typer.echo(

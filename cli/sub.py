@@ -436,7 +436,7 @@ def _settings(sub: dict[str, Any]) -> str:
             f"{endpoint.get('timeout_ms')} ms  disable after "
             + ("never" if disable is None else f"{disable} s"),
             "headers   " + (", ".join(f"{k}: {v}" for k, v in headers.items()) or "-"),
-            f"auth      {_pairs(sub.get('auth'))}",
+            "auth      " + _pairs({k: v for k, v in (sub.get("auth") or {}).items() if v}),
             f"filter    {sub.get('filter') or '-'}",
             f"retry     {_pairs(sub.get('retry'))}",
             f"circuit   {_pairs(sub.get('circuit_breaker'))}",

@@ -95,7 +95,11 @@ def _roles(principal: dict[str, Any]) -> str:
 def whoami() -> Call:
     """Who the token stands for (an admin token, a user's or a machine's API token) and its
     roles now: ``httpbus whoami``."""
-    return get(path("v1", "me"), text=lambda me: f"{me['kind']} {_roles(me)}")
+
+    def said(me: dict[str, Any]) -> str:  # "user ann: …", "token ci: …", "admin-token: admin"
+        return _roles(me) if me["kind"] == me["name"] else f"{me['kind']} {_roles(me)}"
+
+    return get(path("v1", "me"), text=said)
 
 
 @command(app)

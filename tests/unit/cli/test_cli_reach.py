@@ -109,7 +109,7 @@ def test_user_show_and_whoami(url: str) -> None:
     one_line_error(httpbus(url, "user", "show", "nobody"), 3, "404")
 
     assert as_json(httpbus(url, "whoami", "-o", "json"))["roles"] == ["admin"]
-    assert "admin" in ok(httpbus(url, "whoami"))
+    assert ok(httpbus(url, "whoami")).strip() == "admin-token: admin"
     token = as_json(httpbus(url, "user", "token", "create", "ann", "-o", "json"))["token"]
     assert ok(httpbus(url, "whoami", token=token)).strip() == "user ann: viewer:shop"
     one_line_error(httpbus(url, "whoami", token="hbk.not-a-token"), 1, "401")
@@ -379,7 +379,7 @@ def test_sub_show_and_project_show(url: str) -> None:
     assert 'filter    headers["x-region"] == "eu"' in shown
     assert "retry     max_attempts 10, backoff exponential" in shown
     assert "circuit   enabled True, failure_rate_threshold 0.5" in shown
-    assert "secret    set" in shown
+    assert "auth      type none" in shown and "secret    set" in shown
     assert as_json(httpbus(url, "sub", "show", "shop", "v1", "-o", "json"))["name"] == "v1"
     one_line_error(httpbus(url, "sub", "show", "shop", "nope"), 3, "404")
 

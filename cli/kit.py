@@ -17,6 +17,11 @@ The constructors name the usual shapes: :func:`get`, :func:`post`, :func:`put`,
 :func:`listing` (a table a page at a time, or all at once), :func:`update` (read, change,
 compare-and-set, print what changed) and :func:`removal` (ask, delete, say so).
 
+Every command registered here is an API client that
+``tests/unit/cli/test_cli_walks_api.py`` runs against a recording client: give a new command
+(or a flag that sends a new field) a line in its ``EXAMPLES``, and the test proves that the
+CLI still reaches every operation of the API and every field they take (docs/cli.md).
+
 Exit codes (also in ``httpbus --help`` and the README):
 
 ====  ==========================================================================

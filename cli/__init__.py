@@ -3,9 +3,10 @@
 Three kinds of module, kept apart so that most of the CLI is a plain client of the REST API:
 
 - **API clients** — ``catalog``, ``project``, ``quota``, ``topic``, ``topic_schema``,
-  ``grant_request``, ``cutover``, ``failover``, ``migration`` (start, status, abandon),
-  ``sub``, ``signing_keys``, ``token``, ``user``, ``dlq``, ``trace``, ``tail``, ``overview``:
-  declared with the command kit (:mod:`cli.kit`) and talking to the control plane through
+  ``grant_request``, ``topic_grant``, ``cutover``, ``failover``, ``migration`` (start, status,
+  abandon), ``sub``, ``signing_keys``, ``token``, ``user``, ``dlq``, ``trace``, ``tail``,
+  ``overview``, ``audit_reports`` (``audit runs|show|hourly|cutovers``): declared with the
+  command kit (:mod:`cli.kit`) and talking to the control plane through
   :mod:`control_plane.client` only. ``produce`` is a client of the producer service's HTTP
   API.
 - **Local jobs** — ``audit`` (run, job, load), ``export``, ``migration_check`` (``topic
@@ -80,6 +81,12 @@ def _trace() -> Any:
     return trace.trace
 
 
+def _whoami() -> Any:
+    from cli import user
+
+    return user.whoami
+
+
 def _export() -> Any:
     from cli import export
 
@@ -136,8 +143,9 @@ def _dlq() -> Any:
 
 
 def _audit() -> Any:
-    from cli import audit
+    from cli import audit, audit_reports
 
+    audit_reports.register(audit.app)  # ``audit runs|show|hourly|cutovers``
     return audit.app
 
 
@@ -161,6 +169,7 @@ COMMANDS = (
     Lazy("overview", Kind.KIT, _overview),
     Lazy("tail", Kind.KIT, _tail),
     Lazy("trace", Kind.KIT, _trace),
+    Lazy("whoami", Kind.KIT, _whoami),
     Lazy("export", Kind.COMMAND, _export),
     Lazy("catalog", Kind.GROUP, _catalog),
     Lazy("project", Kind.GROUP, _project),

@@ -87,9 +87,24 @@ def list_(
     cursor: Annotated[str | None, typer.Option(help="next_cursor of the previous page.")] = None,
     group: Annotated[str | None, typer.Option(help="Only this group.")] = None,
     status: Annotated[int | None, typer.Option(help="Only this last HTTP status.")] = None,
+    failed_after: Annotated[
+        str | None, typer.Option(help="Only those that last failed after this RFC 3339 time.")
+    ] = None,
+    failed_before: Annotated[
+        str | None,
+        typer.Option(help="Only those that last failed before this RFC 3339 time (or now)."),
+    ] = None,
 ) -> Call:
     """List dead-lettered messages with why they failed."""
-    params = {"order": order, "limit": limit, "cursor": cursor, "group": group, "status": status}
+    params = {
+        "order": order,
+        "limit": limit,
+        "cursor": cursor,
+        "group": group,
+        "status": status,
+        "failed_after": time_option(failed_after, "--failed-after"),
+        "failed_before": time_option(failed_before, "--failed-before"),
+    }
 
     def shown(page: dict[str, Any]) -> str | None:
         replace(MESSAGES, title=f"DLQ of {project}/{name}").print(page["messages"])

@@ -17,6 +17,11 @@ The constructors name the usual shapes: :func:`get`, :func:`post`, :func:`put`,
 :func:`listing` (a table a page at a time, or all at once), :func:`update` (read, change,
 compare-and-set, print what changed) and :func:`removal` (ask, delete, say so).
 
+Every command registered here is an API client that
+``tests/unit/cli/test_cli_walks_api.py`` runs against a recording client: give a new command
+(or a flag that sends a new field) a line in its ``EXAMPLES``, and the test proves that the
+CLI still reaches every operation of the API and every field they take (docs/cli.md).
+
 Exit codes (also in ``httpbus --help`` and the README):
 
 ====  ==========================================================================
@@ -414,6 +419,16 @@ def removal(
 
 # ------------------------------------------------------------------ registering commands
 
+KIT_MARK = "httpbus_kit_command"
+
+
+def is_kit_command(callback: Any) -> bool:
+    """Whether a Click command's ``callback`` was registered by :func:`command`: a client of
+    the control plane's API, whose requests all go through :func:`run`'s
+    :class:`AdminClient` (``tests/unit/cli/test_cli_walks_api.py`` records them)."""
+    return bool(getattr(callback, KIT_MARK, False))
+
+
 _CONNECTION = {
     "url": (Url, DEFAULT_URL),
     "token": (Token, ""),
@@ -486,4 +501,5 @@ def _cli_command(declare: Callable[..., Call], output: bool) -> Callable[..., No
         parameters=parameters, return_annotation=None
     )
     cli_command.__annotations__ = {p.name: p.annotation for p in parameters}
+    setattr(cli_command, KIT_MARK, True)  # copied onto Typer's wrapper (update_wrapper)
     return cli_command

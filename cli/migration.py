@@ -12,7 +12,18 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.kit import Call, Project, Topic, command, post, table
+from cli.kit import (
+    EXIT_USAGE,
+    Call,
+    Project,
+    Topic,
+    command,
+    fail,
+    instant_ms,
+    post,
+    rfc3339,
+    table,
+)
 from control_plane.client import AdminClient, path
 
 app = typer.Typer(
@@ -117,14 +128,21 @@ def status(
     history: Annotated[
         bool, typer.Option(help="Every window, from the report database (beyond the newest 200).")
     ] = False,
+    since: Annotated[
+        str | None, typer.Option(help="With --history: windows from this RFC 3339 time.")
+    ] = None,
 ) -> Call:
     """The topic's latest migration: its state and the windows the check stored."""
     where = migration_path(project, topic)
+    if since is not None and not history:
+        raise fail("--since goes with --history", EXIT_USAGE)
+    since_ms = None if since is None else instant_ms(rfc3339(since, "--since"), 0)
 
     async def work(api: AdminClient) -> Any:
         found = await api.get(where)
         if history:
-            windows = await api.get(where + "/windows", params={"limit": 10_000})
+            params = {"limit": 10_000, "since_ms": since_ms}
+            windows = await api.get(where + "/windows", params=params)
             found = {**found, "history": windows["windows"]}
         return found
 

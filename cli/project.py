@@ -1,8 +1,13 @@
-"""``httpbus project``: create, list, update and delete projects; ``project notify`` (where
-and which operational events go); ``project quota``."""
+"""``httpbus project``: create, list, show, update and delete projects; ``project notify``
+(where and which operational events go); ``project quota``.
+
+A project may name a ``--notification-url`` that receives a signed JSON notice of the events
+it chose (by default when one of its subscriptions is disabled); the secret those notices are
+signed with is printed once, when the first URL is set."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
@@ -19,6 +24,7 @@ from cli.kit import (
     command,
     duration_ms,
     fail,
+    get,
     listing,
     post,
     removal,
@@ -27,7 +33,8 @@ from cli.kit import update as updated
 from control_plane.client import path
 
 app = typer.Typer(
-    help="Projects: create, list, update, delete; notifications; quotas.", no_args_is_help=True
+    help="Projects: create, list, show, update, delete; notifications; quotas.",
+    no_args_is_help=True,
 )
 KINDS = (
     "failing",
@@ -40,6 +47,10 @@ KINDS = (
 )
 app.add_typer(quota.app, name="quota")
 Description = Annotated[str, typer.Option(help="What the project is for.")]
+NotificationUrl = Annotated[
+    str | None,
+    typer.Option(help="Receives a signed notice when a subscription of the project is disabled."),
+]
 PROJECTS = Columns(
     "projects",
     ("name", "description", "created"),
@@ -47,11 +58,26 @@ PROJECTS = Columns(
 )
 
 
+def _made(said: str) -> Any:
+    """``said`` and, the one time the API shows it, the notification secret."""
+
+    def text(project: dict[str, Any]) -> str:
+        secret = project.get("notification_secret")
+        note = f"\nnotification secret (shown this once): {secret}" if secret else ""
+        return said.format(**project) + note
+
+    return text
+
+
 @command(app)
-def create(name: Project, description: Description = "") -> Call:
+def create(
+    name: Project, description: Description = "", notification_url: NotificationUrl = None
+) -> Call:
     """Create a project."""
     body = {"name": name, "description": description}
-    return post(path("v1", "projects"), body, text=lambda p: f"created project {p['name']}")
+    if notification_url is not None:
+        body["notification_url"] = notification_url
+    return post(path("v1", "projects"), body, text=_made("created project {name}"))
 
 
 @command(app, "list")
@@ -60,17 +86,59 @@ def list_(offset: Offset = 0, limit: Limit = 100) -> Call:
     return listing(path("v1", "projects"), PROJECTS, page=(offset, limit))
 
 
-@command(app)
-def update(name: Project, description: Description) -> Call:
-    """Change a project's description.
+def _shown(project: dict[str, Any]) -> str:
+    secret = "set" if project.get("notification_secret_set") else "none"
+    return (
+        f"{project['name']}: {project.get('description') or '(no description)'}\n"
+        f"notification url {project.get('notification_url') or '-'} (secret {secret})\n"
+        f"created {project.get('created_at')}, version {project.get('version')}"
+    )
 
-    A compare-and-set on the version just read (exit 4 if it changed meanwhile)."""
-    return updated(
+
+@command(app)
+def show(name: Project) -> Call:
+    """A project: its description, notification URL, when it was made."""
+    return get(path("v1", "projects", name), text=_shown)
+
+
+@command(app)
+def update(
+    name: Project,
+    description: Annotated[str | None, typer.Option(help="What the project is for.")] = None,
+    notification_url: NotificationUrl = None,
+    no_notification_url: Annotated[
+        bool, typer.Option("--no-notification-url", help="Send no notices any more.")
+    ] = False,
+) -> Call:
+    """Change a project's description or notification URL; the other stays as it is.
+
+    A compare-and-set on the version just read (exit 4 if it changed meanwhile). The first
+    notification URL of a project makes its notification secret, printed this once."""
+    if notification_url is not None and no_notification_url:
+        raise fail("give --notification-url or --no-notification-url, not both", EXIT_USAGE)
+    if description is None and notification_url is None and not no_notification_url:
+        raise fail("nothing to change: give at least one setting (see --help)", EXIT_USAGE)
+    changes: dict[str, Any] = {} if description is None else {"description": description}
+    if notification_url is not None or no_notification_url:
+        changes["notification_url"] = notification_url
+
+    def body(current: dict[str, Any]) -> dict[str, Any]:
+        return {"description": current["description"], **changes, "version": current["version"]}
+
+    call = updated(
         path("v1", "projects", name),
-        lambda current: {"description": description, "version": current["version"]},
-        fields=lambda p: {"description": p["description"]},
+        body,
+        fields=lambda p: {k: p.get(k) for k in ("description", "notification_url")},
         said=f"updated project {name}",
     )
+    said = call.text
+
+    def text(both: tuple[Any, Any]) -> str | None:
+        secret = both[1].get("notification_secret")
+        line = said(both) if said is not None else None
+        return f"{line}\nnotification secret (shown this once): {secret}" if secret else line
+
+    return replace(call, text=text)
 
 
 @command(app)

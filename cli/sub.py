@@ -1,4 +1,4 @@
-"""``httpbus sub``: create, list, update, delete, status, pause, resume, enable, seek
+"""``httpbus sub``: create, list, show, update, delete, status, pause, resume, enable, seek
 subscriptions, send them a test event, resend messages to one and recover its DLQ between two
 times; rotate and reveal their signing secrets.
 
@@ -10,6 +10,7 @@ F [--ca F]`` (or ``--ca F`` alone), ``--auth none``. On ``update``, the auth fla
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -28,6 +29,7 @@ from cli.kit import (
     Project,
     Yes,
     command,
+    duration_ms,
     fail,
     get,
     listing,
@@ -41,8 +43,8 @@ from cli.kit import update as updated
 from control_plane.client import SETTINGS_FIELDS, AdminClient, path, update_body
 
 app = typer.Typer(
-    help="Subscriptions: create, list, update, delete, status, pause, resume, enable, seek, "
-    "test-event, resend, recover, rotate-secret, reveal-secret.",
+    help="Subscriptions: create, list, show, update, delete, status, pause, resume, enable, "
+    "seek, test-event, resend, recover, rotate-secret, reveal-secret.",
     no_args_is_help=True,
 )
 
@@ -111,6 +113,47 @@ CaFile = Annotated[
         exists=True,
         dir_okay=False,
         help="mtls: CA bundle the endpoint's certificate must chain to.",
+    ),
+]
+TimeoutMs = Annotated[
+    int | None,
+    typer.Option(min=100, max=900_000, help="How long one delivery may take (ms, up to 15 min)."),
+]
+Method = Annotated[
+    Literal["POST", "PUT"] | None, typer.Option(help="HTTP method of deliveries (default POST).")
+]
+Headers = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--header",
+        help="NAME=VALUE sent with every delivery (repeat). Credentials (Authorization, "
+        "*-Token, *-Key…) are shown as ******** afterwards; reveal-secret shows them.",
+    ),
+]
+DisableAfter = Annotated[
+    str | None,
+    typer.Option(
+        help="Disable the subscription once every attempt has failed this long (90m, 24h, "
+        "7d; default 24h), or never."
+    ),
+]
+RetryFields = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--retry",
+        help="KEY=VALUE of the retry policy (repeat), the value JSON or text: "
+        "initial_delay_ms=500, max_delay_ms, multiplier, jitter, retry_4xx=true, "
+        "'retry_statuses=[500,503]', retry_timeouts, retry_connection_errors, "
+        "'delay_levels_ms=[1000,60000]' (docs/retries.md).",
+    ),
+]
+CircuitFields = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--circuit",
+        help="KEY=VALUE of the circuit breaker (repeat): enabled=false, "
+        "failure_rate_threshold=0.3, window_seconds, min_calls, cooldown_seconds, "
+        "probe_per_second, floor_per_second (docs/circuit-breaking.md).",
     ),
 ]
 _SECRET_OF = {"oauth2_client_credentials": "client_secret", "mtls": "client_key"}
@@ -185,6 +228,60 @@ def _auth_body(
     return {**base, **changes, "type": kind}
 
 
+def _headers(given: list[str]) -> dict[str, str]:
+    """``NAME=VALUE`` options as a dict; a usage error names one without ``=``."""
+    found: dict[str, str] = {}
+    for item in given:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise fail(f"--header {item!r}: give NAME=VALUE", EXIT_USAGE)
+        found[name.strip()] = value
+    return found
+
+
+def _policy(option: str, given: list[str] | None) -> dict[str, Any]:
+    """``KEY=VALUE`` options of a policy: each value read as JSON (a number, true, false,
+    null, a list), else kept as text. The API checks the keys and values (422 naming the
+    field)."""
+    found: dict[str, Any] = {}
+    for item in given or []:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise fail(f"{option} {item!r}: give KEY=VALUE", EXIT_USAGE)
+        try:
+            found[key.strip()] = json.loads(text)
+        except ValueError:
+            found[key.strip()] = text
+    return found
+
+
+def _disable_after_s(text: str) -> int | None:
+    """``never`` (None) or a duration in whole seconds."""
+    if text.strip().lower() == "never":
+        return None
+    try:
+        seconds = duration_ms(text) // 1000
+    except typer.BadParameter as exc:
+        raise fail(f"--disable-after: {exc} (or never)", EXIT_USAGE) from None
+    if seconds < 1:
+        raise fail(f"--disable-after {text!r}: at least one second", EXIT_USAGE)
+    return seconds
+
+
+def _endpoint(
+    *,
+    url: str | None,
+    timeout_ms: int | None,
+    method: str | None,
+    disable_after: str | None,
+) -> dict[str, Any]:
+    """The endpoint fields the flags give (None values left out)."""
+    found = _given(url=url, timeout_ms=timeout_ms, method=method)
+    if disable_after is not None:
+        found["disable_after_s"] = _disable_after_s(disable_after)
+    return found
+
+
 def _subs(project: str, *rest: str) -> str:
     return path("v1", "projects", project, "subscriptions", *rest)
 
@@ -206,13 +303,31 @@ def create(
     name: Name,
     topic: Annotated[str, typer.Option(help="Topic, or project/topic.")],
     endpoint: Annotated[str, typer.Option(help="Webhook URL (http or https).")],
+    timeout_ms: TimeoutMs = None,
+    method: Method = None,
+    header: Headers = None,
+    disable_after: DisableAfter = None,
+    signing_secret_file: Annotated[
+        Path | None,
+        typer.Option(
+            exists=True,
+            dir_okay=False,
+            help="A file holding the signing secret (whsec_…); generated when absent.",
+        ),
+    ] = None,
     filter_: Annotated[str | None, typer.Option("--filter", help="CEL filter expression.")] = None,
     max_attempts: Annotated[int | None, typer.Option(min=1, help="Delivery attempts.")] = None,
     backoff: Annotated[Backoff | None, typer.Option(help="Retry backoff.")] = None,
+    retry: RetryFields = None,
+    circuit: CircuitFields = None,
     max_in_flight: Annotated[int | None, typer.Option(min=1, help="In-flight limit.")] = None,
     rate_limit: Annotated[float | None, typer.Option(help="Messages per second.")] = None,
     delay_ms: Annotated[int | None, typer.Option(min=0, help="Hold every message.")] = None,
     dlq: Annotated[bool, typer.Option(help="Dead-letter what fails for good.")] = True,
+    description: Annotated[str | None, typer.Option(help="What the subscription is for.")] = None,
+    paused: Annotated[
+        bool, typer.Option("--paused", help="Create it paused (sub resume starts it).")
+    ] = False,
     shards: Annotated[
         int | None, typer.Option(min=1, max=64, help="Workers sharing the delivery (fixed).")
     ] = None,
@@ -238,13 +353,25 @@ def create(
     ] = "latest",
 ) -> Call:
     """Create a subscription that pushes a topic's messages to an endpoint."""
-    body: dict[str, Any] = {"name": name, "topic": topic, "endpoint": {"url": endpoint}}
+    target = _endpoint(
+        url=endpoint, timeout_ms=timeout_ms, method=method, disable_after=disable_after
+    )
+    if header:
+        target["headers"] = _headers(header)
+    body: dict[str, Any] = {"name": name, "topic": topic, "endpoint": target}
+    if signing_secret_file is not None:
+        body["signing_secret"] = signing_secret_file.read_text().strip()
     if start not in ("latest", "earliest"):
         start = rfc3339(start, "--start", " (nor latest or earliest)")
     body["start"] = start
-    retry = _given(max_attempts=max_attempts, backoff=backoff)
-    if retry:
-        body["retry"] = retry
+    retry_policy = {
+        **_policy("--retry", retry),
+        **_given(max_attempts=max_attempts, backoff=backoff),
+    }
+    if retry_policy:
+        body["retry"] = retry_policy
+    if circuit:
+        body["circuit_breaker"] = _policy("--circuit", circuit)
     body.update(
         _given(
             filter=filter_,
@@ -253,9 +380,12 @@ def create(
             delay_ms=delay_ms,
             shards=shards,
             delivery_format=delivery_format,
+            description=description,
         )
     )
     body["dlq_enabled"] = dlq
+    if paused:
+        body["paused"] = True
     batching = _given(max_messages=batch, max_bytes=batch_max_bytes, max_wait_ms=batch_max_wait_ms)
     if batching:
         body["batch"] = batching
@@ -293,14 +423,55 @@ def list_(project: Project, offset: Offset = 0, limit: Limit = 100) -> Call:
     return listing(_subs(project), columns, page=(offset, limit))
 
 
+def _pairs(values: dict[str, Any] | None) -> str:
+    return ", ".join(f"{k} {v}" for k, v in (values or {}).items()) or "-"
+
+
+def _settings(sub: dict[str, Any]) -> str:
+    """A subscription's settings, a line per part (secrets masked as the API shows them)."""
+    endpoint = sub["endpoint"]
+    disable = endpoint.get("disable_after_s")
+    headers = endpoint.get("headers") or {}
+    batch = sub.get("batch")
+    return "\n".join(
+        (
+            f"{sub['project']}/{sub['name']} ({_state(sub)}) reads "
+            f"{sub['topic_project']}/{sub['topic']}, shards {sub.get('shards', 1)}",
+            f"endpoint  {endpoint.get('method', 'POST')} {endpoint['url']}  timeout "
+            f"{endpoint.get('timeout_ms')} ms  disable after "
+            + ("never" if disable is None else f"{disable} s"),
+            "headers   " + (", ".join(f"{k}: {v}" for k, v in headers.items()) or "-"),
+            "auth      " + _pairs({k: v for k, v in (sub.get("auth") or {}).items() if v}),
+            f"filter    {sub.get('filter') or '-'}",
+            f"retry     {_pairs(sub.get('retry'))}",
+            f"circuit   {_pairs(sub.get('circuit_breaker'))}",
+            f"limits    max_in_flight {sub.get('max_in_flight')}, rate_limit_per_second "
+            f"{sub.get('rate_limit_per_second') or '-'}, delay_ms {sub.get('delay_ms')}",
+            f"delivery  {sub.get('delivery_format', 'raw')}, "
+            f"batch {_pairs(batch) if batch else 'off'}, "
+            f"dlq {'on' if sub.get('dlq_enabled', True) else 'off'}",
+            f"secret    {_secret_state(sub)}",
+        )
+    )
+
+
+@command(app)
+def show(project: Project, name: Name) -> Call:
+    """A subscription's settings: endpoint (method, timeout, headers, disable-after), auth,
+    filter, retry policy, circuit breaker, limits, delivery, signing secret's state."""
+    return get(_subs(project, name), text=_settings)
+
+
 def print_status(status: dict[str, Any]) -> None:
     """A subscription's status as a few lines and a partition table."""
     rates, totals = status.get("rates") or {}, status.get("totals") or {}
     circuit = status.get("circuit") or {}
     state = status.get("state_detail") or status["state"]  # disabled (endpoint failing since …)
+    rate = circuit.get("rate_per_s")
+    pace = "" if rate is None else f" ({rate:g}/s allowed)"  # the breaker's adaptive rate
     typer.echo(
         f"{status['subscription']}: {state}  worker {status.get('worker') or '-'}  "
-        f"segment {status.get('segment') or '-'}  circuit {circuit.get('state', '-')}"
+        f"segment {status.get('segment') or '-'}  circuit {circuit.get('state', '-')}{pace}"
     )
     typer.echo(f"lag {status['lag']}  in flight {status['in_flight']}")
     typer.echo(
@@ -328,16 +499,26 @@ def update(
     project: Project,
     name: Name,
     endpoint: Annotated[str | None, typer.Option(help="New webhook URL (http or https).")] = None,
-    timeout_ms: Annotated[
-        int | None, typer.Option(min=1, help="How long one delivery may take.")
+    timeout_ms: TimeoutMs = None,
+    method: Method = None,
+    header: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--header",
+            help="NAME=VALUE to send with every delivery (repeat; added to, or replacing, "
+            "the endpoint's headers of that name).",
+        ),
     ] = None,
-    method: Annotated[
-        Literal["POST", "PUT"] | None, typer.Option(help="HTTP method of deliveries.")
+    remove_header: Annotated[
+        list[str] | None, typer.Option(help="A header not to send any more (repeat).")
     ] = None,
+    disable_after: DisableAfter = None,
     filter_: Annotated[str | None, typer.Option("--filter", help="CEL filter expression.")] = None,
     no_filter: Annotated[bool, typer.Option("--no-filter", help="Deliver everything.")] = False,
     max_attempts: Annotated[int | None, typer.Option(min=1, help="Delivery attempts.")] = None,
     backoff: Annotated[Backoff | None, typer.Option(help="Retry backoff.")] = None,
+    retry: RetryFields = None,
+    circuit: CircuitFields = None,
     max_in_flight: Annotated[int | None, typer.Option(min=1, help="In-flight limit.")] = None,
     rate_limit: Annotated[float | None, typer.Option(help="Messages per second.")] = None,
     no_rate_limit: Annotated[
@@ -378,8 +559,17 @@ def update(
     )
     if batch_changes and no_batch:
         raise fail("give --batch… or --no-batch, not both", EXIT_USAGE)
-    endpoint_changes = _given(url=endpoint, timeout_ms=timeout_ms, method=method)
-    retry_changes = _given(max_attempts=max_attempts, backoff=backoff)
+    endpoint_changes = _endpoint(
+        url=endpoint, timeout_ms=timeout_ms, method=method, disable_after=disable_after
+    )
+    added, removed = _headers(header or []), {h.lower() for h in remove_header or []}
+    if both := sorted(h for h in added if h.lower() in removed):
+        raise fail(f"--header and --remove-header both name {both[0]}", EXIT_USAGE)
+    retry_changes = {
+        **_policy("--retry", retry),
+        **_given(max_attempts=max_attempts, backoff=backoff),
+    }
+    circuit_changes = _policy("--circuit", circuit)
     wanted = _given(
         filter=filter_,
         max_in_flight=max_in_flight,
@@ -406,14 +596,22 @@ def update(
         auth is None
         and not auth_changes
         and not (wanted or endpoint_changes or retry_changes or batch_changes)
+        and not (added or removed or circuit_changes)
     ):
         raise fail("nothing to change: give at least one setting (see --help)", EXIT_USAGE)
 
     def body(current: dict[str, Any]) -> dict[str, Any]:
+        headers = {
+            k: v
+            for k, v in (current["endpoint"].get("headers") or {}).items()
+            if k.lower() not in removed and k.lower() not in {a.lower() for a in added}
+        }
         nested = {
-            "endpoint": {**current["endpoint"], **endpoint_changes},
+            "endpoint": {**current["endpoint"], **endpoint_changes, "headers": headers | added},
             "retry": {**current["retry"], **retry_changes},
         }
+        if circuit_changes:
+            nested["circuit_breaker"] = {**current["circuit_breaker"], **circuit_changes}
         if batch_changes:  # on the batch settings in force, or the defaults
             nested["batch"] = {**(current.get("batch") or {}), **batch_changes}
         auth_body = _auth_body(auth, auth_changes, current.get("auth"))

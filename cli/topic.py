@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cli import cutover, failover, grant_request, migration, topic_schema
+from cli import cutover, failover, grant_request, migration, topic_grant, topic_schema
 from cli.cutover import check_outcome, cutover_path, follow
 from cli.kit import (
     EXIT_CONFLICT,
@@ -47,6 +47,7 @@ app.add_typer(failover.app, name="failover")
 app.add_typer(migration.app, name="migration")
 app.add_typer(topic_schema.app, name="schema")
 app.add_typer(grant_request.app, name="grant-request")
+app.add_typer(topic_grant.app, name="grant")
 
 FailoverClusters = Annotated[
     list[str] | None,
@@ -111,15 +112,37 @@ def create(
     failover_cluster: FailoverClusters = None,
     failover_mode: FailoverMode = None,
     cloudevents_group_attribute: CloudEventsGroup = None,
+    description: Annotated[str | None, typer.Option(help="What the topic carries.")] = None,
+    max_message_bytes: Annotated[
+        int | None, typer.Option(min=1, help="The largest message accepted.")
+    ] = None,
+    max_qps: Annotated[
+        int | None, typer.Option(min=1, help="Messages per second accepted (then 429).")
+    ] = None,
+    max_bytes_per_second: Annotated[
+        int | None, typer.Option(min=1024, help="Bytes per second accepted (then 429).")
+    ] = None,
+    external_topic: Annotated[
+        str | None,
+        typer.Option(
+            help="Adopt this existing Kafka topic of a read_only --cluster as the first "
+            "segment; --partitions must be its partition count (docs/migrating.md)."
+        ),
+    ] = None,
 ) -> Call:
     """Create a topic and its first segment."""
     body: dict[str, Any] = {"name": name, "partitions": partitions, "grouped": grouped}
+    capacity = {"max_qps": max_qps, "max_bytes_per_second": max_bytes_per_second}
     optional = {
         "cluster": cluster,
         "failover": failover_body(failover_cluster, failover_mode),
         "retention_hours": retention_hours,
         "dedupe_window": dedupe_window,
         "cloudevents_group_attribute": cloudevents_group_attribute,
+        "description": description,
+        "max_message_bytes": max_message_bytes,
+        "capacity": {k: v for k, v in capacity.items() if v is not None},
+        "external_topic": external_topic,
     }
     body.update({k: v for k, v in optional.items() if v})
 

@@ -1,5 +1,6 @@
-"""``httpbus user``: the users of the admin API and the UI — create, list, grant, revoke,
-delete, set a password — and their API tokens (``httpbus user token create|list|revoke``).
+"""``httpbus user``: the users of the admin API and the UI — create, list, show, grant,
+revoke, delete, set a password — and their API tokens (``httpbus user token
+create|list|revoke``); ``httpbus whoami``: who a token stands for.
 
 Roles read ``admin``, ``owner:<project>`` or ``viewer:<project>``. A password is never an
 argument (it would stay in the shell's history): it is asked on a terminal, or read from the
@@ -20,6 +21,7 @@ from cli.kit import (
     Yes,
     command,
     fail,
+    get,
     listing,
     post,
     put,
@@ -81,6 +83,26 @@ def list_() -> Call:
 
 
 @command(app)
+def show(name: UserName) -> Call:
+    """Show a user and their roles (never a password)."""
+    return get(_users(name), text=_roles)
+
+
+def _roles(principal: dict[str, Any]) -> str:
+    return f"{principal['name']}: {', '.join(principal['roles']) or 'no roles'}"
+
+
+def whoami() -> Call:
+    """Who the token stands for (an admin token, a user's or a machine's API token) and its
+    roles now: ``httpbus whoami``."""
+
+    def said(me: dict[str, Any]) -> str:  # "user ann: …", "token ci: …", "admin-token: admin"
+        return _roles(me) if me["kind"] == me["name"] else f"{me['kind']} {_roles(me)}"
+
+    return get(path("v1", "me"), text=said)
+
+
+@command(app)
 def grant(name: UserName, role: Role) -> Call:
     """Give a user a role (idempotent)."""
     return put(_users(name, "roles", role), None, text=_said("granted; now"))
@@ -120,14 +142,28 @@ def password(name: UserName, password_stdin: PasswordStdin = False) -> Call:
 
 @command(tokens, "create")
 def token_create(
-    name: UserName, description: Annotated[str, typer.Option(help="Where it is used.")] = ""
+    name: Annotated[
+        str | None, typer.Argument(help="The user it acts as; omit for a machine's token.")
+    ] = None,
+    roles: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--role", help="A machine token's role (repeat): admin, owner:<p>, viewer:<p>."
+        ),
+    ] = None,
+    description: Annotated[str, typer.Option(help="Where it is used.")] = "",
 ) -> Call:
-    """Make an API token that acts as the user, with the user's roles (--token for the CLI).
+    """Make an API token (--token for the CLI): one that acts as the user NAME, with the
+    user's roles, or, with --role and no NAME, a machine's token with roles of its own.
 
     The token is printed this once: only its hash is kept."""
-    body = {"user": name, "description": description}
+    if (name is None) == (not roles):
+        raise fail("give a user NAME, or --role for a machine's token (not both)", EXIT_USAGE)
+    body: dict[str, Any] = {"description": description}
+    body.update({"user": name} if name is not None else {"roles": roles})
+    whose = f"of {name}" if name is not None else f"for {', '.join(roles or [])}"
     return post(
-        path("v1", "tokens"), body, text=lambda t: shown_once(f"API token {t['id']} of {name}", t)
+        path("v1", "tokens"), body, text=lambda t: shown_once(f"API token {t['id']} {whose}", t)
     )
 
 

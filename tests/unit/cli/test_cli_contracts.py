@@ -31,7 +31,7 @@ def test_sub_status_text_and_json(fake: tuple[str, Any]) -> None:
     url, _ = fake
     r = run(url, "sub", "status", "shop", "s1")
     assert r.exit_code == 0, r.stderr
-    assert "shop/s1: running  worker worker-1  segment 1  circuit open" in r.stdout
+    assert "shop/s1: running  worker worker-1  segment 1  circuit open (1/s allowed)" in r.stdout
     assert "lag 4  in flight 2" in r.stdout and "delivered 1.5" in r.stdout
     status = json.loads(run(url, "sub", "status", "shop", "s1", "-o", "json").stdout)
     assert status["totals"]["delivered"] == 20 and len(status["history"]) == 360

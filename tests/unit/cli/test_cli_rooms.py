@@ -22,6 +22,8 @@ API_CLIENTS = {
     "quota",
     "topic",
     "topic_schema",
+    "topic_grant",
+    "audit_reports",
     "cutover",
     "failover",
     "migration",

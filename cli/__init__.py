@@ -75,6 +75,12 @@ def _overview() -> Any:
     return overview.overview
 
 
+def _search() -> Any:
+    from cli import overview
+
+    return overview.search
+
+
 def _trace() -> Any:
     from cli import trace
 
@@ -167,6 +173,7 @@ COMMANDS = (
     Lazy("run", Kind.COMMAND, _run),
     Lazy("produce", Kind.COMMAND, _produce),
     Lazy("overview", Kind.KIT, _overview),
+    Lazy("search", Kind.KIT, _search),
     Lazy("tail", Kind.KIT, _tail),
     Lazy("trace", Kind.KIT, _trace),
     Lazy("whoami", Kind.KIT, _whoami),

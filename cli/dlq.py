@@ -94,9 +94,14 @@ def list_(
         str | None,
         typer.Option(help="Only those that last failed before this RFC 3339 time (or now)."),
     ] = None,
+    kind: Annotated[
+        Literal["heads", "sidelined"] | None,
+        typer.Option(help="Only failed heads (attempted) or sidelined followers (never sent)."),
+    ] = None,
 ) -> Call:
     """List dead-lettered messages with why they failed."""
     params = {
+        "kind": kind,
         "order": order,
         "limit": limit,
         "cursor": cursor,
@@ -111,6 +116,24 @@ def list_(
         return f"more: --cursor {page['next_cursor']}" if page.get("next_cursor") else None
 
     return get(_messages(project, name), params, text=shown)
+
+
+def _summarised(found: dict[str, Any]) -> str:
+    lines = [
+        f"{found['size']} dead-lettered: {found['failed_heads']} failed heads, "
+        f"{found['sidelined']} sidelined behind them"
+    ]
+    for group in found["by_error"]:
+        kind = "sidelined" if group["sidelined"] else f"HTTP {group['status'] or '-'}"
+        lines.append(f"  {group['count']:>7}  {kind:<10} {(group['error'] or '')[:80]}")
+    return "\n".join(lines)
+
+
+@command(app)
+def summary(project: Project, name: Name) -> Call:
+    """What the DLQ holds, read from storage: its size, the failed heads and the followers
+    sidelined behind them, grouped by error (failed heads first)."""
+    return get(_messages(project, name, "summary"), text=_summarised)
 
 
 def _selector(

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.kit import Call, Interval, Output, console
+from cli.kit import Call, Interval, Output, console, get
 from control_plane.client import AdminClient, path
 
 ROWS = 10
@@ -120,3 +120,18 @@ def _draw(seen: dict[str, Any], output: str, watch: bool, draws: int) -> None:
     elif watch and draws > 1:
         typer.echo(f"\n{'-' * 30} {seen['at']} {'-' * 30}")
     typer.echo(render(seen))
+
+
+def _found(seen: dict[str, Any]) -> str:
+    rows = [f"topic {t['project']}/{t['topic']}" for t in seen["topics"]]
+    rows += [f"subscription {s['project']}/{s['subscription']}" for s in seen["subscriptions"]]
+    rows += [f"message {m['message_id']} in {m['project']}/{m['topic']}" for m in seen["messages"]]
+    return "\n".join(rows) or f"nothing found for {seen['q']!r}"
+
+
+def search(
+    query: Annotated[str, typer.Argument(help="A name, part of one, or a message id.")],
+) -> Call:
+    """Topics and subscriptions by name, and where a message id was traced, in the projects
+    you may see (the web UI's header search)."""
+    return get(path("v1", "search"), {"q": query}, text=_found)

@@ -742,9 +742,15 @@ def recover(
 
 
 @command(app)
-def status(project: Project, name: Name) -> Call:
-    """Lag, in-flight, rates, totals and circuit state of a subscription."""
-    return get(_subs(project, name, "status"), text=print_status)
+def status(
+    project: Project,
+    name: Name,
+    range_: Annotated[
+        Literal["10m", "1h"], typer.Option("--range", help="How far back the history goes.")
+    ] = "1h",
+) -> Call:
+    """Lag, in-flight, rates, totals, the DLQ as stored and circuit state of a subscription."""
+    return get(_subs(project, name, "status"), {"range": range_}, text=print_status)
 
 
 def _pause(project: str, name: str, paused: bool) -> Call:

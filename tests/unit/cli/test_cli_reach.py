@@ -431,3 +431,31 @@ def test_machine_token_and_migration_history_since(url: str) -> None:
         2,
         "--since goes with --history",
     )
+
+
+def test_search_dlq_summary_kind_and_status_range(url: str) -> None:
+    """``search``, ``dlq summary``, ``dlq list --kind`` and ``sub status --range``: the routes
+    the overview's merge added."""
+    ok(
+        httpbus(
+            url,
+            *("sub", "create", "shop", "s-search", "--topic", "orders"),
+            *("--endpoint", "http://127.0.0.1:9/hook"),
+        )
+    )
+    found = ok(httpbus(url, "search", "SEARCH"))
+    assert "subscription shop/s-search" in found and "topic shop/orders" not in found
+    assert "nothing found for 'zzz'" in ok(httpbus(url, "search", "zzz"))
+    assert as_json(httpbus(url, "search", "orders", "-o", "json"))["topics"] == [
+        {"project": "shop", "topic": "orders"}
+    ]
+    said = ok(httpbus(url, "dlq", "summary", "shop", "s-search"))
+    assert said.startswith("0 dead-lettered: 0 failed heads, 0 sidelined"), said
+    page = as_json(httpbus(url, "dlq", "list", "shop", "s-search", "--kind", "heads", "-o", "json"))
+    assert page["messages"] == []
+    assert httpbus(url, "dlq", "list", "shop", "s-search", "--kind", "x").exit_code == 2
+    status = as_json(
+        httpbus(url, "sub", "status", "shop", "s-search", "--range", "10m", "-o", "json")
+    )
+    assert "dlq" in status
+    assert httpbus(url, "sub", "status", "shop", "s-search", "--range", "2d").exit_code == 2

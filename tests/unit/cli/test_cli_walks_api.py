@@ -195,7 +195,6 @@ EXAMPLES: dict[str, list[tuple[str, ...]]] = {
     "sub delete": [(*S, "--yes")],
     "sub enable": [S],
     "sub test-event": [S],
-    "sub status": [S],
     "sub pause": [S],
     "sub resume": [S],
     "sub seek": [(*S, "--to", "earliest"), (*S, "--timestamp", "2026-01-31T12:00:00Z")],
@@ -224,6 +223,7 @@ EXAMPLES: dict[str, list[tuple[str, ...]]] = {
     "dlq list": [
         (*S, "--group", "g", "--status", "500", "--cursor", "c"),
         (*S, "--failed-after", "2026-01-01T00:00:00Z", "--failed-before", "now"),
+        (*S, "--kind", "heads"),
     ],
     "dlq unsideline": [(*S, "--id", "m1"), (*S, "--group", "g"), (*S, "--before", "now")],
     "dlq purge": [
@@ -236,11 +236,31 @@ EXAMPLES: dict[str, list[tuple[str, ...]]] = {
     "audit show": [("1",)],
     "audit hourly": [("--project", "shop", "--subscription", "s1", "--since", "2026-01-01T00:00Z")],
     "audit cutovers": [()],
+    "overview": [(), ("--watch", "--count", "1", "--interval", "0.05")],
+    "search": [("orders",)],
+    "catalog": [(), ("--search", "ord", "--limit", "5", "--cursor", "c")],
+    "catalog show": [("shop/orders",)],
+    "project notify": [
+        ("shop", "--notification-url", "https://e.com/n", "--event", "all"),
+        ("shop", "--failing-after", "5m", "--interval", "10m", "--no-notification-url"),
+    ],
+    "sub resend": [(*S, "m1")],
+    "sub recover": [(*S, "--since", "2026-01-01T00:00:00Z", "--until", "now")],
+    "sub status": [S, (*S, "--range", "10m")],
+    "dlq summary": [S],
+    "topic grant-request create": [(*T, "--project", "other", "--reason", "r")],
+    "topic grant-request list": [T, (*T, "--state", "pending")],
+    "topic grant-request approve": [(*T, "other", "--note", "n")],
+    "topic grant-request refuse": [(*T, "other", "--note", "n")],
 }
 
 # Fields an operation takes that the CLI sets through another operation: an update sends
 # them back as it read them.
 SET_ELSEWHERE = {
+    Operation("POST", "/v1/projects"): {
+        f"notifications{leaf}": "project notify, once the project exists (its PUT sends them)"
+        for leaf in ("", ".events", ".failing_after_s", ".interval_s")
+    },
     Operation("PUT", "/v1/projects/{project}/subscriptions/{subscription}"): {
         "paused": "sub pause|resume (the stop and start routes)",
         "signing_secret": "sub rotate-secret (with an overlap)",
@@ -380,6 +400,8 @@ def operations(inputs: dict[Operation, set[str]]) -> list[Operation]:
 
 def _leaves(command: Any, names: tuple[str, ...] = ()) -> Iterator[tuple[str, Any]]:
     if hasattr(command, "commands"):
+        if names and kit.is_kit_command(command.callback):  # the group's own (default) command
+            yield " ".join(names), command
         for name in list(command.commands):
             yield from _leaves(command.commands[name], (*names, name))
     else:

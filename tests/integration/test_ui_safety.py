@@ -126,11 +126,12 @@ def test_a_live_page_says_when_its_figures_are_stale_and_when_signed_out(
     def failing(route: Route) -> None:
         route.fulfill(status=502, body="bad gateway")
 
-    page.route("**/status.json", failing)
+    polled = re.compile(r"/status\.json(\?|$)")  # the page asks for its range (?range=1h)
+    page.route(polled, failing)
     expect(banner).to_be_visible(timeout=20_000)  # three polls, two seconds apart
     expect(banner).to_contain_text(re.compile(r"Figures stale since \d\d:\d\d:\d\d"))
     shot(page, "safety-stale-banner")
-    page.unroute("**/status.json", failing)
+    page.unroute(polled, failing)
     expect(banner).to_be_hidden(timeout=10_000)  # the next good poll: fresh again
     page.context.clear_cookies()  # the session ends (a logout elsewhere, an expiry)
     expect(banner).to_be_visible(timeout=10_000)

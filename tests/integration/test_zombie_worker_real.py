@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -41,26 +41,20 @@ BURST = 1_000  # published at once just before the cut
 
 @dataclass
 class Senders:
-    """Which worker process sent each request the endpoint got: the owner of the client port
-    of its connection, looked up once per connection, while it is open (soon after its
-    first request). A lookup reads /proc (80 ms under load): done per request, on the
-    test's loop, it starved the endpoint double that shares the loop."""
+    """Which worker process sent each request the endpoint got: the hook asks
+    :meth:`identify` once per connection, at its first request, while the connection is
+    surely open (a /proc lookup, 80 ms under load: once per request on the test's loop it
+    starved the endpoint double; after the fact, a connection already closed has no owner)."""
 
     pids: dict[int, str]  # pid → member
-    who: list[str] = field(default_factory=list)  # per request, in arrival order
-    owners: dict[int, str] = field(default_factory=dict)  # connection → its owner
 
-    def resolve(self, requests: list[Request]) -> None:
-        for r in requests[len(self.who) :]:
-            if r.conn not in self.owners:
-                pid = owner(r.peer, list(self.pids))
-                self.owners[r.conn] = "?" if pid is None else self.pids[pid]
-            self.who.append(self.owners[r.conn])
+    def identify(self, port: int) -> str:
+        pid = owner(port, list(self.pids))
+        return "?" if pid is None else self.pids[pid]
 
-    async def follow(self, requests: list[Request]) -> None:
-        while True:
-            self.resolve(requests)
-            await asyncio.sleep(0.02)  # a pace, not a synchronisation
+    @staticmethod
+    def who(requests: list[Request]) -> list[str]:
+        return [r.sender for r in requests]
 
 
 def _record(i: int) -> Record:
@@ -130,11 +124,9 @@ async def _pair(real: RealServices, unique: str, tmp_path: Path) -> AsyncIterato
         [heir] = world.workers([members["heir"]], **options)
         await heir.ready()
         senders = Senders({zombie.proc.pid: "zombie", heir.proc.pid: "heir"})
+        world.hook.identify = senders.identify  # before the first delivery
         producer = Producer(world)
-        tasks = [
-            asyncio.create_task(producer.run()),
-            asyncio.create_task(senders.follow(world.hook.requests)),
-        ]
+        tasks = [asyncio.create_task(producer.run())]
         try:
             await until(lambda: len(world.hook.on("s0")) >= RATE, 30, "deliveries flowing")
             world.hook.delay = lambda path: 0.02
@@ -149,7 +141,6 @@ async def _pair(real: RealServices, unique: str, tmp_path: Path) -> AsyncIterato
                 )
             except AssertionError:
                 raise AssertionError(await _diagnosis(world, expected)) from None
-            senders.resolve(world.hook.requests)
         finally:
             for task in tasks:
                 task.cancel()
@@ -159,13 +150,7 @@ async def _pair(real: RealServices, unique: str, tmp_path: Path) -> AsyncIterato
 def _check(pair: Pair, fault_at: float, took_over: float, fault: str) -> None:
     """Nothing lost, nothing reordered, the zombie silent before its session could expire
     and before the heir's first delivery; the figures printed."""
-    requests = pair.world.hook.requests
-    pair.senders.resolve(requests)  # any that came after the last look
-    by = [
-        (r.at - fault_at, who)
-        for r, who in zip(requests, pair.senders.who, strict=True)
-        if r.path == "s0" and 200 <= r.status < 300
-    ]
+    by = [(r.at - fault_at, r.sender) for r in pair.world.hook.on("s0")]
     delivered = pair.world.hook.on("s0")
     last_zombie = max((at for at, who in by if who == "zombie" and at > 0), default=0.0)
     first_heir = min(at for at, who in by if who == "heir")
@@ -211,7 +196,7 @@ async def test_a_worker_paused_past_its_session_sends_nothing_when_it_resumes(
             await until(lambda: _holds(pair.world, pair.members["heir"]), SESSION_S * 5, "the heir")
             took_over = time.time() - paused_at
             await until(
-                lambda: "heir" in pair.senders.who,
+                lambda: "heir" in Senders.who(pair.world.hook.requests),
                 30,
                 "the heir delivering",
             )

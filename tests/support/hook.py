@@ -68,6 +68,7 @@ class Request:
     status: int
     peer: int = 0  # the client's port: which process sent it (tests.support.peers)
     conn: int = 0  # the connection it came on (1, 2, …): one client process per connection
+    sender: str = ""  # who sent it, by ``Hook.identify`` (asked once per connection)
 
     @property
     def id(self) -> str:
@@ -95,6 +96,10 @@ class Hook:
         default_factory=weakref.WeakKeyDictionary
     )
     _serial: int = 0
+    # Asked once per connection, at its first request while it is surely open: who holds
+    # the client end of the connection from this port (tests.support.peers).
+    identify: Callable[[int], str] | None = None
+    _senders: dict[int, str] = field(default_factory=dict)
 
     def _conn_of(self, transport: object) -> int:
         """The connection's serial, numbered in order of first request (never reused)."""
@@ -148,8 +153,11 @@ class Hook:
             peer = transport.get_extra_info("peername") if transport else None
             port = int(peer[1]) if peer else 0
             conn = self._conn_of(transport) if transport else 0
+            if self.identify is not None and conn not in self._senders:
+                self._senders[conn] = self.identify(port)
             headers_copy = request.headers.copy()
-            self.requests.append(Request(at, path, headers_copy, body, status, port, conn))
+            sender = self._senders.get(conn, "")
+            self.requests.append(Request(at, path, headers_copy, body, status, port, conn, sender))
             if 200 <= status < 300:
                 group = request.headers.get("X-Group-Id", "")
                 attempt = int(request.headers.get("X-Attempt", "0"))

@@ -8,12 +8,18 @@ every transport failure or timeout becomes ``StorageUnavailable``.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
+from core.errors import StorageUnavailable
+
 from .errors import from_admin_status, from_transport
+
+log = logging.getLogger(__name__)
 
 Json = Any
 EARLIEST = (-1, -1)
@@ -22,7 +28,12 @@ EARLIEST = (-1, -1)
 
 class PulsarAdmin:
     """The admin API of one tenant/namespace. Inject ``http`` to share a connection pool;
-    otherwise the admin owns (and closes) its own ``httpx.AsyncClient``."""
+    otherwise the admin owns (and closes) its own ``httpx.AsyncClient``.
+
+    Each call runs as a task of its own, so that closing can end the calls still in flight
+    first: an ``httpx`` client closed under a request that is connecting leaves that
+    connection open and unowned (its socket leaks). A call ended that way raises
+    ``StorageUnavailable``; cancelling the caller still cancels its call."""
 
     def __init__(
         self,
@@ -40,8 +51,20 @@ class PulsarAdmin:
         self._http = http or httpx.AsyncClient(timeout=timeout_s)
         self._headers = headers
         self._timeout = timeout_s
+        self._in_flight: set[asyncio.Task[httpx.Response]] = set()
+        self._closed = False
 
     async def aclose(self) -> None:
+        self._closed = True
+        if self._in_flight:
+            log.warning(
+                "pulsar admin closed under %d calls in flight; ending them: %s",
+                len(self._in_flight),
+                ", ".join(sorted(t.get_name() for t in self._in_flight)),
+            )
+            for call in self._in_flight:
+                call.cancel()
+            await asyncio.wait(self._in_flight, timeout=self._timeout)
         if self._owns_http:
             await self._http.aclose()
 
@@ -56,17 +79,24 @@ class PulsarAdmin:
     ) -> httpx.Response:
         url = f"{self._base}/{quote(topic, safe='')}{suffix}"
         what = f"{method} {topic}{suffix}"
+        if self._closed:
+            raise StorageUnavailable(f"{what}: the pulsar admin client is closed")
+        request = self._http.request(
+            method, url, json=json, params=params, headers=self._headers, timeout=self._timeout
+        )
+        call = asyncio.ensure_future(request)
+        call.set_name(f"{what} for {_caller()}")
+        self._in_flight.add(call)
         try:
-            resp = await self._http.request(
-                method,
-                url,
-                json=json,
-                params=params,
-                headers=self._headers,
-                timeout=self._timeout,
-            )
+            resp = await call  # cancelling the caller cancels ``call`` too
         except httpx.HTTPError as exc:
             raise from_transport(exc, what) from exc
+        except asyncio.CancelledError:
+            if _cancelled_here():
+                raise
+            raise StorageUnavailable(f"{what}: ended, the pulsar admin client closed") from None
+        finally:
+            self._in_flight.discard(call)
         if resp.status_code >= 300:
             raise from_admin_status(resp.status_code, _reason(resp), what)
         return resp
@@ -157,3 +187,14 @@ def _reason(resp: httpx.Response) -> str:
     if isinstance(body, dict):
         return str(body.get("reason", body))[:200]
     return str(body)[:200]
+
+
+def _caller() -> str:
+    task = asyncio.current_task()
+    return getattr(task.get_coro(), "__qualname__", task.get_name()) if task else "?"
+
+
+def _cancelled_here() -> bool:
+    """Whether the running task itself is being cancelled (not only the call it awaited)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

@@ -35,7 +35,8 @@ run-real: services-up
 ## or type error fails here, before any server starts), then the whole suite against real
 ## ZooKeeper, Kafka and Pulsar, started and stopped here.
 ## Helm (the chart tests) and toxiproxy (latency and loss) are built once from Go modules into
-## ~/.cache/httpbus (scripts/tools/helm.sh, scripts/tools/toxiproxy.sh).
+## ~/.cache/httpbus (scripts/tools/helm.sh, scripts/tools/toxiproxy.sh). The 40 slowest tests are
+## listed at the end: where the suite's time goes, from every CI run.
 test: install
 	@$(PHASE) ruff $(VENV)/bin/ruff check .
 	@$(PHASE) format $(VENV)/bin/ruff format --check .
@@ -43,7 +44,7 @@ test: install
 	@$(PHASE) tools sh -c 'scripts/tools/helm.sh >/dev/null && scripts/tools/toxiproxy.sh >/dev/null'
 	@$(PHASE) chromium scripts/ensure-chromium.sh
 	@$(PHASE) fetch $(SERVICES) fetch
-	@$(PHASE) tests $(SERVICES) run -- $(PY) -m pytest $(PYTEST_ARGS)
+	@$(PHASE) tests $(SERVICES) run -- $(PY) -m pytest --durations=40 $(PYTEST_ARGS)
 
 ## Unit tests only: no servers.
 test-unit: install

@@ -178,8 +178,10 @@ class Dispatch:
         drained = self._stop_group(item)
         if isinstance(verdict, ToLevel):
             path.to_level(item, finished.result, finished.attempt, verdict, drained)
-        else:
-            path.dead_letter(item, finished.result, finished.attempt, drained)
+            return
+        # Its group's messages that follow it unattempted count against the circuit too
+        # (.throttle: few heads, few calls, yet everything fails).
+        self.throttle.sidelined(path.dead_letter(item, finished.result, finished.attempt, drained))
 
     def _stop_group(self, item: Item) -> list[Item]:
         """``item`` leaves for a level or the DLQ: free its slot and return the items of its

@@ -232,9 +232,9 @@ class RetryPath:
 
     def dead_letter(
         self, item: Item, result: DeliveryResult, attempt: int, drained: list[Item]
-    ) -> None:
+    ) -> int:
         """``item`` failed for good: to the DLQ, and on a grouped topic its group's held and
-        queued messages after it, in order."""
+        queued messages after it, in order; how many followed it (sidelined unattempted)."""
         meta = _failed(item.meta, result, attempt, now_ms())
         group = item.group
         if group is not None:
@@ -254,15 +254,17 @@ class RetryPath:
             if group is not None:
                 self.release(group)
             self.returns.put_nowait(Return(drained, released=False))
-            return
+            return 0
         self.to_dlq(item, meta, None)
         if group is None:
-            return
+            return 0
         why = f"follows {header(item.msg.headers, MESSAGE_ID)} of group {group} to the DLQ"
-        for held in self.groups.take_all_followers(group):
-            self._follower_to_dlq(held, why)
+        held = self.groups.take_all_followers(group)
+        for follower_held in held:
+            self._follower_to_dlq(follower_held, why)
         for follower in drained:
             self.to_dlq(follower, follower.meta, why)
+        return len(held) + len(drained)
 
     def to_dlq(self, item: Item, meta: RetryMeta, why: str | None) -> None:
         """Into the DLQ; ``why`` it goes there unattempted (it follows its group), if so."""

@@ -35,6 +35,7 @@ from segments.subscription.retry_meta import RetryMeta, origin_partition
 from .admission import Admission
 from .audit import SubscriptionAudit
 from .dispatch import Dispatch
+from .dlq_count import DlqCount
 from .groupstate import GroupStates
 from .internal_topics import InternalTopics
 from .items import Held, Item, Kind, Source, now_ms, sleep_until
@@ -59,6 +60,7 @@ class RetryReaders:
     admission: Admission
     dispatch: Dispatch
     audit: SubscriptionAudit
+    count: DlqCount = field(default_factory=DlqCount)  # what the DLQ holds (.dlq_count)
     _tasks: TaskSet = field(init=False, default_factory=TaskSet)
     _dlq_end: int = field(init=False, default=0)
     _skip: set[tuple[str, int]] = field(init=False, default_factory=set)  # stale level copies
@@ -108,10 +110,15 @@ class RetryReaders:
         store = topics.store
         view = await dlq.scan(store, topics.layout)
         dead = {RetryMeta.of(m.headers).origin for m in view.live()}
+        counted: list[tuple[int, bool]] = []
         for position, msg in view.entries.items():
+            if not self.mine(msg):
+                continue
+            counted.append((position, dlq.sidelined(msg)))
             group = header(msg.headers, GROUP_ID)
-            if group is not None and self.mine(msg):
+            if group is not None:
                 groups.dead_seen(group, position)
+        self.count.reset(counted, view.end)
         self._dlq_end = view.end
         for ms in topics.levels:
             source = topics.level(ms)
@@ -230,8 +237,13 @@ class RetryReaders:
             for msg in batch:
                 position = msg.position + 1
                 if dlq.is_removal(msg):
-                    self.groups.dead_removed(dlq.removed_positions(msg))
+                    positions = dlq.removed_positions(msg)
+                    self.groups.dead_removed(positions)
+                    self.count.removed(positions, msg.position)
                     continue
+                if not self.mine(msg):
+                    continue
+                self.count.seen(msg.position, dlq.sidelined(msg))
                 group = header(msg.headers, GROUP_ID)
-                if group is not None and self.mine(msg):
+                if group is not None:
                     self.groups.dead_seen(group, msg.position)

@@ -152,6 +152,7 @@ class Running:
                     bodies=self.bodies,
                 )
                 runner.stats.latency = self.totals.latency_of(key)
+                runner.stats.dlq = self.totals.dlq_of(key)
                 self.runners[key] = runner
                 await runner.run()
             except Exception as exc:
@@ -166,6 +167,7 @@ class Running:
         """Add a finished runner's counters to the totals of its subscription."""
         if self.runners.get(key) is runner:
             del self.runners[key]
+        runner.stats.dlq.live = False  # kept as last counted until a runner counts again
         self.totals.fold(key, runner.stats)
 
 

@@ -11,6 +11,8 @@ Every ``interval_s`` the :class:`StatusPublisher` samples the worker's counters
      "lag": 40 | null, "oldest_unacked_ms": 1767225600000 | null,
      "failures": {"500": 12, "timeout": 3},
      "last_failure": {"at_ms": .., "status": 500, "error": "HTTP 500: ..", "answer": ".."} | null,
+     "dlq": {"size": 961, "failed_heads": 6, "sidelined": 955, "read_to": 970,
+             "live": true} | null,
      "history": [[t, delivered, failed, filtered, dead_lettered, lag | null], ...],
      "updated_at": "2026-01-01T00:00:00Z"}
 
@@ -18,10 +20,12 @@ Every ``interval_s`` the :class:`StatusPublisher` samples the worker's counters
 hour, only the non-empty ones (the control plane fills in the gaps); ``lag`` there is the last
 one the runner measured in the bucket. ``failures`` counts failed attempts by the endpoint's
 status (or why no answer came), ``last_failure`` is the newest one with the start of the
-answer; with ``dead_lettered`` per bucket the overview finds the DLQs that grow. Rates are
-over the last ``rate_window_s``. A node is written only when its figures changed, or every
-``refresh_s`` otherwise, so an idle worker with thousands of subscriptions costs the metastore
-little.
+answer; with ``dead_lettered`` per bucket the overview finds the DLQs that grow. ``dlq`` is
+what the DLQ holds now (:mod:`.dlq_count`: a baseline scan when the runner starts, then its
+tail of the DLQ; ``live`` false while no runner runs, the last count kept; null before a
+count). Rates are over the last ``rate_window_s``. A node is written only when its figures
+changed, or every ``refresh_s`` otherwise, so an idle worker with thousands of subscriptions
+costs the metastore little.
 
 Totals count since this worker took the subscription: a subscription that moves to another
 worker starts from zero there (the audit trail keeps the exact history).
@@ -201,6 +205,7 @@ class StatusPublisher(AsyncResource):
             "oldest_unacked_ms": st.oldest_unacked_ms,
             "failures": dict(sorted(st.failures.items())),
             "last_failure": st.last_failure,
+            "dlq": st.dlq.figures(),
             "history": series.history(),
         }
         return json.dumps(doc, separators=(",", ":"))

@@ -207,9 +207,9 @@ async def open_dlq(
 
 
 def sidelined(msg: Stored) -> bool:
-    """An entry that was never attempted: it followed its group's failed head into the DLQ
-    (the admission sidelines a group's later messages behind its dead-lettered head)."""
-    return RetryMeta.of(msg.headers).attempts == 0 and header(msg.headers, GROUP_ID) is not None
+    """An entry that was never attempted (see :func:`segments.subscription.dlq.sidelined`,
+    which the worker's count uses too)."""
+    return dlq.sidelined(msg)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ the DLQ page show them (heads first, grouped by error)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,9 @@ async def world(tmp_path: Path) -> AsyncIterator[tuple[ControlPlane, Hook]]:
             "topic": "orders",
             "endpoint": {"url": hook.url},
             "retry": {"max_attempts": 2, "backoff": "fixed", "initial_delay_ms": 50},
-            "circuit_breaker": {"min_calls": 2, "cooldown_seconds": 600},
+            # The default min_calls (20) and window: the heads' few attempts (8) alone would
+            # never open it; the followers sidelined behind them do (issue 39).
+            "circuit_breaker": {"cooldown_seconds": 600},
         }
         r = await client.post("/v1/projects/shop/subscriptions", json=sub)
         assert r.status_code == 201, r.text
@@ -89,16 +92,21 @@ async def test_a_grouped_always_failing_subscription_says_what_its_dlq_holds(
     assert set(status["failures"]) == {"500"} and status["failures"]["500"] >= GROUPS
     assert status["last_failure"]["status"] == 500
     assert status["last_failure"]["answer"] == ANSWER.decode()
-    heads = {g["sidelined"]: g for g in status["dlq"]["by_error"]}
-    assert heads[False]["status"] == 500 and heads[False]["count"] == GROUPS
-    assert heads[True]["count"] == sidelined
+    assert (status["dlq"]["counted_by"], status["dlq"]["live"]) == ("worker", True)
     attempted = {r.id for r in hook.requests}
     assert len(attempted) == GROUPS  # only the heads were ever sent
 
     r = await cp.client.get(f"{SUB}/dlq/messages", params={"kind": "heads", "limit": 500})
     assert len(r.json()["messages"]) == GROUPS
     r = await cp.client.get(f"{SUB}/dlq/messages/summary")
-    assert (r.json()["size"], r.json()["sidelined"]) == (size, sidelined)
+    assert (r.json()["size"], r.json()["sidelined"]) == (size, sidelined)  # as stored
+    heads = {g["sidelined"]: g for g in r.json()["by_error"]}
+    assert heads[False]["status"] == 500 and heads[False]["count"] == GROUPS
+    assert heads[True]["count"] == sidelined
+    r = await cp.client.get("/v1/projects/shop/subscriptions")
+    (row,) = r.json()["items"]
+    assert row["circuit"] == "open"
+    assert (row["dlq"]["size"], row["dlq"]["sidelined"]) == (size, sidelined)
 
     assert cp.app is not None
     transport = httpx.ASGITransport(app=cp.app)
@@ -121,3 +129,28 @@ async def test_a_grouped_always_failing_subscription_says_what_its_dlq_holds(
         )
         assert f'<strong id="dlq-total-sidelined">{sidelined}<' in dlq
         assert 'class="payload"' in dlq and 'id="dlq-by-error"' in dlq
+
+    # A purge and an unsideline by the control plane: the worker's DLQ tail reads the
+    # removal each appends, and its count (the status, the list) follows with no scan.
+    left = size
+    for group, act in (("g0", "purge"), ("g1", "unsideline")):
+        r = await cp.client.get(f"{SUB}/dlq/messages", params={"group": group, "limit": 500})
+        n = len(r.json()["messages"])
+        if act == "purge":
+            r = await cp.client.request("DELETE", f"{SUB}/dlq/messages", params={"group_id": group})
+            assert r.json()["purged"] == n, r.text
+        else:
+            r = await cp.client.post(f"{SUB}/dlq/messages/unsideline", json={"group_ids": [group]})
+            assert r.json()["unsidelined"] == n, r.text
+        left -= n
+        await until(partial(_counted, cp.client, left), 15, f"the {act} counted", 0.1)
+    r = await cp.client.get(f"{SUB}/dlq/messages/summary")
+    assert r.json()["size"] == left
+    r = await cp.client.get("/v1/projects/shop/subscriptions")
+    assert r.json()["items"][0]["dlq"]["size"] == left
+
+
+async def _counted(client: httpx.AsyncClient, size: int) -> dict[str, Any] | None:
+    """The status once the worker's live count says ``size``."""
+    dlq = (await client.get(f"{SUB}/status")).json()["dlq"] or {}
+    return dlq if dlq.get("size") == size and dlq.get("counted_by") == "worker" else None

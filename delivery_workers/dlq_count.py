@@ -1,0 +1,90 @@
+"""What a subscription's DLQ holds, counted by the worker that runs it. Pure, no I/O.
+
+The figures the status shows (``dlq`` in ``/status/{p}:{s}``, see :mod:`.status`) come from
+here, so neither the status page, the subscription list nor the overview reads the DLQ per
+request. The count follows the DLQ topic itself, the one truth any process can read
+(:mod:`segments.subscription.dlq`):
+
+- the **baseline**: when a runner takes the subscription its readers scan the DLQ once to
+  rebuild the group state (:meth:`.retry_readers.RetryReaders.rebuild`); every live entry of
+  the runner's shard is counted then (:meth:`DlqCount.reset`);
+- afterwards the runner's DLQ tail reads every record appended: an entry (dead-lettered by
+  this worker, or by another shard's) is counted as a *failed head* (attempted, failed for
+  good) or a *sidelined* follower (never attempted: it followed its group's failed head);
+- a *removal* record (a purge, an unsideline, a recovery: the control plane appends one
+  naming the positions it took out) takes those entries off the count. So a purge or a
+  replay from any control plane keeps the count true with no second channel: the worker
+  reads the same record that makes the entries disappear from every browse.
+
+The count is as fresh as the tail (a read a second while idle). While no runner runs the
+subscription (paused, disabled) the last count is kept and shown with ``live`` false.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+
+@dataclass
+class DlqCount:
+    """Live DLQ positions of one subscription (shard), by kind. Example::
+
+    >>> count = DlqCount()
+    >>> count.reset([(0, False), (1, True), (2, True)], read_to=3)
+    >>> count.removed([1, 7])
+    >>> count.figures()
+    {'size': 2, 'failed_heads': 1, 'sidelined': 1, 'read_to': 3, 'live': True}
+    """
+
+    _heads: set[int] = field(default_factory=set)
+    _sidelined: set[int] = field(default_factory=set)
+    read_to: int = 0  # every DLQ record before this position is counted
+    live: bool = False  # a runner's tail keeps it up to date now
+    known: bool = False  # a baseline was taken (else the figures say nothing)
+
+    def reset(self, entries: Iterable[tuple[int, bool]], read_to: int) -> None:
+        """The baseline: every live entry ``(position, sidelined)`` as the scan found it."""
+        self._heads.clear()
+        self._sidelined.clear()
+        for position, behind in entries:
+            (self._sidelined if behind else self._heads).add(position)
+        self.read_to = read_to
+        self.known = self.live = True
+
+    def seen(self, position: int, sidelined: bool) -> None:
+        """An entry appended at ``position`` (counted once, however often it is read)."""
+        (self._sidelined if sidelined else self._heads).add(position)
+        self.read_to = max(self.read_to, position + 1)
+
+    def removed(self, positions: Iterable[int], at: int | None = None) -> None:
+        """A removal record (at position ``at``) took ``positions`` out."""
+        for position in positions:
+            self._heads.discard(position)
+            self._sidelined.discard(position)
+        if at is not None:
+            self.read_to = max(self.read_to, at + 1)
+
+    @property
+    def size(self) -> int:
+        return len(self._heads) + len(self._sidelined)
+
+    @property
+    def failed_heads(self) -> int:
+        return len(self._heads)
+
+    @property
+    def sidelined(self) -> int:
+        return len(self._sidelined)
+
+    def figures(self) -> dict[str, int | bool] | None:
+        """What the status document carries; None before any baseline."""
+        if not self.known:
+            return None
+        return {
+            "size": self.size,
+            "failed_heads": self.failed_heads,
+            "sidelined": self.sidelined,
+            "read_to": self.read_to,
+            "live": self.live,
+        }

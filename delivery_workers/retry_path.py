@@ -48,6 +48,7 @@ class RetryStats(Protocol):
     held: int
     blocked_groups: int
     delayed: int
+    sidelined: int  # into the DLQ unattempted, behind the group's failed head
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +271,7 @@ class RetryPath:
         """Into the DLQ; ``why`` it goes there unattempted (it follows its group), if so."""
         now = now_ms()
         if why is not None:  # never attempted here: it follows its group
+            self.stats.sidelined += 1
             meta = replace(
                 meta,
                 first_failed_ms=meta.first_failed_ms or now,
@@ -294,12 +296,13 @@ class RetryPath:
         ahead in the hand-off order, so it is stored before this one)."""
         held.dead = True
         item = held.item
-        if held.stored is not None:
+        if held.stored is not None:  # to_dlq counts it
             meta = RetryMeta.of(held.stored.headers)
             stored = Item(held.stored, self.topics.hold, Kind.RELEASED, item.group, meta)
             self.to_dlq(stored, meta, why)
             return
         now = now_ms()
+        self.stats.sidelined += 1
         meta = replace(item.meta, first_failed_ms=now, last_failed_ms=now, last_error=why)
         group = item.group
         assert group is not None

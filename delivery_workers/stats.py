@@ -20,7 +20,8 @@ class RunnerStats:
     attempts: int = 0
     failed_attempts: int = 0
     retried: int = 0
-    dead_lettered: int = 0
+    dead_lettered: int = 0  # attempted, failed for good
+    sidelined: int = 0  # into the DLQ unattempted, behind their group's failed head
     delayed: int = 0
     in_flight: int = 0
     held: int = 0
@@ -52,6 +53,7 @@ COUNTERS = (
     "failed_attempts",
     "retried",
     "dead_lettered",
+    "sidelined",
 )
 GAUGES = (  # of the runner running now; a stopped one shows the defaults
     "in_flight",

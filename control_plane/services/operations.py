@@ -254,7 +254,14 @@ class SubscriptionOps:
             },
             "totals": {
                 k: int(totals.get(k, 0))
-                for k in ("delivered", "failed", "filtered", "retried", "dead_lettered")
+                for k in (
+                    "delivered",
+                    "failed",
+                    "filtered",
+                    "retried",
+                    "dead_lettered",
+                    "sidelined",
+                )
             },
             "circuit": figures.get("circuit"),
             "dlq": dlq_found,

@@ -16,14 +16,41 @@ request. The count follows the DLQ topic itself, the one truth any process can r
   replay from any control plane keeps the count true with no second channel: the worker
   reads the same record that makes the entries disappear from every browse.
 
-The count is as fresh as the tail (a read a second while idle). While no runner runs the
-subscription (paused, disabled) the last count is kept and shown with ``live`` false.
+The count is as fresh as the tail (a read a second while idle). While the worker holds the
+subscription but no runner runs it (paused, disabled), :func:`follow_idle` keeps the count
+true instead: every ``IDLE_READ_S`` it asks the DLQ's end and reads what was appended since
+(a purge's removal, say) — a scan first if no runner ever counted it here. ``live`` is false
+while the count could not be brought up to date (its storage away).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+
+from core.envelope import GROUP_ID, header
+from core.errors import HttpbusError
+from core.model import Subscription
+from core.shards import Shard
+from metastore.protocol import MetaStore
+from segments.protocol import SegmentStore, Stored
+from segments.subscription import dlq
+from segments.subscription.layout import load_layout
+from segments.subscription.retry_meta import RetryMeta, origin_partition
+
+log = logging.getLogger(__name__)
+IDLE_READ_S = 2.0
+
+
+def owned(shard: Shard, msg: Stored) -> bool:
+    """Whether an internal record belongs to ``shard``: by its group, else by the partition
+    it was first read from (the runner's readers and the count agree on it)."""
+    if shard.whole:
+        return True
+    group = header(msg.headers, GROUP_ID)
+    return shard.owns(group, origin_partition(RetryMeta.of(msg.headers).origin))
 
 
 @dataclass
@@ -57,6 +84,16 @@ class DlqCount:
         (self._sidelined if sidelined else self._heads).add(position)
         self.read_to = max(self.read_to, position + 1)
 
+    def read(self, records: Iterable[Stored], shard: Shard) -> None:
+        """Apply DLQ records read in order: removals, and ``shard``'s entries."""
+        for msg in records:
+            if dlq.is_removal(msg):
+                self.removed(dlq.removed_positions(msg), msg.position)
+            elif owned(shard, msg):
+                self.seen(msg.position, dlq.sidelined(msg))
+            else:
+                self.read_to = max(self.read_to, msg.position + 1)
+
     def removed(self, positions: Iterable[int], at: int | None = None) -> None:
         """A removal record (at position ``at``) took ``positions`` out."""
         for position in positions:
@@ -88,3 +125,48 @@ class DlqCount:
             "read_to": self.read_to,
             "live": self.live,
         }
+
+
+async def follow_idle(
+    count: DlqCount,
+    meta: MetaStore,
+    stores: Mapping[str, SegmentStore],
+    sub: Subscription,
+    shard: Shard,
+    interval_s: float = IDLE_READ_S,
+) -> None:
+    """Keep ``count`` true while no runner runs ``sub`` (see the module doc), until
+    cancelled."""
+    while True:
+        try:
+            await _catch_up(count, meta, stores, sub, shard)
+        except HttpbusError as exc:  # the storage is away: the last count, not live
+            count.live = False
+            log.debug("%s/%s: DLQ count not brought up to date: %s", sub.project, sub.name, exc)
+        await asyncio.sleep(interval_s)
+
+
+async def _catch_up(
+    count: DlqCount,
+    meta: MetaStore,
+    stores: Mapping[str, SegmentStore],
+    sub: Subscription,
+    shard: Shard,
+) -> None:
+    layout = await load_layout(meta, sub)
+    if layout is None:  # no DLQ yet
+        count.reset((), 0)
+        return
+    store = stores.get(layout.cluster)
+    if store is None:
+        raise HttpbusError(f"the DLQ's storage cluster {layout.cluster!r} is not here")
+    if not count.known:
+        view = await dlq.scan(store, layout)
+        entries = [(p, dlq.sidelined(m)) for p, m in view.entries.items() if owned(shard, m)]
+        count.reset(entries, view.end)
+        return
+    end = (await store.end_positions(layout.dlq)).get(0, 0)
+    if end > count.read_to:
+        count.read(await dlq.read_all(store, layout.dlq, count.read_to, end), shard)
+        count.read_to = max(count.read_to, end)
+    count.live = True

@@ -30,12 +30,12 @@ from core.retry import level_for
 from core.tasks import TaskSet
 from segments.protocol import Stored
 from segments.subscription import dlq
-from segments.subscription.retry_meta import RetryMeta, origin_partition
+from segments.subscription.retry_meta import RetryMeta
 
 from .admission import Admission
 from .audit import SubscriptionAudit
 from .dispatch import Dispatch
-from .dlq_count import DlqCount
+from .dlq_count import DlqCount, owned
 from .groupstate import GroupStates
 from .internal_topics import InternalTopics
 from .items import Held, Item, Kind, Source, now_ms, sleep_until
@@ -91,13 +91,8 @@ class RetryReaders:
         self.path.sweep()
 
     def mine(self, msg: Stored) -> bool:
-        """Whether an internal record belongs to this runner's shard: by its group, else by
-        the partition it was first read from."""
-        shard = self.topics.shard
-        if shard.whole:
-            return True
-        group = header(msg.headers, GROUP_ID)
-        return shard.owns(group, origin_partition(RetryMeta.of(msg.headers).origin))
+        """Whether an internal record belongs to this runner's shard (:func:`.dlq_count.owned`)."""
+        return owned(self.topics.shard, msg)
 
     async def rebuild(self) -> None:
         """Group state from the storage (the topics exist).

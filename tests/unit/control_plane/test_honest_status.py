@@ -149,6 +149,16 @@ async def test_a_grouped_always_failing_subscription_says_what_its_dlq_holds(
     r = await cp.client.get("/v1/projects/shop/subscriptions")
     assert r.json()["items"][0]["dlq"]["size"] == left
 
+    # Paused, no runner runs it: the worker still follows its DLQ, so a purge meanwhile is
+    # counted too (the list shows it; the status needs no scan).
+    assert (await cp.client.post(f"{SUB}/stop")).status_code == 200
+    r = await cp.client.request("DELETE", f"{SUB}/dlq/messages", params={"group_id": "g2"})
+    left -= r.json()["purged"]
+    dlq = await until(partial(_counted, cp.client, left), 15, "the purge counted paused", 0.1)
+    assert dlq["live"] is True
+    r = await cp.client.get("/v1/projects/shop/subscriptions")
+    assert r.json()["items"][0]["dlq"]["size"] == left
+
 
 async def _counted(client: httpx.AsyncClient, size: int) -> dict[str, Any] | None:
     """The status once the worker's live count says ``size``."""

@@ -129,6 +129,16 @@ async def test_a_grouped_always_failing_subscription_says_what_its_dlq_holds(
         )
         assert f'<strong id="dlq-total-sidelined">{sidelined}<' in dlq
         assert 'class="payload"' in dlq and 'id="dlq-by-error"' in dlq
+        # the list and the home page: the circuit and what the DLQ holds, as counted
+        listing = (await browser.get("/ui/projects/shop/subscriptions")).text
+        assert ">circuit open</span>" in listing
+        assert f'<span class="dlq-size">{size}</span>' in listing
+        assert f'<span class="dlq-sidelined">{sidelined}</span> sidelined' in listing
+        home = (await browser.get("/ui/")).text
+        failing = home.split('<section id="failing">')[1].split("</section>")[0]
+        assert "circuit open" in failing and "HTTP 500" in failing
+        assert f'<span class="dlq-size">{size}</span>' in failing
+        assert f'<span class="dlq-sidelined">{sidelined}</span>' in failing
 
     # A purge and an unsideline by the control plane: the worker's DLQ tail reads the
     # removal each appends, and its count (the status, the list) follows with no scan.

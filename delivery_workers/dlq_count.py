@@ -37,7 +37,7 @@ from core.shards import Shard
 from metastore.protocol import MetaStore
 from segments.protocol import SegmentStore, Stored
 from segments.subscription import dlq
-from segments.subscription.layout import load_layout
+from segments.subscription.layout import Layout, load_layout
 from segments.subscription.retry_meta import RetryMeta, origin_partition
 
 log = logging.getLogger(__name__)
@@ -136,10 +136,17 @@ async def follow_idle(
     interval_s: float = IDLE_READ_S,
 ) -> None:
     """Keep ``count`` true while no runner runs ``sub`` (see the module doc), until
-    cancelled."""
+    cancelled. Each round costs one end-position request to the DLQ's storage (the layout
+    is read from the metastore until the DLQ exists, then kept), and a read only of what
+    was appended."""
+    layout: Layout | None = None
     while True:
         try:
-            await _catch_up(count, meta, stores, sub, shard)
+            layout = layout or await load_layout(meta, sub)
+            if layout is None:  # no DLQ yet
+                count.reset((), 0)
+            else:
+                await _catch_up(count, stores, layout, shard)
         except HttpbusError as exc:  # the storage is away: the last count, not live
             count.live = False
             log.debug("%s/%s: DLQ count not brought up to date: %s", sub.project, sub.name, exc)
@@ -147,16 +154,8 @@ async def follow_idle(
 
 
 async def _catch_up(
-    count: DlqCount,
-    meta: MetaStore,
-    stores: Mapping[str, SegmentStore],
-    sub: Subscription,
-    shard: Shard,
+    count: DlqCount, stores: Mapping[str, SegmentStore], layout: Layout, shard: Shard
 ) -> None:
-    layout = await load_layout(meta, sub)
-    if layout is None:  # no DLQ yet
-        count.reset((), 0)
-        return
     store = stores.get(layout.cluster)
     if store is None:
         raise HttpbusError(f"the DLQ's storage cluster {layout.cluster!r} is not here")

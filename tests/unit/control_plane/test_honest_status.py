@@ -9,6 +9,7 @@ the DLQ page show them (heads first, grouped by error)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,12 @@ SIDELINED_TITLE = "in the DLQ behind their group's failed head, never attempted"
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[tuple[ControlPlane, Hook]]:
+    async with _world(tmp_path) as found:
+        yield found
+
+
+@asynccontextmanager
+async def _world(tmp_path: Path, shards: int = 1) -> AsyncIterator[tuple[ControlPlane, Hook]]:
     async with (
         serve_hook(behaviour=lambda mid, n: (500, {}), answer=lambda p, b: ANSWER) as hook,
         embedded_control_plane(tmp_path, assign_interval_s=0.2) as cp,
@@ -50,6 +57,7 @@ async def world(tmp_path: Path) -> AsyncIterator[tuple[ControlPlane, Hook]]:
             # The default min_calls (20) and window: the heads' few attempts (8) alone would
             # never open it; the followers sidelined behind them do (issue 39).
             "circuit_breaker": {"cooldown_seconds": 600},
+            "shards": shards,
         }
         r = await client.post("/v1/projects/shop/subscriptions", json=sub)
         assert r.status_code == 201, r.text
@@ -174,3 +182,25 @@ async def _counted(client: httpx.AsyncClient, size: int) -> dict[str, Any] | Non
     """The status once the worker's live count says ``size``."""
     dlq = (await client.get(f"{SUB}/status")).json()["dlq"] or {}
     return dlq if dlq.get("size") == size and dlq.get("counted_by") == "worker" else None
+
+
+async def test_a_sharded_subscriptions_dlq_count_adds_up_its_shards(tmp_path: Path) -> None:
+    """Two shards, each counting the entries of its own groups: the status and the list
+    show their sum, which is what the DLQ holds."""
+    async with _world(tmp_path, shards=2) as (cp, _):
+
+        async def counted() -> dict[str, Any] | None:
+            status = (await cp.client.get(f"{SUB}/status")).json()
+            dlq = status["dlq"] or {}
+            stored = (await cp.client.get(f"{SUB}/dlq/messages/summary")).json()
+            done = (
+                dlq.get("counted_by") == "worker"
+                and dlq.get("failed_heads") == GROUPS
+                and (dlq["size"], dlq["sidelined"]) == (stored["size"], stored["sidelined"])
+                and len(status.get("shards", [])) == 2
+            )
+            return dlq if done else None
+
+        dlq = await until(counted, 60, "both shards' counts adding up to the DLQ", 0.25)
+        (row,) = (await cp.client.get("/v1/projects/shop/subscriptions")).json()["items"]
+        assert row["dlq"]["size"] == dlq["size"] >= GROUPS

@@ -204,3 +204,28 @@ async def test_a_sharded_subscriptions_dlq_count_adds_up_its_shards(tmp_path: Pa
         dlq = await until(counted, 60, "both shards' counts adding up to the DLQ", 0.25)
         (row,) = (await cp.client.get("/v1/projects/shop/subscriptions")).json()["items"]
         assert row["dlq"]["size"] == dlq["size"] >= GROUPS
+
+
+async def test_a_subscription_no_worker_counts_has_its_dlq_read_from_storage(
+    tmp_path: Path,
+) -> None:
+    """Unassigned: no count is published, so its status reads the DLQ (once, this one
+    subscription) and the list, which reads none, says nothing rather than zero."""
+    async with embedded_control_plane(tmp_path) as cp:
+        client = cp.client
+        assert (await client.post("/v1/projects", json={"name": "shop"})).status_code == 201
+        topic = {"name": "orders", "partitions": 1, "grouped": True}
+        assert (await client.post("/v1/projects/shop/topics", json=topic)).status_code == 201
+        sub = {"name": "grouped", "topic": "orders", "endpoint": {"url": "http://127.0.0.1:9/"}}
+        assert (await client.post("/v1/projects/shop/subscriptions", json=sub)).status_code == 201
+        status = (await client.get(f"{SUB}/status")).json()
+        assert status["state"] == "unassigned"
+        assert status["dlq"] == {
+            "size": 0,
+            "failed_heads": 0,
+            "sidelined": 0,
+            "counted_by": "storage",
+            "live": True,
+        }
+        (row,) = (await client.get("/v1/projects/shop/subscriptions")).json()["items"]
+        assert row["dlq"] is None and row["circuit"] is None

@@ -265,8 +265,9 @@ def summarize(entries: list[Stored]) -> DlqSummary:
 async def summary(
     meta: MetaStore, stores: Mapping[str, SegmentStore], sub: Subscription
 ) -> DlqSummary:
-    """The summary of ``sub``'s DLQ as stored now (read back whole: it is what an operator
-    trusts over a worker's counters)."""
+    """The summary of ``sub``'s DLQ as stored now, read back whole: the DLQ page's summary by
+    error, and a status when no worker counts the DLQ (the workers' count,
+    ``delivery_workers.dlq_count``, follows the same topic without a scan per request)."""
     found = await open_dlq(meta, stores, sub)
     if found is None:
         return DlqSummary(0, 0, 0, ())

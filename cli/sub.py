@@ -419,18 +419,27 @@ def list_(project: Project, offset: Offset = 0, limit: Limit = 100) -> Call:
     """List the subscriptions of a project (a page at a time)."""
     columns = Columns(
         f"subscriptions of {project}",
-        ("name", "topic", "endpoint", "state", "dlq", "filter", "secret"),
+        ("name", "topic", "endpoint", "state", "dlq", "last error", "filter", "secret"),
         lambda s: (
             s["name"],
             f"{s['topic_project']}/{s['topic']}",
             s["endpoint"]["url"],
             _state(s),
             dlq_line(s.get("dlq")),
+            _last_error(s.get("last_failure")),
             s.get("filter") or "",
             _secret_state(s),
         ),
     )
     return listing(_subs(project), columns, page=(offset, limit))
+
+
+def _last_error(failure: dict[str, Any] | None) -> str:
+    """A list row's last failure, short: ``HTTP 500: database on fire`` (60 characters)."""
+    if not failure:
+        return "-"
+    said = str(failure.get("error") or failure.get("status") or "failed")
+    return said if len(said) <= 60 else said[:59] + "…"
 
 
 def _pairs(values: dict[str, Any] | None) -> str:

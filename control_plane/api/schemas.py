@@ -172,6 +172,14 @@ class DlqCount(_Body):
     )
 
 
+class ListedFailure(_Body):
+    """The newest failed attempt of a subscription, as a list row shows it."""
+
+    at: datetime | None
+    status: int | None = Field(description="the endpoint's HTTP status; null: no answer")
+    error: str | None
+
+
 class SubscriptionListed(SubscriptionView):
     """A row of the subscription list: the view, the state of its circuit and what its DLQ
     holds, so a list does not call a subscription "active" while its endpoint's circuit is
@@ -184,6 +192,9 @@ class SubscriptionListed(SubscriptionView):
     )
     dlq: DlqCount | None = Field(
         default=None, description="its DLQ's size as its worker counts it; null before a count"
+    )
+    last_failure: ListedFailure | None = Field(
+        default=None, description="the newest failed attempt its workers saw; null: none"
     )
 
 

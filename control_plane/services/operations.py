@@ -297,9 +297,9 @@ class SubscriptionOps:
         }
 
     async def listed(self, sub: Subscription) -> Listed:
-        """The circuit (the least healthy shard's) and the DLQ count of ``sub`` as its
-        workers last published them, from the metastore alone: cheap enough for every row of
-        a list. None where no worker has reported."""
+        """The circuit (the least healthy shard's), the DLQ count and the last failure of
+        ``sub`` as its workers last published them, from the metastore alone: cheap enough
+        for every row of a list. None where no worker has reported."""
         found = await asyncio.gather(
             *(
                 self.meta.get(paths.subscription_status(sub.project, sub.name, _index(shard)))
@@ -309,8 +309,11 @@ class SubscriptionOps:
         docs = [json.loads(doc.data) for doc in found if doc is not None]
         worst = worst_circuit(docs)
         circuit = str(worst["state"]) if worst and worst.get("state") else None
-        dlq = dlq_figures(merge_figures(docs).get("dlq")) if docs else None
-        return Listed(circuit, dlq)
+        merged = merge_figures(docs) if docs else {}
+        failure = _failure(merged.get("last_failure"))
+        if failure is not None:
+            failure.pop("answer", None)  # a list row names the error; the page shows the answer
+        return Listed(circuit, dlq_figures(merged.get("dlq")), failure)
 
     async def _shard_status(
         self, sub: Subscription, shard: Shard, segment: Segment | None
@@ -353,10 +356,12 @@ class SubscriptionOps:
 
 @dataclass(frozen=True)
 class Listed:
-    """A subscription's figures for a row of a list: circuit state and DLQ count."""
+    """A subscription's figures for a row of a list: circuit state, DLQ count, last failure
+    (``at``, ``status``, ``error``)."""
 
     circuit: str | None
     dlq: dict[str, Any] | None
+    last_failure: dict[str, object] | None = None
 
 
 @dataclass(frozen=True)

@@ -122,10 +122,11 @@ async def test_an_always_failing_grouped_subscription_shows_its_dlq_and_open_cir
 
                 # the list: API and CLI
                 (row,) = (await api.get("/v1/projects/p/subscriptions")).json()["items"]
-                assert row["circuit"] == "open"
+                assert row["circuit"] == "open" and row["last_failure"]["status"] == 500
                 assert (row["dlq"]["size"], row["dlq"]["sidelined"]) == (40, 35)
                 listed = await _cli(url, "sub", "list", "p")
                 assert "circuit open" in listed and "40 (5 failed, 35 sidelined)" in listed
+                assert "HTTP 500" in listed
 
                 # the overview: API and CLI
                 seen = (await api.get("/v1/overview")).json()

@@ -113,7 +113,7 @@ async def test_a_grouped_always_failing_subscription_says_what_its_dlq_holds(
     assert heads[True]["count"] == sidelined
     r = await cp.client.get("/v1/projects/shop/subscriptions")
     (row,) = r.json()["items"]
-    assert row["circuit"] == "open"
+    assert row["circuit"] == "open" and row["last_failure"]["status"] == 500
     assert (row["dlq"]["size"], row["dlq"]["sidelined"]) == (size, sidelined)
 
     assert cp.app is not None
@@ -142,6 +142,7 @@ async def test_a_grouped_always_failing_subscription_says_what_its_dlq_holds(
         assert ">circuit open</span>" in listing
         assert f'<span class="dlq-size">{size}</span>' in listing
         assert f'<span class="dlq-sidelined">{sidelined}</span> sidelined' in listing
+        assert 'class="wrap last-error"' in listing and "HTTP 500" in listing
         home = (await browser.get("/ui/")).text
         failing = home.split('<section id="failing">')[1].split("</section>")[0]
         assert "circuit open" in failing and "HTTP 500" in failing

@@ -38,10 +38,11 @@ The target (earliest, latest or a timestamp) is found as a subscription's start 
 consume segment, read from storage. What the DLQ holds (``dlq``: size, failed heads,
 sidelined followers) is the count the worker publishes with its figures
 (``delivery_workers.dlq_count``: a scan when it takes the subscription, then its tail of
-the DLQ, removals by a purge or an unsideline included), so a status does not read the DLQ;
-only when no runner counts it now (unassigned, paused, disabled: ``live`` false or no
-count) is the DLQ read once from storage, for this one subscription. The list and the
-overview show the published count alone (:meth:`SubscriptionOps.listed`).
+the DLQ, removals by a purge or an unsideline included; while paused or disabled, a read of
+what was appended every few seconds), so a status does not read the DLQ; only when no worker
+counts it now (unassigned, or ``live`` false: its storage was away) is the DLQ read once from
+storage, for this one subscription. The list and the overview show the published count
+alone (:meth:`SubscriptionOps.listed`).
 
 A sharded subscription (``docs/shards.md``) is sought with every shard's lock taken and
 every shard's commit group written; its status adds up the shards (:mod:`.shard_status`)

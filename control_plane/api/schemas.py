@@ -167,8 +167,9 @@ class DlqCount(_Body):
         description="worker: the count its worker publishes; storage: read from the DLQ now"
     )
     live: bool = Field(
-        description="true: kept up to date (a runner follows the DLQ, or just read); false: "
-        "the last count while no runner runs (paused, disabled)"
+        description="true: kept up to date (its worker follows the DLQ, or it was just "
+        "read); false: the last count, which its worker could not bring up to date (its "
+        "storage away, or the runner restarting)"
     )
 
 

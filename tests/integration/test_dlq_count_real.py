@@ -4,7 +4,8 @@ every attempt, fewer calls than the policy needs; the followers sidelined behind
 the circuit. The status, the subscription list (API and ``httpbus sub list``) and the
 overview (API and ``httpbus overview``) show what its DLQ holds as the worker counts it
 (size, failed heads, sidelined), the open circuit and the last error; a purge (CLI) and an
-unsideline (API) by the control plane are followed by the count.
+unsideline (API) by the control plane are followed by the count, and so is a purge while
+the subscription is paused (no runner: the worker follows the DLQ without one).
 
 The control plane is served over HTTP (its own ZooKeeper session, in a thread) so the CLI
 reaches it as it reaches any control plane; the worker runs in the test process."""
@@ -155,4 +156,14 @@ async def test_an_always_failing_grouped_subscription_shows_its_dlq_and_open_cir
                 assert status["dlq"]["size"] == left and status["dlq"]["counted_by"] == "worker"
                 listed = await _cli(url, "sub", "list", "p")
                 assert f"{left} (3 failed, {left - 3} sidelined)" in listed
+
+                # paused, no runner: the worker still follows the DLQ, a purge is counted
+                assert (await api.post(f"{SUB}/stop")).status_code == 200
+                r = await api.delete(f"{SUB}/dlq/messages", params={"group_id": "g2"})
+                assert r.json()["purged"] == PER_GROUP, r.text
+                left -= PER_GROUP
+                row = await until(lambda: _counted(api, left), 15, "the paused purge counted")
+                assert row["dlq"]["live"] is True and row["dlq"]["failed_heads"] == GROUPS - 3
+                status = (await api.get(f"{SUB}/status")).json()
+                assert status["state"] == "paused" and status["dlq"]["counted_by"] == "worker"
     assert time.monotonic() - started < 60

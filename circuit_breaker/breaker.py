@@ -12,6 +12,15 @@
   rate; ``close_after_successes`` successes close the circuit (with an empty window), one
   failure opens it again.
 
+**Failures without a call** (:meth:`CircuitBreaker.record_unattempted`): deliveries that a
+failure decided without calling the endpoint — on a grouped subscription, the messages
+queued behind a head that failed for good, which go to the DLQ unattempted. They count as
+failed calls of the window (and as a failure while open or half open), so an endpoint that
+fails every call still opens the circuit when ordering lets only a few calls through (a few
+groups' heads, retried with a backoff: fewer calls in a window than ``min_calls``). Each
+counts once, when the failure decides it; against the window's successes, so one poisoned
+group of a busy subscription does not open it.
+
 Every change of state is returned as a :class:`Transition` value, for the caller to log and
 audit. Time is whatever the caller passes as ``now`` (seconds, non-decreasing).
 
@@ -88,11 +97,12 @@ class CircuitBreaker:
         self._next_probe = now + 1.0 / self.config.probe_per_s
         return 0.0
 
-    def record(self, now: float, *, failed: bool) -> tuple[Transition, ...]:
-        """Count one call's outcome; the transitions it (or the time passed) caused."""
+    def record(self, now: float, *, failed: bool, count: int = 1) -> tuple[Transition, ...]:
+        """Count one call's outcome (or ``count`` alike); the transitions it (or the time
+        passed) caused."""
         changes = self.tick(now)
         if self.state is CircuitState.CLOSED:
-            self.window.add(now, failed=failed)
+            self.window.add(now, failed=failed, count=count)
             calls, rate = self.window.calls(now), self.window.failure_rate(now)
             if calls >= self.config.min_calls and rate >= self.config.failure_rate_threshold:
                 reason = f"{rate:.0%} of {calls} calls failed in {self.config.window_s:g} s"
@@ -109,6 +119,13 @@ class CircuitBreaker:
                 changes += (self._move(now, CircuitState.CLOSED, reason),)
                 self.window.clear()
         return changes
+
+    def record_unattempted(self, now: float, count: int) -> tuple[Transition, ...]:
+        """``count`` deliveries a failure decided without a call (see the module doc): failed
+        calls, for the window and the state."""
+        if count < 1:
+            return self.tick(now)
+        return self.record(now, failed=True, count=count)
 
     def tick(self, now: float) -> tuple[Transition, ...]:
         """Apply what time alone changes: OPEN → HALF_OPEN once the cool-down is over."""

@@ -4,6 +4,9 @@
   counted). CLOSED: paced by the adaptive rate; OPEN and HALF_OPEN: probes only, at the
   probe rate.
 - ``record(outcome, now)``: what a call came to, judged by the failure classifier.
+- ``record_unattempted(count, now)``: deliveries a failure decided without a call (a
+  grouped subscription's messages sidelined behind a failed head): failures for the
+  breaker (:class:`~.breaker.CircuitBreaker`), not for the rate, which paces calls.
 - ``poll(now)``: the transitions not yet handed out (time alone may open a half-open door);
   ``record`` hands them out too. The caller logs and audits them.
 - ``snapshot(now)``: state, current rate, window failure rate, for status and metrics.
@@ -89,6 +92,10 @@ class Governor:
         if self.breaker.state is CircuitState.CLOSED:
             self.limiter.record(now, failed=failed)
         self._note(self.breaker.record(now, failed=failed), now)
+        return self.poll(now)
+
+    def record_unattempted(self, count: int, now: float) -> tuple[Transition, ...]:
+        self._note(self.breaker.record_unattempted(now, count), now)
         return self.poll(now)
 
     def poll(self, now: float) -> tuple[Transition, ...]:

@@ -31,17 +31,18 @@ class SlidingWindow:
         self._calls = 0
         self._failures = 0
 
-    def add(self, now: float, *, failed: bool) -> None:
+    def add(self, now: float, *, failed: bool, count: int = 1) -> None:
+        """Count ``count`` calls (all failed or all not) at ``now``."""
         self._expire(now)
         start = now - now % self.width
         if not self._buckets or self._buckets[-1][0] < start:
             self._buckets.append([start, 0, 0])
         # A clock that steps back lands in the newest bucket rather than reordering history.
         bucket = self._buckets[-1]
-        bucket[1] += 1
-        bucket[2] += failed
-        self._calls += 1
-        self._failures += failed
+        bucket[1] += count
+        bucket[2] += count if failed else 0
+        self._calls += count
+        self._failures += count if failed else 0
 
     def calls(self, now: float) -> int:
         self._expire(now)

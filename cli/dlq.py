@@ -236,3 +236,11 @@ def purge(
     return batches(
         "purging", "purged", lambda api: api.delete(where, params), output, ask=ask, yes=yes
     )
+
+
+def dlq_line(dlq: dict[str, Any] | None) -> str:
+    """What a DLQ holds, as the API counts it: ``961 (6 failed, 955 sidelined)``."""
+    if not dlq:
+        return "-"
+    line = f"{dlq['size']} ({dlq['failed_heads']} failed, {dlq['sidelined']} sidelined)"
+    return line if dlq.get("live", True) else f"{line}, last count"

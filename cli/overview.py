@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
+from cli.dlq import dlq_line
 from cli.kit import Call, Interval, Output, console, get
 from control_plane.client import AdminClient, path
 
@@ -49,7 +50,7 @@ def render(seen: dict[str, Any]) -> str:
         circuit = str(row.get("circuit") or "-").replace("_", "-")
         out.append(
             f"  {_sub(row):<40} circuit {circuit:<9} failed {row['failed_per_s']}/s  "
-            f"{_failure(row)}"
+            f"dlq {dlq_line(row.get('dlq'))}  {_failure(row)}"
         )
     out += ["", f"LAG (largest {len(seen['lag'])})"]
     for row in seen["lag"][:ROWS]:
@@ -57,7 +58,10 @@ def render(seen: dict[str, Any]) -> str:
         out.append(f"  {_sub(row):<40} lag {row['lag']:<10} oldest unacked {oldest}")
     out += ["", f"DLQ GROWING, last hour ({len(seen['dlq_growing'])})"]
     for row in seen["dlq_growing"][:ROWS]:
-        out.append(f"  {_sub(row):<40} +{row['last_hour']}  last at {row['last_at']}")
+        out.append(
+            f"  {_sub(row):<40} +{row['last_hour']}  last at {row['last_at']}  "
+            f"holds {dlq_line(row.get('dlq'))}"
+        )
     out += ["", f"DISABLED ({len(seen['disabled'])})"]
     for row in seen["disabled"][:ROWS]:
         out.append(

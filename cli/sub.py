@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from cli.dlq import batches, time_option
+from cli.dlq import batches, dlq_line, time_option
 from cli.kit import (
     EXIT_USAGE,
     Call,
@@ -287,7 +287,16 @@ def _subs(project: str, *rest: str) -> str:
 
 
 def _state(sub: dict[str, Any]) -> str:
-    return "disabled" if sub.get("disabled") else "paused" if sub.get("paused") else "active"
+    """disabled, paused, then an open or half-open circuit (a list row carries it), else
+    active: "active" must not hide an endpoint that fails."""
+    if sub.get("disabled"):
+        return "disabled"
+    if sub.get("paused"):
+        return "paused"
+    circuit = sub.get("circuit")
+    if circuit in ("open", "half_open"):
+        return f"circuit {circuit.replace('_', '-')}"
+    return "active"
 
 
 def _created(project: str, name: str, sub: dict[str, Any]) -> str:
@@ -410,17 +419,27 @@ def list_(project: Project, offset: Offset = 0, limit: Limit = 100) -> Call:
     """List the subscriptions of a project (a page at a time)."""
     columns = Columns(
         f"subscriptions of {project}",
-        ("name", "topic", "endpoint", "state", "filter", "secret"),
+        ("name", "topic", "endpoint", "state", "dlq", "last error", "filter", "secret"),
         lambda s: (
             s["name"],
             f"{s['topic_project']}/{s['topic']}",
             s["endpoint"]["url"],
             _state(s),
+            dlq_line(s.get("dlq")),
+            _last_error(s.get("last_failure")),
             s.get("filter") or "",
             _secret_state(s),
         ),
     )
     return listing(_subs(project), columns, page=(offset, limit))
+
+
+def _last_error(failure: dict[str, Any] | None) -> str:
+    """A list row's last failure, short: ``HTTP 500: database on fire`` (60 characters)."""
+    if not failure:
+        return "-"
+    said = str(failure.get("error") or failure.get("status") or "failed")
+    return said if len(said) <= 60 else said[:59] + "…"
 
 
 def _pairs(values: dict[str, Any] | None) -> str:
@@ -482,6 +501,12 @@ def print_status(status: dict[str, Any]) -> None:
         )
     )
     typer.echo("totals   " + "  ".join(f"{k} {v}" for k, v in totals.items()))
+    typer.echo(f"dlq      {dlq_line(status.get('dlq'))}")
+    failure = status.get("last_failure")
+    if failure:
+        typer.echo(
+            f"last failure  {failure.get('at')}  {failure.get('error') or failure.get('status')}"
+        )
     rows = [
         (p["partition"], p["committed"], p["end"], p["lag"]) for p in status.get("partitions", [])
     ]

@@ -44,7 +44,9 @@ _HELP = {
     "attempts": "delivery attempts",
     "failed_attempts": "delivery attempts that failed",
     "retried": "failed attempts followed by another (in place or through a delay level)",
-    "dead_lettered": "messages handed to the dead-letter queue",
+    "dead_lettered": "messages that failed for good, handed to the dead-letter queue",
+    "sidelined": "messages sent to the dead-letter queue unattempted, behind their group's "
+    "failed head",
 }
 
 

@@ -27,7 +27,7 @@ from core.shards import WHOLE, Shard
 from core.token_bucket import TokenBucket
 from segments.audit import AuditSink
 
-from .attempt import Attempts, Finished
+from .attempt import POISONED, Attempts, Finished
 from .batch_attempt import BatchAttempts
 from .items import Item
 from .poison import crash_names
@@ -178,8 +178,12 @@ class Dispatch:
         drained = self._stop_group(item)
         if isinstance(verdict, ToLevel):
             path.to_level(item, finished.result, finished.attempt, verdict, drained)
-        else:
-            path.dead_letter(item, finished.result, finished.attempt, drained)
+            return
+        followers = path.dead_letter(item, finished.result, finished.attempt, drained)
+        if verdict is not POISONED:  # the worker failed on it, not the endpoint
+            # Its group's messages that follow it unattempted count against the circuit
+            # too (.throttle: few heads, few calls, yet everything fails).
+            self.throttle.sidelined(followers, finished.result)
 
     def _stop_group(self, item: Item) -> list[Item]:
         """``item`` leaves for a level or the DLQ: free its slot and return the items of its

@@ -48,6 +48,7 @@ class RetryStats(Protocol):
     held: int
     blocked_groups: int
     delayed: int
+    sidelined: int  # into the DLQ unattempted, behind the group's failed head
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,9 +233,9 @@ class RetryPath:
 
     def dead_letter(
         self, item: Item, result: DeliveryResult, attempt: int, drained: list[Item]
-    ) -> None:
+    ) -> int:
         """``item`` failed for good: to the DLQ, and on a grouped topic its group's held and
-        queued messages after it, in order."""
+        queued messages after it, in order; how many followed it (sidelined unattempted)."""
         meta = _failed(item.meta, result, attempt, now_ms())
         group = item.group
         if group is not None:
@@ -254,20 +255,23 @@ class RetryPath:
             if group is not None:
                 self.release(group)
             self.returns.put_nowait(Return(drained, released=False))
-            return
+            return 0
         self.to_dlq(item, meta, None)
         if group is None:
-            return
+            return 0
         why = f"follows {header(item.msg.headers, MESSAGE_ID)} of group {group} to the DLQ"
-        for held in self.groups.take_all_followers(group):
-            self._follower_to_dlq(held, why)
+        held = self.groups.take_all_followers(group)
+        for follower_held in held:
+            self._follower_to_dlq(follower_held, why)
         for follower in drained:
             self.to_dlq(follower, follower.meta, why)
+        return len(held) + len(drained)
 
     def to_dlq(self, item: Item, meta: RetryMeta, why: str | None) -> None:
         """Into the DLQ; ``why`` it goes there unattempted (it follows its group), if so."""
         now = now_ms()
         if why is not None:  # never attempted here: it follows its group
+            self.stats.sidelined += 1
             meta = replace(
                 meta,
                 first_failed_ms=meta.first_failed_ms or now,
@@ -292,12 +296,13 @@ class RetryPath:
         ahead in the hand-off order, so it is stored before this one)."""
         held.dead = True
         item = held.item
-        if held.stored is not None:
+        if held.stored is not None:  # to_dlq counts it
             meta = RetryMeta.of(held.stored.headers)
             stored = Item(held.stored, self.topics.hold, Kind.RELEASED, item.group, meta)
             self.to_dlq(stored, meta, why)
             return
         now = now_ms()
+        self.stats.sidelined += 1
         meta = replace(item.meta, first_failed_ms=now, last_failed_ms=now, last_error=why)
         group = item.group
         assert group is not None

@@ -30,11 +30,12 @@ from core.retry import level_for
 from core.tasks import TaskSet
 from segments.protocol import Stored
 from segments.subscription import dlq
-from segments.subscription.retry_meta import RetryMeta, origin_partition
+from segments.subscription.retry_meta import RetryMeta
 
 from .admission import Admission
 from .audit import SubscriptionAudit
 from .dispatch import Dispatch
+from .dlq_count import DlqCount, owned
 from .groupstate import GroupStates
 from .internal_topics import InternalTopics
 from .items import Held, Item, Kind, Source, now_ms, sleep_until
@@ -59,6 +60,7 @@ class RetryReaders:
     admission: Admission
     dispatch: Dispatch
     audit: SubscriptionAudit
+    count: DlqCount = field(default_factory=DlqCount)  # what the DLQ holds (.dlq_count)
     _tasks: TaskSet = field(init=False, default_factory=TaskSet)
     _dlq_end: int = field(init=False, default=0)
     _skip: set[tuple[str, int]] = field(init=False, default_factory=set)  # stale level copies
@@ -89,13 +91,8 @@ class RetryReaders:
         self.path.sweep()
 
     def mine(self, msg: Stored) -> bool:
-        """Whether an internal record belongs to this runner's shard: by its group, else by
-        the partition it was first read from."""
-        shard = self.topics.shard
-        if shard.whole:
-            return True
-        group = header(msg.headers, GROUP_ID)
-        return shard.owns(group, origin_partition(RetryMeta.of(msg.headers).origin))
+        """Whether an internal record belongs to this runner's shard (:func:`.dlq_count.owned`)."""
+        return owned(self.topics.shard, msg)
 
     async def rebuild(self) -> None:
         """Group state from the storage (the topics exist).
@@ -108,10 +105,15 @@ class RetryReaders:
         store = topics.store
         view = await dlq.scan(store, topics.layout)
         dead = {RetryMeta.of(m.headers).origin for m in view.live()}
+        counted: list[tuple[int, bool]] = []
         for position, msg in view.entries.items():
+            if not self.mine(msg):
+                continue
+            counted.append((position, dlq.sidelined(msg)))
             group = header(msg.headers, GROUP_ID)
-            if group is not None and self.mine(msg):
+            if group is not None:
                 groups.dead_seen(group, position)
+        self.count.reset(counted, view.end)
         self._dlq_end = view.end
         for ms in topics.levels:
             source = topics.level(ms)
@@ -230,8 +232,13 @@ class RetryReaders:
             for msg in batch:
                 position = msg.position + 1
                 if dlq.is_removal(msg):
-                    self.groups.dead_removed(dlq.removed_positions(msg))
+                    positions = dlq.removed_positions(msg)
+                    self.groups.dead_removed(positions)
+                    self.count.removed(positions, msg.position)
                     continue
+                if not self.mine(msg):
+                    continue
+                self.count.seen(msg.position, dlq.sidelined(msg))
                 group = header(msg.headers, GROUP_ID)
-                if group is not None and self.mine(msg):
+                if group is not None:
                     self.groups.dead_seen(group, msg.position)

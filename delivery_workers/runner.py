@@ -118,9 +118,13 @@ class SubscriptionRunner:
         groups: GroupStates[Held] = GroupStates()
         path = self.retry_path = RetryPath(sub, topics, groups, self.audit, self.stats)
         admission = Admission(sub, groups, path, self.dispatch)
-        readers = RetryReaders(sub, topics, groups, path, admission, self.dispatch, self.audit)
+        readers = RetryReaders(
+            sub, topics, groups, path, admission, self.dispatch, self.audit, self.stats.dlq
+        )
         if topics.created:
             await readers.rebuild()
+        else:  # no DLQ yet: empty; the tail counts it from its start once it is made
+            self.stats.dlq.reset((), 0)
         handing_off = asyncio.create_task(path.run())
         readers.start()
         committer = Committer(self._policy, self.name, path, self.audit.sink)

@@ -1,7 +1,9 @@
 """Running one subscription (shard) a worker holds: :class:`Running` follows its record and
 runs a :class:`SubscriptionRunner` while it exists and is neither paused nor disabled,
 restarting the runner (from the committed positions) when its settings change or it
-crashes, and adding each finished runner's counters to the subscription's totals.
+crashes, and adding each finished runner's counters to the subscription's totals. While it
+is paused or disabled, the count of its DLQ is kept true without a runner
+(:func:`.dlq_count.follow_idle`).
 
 The :class:`~.worker.Worker` decides what is held (assignment, locks, fencing) and hands
 each held key to :meth:`Running.follow`; nothing here takes or releases a lock.
@@ -28,6 +30,7 @@ from segments.subscription.layout import drop_layout
 from .audit import pause_event
 from .bodies import BodyCache
 from .disabling import Disabling
+from .dlq_count import follow_idle
 from .fenced import FencedSender
 from .poison import RunnerCrashes
 from .runner import SubscriptionRunner
@@ -114,9 +117,20 @@ class Running:
                     self.disabled.discard(key)
                 if not sub.paused and not disabled:
                     self._tasks[key] = asyncio.create_task(self._run(key, project, name))
+                else:  # no runner counts its DLQ: keep the count true meanwhile
+                    self._tasks[key] = asyncio.create_task(self._count_idle(key, sub))
         finally:
             self.disabled.discard(key)
             await self.stop(key)
+
+    async def _count_idle(self, key: str, sub: Subscription) -> None:
+        """Follow the DLQ of a held subscription no runner runs (.dlq_count)."""
+        count = self.totals.dlq_of(key)
+        try:
+            shard = shard_of(sub, parse_unit_key(key)[2])
+        except HttpbusError:  # an assignment older than the subscription: the next fixes it
+            return
+        await follow_idle(count, self.metastore, self.stores, sub, shard)
 
     async def _drop(self, project: str, name: str) -> None:
         await drop_layout(self.metastore, self.stores, project, name)
@@ -152,6 +166,7 @@ class Running:
                     bodies=self.bodies,
                 )
                 runner.stats.latency = self.totals.latency_of(key)
+                runner.stats.dlq = self.totals.dlq_of(key)
                 self.runners[key] = runner
                 await runner.run()
             except Exception as exc:
@@ -166,6 +181,7 @@ class Running:
         """Add a finished runner's counters to the totals of its subscription."""
         if self.runners.get(key) is runner:
             del self.runners[key]
+        runner.stats.dlq.live = False  # kept as last counted until a runner counts again
         self.totals.fold(key, runner.stats)
 
 

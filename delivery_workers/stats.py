@@ -8,6 +8,7 @@ from typing import Protocol
 
 from core.result import DeliveryResult
 
+from .dlq_count import DlqCount
 from .latency import LatencyHistogram
 
 
@@ -19,7 +20,8 @@ class RunnerStats:
     attempts: int = 0
     failed_attempts: int = 0
     retried: int = 0
-    dead_lettered: int = 0
+    dead_lettered: int = 0  # attempted, failed for good
+    sidelined: int = 0  # into the DLQ unattempted, behind their group's failed head
     delayed: int = 0
     in_flight: int = 0
     held: int = 0
@@ -38,6 +40,9 @@ class RunnerStats:
     last_failure: dict[str, object] | None = None
     # Accepted -> 2xx; the worker hands each runner its subscription's (kept over restarts).
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
+    # What its DLQ holds (.dlq_count); the worker hands each runner its subscription's, so
+    # the last count stays shown while no runner runs (paused, disabled).
+    dlq: DlqCount = field(default_factory=DlqCount)
 
 
 COUNTERS = (
@@ -48,6 +53,7 @@ COUNTERS = (
     "failed_attempts",
     "retried",
     "dead_lettered",
+    "sidelined",
 )
 GAUGES = (  # of the runner running now; a stopped one shows the defaults
     "in_flight",
@@ -90,6 +96,7 @@ class Totals:
     def __init__(self) -> None:
         self._totals: dict[str, RunnerStats] = {}
         self._latency: dict[str, LatencyHistogram] = {}
+        self._dlq: dict[str, DlqCount] = {}
 
     def keys(self) -> set[str]:
         return set(self._totals)
@@ -97,6 +104,10 @@ class Totals:
     def latency_of(self, key: str) -> LatencyHistogram:
         """The histogram a new runner of ``key`` observes into."""
         return self._latency.setdefault(key, LatencyHistogram())
+
+    def dlq_of(self, key: str) -> DlqCount:
+        """The DLQ count a new runner of ``key`` keeps (its baseline scan resets it)."""
+        return self._dlq.setdefault(key, DlqCount())
 
     def fold(self, key: str, finished: RunnerStats) -> None:
         """Add a finished runner's counters to the totals of ``key``."""
@@ -117,6 +128,7 @@ class Totals:
             for name in GAUGES:
                 setattr(total, name, getattr(live, name))
         total.latency = self._latency.get(key) or LatencyHistogram()
+        total.dlq = self._dlq.get(key) or DlqCount()
         return total
 
 

@@ -5,23 +5,30 @@ Every ``interval_s`` the :class:`StatusPublisher` samples the worker's counters
 ``/status/{project}:{s}`` (so it vanishes with the worker's session)::
 
     {"worker": "w-1", "segment": 3, "in_flight": 12, "held": 0, "blocked_groups": 0, "delayed": 0,
-     "totals": {"delivered": .., "failed": .., "filtered": .., "retried": .., "dead_lettered": ..},
+     "totals": {"delivered": .., "failed": .., "filtered": .., "retried": .., "dead_lettered": ..,
+                "sidelined": ..},
      "rates": {"delivered_per_s": .., "failed_per_s": .., "filtered_per_s": ..},
      "circuit": {"state": "closed", "rate_per_s": 100.0} | null,
      "lag": 40 | null, "oldest_unacked_ms": 1767225600000 | null,
      "failures": {"500": 12, "timeout": 3},
      "last_failure": {"at_ms": .., "status": 500, "error": "HTTP 500: ..", "answer": ".."} | null,
+     "dlq": {"size": 961, "failed_heads": 6, "sidelined": 955, "read_to": 970,
+             "live": true} | null,
      "history": [[t, delivered, failed, filtered, dead_lettered, lag | null], ...],
      "updated_at": "2026-01-01T00:00:00Z"}
 
 ``history`` holds 10-second buckets (``t`` = the bucket's start, epoch seconds) over the last
 hour, only the non-empty ones (the control plane fills in the gaps); ``lag`` there is the last
-one the runner measured in the bucket. ``failures`` counts failed attempts by the endpoint's
-status (or why no answer came), ``last_failure`` is the newest one with the start of the
-answer; with ``dead_lettered`` per bucket the overview finds the DLQs that grow. Rates are
+one the runner measured in the bucket; its ``dead_lettered`` counts every message into the
+DLQ, the totals' ``dead_lettered`` the failed heads alone and ``sidelined`` their followers.
+``failures`` counts failed attempts by the endpoint's status (or why no answer came),
+``last_failure`` is the newest one with the start of the answer; with ``dead_lettered`` per
+bucket the overview finds the DLQs that grow. ``dlq`` is what the DLQ holds now
+(:mod:`.dlq_count`: a baseline scan when the runner starts, then its tail of the DLQ;
+``live`` false while no runner runs, the last count kept; null before a count). Rates are
 over the last ``rate_window_s``. A node is written only when its figures changed, or every
-``refresh_s`` otherwise, so an idle worker with thousands of subscriptions costs the metastore
-little.
+``refresh_s`` otherwise, so an idle worker with thousands of subscriptions costs the
+metastore little.
 
 Totals count since this worker took the subscription: a subscription that moves to another
 worker starts from zero there (the audit trail keeps the exact history).
@@ -54,8 +61,11 @@ HISTORY_S = 3_600
 
 
 def _counts(stats: RunnerStats) -> tuple[int, int, int, int]:
-    """(delivered, failed, filtered, dead_lettered): failed counts failed attempts."""
-    return stats.delivered, stats.failed_attempts, stats.filtered, stats.dead_lettered
+    """(delivered, failed, filtered, dead_lettered): failed counts failed attempts,
+    dead_lettered every message into the DLQ (failed heads and sidelined followers), so the
+    history shows the DLQ growing as it does."""
+    into_dlq = stats.dead_lettered + stats.sidelined
+    return stats.delivered, stats.failed_attempts, stats.filtered, into_dlq
 
 
 @dataclass
@@ -190,6 +200,7 @@ class StatusPublisher(AsyncResource):
                 "filtered": st.filtered,
                 "retried": st.retried,
                 "dead_lettered": st.dead_lettered,
+                "sidelined": st.sidelined,
             },
             "rates": {
                 "delivered_per_s": round(d, 2),
@@ -201,6 +212,7 @@ class StatusPublisher(AsyncResource):
             "oldest_unacked_ms": st.oldest_unacked_ms,
             "failures": dict(sorted(st.failures.items())),
             "last_failure": st.last_failure,
+            "dlq": st.dlq.figures(),
             "history": series.history(),
         }
         return json.dumps(doc, separators=(",", ":"))

@@ -22,7 +22,14 @@ The hooks (each a line where it is used):
   of an open circuit go round the messages in hand rather than to the same few;
 - :meth:`record` — after every attempt: feed the outcome to the governor; a change of state
   is logged, audited (``AuditType.CIRCUIT``) and shown in ``stats.circuit_state`` and
-  ``stats.circuit_rate``.
+  ``stats.circuit_rate``;
+- :meth:`sidelined` — the dispatch, when a head failed for good at the endpoint (a failure
+  for the breaker: not a 4xx, not a message the worker itself fails on) and its group's
+  queued and held messages follow it into the DLQ unattempted: each counts as a failed call
+  of the breaker's window (:meth:`circuit_breaker.Governor.record_unattempted`). Without it a
+  grouped subscription whose endpoint fails everything sees only its heads' few attempts,
+  fewer than ``min_calls`` in a window, and its circuit stays closed while the DLQ fills
+  (issue 39).
 
 A subscription with the breaker disabled gets a throttle whose hooks do nothing.
 
@@ -171,6 +178,16 @@ class Throttle:
         outcome = call_outcome(result)
         if self.governor is not None and outcome is not None:
             self._emit(self.governor.record(outcome, self.clock()))
+
+    def sidelined(self, count: int, head: DeliveryResult) -> None:
+        """``count`` messages went to the DLQ unattempted behind a head that failed for good
+        with ``head``: failures of the breaker when ``head`` is one (a 4xx head is the
+        message's fault, not the endpoint's, and so is the queue sidelined behind it)."""
+        outcome = call_outcome(head)
+        governor = self.governor
+        if governor is None or count < 1 or outcome is None or not governor.classifier(outcome):
+            return
+        self._emit(governor.record_unattempted(count, self.clock()))
 
     def _emit(self, changes: tuple[Transition, ...]) -> None:
         for change in changes:

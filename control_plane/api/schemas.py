@@ -5,7 +5,7 @@ are defined in :mod:`control_plane.services.inputs` and accepted here as they ar
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Generic, Self, TypeVar
+from typing import Generic, Literal, Self, TypeVar
 
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator
 
@@ -155,14 +155,47 @@ class SubscriptionView(SubscriptionBase):
         )
 
 
+class DlqCount(_Body):
+    """What a subscription's DLQ holds, as its worker counts it (docs/operations.md)."""
+
+    size: int = Field(description="live entries")
+    failed_heads: int = Field(description="entries attempted that failed for good")
+    sidelined: int = Field(
+        description="entries that followed their group's failed head, never attempted"
+    )
+    counted_by: Literal["worker", "storage"] = Field(
+        description="worker: the count its worker publishes; storage: read from the DLQ now"
+    )
+    live: bool = Field(
+        description="true: kept up to date (its worker follows the DLQ, or it was just "
+        "read); false: the last count, which its worker could not bring up to date (its "
+        "storage away, or the runner restarting)"
+    )
+
+
+class ListedFailure(_Body):
+    """The newest failed attempt of a subscription, as a list row shows it."""
+
+    at: datetime | None
+    status: int | None = Field(description="the endpoint's HTTP status; null: no answer")
+    error: str | None
+
+
 class SubscriptionListed(SubscriptionView):
-    """A row of the subscription list: the view and the state of its circuit, so a list
-    does not call a subscription "active" while its endpoint's circuit is open."""
+    """A row of the subscription list: the view, the state of its circuit and what its DLQ
+    holds, so a list does not call a subscription "active" while its endpoint's circuit is
+    open or its DLQ fills."""
 
     circuit: str | None = Field(
         default=None,
         description="the circuit as its worker last reported it: closed, half_open or open; "
         "null before a worker reported",
+    )
+    dlq: DlqCount | None = Field(
+        default=None, description="its DLQ's size as its worker counts it; null before a count"
+    )
+    last_failure: ListedFailure | None = Field(
+        default=None, description="the newest failed attempt its workers saw; null: none"
     )
 
 

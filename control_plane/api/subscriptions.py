@@ -19,6 +19,8 @@ from control_plane.api.deps import (
 )
 from control_plane.api.grants import check_consent
 from control_plane.api.schemas import (
+    DlqCount,
+    ListedFailure,
     Page,
     SecretRotate,
     SecretsRevealed,
@@ -69,12 +71,18 @@ OpsDep = Annotated[SubscriptionOps, Depends(_ops)]
 async def list_subscriptions(
     project: ProjectName, admin: AdminDep, ops: OpsDep, offset: Offset = 0, limit: Limit = 100
 ) -> Page[SubscriptionListed]:
-    """A page of the project's subscriptions, each with its circuit's state."""
+    """A page of the project's subscriptions, each with its circuit's state, what its DLQ
+    holds and its last failure, as its workers last published them (no DLQ is read)."""
 
     async def fetch(name: str) -> SubscriptionListed:
         sub = await admin.catalog.get_subscription(project, name)
         listed = SubscriptionListed.of(sub, utcnow())
-        return listed.model_copy(update={"circuit": await ops.circuit(sub)})
+        found = await ops.listed(sub)
+        dlq = DlqCount.model_validate(found.dlq) if found.dlq is not None else None
+        failure = found.last_failure
+        last = ListedFailure.model_validate(failure) if failure is not None else None
+        update = {"circuit": found.circuit, "dlq": dlq, "last_failure": last}
+        return listed.model_copy(update=update)
 
     return await project_page(
         admin, project, admin.catalog.list_subscriptions, fetch, offset, limit

@@ -207,9 +207,9 @@ async def open_dlq(
 
 
 def sidelined(msg: Stored) -> bool:
-    """An entry that was never attempted: it followed its group's failed head into the DLQ
-    (the admission sidelines a group's later messages behind its dead-lettered head)."""
-    return RetryMeta.of(msg.headers).attempts == 0 and header(msg.headers, GROUP_ID) is not None
+    """An entry that was never attempted (see :func:`segments.subscription.dlq.sidelined`,
+    which the worker's count uses too)."""
+    return dlq.sidelined(msg)
 
 
 @dataclass(frozen=True)
@@ -265,8 +265,9 @@ def summarize(entries: list[Stored]) -> DlqSummary:
 async def summary(
     meta: MetaStore, stores: Mapping[str, SegmentStore], sub: Subscription
 ) -> DlqSummary:
-    """The summary of ``sub``'s DLQ as stored now (read back whole: it is what an operator
-    trusts over a worker's counters)."""
+    """The summary of ``sub``'s DLQ as stored now, read back whole: the DLQ page's summary by
+    error, and a status when no worker counts the DLQ (the workers' count,
+    ``delivery_workers.dlq_count``, follows the same topic without a scan per request)."""
     found = await open_dlq(meta, stores, sub)
     if found is None:
         return DlqSummary(0, 0, 0, ())

@@ -35,7 +35,14 @@ The target (earliest, latest or a timestamp) is found as a subscription's start 
 
 **Status** combines the figures the worker publishes (``/status/{p}:{s}``, see
 ``delivery_workers.status``) with the committed positions, end positions and backlog of the
-consume segment, read from storage.
+consume segment, read from storage. What the DLQ holds (``dlq``: size, failed heads,
+sidelined followers) is the count the worker publishes with its figures
+(``delivery_workers.dlq_count``: a scan when it takes the subscription, then its tail of
+the DLQ, removals by a purge or an unsideline included; while paused or disabled, a read of
+what was appended every few seconds), so a status does not read the DLQ; only when no worker
+counts it now (unassigned, or ``live`` false: its storage was away) is the DLQ read once from
+storage, for this one subscription. The list and the overview show the published count
+alone (:meth:`SubscriptionOps.listed`).
 
 A sharded subscription (``docs/shards.md``) is sought with every shard's lock taken and
 every shard's commit group written; its status adds up the shards (:mod:`.shard_status`)
@@ -55,7 +62,12 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from control_plane.services import dead_letters
-from control_plane.services.shard_status import merge_figures, merge_partitions, worst_circuit
+from control_plane.services.shard_status import (
+    dlq_figures,
+    merge_figures,
+    merge_partitions,
+    worst_circuit,
+)
 from core.errors import AlreadyExists, HttpbusError, InUse, NotFound, VersionConflict
 from core.model import Segment, SegmentState, Subscription, Topic
 from core.shards import Shard, shards, unit_key
@@ -226,7 +238,7 @@ class SubscriptionOps:
         figures = merge_figures([u.figures for u in units])
         partitions = merge_partitions([u.partitions for u in units])
         holder = next((u.worker for u in units if u.worker), None)
-        dlq_found = await self._dlq(sub)
+        dlq_found = await self._dlq(sub, figures.get("dlq"))
         state = _state(sub, [u.state for u in units])
         totals = figures.get("totals", {})
         body = {
@@ -243,7 +255,14 @@ class SubscriptionOps:
             },
             "totals": {
                 k: int(totals.get(k, 0))
-                for k in ("delivered", "failed", "filtered", "retried", "dead_lettered")
+                for k in (
+                    "delivered",
+                    "failed",
+                    "filtered",
+                    "retried",
+                    "dead_lettered",
+                    "sidelined",
+                )
             },
             "circuit": figures.get("circuit"),
             "dlq": dlq_found,
@@ -260,17 +279,28 @@ class SubscriptionOps:
             body["shards"] = [u.row() for u in units]
         return body
 
-    async def _dlq(self, sub: Subscription) -> dict[str, object] | None:
-        """What the DLQ holds now, read from storage (None when storage does not answer)."""
+    async def _dlq(self, sub: Subscription, counted: object) -> dict[str, object] | None:
+        """What the DLQ holds: the workers' live count, else read from storage once (see
+        the module doc); the last count if storage does not answer, else None."""
+        published = dlq_figures(counted)
+        if published is not None and published["live"]:
+            return published
         try:
-            return (await dead_letters.summary(self.meta, self.stores, sub)).as_dict()
+            found = await dead_letters.summary(self.meta, self.stores, sub)
         except HttpbusError:
-            return None
+            return published
+        return {
+            "size": found.size,
+            "failed_heads": found.failed_heads,
+            "sidelined": found.sidelined,
+            "counted_by": "storage",
+            "live": True,
+        }
 
-    async def circuit(self, sub: Subscription) -> str | None:
-        """The state of ``sub``'s circuit as its workers last published it (the least
-        healthy shard's), from the metastore alone: cheap enough for every row of a list.
-        None when no worker has reported."""
+    async def listed(self, sub: Subscription) -> Listed:
+        """The circuit (the least healthy shard's), the DLQ count and the last failure of
+        ``sub`` as its workers last published them, from the metastore alone: cheap enough
+        for every row of a list. None where no worker has reported."""
         found = await asyncio.gather(
             *(
                 self.meta.get(paths.subscription_status(sub.project, sub.name, _index(shard)))
@@ -279,7 +309,12 @@ class SubscriptionOps:
         )
         docs = [json.loads(doc.data) for doc in found if doc is not None]
         worst = worst_circuit(docs)
-        return str(worst["state"]) if worst and worst.get("state") else None
+        circuit = str(worst["state"]) if worst and worst.get("state") else None
+        merged = merge_figures(docs) if docs else {}
+        failure = _failure(merged.get("last_failure"))
+        if failure is not None:
+            failure.pop("answer", None)  # a list row names the error; the page shows the answer
+        return Listed(circuit, dlq_figures(merged.get("dlq")), failure)
 
     async def _shard_status(
         self, sub: Subscription, shard: Shard, segment: Segment | None
@@ -318,6 +353,16 @@ class SubscriptionOps:
             for p in range(segment.partitions)
             if shard.reads(p, segment.partitions)
         ]
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A subscription's figures for a row of a list: circuit state, DLQ count, last failure
+    (``at``, ``status``, ``error``)."""
+
+    circuit: str | None
+    dlq: dict[str, Any] | None
+    last_failure: dict[str, object] | None = None
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ page, ``httpbus overview``).
 It answers five questions without another request: **what is failing** (open and half-open
 circuits, subscriptions whose attempts fail now, the newest failures), **where is the lag**
 (the subscriptions with the largest lag and the oldest unacked message), **which DLQs grow**
-(messages dead-lettered in the last hour), **which endpoints are disabled**, and **what is
+(messages dead-lettered in the last hour; with what each DLQ holds, its size and sidelined
+followers, as the workers count it), **which endpoints are disabled**, and **what is
 being moved** (cutovers, failovers, verified migrations in flight); with the platform's
 delivery and publish rates and, for admins, the last audit findings.
 
@@ -31,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from control_plane.services.shard_status import merge_figures
+from control_plane.services.shard_status import dlq_figures, merge_figures
 from core.errors import HttpbusError
 from core.model import SegmentState, Subscription
 from core.shards import parse_unit_key
@@ -336,6 +337,7 @@ def _failing(rows: list[_Sub]) -> list[dict[str, Any]]:
                 "failed_per_s": failed,
                 "failures": row.figures.get("failures") or {},
                 "last_failure": _failure(row),
+                "dlq": dlq_figures(row.figures.get("dlq")),
                 "state": _state(row),
             }
         )
@@ -374,7 +376,14 @@ def _dlq_growing(rows: list[_Sub], hour: _Hour) -> list[dict[str, Any]]:
     for row in rows:
         found = hour.dead_lettered.get((row.sub.project, row.sub.name))
         if found is not None:
-            out.append(_key(row.sub) | {"last_hour": found[0], "last_at": _iso(found[1])})
+            out.append(
+                _key(row.sub)
+                | {
+                    "last_hour": found[0],
+                    "last_at": _iso(found[1]),
+                    "dlq": dlq_figures(row.figures.get("dlq")),
+                }
+            )
     out.sort(key=lambda r: -r["last_hour"])
     return out
 

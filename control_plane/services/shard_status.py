@@ -4,9 +4,10 @@ Each shard's worker publishes its own document (``/status/{p}:{s}#k``, the same 
 unsharded subscription's). The subscription's figures are their sums: in flight, rates,
 totals, lag, failures by status and every history bucket; the newest last failure and the
 oldest unacked message; the circuit shown is the least healthy one (open, then
-half open, then closed); ``updated_at`` the latest. Per partition, the committed position is
-the lowest over the shards that read the partition and the lag the highest: the partition
-is as far behind as its slowest reader.
+half open, then closed); ``updated_at`` the latest. The DLQ count is the sum of the shards'
+counts (each counts the entries of its own groups), and unknown while a shard has none.
+Per partition, the committed position is the lowest over the shards that read the
+partition and the lag the highest: the partition is as far behind as its slowest reader.
 """
 
 from __future__ import annotations
@@ -44,9 +45,35 @@ def merge_figures(docs: list[Doc]) -> Doc:
         "oldest_unacked_ms": min(oldest, default=None),
         "failures": _sum_maps([d.get("failures", {}) for d in docs]),
         "last_failure": max(failures, key=lambda f: int(f.get("at_ms") or 0), default=None),
+        "dlq": merge_dlq(docs),
         "history": [[t, *history[t]] for t in sorted(history)],
         "updated_at": max(stamps, default=None),
     }
+
+
+def merge_dlq(docs: list[Doc]) -> Doc | None:
+    """The shards' DLQ counts added up; None while a shard has not counted."""
+    counts: list[Doc] = [d["dlq"] for d in docs if isinstance(d.get("dlq"), dict)]
+    if not counts or len(counts) < len(docs):
+        return None
+    out: Doc = {k: sum(int(c.get(k, 0)) for c in counts) for k in DLQ_COUNTS}
+    out["live"] = all(bool(c.get("live")) for c in counts)
+    return out
+
+
+DLQ_COUNTS = ("size", "failed_heads", "sidelined")
+
+
+def dlq_figures(counted: object) -> dict[str, Any] | None:
+    """The DLQ count a worker published (``delivery_workers.status``), as the API shows it:
+    size, failed heads, sidelined, ``counted_by`` worker and whether it is ``live``."""
+    if not isinstance(counted, dict):
+        return None
+    try:
+        out: dict[str, Any] = {k: int(counted[k]) for k in DLQ_COUNTS}
+    except (KeyError, TypeError, ValueError):
+        return None
+    return out | {"counted_by": "worker", "live": bool(counted.get("live"))}
 
 
 def worst_circuit(docs: list[Doc]) -> Doc | None:

@@ -45,6 +45,13 @@ def is_removal(msg: Stored) -> bool:
     return any(k == KIND and v == REMOVED for k, v in msg.headers)
 
 
+def sidelined(msg: Stored) -> bool:
+    """An entry that was never attempted: it followed its group's failed head into the DLQ
+    (the admission sidelines a group's later messages behind its dead-lettered head). The
+    other entries are *failed heads*: attempted, and failed for good."""
+    return RetryMeta.of(msg.headers).attempts == 0 and header(msg.headers, GROUP_ID) is not None
+
+
 def removed_positions(msg: Stored) -> list[int]:
     try:
         return [int(p) for p in json.loads(msg.value)]

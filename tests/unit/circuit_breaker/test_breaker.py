@@ -177,3 +177,55 @@ def test_a_floor_above_the_max_or_a_probe_above_the_floor_is_refused() -> None:
         LimiterConfig(floor_per_s=10, max_per_s=5)
     with pytest.raises(ValueError, match="probe_per_s <= floor_per_s"):
         GovernorConfig(CONFIG, floor_per_s=1)  # probes at 2/s
+
+
+def test_failures_without_a_call_open_a_circuit_that_too_few_calls_would_not() -> None:
+    """Issue 39: a grouped subscription's few heads fail every call, fewer than min_calls
+    in a window; the messages sidelined behind them count as failed calls and open it."""
+    cb = CircuitBreaker(CONFIG, now=0.0)
+    cb.record(0.1, failed=True)
+    cb.record(0.2, failed=True)  # 2 calls, all failed: below min_calls (4)
+    assert cb.state is CircuitState.CLOSED
+    (change,) = cb.record_unattempted(0.3, 5)
+    assert change.to_state is CircuitState.OPEN
+    assert cb.window.calls(0.3) == 7 and cb.window.failures(0.3) == 7
+
+
+def test_failures_without_a_call_weigh_against_the_windows_successes() -> None:
+    """One poisoned group of a busy subscription does not open it: its sidelined followers
+    are failures among the window's many successes."""
+    cb = CircuitBreaker(CONFIG, now=0.0)
+    for i in range(30):
+        cb.record(i * 0.01, failed=False)
+    assert cb.record_unattempted(0.5, 10) == ()
+    assert cb.state is CircuitState.CLOSED
+    assert cb.record_unattempted(0.6, 0) == ()  # nothing sidelined: nothing counted
+    assert cb.window.calls(0.6) == 40
+
+
+def test_failures_without_a_call_keep_an_open_circuit_cooling_and_reopen_a_half_open_one() -> None:
+    cb = CircuitBreaker(CONFIG, now=0.0)
+    _trip(cb)
+    cb.record_unattempted(4.0, 3)  # cooldown (5 s) starts again at 4.0
+    assert cb.tick(8.0) == () and cb.state is CircuitState.OPEN
+    (half,) = cb.tick(9.1)
+    assert half.to_state is CircuitState.HALF_OPEN
+    (again,) = cb.record_unattempted(9.2, 1)
+    assert again.to_state is CircuitState.OPEN
+
+
+def test_the_governor_counts_sidelined_messages_for_the_breaker_not_the_rate() -> None:
+    gov = Governor(GovernorConfig(CONFIG, floor_per_s=2, max_per_s=100), now=0.0)
+    rate = gov.limiter.rate
+    changes = gov.record_unattempted(10, 0.1)
+    assert [c.to_state for c in changes] == [CircuitState.OPEN]
+    gov.limiter.advance(1.5)
+    assert gov.limiter.rate >= rate  # the limiter saw no failed call
+
+
+def test_the_window_counts_many_calls_at_once() -> None:
+    w = SlidingWindow(10.0)
+    w.add(0.0, failed=True, count=3)
+    w.add(1.0, failed=False, count=2)
+    assert (w.calls(5.0), w.failures(5.0)) == (5, 3)
+    assert w.calls(30.0) == 0

@@ -9,6 +9,8 @@ the DLQ page show them (heads first, grouped by error)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,12 @@ SIDELINED_TITLE = "in the DLQ behind their group's failed head, never attempted"
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[tuple[ControlPlane, Hook]]:
+    async with _world(tmp_path) as found:
+        yield found
+
+
+@asynccontextmanager
+async def _world(tmp_path: Path, shards: int = 1) -> AsyncIterator[tuple[ControlPlane, Hook]]:
     async with (
         serve_hook(behaviour=lambda mid, n: (500, {}), answer=lambda p, b: ANSWER) as hook,
         embedded_control_plane(tmp_path, assign_interval_s=0.2) as cp,
@@ -46,7 +54,10 @@ async def world(tmp_path: Path) -> AsyncIterator[tuple[ControlPlane, Hook]]:
             "topic": "orders",
             "endpoint": {"url": hook.url},
             "retry": {"max_attempts": 2, "backoff": "fixed", "initial_delay_ms": 50},
-            "circuit_breaker": {"min_calls": 2, "cooldown_seconds": 600},
+            # The default min_calls (20) and window: the heads' few attempts (8) alone would
+            # never open it; the followers sidelined behind them do (issue 39).
+            "circuit_breaker": {"cooldown_seconds": 600},
+            "shards": shards,
         }
         r = await client.post("/v1/projects/shop/subscriptions", json=sub)
         assert r.status_code == 201, r.text
@@ -89,16 +100,21 @@ async def test_a_grouped_always_failing_subscription_says_what_its_dlq_holds(
     assert set(status["failures"]) == {"500"} and status["failures"]["500"] >= GROUPS
     assert status["last_failure"]["status"] == 500
     assert status["last_failure"]["answer"] == ANSWER.decode()
-    heads = {g["sidelined"]: g for g in status["dlq"]["by_error"]}
-    assert heads[False]["status"] == 500 and heads[False]["count"] == GROUPS
-    assert heads[True]["count"] == sidelined
+    assert (status["dlq"]["counted_by"], status["dlq"]["live"]) == ("worker", True)
     attempted = {r.id for r in hook.requests}
     assert len(attempted) == GROUPS  # only the heads were ever sent
 
     r = await cp.client.get(f"{SUB}/dlq/messages", params={"kind": "heads", "limit": 500})
     assert len(r.json()["messages"]) == GROUPS
     r = await cp.client.get(f"{SUB}/dlq/messages/summary")
-    assert (r.json()["size"], r.json()["sidelined"]) == (size, sidelined)
+    assert (r.json()["size"], r.json()["sidelined"]) == (size, sidelined)  # as stored
+    heads = {g["sidelined"]: g for g in r.json()["by_error"]}
+    assert heads[False]["status"] == 500 and heads[False]["count"] == GROUPS
+    assert heads[True]["count"] == sidelined
+    r = await cp.client.get("/v1/projects/shop/subscriptions")
+    (row,) = r.json()["items"]
+    assert row["circuit"] == "open" and row["last_failure"]["status"] == 500
+    assert (row["dlq"]["size"], row["dlq"]["sidelined"]) == (size, sidelined)
 
     assert cp.app is not None
     transport = httpx.ASGITransport(app=cp.app)
@@ -121,3 +137,96 @@ async def test_a_grouped_always_failing_subscription_says_what_its_dlq_holds(
         )
         assert f'<strong id="dlq-total-sidelined">{sidelined}<' in dlq
         assert 'class="payload"' in dlq and 'id="dlq-by-error"' in dlq
+        # the list and the home page: the circuit and what the DLQ holds, as counted
+        listing = (await browser.get("/ui/projects/shop/subscriptions")).text
+        assert ">circuit open</span>" in listing
+        assert f'<span class="dlq-size">{size}</span>' in listing
+        assert f'<span class="dlq-sidelined">{sidelined}</span> sidelined' in listing
+        assert 'class="wrap last-error"' in listing and "HTTP 500" in listing
+        home = (await browser.get("/ui/")).text
+        failing = home.split('<section id="failing">')[1].split("</section>")[0]
+        assert "circuit open" in failing and "HTTP 500" in failing
+        assert f'<span class="dlq-size">{size}</span>' in failing
+        assert f'<span class="dlq-sidelined">{sidelined}</span>' in failing
+
+    # A purge and an unsideline by the control plane: the worker's DLQ tail reads the
+    # removal each appends, and its count (the status, the list) follows with no scan.
+    left = size
+    for group, act in (("g0", "purge"), ("g1", "unsideline")):
+        r = await cp.client.get(f"{SUB}/dlq/messages", params={"group": group, "limit": 500})
+        n = len(r.json()["messages"])
+        if act == "purge":
+            r = await cp.client.request("DELETE", f"{SUB}/dlq/messages", params={"group_id": group})
+            assert r.json()["purged"] == n, r.text
+        else:
+            r = await cp.client.post(f"{SUB}/dlq/messages/unsideline", json={"group_ids": [group]})
+            assert r.json()["unsidelined"] == n, r.text
+        left -= n
+        await until(partial(_counted, cp.client, left), 15, f"the {act} counted", 0.1)
+    r = await cp.client.get(f"{SUB}/dlq/messages/summary")
+    assert r.json()["size"] == left
+    r = await cp.client.get("/v1/projects/shop/subscriptions")
+    assert r.json()["items"][0]["dlq"]["size"] == left
+
+    # Paused, no runner runs it: the worker still follows its DLQ, so a purge meanwhile is
+    # counted too (the list shows it; the status needs no scan).
+    assert (await cp.client.post(f"{SUB}/stop")).status_code == 200
+    r = await cp.client.request("DELETE", f"{SUB}/dlq/messages", params={"group_id": "g2"})
+    left -= r.json()["purged"]
+    dlq = await until(partial(_counted, cp.client, left), 15, "the purge counted paused", 0.1)
+    assert dlq["live"] is True
+    r = await cp.client.get("/v1/projects/shop/subscriptions")
+    assert r.json()["items"][0]["dlq"]["size"] == left
+
+
+async def _counted(client: httpx.AsyncClient, size: int) -> dict[str, Any] | None:
+    """The status once the worker's live count says ``size``."""
+    dlq = (await client.get(f"{SUB}/status")).json()["dlq"] or {}
+    return dlq if dlq.get("size") == size and dlq.get("counted_by") == "worker" else None
+
+
+async def test_a_sharded_subscriptions_dlq_count_adds_up_its_shards(tmp_path: Path) -> None:
+    """Two shards, each counting the entries of its own groups: the status and the list
+    show their sum, which is what the DLQ holds."""
+    async with _world(tmp_path, shards=2) as (cp, _):
+
+        async def counted() -> dict[str, Any] | None:
+            status = (await cp.client.get(f"{SUB}/status")).json()
+            dlq = status["dlq"] or {}
+            stored = (await cp.client.get(f"{SUB}/dlq/messages/summary")).json()
+            done = (
+                dlq.get("counted_by") == "worker"
+                and dlq.get("failed_heads") == GROUPS
+                and (dlq["size"], dlq["sidelined"]) == (stored["size"], stored["sidelined"])
+                and len(status.get("shards", [])) == 2
+            )
+            return dlq if done else None
+
+        dlq = await until(counted, 60, "both shards' counts adding up to the DLQ", 0.25)
+        (row,) = (await cp.client.get("/v1/projects/shop/subscriptions")).json()["items"]
+        assert row["dlq"]["size"] == dlq["size"] >= GROUPS
+
+
+async def test_a_subscription_no_worker_counts_has_its_dlq_read_from_storage(
+    tmp_path: Path,
+) -> None:
+    """Unassigned: no count is published, so its status reads the DLQ (once, this one
+    subscription) and the list, which reads none, says nothing rather than zero."""
+    async with embedded_control_plane(tmp_path) as cp:
+        client = cp.client
+        assert (await client.post("/v1/projects", json={"name": "shop"})).status_code == 201
+        topic = {"name": "orders", "partitions": 1, "grouped": True}
+        assert (await client.post("/v1/projects/shop/topics", json=topic)).status_code == 201
+        sub = {"name": "grouped", "topic": "orders", "endpoint": {"url": "http://127.0.0.1:9/"}}
+        assert (await client.post("/v1/projects/shop/subscriptions", json=sub)).status_code == 201
+        status = (await client.get(f"{SUB}/status")).json()
+        assert status["state"] == "unassigned"
+        assert status["dlq"] == {
+            "size": 0,
+            "failed_heads": 0,
+            "sidelined": 0,
+            "counted_by": "storage",
+            "live": True,
+        }
+        (row,) = (await client.get("/v1/projects/shop/subscriptions")).json()["items"]
+        assert row["dlq"] is None and row["circuit"] is None

@@ -227,3 +227,29 @@ def test_a_subscription_stored_before_the_checks_still_gets_a_valid_governor() -
     )
     config = governor_config(sub)
     assert (config.breaker.probe_per_s, config.floor_per_s, config.max_per_s) == (0.5, 0.5, 0.5)
+
+
+def test_followers_sidelined_behind_an_endpoint_failure_count_against_the_circuit() -> None:
+    """Issue 39: a head dead-lettered on a 500 takes its queue into the DLQ unattempted; the
+    queue counts as failed calls. Behind a 400 (the message's fault) or a head never sent,
+    it does not."""
+
+    @dataclass
+    class Stats:
+        circuit_state: str | None = None
+        circuit_rate: float | None = None
+
+    sub = subscription(circuit_breaker=CircuitBreakerPolicy(min_calls=20, window_seconds=30))
+    for head, opens in (
+        (DeliveryResult(400), False),
+        (DeliveryResult.invalid("bad secret"), False),
+        (DeliveryResult(500), True),
+        (DeliveryResult.failure(ErrorKind.TIMEOUT, "no answer"), True),
+    ):
+        stats = Stats()
+        throttle = Throttle(Governor(governor_config(sub), 0.0), stats, clock=lambda: 0.1)
+        throttle.record(head)  # the head's own attempt: one call, far below min_calls
+        throttle.sidelined(30, head)
+        assert (stats.circuit_state == "open") is opens, head
+    disabled = Throttle(None, Stats())
+    disabled.sidelined(30, DeliveryResult(500))  # no breaker: nothing to count

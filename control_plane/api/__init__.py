@@ -7,6 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from control_plane.api import (
+    archive,
     audit,
     catalog,
     cutover,
@@ -38,6 +39,7 @@ def router(database_url: str, trace_index: TraceIndex) -> APIRouter:
         projects,
         quotas,
         topics,
+        archive,
         topic_schemas,
         subscriptions,
         tokens,

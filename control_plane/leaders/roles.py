@@ -11,6 +11,7 @@ Every control plane stands for election in each role; each role leads on its own
   (:mod:`.migration_monitor`);
 - ``retirement`` — retires segments no subscription needs (:mod:`.retirement`);
 - ``signing-keys`` — rotates the JWT signing keys on schedule (:mod:`.key_rotation`);
+- ``archiver`` — writes the closed windows of archived topics (:mod:`.archiver`);
 - ``trace-indexer`` — the audit trail into the trace index (:mod:`.trace_indexer`), when
   ``trace_index`` is on.
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import partial
 
+from control_plane.leaders.archiver import Archiver
 from control_plane.leaders.assigner import Assigner
 from control_plane.leaders.cutover_coordinator import CutoverCoordinator
 from control_plane.leaders.election import LeaderElection
@@ -61,6 +63,7 @@ def roles(
         MigrationMonitor(cutovers, member),
         SegmentRetirement(metastore, stores, member, interval_s=settings.segment_retire_interval_s),
         KeyRotation(metastore, SigningKeys(Catalog(metastore), settings.jwt_signing), member),
+        Archiver(metastore, stores, settings.archive, member),
     ]
     if settings.trace_index:
         found.append(_trace_indexer(settings, metastore, stores, trace_index))

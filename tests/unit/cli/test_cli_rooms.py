@@ -23,6 +23,7 @@ API_CLIENTS = {
     "topic",
     "topic_schema",
     "topic_grant",
+    "topic_archive",
     "audit_reports",
     "cutover",
     "failover",

@@ -135,6 +135,7 @@ EXAMPLES: dict[str, list[tuple[str, ...]]] = {
     ],
     "topic create": [
         (*T, "--cluster", "embedded", "--retention-hours", "24", "--dedupe-window", "1h"),
+        (*T, "--archive-to", "s3://b/p", "--archive-every", "2h", "--archive-keep-days", "7"),
         (*T, "--failover-cluster", "kafka-main", "--cloudevents-group-attribute", "subject"),
         (*T, "--description", "d", "--max-message-bytes", "100", "--max-qps", "5"),
         (
@@ -156,11 +157,14 @@ EXAMPLES: dict[str, list[tuple[str, ...]]] = {
         (*T, "--description", "d", "--dedupe-window", "1h", "--failover-cluster", "kafka-main"),
         (*T, "--cloudevents-group-attribute", "subject", "--max-bytes-per-second", "2048"),
         (*T, "--failover-cluster", "k", "--failover-mode", "available"),
+        (*T, "--archive-to", "s3://b/p", "--archive-every", "1h", "--archive-keep-days", "30"),
+        (*T, "--no-archive"),
     ],
     "topic delete": [(*T, "--yes"), (*T, "--force", "--yes")],
     "topic cutover status": [T],
     "topic cutover abort": [T],
     "topic failover status": [T],
+    "topic archive list": [T],
     "topic migration start": [(*T, "--cluster", "kafka-main", "--partitions", "2")],
     "topic migration status": [T, (*T, "--history", "--since", "2026-01-01T00:00:00Z")],
     "topic migration abandon": [T],

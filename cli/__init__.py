@@ -3,7 +3,8 @@
 Three kinds of module, kept apart so that most of the CLI is a plain client of the REST API:
 
 - **API clients** — ``catalog``, ``project``, ``quota``, ``topic``, ``topic_schema``,
-  ``grant_request``, ``topic_grant``, ``topic_archive``, ``cutover``, ``failover``,
+  ``grant_request``, ``topic_grant``, ``topic_archive``, ``sub_replay``,
+  ``cutover``, ``failover``,
   ``migration`` (start, status, abandon), ``sub``, ``signing_keys``, ``token``, ``user``,
   ``dlq``, ``trace``, ``tail``, ``overview``, ``audit_reports``
   (``audit runs|show|hourly|cutovers``): declared with the command kit (:mod:`cli.kit`) and

@@ -19,6 +19,7 @@ from control_plane.api import (
     principals,
     projects,
     quotas,
+    replay,
     resend,
     search,
     signing_keys,
@@ -50,6 +51,7 @@ def router(database_url: str, trace_index: TraceIndex) -> APIRouter:
         migration,
         failover,
         signing_keys,
+        replay,
     ):
         api.include_router(module.router)
     api.include_router(dlq.router())

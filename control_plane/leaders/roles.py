@@ -12,6 +12,7 @@ Every control plane stands for election in each role; each role leads on its own
 - ``retirement`` — retires segments no subscription needs (:mod:`.retirement`);
 - ``signing-keys`` — rotates the JWT signing keys on schedule (:mod:`.key_rotation`);
 - ``archiver`` — writes the closed windows of archived topics (:mod:`.archiver`);
+- ``replayer`` — replays windows of a topic into one subscription (:mod:`.replayer`);
 - ``trace-indexer`` — the audit trail into the trace index (:mod:`.trace_indexer`), when
   ``trace_index`` is on.
 
@@ -34,6 +35,7 @@ from control_plane.leaders.election import LeaderElection
 from control_plane.leaders.failover import FailoverMonitor
 from control_plane.leaders.key_rotation import KeyRotation
 from control_plane.leaders.migration_monitor import MigrationMonitor
+from control_plane.leaders.replayer import Replayer
 from control_plane.leaders.retirement import SegmentRetirement
 from control_plane.leaders.trace_indexer import TraceIndexer
 from control_plane.services.cutovers import Cutovers
@@ -64,6 +66,7 @@ def roles(
         SegmentRetirement(metastore, stores, member, interval_s=settings.segment_retire_interval_s),
         KeyRotation(metastore, SigningKeys(Catalog(metastore), settings.jwt_signing), member),
         Archiver(metastore, stores, settings.archive, member),
+        Replayer(metastore, stores, settings.archive, member),
     ]
     if settings.trace_index:
         found.append(_trace_indexer(settings, metastore, stores, trace_index))

@@ -24,6 +24,7 @@ API_CLIENTS = {
     "topic_schema",
     "topic_grant",
     "topic_archive",
+    "sub_replay",
     "audit_reports",
     "cutover",
     "failover",

@@ -250,6 +250,8 @@ EXAMPLES: dict[str, list[tuple[str, ...]]] = {
     ],
     "sub resend": [(*S, "m1")],
     "sub recover": [(*S, "--since", "2026-01-01T00:00:00Z", "--until", "now")],
+    "sub replay": [(*S, "--since", "2026-01-01T00:00:00Z", "--rate", "50", "--no-wait")],
+    "sub replay-status": [S],
     "sub status": [S, (*S, "--range", "10m")],
     "dlq summary": [S],
     "topic grant-request create": [(*T, "--project", "other", "--reason", "r")],

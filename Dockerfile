@@ -36,7 +36,7 @@ COPY reports ./reports
 COPY migrations ./migrations
 RUN pip wheel --no-deps --wheel-dir /dist . \
  && python -m venv /opt/httpbus \
- && /opt/httpbus/bin/pip install /dist/httpbus-*.whl
+ && for wheel in /dist/httpbus-*.whl; do /opt/httpbus/bin/pip install "$wheel[archive]"; done
 
 # ---- build-spark: the same virtualenv with the spark extra (pyspark) added.
 FROM build AS build-spark

@@ -3,12 +3,13 @@
 Three kinds of module, kept apart so that most of the CLI is a plain client of the REST API:
 
 - **API clients** — ``catalog``, ``project``, ``quota``, ``topic``, ``topic_schema``,
-  ``grant_request``, ``topic_grant``, ``cutover``, ``failover``, ``migration`` (start, status,
-  abandon), ``sub``, ``signing_keys``, ``token``, ``user``, ``dlq``, ``trace``, ``tail``,
-  ``overview``, ``audit_reports`` (``audit runs|show|hourly|cutovers``): declared with the
-  command kit (:mod:`cli.kit`) and talking to the control plane through
-  :mod:`control_plane.client` only. ``produce`` is a client of the producer service's HTTP
-  API.
+  ``grant_request``, ``topic_grant``, ``topic_archive``, ``sub_replay``,
+  ``cutover``, ``failover``,
+  ``migration`` (start, status, abandon), ``sub``, ``signing_keys``, ``token``, ``user``,
+  ``dlq``, ``trace``, ``tail``, ``overview``, ``audit_reports``
+  (``audit runs|show|hourly|cutovers``): declared with the command kit (:mod:`cli.kit`) and
+  talking to the control plane through :mod:`control_plane.client` only. ``produce`` is a
+  client of the producer service's HTTP API.
 - **Local jobs** — ``audit`` (run, job, load), ``export``, ``migration_check`` (``topic
   migration check``) and ``db``: they read the settings file and work on the metastore, the
   storage clusters and the report database themselves (:mod:`cli.local`); ``audit``,

@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from cli import sub_replay
 from cli.dlq import batches, dlq_line, time_option
 from cli.kit import (
     EXIT_USAGE,
@@ -868,3 +869,7 @@ def reveal_secret(project: Project, name: Name) -> Call:
     """Print every signing secret in force and the endpoint's credential headers (written to
     the control plane's audit log)."""
     return post(_subs(project, name) + "/secret:reveal", text=_secrets(project, name))
+
+
+command(app)(sub_replay.replay)
+command(app, "replay-status")(sub_replay.replay_status)

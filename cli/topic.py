@@ -11,7 +11,15 @@ from typing import Annotated, Any
 
 import typer
 
-from cli import cutover, failover, grant_request, migration, topic_grant, topic_schema
+from cli import (
+    cutover,
+    failover,
+    grant_request,
+    migration,
+    topic_archive,
+    topic_grant,
+    topic_schema,
+)
 from cli.cutover import check_outcome, cutover_path, follow
 from cli.kit import (
     EXIT_CONFLICT,
@@ -48,6 +56,7 @@ app.add_typer(migration.app, name="migration")
 app.add_typer(topic_schema.app, name="schema")
 app.add_typer(grant_request.app, name="grant-request")
 app.add_typer(topic_grant.app, name="grant")
+app.add_typer(topic_archive.app, name="archive")
 
 FailoverClusters = Annotated[
     list[str] | None,
@@ -111,6 +120,9 @@ def create(
     ] = None,
     failover_cluster: FailoverClusters = None,
     failover_mode: FailoverMode = None,
+    archive_to: topic_archive.ArchiveTo = None,
+    archive_every: topic_archive.ArchiveEvery = None,
+    archive_keep_days: topic_archive.ArchiveKeepDays = None,
     cloudevents_group_attribute: CloudEventsGroup = None,
     description: Annotated[str | None, typer.Option(help="What the topic carries.")] = None,
     max_message_bytes: Annotated[
@@ -136,6 +148,7 @@ def create(
     optional = {
         "cluster": cluster,
         "failover": failover_body(failover_cluster, failover_mode),
+        "archive": topic_archive.archive_body(archive_to, archive_every, archive_keep_days),
         "retention_hours": retention_hours,
         "dedupe_window": dedupe_window,
         "cloudevents_group_attribute": cloudevents_group_attribute,
@@ -238,6 +251,7 @@ SETTINGS = (
     "description",
     "dedupe_window",
     "failover",
+    "archive",
     "cloudevents_group_attribute",
 )
 _DURATION = re.compile(r"^\s*(\d+)\s*([hdw]?)\s*$")
@@ -279,6 +293,12 @@ def update(
     no_failover: Annotated[
         bool, typer.Option("--no-failover", help="Name no standby cluster any more.")
     ] = False,
+    archive_to: topic_archive.ArchiveTo = None,
+    archive_every: topic_archive.ArchiveEvery = None,
+    archive_keep_days: topic_archive.ArchiveKeepDays = None,
+    no_archive: Annotated[
+        bool, typer.Option("--no-archive", help="Archive no more (the files stay).")
+    ] = False,
     cloudevents_group_attribute: CloudEventsGroup = None,
 ) -> Call:
     """Change a topic's settings; the others stay as they are.
@@ -305,11 +325,14 @@ def update(
     failover = failover_body(failover_cluster, failover_mode)
     if failover is not None or no_failover:
         wanted["failover"] = failover
+    archive = topic_archive.archive_body(archive_to, archive_every, archive_keep_days)
+    if archive is not None or no_archive:
+        wanted["archive"] = archive
     if not wanted and not capacity:
         raise fail(
             "nothing to change: give --retention, --max-message-bytes, --max-qps, "
             "--max-bytes-per-second, --description, --dedupe-window, --failover-cluster, "
-            "--no-failover or --cloudevents-group-attribute",
+            "--no-failover, --archive-to, --no-archive or --cloudevents-group-attribute",
             EXIT_USAGE,
         )
 

@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from pydantic import Field, SecretStr, model_validator
 
+from core.archive import ArchiveStorage
 from core.endpoint_policy import EndpointPolicy
 from core.http_server import HttpServerLimits
 from core.model import MiB
@@ -77,6 +78,11 @@ class ControlPlaneSettings(SettingsBase):
         description="how long a cutover's Kafka seal settles after the fence when every live "
         "producer drained (else the strict wait: the produce timeout) before its final ends "
         "are recorded; consumers wait for them at the boundary, producers do not",
+    )
+    archive: ArchiveStorage = Field(
+        default_factory=ArchiveStorage,
+        description="where topics may archive their closed hours (S3-compatible buckets, a "
+        "local root) and how often the archiver runs (docs/archive.md)",
     )
     segment_retire_interval_s: float = seconds(
         300.0, 86_400, "how often the leader retires old segments"

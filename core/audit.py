@@ -24,6 +24,7 @@ class AuditType(StrEnum):
     UNSIDELINED = "unsidelined"
     RESENT = "resent"  # an operator resent the message to one subscription (it is read again)
     RECOVERED = "recovered"  # an operator recovered it from the DLQ by its failure time
+    REPLAYED = "replayed"  # an operator replayed a window of the topic to one subscription
     CIRCUIT = "circuit"  # a subscription's circuit changed state; message_id is ""
     PAUSED = "paused"  # a worker saw its subscription paused; message_id is ""
     RESUMED = "resumed"  # ... and resumed

@@ -38,7 +38,11 @@ DELAY_MS = "x-delay-ms"
 TOPIC = "x-topic"
 ATTEMPT = "x-attempt"
 BATCH_SIZE = "x-batch-size"  # on a batch's delivery: how many messages it holds
-DELIVERY_ONLY = frozenset({TOPIC, ATTEMPT, BATCH_SIZE})
+# A window replayed to one subscription (control_plane.services.replays) is stored in its replay
+# topic with this header ("true"), kept through retries and the DLQ, and delivered as
+# ``X-Replay: true``; a producer's own value is dropped like the delivery-only ones.
+REPLAY = "x-replay"
+DELIVERY_ONLY = frozenset({TOPIC, ATTEMPT, BATCH_SIZE, REPLAY})
 # Headers httpbus owns on a delivery: a producer cannot carry its own value of these.
 RESERVED = frozenset({MESSAGE_ID, GROUP_ID, DELIVER_AT, DELAY_MS, PRODUCED_AT, *DELIVERY_ONLY})
 

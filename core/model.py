@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from .archive import ArchiveSpec
 from .cloudevents import DEFAULT_GROUP_ATTRIBUTE, NAME_RULE
 from .cloudevents import NAME as ATTRIBUTE_NAME
 from .endpoint_auth import EndpointAuth, MtlsAuth, NoAuth
@@ -267,6 +268,13 @@ class TopicSettings(Model):
         description="idempotent publish: a message whose X-Message-Id was accepted within "
         "this window (90s, 10m, 2h, 1d; at most a day) is answered as a duplicate and not "
         "stored again (docs/producing.md); absent: off",
+    )
+
+    archive: ArchiveSpec | None = Field(
+        default=None,
+        description="archive each closed window (an hour) of the topic's messages, every "
+        "segment, to s3://bucket/prefix or file:///folder as Parquet (docs/archive.md); "
+        "null: no archive",
     )
 
     cloudevents_group_attribute: str = Field(

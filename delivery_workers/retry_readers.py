@@ -46,7 +46,9 @@ REPLAYED = {  # a replay record's kind → what its audit event says
     dlq.REPLAY: AuditType.UNSIDELINED,
     dlq.RECOVER: AuditType.RECOVERED,
     dlq.RESEND: AuditType.RESENT,
+    dlq.WINDOW: AuditType.REPLAYED,
 }
+FILTERED_AGAIN = (dlq.RESEND, dlq.WINDOW)  # read from the topic anew: the filter decides
 
 
 @dataclass(eq=False)
@@ -197,7 +199,7 @@ class RetryReaders:
                     continue
                 kind = dlq.replay_kind(msg)
                 self.audit.message(REPLAYED[kind], msg)
-                if kind == dlq.RESEND and not self._passes_filter(msg):
+                if kind in FILTERED_AGAIN and not self._passes_filter(msg):
                     source.done(msg)
                     continue
                 group = header(msg.headers, GROUP_ID)
@@ -221,7 +223,8 @@ class RetryReaders:
         if verdict.outcome is FilterOutcome.MATCH:
             return True
         why = verdict.error if verdict.outcome is FilterOutcome.ERROR else "the filter left it out"
-        self.audit.message(AuditType.FILTERED, msg, reason=f"resend: {why}")
+        what = "replay" if dlq.replay_kind(msg) == dlq.WINDOW else "resend"
+        self.audit.message(AuditType.FILTERED, msg, reason=f"{what}: {why}")
         return False
 
     async def _dlq_tail(self) -> None:

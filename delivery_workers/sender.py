@@ -48,6 +48,7 @@ from core.envelope import (
     INTERNAL_PREFIX,
     MESSAGE_ID,
     PRODUCED_AT,
+    REPLAY,
     RESERVED,
     TOPIC,
     TRACE_CONTEXT,
@@ -112,7 +113,7 @@ def _key(secret: str) -> bytes:
     return signing_key(secret)
 
 
-_OWN = {MESSAGE_ID, GROUP_ID, PRODUCED_AT, CONTENT_TYPE}
+_OWN = {MESSAGE_ID, GROUP_ID, PRODUCED_AT, CONTENT_TYPE, REPLAY}
 # Carried headers: stored "x-" headers that are neither httpbus's own nor the retry path's.
 # Decided once per header name (names repeat from message to message).
 _CARRIED: dict[str, bool] = {}
@@ -172,6 +173,8 @@ def build_request(delivery: Delivery, now_s: int) -> OutgoingRequest:
     headers[TOPIC] = ("X-Topic", delivery.topic)
     headers[PRODUCED_AT] = ("X-Produced-At", _rfc3339_ms(produced_ms))
     headers[ATTEMPT] = ("X-Attempt", str(delivery.attempt))
+    if REPLAY in own:  # a window replayed to this subscription (docs/archive.md)
+        headers[REPLAY] = ("X-Replay", "true")
     body = msg.value
     if sub.delivery_format is not DeliveryFormat.RAW or CE_SPECVERSION in headers:
         body = _as_event(delivery, headers, message_id, produced_ms, group, own.get(CONTENT_TYPE))
@@ -269,6 +272,8 @@ def batch_entry(topic: str, msg: Stored, attempt: int) -> dict[str, object]:
             own.setdefault(name, raw.decode("latin-1"))
         elif _carried(name):
             carried[name] = raw.decode("latin-1")
+    if REPLAY in own:
+        carried[REPLAY] = "true"
     produced = own.get(PRODUCED_AT)
     produced_ms = int(produced) if produced and produced.isdigit() else msg.timestamp_ms
     content_type = own.get(CONTENT_TYPE) or DEFAULT_CONTENT_TYPE

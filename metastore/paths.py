@@ -27,6 +27,8 @@ The tree (relative to the store's root)::
     /internal/subscriptions/{project}:{s}           the internal storage topics of subscription s
                                                     (delay levels, hold, replay, DLQ)
     /seeks/{project}:{s}                            a seek of s in progress (by the control plane)
+    /replays/{project}:{s}                          s's latest window replay and its progress
+                                                    (control_plane.services.replays)
     /status/{project}:{s}                           ephemeral: s's figures, by the worker running it
     /failing/{project}:{s}                          {"since_ms": t}: s's endpoint fails every
                                                     attempt since t (by the worker running it)
@@ -53,6 +55,7 @@ ACTIVE_CUTOVERS = "/cutovers/active"
 ACTIVE_MIGRATIONS = "/migrations/active"
 INTERNAL_SUBSCRIPTIONS = "/internal/subscriptions"
 SEEKS = "/seeks"
+REPLAYS = "/replays"
 TEST_EVENTS = "/test-events"
 STATUS = "/status"
 FAILING = "/failing"
@@ -232,6 +235,18 @@ def seek_request(p: str, s: str) -> str:
     """While it exists, no worker runs subscription s: the control plane is moving it."""
     p, s = _n(p, s)
     return f"{SEEKS}/{p}:{s}"
+
+
+def replay(p: str, s: str) -> str:
+    """Subscription s's latest window replay (docs/archive.md): one at a time."""
+    p, s = _n(p, s)
+    return f"{REPLAYS}/{p}:{s}"
+
+
+def parse_replay(name: str) -> tuple[str, str] | None:
+    """``(project, subscription)`` of a child of :data:`REPLAYS`, or None."""
+    project, sep, sub = name.partition(":")
+    return (project, sub) if sep and project and sub else None
 
 
 def subscription_status(p: str, s: str, shard: int | None = None) -> str:

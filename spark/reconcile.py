@@ -245,7 +245,10 @@ def _terminal(events: DataFrame) -> DataFrame:
     )
     # A delivery an operator asked for (a resend) is no duplicate: one fewer per resend.
     resends = (
-        events.where((F.col("type") == AuditType.RESENT.value) & F.col("subscription").isNotNull())
+        events.where(
+            F.col("type").isin(AuditType.RESENT.value, AuditType.REPLAYED.value)
+            & F.col("subscription").isNotNull()
+        )
         .groupBy("subscription", "message_id")
         .agg(F.count("*").alias("resends"))
     )

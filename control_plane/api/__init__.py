@@ -7,6 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from control_plane.api import (
+    archive,
     audit,
     catalog,
     cutover,
@@ -18,6 +19,7 @@ from control_plane.api import (
     principals,
     projects,
     quotas,
+    replay,
     resend,
     search,
     signing_keys,
@@ -38,6 +40,7 @@ def router(database_url: str, trace_index: TraceIndex) -> APIRouter:
         projects,
         quotas,
         topics,
+        archive,
         topic_schemas,
         subscriptions,
         tokens,
@@ -48,6 +51,7 @@ def router(database_url: str, trace_index: TraceIndex) -> APIRouter:
         migration,
         failover,
         signing_keys,
+        replay,
     ):
         api.include_router(module.router)
     api.include_router(dlq.router())

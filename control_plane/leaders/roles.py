@@ -11,6 +11,8 @@ Every control plane stands for election in each role; each role leads on its own
   (:mod:`.migration_monitor`);
 - ``retirement`` — retires segments no subscription needs (:mod:`.retirement`);
 - ``signing-keys`` — rotates the JWT signing keys on schedule (:mod:`.key_rotation`);
+- ``archiver`` — writes the closed windows of archived topics (:mod:`.archiver`);
+- ``replayer`` — replays windows of a topic into one subscription (:mod:`.replayer`);
 - ``trace-indexer`` — the audit trail into the trace index (:mod:`.trace_indexer`), when
   ``trace_index`` is on.
 
@@ -26,12 +28,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import partial
 
+from control_plane.leaders.archiver import Archiver
 from control_plane.leaders.assigner import Assigner
 from control_plane.leaders.cutover_coordinator import CutoverCoordinator
 from control_plane.leaders.election import LeaderElection
 from control_plane.leaders.failover import FailoverMonitor
 from control_plane.leaders.key_rotation import KeyRotation
 from control_plane.leaders.migration_monitor import MigrationMonitor
+from control_plane.leaders.replayer import Replayer
 from control_plane.leaders.retirement import SegmentRetirement
 from control_plane.leaders.trace_indexer import TraceIndexer
 from control_plane.services.cutovers import Cutovers
@@ -61,6 +65,8 @@ def roles(
         MigrationMonitor(cutovers, member),
         SegmentRetirement(metastore, stores, member, interval_s=settings.segment_retire_interval_s),
         KeyRotation(metastore, SigningKeys(Catalog(metastore), settings.jwt_signing), member),
+        Archiver(metastore, stores, settings.archive, member),
+        Replayer(metastore, stores, settings.archive, member),
     ]
     if settings.trace_index:
         found.append(_trace_indexer(settings, metastore, stores, trace_index))

@@ -14,6 +14,7 @@ from datetime import datetime
 from control_plane.services.inputs import SubscriptionCreate, TopicCreate
 from control_plane.services.signing_keys import SigningKeys
 from control_plane.settings import ControlPlaneSettings
+from core.archive import ArchiveSpec, ArchiveStorage, target_of
 from core.endpoint_auth import JwtAuth, OAuth2ClientCredentials
 from core.endpoint_auth import refuse_masked as refuse_masked_auth
 from core.endpoint_policy import EndpointPolicy
@@ -107,7 +108,9 @@ class Admin:
         prefix: str,
         endpoint_policy: EndpointPolicy | None = None,
         jwt_signing: JwtSigning | None = None,
+        archive: ArchiveStorage | None = None,
     ) -> None:
+        self.archive = archive or ArchiveStorage()
         self.endpoint_policy = endpoint_policy or EndpointPolicy()
         self.catalog = catalog
         self.signing_keys = SigningKeys(catalog, jwt_signing or JwtSigning())
@@ -132,6 +135,7 @@ class Admin:
             settings.storage_topic_prefix,
             settings.endpoint_policy,
             settings.jwt_signing,
+            settings.archive,
         )
 
     async def check_ready(self, timeout_s: float = 2.0) -> None:
@@ -157,6 +161,7 @@ class Admin:
                 details={"fields": [{"field": "cluster", "problem": "unknown cluster"}]},
             )
         self.check_failover(body.failover)
+        self.check_archive(body.archive)
         await self.catalog.get_project(project)  # 404 before touching storage
         config = self.clusters[cluster]
         segment = Segment(
@@ -192,9 +197,20 @@ class Admin:
                 details={"fields": [{"field": "failover.clusters", "problem": "unknown cluster"}]},
             )
 
+    def check_archive(self, archive: ArchiveSpec | None) -> None:
+        """A topic's archive must go where the control plane's ``archive`` setting allows
+        (422 naming ``archive.to``)."""
+        why = self.archive.refusal(target_of(archive.to)) if archive is not None else None
+        if why is not None:
+            raise ValidationFailed(
+                f"archive.to: {why}",
+                details={"fields": [{"field": "archive.to", "problem": why}]},
+            )
+
     async def update_topic(self, topic: Topic) -> Topic:
         """Store new settings of a topic (a compare-and-set on its version)."""
         self.check_failover(topic.failover)
+        self.check_archive(topic.archive)
         return await self.catalog.update_topic(topic)
 
     async def delete_topic(self, project: str, name: str, *, force: bool) -> None:

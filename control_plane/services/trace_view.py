@@ -5,7 +5,7 @@ A subscription's state is read off its events in time order:
 
 - ``pending``: no event yet (waiting for its turn, a delay, or a paused subscription);
 - ``delivering``: attempted, no outcome yet, or replayed from the DLQ (unsidelined,
-  recovered) or resent by an operator;
+  recovered), resent or replayed (a window, docs/archive.md) by an operator;
 - ``retrying``: an attempt failed and another is due (in place or in a delay level);
 - ``delivered``, ``filtered``, ``dead_lettered``: its outcome (a DLQ entry replayed later is
   ``delivering`` again, then its new outcome). A copy passed over after a verified
@@ -29,6 +29,7 @@ STATE_OF = {
     "unsidelined": "delivering",
     "recovered": "delivering",
     "resent": "delivering",
+    "replayed": "delivering",
 }
 
 

@@ -188,6 +188,7 @@ async def page(
         project=project,
         sub=found,
         status=status,
+        replay=await _latest_replay(api, project, sub),
         range=range_,
         ranges=RANGES,
         lag_chart=lag,
@@ -330,6 +331,42 @@ async def recover(
     window = f"{body['since']} and {body['until']}"
     line = f"recovered {done.get('recovered')} dead-lettered messages that failed between {window}"
     return redirect(request, back, line + more)
+
+
+async def _latest_replay(api: AdminClient, project: str, sub: str) -> dict[str, Any] | None:
+    """The subscription's latest window replay, or None (never replayed, or no such API)."""
+    try:
+        found: dict[str, Any] = await api.get(_subs(project, sub, "replay"))
+        return found
+    except (NotAvailable, ApiError):
+        return None
+
+
+@router.post("/ui/projects/{project}/subscriptions/{sub}/replay")
+async def replay(
+    project: Name, sub: Name, request: Request, form: FormDep, api: ApiDep
+) -> Response:
+    """Replay a window of the topic — the archive and storage — into this subscription only
+    (``POST …/replay``); the page then shows its progress (docs/archive.md)."""
+    back = f"/ui/projects/{project}/subscriptions/{sub}"
+    since, until = form.get("since", "").strip(), form.get("until", "").strip()
+    if not since or not until:
+        return redirect(request, back, "give both times: accepted since and until", "error")
+    rate = form.get("rate", "").strip() or "100"
+    if not rate.isdigit():
+        return redirect(request, back, "the rate is a whole number of messages a second", "error")
+    body = {"since": rfc3339(since), "until": rfc3339(until), "rate": int(rate)}
+    try:
+        started = await api.post(_subs(project, sub, "replay"), body)
+    except NotAvailable:
+        return redirect(request, back, "replay is not available on this control plane", "error")
+    except ApiError as exc:
+        return refused(request, back, exc, "nothing replayed")
+    line = (
+        f"replay {started.get('id')} of the messages accepted between {body['since']} and "
+        f"{body['until']} started: its progress is below (reload)"
+    )
+    return redirect(request, back, line)
 
 
 @router.get("/ui/filter-check")

@@ -25,6 +25,7 @@ COLOURS = {
     "unsidelined": "#8e44ad",
     "recovered": "#8e44ad",
     "resent": "#16a085",
+    "replayed": "#16a085",
 }
 
 

@@ -29,7 +29,7 @@ from .deployment import deployment
 from .maven import MissingTool
 from .supervisor import Supervisor, tail
 
-NAMES = ["zookeeper", "kafka", "pulsar", "postgres"]
+NAMES = ["zookeeper", "kafka", "pulsar", "postgres", "s3proxy"]
 # Fetched with the servers, never started: jars other processes load (the Spark audit jobs).
 FETCH_ONLY = ["spark"]
 DEFAULT_DIR = Path(tempfile.gettempdir()) / "httpbus-services"

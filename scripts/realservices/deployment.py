@@ -41,6 +41,13 @@ def deployment(
         "default_cluster": "kafka-main",
         "storage_topic_prefix": prefix,
     }
+    if "s3" in endpoints:  # topics may archive to its bucket (docs/archive.md)
+        control_plane["archive"] = {
+            "s3_endpoint": endpoints["s3"],
+            "s3_access_key_id": endpoints["s3_access_key_id"],
+            "s3_secret_access_key": endpoints["s3_secret_access_key"],
+            "s3_buckets": [endpoints["s3_bucket"]],
+        }
     producer_section: dict[str, Any] = {"port": producer}
     if database:
         control_plane["database_url"] = database

@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable
@@ -53,6 +54,7 @@ class Ports:
     pulsar_web: int = 8080
     bookie: int = 3181
     postgres: int = 5439  # not 5432: a system PostgreSQL may hold that one
+    s3: int = 8710
 
 
 @dataclass(frozen=True)
@@ -408,8 +410,67 @@ def _pg_url(ports: Ports) -> str:
     return f"postgresql://{PG_USER}@{HOST}:{ports.postgres}/{PG_DATABASE}"
 
 
+# ---------------------------------------------------------------- S3Proxy (S3-compatible)
+
+S3_IDENTITY = "httpbus"
+S3_CREDENTIAL = "httpbus-secret"
+S3_BUCKET = "httpbus-archive"
+LOGBACK_WARN = """\
+<configuration>
+  <appender name="STDOUT" class="ch.qos.logback.core.ConsoleAppender">
+    <encoder><pattern>%d{HH:mm:ss.SSS} %-5level %logger{20} - %msg%n</pattern></encoder>
+  </appender>
+  <root level="WARN"><appender-ref ref="STDOUT"/></root>
+</configuration>
+"""
+
+
+def s3proxy(ports: Ports) -> Server:
+    """S3Proxy over a local folder: the S3-compatible object store the archive's tests write
+    to (docs/archive.md). ``filesystem-nio2`` lists objects only (the older ``filesystem``
+    provider lists folders as objects); obstore's bulk delete sends a checksum header S3Proxy
+    does not know, which ``ignore-unknown-headers`` lets through. The bucket is a folder of
+    the base directory, made here."""
+
+    def prepare(data: Path, cp: str) -> Launch:
+        base = data / "blobs"
+        (base / S3_BUCKET).mkdir(parents=True, exist_ok=True)
+        conf = _write(
+            data / "s3proxy.conf",
+            _props(
+                {
+                    "s3proxy.endpoint": f"http://{HOST}:{ports.s3}",
+                    "s3proxy.authorization": "aws-v2-or-v4",
+                    "s3proxy.identity": S3_IDENTITY,
+                    "s3proxy.credential": S3_CREDENTIAL,
+                    "s3proxy.ignore-unknown-headers": "true",
+                    "jclouds.provider": "filesystem-nio2",
+                    "jclouds.identity": S3_IDENTITY,
+                    "jclouds.credential": S3_CREDENTIAL,
+                    "jclouds.filesystem.basedir": base,
+                }
+            ),
+        )
+        logback = _write(data / "logback.xml", LOGBACK_WARN)
+        flags = [f"-Dlogback.configurationFile={logback}"]
+        main = "org.gaul.s3proxy.Main"
+        return Launch(_java(cp, ["-Xmx256m"], flags, main, ["--properties", str(conf)]))
+
+    def ready() -> bool:
+        # Unsigned, S3Proxy answers 403 AccessDenied: it is up and speaks S3.
+        try:
+            urllib.request.urlopen(f"http://{HOST}:{ports.s3}/{S3_BUCKET}", timeout=2)
+        except urllib.error.HTTPError as exc:
+            return exc.code == 403
+        except OSError:
+            return False
+        return True
+
+    return Server("s3proxy", prepare, ready, start_timeout=60)
+
+
 def all_servers(ports: Ports) -> dict[str, Server]:
-    servers = (zookeeper(ports), kafka(ports), pulsar(ports), postgres(ports))
+    servers = (zookeeper(ports), kafka(ports), pulsar(ports), postgres(ports), s3proxy(ports))
     return {s.name: s for s in servers}
 
 
@@ -426,4 +487,8 @@ def endpoints(ports: Ports) -> dict[str, str]:
         "pulsar": f"pulsar://{HOST}:{ports.pulsar}",
         "pulsar_admin": f"http://{HOST}:{ports.pulsar_web}",
         "postgres": _pg_url(ports),
+        "s3": f"http://{HOST}:{ports.s3}",
+        "s3_bucket": S3_BUCKET,
+        "s3_access_key_id": S3_IDENTITY,
+        "s3_secret_access_key": S3_CREDENTIAL,
     }

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from core.envelope import DLQ_KIND as KIND
 from core.envelope import GROUP_ID, MESSAGE_ID, header, own_headers
+from core.envelope import REPLAY as REPLAY_HEADER
 from core.errors import StorageUnavailable
 
 from ..protocol import Record, SegmentStore, Stored
@@ -38,6 +39,7 @@ REMOVED = b"removed"
 REPLAY = b"replay"  # unsidelined from the DLQ
 RECOVER = b"recover"  # recovered from the DLQ: its last failure lies in a window
 RESEND = b"resend"  # a message of the topic, resent to this one subscription
+WINDOW = b"window"  # a message of a window replayed to this one subscription (archive, storage)
 _READ_TIMEOUT_S = 0.5
 
 
@@ -170,6 +172,22 @@ async def resend(store: SegmentStore, layout: Layout, msg: Stored, origin: str, 
     headers = own_headers(msg.headers) + meta.headers() + ((KIND, RESEND),)
     record = Record(value=msg.value, key=msg.key, headers=headers)
     return (await store.produce(layout.replay, record, partition=0)).position
+
+
+async def replay_window(
+    store: SegmentStore, layout: Layout, messages: list[tuple[Stored, str]], topic: str
+) -> None:
+    """Append ``messages`` (each with its origin ``segment:partition:position``), in order,
+    to the replay topic as a window replay: attempts at zero, marked ``x-replay: true``."""
+    records = []
+    for msg, origin in messages:
+        meta = RetryMeta(origin=origin, topic=topic)
+        own = tuple((k, v) for k, v in own_headers(msg.headers) if k != REPLAY_HEADER)
+        headers = own + ((REPLAY_HEADER, b"true"),) + meta.headers() + ((KIND, WINDOW),)
+        records.append(Record(value=msg.value, key=msg.key, headers=headers))
+    for result in await store.produce_many(layout.replay, records):
+        if isinstance(result, Exception):
+            raise StorageUnavailable(f"could not replay into {layout.replay}: {result}")
 
 
 def replay_kind(msg: Stored) -> bytes:

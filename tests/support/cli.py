@@ -22,12 +22,14 @@ TOKEN = "test-admin-token-0123456789"
 
 
 @contextmanager
-def embedded_control_plane_url(data: Path) -> Iterator[str]:
-    """A control plane on the embedded backends in ``data``, served over HTTP: its URL."""
+def embedded_control_plane_url(data: Path, **more: Any) -> Iterator[str]:
+    """A control plane on the embedded backends in ``data`` (and the settings ``more``),
+    served over HTTP: its URL."""
     settings = ControlPlaneSettings(
         admin_token=TOKEN,
         metastore=EmbeddedMetaStoreConfig(path=str(data / "meta.db")),
         clusters={"embedded": EmbeddedClusterConfig(path=str(data / "segments.db"))},
+        **more,
     )
     with served(create_app(settings)) as base:
         yield base

@@ -101,6 +101,7 @@ async def delivery_world(
     cluster_config: ClusterConfig | None = None,
     extra_clusters: dict[str, ClusterConfig] | None = None,
     audit_cluster: str | None = None,
+    cp_settings: dict[str, Any] | None = None,
     **worker_options: Any,
 ) -> AsyncIterator[DeliveryWorld]:
     """Everything above, torn down (and the ZooKeeper root deleted) on exit. With a
@@ -108,7 +109,8 @@ async def delivery_world(
     world on its cluster) and the control plane keeps its reports and trace index there.
     ``cluster_config`` replaces the standard config of ``cluster`` (a read_only one, say);
     ``extra_clusters`` are configured beside it everywhere (a cutover's target, say);
-    ``audit_cluster`` (one of them) holds the audit trail instead of ``cluster``."""
+    ``audit_cluster`` (one of them) holds the audit trail instead of ``cluster``;
+    ``cp_settings`` are more settings of the control plane (its ``archive``, say)."""
     root = f"/delivery-{unique}"
     zk = ZooKeeperConfig(hosts=real.zookeeper, root=root)
     configured = clusters(real)
@@ -126,6 +128,7 @@ async def delivery_world(
         storage_topic_prefix=f"it-{unique}",
         assign_interval_s=0.3,
         **reports,
+        **(cp_settings or {}),
     )
     producer_settings = {
         "admin_token": ADMIN,

@@ -14,6 +14,10 @@ class RealServices:
     pulsar: str
     pulsar_admin: str
     postgres: str = ""  # libpq URL; "" when the state file predates PostgreSQL
+    s3: str = ""  # S3Proxy's endpoint; "" when the state file predates it
+    s3_bucket: str = ""
+    s3_access_key_id: str = ""
+    s3_secret_access_key: str = ""
     logs: dict[str, str] = field(default_factory=dict)  # server name -> its log file
 
     def log_lines(self, server: str, needle: str, last: int = 20) -> list[str]:

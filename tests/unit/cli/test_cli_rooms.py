@@ -23,6 +23,8 @@ API_CLIENTS = {
     "topic",
     "topic_schema",
     "topic_grant",
+    "topic_archive",
+    "sub_replay",
     "audit_reports",
     "cutover",
     "failover",

@@ -1,7 +1,8 @@
 """The worker's side of resend and recover (control_plane.services.resends, dead_letters):
 a record of the replay topic marked as a resend goes through the subscription's filter (it
 comes from the topic, not from this subscription's DLQ), and each kind is audited as what it
-is, so the message's trace shows the resend or the recovery."""
+is, so the message's trace shows the resend or the recovery; a window replay (docs/archive.md)
+too, delivered with X-Replay: true."""
 
 from __future__ import annotations
 
@@ -62,3 +63,39 @@ async def test_resends_pass_the_filter_and_every_kind_is_audited(world: World) -
     ]
     # A recovered entry is not filtered again: it passed the filter before it failed.
     assert world.hook.tries["d1"] and "r2" not in world.hook.tries
+
+
+async def test_a_window_replay_passes_the_filter_is_audited_replayed_and_marked(
+    world: World,
+) -> None:
+    sub = await subscribe(world, filter='headers["x-kind"] == "order"')
+    layout = await ensure_layout(world.meta, {world.cluster: world.store}, sub, world.cluster)
+    recorder = MemoryAudit()
+    window = [
+        (_stored(mid, **{"x-kind": kind}), f"1:0:{i}")
+        for i, (mid, kind) in enumerate((("w1", b"order"), ("w2", b"test"), ("w3", b"order")))
+    ]
+    async with HttpSender() as sender:
+        runner = SubscriptionRunner(sub, world.reader, sender, audit=recorder)  # type: ignore[arg-type]
+        task = asyncio.create_task(runner.run())
+        try:
+            await dlq.replay_window(world.store, layout, window, "p/t")
+            await until(lambda: world.hook.delivered() == ["w1", "w3"], 10)
+            await until(lambda: [e for e in recorder.events if e.type is AuditType.FILTERED], 5)
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+    assert {e.message_id for e in recorder.events if e.type is AuditType.REPLAYED} == {
+        "w1",
+        "w2",
+        "w3",
+    }
+    filtered = [e for e in recorder.events if e.type is AuditType.FILTERED]
+    assert [(e.message_id, e.reason) for e in filtered] == [
+        ("w2", "replay: the filter left it out")
+    ]
+    stored = await world.store.read(layout.replay, 0, 0, max_records=5)
+    assert all(("x-replay", b"true") in m.headers for m in stored)
+    sent = [r for r in world.hook.requests if r.id in ("w1", "w3")]
+    assert sent and all(r.headers.get("X-Replay") == "true" for r in sent)

@@ -21,7 +21,7 @@ from core.result import DeliveryResult, ErrorKind
 from core.retry import retries
 from core.signing import sign, verify
 from delivery_workers.http_sender import HttpSender
-from delivery_workers.sender import Delivery, EndpointSender, build_request
+from delivery_workers.sender import Delivery, EndpointSender, batch_entry, build_request
 from segments.protocol import Stored
 from tests.support.uvicorn_thread import uvicorn_thread
 
@@ -182,6 +182,17 @@ def test_build_request_carries_the_message_and_signs_it() -> None:
     }
     assert len(headers) == len(sent)
     assert verify(SECRET, sent, payload, now=1_700_000_000)
+
+
+def test_a_replayed_message_is_marked_x_replay_and_no_other_is() -> None:
+    sub = _subscription("http://h:81")
+    replayed = _stored(b"x", ("x-replay", b"true"), ("x-group-id", b"g"))
+    _, _, headers, _ = build_request(Delivery(sub, "p/t", replayed), 5)
+    assert dict(headers)["X-Replay"] == "true"
+    assert [n for n, _ in headers].count("X-Replay") == 1  # not also carried as x-replay
+    _, _, plain, _ = build_request(Delivery(sub, "p/t", _stored(b"x")), 5)
+    assert "X-Replay" not in dict(plain) and "x-replay" not in dict(plain)
+    assert batch_entry("p/t", replayed, 1)["headers"] == {"x-replay": "true"}
 
 
 def test_build_request_defaults() -> None:

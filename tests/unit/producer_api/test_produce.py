@@ -99,12 +99,13 @@ async def test_headers_httpbus_sets_on_a_delivery_are_dropped(env: Env) -> None:
     """X-Batch-Size, X-Topic and X-Attempt are httpbus's own on a delivery: a producer's
     value is never stored, so no endpoint ever sees it (a single delivery sent the
     producer's X-Batch-Size as if it were a batch)."""
-    own = {"X-Batch-Size": "1000", "X-Topic": "other/topic", "X-Attempt": "9"}
+    own = {"X-Batch-Size": "1000", "X-Topic": "other/topic", "X-Attempt": "9", "X-Replay": "true"}
     r = await env.client.post(URL.format("orders"), content=b"x", headers={**own, "X-Keep": "1"})
     assert r.status_code == 201, r.text
     _, headers = await _stored(env, "orders", r.json()["partition"], r.json()["position"])
     assert headers["x-keep"] == b"1"
-    assert not {"x-batch-size", "x-topic", "x-attempt"} & set(headers)
+    # X-Replay too: only a replay by an operator marks a delivery so (docs/archive.md)
+    assert not {"x-batch-size", "x-topic", "x-attempt", "x-replay"} & set(headers)
     r = await env.client.post(
         URL.format("orders") + "/batch", json={"messages": [{"payload": "y", "headers": own}]}
     )

@@ -20,6 +20,10 @@ ENDPOINTS = {
     "pulsar": "pulsar://127.0.0.1:6650",
     "pulsar_admin": "http://127.0.0.1:8080",
     "postgres": "postgresql://httpbus@127.0.0.1:5439/postgres",
+    "s3": "http://127.0.0.1:8710",
+    "s3_bucket": "httpbus-archive",
+    "s3_access_key_id": "httpbus",
+    "s3_secret_access_key": "httpbus-secret",
 }
 
 
@@ -28,6 +32,10 @@ def test_the_real_servers_deployment_loads_in_every_service(tmp_path: Path) -> N
     path.write_text(yaml.safe_dump(deployment(ENDPOINTS, admin_token="t" * 32)))
     cp = ControlPlaneSettings.load(path)
     assert (cp.default_cluster, cp.database_url) == ("kafka-main", ENDPOINTS["postgres"])
+    # topics of the tour may archive to S3Proxy's bucket (docs/archive.md)
+    assert (
+        cp.archive.s3_buckets == ["httpbus-archive"] and cp.archive.s3_endpoint == ENDPOINTS["s3"]
+    )
     assert ProducerSettings.load(path).port == 8701
     worker = WorkerSettings.load(path)
     assert (worker.port, worker.metastore.kind, worker.audit.cluster) == (

@@ -21,6 +21,7 @@ from core.errors import StorageUnavailable, TooLarge
 from segments.audit import AuditSink, decode_audit_record
 from segments.embedded import EmbeddedSegmentStore, EmbeddedSettings
 from segments.protocol import Produced, Record, SegmentStore, Stored
+from tests.support.clock import ManualClock
 from tests.support.stored import read_to_end
 from tests.support.until import until
 
@@ -44,14 +45,6 @@ def _event(i: int, messages: int = 100, error: str | None = None) -> AuditEvent:
         attempt=i,
         error=error if error is not None else ("boom ✓\nline 2" if i % 7 == 0 else None),
     )
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class FlakyStore:
@@ -255,7 +248,7 @@ async def test_a_failing_store_loses_nothing_and_keeps_order(
     store: EmbeddedSegmentStore,
 ) -> None:
     flaky = FlakyStore(store, whole_failures=2)
-    clock = FakeClock()
+    clock = ManualClock(1_000.0)
     events = [_event(i, messages=37) for i in range(3_000)]
     async with AuditSink(flaky, TOPIC, max_batch=500, flush_interval_s=0.01, clock=clock) as sink:
         for event in events[:1_000]:
@@ -306,7 +299,7 @@ async def test_a_record_that_fails_alone_is_retried_whole_and_first(
 
 async def test_retries_back_off_on_the_clock(store: EmbeddedSegmentStore) -> None:
     flaky = FlakyStore(store, whole_failures=1)
-    clock = FakeClock()
+    clock = ManualClock(1_000.0)
     async with AuditSink(flaky, TOPIC, flush_interval_s=0.01, clock=clock) as sink:
         sink.emit(_event(1))
         await until(lambda: sink.failed_batches >= 1, 5, "a failed batch", interval=0.01)

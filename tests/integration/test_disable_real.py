@@ -8,30 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from core.signing import verify
-from tests.support.delivery import DeliveryWorld, delivery_world
-from tests.support.services import RealServices
+from tests.support.delivery import (
+    DeliveryWorld,
+    notifying_world_fixture,  # noqa: F401  (the world fixture)
+)
 from tests.support.until import until
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
 WINDOW_S = 3
 SUB = "/v1/projects/shop/subscriptions/dead"
-
-
-@pytest.fixture
-async def world(
-    real_services: RealServices, unique: str, tmp_path: Path
-) -> AsyncIterator[DeliveryWorld]:
-    async with delivery_world(
-        real_services, unique, tmp_path, "kafka-main", notify_backoff_s=(0.2, 0.5)
-    ) as built:
-        yield built
 
 
 async def _produce(world: DeliveryWorld, prefix: str, count: int) -> list[str]:

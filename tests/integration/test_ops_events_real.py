@@ -11,15 +11,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from core.signing import verify
-from tests.support.delivery import DeliveryWorld, delivery_world
-from tests.support.services import RealServices
+from tests.support.delivery import (
+    DeliveryWorld,
+    notifying_world_fixture,  # noqa: F401  (the world fixture)
+)
 from tests.support.until import until
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
@@ -33,16 +33,6 @@ WANTED = [
 FAILING_AFTER_S = 10  # the least the setting allows
 INTERVAL_S = 10
 COUNT = 8
-
-
-@pytest.fixture
-async def world(
-    real_services: RealServices, unique: str, tmp_path: Path
-) -> AsyncIterator[DeliveryWorld]:
-    async with delivery_world(
-        real_services, unique, tmp_path, "kafka-main", notify_backoff_s=(0.2, 0.5)
-    ) as built:
-        yield built
 
 
 def _notices(world: DeliveryWorld, kind: str | None = None) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from control_plane.app import create_app
 from control_plane.settings import ControlPlaneSettings
@@ -171,6 +172,30 @@ async def delivery_world(
         await drop_topics(cp)
     finally:
         await close_within(stack, 90)
+
+
+@pytest.fixture(name="world")
+async def notifying_world_fixture(
+    real_services: RealServices, unique: str, tmp_path: Path
+) -> AsyncIterator[DeliveryWorld]:
+    """A Kafka world whose worker retries a project's notices within a second (the
+    notification tests): ``from … import notifying_world_fixture``."""
+    async with delivery_world(
+        real_services, unique, tmp_path, "kafka-main", notify_backoff_s=(0.2, 0.5)
+    ) as built:
+        yield built
+
+
+@pytest.fixture(name="world")
+async def audited_world_fixture(
+    real_services: RealServices, unique: str, tmp_path: Path, postgres_database: str
+) -> AsyncIterator[DeliveryWorld]:
+    """A Kafka world with an audit trail, its reports and trace index in a PostgreSQL
+    database of the test's own: ``from … import audited_world_fixture``."""
+    async with delivery_world(
+        real_services, unique, tmp_path, "kafka-main", database_url=postgres_database
+    ) as built:
+        yield built
 
 
 async def control_plane(

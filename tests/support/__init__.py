@@ -15,6 +15,7 @@
 - :mod:`.cutover`, :mod:`.contract_api`, :mod:`.migrations`, :mod:`.audit_events`,
   :mod:`.services`: the cutover load and checks, a fake API with the contracts' shapes, the
   migration check, audit events for the Spark jobs, the real servers' endpoints.
+- :mod:`.reports`: a report database with a sample reconciliation run and hourly row.
 - :mod:`.stacks`: every thread's and task's stack when a test overruns its bound.
 - :mod:`.layout`: the repository's root and its packages.
 

@@ -16,14 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from control_plane.app import create_app
-from control_plane.settings import ControlPlaneSettings
 from core.audit import AuditCutover, CutoverCheck
-from metastore.config import EmbeddedMetaStoreConfig
 from reports import migrate
-from segments.config import EmbeddedClusterConfig
-from tests.support.cli import TOKEN, as_json, httpbus, ok, one_line_error
-from tests.support.contract_api import served
+from tests.support.cli import TOKEN, as_json, httpbus, ok, one_line_error, shop_control_plane_url
 from tests.support.reports import sample_hour, seed_reports
 
 
@@ -36,16 +31,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def url(data: Path) -> Iterator[str]:
     reports = f"sqlite:///{data / 'reports.db'}"
     migrate.upgrade(reports)
-    settings = ControlPlaneSettings(
-        admin_token=TOKEN,
-        metastore=EmbeddedMetaStoreConfig(path=str(data / "meta.db")),
-        clusters={"embedded": EmbeddedClusterConfig(path=str(data / "segments.db"))},
-        database_url=reports,
-        trace_index=False,
-    )
-    with served(create_app(settings)) as base:
-        ok(httpbus(base, "project", "create", "shop"))
-        ok(httpbus(base, "topic", "create", "shop", "orders"))
+    with shop_control_plane_url(data, database_url=reports, trace_index=False) as base:
         ok(httpbus(base, "project", "create", "billing"))
         yield base
 

@@ -88,15 +88,15 @@ async def browser_control_plane(
 
 @asynccontextmanager
 async def app_client(
-    app: FastAPI, base_url: str = "http://cp", token: str = TOKEN
+    app: FastAPI, base_url: str = "http://cp", token: str = TOKEN, timeout: float = 5.0
 ) -> AsyncIterator[httpx.AsyncClient]:
     """``app`` started (its lifespan) and a client of it through ASGI that sends ``token`` as
-    a bearer (the admin token unless told)."""
+    a bearer (the admin token unless told), waiting ``timeout`` seconds for an answer."""
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         headers = {"Authorization": f"Bearer {token}"}
         async with httpx.AsyncClient(
-            transport=transport, base_url=base_url, headers=headers
+            transport=transport, base_url=base_url, headers=headers, timeout=timeout
         ) as client:
             yield client
 

@@ -77,6 +77,15 @@ async def _read_capped(response: httpx.Response) -> bytes:
     return bytes(body[:MAX_RESPONSE_BYTES])
 
 
+def _answered(
+    status: int, headers: Any, body: bytes, started: float, clock: Callable[[], float]
+) -> DeliveryResult:
+    """The endpoint's answer as a result, its latency counted from ``started`` (a
+    ``time.perf_counter()``), the same for every sender compared here."""
+    latency_s = time.perf_counter() - started
+    return DeliveryResult.from_response(status, headers, latency_s, body=body, now=clock())
+
+
 def _httpx_failure(exc: Exception, latency_s: float) -> DeliveryResult:
     """httpx's errors as facts: its timeouts are timeouts, a request it refuses to make is
     invalid, its transport errors are connection errors; the standard ones as usual."""
@@ -157,13 +166,7 @@ class HttpxSender(AsyncResource):
                     await response.aclose()
         except Exception as exc:
             return _httpx_failure(exc, time.perf_counter() - started)
-        return DeliveryResult.from_response(
-            response.status_code,
-            response.headers,
-            time.perf_counter() - started,
-            body=body,
-            now=self._clock(),
-        )
+        return _answered(response.status_code, response.headers, body, started, self._clock)
 
 
 # Headers aiohttp writes byte for byte and h11 (under httpx) accepts, one "name NUL value LF"
@@ -310,13 +313,7 @@ class AiohttpSender(AsyncResource):
                 body = await _read_capped_aiohttp(response)
         except Exception as exc:
             return _failure(exc, time.perf_counter() - started)
-        return DeliveryResult.from_response(
-            response.status,
-            response.headers,
-            time.perf_counter() - started,
-            body=body,
-            now=self._clock(),
-        )
+        return _answered(response.status, response.headers, body, started, self._clock)
 
     async def _send_with_httpx(self, delivery: Delivery) -> DeliveryResult:
         if self._fallback is None:

@@ -45,7 +45,6 @@ import uvloop
 from yarl import URL
 
 from core.lifecycle import AsyncResource
-from core.model import Endpoint, Subscription
 from core.result import DeliveryResult, ErrorKind, timeout_error
 from delivery_workers.http_sender import HttpSender
 from delivery_workers.sender import (
@@ -55,7 +54,7 @@ from delivery_workers.sender import (
     OutgoingRequest,
     build_request,
 )
-from segments.protocol import Stored
+from tests.support.senders import delivery_to
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -397,17 +396,9 @@ async def _timed(
 
 
 def _delivery(url: str) -> Delivery:
-    """The one delivery every comparison sends again and again: 256 bytes, signed, to ``url``."""
-    sub = Subscription(
-        project="bench",
-        name="senders",
-        topic_project="bench",
-        topic="t",
-        endpoint=Endpoint(url=url),
-        signing_secret="whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-    )
-    message = Stored(partition=0, position=0, timestamp_ms=0, value=b"x" * 256)
-    return Delivery(sub, "bench/t", message)
+    """The one delivery every comparison sends again and again: 256 bytes, signed, to
+    ``url``, within the endpoint's default timeout (the sender tests' delivery)."""
+    return delivery_to(url, timeout_ms=10_000, value=b"x" * 256)
 
 
 def compare_http2(args: argparse.Namespace) -> None:

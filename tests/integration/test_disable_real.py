@@ -41,16 +41,7 @@ async def _subscription(world: DeliveryWorld) -> dict[str, Any]:
 async def test_a_dead_endpoint_is_disabled_notified_once_and_enable_delivers_all(
     world: DeliveryWorld,
 ) -> None:
-    project = (await world.cp.get("/v1/projects/shop")).json()
-    r = await world.cp.put(
-        "/v1/projects/shop",
-        json={"notification_url": world.hook.url_for("notify"), "version": project["version"]},
-    )
-    assert r.status_code == 200, r.text
-    # The secret was shown once, at creation (in delivery_world); the test reads it back.
-    secret = (await world.worker.catalog.get_project("shop")).notification_secret
-    assert secret is not None
-
+    _, secret = await world.notices_to_hook()
     await world.topic("orders", partitions=2)
     world.hook.down.add("dead")
     await world.subscribe(

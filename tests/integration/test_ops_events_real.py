@@ -49,21 +49,9 @@ async def _dlq_size(world: DeliveryWorld) -> int:
 async def test_a_failing_endpoint_is_told_bounded_and_its_recovery_too(
     world: DeliveryWorld,
 ) -> None:
-    project = (await world.cp.get("/v1/projects/shop")).json()
     settings = {"events": WANTED, "failing_after_s": FAILING_AFTER_S, "interval_s": INTERVAL_S}
-    r = await world.cp.put(
-        "/v1/projects/shop",
-        json={
-            "notification_url": world.hook.url_for("notify"),
-            "notifications": settings,
-            "version": project["version"],
-        },
-    )
-    assert r.status_code == 200, r.text
-    assert r.json()["notifications"]["events"] == sorted(WANTED)
-    secret = (await world.worker.catalog.get_project("shop")).notification_secret
-    assert secret is not None
-
+    project, secret = await world.notices_to_hook(notifications=settings)
+    assert project["notifications"]["events"] == sorted(WANTED)
     await world.topic("orders", partitions=2)
     world.hook.down.add("flaky")
     await world.subscribe(

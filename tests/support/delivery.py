@@ -57,6 +57,19 @@ class DeliveryWorld:
     async def subscribe(self, name: str, topic: str, **fields: Any) -> None:
         await subscribe_hook(self.cp, self.hook, name, topic, **fields)
 
+    async def notices_to_hook(self, **fields: Any) -> tuple[dict[str, Any], str]:
+        """Project shop sends its notices to the endpoint double's path ``notify`` (``fields``
+        update more of the project, ``notifications`` say); the project as the API answered,
+        and its notification secret (shown once, at creation: read back from the catalog)."""
+        project = (await self.cp.get("/v1/projects/shop")).json()
+        url = self.hook.url_for("notify")
+        body = {"notification_url": url, **fields, "version": project["version"]}
+        r = await self.cp.put("/v1/projects/shop", json=body)
+        assert r.status_code == 200, r.text
+        secret = (await self.worker.catalog.get_project("shop")).notification_secret
+        assert secret is not None
+        return r.json(), secret
+
     async def running(self, name: str, timeout: float = 30) -> None:
         await until(lambda: f"shop/{name}" in self.worker.runners, timeout, f"{name} running")
 

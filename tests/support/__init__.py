@@ -3,6 +3,7 @@
 - :mod:`.until`: ``until(condition, timeout, what)`` polls against a deadline (and
   ``until_sync`` for code that is not async); never a loop bounded by a count.
 - :mod:`.clock`: ``ManualClock``, the clock a test moves by hand.
+- :mod:`.audit_sink`: ``nth_event``, the sample audit events of the audit sink tests.
 - :mod:`.hook`: the endpoint double, a local webhook endpoint that records and answers as told.
 - :mod:`.world`: the delivery world, one builder per backend (``embedded_world``,
   ``kafka_world``, ``pulsar_world``), with ``subscribe``, ``produce`` and ``Running``.

@@ -144,6 +144,17 @@ def slug(text: str) -> str:
     return "-".join("".join(c if c.isalnum() else " " for c in text.lower()).split())
 
 
+def expect(response: httpx.Response, status: int) -> Any:
+    """The JSON body of an admin API answer (None if empty); a RuntimeError naming the call
+    when the status is not ``status``."""
+    if response.status_code != status:
+        request = response.request
+        raise RuntimeError(
+            f"{request.method} {request.url}: {response.status_code} {response.text}"
+        )
+    return response.json() if response.content else None
+
+
 @contextlib.contextmanager
 def warn_on_error(what: str) -> Iterator[None]:
     """For cleanup: best effort, and never hiding the run's own error."""

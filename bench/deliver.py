@@ -140,7 +140,7 @@ class Bench(s.BenchRun):
                 )
             )
             stack.callback(self.drop_topics)
-            _expect(self.admin.post("/v1/projects", json={"name": self.tag}), 201)
+            s.expect(self.admin.post("/v1/projects", json={"name": self.tag}), 201)
             self.producer_url, self.receiver_url = prod.url, receiver.url
             yield
 
@@ -173,7 +173,7 @@ class Bench(s.BenchRun):
             "grouped": grouped,
             "capacity": UNTHROTTLED,
         }
-        topic = _expect(self.admin.post(f"/v1/projects/{self.tag}/topics", json=body), 201)
+        topic = s.expect(self.admin.post(f"/v1/projects/{self.tag}/topics", json=body), 201)
         self.topics.append(name)
         sub = {
             "name": name,
@@ -185,7 +185,7 @@ class Bench(s.BenchRun):
         }
         if self.args.batch > 1:
             sub["batch"] = {"max_messages": self.args.batch, "max_wait_ms": 100}
-        _expect(self.admin.post(f"/v1/projects/{self.tag}/subscriptions", json=sub), 201)
+        s.expect(self.admin.post(f"/v1/projects/{self.tag}/subscriptions", json=sub), 201)
         return name, topic["segments"][0]["storage_topic"]
 
     def produce(self, topic: str, ids: list[str], groups: int) -> dict[str, float]:
@@ -242,7 +242,7 @@ class Bench(s.BenchRun):
         spy = s.py_spy(self.worker.pid, self.args.profile_s, profile) if self.args.py_spy else None
         with Cpu(self.worker.cpu_seconds) as cpu:
             t0 = time.time()
-            _expect(self.admin.post(f"/v1/projects/{self.tag}/subscriptions/{sub}/start"), 200)
+            s.expect(self.admin.post(f"/v1/projects/{self.tag}/subscriptions/{sub}/start"), 200)
             got = self.wait_for(sub, n, timeout=max(120.0, n / 200))
         if spy is not None:
             spy.wait(self.args.profile_s + 30)
@@ -549,15 +549,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--profile-s", type=float, default=5.0)
     s.add_run_args(p)
     return p.parse_args(argv)
-
-
-def _expect(response: httpx.Response, status: int) -> Any:
-    if response.status_code != status:
-        request = response.request
-        raise RuntimeError(
-            f"{request.method} {request.url}: {response.status_code} {response.text}"
-        )
-    return response.json() if response.content else None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -167,14 +167,14 @@ class Bench(s.BenchRun):
                 )
             )
             stack.callback(self.drop_catalog, admin)
-            _expect(admin.post("/v1/projects", json={"name": self.tag}), 201)
+            s.expect(admin.post("/v1/projects", json={"name": self.tag}), 201)
             for backend in self.backends:
                 topic = {"name": backend, "cluster": CLUSTERS[backend], "capacity": UNTHROTTLED}
                 topic["partitions"] = self.args.partitions
-                _expect(admin.post(f"/v1/projects/{self.tag}/topics", json=topic), 201)
+                s.expect(admin.post(f"/v1/projects/{self.tag}/topics", json=topic), 201)
                 deduped = {**topic, "name": f"{backend}-dedupe"}
                 deduped["dedupe_window"] = self.args.dedupe_window
-                _expect(admin.post(f"/v1/projects/{self.tag}/topics", json=deduped), 201)
+                s.expect(admin.post(f"/v1/projects/{self.tag}/topics", json=deduped), 201)
             yield producer
 
     def drop_catalog(self, admin: httpx.Client) -> None:
@@ -269,14 +269,6 @@ class Bench(s.BenchRun):
                 (self.workdir / f"wrk-{s.slug(name)}.txt").write_text(result.raw)
                 return result
         return s.run_httpx(spec)
-
-
-def _expect(response: httpx.Response, status: int) -> None:
-    if response.status_code != status:
-        request = response.request
-        raise RuntimeError(
-            f"{request.method} {request.url}: {response.status_code} {response.text}"
-        )
 
 
 def _pulsar_partitions_url(endpoints: Endpoints, topic: str) -> str:

@@ -45,7 +45,6 @@ import uvloop
 from yarl import URL
 
 from core.lifecycle import AsyncResource
-from core.model import Endpoint, Subscription
 from core.result import DeliveryResult, ErrorKind, timeout_error
 from delivery_workers.http_sender import HttpSender
 from delivery_workers.sender import (
@@ -55,7 +54,7 @@ from delivery_workers.sender import (
     OutgoingRequest,
     build_request,
 )
-from segments.protocol import Stored
+from tests.support.senders import delivery_to
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,6 +74,15 @@ async def _read_capped(response: httpx.Response) -> bytes:
         if len(body) >= MAX_RESPONSE_BYTES:
             break
     return bytes(body[:MAX_RESPONSE_BYTES])
+
+
+def _answered(
+    status: int, headers: Any, body: bytes, started: float, clock: Callable[[], float]
+) -> DeliveryResult:
+    """The endpoint's answer as a result, its latency counted from ``started`` (a
+    ``time.perf_counter()``), the same for every sender compared here."""
+    latency_s = time.perf_counter() - started
+    return DeliveryResult.from_response(status, headers, latency_s, body=body, now=clock())
 
 
 def _httpx_failure(exc: Exception, latency_s: float) -> DeliveryResult:
@@ -157,13 +165,7 @@ class HttpxSender(AsyncResource):
                     await response.aclose()
         except Exception as exc:
             return _httpx_failure(exc, time.perf_counter() - started)
-        return DeliveryResult.from_response(
-            response.status_code,
-            response.headers,
-            time.perf_counter() - started,
-            body=body,
-            now=self._clock(),
-        )
+        return _answered(response.status_code, response.headers, body, started, self._clock)
 
 
 # Headers aiohttp writes byte for byte and h11 (under httpx) accepts, one "name NUL value LF"
@@ -310,13 +312,7 @@ class AiohttpSender(AsyncResource):
                 body = await _read_capped_aiohttp(response)
         except Exception as exc:
             return _failure(exc, time.perf_counter() - started)
-        return DeliveryResult.from_response(
-            response.status,
-            response.headers,
-            time.perf_counter() - started,
-            body=body,
-            now=self._clock(),
-        )
+        return _answered(response.status, response.headers, body, started, self._clock)
 
     async def _send_with_httpx(self, delivery: Delivery) -> DeliveryResult:
         if self._fallback is None:
@@ -400,17 +396,9 @@ async def _timed(
 
 
 def _delivery(url: str) -> Delivery:
-    """The one delivery every comparison sends again and again: 256 bytes, signed, to ``url``."""
-    sub = Subscription(
-        project="bench",
-        name="senders",
-        topic_project="bench",
-        topic="t",
-        endpoint=Endpoint(url=url),
-        signing_secret="whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-    )
-    message = Stored(partition=0, position=0, timestamp_ms=0, value=b"x" * 256)
-    return Delivery(sub, "bench/t", message)
+    """The one delivery every comparison sends again and again: 256 bytes, signed, to
+    ``url``, within the endpoint's default timeout (the sender tests' delivery)."""
+    return delivery_to(url, timeout_ms=10_000, value=b"x" * 256)
 
 
 def compare_http2(args: argparse.Namespace) -> None:

@@ -34,7 +34,7 @@ from typing import Annotated, Literal, TypeVar
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, model_validator
 
 from .errors import ValidationFailed
 from .secret_headers import MASK
@@ -71,13 +71,6 @@ class OAuth2ClientCredentials(_Auth):
         max_length=1_000,
         description="sent as the token request's 'audience' (Auth0, Okta and others ask it)",
     )
-
-    @field_validator("token_url")
-    @classmethod
-    def _http_only(cls, url: AnyHttpUrl) -> AnyHttpUrl:
-        if url.scheme not in ("http", "https"):
-            raise ValueError(f"the token URL must be http or https, not {url.scheme!r}")
-        return url
 
 
 class JwtAuth(_Auth):

@@ -205,13 +205,6 @@ class Project(Model):
     created_at: datetime = Field(default_factory=utcnow)
     version: int = -1
 
-    @field_validator("notification_url")
-    @classmethod
-    def _notification_http_only(cls, url: AnyHttpUrl | None) -> AnyHttpUrl | None:
-        if url is not None and url.scheme not in ("http", "https"):
-            raise ValueError(f"the notification URL must be http or https, not {url.scheme!r}")
-        return url
-
 
 MAX_DEDUPE_WINDOW_S = 24 * 3_600
 _WINDOW = re.compile(r"(\d{1,6})(s|m|h|d)")
@@ -372,13 +365,6 @@ class Endpoint(Model):
         description="disable the subscription once every attempt has failed for this long "
         "(seconds, default 24 h, at most 30 days); null: never",
     )
-
-    @field_validator("url")
-    @classmethod
-    def _http_only(cls, url: AnyHttpUrl) -> AnyHttpUrl:
-        if url.scheme not in ("http", "https"):
-            raise ValueError(f"the endpoint URL must be http or https, not {url.scheme!r}")
-        return url
 
 
 DEFAULT_DELAY_LEVELS_MS = (1_000, 5_000, 30_000, 120_000, 600_000, 3_600_000)

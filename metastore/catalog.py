@@ -23,6 +23,7 @@ from core.schemas import SchemaState, SchemaVersion
 from core.signing_keys import KeySet
 
 from . import paths
+from .documents import read_versioned
 from .protocol import Check, Create, Delete, MetaStore, Node, Op, Update
 from .quotas import QuotaStore
 
@@ -217,10 +218,7 @@ class Catalog:
     # ------------------------------------------------------------ topic schemas
     async def get_schema_state(self, project: str, topic: str) -> tuple[SchemaState, int] | None:
         """The topic's schema state and its node version, or None if it never had one."""
-        node = await self.store.get(paths.topic_schema(project, topic))
-        if node is None:
-            return None
-        return SchemaState.model_validate_json(node.data), node.version
+        return await read_versioned(self.store, paths.topic_schema(project, topic), SchemaState)
 
     async def get_schema_version(self, project: str, topic: str, version: int) -> SchemaVersion:
         node = await self._require(
@@ -402,10 +400,7 @@ class Catalog:
     async def get_signing_keys(self) -> tuple[KeySet, int] | None:
         """The key set delivery JWTs are signed with and its version; None before the
         first key was made."""
-        node = await self.store.get(paths.SIGNING_KEYS)
-        if node is None:
-            return None
-        return KeySet.model_validate_json(node.data), node.version
+        return await read_versioned(self.store, paths.SIGNING_KEYS, KeySet)
 
     async def put_signing_keys(self, keys: KeySet, version: int | None) -> None:
         """Store ``keys``: created when ``version`` is None, else a compare-and-set

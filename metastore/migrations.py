@@ -21,6 +21,7 @@ from core.migration import Migration, MigrationWindow, merge_windows
 from core.model import Segment, Topic
 
 from . import paths
+from .documents import read_versioned
 from .protocol import Check, Create, MetaStore, Op, Update
 
 _CAS_RETRIES = 20
@@ -38,10 +39,7 @@ class MigrationRecords:
 
     async def get(self, project: str, topic: str) -> tuple[Migration, int] | None:
         """The topic's latest migration and the version it was read at, or None."""
-        node = await self.store.get(paths.migration(project, topic))
-        if node is None:
-            return None
-        return Migration.model_validate_json(node.data), node.version
+        return await read_versioned(self.store, paths.migration(project, topic), Migration)
 
     async def create(self, migration: Migration, shadow: Segment, topic: Topic) -> None:
         """Store ``migration`` with its ``shadow`` segment, if ``topic``'s produce pointer is

@@ -22,6 +22,7 @@ from metastore import paths
 from metastore.catalog import Catalog
 
 from .schemas import TopicSchemas
+from .single_flight import SingleFlight
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
@@ -36,7 +37,7 @@ class TopicCache:
         self.unknown_ttl_s = unknown_ttl_s
         self._topics: dict[Key, Topic] = {}
         self._unknown: dict[Key, float] = {}
-        self._loading: dict[Key, asyncio.Future[Topic]] = {}
+        self._loads: SingleFlight[Key, Topic] = SingleFlight(self._load)
         self._watches: dict[Key, list[asyncio.Task[None]]] = {}
         self._tokens: dict[Key, ProduceToken | None] = {}
         self.schemas = TopicSchemas(catalog)  # reloaded with the topic, by the same watches
@@ -53,12 +54,7 @@ class TopicCache:
             return found
         if self._unknown.get(key, 0.0) > time.monotonic():
             raise NotFound(f"topic {project}/{name} does not exist")
-        pending = self._loading.get(key)
-        if pending is None:
-            pending = asyncio.ensure_future(self._load(key))
-            self._loading[key] = pending
-            pending.add_done_callback(lambda _: self._loading.pop(key, None))
-        return await asyncio.shield(pending)
+        return await self._loads.get(key)
 
     def loaded(self) -> list[Topic]:
         """Every topic in memory."""

@@ -37,6 +37,7 @@ from metastore import paths
 from metastore.quotas import QuotaStore
 
 from .limits import TopicLimits
+from .single_flight import SingleFlight
 
 log = logging.getLogger(__name__)
 REFRESH_S = 1.0  # how often shares are recomputed (and demand reported)
@@ -182,8 +183,11 @@ class ProjectQuotas:
     refresh_s: float = REFRESH_S
     idle_s: float = IDLE_S
     budgets: dict[str, Budget] = field(default_factory=dict, init=False)
-    _loading: dict[str, asyncio.Future[Budget]] = field(default_factory=dict, init=False)
+    _loads: SingleFlight[str, Budget] = field(init=False)
     _task: asyncio.Task[None] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self._loads = SingleFlight(self._load)
 
     async def admit(self, topic: Topic, messages: int, size: int, limits: TopicLimits) -> None:
         """Charge the project's quota, then the topic's own limits (giving the quota back
@@ -202,12 +206,7 @@ class ProjectQuotas:
             raise
 
     async def _budget(self, project: str) -> Budget:
-        pending = self._loading.get(project)
-        if pending is None:
-            pending = asyncio.ensure_future(self._load(project))
-            self._loading[project] = pending
-            pending.add_done_callback(lambda _: self._loading.pop(project, None))
-        return await asyncio.shield(pending)
+        return await self._loads.get(project)
 
     async def _load(self, project: str) -> Budget:
         """First publish to ``project`` here: read its quota, announce this member (with no

@@ -23,6 +23,7 @@ store in :class:`ExternalStore`:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from core import envelope
 from core.errors import NotFound, ValidationFailed
@@ -65,14 +66,7 @@ class ExternalStore(AsyncResource):
             extra.append((envelope.GROUP_ID, msg.key))
         if not extra:
             return msg
-        return Stored(
-            partition=msg.partition,
-            position=msg.position,
-            timestamp_ms=msg.timestamp_ms,
-            value=msg.value,
-            key=msg.key,
-            headers=(*msg.headers, *extra),
-        )
+        return replace(msg, headers=(*msg.headers, *extra))
 
     async def read(
         self, name: str, partition: int, start: int, *, max_records: int = 500, timeout: float = 1.0

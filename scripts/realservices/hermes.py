@@ -33,6 +33,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from . import maven
@@ -242,8 +243,9 @@ def stack(
             "kafka.Kafka",
             str(props),
         ]
-        kafka_proc = _start(kafka_argv, workdir / "kafka.log", procs)
-        _checked("kafka 3.9", lambda: _kafka_metadata(bootstrap), kafka_proc, workdir / "kafka.log")
+        kafka_log = workdir / "kafka.log"
+        ready = partial(_kafka_metadata, bootstrap)
+        kafka_proc = _start_ready("kafka 3.9", kafka_argv, kafka_log, procs, ready)
 
         mgmt_port, front_port = free_port(), free_port()
         mgmt_argv = _java(
@@ -258,13 +260,13 @@ def stack(
             "--topic.replicationFactor=1",
             "--topic.partitions=4",
         ]
-        mgmt = _start(mgmt_argv, workdir / "management.log", procs)
         mgmt_url = f"http://{HOST}:{mgmt_port}"
-        _checked(
+        _start_ready(
             "hermes management",
-            lambda: _status(f"{mgmt_url}/topics") == 200,
-            mgmt,
+            mgmt_argv,
             workdir / "management.log",
+            procs,
+            lambda: _status(f"{mgmt_url}/topics") == 200,
         )
         common = {
             "zookeeper.connect.string": hermes_zk,
@@ -279,13 +281,13 @@ def stack(
             "pl.allegro.tech.hermes.frontend.HermesFrontend",
             {**common, "frontend.port": front_port, "frontend.host": HOST},
         )
-        front = _start(front_argv, workdir / "frontend.log", procs)
         front_url = f"http://{HOST}:{front_port}"
-        _checked(
+        front = _start_ready(
             "hermes frontend",
-            lambda: _status(f"{front_url}/status/ping") == 200,
-            front,
+            front_argv,
             workdir / "frontend.log",
+            procs,
+            lambda: _status(f"{front_url}/status/ping") == 200,
         )
         hermes = Stack(bootstrap, kafka_proc.pid, mgmt_url, front_url, front.pid, procs=procs)
         if consumers:
@@ -310,14 +312,22 @@ def stack(
         zk.close()
 
 
-def _checked(
-    name: str, ready: Callable[[], bool], proc: subprocess.Popen[bytes], log: Path
-) -> None:
+def _start_ready(
+    name: str,
+    argv: list[str],
+    log: Path,
+    procs: list[subprocess.Popen[bytes]],
+    ready: Callable[[], bool],
+) -> subprocess.Popen[bytes]:
+    """``_start`` the process, then wait until ``ready``; an error names it and ends with
+    its log."""
+    proc = _start(argv, log, procs)
     try:
         _wait(ready, START_TIMEOUT_S, proc)
     except RuntimeError as exc:
         message = f"{name} did not start ({exc}); its log {log} ends:\n{_tail(log)}"
         raise RuntimeError(message) from None
+    return proc
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from core.errors import AlreadyExists, CutoverInProgress, NotFound, VersionConflict
 from metastore import paths
+from metastore.documents import read_versioned
 from metastore.protocol import Check, Create, Delete, MetaStore, Op, Update
 
 from .machine import TERMINAL, Acks, Cutover, Phase, record_ack
@@ -33,10 +34,7 @@ class CutoverRecords:
 
     async def get(self, project: str, topic: str) -> tuple[Cutover, int] | None:
         """The topic's latest cutover and the version it was read at, or None."""
-        node = await self.store.get(paths.cutover(project, topic))
-        if node is None:
-            return None
-        return Cutover.model_validate_json(node.data), node.version
+        return await read_versioned(self.store, paths.cutover(project, topic), Cutover)
 
     async def create(self, state: Cutover, topic_version: int) -> int:
         """Store a new cutover and mark it active, in one transaction checked against the

@@ -10,18 +10,18 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
-from core.audit import AuditEvent, AuditType
+from core.audit import AuditEvent
 from segments.audit import AuditSink, decode_audit_record
 from segments.config import KafkaClusterConfig
 from segments.protocol import SegmentStore, Stored
 from segments.registry import open_store
+from tests.support.audit_sink import nth_event
 from tests.support.services import RealServices
 from tests.support.stored import read_to_end
 from tests.support.until import until
 
 pytestmark = pytest.mark.kafka
 
-TYPES = list(AuditType)
 KIB = 1024
 
 
@@ -40,20 +40,6 @@ async def topic(store: SegmentStore, unique: str) -> AsyncIterator[str]:
         await store.delete_topic(name)
 
 
-def _event(i: int, error: str | None = None) -> AuditEvent:
-    return AuditEvent(
-        type=TYPES[i % len(TYPES)],
-        message_id=f"msg-{i % 250}",
-        project="shop",
-        topic="orders",
-        subscription="billing",
-        position=i,
-        at_ms=1_700_000_000_000 + i,
-        status=200 if i % 3 else 503,
-        error=error if error is not None else ("é\x00\n" if i % 11 == 0 else None),
-    )
-
-
 async def _read_all(store: SegmentStore, topic: str) -> list[Stored]:
     return await read_to_end(store, topic, max_records=2_000)
 
@@ -67,7 +53,7 @@ def _sorted_bytes(events: Sequence[AuditEvent]) -> list[bytes]:
 
 
 async def test_every_event_reaches_kafka_byte_identical(store: SegmentStore, topic: str) -> None:
-    events = [_event(i) for i in range(5_000)]
+    events = [nth_event(i) for i in range(5_000)]
     async with AuditSink(store, topic, partitions=4, flush_interval_s=0.05) as sink:
         for event in events:
             sink.emit(event)
@@ -95,7 +81,7 @@ async def test_large_events_fit_kafka_and_one_too_large_is_dropped_alone(
 ) -> None:
     sizes = [(i * 7919) % (60 * KIB) + 1 for i in range(120)]  # up to 60 KiB of error each
     sizes[7] = 1_200 * KIB  # beyond Kafka's default 1 MiB message size: refused, TooLarge
-    events = [_event(i, error="z" * size) for i, size in enumerate(sizes)]
+    events = [nth_event(i, error="z" * size) for i, size in enumerate(sizes)]
     async with AuditSink(store, topic, partitions=2, flush_interval_s=60) as sink:
         for event in events:
             sink.emit(event)
@@ -114,15 +100,15 @@ async def test_aclose_flushes_to_kafka_and_the_topic_is_reused(
     first = AuditSink(store, topic, partitions=2, flush_interval_s=60)  # only aclose writes
     await first.start()
     for i in range(300):
-        first.emit(_event(i))
+        first.emit(nth_event(i))
     assert first.written == 0
     await first.aclose()
     assert (first.written, first.pending) == (300, 0)
-    first.emit(_event(0))
+    first.emit(nth_event(0))
     assert first.dropped == 1
     async with AuditSink(store, topic, partitions=8) as second:  # AlreadyExists is fine
-        second.emit(_event(300))
+        second.emit(nth_event(300))
     assert second.written == 1
     assert await store.partitions(topic) == 2
     back = await _read_all(store, topic)
-    assert _lines(back) == _sorted_bytes([_event(i) for i in range(301)])
+    assert _lines(back) == _sorted_bytes([nth_event(i) for i in range(301)])

@@ -8,30 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from core.signing import verify
-from tests.support.delivery import DeliveryWorld, delivery_world
-from tests.support.services import RealServices
+from tests.support.delivery import (
+    DeliveryWorld,
+    notifying_world_fixture,  # noqa: F401  (the world fixture)
+)
 from tests.support.until import until
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
 WINDOW_S = 3
 SUB = "/v1/projects/shop/subscriptions/dead"
-
-
-@pytest.fixture
-async def world(
-    real_services: RealServices, unique: str, tmp_path: Path
-) -> AsyncIterator[DeliveryWorld]:
-    async with delivery_world(
-        real_services, unique, tmp_path, "kafka-main", notify_backoff_s=(0.2, 0.5)
-    ) as built:
-        yield built
 
 
 async def _produce(world: DeliveryWorld, prefix: str, count: int) -> list[str]:
@@ -51,16 +41,7 @@ async def _subscription(world: DeliveryWorld) -> dict[str, Any]:
 async def test_a_dead_endpoint_is_disabled_notified_once_and_enable_delivers_all(
     world: DeliveryWorld,
 ) -> None:
-    project = (await world.cp.get("/v1/projects/shop")).json()
-    r = await world.cp.put(
-        "/v1/projects/shop",
-        json={"notification_url": world.hook.url_for("notify"), "version": project["version"]},
-    )
-    assert r.status_code == 200, r.text
-    # The secret was shown once, at creation (in delivery_world); the test reads it back.
-    secret = (await world.worker.catalog.get_project("shop")).notification_secret
-    assert secret is not None
-
+    _, secret = await world.notices_to_hook()
     await world.topic("orders", partitions=2)
     world.hook.down.add("dead")
     await world.subscribe(

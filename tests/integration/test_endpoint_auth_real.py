@@ -30,8 +30,6 @@ import httpx
 import jwt
 import pytest
 
-from control_plane.app import create_app
-from control_plane.settings import ControlPlaneSettings
 from core.endpoint_auth import MtlsAuth
 from core.model import Endpoint, Subscription
 from delivery_workers.http_sender import HttpSender
@@ -64,21 +62,24 @@ class ControlPlane:
     api: httpx.AsyncClient
 
 
-@asynccontextmanager
-async def control_plane(world: ProcessWorld, tmp_path: Path) -> AsyncIterator[ControlPlane]:
+@pytest.fixture
+async def world(
+    real_services: RealServices, unique: str, tmp_path: Path
+) -> AsyncIterator[ProcessWorld]:
+    async with process_world(real_services, unique, tmp_path) as built:
+        yield built
+
+
+@pytest.fixture
+async def cp(world: ProcessWorld, tmp_path: Path) -> AsyncIterator[ControlPlane]:
     """The control plane on the world's metastore and Kafka, served over HTTP (receivers
     fetch its JWKS), with its elected roles (the assigner among them)."""
-    settings = ControlPlaneSettings(
-        admin_token=TOKEN,
-        metastore=world.zk,
-        clusters={"kafka-main": world.kafka},
-        default_cluster="kafka-main",
-        trace_index=False,
+    app = world.control_plane_app(
+        TOKEN,
         assign_interval_s=0.5,
         database_url=f"sqlite:///{tmp_path / 'reports.db'}",
         jwt_signing={"issuer": ISSUER, "publish_lead_s": LEAD_S, "retain_s": 60},
     )
-    app = create_app(settings, metastore=world.meta, stores={"kafka-main": world.store})
     async with app.router.lifespan_context(app), serve_asgi(app) as port:
         url = f"http://127.0.0.1:{port}"
         headers = {"Authorization": f"Bearer {TOKEN}"}
@@ -179,32 +180,26 @@ class JwtReceiverCheck:
 
 
 async def test_jwt_deliveries_verify_against_the_jwks_through_a_key_rotation(
-    real_services: RealServices, unique: str, tmp_path: Path
+    world: ProcessWorld, cp: ControlPlane, unique: str
 ) -> None:
-    async with (
-        process_world(real_services, unique, tmp_path) as world,
-        control_plane(world, tmp_path) as cp,
-    ):
-        check = JwtReceiverCheck(f"{cp.url}/.well-known/jwks.json", "")
-        async with serve_receiver(check) as receiver:
-            check.audience = receiver.url_for("jwt")
-            created = await _subscribe(cp, "jwt", receiver.url_for("jwt"), {"type": "jwt"})
-            assert created["auth"] == {"type": "jwt", "audience": None}
-            [worker] = world.workers([f"w-{unique}"], commit_every_s=0.2, lock_retry_s=0.2)
-            await worker.ready()
-            async with Stream(world) as stream:
-                await until(lambda: len(receiver.accepted("jwt")) >= 20, 60, "deliveries")
-                r = await cp.api.post("/v1/signing-keys:rotate", json={})
-                assert r.status_code == 200, r.text
-                rotated_at = time.time()
-                old, new = r.json()["keys"]
-                assert old["signing"] and not new["signing"]
-                await until(lambda: check.kids.count(new["kid"]) >= 20, LEAD_S + 60, "new key")
-            await until(
-                lambda: set(stream.produced) <= set(receiver.accepted("jwt")), 60, "every one"
-            )
-            totals = await _no_failed_attempt(world, "jwt", len(stream.produced))
-            listed = (await cp.api.get("/v1/signing-keys")).json()["keys"]
+    check = JwtReceiverCheck(f"{cp.url}/.well-known/jwks.json", "")
+    async with serve_receiver(check) as receiver:
+        check.audience = receiver.url_for("jwt")
+        created = await _subscribe(cp, "jwt", receiver.url_for("jwt"), {"type": "jwt"})
+        assert created["auth"] == {"type": "jwt", "audience": None}
+        [worker] = world.workers([f"w-{unique}"], commit_every_s=0.2, lock_retry_s=0.2)
+        await worker.ready()
+        async with Stream(world) as stream:
+            await until(lambda: len(receiver.accepted("jwt")) >= 20, 60, "deliveries")
+            r = await cp.api.post("/v1/signing-keys:rotate", json={})
+            assert r.status_code == 200, r.text
+            rotated_at = time.time()
+            old, new = r.json()["keys"]
+            assert old["signing"] and not new["signing"]
+            await until(lambda: check.kids.count(new["kid"]) >= 20, LEAD_S + 60, "new key")
+        await until(lambda: set(stream.produced) <= set(receiver.accepted("jwt")), 60, "every one")
+        totals = await _no_failed_attempt(world, "jwt", len(stream.produced))
+        listed = (await cp.api.get("/v1/signing-keys")).json()["keys"]
     assert receiver.refused("jwt") == [] and check.problems == []
     first_new = next(
         r.at for r, kid in zip(receiver.got, check.kids, strict=True) if kid == new["kid"]
@@ -228,11 +223,9 @@ async def test_jwt_deliveries_verify_against_the_jwks_through_a_key_rotation(
 
 
 async def test_oauth_tokens_expiring_mid_stream_and_a_changed_client_secret_keep_flowing(
-    real_services: RealServices, unique: str, tmp_path: Path
+    world: ProcessWorld, cp: ControlPlane, unique: str
 ) -> None:
     async with (
-        process_world(real_services, unique, tmp_path) as world,
-        control_plane(world, tmp_path) as cp,
         serve_token_server({"httpbus": ["first-secret"]}, expires_in=2) as tokens,
         serve_receiver(tokens.bearer_ok) as receiver,
     ):
@@ -316,13 +309,11 @@ async def tls_receiver(tmp_path: Path, ca: TestCA) -> AsyncIterator[tuple[AsgiRe
 
 
 async def test_mtls_presents_the_client_certificate_and_trusts_the_custom_ca(
-    real_services: RealServices, unique: str, tmp_path: Path
+    world: ProcessWorld, cp: ControlPlane, unique: str, tmp_path: Path
 ) -> None:
     ca = TestCA.make()
     client = ca.issue("httpbus-worker", server=False)
     async with (
-        process_world(real_services, unique, tmp_path) as world,
-        control_plane(world, tmp_path) as cp,
         tls_receiver(tmp_path, ca) as (receiver, url),
     ):
         # The receiver really refuses a client without a certificate (only the CA set).

@@ -11,15 +11,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from core.signing import verify
-from tests.support.delivery import DeliveryWorld, delivery_world
-from tests.support.services import RealServices
+from tests.support.delivery import (
+    DeliveryWorld,
+    notifying_world_fixture,  # noqa: F401  (the world fixture)
+)
 from tests.support.until import until
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
@@ -33,16 +33,6 @@ WANTED = [
 FAILING_AFTER_S = 10  # the least the setting allows
 INTERVAL_S = 10
 COUNT = 8
-
-
-@pytest.fixture
-async def world(
-    real_services: RealServices, unique: str, tmp_path: Path
-) -> AsyncIterator[DeliveryWorld]:
-    async with delivery_world(
-        real_services, unique, tmp_path, "kafka-main", notify_backoff_s=(0.2, 0.5)
-    ) as built:
-        yield built
 
 
 def _notices(world: DeliveryWorld, kind: str | None = None) -> list[dict[str, Any]]:
@@ -59,21 +49,9 @@ async def _dlq_size(world: DeliveryWorld) -> int:
 async def test_a_failing_endpoint_is_told_bounded_and_its_recovery_too(
     world: DeliveryWorld,
 ) -> None:
-    project = (await world.cp.get("/v1/projects/shop")).json()
     settings = {"events": WANTED, "failing_after_s": FAILING_AFTER_S, "interval_s": INTERVAL_S}
-    r = await world.cp.put(
-        "/v1/projects/shop",
-        json={
-            "notification_url": world.hook.url_for("notify"),
-            "notifications": settings,
-            "version": project["version"],
-        },
-    )
-    assert r.status_code == 200, r.text
-    assert r.json()["notifications"]["events"] == sorted(WANTED)
-    secret = (await world.worker.catalog.get_project("shop")).notification_secret
-    assert secret is not None
-
+    project, secret = await world.notices_to_hook(notifications=settings)
+    assert project["notifications"]["events"] == sorted(WANTED)
     await world.topic("orders", partitions=2)
     world.hook.down.add("flaky")
     await world.subscribe(

@@ -18,6 +18,8 @@ import random
 import re
 import uuid
 from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ import httpx
 import psycopg
 import pytest
 
+from core.model import Subscription
 from reports import migrate
 from tests.support.processes import (
     ProducerProcess,
@@ -171,42 +174,66 @@ def _received(world: World) -> list[tuple[str, str, int]]:
     return got
 
 
-async def test_committed_outbox_events_arrive_once_in_aggregate_order_through_two_kills(
-    real_services: RealServices, unique: str, tmp_path: Path, postgres_database: str
-) -> None:
-    migrate.upgrade(postgres_database)
-    with psycopg.connect(postgres_database, autocommit=True) as conn:
+def _create_outbox(database: str) -> None:
+    """The report tables (the producer's dedupe ids) and the outbox table, empty."""
+    migrate.upgrade(database)
+    with psycopg.connect(database, autocommit=True) as conn:
         conn.execute(
             f"CREATE TABLE {TABLE} (id uuid PRIMARY KEY, aggregatetype text NOT NULL, "
             "aggregateid text NOT NULL, type text NOT NULL, payload jsonb NOT NULL)"
         )
+
+
+@asynccontextmanager
+async def _deduped_world(
+    real_services: RealServices, unique: str, partitions: int
+) -> AsyncIterator[tuple[World, Subscription]]:
+    """Grouped topic p/t on Kafka, deduplicating ids for 10 minutes, and its subscription s."""
+    async with kafka_world(real_services, unique, partitions=partitions, grouped=True) as world:
+        topic = await world.catalog.get_topic("p", "t")
+        await world.catalog.update_topic(topic.model_copy(update={"dedupe_window": "10m"}))
+        yield world, await subscribe(world, "s")
+
+
+@asynccontextmanager
+async def _relay(
+    world: World, unique: str, database: str, tmp_path: Path, **overrides: Any
+) -> AsyncIterator[tuple[RelayProcess, str]]:
+    """A producer process and a relay (not started) posting to it, with ``overrides`` of the
+    relay's settings; the relay and its replication slot. On the way out the relay is
+    killed, and its slot, once idle, dropped."""
+    producer = [_producer_settings(world, unique, database)]
+    with producer_processes(producer, tmp_path) as (proc,):
+        settings = _relay_settings(unique, database, proc.url, tmp_path)
+        slot = settings["database"]["slot"]
+        relay = RelayProcess({**settings, **overrides}, tmp_path)
+        try:
+            yield relay, slot
+        finally:
+            relay.kill()
+            await until(lambda: _slot(database, slot) != (True,), 30, "slot idle")
+            _drop(database, slot)
+
+
+async def test_committed_outbox_events_arrive_once_in_aggregate_order_through_two_kills(
+    real_services: RealServices, unique: str, tmp_path: Path, postgres_database: str
+) -> None:
+    _create_outbox(postgres_database)
     plans = _plan(seed=37)
     committed = [e for txns in plans for t in txns if t.commit for e in t.events]
     rolled_back = {e[0] for txns in plans for t in txns if not t.commit for e in t.events}
     assert len(committed) + len(rolled_back) == AGGREGATES * PER_AGGREGATE
 
-    async with kafka_world(real_services, unique, partitions=4, grouped=True) as world:
-        topic = await world.catalog.get_topic("p", "t")
-        await world.catalog.update_topic(topic.model_copy(update={"dedupe_window": "10m"}))
-        sub = await subscribe(world, "s")
-        producer = [_producer_settings(world, unique, postgres_database)]
-        with producer_processes(producer, tmp_path) as (proc,):
-            settings = _relay_settings(unique, postgres_database, proc.url, tmp_path)
-            slot = settings["database"]["slot"]
-            relay = RelayProcess(settings, tmp_path)
-            try:
-                async with Running(world, sub):
-                    await _run(world, relay, plans, postgres_database, slot)
-                    await until(
-                        lambda: len(_received(world)) >= len(committed),
-                        120,
-                        f"all {len(committed)} committed events delivered",
-                    )
-                assert relay.stop() == 0, relay.tail()
-            finally:
-                relay.kill()
-                await until(lambda: _slot(postgres_database, slot) != (True,), 30, "slot idle")
-                _drop(postgres_database, slot)
+    async with _deduped_world(real_services, unique, partitions=4) as (world, sub):
+        async with _relay(world, unique, postgres_database, tmp_path) as (relay, slot):
+            async with Running(world, sub):
+                await _run(world, relay, plans, postgres_database, slot)
+                await until(
+                    lambda: len(_received(world)) >= len(committed),
+                    120,
+                    f"all {len(committed)} committed events delivered",
+                )
+            assert relay.stop() == 0, relay.tail()
         assert _slot(postgres_database, slot) is None  # no slot left to hold the WAL
 
         received = _received(world)
@@ -261,42 +288,26 @@ async def test_a_refused_event_stops_the_relay_and_the_fixed_relay_delivers_it(
     """httpbus refuses the relay (a wrong token: 401): the relay exits 1 naming the event and
     the answer, having acknowledged nothing; started again with the right token, it delivers
     every event, in order."""
-    migrate.upgrade(postgres_database)
-    with psycopg.connect(postgres_database, autocommit=True) as conn:
-        conn.execute(
-            f"CREATE TABLE {TABLE} (id uuid PRIMARY KEY, aggregatetype text NOT NULL, "
-            "aggregateid text NOT NULL, type text NOT NULL, payload jsonb NOT NULL)"
-        )
+    _create_outbox(postgres_database)
     events = [Txn([(str(uuid.uuid4()), "agg-1", s) for s in range(10)], commit=True)]
-    async with kafka_world(real_services, unique, partitions=2, grouped=True) as world:
-        topic = await world.catalog.get_topic("p", "t")
-        await world.catalog.update_topic(topic.model_copy(update={"dedupe_window": "10m"}))
-        sub = await subscribe(world, "s")
-        producer = [_producer_settings(world, unique, postgres_database)]
-        with producer_processes(producer, tmp_path) as (proc,):
-            settings = _relay_settings(unique, postgres_database, proc.url, tmp_path)
-            slot = settings["database"]["slot"]
-            relay = RelayProcess({**settings, "produce_token": "not-the-token"}, tmp_path)
-            try:
-                async with Running(world, sub):
-                    relay.start()
-                    await until(lambda: _slot(postgres_database, slot) == (True,), 90, "slot")
-                    await asyncio.to_thread(_write, postgres_database, events)
-                    await until(lambda: relay.exit_code() is not None, 60, "the relay to stop")
-                    assert relay.exit_code() == 1
-                    first = events[0].events[0][0]
-                    assert f"refused outbox event {first} (aggregate agg-1) with 401" in (
-                        relay.tail(20_000)
-                    )
-                    assert _received(world) == []
-                    relay.configure(produce_token=ADMIN)
-                    relay.start()
-                    await until(lambda: len(_received(world)) >= 10, 90, "the ten events")
-                assert relay.stop() == 0, relay.tail()
-            finally:
-                relay.kill()
-                await until(lambda: _slot(postgres_database, slot) != (True,), 30, "slot idle")
-                _drop(postgres_database, slot)
+    async with _deduped_world(real_services, unique, partitions=2) as (world, sub):
+        bad = {"produce_token": "not-the-token"}
+        async with _relay(world, unique, postgres_database, tmp_path, **bad) as (relay, slot):
+            async with Running(world, sub):
+                relay.start()
+                await until(lambda: _slot(postgres_database, slot) == (True,), 90, "slot")
+                await asyncio.to_thread(_write, postgres_database, events)
+                await until(lambda: relay.exit_code() is not None, 60, "the relay to stop")
+                assert relay.exit_code() == 1
+                first = events[0].events[0][0]
+                assert f"refused outbox event {first} (aggregate agg-1) with 401" in (
+                    relay.tail(20_000)
+                )
+                assert _received(world) == []
+                relay.configure(produce_token=ADMIN)
+                relay.start()
+                await until(lambda: len(_received(world)) >= 10, 90, "the ten events")
+            assert relay.stop() == 0, relay.tail()
         assert _received(world) == events[0].events
 
 
@@ -306,20 +317,12 @@ async def test_while_httpbus_is_down_the_relay_waits_and_loses_nothing(
     """The producer is not running when the events are committed: the relay tries again and
     again (acknowledging nothing) and, once the producer is up, delivers every event in
     aggregate order; its metrics count the tries and the events."""
-    migrate.upgrade(postgres_database)
-    with psycopg.connect(postgres_database, autocommit=True) as conn:
-        conn.execute(
-            f"CREATE TABLE {TABLE} (id uuid PRIMARY KEY, aggregatetype text NOT NULL, "
-            "aggregateid text NOT NULL, type text NOT NULL, payload jsonb NOT NULL)"
-        )
+    _create_outbox(postgres_database)
     txns = [
         Txn([(str(uuid.uuid4()), f"agg-{i % 2}", i // 2) for i in range(k * 4, k * 4 + 4)], True)
         for k in range(5)
     ]
-    async with kafka_world(real_services, unique, partitions=2, grouped=True) as world:
-        topic = await world.catalog.get_topic("p", "t")
-        await world.catalog.update_topic(topic.model_copy(update={"dedupe_window": "10m"}))
-        sub = await subscribe(world, "s")
+    async with _deduped_world(real_services, unique, partitions=2) as (world, sub):
         producer = ProducerProcess(_producer_settings(world, unique, postgres_database), tmp_path)
         settings = _relay_settings(unique, postgres_database, producer.url, tmp_path)
         slot = settings["database"]["slot"]

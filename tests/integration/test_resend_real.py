@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from core.model import RetryPolicy
-from tests.support.delivery import DeliveryWorld, delivery_world
+from tests.support.delivery import (
+    DeliveryWorld,
+    audited_world_fixture,  # noqa: F401  (the world fixture)
+)
 from tests.support.hook import SECRET
-from tests.support.services import RealServices
 from tests.support.until import until
 
 SUBS = "/v1/projects/shop/subscriptions"
@@ -45,56 +46,51 @@ async def _traced(world: DeliveryWorld, mid: str, sub: str, *last: str) -> dict[
     return trace if _types(trace, sub)[-len(last) :] == list(last) else None
 
 
-async def test_a_resend_reaches_one_subscription_only(
-    real_services: RealServices, unique: str, tmp_path: Path, postgres_database: str
-) -> None:
-    async with delivery_world(
-        real_services, unique, tmp_path, "kafka-main", database_url=postgres_database
-    ) as world:
-        world.hook.secret = SECRET
-        await world.topic("orders", partitions=2)
-        await world.subscribe("mailer", "orders", filter='headers["x-kind"] == "order"')
-        await world.subscribe("ledger", "orders")
-        for name in ("mailer", "ledger"):
-            await world.running(name)
-        await world.produce("orders", b"one", {"X-Message-Id": "o1", "X-Kind": "order"})
-        await world.produce("orders", b"two", {"X-Message-Id": "t1", "X-Kind": "test"})
-        hook = world.hook
-        await until(lambda: hook.ids("mailer") == ["o1"], 30, "o1 at mailer")
-        await until(lambda: sorted(hook.ids("ledger")) == ["o1", "t1"], 30, "both at ledger")
-        # Both are in the trace index with their outcome before they are resent.
-        await until(lambda: _traced(world, "o1", "shop/mailer", "delivered"), 15, "o1 traced")
-        await until(lambda: _traced(world, "t1", "shop/mailer", "filtered"), 15, "t1 traced")
+async def test_a_resend_reaches_one_subscription_only(world: DeliveryWorld) -> None:
+    world.hook.secret = SECRET
+    await world.topic("orders", partitions=2)
+    await world.subscribe("mailer", "orders", filter='headers["x-kind"] == "order"')
+    await world.subscribe("ledger", "orders")
+    for name in ("mailer", "ledger"):
+        await world.running(name)
+    await world.produce("orders", b"one", {"X-Message-Id": "o1", "X-Kind": "order"})
+    await world.produce("orders", b"two", {"X-Message-Id": "t1", "X-Kind": "test"})
+    hook = world.hook
+    await until(lambda: hook.ids("mailer") == ["o1"], 30, "o1 at mailer")
+    await until(lambda: sorted(hook.ids("ledger")) == ["o1", "t1"], 30, "both at ledger")
+    # Both are in the trace index with their outcome before they are resent.
+    await until(lambda: _traced(world, "o1", "shop/mailer", "delivered"), 15, "o1 traced")
+    await until(lambda: _traced(world, "t1", "shop/mailer", "filtered"), 15, "t1 traced")
 
-        started = time.monotonic()
-        r = await world.cp.post(f"{SUBS}/mailer/resend", json={"message_id": "o1"})
-        assert r.status_code == 202, r.text
-        body = r.json()
-        assert body["subscription"] == "shop/mailer" and body["trace"] == f"{TRACE}/o1"
-        await until(lambda: hook.ids("mailer") == ["o1", "o1"], 30, "o1 resent to mailer")
-        took = time.monotonic() - started
-        again = hook.on("mailer")[-1]
-        assert again.body == b"one" and again.headers["X-Attempt"] == "1"
-        # Filtered at mailer: a resend goes through the filter, so it is not delivered.
-        r = await world.cp.post(f"{SUBS}/mailer/resend", json={"message_id": "t1"})
-        assert r.status_code == 202, r.text
-        ends = ("resent", "attempted", "delivered")
-        trace = await until(lambda: _traced(world, "o1", "shop/mailer", *ends), 15, "o1")
-        resent = await until(lambda: _traced(world, "t1", "shop/mailer", "resent", "filtered"), 15)
-        await asyncio.sleep(QUIET_S)  # ledger must see nothing of either resend
-        assert sorted(hook.ids("ledger")) == ["o1", "t1"]
-        assert hook.ids("mailer") == ["o1", "o1"]
-        assert hook.bad_signatures == 0
+    started = time.monotonic()
+    r = await world.cp.post(f"{SUBS}/mailer/resend", json={"message_id": "o1"})
+    assert r.status_code == 202, r.text
+    body = r.json()
+    assert body["subscription"] == "shop/mailer" and body["trace"] == f"{TRACE}/o1"
+    await until(lambda: hook.ids("mailer") == ["o1", "o1"], 30, "o1 resent to mailer")
+    took = time.monotonic() - started
+    again = hook.on("mailer")[-1]
+    assert again.body == b"one" and again.headers["X-Attempt"] == "1"
+    # Filtered at mailer: a resend goes through the filter, so it is not delivered.
+    r = await world.cp.post(f"{SUBS}/mailer/resend", json={"message_id": "t1"})
+    assert r.status_code == 202, r.text
+    ends = ("resent", "attempted", "delivered")
+    trace = await until(lambda: _traced(world, "o1", "shop/mailer", *ends), 15, "o1")
+    resent = await until(lambda: _traced(world, "t1", "shop/mailer", "resent", "filtered"), 15)
+    await asyncio.sleep(QUIET_S)  # ledger must see nothing of either resend
+    assert sorted(hook.ids("ledger")) == ["o1", "t1"]
+    assert hook.ids("mailer") == ["o1", "o1"]
+    assert hook.bad_signatures == 0
 
-        mailer = _of(trace, "shop/mailer")
-        assert _types(trace, "shop/mailer")[-3:] == ["resent", "attempted", "delivered"]
-        assert mailer["state"] == "delivered" and len(mailer["attempts"]) == 2
-        assert "resent" not in _types(trace, "shop/ledger")
-        assert _types(resent, "shop/mailer")[-2:] == ["resent", "filtered"]
-        assert "resent" not in _types(await _trace(world, "t1"), "shop/ledger")
+    mailer = _of(trace, "shop/mailer")
+    assert _types(trace, "shop/mailer")[-3:] == ["resent", "attempted", "delivered"]
+    assert mailer["state"] == "delivered" and len(mailer["attempts"]) == 2
+    assert "resent" not in _types(trace, "shop/ledger")
+    assert _types(resent, "shop/mailer")[-2:] == ["resent", "filtered"]
+    assert "resent" not in _types(await _trace(world, "t1"), "shop/ledger")
 
-        missing = await world.cp.post(f"{SUBS}/mailer/resend", json={"message_id": "nope"})
-        assert missing.status_code == 404 and "trace index" in missing.json()["message"]
+    missing = await world.cp.post(f"{SUBS}/mailer/resend", json={"message_id": "nope"})
+    assert missing.status_code == 404 and "trace index" in missing.json()["message"]
     print(f"\nresend of o1 delivered {took:.2f} s after the request (first resend of mailer)")
 
 
@@ -108,49 +104,42 @@ async def _dlq_ids(world: DeliveryWorld) -> list[str]:
     return [m["message_id"] for m in r.json()["messages"]]
 
 
-async def test_recover_redelivers_exactly_the_window(
-    real_services: RealServices, unique: str, tmp_path: Path, postgres_database: str
-) -> None:
-    async with delivery_world(
-        real_services, unique, tmp_path, "kafka-main", database_url=postgres_database
-    ) as world:
-        hook = world.hook
-        failing = True
-        # "f…" fail with a 400 (straight to the DLQ) while failing; "ok…" are delivered.
-        hook.behaviour = lambda mid, n: (400, {}) if failing and mid.startswith("f") else (204, {})
-        await world.topic("orders", partitions=2)
-        await world.subscribe("ledger", "orders", retry=RetryPolicy(max_attempts=1).model_dump())
-        await world.running("ledger")
-        edges = [_now()]
-        phases = ("a", "b", "c")
-        for phase in phases:
-            for i in range(3):
-                await world.produce("orders", b"x", {"X-Message-Id": f"f{phase}{i}"})
-            await world.produce("orders", b"y", {"X-Message-Id": f"ok{phase}"})
-            wanted = [f"f{p}{i}" for p in phases[: phases.index(phase) + 1] for i in range(3)]
+async def test_recover_redelivers_exactly_the_window(world: DeliveryWorld) -> None:
+    hook = world.hook
+    failing = True
+    # "f…" fail with a 400 (straight to the DLQ) while failing; "ok…" are delivered.
+    hook.behaviour = lambda mid, n: (400, {}) if failing and mid.startswith("f") else (204, {})
+    await world.topic("orders", partitions=2)
+    await world.subscribe("ledger", "orders", retry=RetryPolicy(max_attempts=1).model_dump())
+    await world.running("ledger")
+    edges = [_now()]
+    phases = ("a", "b", "c")
+    for phase in phases:
+        for i in range(3):
+            await world.produce("orders", b"x", {"X-Message-Id": f"f{phase}{i}"})
+        await world.produce("orders", b"y", {"X-Message-Id": f"ok{phase}"})
+        wanted = [f"f{p}{i}" for p in phases[: phases.index(phase) + 1] for i in range(3)]
 
-            async def dead(wanted: list[str] = wanted) -> bool:
-                return sorted(await _dlq_ids(world)) == wanted
+        async def dead(wanted: list[str] = wanted) -> bool:
+            return sorted(await _dlq_ids(world)) == wanted
 
-            await until(dead, 30, f"phase {phase} dead-lettered")
-            await until(lambda phase=phase: f"ok{phase}" in hook.ids("ledger"), 30, "ok")
-            edges.append(_now())
-        failing = False
-        window = {"since": edges[1], "until": edges[2]}  # phase b's failures only
-        r = await world.cp.post(f"{SUBS}/ledger/recover", json={**window, "limit": 2})
-        assert r.status_code == 200, r.text
-        assert r.json() == {"recovered": 2, "remaining": 1}
-        r = await world.cp.post(f"{SUBS}/ledger/recover", json=window)
-        assert r.json() == {"recovered": 1, "remaining": 0}
-        recovered = ["fb0", "fb1", "fb2"]
-        await until(lambda: sorted(set(hook.ids("ledger")) & set(recovered)) == recovered, 30)
-        await asyncio.sleep(QUIET_S)  # nothing else may come
-        assert sorted(hook.ids("ledger")) == sorted([*recovered, "oka", "okb", "okc"])
-        assert sorted(await _dlq_ids(world)) == ["fa0", "fa1", "fa2", "fc0", "fc1", "fc2"]
-        ends = ("recovered", "attempted", "delivered")
-        trace = await until(lambda: _traced(world, "fb1", "shop/ledger", *ends), 15)
-        assert _of(trace, "shop/ledger")["state"] == "delivered"
-        bad = await world.cp.post(
-            f"{SUBS}/ledger/recover", json={"since": edges[2], "until": edges[1]}
-        )
-        assert bad.status_code == 422 and "until" in bad.json()["message"]
+        await until(dead, 30, f"phase {phase} dead-lettered")
+        await until(lambda phase=phase: f"ok{phase}" in hook.ids("ledger"), 30, "ok")
+        edges.append(_now())
+    failing = False
+    window = {"since": edges[1], "until": edges[2]}  # phase b's failures only
+    r = await world.cp.post(f"{SUBS}/ledger/recover", json={**window, "limit": 2})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"recovered": 2, "remaining": 1}
+    r = await world.cp.post(f"{SUBS}/ledger/recover", json=window)
+    assert r.json() == {"recovered": 1, "remaining": 0}
+    recovered = ["fb0", "fb1", "fb2"]
+    await until(lambda: sorted(set(hook.ids("ledger")) & set(recovered)) == recovered, 30)
+    await asyncio.sleep(QUIET_S)  # nothing else may come
+    assert sorted(hook.ids("ledger")) == sorted([*recovered, "oka", "okb", "okc"])
+    assert sorted(await _dlq_ids(world)) == ["fa0", "fa1", "fa2", "fc0", "fc1", "fc2"]
+    ends = ("recovered", "attempted", "delivered")
+    trace = await until(lambda: _traced(world, "fb1", "shop/ledger", *ends), 15)
+    assert _of(trace, "shop/ledger")["state"] == "delivered"
+    bad = await world.cp.post(f"{SUBS}/ledger/recover", json={"since": edges[2], "until": edges[1]})
+    assert bad.status_code == 422 and "until" in bad.json()["message"]

@@ -16,11 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from control_plane.app import create_app
 from control_plane.leaders.assigner import Assigner
-from control_plane.settings import ControlPlaneSettings
 from core.signing import verify
 from segments.protocol import Record
+from tests.support.control_plane import app_client
 from tests.support.hook import SECRET, Request
 from tests.support.services import RealServices
 from tests.support.until import until
@@ -36,23 +35,8 @@ EVERY_S = 0.05  # one message produced every 50 ms, before, during and after the
 @asynccontextmanager
 async def admin_api(world: ProcessWorld) -> AsyncIterator[httpx.AsyncClient]:
     """The control plane's admin API on the world's metastore and Kafka, through ASGI."""
-    settings = ControlPlaneSettings(
-        admin_token=TOKEN,
-        metastore=world.zk,
-        clusters={"kafka-main": world.kafka},
-        default_cluster="kafka-main",
-        trace_index=False,
-    )
-    app = create_app(settings, metastore=world.meta, stores={"kafka-main": world.store})
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app),
-            base_url="http://cp/v1/projects/shop/subscriptions",
-            headers={"Authorization": f"Bearer {TOKEN}"},
-            timeout=60,
-        ) as client,
-    ):
+    app = world.control_plane_app(TOKEN)
+    async with app_client(app, "http://cp/v1/projects/shop/subscriptions", TOKEN, 60) as client:
         yield client
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 
 from core.model import RetryPolicy
-from tests.support.delivery import DeliveryWorld, delivery_world
-from tests.support.services import RealServices
+from tests.support.delivery import (
+    DeliveryWorld,
+    audited_world_fixture,  # noqa: F401  (the world fixture)
+)
 from tests.support.until import until
 
 COUNT = 1_000
@@ -45,23 +46,18 @@ async def _publish(world: DeliveryWorld) -> None:
         await asyncio.gather(*(one(i) for i in range(start, min(start + 50, COUNT))))
 
 
-async def test_every_message_is_traced_to_its_outcome(
-    real_services: RealServices, unique: str, tmp_path: Path, postgres_database: str
-) -> None:
-    async with delivery_world(
-        real_services, unique, tmp_path, "kafka-main", database_url=postgres_database
-    ) as world:
-        await _setup(world)
-        await _publish(world)
-        expected_hits = sum(1 for i in range(COUNT) if i % 2 == 0) + COUNT
-        await until(lambda: len(world.hook.requests) >= expected_hits, 60, "every delivery")
-        last = max(world.hook.requests, key=lambda r: r.at)
-        # The latency: the last request the endpoint answered, until its trace says so.
-        i = int(last.id.removeprefix("m"))
-        await until(lambda: _traced(world, i), 5, f"{last.id} traced within 5 s")
-        took = time.time() - last.at
-        # Then every message, once: the right outcome and attempts for both subscriptions.
-        wrong = {i: got for i in range(COUNT) if (got := await _trace(world, i)) != _expected(i)}
+async def test_every_message_is_traced_to_its_outcome(world: DeliveryWorld) -> None:
+    await _setup(world)
+    await _publish(world)
+    expected_hits = sum(1 for i in range(COUNT) if i % 2 == 0) + COUNT
+    await until(lambda: len(world.hook.requests) >= expected_hits, 60, "every delivery")
+    last = max(world.hook.requests, key=lambda r: r.at)
+    # The latency: the last request the endpoint answered, until its trace says so.
+    i = int(last.id.removeprefix("m"))
+    await until(lambda: _traced(world, i), 5, f"{last.id} traced within 5 s")
+    took = time.time() - last.at
+    # Then every message, once: the right outcome and attempts for both subscriptions.
+    wrong = {i: got for i in range(COUNT) if (got := await _trace(world, i)) != _expected(i)}
     print(f"\n{COUNT} messages; the last delivery traced {took:.2f} s after it happened")
     assert wrong == {}
 

@@ -2,6 +2,8 @@
 
 - :mod:`.until`: ``until(condition, timeout, what)`` polls against a deadline (and
   ``until_sync`` for code that is not async); never a loop bounded by a count.
+- :mod:`.clock`: ``ManualClock``, the clock a test moves by hand.
+- :mod:`.audit_sink`: ``nth_event``, the sample audit events of the audit sink tests.
 - :mod:`.hook`: the endpoint double, a local webhook endpoint that records and answers as told.
 - :mod:`.world`: the delivery world, one builder per backend (``embedded_world``,
   ``kafka_world``, ``pulsar_world``), with ``subscribe``, ``produce`` and ``Running``.
@@ -14,6 +16,7 @@
 - :mod:`.cutover`, :mod:`.contract_api`, :mod:`.migrations`, :mod:`.audit_events`,
   :mod:`.services`: the cutover load and checks, a fake API with the contracts' shapes, the
   migration check, audit events for the Spark jobs, the real servers' endpoints.
+- :mod:`.reports`: a report database with a sample reconciliation run and hourly row.
 - :mod:`.stacks`: every thread's and task's stack when a test overruns its bound.
 - :mod:`.layout`: the repository's root and its packages.
 

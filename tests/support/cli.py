@@ -23,8 +23,8 @@ TOKEN = "test-admin-token-0123456789"
 
 @contextmanager
 def embedded_control_plane_url(data: Path, **more: Any) -> Iterator[str]:
-    """A control plane on the embedded backends in ``data`` (and the settings ``more``),
-    served over HTTP: its URL."""
+    """A control plane on the embedded backends in ``data``, served over HTTP: its URL.
+    ``more`` are further settings of it (``database_url=…`` for users, grants, reports)."""
     settings = ControlPlaneSettings(
         admin_token=TOKEN,
         metastore=EmbeddedMetaStoreConfig(path=str(data / "meta.db")),
@@ -36,9 +36,9 @@ def embedded_control_plane_url(data: Path, **more: Any) -> Iterator[str]:
 
 
 @contextmanager
-def shop_control_plane_url(data: Path) -> Iterator[str]:
+def shop_control_plane_url(data: Path, **more: Any) -> Iterator[str]:
     """:func:`embedded_control_plane_url` once project ``shop`` and its topic ``orders`` exist."""
-    with embedded_control_plane_url(data) as url:
+    with embedded_control_plane_url(data, **more) as url:
         ok(httpbus(url, "project", "create", "shop"))
         ok(httpbus(url, "topic", "create", "shop", "orders"))
         yield url

@@ -7,7 +7,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import re
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,15 +88,15 @@ async def browser_control_plane(
 
 @asynccontextmanager
 async def app_client(
-    app: FastAPI, base_url: str = "http://cp", token: str = TOKEN
+    app: FastAPI, base_url: str = "http://cp", token: str = TOKEN, timeout: float = 5.0
 ) -> AsyncIterator[httpx.AsyncClient]:
     """``app`` started (its lifespan) and a client of it through ASGI that sends ``token`` as
-    a bearer (the admin token unless told)."""
+    a bearer (the admin token unless told), waiting ``timeout`` seconds for an answer."""
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         headers = {"Authorization": f"Bearer {token}"}
         async with httpx.AsyncClient(
-            transport=transport, base_url=base_url, headers=headers
+            transport=transport, base_url=base_url, headers=headers, timeout=timeout
         ) as client:
             yield client
 
@@ -117,6 +118,30 @@ async def create_shop(
     body = {k: v for k, v in fields.items() if v is not None}
     r = await client.post("/v1/projects/shop/topics", json=body, headers=headers)
     assert r.status_code == 201, r.text
+
+
+# The path parameters of a walk over every route of the API and the UI in a shop world: the
+# names the walking tests create (topic ``orders``, subscription ``billing``, user ``vic``),
+# so the reads of what a test made answer with content.
+SHOP_PATH_VALUES = {
+    "project": "shop",
+    "topic": "orders",
+    "subscription": "billing",
+    "sub": "billing",  # the UI's name for it
+    "message_id": "m-1",
+    "group": "g-1",
+    "run_id": "1",
+    "user": "vic",
+    "token_id": "0123456789ab",
+    "grantee": "other",
+    "role": "viewer:shop",
+    "version": "1",
+}
+
+
+def fill_path(path: str, values: Mapping[str, str] = SHOP_PATH_VALUES) -> str:
+    """A route's path (``/v1/projects/{project}/…``) with each parameter set from ``values``."""
+    return re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], path)
 
 
 # The web UI's subscription form, filled in: what the UI tests post to create and edit.

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from control_plane.app import create_app
 from control_plane.settings import ControlPlaneSettings
@@ -55,6 +56,19 @@ class DeliveryWorld:
 
     async def subscribe(self, name: str, topic: str, **fields: Any) -> None:
         await subscribe_hook(self.cp, self.hook, name, topic, **fields)
+
+    async def notices_to_hook(self, **fields: Any) -> tuple[dict[str, Any], str]:
+        """Project shop sends its notices to the endpoint double's path ``notify`` (``fields``
+        update more of the project, ``notifications`` say); the project as the API answered,
+        and its notification secret (shown once, at creation: read back from the catalog)."""
+        project = (await self.cp.get("/v1/projects/shop")).json()
+        url = self.hook.url_for("notify")
+        body = {"notification_url": url, **fields, "version": project["version"]}
+        r = await self.cp.put("/v1/projects/shop", json=body)
+        assert r.status_code == 200, r.text
+        secret = (await self.worker.catalog.get_project("shop")).notification_secret
+        assert secret is not None
+        return r.json(), secret
 
     async def running(self, name: str, timeout: float = 30) -> None:
         await until(lambda: f"shop/{name}" in self.worker.runners, timeout, f"{name} running")
@@ -174,6 +188,30 @@ async def delivery_world(
         await drop_topics(cp)
     finally:
         await close_within(stack, 90)
+
+
+@pytest.fixture(name="world")
+async def notifying_world_fixture(
+    real_services: RealServices, unique: str, tmp_path: Path
+) -> AsyncIterator[DeliveryWorld]:
+    """A Kafka world whose worker retries a project's notices within a second (the
+    notification tests): ``from … import notifying_world_fixture``."""
+    async with delivery_world(
+        real_services, unique, tmp_path, "kafka-main", notify_backoff_s=(0.2, 0.5)
+    ) as built:
+        yield built
+
+
+@pytest.fixture(name="world")
+async def audited_world_fixture(
+    real_services: RealServices, unique: str, tmp_path: Path, postgres_database: str
+) -> AsyncIterator[DeliveryWorld]:
+    """A Kafka world with an audit trail, its reports and trace index in a PostgreSQL
+    database of the test's own: ``from … import audited_world_fixture``."""
+    async with delivery_world(
+        real_services, unique, tmp_path, "kafka-main", database_url=postgres_database
+    ) as built:
+        yield built
 
 
 async def control_plane(

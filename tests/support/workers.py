@@ -21,8 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 
+from control_plane.app import create_app
 from control_plane.leaders.assigner import Assigner
+from control_plane.settings import ControlPlaneSettings
 from core.model import Endpoint, Project, Subscription, Topic
 from delivery_workers.http_sender import HttpSender
 from delivery_workers.worker import Worker
@@ -162,6 +165,19 @@ class ProcessWorld:
         """A process's settings: this world's metastore and cluster, and ``extra``."""
         clusters = {"kafka-main": self.kafka.model_dump()}
         return {"metastore": self.zk.model_dump(), "clusters": clusters, **extra}
+
+    def control_plane_app(self, token: str, **more: Any) -> FastAPI:
+        """The control plane on this world's metastore and Kafka (no trace index), with
+        ``token`` as its admin token and ``more`` settings; not started."""
+        settings = ControlPlaneSettings(
+            admin_token=token,
+            metastore=self.zk,
+            clusters={"kafka-main": self.kafka},
+            default_cluster="kafka-main",
+            trace_index=False,
+            **more,
+        )
+        return create_app(settings, metastore=self.meta, stores={"kafka-main": self.store})
 
     async def subscribe(self, name: str, path: str | None = None, **fields: object) -> None:
         """Subscription ``shop/name``, pushing to the hook's path ``path`` (default ``name``)."""

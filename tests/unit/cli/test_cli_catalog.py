@@ -10,12 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from control_plane.app import create_app
-from control_plane.settings import ControlPlaneSettings
-from metastore.config import EmbeddedMetaStoreConfig
-from segments.config import EmbeddedClusterConfig
-from tests.support.cli import TOKEN, as_json, httpbus, ok, one_line_error
-from tests.support.contract_api import served
+from tests.support.cli import TOKEN, as_json, httpbus, ok, one_line_error, shop_control_plane_url
 
 SCHEMA = '{"type": "object", "examples": [{"order": 7}]}'
 
@@ -23,16 +18,9 @@ SCHEMA = '{"type": "object", "examples": [{"order": 7}]}'
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     data: Path = tmp_path_factory.mktemp("cp")
-    settings = ControlPlaneSettings(
-        admin_token=TOKEN,
-        metastore=EmbeddedMetaStoreConfig(path=str(data / "meta.db")),
-        clusters={"embedded": EmbeddedClusterConfig(path=str(data / "segments.db"))},
-        database_url=f"sqlite:///{data / 'reports.db'}",  # users and grants: not in the cwd
-    )
-    with served(create_app(settings)) as base:
-        for project in ("shop", "other"):
-            ok(httpbus(base, "project", "create", project))
-        ok(httpbus(base, "topic", "create", "shop", "orders"))
+    reports = f"sqlite:///{data / 'reports.db'}"  # users and grants: not in the cwd
+    with shop_control_plane_url(data, database_url=reports) as base:
+        ok(httpbus(base, "project", "create", "other"))
         ok(httpbus(base, "topic", "update", "shop", "orders", "--description", "Order events"))
         yield base
 

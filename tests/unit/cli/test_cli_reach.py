@@ -16,23 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
-from control_plane.app import create_app
-from control_plane.settings import ControlPlaneSettings
-from core.audit import (
-    AuditCutover,
-    CutoverCheck,
-    Finding,
-    FindingKind,
-    HourlyRow,
-    Reconciliation,
-    SubscriptionTally,
-)
-from metastore.config import EmbeddedMetaStoreConfig
+from core.audit import AuditCutover, CutoverCheck
 from reports import migrate
-from reports.store import ReportStore
-from segments.config import EmbeddedClusterConfig
-from tests.support.cli import TOKEN, as_json, httpbus, ok, one_line_error
-from tests.support.contract_api import served
+from tests.support.cli import TOKEN, as_json, httpbus, ok, one_line_error, shop_control_plane_url
+from tests.support.reports import sample_hour, seed_reports
 
 
 @pytest.fixture(scope="module")
@@ -44,16 +31,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def url(data: Path) -> Iterator[str]:
     reports = f"sqlite:///{data / 'reports.db'}"
     migrate.upgrade(reports)
-    settings = ControlPlaneSettings(
-        admin_token=TOKEN,
-        metastore=EmbeddedMetaStoreConfig(path=str(data / "meta.db")),
-        clusters={"embedded": EmbeddedClusterConfig(path=str(data / "segments.db"))},
-        database_url=reports,
-        trace_index=False,
-    )
-    with served(create_app(settings)) as base:
-        ok(httpbus(base, "project", "create", "shop"))
-        ok(httpbus(base, "topic", "create", "shop", "orders"))
+    with shop_control_plane_url(data, database_url=reports, trace_index=False) as base:
         ok(httpbus(base, "project", "create", "billing"))
         yield base
 
@@ -116,59 +94,15 @@ def test_user_show_and_whoami(url: str) -> None:
 
 
 def _seed(data: Path) -> int:
-    """A run with a lost and a duplicated id, an hourly row and a cutover verification."""
-    store = ReportStore.from_url(f"sqlite:///{data / 'reports.db'}")
-    try:
-        store.upsert_hourly(
-            [
-                HourlyRow(
-                    window_start_ms=0,
-                    window_end_ms=3_600_000,
-                    subscription="shop/s1",
-                    accepted=3,
-                    attempted=4,
-                    delivered=2,
-                    failed_attempts=1,
-                    latency_p50_ms=12.0,
-                    latency_p99_ms=41.5,
-                )
-            ]
-        )
-        store.save_cutovers(
-            [
-                CutoverCheck(
-                    cutover=AuditCutover(
-                        project="shop", topic="orders", from_segment=1, to_segment=2, sealed_at_ms=0
-                    ),
-                    old_segment_messages=7,
-                    new_segment_messages=5,
-                    groups_across=2,
-                )
-            ]
-        )
-        result = Reconciliation(
-            since_ms=0,
-            until_ms=3_600_000,
-            as_of_ms=3_600_000,
-            horizon_ms=60_000,
-            events=40,
-            tallies=[
-                SubscriptionTally(
-                    subscription="shop/s1", expected=20, delivered=19, lost=1, duplicates=1
-                )
-            ],
-            findings=[
-                Finding(kind=FindingKind.LOST, subscription="shop/s1", message_id="m-lost-1"),
-                Finding(
-                    kind=FindingKind.DUPLICATE, subscription="shop/s1", message_id="m7", count=2
-                ),
-            ],
-        )
-        return store.save_reconciliation(
-            result, mode="batch", source="files", started_at_ms=3_600_000, duration_ms=900
-        )
-    finally:
-        store.close()
+    """The sample run, an hourly row and a cutover verification."""
+    hourly = sample_hour(accepted=3, attempted=4, latency_p50_ms=12.0)  # failure rate 0.25
+    cutover = AuditCutover(
+        project="shop", topic="orders", from_segment=1, to_segment=2, sealed_at_ms=0
+    )
+    check = CutoverCheck(
+        cutover=cutover, old_segment_messages=7, new_segment_messages=5, groups_across=2
+    )
+    return seed_reports(f"sqlite:///{data / 'reports.db'}", [hourly], [check])
 
 
 def test_audit_report_reads(url: str, data: Path) -> None:

@@ -10,26 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from control_plane.app import create_app
-from control_plane.settings import ControlPlaneSettings
-from metastore.config import EmbeddedMetaStoreConfig
-from segments.config import EmbeddedClusterConfig
-from tests.support.cli import TOKEN, as_json, httpbus, ok, one_line_error
-from tests.support.contract_api import served
+from tests.support.cli import as_json, httpbus, ok, one_line_error, shop_control_plane_url
 
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     data: Path = tmp_path_factory.mktemp("cp")
-    settings = ControlPlaneSettings(
-        admin_token=TOKEN,
-        metastore=EmbeddedMetaStoreConfig(path=str(data / "meta.db")),
-        clusters={"embedded": EmbeddedClusterConfig(path=str(data / "segments.db"))},
-        database_url=f"sqlite:///{data / 'reports.db'}",
-    )
-    with served(create_app(settings)) as base:
-        ok(httpbus(base, "project", "create", "shop"))
-        ok(httpbus(base, "topic", "create", "shop", "orders"))
+    with shop_control_plane_url(data, database_url=f"sqlite:///{data / 'reports.db'}") as base:
         ok(httpbus(base, "project", "create", "other"))
         yield base
 

@@ -21,29 +21,23 @@ import httpx
 import pytest
 
 from control_plane.api.auth import route_table
-from tests.support.control_plane import AUTH, ControlPlane, create_shop, embedded_control_plane
+from tests.support.control_plane import (
+    AUTH,
+    SHOP_PATH_VALUES,
+    ControlPlane,
+    create_shop,
+    embedded_control_plane,
+    fill_path,
+)
 from tests.support.layout import ROOT
 
 SECURITY = ROOT / "docs" / "security.md"
 SECRET = "whsec_" + "QUFB" * 8
-# Values for the path of each route: the project is always ``shop``; reads name what exists.
-READ_PARAMS = {
-    "project": "shop",
-    "topic": "orders",
-    "subscription": "billing",
-    "message_id": "m-1",
-    "group": "g-1",
-    "run_id": "1",
-    "user": "vic",
-    "token_id": "0123456789ab",
-    "grantee": "other",
-    "role": "viewer:shop",
-    "version": "1",
-}
-# Changes name what does not exist (or send an empty body), so an allowed call is a 404 or a
-# 422 and the walk never destroys the world it walks in.
+# Reads name what exists (SHOP_PATH_VALUES). Changes name what does not exist (or send an
+# empty body), so an allowed call is a 404 or a 422 and the walk never destroys the world it
+# walks in.
 WRITE_PARAMS = {
-    **READ_PARAMS,
+    **SHOP_PATH_VALUES,
     "topic": "ghost",
     "subscription": "ghost",
     "user": "ghost",
@@ -130,8 +124,7 @@ async def test_the_doc_table_is_the_routes_needs(world: tuple[ControlPlane, list
 
 
 def _request(method: str, path: str) -> tuple[str, dict[str, Any] | None]:
-    params = READ_PARAMS if method == "GET" else WRITE_PARAMS
-    url = re.sub(r"\{(\w+)\}", lambda m: params[m.group(1)], path)
+    url = fill_path(path) if method == "GET" else fill_path(path, WRITE_PARAMS)
     return url, ({} if method in ("POST", "PUT") else None)
 
 

@@ -14,10 +14,9 @@ import pytest
 from fastapi import FastAPI
 
 from control_plane import ui
-from core.audit import Finding, FindingKind, HourlyRow, Reconciliation, SubscriptionTally
 from reports import migrate
-from reports.store import ReportStore
 from tests.support.contract_api import bare_app, dlq_message, fake_app
+from tests.support.reports import sample_hour, seed_reports
 from tests.support.ui_pages import TOKEN, csrf, login
 
 SUB = "/ui/projects/shop/subscriptions/s1"
@@ -159,40 +158,9 @@ async def test_cutover_page_follows_the_phases_and_the_producer_acks(
 
 
 def _reports(url: str) -> int:
-    """A run with a lost and a duplicate id and an hourly row, through the report store."""
+    """The sample run and an hourly row (a failure rate of 1 in 3), through the report store."""
     migrate.upgrade(url)
-    result = Reconciliation(
-        since_ms=0,
-        until_ms=3_600_000,
-        as_of_ms=3_600_000,
-        horizon_ms=60_000,
-        events=40,
-        tallies=[SubscriptionTally(subscription="shop/s1", expected=20, delivered=19, lost=1)],
-        findings=[
-            Finding(kind=FindingKind.LOST, subscription="shop/s1", message_id="m-lost-1"),
-            Finding(kind=FindingKind.DUPLICATE, subscription="shop/s1", message_id="m7", count=2),
-        ],
-    )
-    store = ReportStore.from_url(url)
-    try:
-        store.upsert_hourly(
-            [
-                HourlyRow(
-                    window_start_ms=0,
-                    window_end_ms=3_600_000,
-                    subscription="shop/s1",
-                    attempted=3,
-                    delivered=2,
-                    failed_attempts=1,
-                    latency_p99_ms=41.5,
-                )
-            ]
-        )
-        return store.save_reconciliation(
-            result, mode="batch", source="files", started_at_ms=3_600_000, duration_ms=900
-        )
-    finally:
-        store.close()
+    return seed_reports(url, [sample_hour(attempted=3)])
 
 
 async def test_audit_reports_from_the_real_audit_api(tmp_path: Path) -> None:

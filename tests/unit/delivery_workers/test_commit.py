@@ -13,6 +13,7 @@ from hypothesis.stateful import (
 )
 
 from delivery_workers.tracking import CommitPolicy, CommitTracker, CommitTrackingError
+from tests.support.clock import ManualClock
 
 SETTINGS = settings(deadline=None, max_examples=200)
 
@@ -229,16 +230,8 @@ TestCommitMachine.settings = settings(deadline=None, max_examples=100, stateful_
 # --- CommitPolicy --------------------------------------------------------------------------
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_policy_flushes_after_n_messages() -> None:
-    clock = FakeClock()
+    clock = ManualClock(1000.0)
     policy = CommitPolicy(every_n=3, every_s=60.0, clock=clock)
     policy.record(2)
     assert not policy.due()
@@ -251,7 +244,7 @@ def test_policy_flushes_after_n_messages() -> None:
 
 
 def test_policy_flushes_after_the_interval_only_when_something_waits() -> None:
-    clock = FakeClock()
+    clock = ManualClock(1000.0)
     policy = CommitPolicy(every_n=500, every_s=1.0, clock=clock)
     clock.now += 5.0
     assert not policy.due()  # nothing became terminal: nothing to commit

@@ -36,12 +36,14 @@ from delivery_workers.worker import Worker
 from metastore import paths
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
+from tests.support.clock import ManualClock
 from tests.support.memory_audit import MemoryAudit
 from tests.support.until import until
 from tests.support.workers import WorkersWorld, workers_world
 from tests.support.world import subscription
 
 NOTIFY_SECRET = "whsec_bm90aWZpY2F0aW9uLXNlY3JldC0zMi1ieXRlcyEh"
+NOW = 1_800_000_000.0  # the manual clock's start: a wall-clock time, in seconds
 
 
 def test_what_counts_as_an_endpoint_failure() -> None:
@@ -70,14 +72,6 @@ def test_the_streak_begins_at_the_first_failure_after_a_success() -> None:
     assert streak.record(True, 70.0) is Change.BEGAN and streak.since_s == 70.0
 
 
-class Clock:
-    def __init__(self, now: float = 1_800_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 async def test_the_watch_records_the_streak_and_asks_once_when_due(tmp_path: Path) -> None:
     meta = EmbeddedMetaStore(str(tmp_path / "meta.db"))
     async with meta:
@@ -89,7 +83,7 @@ async def test_the_watch_records_the_streak_and_asks_once_when_due(tmp_path: Pat
         async def disable(s: Subscription, since: float, error: str | None) -> None:
             asked.append((s.name, since, error))
 
-        clock = Clock()
+        clock = ManualClock(NOW)
         watch = EndpointWatch(sub, catalog, disable, pending.append, clock=clock)
         fail = DeliveryResult.from_response(503, {}, 0.01)
 
@@ -150,7 +144,9 @@ def _failing_fast(window_s: int, url: str) -> dict[str, Any]:
     }
 
 
-async def _worker(world: WorkersWorld, member: str, clock: Clock, audit: MemoryAudit) -> Worker:
+async def _worker(
+    world: WorkersWorld, member: str, clock: ManualClock, audit: MemoryAudit
+) -> Worker:
     return await world.worker(member, audit, notify_backoff_s=(0.05, 0.05), clock=clock)
 
 
@@ -159,7 +155,7 @@ async def test_a_failing_endpoint_disables_and_enable_delivers_everything(
 ) -> None:
     async with workers_world(tmp_path) as world:
         await _notification_project(world, NoticeKind.DISABLED, NoticeKind.ENABLED)
-        clock, audit = Clock(), MemoryAudit({AuditType.DISABLED, AuditType.ENABLED})
+        clock, audit = ManualClock(NOW), MemoryAudit({AuditType.DISABLED, AuditType.ENABLED})
         world.hook.down.add("s0")
         await world.catalog.create_subscription(
             subscription("s0", **_failing_fast(60, world.hook.url_for("s0")))
@@ -233,7 +229,7 @@ async def test_a_success_within_the_window_keeps_the_subscription_enabled(
     tmp_path: Path,
 ) -> None:
     async with workers_world(tmp_path) as world:
-        clock, audit = Clock(), MemoryAudit({AuditType.DISABLED})
+        clock, audit = ManualClock(NOW), MemoryAudit({AuditType.DISABLED})
         # Every message fails twice, then succeeds: each success ends the streak.
         world.hook.behaviour = lambda mid, n: (503, {}) if n <= 2 else (204, {})
         await world.catalog.create_subscription(

@@ -25,6 +25,7 @@ from tests.support.auth_doubles import (
     serve_receiver,
     serve_token_server,
 )
+from tests.support.clock import ManualClock
 from tests.support.senders import delivery_to
 from tests.support.until import until
 
@@ -33,14 +34,6 @@ def _auth(secret: str = "s3cret", url: str = "http://127.0.0.1:9/token") -> OAut
     return OAuth2ClientCredentials(
         type="oauth2_client_credentials", token_url=url, client_id="httpbus", client_secret=secret
     )
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Issuer:
@@ -62,7 +55,7 @@ class Issuer:
 
 
 async def test_a_token_is_cached_until_80_percent_of_its_lifetime_then_renewed() -> None:
-    clock, issuer = Clock(), Issuer(expires_in=100)
+    clock, issuer = ManualClock(1_000.0), Issuer(expires_in=100)
     cache = TokenCache(issuer, clock)
     assert await cache.token(_auth()) == "tok-0"
     clock.now += 79.9
@@ -73,7 +66,7 @@ async def test_a_token_is_cached_until_80_percent_of_its_lifetime_then_renewed()
 
 
 async def test_no_expires_in_means_an_hour() -> None:
-    clock, issuer = Clock(), Issuer(expires_in=None)
+    clock, issuer = ManualClock(1_000.0), Issuer(expires_in=None)
     cache = TokenCache(issuer, clock)
     await cache.token(_auth())
     clock.now += 0.8 * 3_600 - 1
@@ -83,7 +76,7 @@ async def test_no_expires_in_means_an_hour() -> None:
 async def test_concurrent_callers_share_one_fetch() -> None:
     issuer = Issuer()
     issuer.gate = asyncio.Event()
-    cache = TokenCache(issuer, Clock())
+    cache = TokenCache(issuer, ManualClock(1_000.0))
     waiting = [asyncio.create_task(cache.token(_auth())) for _ in range(20)]
     await asyncio.sleep(0)  # proves the twenty wait on one fetch, not on twenty
     issuer.gate.set()
@@ -92,7 +85,7 @@ async def test_concurrent_callers_share_one_fetch() -> None:
 
 
 async def test_a_failed_renewal_keeps_the_valid_token_and_fails_once_it_expired() -> None:
-    clock, issuer = Clock(), Issuer(expires_in=100)
+    clock, issuer = ManualClock(1_000.0), Issuer(expires_in=100)
     cache = TokenCache(issuer, clock)
     await cache.token(_auth())
     issuer.failing = True
@@ -105,7 +98,7 @@ async def test_a_failed_renewal_keeps_the_valid_token_and_fails_once_it_expired(
 
 async def test_a_refused_token_is_fetched_anew_once_and_a_stale_refusal_drops_nothing() -> None:
     issuer = Issuer()
-    cache = TokenCache(issuer, Clock())
+    cache = TokenCache(issuer, ManualClock(1_000.0))
     first = await cache.token(_auth())
     cache.refused(_auth(), first)
     second = await cache.token(_auth())
@@ -116,7 +109,7 @@ async def test_a_refused_token_is_fetched_anew_once_and_a_stale_refusal_drops_no
 
 async def test_a_changed_client_secret_is_another_client() -> None:
     issuer = Issuer()
-    cache = TokenCache(issuer, Clock())
+    cache = TokenCache(issuer, ManualClock(1_000.0))
     assert await cache.token(_auth("one")) == "tok-0"
     assert await cache.token(_auth("two")) == "tok-1"
 
@@ -225,7 +218,7 @@ async def test_a_custom_ca_alone_verifies_the_endpoint_the_system_store_does_not
 async def test_an_attempt_cancelled_while_fetching_fails_the_others_retryably() -> None:
     issuer = Issuer()
     issuer.gate = asyncio.Event()
-    cache = TokenCache(issuer, Clock())
+    cache = TokenCache(issuer, ManualClock(1_000.0))
     fetching = asyncio.create_task(cache.token(_auth()))
     await until(lambda: cache.fetches == 1, 5, "the fetch to begin")
     waiting = asyncio.create_task(cache.token(_auth()))

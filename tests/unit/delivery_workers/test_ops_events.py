@@ -13,6 +13,7 @@ from core.model import NoticeKind, Notifications, Project
 from delivery_workers.disabling import FailureStreak
 from delivery_workers.ops_events import OpsEvents
 from delivery_workers.stats import RunnerStats
+from tests.support.clock import ManualClock
 
 INTERVAL = 60
 
@@ -49,16 +50,8 @@ class Disabling:
     watches: dict[str, Watch] = field(default_factory=dict)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _events(stats: dict[str, RunnerStats]) -> tuple[OpsEvents, Notifier, Clock, Disabling]:
-    notifier, clock, disabling = Notifier(), Clock(), Disabling()
+def _events(stats: dict[str, RunnerStats]) -> tuple[OpsEvents, Notifier, ManualClock, Disabling]:
+    notifier, clock, disabling = Notifier(), ManualClock(1_000_000.0), Disabling()
     events = OpsEvents(Catalog(), notifier, lambda: stats, disabling, "w-1", clock)  # type: ignore[arg-type]
     return events, notifier, clock, disabling
 

@@ -8,18 +8,11 @@ import asyncio
 import pytest
 
 from metastore.lease import SessionLease
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import ManualClock
 
 
 def test_a_confirmation_holds_half_the_session_timeout_from_when_it_left() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     lease = SessionLease(10.0, clock)
     assert not lease.valid()  # nothing confirmed yet
     lease.confirm(sent=99.0)  # answered at 100: it counts from 99
@@ -31,7 +24,7 @@ def test_a_confirmation_holds_half_the_session_timeout_from_when_it_left() -> No
 
 
 def test_an_older_answer_never_shortens_the_lease() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     lease = SessionLease(10.0, clock)
     lease.confirm(sent=100.0)
     lease.confirm(sent=96.0)  # a slow answer arriving late
@@ -40,7 +33,7 @@ def test_an_older_answer_never_shortens_the_lease() -> None:
 
 
 def test_a_suspended_connection_ends_it_at_once_until_confirmed_again() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     lease = SessionLease(10.0, clock)
     lease.confirm(sent=100.0)
     lease.suspend()
@@ -50,7 +43,7 @@ def test_a_suspended_connection_ends_it_at_once_until_confirmed_again() -> None:
 
 
 def test_a_pause_longer_than_the_lease_finds_it_lapsed() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     lease = SessionLease(4.0, clock)
     lease.confirm(sent=100.0)
     clock.now += 30  # SIGSTOP: the monotonic clock keeps counting

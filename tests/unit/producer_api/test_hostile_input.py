@@ -37,6 +37,22 @@ async def _batch(env: ProducerEnv, topic: str, *messages: dict[str, Any]) -> htt
     return await env.client.post(produce_url(topic) + "/batch", json={"messages": list(messages)})
 
 
+async def _batch_refused(
+    env: ProducerEnv, topic: str, headers: dict[str, str], status: int, code: str
+) -> dict[str, Any]:
+    """A batch of one message with ``headers`` answers with its result refused so."""
+    r = await _batch(env, topic, {"payload": "p", "headers": headers})
+    [result] = r.json()["results"]
+    assert (result["status"], result["code"]) == (status, code)
+    return dict(result)
+
+
+async def _refused_without_harm(env: ProducerEnv, topic: str) -> None:
+    """Nothing of the refused requests was stored, and ordinary produces still pass."""
+    assert await env.stored(topic) == []
+    await env.fifty_ordinary(topic)
+
+
 def _refusal(r: httpx.Response, status: int, code: str) -> str:
     assert (r.status_code, r.json()["code"]) == (status, code), r.text
     message: str = r.json()["message"]
@@ -83,8 +99,7 @@ async def test_single_produce_refuses_what_the_sender_cannot_send(
 ) -> None:
     r = await env.client.post(produce_url("orders"), content=b"p", headers=headers)
     assert fix in _refusal(r, 400, "malformed")
-    assert await env.stored("orders") == []
-    await env.fifty_ordinary("orders")
+    await _refused_without_harm(env, "orders")
 
 
 _EVENT = [(b"ce-specversion", b"1.0"), (b"ce-id", b"e1"), (b"ce-source", b"/s"), (b"ce-type", b"t")]
@@ -109,29 +124,22 @@ async def test_hostile_cloudevents_are_refused_and_nothing_is_stored(
 ) -> None:
     r = await env.client.post(produce_url("orders"), content=b"p", headers=headers)
     assert r.status_code == status and fix in r.json()["message"], r.text
-    assert await env.stored("orders") == []
-    await env.fifty_ordinary("orders")
+    await _refused_without_harm(env, "orders")
 
 
 async def test_headers_count_in_the_message_size(env: ProducerEnv) -> None:
     big = {f"X-H{i}": "a" * 500 for i in range(8_000 // 500)}  # 8 kB of headers, tiny payload
-    r = await _batch(env, "tiny", {"payload": "p", "headers": big})
-    [result] = r.json()["results"]
-    assert (result["status"], result["code"]) == (413, "too_large")
+    result = await _batch_refused(env, "tiny", big, 413, "too_large")
     assert "payload and stored headers" in result["message"]
     r = await env.client.post(produce_url("tiny"), content=b"p" * 600, headers={"X-A": "a" * 600})
     assert "payload and stored headers" in _refusal(r, 413, "too_large")
-    assert await env.stored("tiny") == []
-    await env.fifty_ordinary("tiny")
+    await _refused_without_harm(env, "tiny")
 
 
 async def test_a_4_mb_header_set_on_a_1_kib_topic_is_413(env: ProducerEnv) -> None:
     huge = {f"X-H{i}": "a" * 100_000 for i in range(40)}  # 4 MB in 40 headers
-    r = await _batch(env, "tiny", {"payload": "p", "headers": huge})
-    [result] = r.json()["results"]
-    assert (result["status"], result["code"]) == (413, "too_large")
-    assert await env.stored("tiny") == []
-    await env.fifty_ordinary("tiny")
+    await _batch_refused(env, "tiny", huge, 413, "too_large")
+    await _refused_without_harm(env, "tiny")
 
 
 async def test_headers_over_the_limit_are_431(env: ProducerEnv) -> None:
@@ -142,11 +150,8 @@ async def test_headers_over_the_limit_are_431(env: ProducerEnv) -> None:
         produce_url("orders"), content=b"p", headers={**big, "Authorization": "Bearer nope"}
     )
     _refusal(r, 431, "headers_too_large")  # before authentication
-    r = await _batch(env, "orders", {"payload": "p", "headers": big})
-    [result] = r.json()["results"]
-    assert (result["status"], result["code"]) == (431, "headers_too_large")
-    assert await env.stored("orders") == []
-    await env.fifty_ordinary("orders")
+    await _batch_refused(env, "orders", big, 431, "headers_too_large")
+    await _refused_without_harm(env, "orders")
 
 
 async def test_headers_count_in_the_byte_rate(env: ProducerEnv) -> None:

@@ -26,18 +26,11 @@ from producer_api.quotas import ProjectQuotas
 from producer_api.settings import AuditConfig, ProducerSettings
 from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
+from tests.support.clock import ManualClock
 from tests.support.producer import ADMIN, PROJECT, produce_url
 from tests.support.world import segment
 
 TOPIC = Topic(project=PROJECT, name="orders", capacity=Capacity(max_qps=1_000_000))
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def _ask(quotas: ProjectQuotas, limits: TopicLimits, size: int = 10) -> bool:
@@ -49,7 +42,7 @@ async def _ask(quotas: ProjectQuotas, limits: TopicLimits, size: int = 10) -> bo
 
 
 async def _simulate(
-    members: list[ProjectQuotas], demand_per_ms: list[int], clock: Clock, seconds: int
+    members: list[ProjectQuotas], demand_per_ms: list[int], clock: ManualClock, seconds: int
 ) -> list[list[int]]:
     """Each member asks ``demand_per_ms[i]`` times each simulated millisecond; every member
     refreshes at each second. Returns accepted counts per member and per second."""
@@ -76,7 +69,7 @@ async def meta(tmp_path: Path) -> EmbeddedMetaStore:
 async def test_two_members_share_the_quota_by_demand(meta: EmbeddedMetaStore) -> None:
     store = QuotaStore(meta)
     await store.set(PROJECT, ProjectQuota(messages_per_second=200))
-    clock = Clock()
+    clock = ManualClock(100.0)
     a, b = (ProjectQuotas(store, m, clock=clock) for m in ("pa", "pb"))
     # a asks 1000/s, b 500/s: each alone would exceed the quota of 200/s.
     accepted = await _simulate([a, b], [1, 0], clock, 1)  # a warms up alone
@@ -94,7 +87,7 @@ async def test_two_members_share_the_quota_by_demand(meta: EmbeddedMetaStore) ->
 async def test_an_idle_member_leaves_its_share_to_the_busy_one(meta: EmbeddedMetaStore) -> None:
     store = QuotaStore(meta)
     await store.set(PROJECT, ProjectQuota(messages_per_second=100))
-    clock = Clock()
+    clock = ManualClock(100.0)
     a, b = (ProjectQuotas(store, m, clock=clock) for m in ("pa", "pb"))
     await _simulate([a, b], [1, 1], clock, 2)
     accepted = await _simulate([a, b], [1, 0], clock, 4)
@@ -106,7 +99,7 @@ async def test_an_idle_member_leaves_its_share_to_the_busy_one(meta: EmbeddedMet
 async def test_the_bytes_quota_is_named_in_the_refusal(meta: EmbeddedMetaStore) -> None:
     store = QuotaStore(meta)
     await store.set(PROJECT, ProjectQuota(bytes_per_second=4096))
-    quotas = ProjectQuotas(store, "pa", clock=Clock())
+    quotas = ProjectQuotas(store, "pa", clock=ManualClock(100.0))
     limits = TopicLimits()
     await quotas.admit(TOPIC, 1, 1024, limits)  # the burst: a quarter second of 4096 B/s
     with pytest.raises(Throttled) as refused:
@@ -127,7 +120,7 @@ async def test_a_batch_over_a_whole_second_of_the_quota_never_fits(
     request passes into debt and the next waits it off."""
     store = QuotaStore(meta)
     await store.set(PROJECT, ProjectQuota(messages_per_second=5, bytes_per_second=4096))
-    quotas = ProjectQuotas(store, "pa", clock=Clock())
+    quotas = ProjectQuotas(store, "pa", clock=ManualClock(100.0))
     limits = TopicLimits()
     with pytest.raises(Throttled) as refused:
         await quotas.admit(TOPIC, 1_000, 10_000, limits)
@@ -139,7 +132,7 @@ async def test_a_batch_over_a_whole_second_of_the_quota_never_fits(
     budget = quotas.budgets[PROJECT]
     assert budget.throttled
     await store.set(PROJECT, ProjectQuota(bytes_per_second=4096))
-    quotas = ProjectQuotas(store, "pa", clock=Clock())
+    quotas = ProjectQuotas(store, "pa", clock=ManualClock(100.0))
     await quotas.admit(TOPIC, 2, 5_000, limits)  # over a second of bytes: into debt
     with pytest.raises(Throttled) as refused:
         await quotas.admit(TOPIC, 1, 10, limits)
@@ -150,7 +143,7 @@ async def test_a_batch_over_a_whole_second_of_the_quota_never_fits(
 async def test_a_new_quota_applies_without_a_refresh(meta: EmbeddedMetaStore) -> None:
     store = QuotaStore(meta)
     await store.set(PROJECT, ProjectQuota(messages_per_second=4))
-    quotas = ProjectQuotas(store, "pa", clock=Clock())
+    quotas = ProjectQuotas(store, "pa", clock=ManualClock(100.0))
     async with quotas:
         assert await _ask(quotas, TopicLimits())
         assert not await _ask(quotas, TopicLimits())

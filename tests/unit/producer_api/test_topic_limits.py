@@ -8,16 +8,9 @@ import pytest
 from core.errors import Throttled
 from core.model import Capacity, Topic
 from producer_api.limits import TopicLimits
+from tests.support.clock import ManualClock
 
 TOPIC = Topic(project="p", name="t", capacity=Capacity(max_qps=100, max_bytes_per_second=2_048))
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _waits(limits: TopicLimits, messages: int, size: int) -> float:
@@ -33,7 +26,7 @@ def _waits(limits: TopicLimits, messages: int, size: int) -> float:
 @pytest.mark.parametrize("messages", [1, 2, 3])
 def test_bytes_over_a_second_pass_when_full_then_wait_off_their_debt(messages: int) -> None:
     """3 000 bytes on a 2 048 B/s topic, in one, two or three messages: the same answers."""
-    clock = Clock()
+    clock = ManualClock(100.0)
     limits = TopicLimits(clock)
     assert _waits(limits, messages, 3_000) == 0.0  # the bucket was full
     wait = _waits(limits, messages, 3_000)  # in debt by 952 bytes: a full burst is due
@@ -46,7 +39,7 @@ def test_bytes_over_a_second_pass_when_full_then_wait_off_their_debt(messages: i
 
 def test_the_long_run_byte_rate_stays_at_the_capacity_in_batches_and_alone() -> None:
     for messages in (1, 2):
-        clock, passed = Clock(), 0
+        clock, passed = ManualClock(100.0), 0
         limits = TopicLimits(clock)
         for _ in range(10_000):  # 100 s in steps of 10 ms
             clock.now += 0.01
@@ -56,7 +49,7 @@ def test_the_long_run_byte_rate_stays_at_the_capacity_in_batches_and_alone() -> 
 
 
 def test_a_batch_of_more_messages_than_a_second_takes_never_fits() -> None:
-    limits = TopicLimits(Clock())
+    limits = TopicLimits(ManualClock(100.0))
     with pytest.raises(Throttled) as refused:
         limits.check(TOPIC, 101, 101)
     assert "smaller batches" in refused.value.message

@@ -16,42 +16,18 @@ from typing import Any
 
 import pytest
 
-from core.audit import AuditEvent, AuditType
+from core.audit import AuditEvent
 from core.errors import StorageUnavailable, TooLarge
 from segments.audit import AuditSink, decode_audit_record
 from segments.embedded import EmbeddedSegmentStore, EmbeddedSettings
 from segments.protocol import Produced, Record, SegmentStore, Stored
+from tests.support.audit_sink import nth_event
+from tests.support.clock import ManualClock
 from tests.support.stored import read_to_end
 from tests.support.until import until
 
 TOPIC = "__httpbus.audit"
-TYPES = list(AuditType)
 KIB = 1024
-
-
-def _event(i: int, messages: int = 100, error: str | None = None) -> AuditEvent:
-    """The i-th event: 100 messages, each with a run of events of every type."""
-    return AuditEvent(
-        type=TYPES[i % len(TYPES)],
-        message_id=f"msg-{i % messages}",
-        project="shop",
-        topic="orders",
-        subscription="billing",
-        segment=3,
-        partition=i % 4,
-        position=i,
-        at_ms=1_700_000_000_000 + i,
-        attempt=i,
-        error=error if error is not None else ("boom ✓\nline 2" if i % 7 == 0 else None),
-    )
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class FlakyStore:
@@ -133,7 +109,7 @@ def _balanced(sink: AuditSink) -> bool:
 async def test_every_event_is_written_and_read_back_byte_identical(
     store: EmbeddedSegmentStore,
 ) -> None:
-    events = [_event(i) for i in range(5_000)]
+    events = [nth_event(i) for i in range(5_000)]
     async with AuditSink(store, TOPIC, partitions=4, max_batch=700) as sink:
         for event in events:
             sink.emit(event)
@@ -155,7 +131,7 @@ async def test_every_event_is_written_and_read_back_byte_identical(
 
 
 async def test_a_value_splits_on_newlines_even_when_events_hold_some() -> None:
-    events = [_event(i, error="a\nb\r\n\x00\\n ✓") for i in range(3)]
+    events = [nth_event(i, error="a\nb\r\n\x00\\n ✓") for i in range(3)]
     value = b"\n".join(e.to_bytes() for e in events)
     assert value.count(b"\n") == 2  # JSON escaped the newlines inside the strings
     assert decode_audit_record(value) == events
@@ -165,18 +141,20 @@ async def test_a_value_splits_on_newlines_even_when_events_hold_some() -> None:
 async def test_the_background_task_writes_without_flush(store: EmbeddedSegmentStore) -> None:
     async with AuditSink(store, TOPIC, flush_interval_s=0.01) as sink:
         for i in range(50):
-            sink.emit(_event(i))
+            sink.emit(nth_event(i))
         await until(lambda: sink.written >= 50, 5, "50 written", interval=0.01)
-    assert sorted(_lines(await _read_all(store))) == _sorted_bytes([_event(i) for i in range(50)])
+    assert sorted(_lines(await _read_all(store))) == _sorted_bytes(
+        [nth_event(i) for i in range(50)]
+    )
 
 
 async def test_an_existing_topic_is_reused(store: EmbeddedSegmentStore) -> None:
     await store.create_topic(TOPIC, 2, retention_ms=1_000_000)
     async with AuditSink(store, TOPIC, partitions=4) as sink:
-        sink.emit(_event(1))
+        sink.emit(nth_event(1))
     assert await store.partitions(TOPIC) == 2
     [record] = await _read_all(store)
-    assert decode_audit_record(record.value) == [_event(1)]
+    assert decode_audit_record(record.value) == [nth_event(1)]
 
 
 async def test_records_respect_the_size_bound_with_large_events(
@@ -185,7 +163,7 @@ async def test_records_respect_the_size_bound_with_large_events(
     flaky = FlakyStore(store)  # only to see the records in the order they were produced
     sizes = [(i * 7919) % (40 * KIB) + 1 for i in range(300)]  # 1 B to 40 KiB of error
     sizes[100] = sizes[250] = 700 * KIB  # larger than a record may be: each goes alone
-    events = [_event(i, error="x" * size) for i, size in enumerate(sizes)]
+    events = [nth_event(i, error="x" * size) for i, size in enumerate(sizes)]
     async with AuditSink(flaky, TOPIC, max_batch=1_000, flush_interval_s=60) as sink:
         for event in events:
             sink.emit(event)
@@ -207,18 +185,18 @@ async def test_records_respect_the_size_bound_with_large_events(
 async def test_records_hold_at_most_events_per_record(store: EmbeddedSegmentStore) -> None:
     async with AuditSink(store, TOPIC, events_per_record=64, flush_interval_s=60) as sink:
         for i in range(1_000):
-            sink.emit(_event(i))
+            sink.emit(nth_event(i))
     back = await _read_all(store)
     assert sorted(len(decode_audit_record(r.value)) for r in back) == [40] + [64] * 15
-    assert sorted(_lines(back)) == _sorted_bytes([_event(i) for i in range(1_000)])
+    assert sorted(_lines(back)) == _sorted_bytes([nth_event(i) for i in range(1_000)])
 
 
 def test_emit_is_a_plain_function_that_needs_no_event_loop(tmp_path: Path) -> None:
     assert not inspect.iscoroutinefunction(AuditSink.emit)
     store = EmbeddedSegmentStore(EmbeddedSettings(path=tmp_path / "never-opened.db"))
     sink = AuditSink(store, TOPIC, max_batch=2)
-    assert sink.emit(_event(1)) is None  # no loop is running here: nothing is awaited
-    sink.emit(_event(2))  # reaching max_batch wakes the writer, still without a loop
+    assert sink.emit(nth_event(1)) is None  # no loop is running here: nothing is awaited
+    sink.emit(nth_event(2))  # reaching max_batch wakes the writer, still without a loop
     assert (sink.emitted, sink.pending) == (2, 2)
 
 
@@ -226,25 +204,25 @@ async def test_a_full_buffer_drops_and_counts(store: EmbeddedSegmentStore) -> No
     sink = AuditSink(store, TOPIC, max_pending=10, flush_interval_s=60)
     async with sink:
         for i in range(25):
-            sink.emit(_event(i))
+            sink.emit(nth_event(i))
         assert (sink.emitted, sink.dropped, sink.pending) == (25, 15, 10)
         await sink.flush()
-        sink.emit(_event(99))  # room again
+        sink.emit(nth_event(99))  # room again
     assert (sink.emitted, sink.written, sink.dropped) == (26, 11, 15)
     back = await _read_all(store)
-    assert sorted(_lines(back)) == _sorted_bytes([*map(_event, range(10)), _event(99)])
+    assert sorted(_lines(back)) == _sorted_bytes([*map(nth_event, range(10)), nth_event(99)])
 
 
 async def test_emit_does_not_wait_for_a_stuck_store(store: EmbeddedSegmentStore) -> None:
     flaky = FlakyStore(store)
     flaky.stuck = asyncio.Event()
     async with AuditSink(flaky, TOPIC, max_batch=100, flush_interval_s=0.01) as sink:
-        sink.emit(_event(0))
+        sink.emit(nth_event(0))
         # the writer is then inside produce_many, hanging
         await until(lambda: flaky.calls > 0, 5, "the writer in produce_many", interval=0.01)
         started = time.perf_counter()
         for i in range(1, 10_001):
-            sink.emit(_event(i % 100))
+            sink.emit(nth_event(i % 100))
         assert time.perf_counter() - started < 2.0  # loose: only "did not wait", not speed
         assert sink.pending == 10_000  # the batch in flight is out of the buffer
         flaky.stuck.set()
@@ -255,8 +233,8 @@ async def test_a_failing_store_loses_nothing_and_keeps_order(
     store: EmbeddedSegmentStore,
 ) -> None:
     flaky = FlakyStore(store, whole_failures=2)
-    clock = FakeClock()
-    events = [_event(i, messages=37) for i in range(3_000)]
+    clock = ManualClock(1_000.0)
+    events = [nth_event(i, messages=37) for i in range(3_000)]
     async with AuditSink(flaky, TOPIC, max_batch=500, flush_interval_s=0.01, clock=clock) as sink:
         for event in events[:1_000]:
             sink.emit(event)
@@ -283,7 +261,7 @@ async def test_a_record_that_fails_alone_is_retried_whole_and_first(
 ) -> None:
     flaky = FlakyStore(store)
     flaky.fail = _has_position(30, 80, error=StorageUnavailable("partition down"))
-    events = [_event(i, messages=10) for i in range(200)]
+    events = [nth_event(i, messages=10) for i in range(200)]
     kw: dict[str, Any] = {"events_per_record": 10, "flush_interval_s": 60}
     async with AuditSink(flaky, TOPIC, **kw) as sink:
         for event in events[:100]:
@@ -306,12 +284,12 @@ async def test_a_record_that_fails_alone_is_retried_whole_and_first(
 
 async def test_retries_back_off_on_the_clock(store: EmbeddedSegmentStore) -> None:
     flaky = FlakyStore(store, whole_failures=1)
-    clock = FakeClock()
+    clock = ManualClock(1_000.0)
     async with AuditSink(flaky, TOPIC, flush_interval_s=0.01, clock=clock) as sink:
-        sink.emit(_event(1))
+        sink.emit(nth_event(1))
         await until(lambda: sink.failed_batches >= 1, 5, "a failed batch", interval=0.01)
         for i in range(2, 2_500):  # even a full batch waiting does not cut the backoff short
-            sink.emit(_event(i))
+            sink.emit(nth_event(i))
         await asyncio.sleep(0.3)  # proves nothing is retried: thirty intervals, the clock stands
         assert (flaky.calls, sink.written) == (1, 0)
         clock.now += 0.021  # past the first backoff: twice the interval
@@ -327,7 +305,7 @@ async def test_a_record_failing_for_good_is_dropped_not_blocking(
         return TooLarge("audit test: too large") if len(record.value) > 100 * KIB else None
 
     flaky.fail = too_large
-    events = [_event(i, error="y" * (200 * KIB) if i == 5 else None) for i in range(20)]
+    events = [nth_event(i, error="y" * (200 * KIB) if i == 5 else None) for i in range(20)]
     async with AuditSink(flaky, TOPIC, max_record_bytes=50 * KIB, flush_interval_s=60) as sink:
         for event in events:
             sink.emit(event)
@@ -343,7 +321,7 @@ async def test_a_record_failing_for_good_is_dropped_not_blocking(
 async def test_a_deleted_topic_is_created_again(store: EmbeddedSegmentStore) -> None:
     async with AuditSink(store, TOPIC, flush_interval_s=60) as sink:
         await store.delete_topic(TOPIC)
-        sink.emit(_event(1))
+        sink.emit(nth_event(1))
         await sink.flush()  # NotFound: the event is kept, the topic marked missing
         assert (sink.written, sink.pending) == (0, 1)
         await sink.flush()
@@ -356,13 +334,13 @@ async def test_aclose_writes_what_is_pending_and_later_emits_are_dropped(
 ) -> None:
     sink = AuditSink(store, TOPIC, flush_interval_s=60)  # only aclose will write
     await sink.start()
-    events = [_event(i) for i in range(1_234)]
+    events = [nth_event(i) for i in range(1_234)]
     for event in events:
         sink.emit(event)
     assert sink.written == 0
     await sink.aclose()
     assert (sink.written, sink.pending) == (1_234, 0)
-    sink.emit(_event(5_000))  # no exception
+    sink.emit(nth_event(5_000))  # no exception
     await sink.aclose()  # idempotent
     assert (sink.emitted, sink.written, sink.dropped) == (1_235, 1_234, 1)
     assert sorted(_lines(await _read_all(store))) == _sorted_bytes(events)
@@ -375,7 +353,7 @@ async def test_aclose_is_bounded_when_the_storage_stays_down(
     sink = AuditSink(flaky, TOPIC, flush_interval_s=0.01, close_timeout_s=0.5)
     await sink.start()
     for i in range(100):
-        sink.emit(_event(i))
+        sink.emit(nth_event(i))
     started = time.monotonic()
     await sink.aclose()
     assert time.monotonic() - started < 3.0
@@ -393,12 +371,12 @@ async def test_durable_says_when_every_event_up_to_a_mark_is_written(
     flaky = FlakyStore(store, whole_failures=2)
     async with AuditSink(flaky, TOPIC, max_batch=100, flush_interval_s=60) as sink:
         for i in range(10):
-            sink.emit(_event(i))
+            sink.emit(nth_event(i))
         mark = sink.mark()
         assert not await sink.durable(mark)  # the storage is down: flush failed
         assert not await sink.durable(mark)
         assert sink.pending == 10
-        sink.emit(_event(10))  # after the mark
+        sink.emit(nth_event(10))  # after the mark
         flaky.stuck = asyncio.Event()  # the next write hangs, as a slow storage would
         waiting = asyncio.create_task(sink.durable(mark))
         await until(lambda: flaky.calls == 3, 5, "the third write under way", interval=0.01)
@@ -406,6 +384,6 @@ async def test_durable_says_when_every_event_up_to_a_mark_is_written(
         flaky.stuck.set()
         assert await waiting
         assert sink.written == 11
-        sink.emit(_event(11))
+        sink.emit(nth_event(11))
         assert await sink.durable(mark)  # already settled: no flush needed
         assert sink.pending == 1

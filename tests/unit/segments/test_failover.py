@@ -26,16 +26,9 @@ from segments.cutover.machine import (
 from segments.failover.health import Detection, HealthJudge, HealthReport, WriteHealth, WriteOutcome
 from segments.protocol import Produced, Record
 from segments.writer import SegmentWriter
+from tests.support.clock import ManualClock
 
 KEY = ("p", "t", 1)
-
-
-class Clock0:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def report(member: str, at: float, **fields: object) -> HealthReport:
@@ -43,7 +36,7 @@ def report(member: str, at: float, **fields: object) -> HealthReport:
 
 
 def test_a_producer_reports_failures_and_stalled_writes_as_failing_since_they_began() -> None:
-    clock = Clock0()
+    clock = ManualClock(100.0)
     health = WriteHealth(stall_s=1.0, clock=clock)
     ok = health.begin(KEY)
     clock.now = 100.01
@@ -65,7 +58,7 @@ def test_a_producer_reports_failures_and_stalled_writes_as_failing_since_they_be
 
 
 def test_refusals_for_the_message_s_own_sake_count_for_nothing() -> None:
-    clock = Clock0()
+    clock = ManualClock(100.0)
     health = WriteHealth(clock=clock)
     health.end(health.begin(KEY), WriteOutcome.NEUTRAL)
     [r] = health.reports("a")

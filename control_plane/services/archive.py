@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from control_plane.services.archive_objects import ArchiveObjects, open_objects
 from core.archive import DAY_MS, ArchiveSpec, ArchiveStorage, iso, window_key, window_start
@@ -79,8 +79,20 @@ def objects_of(storage: ArchiveStorage, spec: ArchiveSpec) -> ArchiveObjects:
 
 
 async def load_state(objects: ArchiveObjects) -> ArchiveState:
+    """The archive's state (empty when it has none yet). A state file that is not one (cut
+    short, written by hand) is ``StorageUnavailable``, naming it: neither the listing nor the
+    archiver can go on from it, and starting afresh would write every window again."""
     raw = await objects.get_bytes(STATE)
-    return ArchiveState() if raw is None else ArchiveState.model_validate_json(raw)
+    if raw is None:
+        return ArchiveState()
+    try:
+        return ArchiveState.model_validate_json(raw)
+    except ValidationError as exc:
+        problem = exc.errors()[0]["msg"] if exc.errors() else str(exc)
+        raise StorageUnavailable(
+            f"archive {objects.url}: {STATE} is not an archive state ({problem}): restore it "
+            "from a copy, or set a new --archive-to"
+        ) from exc
 
 
 async def save_state(objects: ArchiveObjects, state: ArchiveState) -> None:

@@ -1,5 +1,6 @@
-"""Projects and topics: paged lists, creation forms, the segment timeline; a project's
-notification settings (which operational events go to its notification URL)."""
+"""Projects and topics: paged lists, creation forms, the segment timeline and the archive
+section; a project's notification settings (which operational events go to its notification
+URL)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from control_plane.client import AdminClient, ApiError, NotAvailable, path
+from control_plane.ui.archive_listing import SHOWN, archive_of
 from control_plane.ui.deps import ApiDep, FormDep, FormListsDep, Name, SessionDep
 from control_plane.ui.render import open_by_name, paging, redirect, refused, render
 from control_plane.ui.timeline import draw
@@ -201,6 +203,7 @@ async def topic_page(
     timeline = await api.get(path("v1", "projects", project, "topics", topic, "segments"))
     cutover, cutovers = await _latest_cutover(api, project, topic)
     schema_versions, schema_text = await _schema(api, project, topic)
+    archive, archive_problem = await archive_of(api, project, found)
     return render(
         request,
         "topic.html",
@@ -215,6 +218,9 @@ async def topic_page(
         cutover=cutover,
         cutovers_available=cutovers,
         clusters=request.app.state.ui_clusters,
+        archive=archive,
+        archive_problem=archive_problem,
+        archive_shown=SHOWN,
     )
 
 

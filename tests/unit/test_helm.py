@@ -29,8 +29,10 @@ from typer.testing import CliRunner
 from cli import audit, cli, local
 from cli import export as export_cli
 from control_plane.settings import ControlPlaneSettings
+from core.archive import ArchiveStorage
 from core.settings import SettingsBase
 from delivery_workers.settings import WorkerSettings
+from outbox_relay.settings import RelaySettings
 from producer_api.settings import ProducerSettings
 from tests.support.helm import (
     CHART,
@@ -140,10 +142,11 @@ def _assert_unprivileged(what: str, pod_spec: dict[str, Any]) -> None:
 
 def test_every_deployment_has_probes_resources_and_no_privilege(rendered: Rendered) -> None:
     deployments = rendered.of_kind("Deployment")
+    relays = [f"{FULLNAME}-outbox-{r['name']}" for r in _relays(rendered.values)]
     assert sorted(d["metadata"]["name"] for d in deployments) == sorted(
-        f"{FULLNAME}-{c}" for c in SERVICES
+        [f"{FULLNAME}-{c}" for c in SERVICES] + relays
     )
-    for dep in deployments:
+    for dep in (d for d in deployments if d["metadata"]["name"] not in relays):
         name = dep["metadata"]["name"]
         spec = dep["spec"]["template"]["spec"]
         _assert_unprivileged(name, spec)
@@ -171,6 +174,19 @@ def _secret_values(rendered: Rendered) -> dict[str, str]:
     return {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
 
 
+def _relays(values: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(values["outbox"]["relays"]) if values["outbox"]["enabled"] else []
+
+
+def _referenced_secrets(values: dict[str, Any]) -> set[str]:
+    """The Secrets the values name by reference besides the chart's own: the archive's S3 keys
+    and each relay's database password and produce token."""
+    names = {values["archive"]["s3CredentialsSecret"]["name"]}
+    for relay in _relays(values):
+        names |= {relay["database"]["passwordSecret"]["name"], relay["produceTokenSecret"]["name"]}
+    return names - {""}
+
+
 def _container_env(rendered: Rendered, container: dict[str, Any], pod_name: str) -> dict[str, str]:
     """The container's environment as the kubelet would build it."""
     secret_name = rendered.values["secret"]["existingSecret"] or FULLNAME
@@ -182,8 +198,10 @@ def _container_env(rendered: Rendered, container: dict[str, Any], pod_name: str)
             env[e["name"]] = e["value"]
         elif "secretKeyRef" in source:
             ref = source["secretKeyRef"]
-            assert ref["name"] == secret_name, e
-            if ref["key"] in values or not ref.get("optional"):
+            if ref["name"] != secret_name:  # a Secret the values name by reference
+                assert ref["name"] in _referenced_secrets(rendered.values), e
+                env[e["name"]] = f"from-{ref['name']}-{ref['key']}"
+            elif ref["key"] in values or not ref.get("optional"):
                 env[e["name"]] = values[ref["key"]]
         elif source.get("fieldRef", {}).get("fieldPath") == "metadata.name":
             env[e["name"]] = pod_name
@@ -265,6 +283,7 @@ def test_config_file_loads_with_the_service_settings_and_holds_the_values(
     if component == "control-plane":
         assert settings.default_cluster == v["defaultCluster"]
         assert settings.admin_token.get_secret_value() == _secret_values(rendered)["admin-token"]
+        _assert_archive(settings.archive, v["archive"])
     else:
         assert settings.audit.cluster == v["auditTrail"]["cluster"]
         assert settings.audit.topic == v["auditTrail"]["topic"]
@@ -599,9 +618,29 @@ def test_service_monitor_scrapes_the_services_that_serve_metrics(rendered: Rende
         for s in rendered.of_kind("Service")
         if selector.items() <= s["metadata"]["labels"].items()
     }
-    assert scraped == {c for c in SERVICES if rendered.values[VALUES_KEY[c]]["metrics"]}
+    wanted = {c for c in SERVICES if rendered.values[VALUES_KEY[c]]["metrics"]}
+    if _relays(rendered.values) and rendered.values["outbox"]["metrics"]:
+        wanted.add("outbox-relay")
+    assert scraped == wanted
     assert scraped >= {"producer", "worker"}
     assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+
+
+# A second relay on the production example's database and slot.
+RELAY_COPY = ["--set", "outbox.relays[1].project=shop,outbox.relays[1].topic=orders"]
+RELAY_COPY += ["--set", "outbox.relays[1].database.host=shop-db.databases"]
+RELAY_COPY += [
+    "--set",
+    "outbox.relays[1].database.dbname=shop,outbox.relays[1].database.slot=shop_outbox",
+]
+RELAY_COPY += [
+    "--set",
+    "outbox.relays[1].database.passwordSecret.name=s,outbox.relays[1].database.passwordSecret.key=k",
+]
+RELAY_COPY += [
+    "--set",
+    "outbox.relays[1].produceTokenSecret.name=s,outbox.relays[1].produceTokenSecret.key=k",
+]
 
 
 @pytest.mark.parametrize(
@@ -630,6 +669,28 @@ def test_service_monitor_scrapes_the_services_that_serve_metrics(rendered: Rende
         # the migration check: no topic, rounds too close
         (["--set", "migrationCheck.enabled=true"], "migrationCheck.enabled needs"),
         (["--set", "migrationCheck.every=0"], "minimum: got 0, want 0.5"),
+        # the outbox relays: none, one slot read twice, a secret inline
+        (["--set", "outbox.enabled=true"], "outbox.enabled needs outbox.relays"),
+        (
+            ["-f", str(PRODUCTION), "--set", "outbox.relays[1].name=shop2"] + RELAY_COPY,
+            "read the same slot",
+        ),
+        (
+            ["-f", str(PRODUCTION), "--set", "outbox.relays[0].name=Shop"],
+            "does not match pattern",
+        ),
+        (
+            ["-f", str(PRODUCTION), "--set-string", "outbox.relays[0].database.password=pw"],
+            "'password' not allowed",
+        ),
+        (
+            ["-f", str(PRODUCTION), "--set-string", "outbox.relays[0].config.produce_token=t"],
+            "no produce_token in config",
+        ),
+        (
+            ["-f", str(PRODUCTION), "--set-string", "outbox.config.database.password=pw"],
+            "no database password in config",
+        ),
     ],
 )
 def test_inconsistent_values_are_refused_at_render(
@@ -828,3 +889,201 @@ def test_migration_checks_run_the_check_per_topic_with_settings_from_the_values(
     (cp,) = bare.deployment("control-plane")["spec"]["template"]["spec"]["containers"]
     assert "HTTPBUS_DATABASE_URL" not in _container_env(bare, cp, "cp-0")  # optional key
     assert settings.default_cluster in settings.clusters
+
+
+def _assert_archive(archive: ArchiveStorage, values: dict[str, Any]) -> None:
+    """The control plane's archive setting is the values' archive, its keys from the Secret
+    the values name (the stand-in values of _container_env), never from the ConfigMap."""
+    assert archive.s3_endpoint == (values["s3Endpoint"] or None)
+    assert archive.s3_region == values["s3Region"]
+    assert archive.s3_buckets == values["s3Buckets"]
+    assert archive.local_root == (values["localRoot"] or None)
+    assert (archive.interval_s, archive.grace_s) == (
+        values["intervalSeconds"],
+        values["graceSeconds"],
+    )
+    ref = values["s3CredentialsSecret"]
+    if ref["name"]:
+        assert archive.s3_access_key_id == f"from-{ref['name']}-{ref['accessKeyIdKey']}"
+        secret = archive.s3_secret_access_key
+        assert secret is not None
+        assert secret.get_secret_value() == f"from-{ref['name']}-{ref['secretAccessKeyKey']}"
+    else:
+        assert archive.s3_access_key_id is None and archive.s3_secret_access_key is None
+
+
+LOCAL_ARCHIVE = ["--set", "archive.localRoot=/srv/httpbus-archive"]
+LOCAL_ARCHIVE += ["--set", "archive.localVolume.persistentVolumeClaim.claimName=bus-archive"]
+LOCAL_ARCHIVE += ["--set", "archive.s3Buckets={lake,audit-lake}"]
+LOCAL_ARCHIVE += ["--set", "archive.s3CredentialsSecret.name=s3-keys"]
+
+
+def test_a_local_archive_is_a_shared_volume_mounted_at_the_local_root(
+    helm: str, tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    """archive.localRoot is mounted from archive.localVolume into every control plane pod
+    (the archiver writes, any replica lists), and no other service gets it or the S3 keys."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    values["archive"] |= {
+        "localRoot": "/srv/httpbus-archive",
+        "localVolume": {"persistentVolumeClaim": {"claimName": "bus-archive"}},
+        "s3Buckets": ["lake", "audit-lake"],
+    }
+    values["archive"]["s3CredentialsSecret"]["name"] = "s3-keys"
+    r = Rendered("local-archive", values, render(helm, *LOCAL_ARCHIVE))
+    settings: Any = _load_service(r, "control-plane", tmp_path, clean_env)
+    _assert_archive(settings.archive, values["archive"])
+    spec = r.deployment("control-plane")["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    archive = volumes[mounts["/srv/httpbus-archive"]]
+    assert archive["persistentVolumeClaim"] == {"claimName": "bus-archive"}
+    assert "s3-keys" not in yaml.safe_dump(r.of_kind("ConfigMap"))
+    for component in ("producer", "worker"):
+        pod = r.deployment(component)["spec"]["template"]["spec"]
+        assert "archive" not in {v["name"] for v in pod["volumes"]}, component
+        env = {e["name"] for e in pod["containers"][0]["env"]}
+        assert not any(name.startswith("HTTPBUS_ARCHIVE") for name in env), component
+    # A local root with no volume would be a folder in the pod, lost with it: refused.
+    done = run_helm(helm, "template", RELEASE, str(CHART), *LOCAL_ARCHIVE[:2])
+    assert done.returncode != 0 and "archive.localRoot needs archive.localVolume" in done.stderr
+
+
+def _relay_pod(r: Rendered, name: str) -> dict[str, Any]:
+    dep = r.deployment(f"outbox-{name}")
+    spec: dict[str, Any] = dep["spec"]["template"]["spec"]
+    return spec
+
+
+def test_outbox_relay_runs_one_pod_per_slot_with_settings_from_the_values(
+    helm: str, tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    """The production example's relay: one Deployment of exactly one pod, replaced with
+    Recreate (a Debezium engine runs once per slot), never autoscaled; its settings file loads
+    with RelaySettings and holds the values, the password and the produce token come from the
+    Secrets it names, the offsets file is on its PersistentVolumeClaim, and /metrics is the
+    port the probes and the ServiceMonitor's Service use."""
+    values = _deep_merge(
+        yaml.safe_load((CHART / "values.yaml").read_text()), yaml.safe_load(PRODUCTION.read_text())
+    )
+    r = Rendered("production", values, render(helm, "-f", str(PRODUCTION)))
+    (relay,) = _relays(values)
+    dep = r.deployment("outbox-shop")
+    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    assert dep["metadata"]["annotations"]["httpbus.io/outbox-topic"] == "shop/orders"
+    targets = [h["spec"]["scaleTargetRef"]["name"] for h in r.of_kind("HorizontalPodAutoscaler")]
+    assert dep["metadata"]["name"] not in targets, "a relay is never scaled out"
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    for pdb in r.of_kind("PodDisruptionBudget"):
+        assert not pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    pod = _relay_pod(r, "shop")
+    _assert_unprivileged("outbox relay", pod)
+    (container,) = pod["containers"]
+    app = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert container["image"] == f"{values['image']['repository']}:0.1.0-outbox" != app
+    args = container["args"]
+    assert args[:2] == ["outbox", "--config"], args
+    config_path = Path(args[2])
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == str(config_path.parent))
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    configmap = r.one("ConfigMap", volume["configMap"]["name"])
+    assert "database-password" not in yaml.safe_dump(configmap)
+    file = tmp_path / config_path.name
+    file.write_text(configmap["data"][config_path.name])
+    for key, value in _container_env(r, container, f"{FULLNAME}-outbox-shop-7c9d-x2k4p").items():
+        clean_env.setenv(key, value)
+    settings = RelaySettings.load(file)
+    assert (settings.name, settings.project, settings.topic) == ("shop", "shop", "orders")
+    assert settings.source == relay["source"]
+    assert (
+        settings.producer_url
+        == f"http://{FULLNAME}-producer:{values['producer']['service']['port']}"
+    )
+    db = relay["database"]
+    assert (settings.database.host, settings.database.port, settings.database.dbname) == (
+        db["host"],
+        db["port"],
+        db["dbname"],
+    )
+    assert (settings.database.slot, settings.database.publication) == (
+        db["slot"],
+        db["publication"],
+    )
+    assert (settings.database.user, settings.database.table) == (db["user"], db["table"])
+    assert settings.database.password is not None
+    assert settings.database.password.get_secret_value() == "from-shop-outbox-database-password"
+    assert settings.produce_token is not None
+    assert settings.produce_token.get_secret_value() == "from-shop-outbox-produce-token"
+    assert settings.concurrency == relay["config"]["concurrency"]  # the relay's own config
+    assert settings.offset_flush_s == values["outbox"]["config"]["offset_flush_s"]
+    # The offsets file lies on the relay's claim, which outlives the release.
+    offsets = next(
+        m for m in container["volumeMounts"] if settings.offsets_file.is_relative_to(m["mountPath"])
+    )
+    claim = next(v for v in pod["volumes"] if v["name"] == offsets["name"])
+    pvc = r.one("PersistentVolumeClaim", claim["persistentVolumeClaim"]["claimName"])
+    assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert pvc["spec"]["storageClassName"] == values["outbox"]["persistence"]["storageClass"]
+    # Metrics: the port the relay serves is the one the probes and the Service ask.
+    assert (settings.metrics_host, settings.metrics_port) == (
+        "0.0.0.0",
+        values["outbox"]["metricsPort"],
+    )
+    (port,) = container["ports"]
+    assert port["containerPort"] == settings.metrics_port
+    for probe in ("startupProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/metrics", "port": port["name"]}
+    svc = r.one("Service", f"{FULLNAME}-outbox-shop")
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+    assert svc["spec"]["ports"][0]["targetPort"] == port["name"]
+
+
+def test_two_relays_are_two_deployments_each_of_one_pod(helm: str) -> None:
+    """Relays of two databases: a Deployment, a claim and a settings file each."""
+    flags = ["-f", str(PRODUCTION)]
+    second = "outbox.relays[1]"
+    flags += ["--set", f"{second}.name=billing,{second}.project=billing,{second}.topic=invoices"]
+    flags += ["--set", f"{second}.database.host=billing-db,{second}.database.dbname=billing"]
+    flags += ["--set", f"{second}.database.slot=billing_outbox"]
+    flags += ["--set", f"{second}.database.passwordSecret.name=billing-outbox"]
+    flags += ["--set", f"{second}.database.passwordSecret.key=pw"]
+    flags += ["--set", f"{second}.produceTokenSecret.name=billing-outbox"]
+    flags += ["--set", f"{second}.produceTokenSecret.key=token"]
+    r = Rendered("two", {}, render(helm, *flags))
+    for name in ("shop", "billing"):
+        dep = r.deployment(f"outbox-{name}")
+        assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
+        r.one("PersistentVolumeClaim", f"{FULLNAME}-outbox-{name}")
+    files = r.one("ConfigMap", f"{FULLNAME}-outbox")["data"]
+    assert sorted(files) == ["billing.yaml", "shop.yaml"]
+    billing = yaml.safe_load(files["billing.yaml"])
+    assert billing["database"]["publication"] == "billing_outbox"  # the slot's name by default
+    assert billing["source"] == "/billing/invoices"
+
+
+def test_the_image_entrypoint_starts_the_outbox_relay() -> None:
+    venv_bin = str(Path(sys.executable).parent)
+    done = subprocess.run(
+        ["sh", str(ROOT / "scripts/tools/container/entrypoint.sh"), "outbox", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "python -m outbox_relay" in done.stdout
+
+
+def test_the_outbox_image_carries_debezium_and_a_jre_and_every_image_the_relay() -> None:
+    """The outbox target installs httpbus[outbox] (Debezium's jars come in its wheel) beside a
+    JRE; the build copies the outbox_relay package (the .dockerignore lets it in)."""
+    stages = _dockerfile_stages()
+    assert "COPY outbox_relay ./outbox_relay" in stages["build"]
+    assert '"$wheel[outbox]"' in stages["build-outbox"]
+    assert "openjdk-17-jre-headless" in stages["outbox"]
+    assert "COPY --from=build-outbox /opt/httpbus /opt/httpbus" in stages["outbox"]
+    assert "[outbox]" not in stages[""] and "openjdk" not in stages[""]
+    assert "!outbox_relay/" in (ROOT / ".dockerignore").read_text().splitlines()

@@ -132,8 +132,46 @@ component's `config` map on top. Keys are exactly the settings fields (snake_cas
     "metastore" (include "httpbus.metastore" . | fromYaml)
     "clusters" (include "httpbus.clusters" . | fromYaml)
     "default_cluster" .Values.defaultCluster
-    "storage_topic_prefix" .Values.storageTopicPrefix -}}
+    "storage_topic_prefix" .Values.storageTopicPrefix
+    "archive" (include "httpbus.archive" . | fromYaml) -}}
 {{- toYaml (mergeOverwrite $c (deepCopy .Values.controlPlane.config)) -}}
+{{- end -}}
+
+{{/*
+The control plane's `archive` setting (core.archive.ArchiveStorage, docs/archive.md): where
+topics may archive. The S3 keys are not here: they come from archive.s3CredentialsSecret as
+environment overrides (httpbus.archiveEnv).
+*/}}
+{{- define "httpbus.archive" -}}
+{{- with .Values.archive -}}
+{{- if and .localRoot (not .localVolume) -}}
+{{- fail "archive.localRoot needs archive.localVolume (a volume every control plane replica shares): a folder in the pod is lost with it" -}}
+{{- end -}}
+s3_endpoint: {{ with .s3Endpoint }}{{ . | quote }}{{ else }}null{{ end }}
+s3_region: {{ .s3Region | quote }}
+s3_buckets: {{ toJson (.s3Buckets | default list) }}
+local_root: {{ with .localRoot }}{{ . | quote }}{{ else }}null{{ end }}
+interval_s: {{ .intervalSeconds }}
+grace_s: {{ .graceSeconds }}
+{{- end -}}
+{{- end -}}
+
+{{/* The archive's S3 keys, by reference to the Secret archive.s3CredentialsSecret names. */}}
+{{- define "httpbus.archiveEnv" -}}
+{{- with .Values.archive.s3CredentialsSecret -}}
+{{- if .name }}
+- name: HTTPBUS_ARCHIVE__S3_ACCESS_KEY_ID
+  valueFrom:
+    secretKeyRef:
+      name: {{ .name }}
+      key: {{ .accessKeyIdKey }}
+- name: HTTPBUS_ARCHIVE__S3_SECRET_ACCESS_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .name }}
+      key: {{ .secretAccessKeyKey }}
+{{- end }}
+{{- end -}}
 {{- end -}}
 
 {{- define "httpbus.config.producer" -}}
@@ -244,4 +282,49 @@ else the settings' default (a SQLite file in the pod: one replica's own, lost wi
       name: {{ $secret }}
       key: {{ $name }}
 {{- end }}
+{{- end -}}
+
+{{/* The outbox relay's image (the Dockerfile's outbox target: a JRE and httpbus[outbox]). */}}
+{{- define "httpbus.outboxImage" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- printf "%s:%s" .Values.image.repository (default (printf "%s-outbox" $tag) .Values.image.outboxTag) -}}
+{{- end -}}
+
+{{/*
+One relay's settings file (outbox_relay.settings.RelaySettings): what the relay entry names,
+then outbox.config, then the relay's own config on top. The produce token and the database
+password are never in it: they come from the Secrets the relay names, as HTTPBUS_PRODUCE_TOKEN
+and HTTPBUS_DATABASE__PASSWORD. Called with (dict "root" $ "relay" <an entry of outbox.relays>).
+*/}}
+{{- define "httpbus.config.outboxRelay" -}}
+{{- $root := .root -}}
+{{- $r := .relay -}}
+{{- $o := $root.Values.outbox -}}
+{{- $config := mergeOverwrite (deepCopy ($o.config | default dict)) (deepCopy ($r.config | default dict)) -}}
+{{- if hasKey $config "produce_token" -}}
+{{- fail (printf "outbox relay %s: no produce_token in config; name its Secret in produceTokenSecret" $r.name) -}}
+{{- end -}}
+{{- if and (hasKey $config "database") (hasKey (get $config "database") "password") -}}
+{{- fail (printf "outbox relay %s: no database password in config; name its Secret in database.passwordSecret" $r.name) -}}
+{{- end -}}
+{{- $db := dict
+    "host" $r.database.host
+    "port" (int ($r.database.port | default 5432))
+    "user" ($r.database.user | default "postgres")
+    "dbname" $r.database.dbname
+    "table" ($r.database.table | default "public.outbox")
+    "slot" $r.database.slot
+    "publication" ($r.database.publication | default $r.database.slot) -}}
+{{- $producer := $o.producerUrl | default (printf "http://%s-producer:%d" (include "httpbus.fullname" $root) (int $root.Values.producer.service.port)) -}}
+{{- $c := dict
+    "name" $r.name
+    "producer_url" $producer
+    "project" $r.project
+    "topic" $r.topic
+    "source" ($r.source | default (printf "/%s/%s" $r.project $r.topic))
+    "database" $db
+    "offsets_file" "/var/lib/httpbus-outbox/offsets.dat"
+    "metrics_host" "0.0.0.0"
+    "metrics_port" (int $o.metricsPort) -}}
+{{- toYaml (mergeOverwrite $c $config) -}}
 {{- end -}}

@@ -1,7 +1,8 @@
 {{/*
 The shape the three services share: a Deployment, its Service and its PodDisruptionBudget.
 Called with (dict "root" $ "values" .Values.producer "component" "producer" "role" "producer"
-"adminToken" true "autoscaled" true).
+"adminToken" true "autoscaled" true); "archive" true gives the pods the archive's S3 keys and
+local root (the control plane's).
 */}}
 {{- define "httpbus.deployment" -}}
 {{- $root := .root -}}
@@ -88,6 +89,11 @@ spec:
             {{- if .databaseUrl }}
             {{- include "httpbus.databaseUrlEnv" $root | nindent 12 }}
             {{- end }}
+            {{- if .archive }}
+            {{- with include "httpbus.archiveEnv" $root | trim }}
+            {{- . | nindent 12 }}
+            {{- end }}
+            {{- end }}
             {{- with include "httpbus.secretEnv" $root | trim }}
             {{- . | nindent 12 }}
             {{- end }}
@@ -121,6 +127,11 @@ spec:
               readOnly: true
             - name: tmp
               mountPath: /tmp
+            {{- if and .archive $root.Values.archive.localRoot }}
+            # The archive's local root (docs/archive.md): shared by every replica.
+            - name: archive
+              mountPath: {{ $root.Values.archive.localRoot }}
+            {{- end }}
       volumes:
         - name: config
           configMap:
@@ -128,6 +139,9 @@ spec:
         - name: tmp
           emptyDir:
             sizeLimit: 64Mi
+        {{- if and .archive $root.Values.archive.localRoot }}
+        - {{ toYaml (merge (dict "name" "archive") $root.Values.archive.localVolume) | nindent 10 | trim }}
+        {{- end }}
       {{- with $v.nodeSelector }}
       nodeSelector:
         {{- toYaml . | nindent 8 }}

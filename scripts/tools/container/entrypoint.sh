@@ -8,6 +8,8 @@ case "$role" in
     control-plane) exec python -m control_plane "$@" ;;
     producer)      exec python -m producer_api "$@" ;;
     worker)        exec python -m delivery_workers "$@" ;;
+    # The outbox relay needs Debezium and a JRE: the outbox image (docker build --target outbox).
+    outbox)        exec python -m outbox_relay "$@" ;;
     # spark-submit [options] /opt/httpbus/run_module.py spark [job arguments]; only the Spark
     # image (docker build --target spark) has it.
     audit)
@@ -18,6 +20,7 @@ case "$role" in
         exec spark-submit "$@" ;;
     "" | -h | --help)
         echo "usage: IMAGE control-plane|producer|worker [--config FILE] [--host H] [--port P]"
+        echo "       OUTBOX-IMAGE outbox --config FILE"
         echo "       IMAGE audit [spark-submit options] /opt/httpbus/run_module.py MODULE [ARGS]"
         echo "       IMAGE COMMAND [ARGS]"
         exit 0 ;;

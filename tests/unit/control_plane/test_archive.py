@@ -166,3 +166,9 @@ async def test_the_api_sets_checks_and_lists_an_archive_the_leader_writes(tmp_pa
         windows = await until(archived, 20, "the archiver's first window")
         assert [(w["messages"], w["bytes"] > 0) for w in windows] == [(2, True)]
         assert (tmp_path / "root" / "orders" / str(windows[0]["key"])).exists()
+
+        # A state file that is not one (cut short, edited by hand) is a 503 naming it, not a 500.
+        (tmp_path / "root" / "orders" / "_httpbus_archive.json").write_text('{"windows": [')
+        r = await client.get("/v1/projects/shop/topics/orders/archive")
+        assert r.status_code == 503 and r.json()["code"] == "storage_unavailable", r.text
+        assert "_httpbus_archive.json is not an archive state" in r.json()["message"]

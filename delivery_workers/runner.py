@@ -25,6 +25,7 @@ The group state lives in the retry path, so it survives segment changes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping
 
@@ -125,35 +126,40 @@ class SubscriptionRunner:
             await readers.rebuild()
         else:  # no DLQ yet: empty; the tail counts it from its start once it is made
             self.stats.dlq.reset((), 0)
-        handing_off = asyncio.create_task(path.run())
-        readers.start()
-        committer = Committer(self._policy, self.name, path, self.audit.sink)
+        # Each clean-up step runs whatever the one before it raised (a failed final commit
+        # once left the retry readers and the hand-off running, unowned, at every restart).
+        async with contextlib.AsyncExitStack() as cleanup:
+            handing_off = asyncio.create_task(path.run())
+            cleanup.push_async_callback(cancel_all, [handing_off])
+            readers.start()
+            cleanup.push_async_callback(readers.aclose)
+            committer = Committer(self._policy, self.name, path, self.audit.sink)
+            cleanup.push_async_callback(committer.drain)
+            starting = asyncio.create_task(self._dispatching(sub, path))
+            committing = asyncio.create_task(committer.run())
+            tasks = [
+                starting,
+                asyncio.create_task(self.dispatch.failures()),
+                committing,
+                asyncio.create_task(self._sample_lag()),
+                asyncio.create_task(self.walk.behind(admission, committer)),
+            ]
+            cleanup.push_async_callback(self._cancel_running, tasks)
+            cleanup.push_async_callback(self._drain, starting, committing, committer)
+            await first_to_end(self.walk.run(admission, committer), tasks)
+
+    async def _dispatching(self, sub: Subscription, path: RetryPath) -> None:
         parts = (sub, self.sender, self.dispatch.throttle, self.progress, self.stats, self.audit)
         if sub.batch is None:
             attempts = Attempts(*parts, self.poisoned, self.health)
-            dispatching = self.dispatch.run(attempts, path)
+            await self.dispatch.run(attempts, path)
         else:
             batches = BatchAttempts(*parts, self.poisoned, self.health)
-            dispatching = self.dispatch.run_batches(batches, path, sub.batch)
-        starting = asyncio.create_task(dispatching)
-        committing = asyncio.create_task(committer.run())
-        tasks = [
-            starting,
-            asyncio.create_task(self.dispatch.failures()),
-            committing,
-            asyncio.create_task(self._sample_lag()),
-            asyncio.create_task(self.walk.behind(admission, committer)),
-        ]
-        try:
-            await first_to_end(self.walk.run(admission, committer), tasks)
-        finally:
-            try:
-                await self._drain(starting, committing, committer)
-            finally:
-                await cancel_all([*tasks, *self.dispatch.attempts])
-                await committer.drain()
-                await readers.aclose()
-                await cancel_all([handing_off])
+            await self.dispatch.run_batches(batches, path, sub.batch)
+
+    async def _cancel_running(self, tasks: list[asyncio.Task[None]]) -> None:
+        """The runner's tasks and the attempts under way then."""
+        await cancel_all([*tasks, *self.dispatch.attempts])
 
     def abandon(self) -> None:
         """The lock is gone: another worker may deliver now, so stop without draining."""

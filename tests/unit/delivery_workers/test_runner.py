@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import cast
 
+import pytest
+
+from core.errors import StorageUnavailable
 from core.model import (
     CircuitBreakerPolicy,
     RetryPolicy,
@@ -206,3 +209,42 @@ async def test_a_stopped_runner_sends_no_retry_waiting_its_backoff(world: World)
     assert asyncio.get_running_loop().time() - stopping < 1.0  # nothing on the wire to wait for
     assert runner.stats.attempts == 4 and runner.stats.delivered == 0
     assert all(n == 1 for n in world.endpoint.attempts.values())
+
+
+class _FailingCommits(_SlowCommits):
+    """The store, with every commit refused (a storage outage)."""
+
+    async def commit(self, name: str, group: str, positions: dict[int, int]) -> None:
+        self.started.set()
+        raise StorageUnavailable("commits refused (the test's outage)")
+
+
+async def test_a_runner_failing_on_its_commits_leaves_none_of_its_tasks_running(
+    world: World,
+) -> None:
+    """A failed commit ends the runner, and its clean-up re-raises that error at each step
+    that waits on the committer: once that skipped the rest, and the retry readers and the
+    hand-off stayed running, unowned ("Task was destroyed but it is pending!" in a worker's
+    log at every restart of a storage outage)."""
+    sub = await _subscribe(world)
+    await _produce(world.store, "st.1", groups=2, per_group=2)
+    failing = _FailingCommits(world.store, delay_s=0)
+    sender = HttpSender()
+    await sender.start()
+    reader = SegmentReader(world.catalog, {"embedded": cast(SegmentStore, failing)})
+    runner = SubscriptionRunner(sub, reader, sender, commit_policy=CommitPolicy(every_s=0.1))
+    before = asyncio.all_tasks()
+    try:
+        with pytest.raises(StorageUnavailable, match="the test's outage"):
+            async with asyncio.timeout(20):
+                await runner.run()
+        left = [t for t in asyncio.all_tasks() - before if _of_the_runner(t)]
+        assert left == [], left
+    finally:
+        await sender.aclose()
+
+
+def _of_the_runner(task: asyncio.Task[object]) -> bool:
+    """A task still running code of ``delivery_workers`` (not the endpoint double's)."""
+    code = getattr(task.get_coro(), "cr_code", None)
+    return not task.done() and code is not None and "delivery_workers" in code.co_filename

@@ -38,6 +38,7 @@ from core.model import CircuitBreakerPolicy, RetryPolicy
 from reports.store import ReportStore
 from scripts.realservices.__main__ import DEFAULT_CACHE
 from scripts.realservices.maven import spark_jars
+from segments.reader import commit_group
 from tests.support.processes import ProducerProcess
 from tests.support.services import RealServices
 from tests.support.until import until
@@ -78,6 +79,16 @@ def _since(ep: Any, at: float) -> int:
     return len({r.id for r in ep.on(SUB) if r.at >= at})
 
 
+async def _all_committed(world: Any) -> bool:
+    """Whether the subscription's committed positions reach the end of its topic."""
+    sub = await world.catalog.get_subscription("shop", SUB)
+    topic = await world.catalog.get_topic("shop", "orders")
+    storage = topic.segments[-1].storage_topic
+    ends = await world.store.end_positions(storage)
+    committed = await world.store.committed(storage, commit_group(sub))
+    return all(committed.get(p, 0) >= end for p, end in ends.items() if end > 0)
+
+
 def _audit_run(tmp_path: Path, common: dict[str, Any]) -> Any:
     """``httpbus audit run`` (the job the suite and operators run) into a SQLite store."""
     cp_config = tmp_path / "cp.yaml"
@@ -116,7 +127,8 @@ async def test_audit_duplicates_are_bounded_by_the_endpoints_after_a_kill_under_
         producer = ProducerProcess({**common, "admin_token": ADMIN}, tmp_path)
         producer.start()
         # Commits far apart (the victim never commits): everything it delivered comes again,
-        # so the audit's side of the bound has duplicates to count too.
+        # so the audit's side of the bound has duplicates to count too. The successor commits
+        # every second: the test waits for its commits to reach the end before stopping it.
         options: dict[str, Any] = {"audit": audit, "commit_every_s": 30.0, "lock_retry_s": 0.2}
         try:
             async with Assigner(world.meta, world.catalog, "cp-test", interval_s=0.5):
@@ -135,13 +147,22 @@ async def test_audit_duplicates_are_bounded_by_the_endpoints_after_a_kill_under_
                 await until(released, 30, "the victim's lock gone (its session expired)")
                 # Every request before this moment came from the victim: nobody else ran.
                 successor_at = time.time()
-                [successor] = world.workers([f"w2-{unique}"], **options)
+                [successor] = world.workers([f"w2-{unique}"], **{**options, "commit_every_s": 1.0})
                 await successor.ready()
                 await producing
                 # The victim never committed, so the successor delivers every message again:
                 # until it has, the victim's deliveries whose events were not durable have no
                 # outcome in the trail (the endpoint seeing every id is not enough).
                 await until(lambda: _since(ep, successor_at) >= TOTAL, 120, "every message again")
+
+                # ... and the successor has taken every answer: a commit waits for the audit
+                # events below it to be durable, so once its positions reach the end no
+                # delivered event of it is still held (at load 16 once, 7 answered deliveries
+                # had none yet when it was stopped: "pending" 7).
+                async def all_committed() -> bool:
+                    return await _all_committed(world)
+
+                await until(all_committed, 30, "the successor's commits at the end")
                 successor.stop()  # SIGTERM: its sink writes what it holds before it exits
         finally:
             for w in world.processes:

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from control_plane.leaders.election import LeaderElection, rest
+from control_plane.leaders.election import LeaderElection, every
 from control_plane.services.archive import Round, archive_topic
 from control_plane.services.archive_objects import open_objects
 from core.archive import ArchiveStorage
@@ -53,9 +53,7 @@ class Archiver(LeaderElection):
         self.rounds = 0
 
     async def lead(self, lost: asyncio.Event) -> None:
-        while not lost.is_set():
-            await self.round()
-            await rest(lost, self.storage.interval_s)
+        await every(lost, self.storage.interval_s, self.round, "archiving")
 
     async def round(self) -> dict[tuple[str, str], Round]:
         """One pass over every topic; a topic's trouble is logged and does not stop the rest."""

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from core.errors import AlreadyExists, HttpbusError
@@ -30,6 +31,19 @@ async def rest(lost: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
             await lost.wait()
+
+
+async def every(
+    lost: asyncio.Event, seconds: float, one_round: Callable[[], Awaitable[object]], what: str
+) -> None:
+    """Run ``one_round`` every ``seconds`` until the leadership is ``lost``. An httpbus error
+    ends only its round: it is logged as ``what``, and the next round tries again."""
+    while not lost.is_set():
+        try:
+            await one_round()
+        except HttpbusError as exc:
+            log.warning("%s: %s", what, exc)
+        await rest(lost, seconds)
 
 
 _RETRY_S = 1.0

@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from control_plane.leaders.election import LeaderElection, rest
+from control_plane.leaders.election import LeaderElection, every
 from control_plane.services.cutovers import Cutovers
 from core.audit import AuditEvent, AuditType
 from core.errors import CutoverInProgress, HttpbusError, VersionConflict
@@ -91,12 +91,7 @@ class FailoverMonitor(LeaderElection):
 
     async def lead(self, lost: asyncio.Event) -> None:
         try:
-            while not lost.is_set():
-                try:
-                    await self.check_once()
-                except HttpbusError as exc:
-                    log.warning("failover check: %s", exc)
-                await rest(lost, self.interval_s)
+            await every(lost, self.interval_s, self.check_once, "failover check")
         finally:
             tasks, self._sealing = list(self._sealing.values()), {}
             for task in tasks:

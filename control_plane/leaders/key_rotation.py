@@ -9,9 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from control_plane.leaders.election import LeaderElection, rest
+from control_plane.leaders.election import LeaderElection, every
 from control_plane.services.signing_keys import SigningKeys
-from core.errors import HttpbusError
 from metastore.protocol import MetaStore
 
 log = logging.getLogger(__name__)
@@ -29,10 +28,8 @@ class KeyRotation(LeaderElection):
         self.interval_s = interval_s
 
     async def lead(self, lost: asyncio.Event) -> None:
-        while not lost.is_set():
-            try:
-                if await self.keys.rotate_if_due():
-                    log.info("rotated the JWT signing key on schedule")
-            except HttpbusError as exc:  # the next round tries again
-                log.warning("rotating the JWT signing keys: %s", exc)
-            await rest(lost, self.interval_s)
+        await every(lost, self.interval_s, self._rotate, "rotating the JWT signing keys")
+
+    async def _rotate(self) -> None:
+        if await self.keys.rotate_if_due():
+            log.info("rotated the JWT signing key on schedule")

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Mapping
 
-from control_plane.leaders.election import LeaderElection, rest
+from control_plane.leaders.election import LeaderElection, every
 from control_plane.services import replays
 from control_plane.services.operations import SubscriptionOps
 from core.archive import ArchiveStorage
@@ -47,13 +47,12 @@ class Replayer(LeaderElection):
 
     async def lead(self, lost: asyncio.Event) -> None:
         ops = SubscriptionOps(self.catalog, dict(self.stores), self.member_id)
-        while not lost.is_set():
-            try:
-                for replay in await replays.open_replays(self.metastore):
-                    await self._replay(ops, replay)
-            except HttpbusError as exc:  # the next round looks again
-                log.warning("replays: %s", exc)
-            await rest(lost, self.interval_s)
+
+        async def one_round() -> None:
+            for replay in await replays.open_replays(self.metastore):
+                await self._replay(ops, replay)
+
+        await every(lost, self.interval_s, one_round, "replays")
 
     async def _replay(self, ops: SubscriptionOps, replay: replays.Replay) -> None:
         try:

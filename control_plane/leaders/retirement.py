@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
-from control_plane.leaders.election import LeaderElection, rest
+from control_plane.leaders.election import LeaderElection, every
 from core.errors import HttpbusError, NotFound
 from core.model import Segment, SegmentState, Topic, utcnow
 from metastore.catalog import Catalog
@@ -47,12 +47,10 @@ class SegmentRetirement(LeaderElection):
         self.now = now
 
     async def lead(self, lost: asyncio.Event) -> None:
-        while not lost.is_set():
-            try:
-                await retire_segments(self.catalog, self.stores, self.now())
-            except HttpbusError as exc:  # the next round tries again
-                log.warning("retiring segments: %s", exc)
-            await rest(lost, self.interval_s)
+        await every(lost, self.interval_s, self.retire, "retiring segments")
+
+    async def retire(self) -> None:
+        await retire_segments(self.catalog, self.stores, self.now())
 
 
 async def retirable(catalog: Catalog, topic: Topic, now: datetime) -> list[Segment]:

@@ -34,6 +34,7 @@ from tests.support.workers import ProcessWorld, process_world
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
 SESSION_S = 4.0
+HEIR_SESSION_S = 15.0
 GROUPS = 8
 RATE = 200  # messages per second, while producing
 BURST = 1_000  # published at once just before the cut
@@ -128,7 +129,11 @@ async def _pair(real: RealServices, unique: str, tmp_path: Path) -> AsyncIterato
         world.processes.append(zombie)
         await zombie.ready()
         await until(lambda: _holds(world, members["zombie"]), 30, "the zombie holding s0")
-        [heir] = world.workers([members["heir"]], **options)
+        # The heir's own session is long: under load a 4 s one lapsed, s0 went back to the
+        # (by then sound) zombie and on again, and those later handovers read as the
+        # zombie delivering beside the heir (CI: its last delivery 19.6 s after the fault).
+        heir_meta = {**world.zk.model_dump(), "session_timeout_s": HEIR_SESSION_S}
+        [heir] = world.workers([members["heir"]], **options, metastore=heir_meta)
         await heir.ready()
         senders = Senders({zombie.proc.pid: "zombie", heir.proc.pid: "heir"})
         world.hook.identify = senders.identify  # before the first delivery

@@ -62,7 +62,8 @@ class CommitClient:
             raise
         finally:
             admin.poll(0)  # serves its log queue (the ``logger`` of the config): nothing waits
-        self._unanswered = 0
+        if admin is self._admin:  # an answer from a replaced client says nothing of this one
+            self._unanswered = 0
 
     def _client(self) -> Any:
         if self._admin is None:

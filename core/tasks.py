@@ -59,6 +59,29 @@ async def cancel(task: asyncio.Future[None] | None) -> None:
         await cancel_all([task])
 
 
+def cancelling() -> bool:
+    """True if the current task was asked to cancel, even if its ``CancelledError`` was
+    since replaced by another error: clean-up code that awaits (a last commit, a status
+    write) raises its own error over the cancellation when the metastore is away. A loop
+    that restarts its work on errors must check this and stop, or it outlives whoever
+    cancelled it and waits for it (a worker's runner went on delivering a subscription whose
+    lock it had lost: tests/integration/test_zombie_worker_real.py)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def stop_if_cancelled(error: BaseException) -> None:
+    """In a loop that restarts on ``error``: raise ``CancelledError`` instead if the task was
+    cancelled (:func:`cancelling`). Example::
+
+        except HttpbusError as exc:
+            stop_if_cancelled(exc)
+            log.warning("...; retrying")
+    """
+    if cancelling():
+        raise asyncio.CancelledError from error
+
+
 async def first_to_end(main: Coroutine[Any, Any, None], helpers: list[asyncio.Task[None]]) -> None:
     """Run ``main`` until it ends or one of ``helpers`` (which run for ever) fails: an error of
     either is raised here, so a failed helper stops its owner instead of stalling it."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from core.errors import HttpbusError, NotFound
 from core.model import Subscription
 from core.shards import WHOLE, Shard, parse_unit_key
+from core.tasks import stop_if_cancelled
 from metastore import paths
 from metastore.catalog import Catalog
 from metastore.protocol import MetaStore
@@ -170,6 +171,7 @@ class Running:
                 self.runners[key] = runner
                 await runner.run()
             except Exception as exc:
+                stop_if_cancelled(exc)  # stopped: the error is its clean-up's, never restart
                 log.exception("worker %s: runner of %s failed; restarting", self.member_id, key)
                 crashes.record(exc, key)
                 await asyncio.sleep(options.error_retry_s)

@@ -55,7 +55,7 @@ from collections.abc import Callable, Mapping
 from core.errors import HttpbusError
 from core.lifecycle import AsyncResource
 from core.shards import SEPARATOR, parse_unit_key
-from core.tasks import TaskSet, cancel
+from core.tasks import TaskSet, cancel, stop_if_cancelled
 from metastore import paths
 from metastore.catalog import Catalog
 from metastore.protocol import MetaStore
@@ -244,7 +244,8 @@ class Worker(AsyncResource):
                     with contextlib.suppress(HttpbusError, TimeoutError):
                         async with asyncio.timeout(_RELEASE_TIMEOUT_S):
                             await lock.release()
-            except Exception:  # the metastore is down, a bug: keep the subscription owned
+            except Exception as exc:  # the metastore is down, a bug: keep it owned
+                stop_if_cancelled(exc)  # unassigned: the error is its clean-up's
                 log.exception("worker %s: subscription %s failed; retrying", self.member_id, key)
                 await asyncio.sleep(self.error_retry_s)
 

@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from core.errors import CutoverTimeout, HttpbusError, MetaStoreUnavailable
 from core.lifecycle import AsyncResource
 from core.model import Topic
+from core.tasks import stop_if_cancelled
 from metastore import paths
 from metastore.protocol import MetaStore
 from segments.cutover.machine import TERMINAL, Cutover, Mode, Phase, producer_mode
@@ -176,6 +177,7 @@ class CutoverParticipant(AsyncResource):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                stop_if_cancelled(exc)
                 log.warning("watching the active cutovers: %s", exc)
                 await asyncio.sleep(0.5)
 
@@ -207,6 +209,7 @@ class CutoverParticipant(AsyncResource):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a failed round must not end the following
+                stop_if_cancelled(exc)
                 log.warning("cutover of %s/%s: %s", *key, exc)
                 await asyncio.sleep(0.5)
 

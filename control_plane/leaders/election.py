@@ -19,7 +19,7 @@ from typing import Any
 
 from core.errors import AlreadyExists, HttpbusError
 from core.lifecycle import AsyncResource
-from core.tasks import cancel
+from core.tasks import cancel, stop_if_cancelled
 from metastore import paths
 from metastore.protocol import MetaStore
 
@@ -42,6 +42,7 @@ async def every(
         try:
             await one_round()
         except HttpbusError as exc:
+            stop_if_cancelled(exc)
             log.warning("%s: %s", what, exc)
         await rest(lost, seconds)
 
@@ -96,6 +97,7 @@ class LeaderElection(AsyncResource):
                     watcher.cancel()
                     await asyncio.gather(watcher, return_exceptions=True)
             except HttpbusError as exc:
+                stop_if_cancelled(exc)  # stepped down: the error is its clean-up's
                 log.warning("%s %s: %s; retrying", self.role, self.member_id, exc)
                 await asyncio.sleep(_RETRY_S)
             finally:

@@ -10,7 +10,8 @@ import asyncio
 
 import pytest
 
-from core.tasks import TaskSet, cancel_all
+from core.errors import MetaStoreUnavailable
+from core.tasks import TaskSet, cancel_all, stop_if_cancelled
 
 
 async def _slow_to_stop() -> None:
@@ -60,3 +61,48 @@ async def test_a_task_set_closed_by_a_cancelled_owner_stays_cancelled() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert not went_on.is_set()
+
+
+async def test_a_restart_loop_stops_when_its_cancellation_was_replaced_by_an_error() -> None:
+    """The clean-up of a cancelled round fails (the metastore is away): its error replaces
+    the CancelledError, and only stop_if_cancelled keeps the loop from starting over."""
+    rounds = 0
+
+    async def one_round() -> None:
+        nonlocal rounds
+        rounds += 1
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(0)
+            raise MetaStoreUnavailable("zookeeper failed on /status: ConnectionLoss")
+
+    async def loop() -> None:
+        while rounds < 5:
+            try:
+                await one_round()
+            except MetaStoreUnavailable as exc:
+                stop_if_cancelled(exc)
+
+    task = asyncio.ensure_future(loop())
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert rounds == 1
+
+
+async def test_a_restart_loop_goes_on_after_an_error_of_its_own() -> None:
+    rounds = 0
+
+    async def loop() -> None:
+        nonlocal rounds
+        while rounds < 3:
+            try:
+                rounds += 1
+                raise MetaStoreUnavailable("zookeeper failed on /x: ConnectionLoss")
+            except MetaStoreUnavailable as exc:
+                stop_if_cancelled(exc)
+
+    await loop()
+    assert rounds == 3

@@ -5,7 +5,9 @@ A worker cut off from ZooKeeper, or paused past its session timeout, may no long
 locks it runs on; another worker may be taking them. The lock watch returns on a lapse and
 the runners stop (:meth:`~.unit_lock.UnitLock.until_lost`), but an attempt may reach the
 sender first (a resumed process runs its ready tasks before its timers): here it waits,
-unsent, until the lease is confirmed again or its runner is cancelled.
+unsent, until the lease is confirmed again or its runner is cancelled. An attempt paused
+after this check (waiting for a connection, connecting) is checked again by the sender
+right before it writes (:data:`.sender.SEND_GATE`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from core.lifecycle import AsyncResource
 from core.result import DeliveryResult
 from metastore.lease import SessionLease
 
-from .sender import BatchDelivery, Delivery, EndpointSender
+from .sender import SEND_GATE, BatchDelivery, Delivery, EndpointSender, Unsent
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +40,16 @@ class FencedSender(AsyncResource):
         return None
 
     async def send(self, delivery: Delivery | BatchDelivery) -> DeliveryResult:
-        if not self.lease.valid():
-            self.held += 1
-            log.warning("%s held unsent: the worker's session is not confirmed",
-                        delivery.message_id)  # fmt: skip
-            await self.lease.until_valid()
-        return await self.inner.send(delivery)
+        while True:
+            if not self.lease.valid():
+                self.held += 1
+                log.warning("%s held unsent: the worker's session is not confirmed",
+                            delivery.message_id)  # fmt: skip
+                await self.lease.until_valid()
+            gate = SEND_GATE.set(self.lease.valid)
+            try:
+                return await self.inner.send(delivery)
+            except Unsent:  # paused between here and the write: nothing left, ask again
+                continue
+            finally:
+                SEND_GATE.reset(gate)

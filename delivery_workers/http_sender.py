@@ -51,9 +51,11 @@ from .http1 import (
 )
 from .http2 import ALPN, H2Connection, Negotiating
 from .sender import (
+    SEND_GATE,
     BatchDelivery,
     Delivery,
     OutgoingRequest,
+    Unsent,
     build_batch_request,
     build_request,
 )
@@ -434,6 +436,8 @@ class HttpSender(AsyncResource):
             answer = await self._exchange(origin, out, data, timeout_s, pool)
         except InvalidRequest as exc:  # a header HTTP/2 cannot carry: nothing was sent
             return DeliveryResult.invalid(f"invalid request: {exc}")
+        except Unsent:
+            raise
         except EndpointRefused as exc:  # not retried: only a policy change lets it through
             return DeliveryResult.invalid(f"endpoint refused: {exc}")
         except InvalidAnswer as exc:
@@ -481,6 +485,8 @@ class HttpSender(AsyncResource):
             answer = await self._exchange(
                 origin, out, encode_request(out, origin), TOKEN_TIMEOUT_S, self.pool
             )
+        except Unsent:
+            raise
         except EndpointRefused as exc:
             raise TokenError(f"token URL refused: {exc}") from None
         except Exception as exc:  # every failure of the token server is a TokenError
@@ -508,6 +514,10 @@ class HttpSender(AsyncResource):
             if conn is None:  # the slow path: wait for the limit, or connect
                 async with asyncio.timeout_at(deadline):
                     conn = await pool.acquire(origin)
+            gate = SEND_GATE.get()
+            if gate is not None and not gate():  # after the last await: see SEND_GATE
+                pool.release(conn)
+                raise Unsent
             waiter = (
                 conn.request(out, origin) if isinstance(conn, H2Connection) else conn.request(data)
             )

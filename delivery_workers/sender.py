@@ -32,6 +32,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -216,6 +218,18 @@ def _as_event(
 @lru_cache(maxsize=4096)
 def _url(url: object) -> str:
     return str(url)
+
+
+class Unsent(Exception):
+    """Raised by a sender instead of writing a request while :data:`SEND_GATE` is closed:
+    nothing left the process, so the attempt may be made again once it opens."""
+
+
+SEND_GATE: ContextVar[Callable[[], bool] | None] = ContextVar("send_gate", default=None)
+"""Whether the attempt under way may still write its request, asked by the sender at the
+last moment before it writes, after every await of the attempt (a pool's connection, a
+connect, a token): :class:`~.fenced.FencedSender` sets its session lease's ``valid`` here, so
+a worker paused in the middle of an attempt writes nothing when it resumes."""
 
 
 @runtime_checkable

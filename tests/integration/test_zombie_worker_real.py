@@ -129,9 +129,11 @@ async def _pair(real: RealServices, unique: str, tmp_path: Path) -> AsyncIterato
         world.processes.append(zombie)
         await zombie.ready()
         await until(lambda: _holds(world, members["zombie"]), 30, "the zombie holding s0")
-        # The heir's own session is long: under load a 4 s one lapsed, s0 went back to the
-        # (by then sound) zombie and on again, and those later handovers read as the
-        # zombie delivering beside the heir (CI: its last delivery 19.6 s after the fault).
+        # The heir's own session is long, so that what the test sees is the zombie's: with a
+        # 4 s one, a lapse of the heir's under load would hand s0 back to the resumed zombie
+        # and read as the zombie delivering late. (CI's "last delivery 19.6 s after the
+        # fault" was not that: the zombie's runner restarted after its cancellation; see
+        # core.tasks.stop_if_cancelled.)
         heir_meta = {**world.zk.model_dump(), "session_timeout_s": HEIR_SESSION_S}
         [heir] = world.workers([members["heir"]], **options, metastore=heir_meta)
         await heir.ready()

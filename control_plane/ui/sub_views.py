@@ -278,8 +278,8 @@ async def seek(project: Name, sub: Name, request: Request, form: FormDep, api: A
     moved = await posted(request, api, where, body, back=back, what="seek", failed="not moved")
     if isinstance(moved, Response):
         return moved
-    where = ", ".join(f"p{k}@{v}" for k, v in sorted(moved.get("positions", {}).items()))
-    return redirect(request, back, f"moved to segment {moved.get('segment')}: {where}")
+    at = ", ".join(f"p{k}@{v}" for k, v in sorted(moved.get("positions", {}).items()))
+    return redirect(request, back, f"moved to segment {moved.get('segment')}: {at}")
 
 
 @router.post("/ui/projects/{project}/subscriptions/{sub}/resend")

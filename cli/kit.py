@@ -105,16 +105,16 @@ Offset = Annotated[int, typer.Option(min=0, help="Skip this many.")]
 Limit = Annotated[int, typer.Option(min=1, max=500, help="Page size.")]
 Timeout = Annotated[float, typer.Option(min=1, help="Seconds to follow before giving up.")]
 Interval = Annotated[float, typer.Option(min=0.05, help="Seconds between polls.")]
-ConfigOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--config",
-        envvar="HTTPBUS_CONFIG",
-        help="YAML or TOML settings file.",
-        exists=True,
-        dir_okay=False,
-    ),
-]
+
+
+def config_file(help: str) -> Any:
+    """The ``--config`` option (also ``HTTPBUS_CONFIG``): an existing file, described by
+    ``help``. Optional as :data:`ConfigOption`; required as
+    ``Annotated[Path, config_file("The deployment file …")]``."""
+    return typer.Option("--config", envvar="HTTPBUS_CONFIG", help=help, exists=True, dir_okay=False)
+
+
+ConfigOption = Annotated[Path | None, config_file("YAML or TOML settings file.")]
 Master = Annotated[str | None, typer.Option(help="Spark master (default: settings).")]
 DEFAULT_URL = "http://127.0.0.1:8700"
 

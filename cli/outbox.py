@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from cli.kit import EXIT_NOT_AVAILABLE, EXIT_USAGE, fail
+from cli.kit import EXIT_NOT_AVAILABLE, EXIT_USAGE, config_file, fail
 
 app = typer.Typer(help="The transactional outbox: Debezium reads a table, httpbus publishes it.")
 
@@ -22,13 +22,7 @@ app = typer.Typer(help="The transactional outbox: Debezium reads a table, httpbu
 def run(
     config: Annotated[
         Path,
-        typer.Option(
-            "--config",
-            envvar="HTTPBUS_CONFIG",
-            help="The relay's settings file (YAML or TOML; docs/outbox.md lists the settings).",
-            exists=True,
-            dir_okay=False,
-        ),
+        config_file("The relay's settings file (YAML or TOML; docs/outbox.md lists the settings)."),
     ],
 ) -> None:
     """Relay an outbox table to a topic until SIGTERM or Ctrl-C (exit 1 if the relay fails)."""

@@ -14,6 +14,7 @@ import typer
 import uvicorn
 
 from cli.dev import start_service
+from cli.kit import config_file
 from cli.supervisor import Supervisor
 from control_plane.app import create_app
 from control_plane.settings import ControlPlaneSettings
@@ -25,13 +26,7 @@ from core.version import VERSION
 def run(
     config: Annotated[
         Path,
-        typer.Option(
-            "--config",
-            envvar="HTTPBUS_CONFIG",
-            help="The deployment file (with control_plane, producer and worker sections).",
-            exists=True,
-            dir_okay=False,
-        ),
+        config_file("The deployment file (with control_plane, producer and worker sections)."),
     ],
 ) -> None:
     """Run the control plane, a producer and a worker from one deployment file."""

@@ -9,9 +9,10 @@ checks that; the topic's owners list, approve (which creates the grant) and refu
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request, status
+from fastapi import APIRouter, Depends, Path, Query, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from control_plane.api.auth import ANY, OWNER, PrincipalDep
@@ -20,6 +21,7 @@ from control_plane.api.principals import principal_store
 from control_plane.services.topic_catalog import CatalogEntry, CatalogPage, TopicCatalog
 from core.grant_requests import MAX_REASON, GrantRequest, RequestState
 from core.names import MAX_NAME, NAME_PATTERN, Name
+from core.principals import Principal
 
 router = APIRouter(tags=["catalog"])
 Grantee = Annotated[str, Path(pattern=NAME_PATTERN, max_length=MAX_NAME)]
@@ -96,8 +98,24 @@ async def list_grant_requests(
     return await _catalog(admin, request).requests(project, topic, state)
 
 
-@router.post(REQUESTS + "/{grantee}/approve", **OWNER)
-async def approve_grant_request(
+@dataclass(frozen=True)
+class _Deciding:
+    """A request's decision about to be made: whose, and by whom."""
+
+    catalog: TopicCatalog
+    principal: Principal
+    project: str
+    topic: str
+    grantee: str
+    note: str
+
+    async def __call__(self, *, approve: bool) -> GrantRequest:
+        return await self.catalog.decide(
+            self.principal, self.project, self.topic, self.grantee, approve=approve, note=self.note
+        )
+
+
+def _deciding(
     project: ProjectName,
     topic: TopicName,
     grantee: Grantee,
@@ -105,24 +123,22 @@ async def approve_grant_request(
     principal: PrincipalDep,
     request: Request,
     body: Decision | None = None,
-) -> GrantRequest:
-    """Grant the topic to the requesting project and mark the request approved."""
+) -> _Deciding:
+    """What approve and refuse both take (the same path, body and caller)."""
     note = body.note if body is not None else ""
-    catalog = _catalog(admin, request)
-    return await catalog.decide(principal, project, topic, grantee, approve=True, note=note)
+    return _Deciding(_catalog(admin, request), principal, project, topic, grantee, note)
+
+
+Deciding = Annotated[_Deciding, Depends(_deciding)]
+
+
+@router.post(REQUESTS + "/{grantee}/approve", **OWNER)
+async def approve_grant_request(decide: Deciding) -> GrantRequest:
+    """Grant the topic to the requesting project and mark the request approved."""
+    return await decide(approve=True)
 
 
 @router.post(REQUESTS + "/{grantee}/refuse", **OWNER)
-async def refuse_grant_request(
-    project: ProjectName,
-    topic: TopicName,
-    grantee: Grantee,
-    admin: AdminDep,
-    principal: PrincipalDep,
-    request: Request,
-    body: Decision | None = None,
-) -> GrantRequest:
+async def refuse_grant_request(decide: Deciding) -> GrantRequest:
     """Refuse the request (the requester may ask again)."""
-    note = body.note if body is not None else ""
-    catalog = _catalog(admin, request)
-    return await catalog.decide(principal, project, topic, grantee, approve=False, note=note)
+    return await decide(approve=False)

@@ -7,9 +7,16 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from control_plane.client import AdminClient, ApiError, NotAvailable
+from control_plane.client import AdminClient
 from control_plane.ui.deps import ApiDep, FormDep, Name, SessionDep
-from control_plane.ui.render import confirmation, confirmed, redirect, refused, render, templates
+from control_plane.ui.render import (
+    confirmation,
+    confirmed,
+    posted,
+    redirect,
+    render,
+    templates,
+)
 from control_plane.ui.topic_process import TopicProcess
 
 router = APIRouter()
@@ -86,12 +93,12 @@ async def start(
         return confirmation(
             request, session, question, action=path, back=back, yes="Yes, start", fields=fields
         )
-    try:
-        await api.post(CUTOVER.api_path(project, topic), body)
-    except NotAvailable:
-        return redirect(request, back, "cutover is not available on this control plane", "error")
-    except ApiError as exc:
-        return refused(request, back, exc, "cutover not started")
+    where = CUTOVER.api_path(project, topic)
+    started = await posted(
+        request, api, where, body, back=back, what="cutover", failed="cutover not started"
+    )
+    if isinstance(started, Response):
+        return started
     return redirect(request, f"{back}/cutover", "cutover started")
 
 

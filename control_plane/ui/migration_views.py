@@ -91,23 +91,18 @@ def chart(windows: list[dict[str, Any]]) -> Chart:
     return Chart(width=width, height=HEIGHT + PAD * 2 + AXIS, bars=tuple(bars), top=top)
 
 
+def _shown(migration: dict[str, Any] | None, missing: str | None) -> dict[str, Any]:
+    """The migration, its chart, or why there is none (what the page draws)."""
+    drawn = chart(migration["windows"]) if migration else None
+    return {"migration": migration, "chart": drawn, "colors": COLORS, "missing": missing}
+
+
 @router.get("/ui/projects/{project}/topics/{topic}/migration")
 async def page(
     project: Name, topic: Name, request: Request, session: SessionDep, api: ApiDep
 ) -> Response:
-    migration, missing = await MIGRATION.fetch(api, project, topic)
-    drawn = chart(migration["windows"]) if migration else None
-    return render(
-        request,
-        "migration.html",
-        session,
-        project=project,
-        topic=topic,
-        migration=migration,
-        chart=drawn,
-        colors=COLORS,
-        missing=missing,
-    )
+    shown = _shown(*await MIGRATION.fetch(api, project, topic))
+    return render(request, "migration.html", session, project=project, topic=topic, **shown)
 
 
 @router.post("/ui/projects/{project}/topics/{topic}/migration/abandon")

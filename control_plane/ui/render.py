@@ -14,7 +14,7 @@ from fastapi import Request
 from fastapi.templating import Jinja2Templates
 from starlette.responses import RedirectResponse, Response
 
-from control_plane.client import AdminClient, ApiError
+from control_plane.client import JSON, AdminClient, ApiError, NotAvailable
 from control_plane.ui import session as sessions
 from core.names import MAX_NAME, NAME_INPUT_PATTERN, check_name
 from core.principals import Need, Principal, PrincipalKind
@@ -155,6 +155,25 @@ def refused(request: Request, back: str, exc: ApiError, what: str) -> Response:
     if exc.status == 0 or exc.status >= 500:
         raise exc
     return redirect(request, back, f"{what}: {exc.message}", "error")
+
+
+async def posted(
+    request: Request, api: AdminClient, where: str, body: JSON, *, back: str, what: str, failed: str
+) -> JSON | Response:
+    """POST a form's ``body`` to ``where``: the API's answer, or the way back to ``back``
+    saying why not — ``{what} is not available on this control plane``, or the refusal as
+    ``{failed}: why`` (:func:`refused`). The caller returns a :class:`Response` as it is::
+
+        moved = await posted(request, api, url, body, back=back, what="seek", failed="not moved")
+        if isinstance(moved, Response):
+            return moved
+    """
+    try:
+        return await api.post(where, body)
+    except NotAvailable:
+        return redirect(request, back, f"{what} is not available on this control plane", "error")
+    except ApiError as exc:
+        return refused(request, back, exc, failed)
 
 
 def paging(request: Request, default: int = 50) -> tuple[int, int]:

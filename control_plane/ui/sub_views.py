@@ -15,7 +15,7 @@ from control_plane.client import AdminClient, ApiError, NotAvailable, path, upda
 from control_plane.ui.charts import lines
 from control_plane.ui.deps import OWNER, ApiDep, FormDep, Name, SessionDep, form_of
 from control_plane.ui.forms import body_of, field_errors, values_of
-from control_plane.ui.render import open_by_name, paging, redirect, refused, render
+from control_plane.ui.render import open_by_name, paging, posted, redirect, refused, render
 from core.filters import FilterError, compile_filter
 from core.model import Endpoint, RetryPolicy, SubscriptionSettings
 
@@ -274,14 +274,12 @@ async def seek(project: Name, sub: Name, request: Request, form: FormDep, api: A
         body = {"timestamp": rfc3339(form.get("timestamp", ""))}
     if not body:
         return redirect(request, back, "choose earliest, latest or a time", "error")
-    try:
-        moved = await api.post(_subs(project, sub, "seek"), body)
-    except NotAvailable:
-        return redirect(request, back, "seek is not available on this control plane", "error")
-    except ApiError as exc:
-        return refused(request, back, exc, "not moved")
-    where = ", ".join(f"p{k}@{v}" for k, v in sorted(moved.get("positions", {}).items()))
-    return redirect(request, back, f"moved to segment {moved.get('segment')}: {where}")
+    where = _subs(project, sub, "seek")
+    moved = await posted(request, api, where, body, back=back, what="seek", failed="not moved")
+    if isinstance(moved, Response):
+        return moved
+    at = ", ".join(f"p{k}@{v}" for k, v in sorted(moved.get("positions", {}).items()))
+    return redirect(request, back, f"moved to segment {moved.get('segment')}: {at}")
 
 
 @router.post("/ui/projects/{project}/subscriptions/{sub}/resend")
@@ -294,12 +292,12 @@ async def resend(
     mid = form.get("message_id", "").strip()
     if not mid:
         return redirect(request, back, "give the id of the message to resend", "error")
-    try:
-        done = await api.post(_subs(project, sub, "resend"), {"message_id": mid})
-    except NotAvailable:
-        return redirect(request, back, "resend is not available on this control plane", "error")
-    except ApiError as exc:
-        return refused(request, back, exc, f"{mid} not resent")
+    where, body = _subs(project, sub, "resend"), {"message_id": mid}
+    done = await posted(
+        request, api, where, body, back=back, what="resend", failed=f"{mid} not resent"
+    )
+    if isinstance(done, Response):
+        return done
     found = await api.get(_subs(project, sub))
     trace = f"/ui/projects/{found['topic_project']}/topics/{found['topic']}/messages/"
     note = (
@@ -320,12 +318,12 @@ async def recover(
     if not since or not until:
         return redirect(request, back, "give both times: failed since and until", "error")
     body = {"since": rfc3339(since), "until": rfc3339(until), "limit": 10_000}
-    try:
-        done = await api.post(_subs(project, sub, "recover"), body)
-    except NotAvailable:
-        return redirect(request, back, "recover is not available on this control plane", "error")
-    except ApiError as exc:
-        return refused(request, back, exc, "nothing recovered")
+    where = _subs(project, sub, "recover")
+    done = await posted(
+        request, api, where, body, back=back, what="recover", failed="nothing recovered"
+    )
+    if isinstance(done, Response):
+        return done
     left = int(done.get("remaining", 0))
     more = f"; {left} more of the window remain: recover again" if left else ""
     window = f"{body['since']} and {body['until']}"
@@ -356,12 +354,12 @@ async def replay(
     if not rate.isdigit():
         return redirect(request, back, "the rate is a whole number of messages a second", "error")
     body = {"since": rfc3339(since), "until": rfc3339(until), "rate": int(rate)}
-    try:
-        started = await api.post(_subs(project, sub, "replay"), body)
-    except NotAvailable:
-        return redirect(request, back, "replay is not available on this control plane", "error")
-    except ApiError as exc:
-        return refused(request, back, exc, "nothing replayed")
+    where = _subs(project, sub, "replay")
+    started = await posted(
+        request, api, where, body, back=back, what="replay", failed="nothing replayed"
+    )
+    if isinstance(started, Response):
+        return started
     line = (
         f"replay {started.get('id')} of the messages accepted between {body['since']} and "
         f"{body['until']} started: its progress is below (reload)"

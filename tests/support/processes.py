@@ -27,20 +27,29 @@ def free_port() -> int:
 
 
 class ProducerProcess:
-    """``python -m producer_api`` with ``settings`` (a dict written as YAML)."""
+    """``python -m producer_api`` with ``settings`` (a dict written as YAML). In a network
+    namespace: ``wrap`` turns the command into one run there (``Namespace.exec_argv``) and
+    ``host`` is the namespace's address, where it listens."""
 
-    def __init__(self, settings: dict[str, Any], workdir: Path) -> None:
-        self.port = free_port()
+    def __init__(
+        self,
+        settings: dict[str, Any],
+        workdir: Path,
+        wrap: Callable[[list[str]], list[str]] | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.port, self.wrap = free_port(), wrap
         self.config = workdir / f"producer-{self.port}.yaml"
-        self.config.write_text(yaml.safe_dump({**settings, "port": self.port}))
+        self.config.write_text(yaml.safe_dump({**settings, "port": self.port, "host": host}))
         self.log = workdir / f"producer-{self.port}.log"
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30) -> None:
+        argv = [sys.executable, "-m", "producer_api", "--config", str(self.config)]
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "producer_api", "--config", str(self.config)],
+                self.wrap(argv) if self.wrap else argv,
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )

@@ -4,7 +4,8 @@ services publish to a grouped topic on Kafka, one of them in a network namespace
 (Kafka stays reachable), and a cutover to a new Kafka segment starts at once: the cut-off
 producer never sees PREPARE. The coordinator goes on without it once its session expires
 (or rolls back at the PREPARE timeout); the cut-off producer keeps writing the old segment
-from its cache until the seal, and the fence must refuse every write after it. The partition
+from its cache until the seal, and the fence must refuse every write after it, with a 503
+within its hold bound (it cannot learn the new pointer while cut off). The partition
 heals 8 s after the cutover is over (the producer holds a request 5 s at most).
 
 The checker (tests/chaos/checker.py), over every segment read the way a worker reads them:
@@ -151,6 +152,9 @@ async def test_a_producer_partitioned_from_zookeeper_during_prepare_loses_nothin
     )
     assert not aborted, f"processes exited: {aborted}"
     assert doc["phase"] in ("COMPLETE", "ROLLED_BACK"), doc
+    # Its clients are answered while it is cut off: a refused write is a 503 within the
+    # hold bound (5 s), not a request held for as long as the partition.
+    assert answered["after it"].get(503), f"no answer while partitioned: {answered}"
     verdict.assert_sound(back_within_s=None)  # 0 loss, 0 inversions over every segment
     own.assert_sound(back_within_s=BACK_WITHIN_S)  # and the cut-off producer back in 15 s
 

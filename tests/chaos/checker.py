@@ -86,7 +86,10 @@ class Verdict:
     delivered: int
 
     def summary(self) -> str:
-        windows = ", ".join(f"{b - a:.2f}s" for a, b in self.unavailable) or "none"
+        spans = sorted((b - a for a, b in self.unavailable), reverse=True)
+        windows = ", ".join(f"{d:.2f}s" for d in spans[:3]) or "none"
+        if len(spans) > 3:
+            windows += f" (the longest 3 of {len(spans)})"
         back = (
             f"publishing back within {_s(self.publish_back_s)}, "
             f"delivery back within {_s(self.delivery_back_s)} of the heal"

@@ -1,12 +1,14 @@
-"""A producer partitioned from ZooKeeper during a cutover's PREPARE (issue 34): two producer
-services publish to a grouped topic on Kafka, one of them in a network namespace of its own
-(scripts/realservices/netns.py). The packets between it and ZooKeeper are dropped both ways
-(Kafka stays reachable), and a cutover to a new Kafka segment starts at once: the cut-off
-producer never sees PREPARE. The coordinator goes on without it once its session expires
-(or rolls back at the PREPARE timeout); the cut-off producer keeps writing the old segment
-from its cache until the seal, and the fence must refuse every write after it, with a 503
-within its hold bound (it cannot learn the new pointer while cut off). The partition
-heals 8 s after the cutover is over (the producer holds a request 5 s at most).
+"""A producer partitioned from ZooKeeper during a cutover's PREPARE or SWITCH (issue 34):
+two producer services publish to a grouped topic on Kafka, one of them in a network
+namespace of its own (scripts/realservices/netns.py). The packets between it and ZooKeeper
+are dropped both ways (Kafka stays reachable) just before a cutover to a new Kafka segment
+starts, so the cut-off producer never sees PREPARE; or just after it acknowledged PREPARE,
+so it never sees SWITCH. The coordinator goes on without it once its session expires, or
+rolls back at a timeout; a cut-off producer either keeps writing the old segment from its
+cache until the seal, the fence refusing every write after it with a 503 within its hold
+bound (it cannot learn the new pointer while cut off), or refuses writes itself while a
+cutover it took part in is pending. The partition heals 8 s after the cutover is over (the
+producer holds a request 5 s at most).
 
 The checker (tests/chaos/checker.py), over every segment read the way a worker reads them:
 no acknowledged message lost, no group out of order, both producers still running, and the
@@ -70,7 +72,9 @@ def _merged(loads: list[Load], deliveries: list[Delivery]) -> History:
     return History(published, acked, answers, deliveries)
 
 
-async def test_a_producer_partitioned_from_zookeeper_during_prepare_loses_nothing(
+@pytest.mark.parametrize("during", ["PREPARE", "SWITCH"])
+async def test_a_producer_partitioned_from_zookeeper_during_a_cutover_loses_nothing(
+    during: str,
     real_services: RealServices,
     unique: str,
     tmp_path: Path,
@@ -106,9 +110,21 @@ async def test_a_producer_partitioned_from_zookeeper_during_prepare_loses_nothin
                             30,
                             "both producers publishing",
                         )
-                        ns.partition([zk_port])
-                        fault_at = time.time()
-                        await cutovers.start("shop", "orders", "kafka-main", 2)
+                        if during == "PREPARE":  # before it hears of the cutover
+                            ns.partition([zk_port])
+                            fault_at = time.time()
+                            await cutovers.start("shop", "orders", "kafka-main", 2)
+                        else:  # once it acknowledged PREPARE, before it hears of SWITCH
+                            await cutovers.start("shop", "orders", "kafka-main", 2)
+                            await _once_prepared(cutovers, f"pn-{unique}")
+                            ns.partition([zk_port])
+                            fault_at = time.time()
+                            acks = (await cutovers.get("shop", "orders")).producers
+                            mine = acks.get(f"pn-{unique}")
+                            assert mine is None or mine.switched_at is None, (
+                                "the partition came after its SWITCH acknowledgement: the "
+                                "test's premise failed (a coordinator round is 0.2 s)"
+                            )
                         doc = await until(lambda: _done(cutovers), 90, "the cutover over")
                         over_at = time.time()
                         # Still cut off a while after: the fence holds (a pace, not a sync).
@@ -145,7 +161,7 @@ async def test_a_producer_partitioned_from_zookeeper_during_prepare_loses_nothin
     print(
         f"\n{timeline(doc)}\nthe cut-off producer's answers while partitioned: {answered}; "
         f"its longest time without a 201 from the cut {stalled:.2f}s\n"
-        f"cut off from ZooKeeper at 0: cutover {doc['phase']} at "
+        f"cut off from ZooKeeper during {during} at 0: cutover {doc['phase']} at "
         f"{over_at - fault_at:.2f}s, healed at {heal_at - fault_at:.2f}s, the cut-off "
         f"producer ready {ready_after:.2f}s after; its publishes: {own.summary()}\nall: "
         f"{verdict.summary()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
@@ -154,7 +170,8 @@ async def test_a_producer_partitioned_from_zookeeper_during_prepare_loses_nothin
     assert doc["phase"] in ("COMPLETE", "ROLLED_BACK"), doc
     # Its clients are answered while it is cut off: a refused write is a 503 within the
     # hold bound (5 s), not a request held for as long as the partition.
-    assert answered["after it"].get(503), f"no answer while partitioned: {answered}"
+    if doc["phase"] == "COMPLETE":  # the old segment sealed under it
+        assert answered["after it"].get(503), f"no answer while partitioned: {answered}"
     verdict.assert_sound(back_within_s=None)  # 0 loss, 0 inversions over every segment
     own.assert_sound(back_within_s=BACK_WITHIN_S)  # and the cut-off producer back in 15 s
 
@@ -162,3 +179,12 @@ async def test_a_producer_partitioned_from_zookeeper_during_prepare_loses_nothin
 async def _done(cutovers: Cutovers) -> dict[str, Any] | None:
     doc = (await cutovers.get("shop", "orders")).public()
     return dict(doc) if doc.get("phase") in DONE else None
+
+
+async def _once_prepared(cutovers: Cutovers, member: str) -> None:
+    """Return as soon as ``member`` has acknowledged PREPARE (a watch, not a poll)."""
+    async with asyncio.timeout(30):
+        async for current in cutovers.records.watch("shop", "orders"):
+            acks = None if current is None else current.producers.get(member)
+            if acks is not None and acks.prepared_at is not None:
+                return

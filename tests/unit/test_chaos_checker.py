@@ -104,7 +104,9 @@ def test_503_windows_run_from_the_first_refusal_to_the_next_acknowledgement() ->
     history.answers = answers
     verdict = check(history)
     assert verdict.unavailable == [(T0 + 1, T0 + 4.5), (T0 + 5, T0 + 6)]
-    assert "3.50s, 1.00s" in verdict.summary()
+    assert "503 windows: 3.50s, 1.00s;" in verdict.summary()
+    history.answers += [(T0 + 7 + i, s) for i in range(0, 6, 2) for s in (503, 201)]
+    assert "(the longest 3 of 5)" in check(history).summary()
     assert verdict.refused == {503: 4, 0: 1}
 
 

@@ -1,8 +1,10 @@
 """Real network partitions (issue 34): a delivery worker in a network namespace of its own
 (scripts/realservices/netns.py), cut off from ZooKeeper but not from Kafka or its endpoint,
 while a second worker runs in the root namespace and a producer service publishes through
-HTTP. The packets between the namespace and ZooKeeper's port are dropped both ways (nothing
-killed, nothing paused); 10 s later the partition heals.
+HTTP. The packets between the namespace and ZooKeeper's port are dropped both ways, or only
+ZooKeeper's answers (``in``: the worker's pings still arrive, so the server keeps its session
+until the client gives up the silent connection); nothing killed, nothing paused. 10 s later
+the partition heals.
 
 The cut-off worker must stop delivering before its session can have expired on the server,
 the other worker takes the subscription over, and the checker (tests/chaos/checker.py)
@@ -24,7 +26,7 @@ import httpx
 import pytest
 
 from metastore import paths
-from scripts.realservices.netns import Namespace
+from scripts.realservices.netns import Direction, Namespace
 from tests.chaos.checker import check, from_requests
 from tests.chaos.faults import ADMIN, Load
 from tests.support.hook import Request
@@ -56,7 +58,9 @@ async def _ready(worker: WorkerProcess) -> bool:
     return r.status_code == 200
 
 
+@pytest.mark.parametrize("direction", ["both", "in"])
 async def test_a_worker_partitioned_from_zookeeper_hands_over_without_split_brain(
+    direction: Direction,
     real_services: RealServices,
     unique: str,
     tmp_path: Path,
@@ -91,7 +95,7 @@ async def test_a_worker_partitioned_from_zookeeper_hands_over_without_split_brai
             clients = [asyncio.create_task(load.group(f"g{i:02d}")) for i in range(GROUPS)]
             try:
                 await until(lambda: len(world.hook.on("s0")) >= 100, 30, "deliveries flowing")
-                ns.partition([zk_port])
+                ns.partition([zk_port], direction)
                 fault_at = time.time()
                 await until(lambda: _holds(world, members["other"]), SESSION_S * 5, "a takeover")
                 took_over = time.time() - fault_at
@@ -118,11 +122,11 @@ async def test_a_worker_partitioned_from_zookeeper_hands_over_without_split_brai
     first_other = min((d.start - fault_at for d in deliveries if d.sender == "other"), default=-1)
     load_avg = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
-        f"\npartitioned from ZooKeeper at 0 for {heal_at - fault_at:.1f}s: the cut-off worker's "
-        f"last delivery {last_cut:.2f}s, the takeover {took_over:.2f}s, the other's first "
-        f"delivery {first_other:.2f}s (session {SESSION_S}s); its /readyz in the partition "
-        f"{'200' if ready_in_partition else 'not 200'}, 200 again {rejoined:.2f}s after the "
-        f"heal; {verdict.summary()}; "
+        f"\npartitioned from ZooKeeper ({direction}) at 0 for {heal_at - fault_at:.1f}s: "
+        f"the cut-off worker's last delivery {last_cut:.2f}s, the takeover {took_over:.2f}s, "
+        f"the other's first delivery {first_other:.2f}s (session {SESSION_S}s); "
+        f"its /readyz in the partition {'200' if ready_in_partition else 'not 200'}, "
+        f"200 again {rejoined:.2f}s after the heal; {verdict.summary()}; "
         f"load average {load_avg}"
     )
     assert not aborted, f"processes exited: {aborted}"

@@ -58,7 +58,11 @@ def create_app(
             meta, opened, audit = await open_backends(
                 stack, settings, metastore=metastore, stores=stores
             )
-            cache = TopicCache(Catalog(meta), settings.unknown_topic_cache_s)
+            cache = TopicCache(
+                Catalog(meta),
+                settings.unknown_topic_cache_s,
+                refresh_within_s=settings.cutover_hold_timeout_s,
+            )
             stack.push_async_callback(cache.aclose)
             health = WriteHealth(stall_s=settings.failover_stall_s)
             writer = SegmentWriter(opened, cache.refresh, health)

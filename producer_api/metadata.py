@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from core.errors import NotFound
+from core.errors import MetaStoreUnavailable, NotFound
 from core.model import ProduceToken, Topic
 from core.schemas import CompiledSchema
 from metastore import paths
@@ -30,8 +30,13 @@ MAX_UNKNOWN = 10_000  # unknown topics remembered at once (see TopicCache._remem
 
 
 class TopicCache:
-    def __init__(self, catalog: Catalog, unknown_ttl_s: float = 1.0) -> None:
+    def __init__(
+        self, catalog: Catalog, unknown_ttl_s: float = 1.0, refresh_within_s: float | None = None
+    ) -> None:
         self.catalog = catalog
+        # The bound of :meth:`refresh`: a producer cut off from the metastore answers 503
+        # instead of holding a refused write for as long as the partition lasts.
+        self.refresh_within_s = refresh_within_s
         # Awaited when a topic is first loaded (the cutover participant reads its state).
         self.on_load: Callable[[Key], Awaitable[None]] | None = None
         self.unknown_ttl_s = unknown_ttl_s
@@ -65,8 +70,19 @@ class TopicCache:
         return (project, name) in self._topics
 
     async def refresh(self, project: str, name: str) -> Topic:
-        """Read the topic again now (the writer calls this when a fence refuses a write)."""
-        return await self._reload((project, name))
+        """Read the topic again now (the writer calls this when a fence refuses a write),
+        within ``refresh_within_s`` (else 503 ``metastore_unavailable``)."""
+        if self.refresh_within_s is None:
+            return await self._reload((project, name))
+        try:
+            async with asyncio.timeout(self.refresh_within_s):
+                return await self._reload((project, name))
+        except TimeoutError:
+            raise MetaStoreUnavailable(
+                f"topic {project}/{name}: its segment refused the write and the metastore did "
+                f"not answer within {self.refresh_within_s:g} s with where to write now; retry",
+                retry_after=1,
+            ) from None
 
     async def _load(self, key: Key) -> Topic:
         topic = await self._reload(key)

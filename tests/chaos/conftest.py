@@ -1,16 +1,18 @@
 """The chaos tests' cluster: three ZooKeeper peers and three Kafka brokers (replication 3,
 min ISR 2) on free ports, started once per test run for the chaos modules that ask for it
 (they share it: a cluster takes a minute to start) by the project's own supervisor
-(scripts/realservices/cluster.py), and stopped after them."""
+(scripts/realservices/cluster.py), and stopped after them. And ``namespaces``: network
+namespaces for the partition tests (scripts/realservices/netns.py; root only)."""
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from scripts.realservices import netns
 from scripts.realservices.__main__ import DEFAULT_CACHE
 from scripts.realservices.cluster import ClusterPorts, cluster_topology
 from scripts.realservices.supervisor import Supervisor
@@ -39,3 +41,24 @@ def cluster() -> Iterator[Cluster]:
         yield built
     finally:
         built.supervisor.stop()
+
+
+@pytest.fixture
+def namespaces() -> Iterator[Callable[[str], netns.Namespace]]:
+    """Make a network namespace by tag (``namespaces("w1")``); what an earlier, failed run
+    left behind is removed first, and every namespace made here after the test, whatever
+    happened."""
+    netns.clean()
+    made: list[netns.Namespace] = []
+
+    def make(tag: str) -> netns.Namespace:
+        ns = netns.Namespace(tag, len(made) + 1)
+        made.append(ns)
+        ns.create()
+        return ns
+
+    try:
+        yield make
+    finally:
+        for ns in made:
+            ns.destroy()

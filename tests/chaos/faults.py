@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from tests.chaos.checker import Delivery, History
 from tests.chaos.conftest import Cluster
 
 ADMIN = "chaos-admin-token"
@@ -25,6 +26,7 @@ class Load:
     url: str
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     acked: dict[str, list[int]] = field(default_factory=dict)
+    published: dict[str, list[str]] = field(default_factory=dict)  # group → ids tried, in order
     answers: list[tuple[float, int]] = field(default_factory=list)  # (time, status; 0: error)
 
     async def group(self, group: str) -> None:
@@ -32,11 +34,15 @@ class Load:
         headers = {"Authorization": f"Bearer {ADMIN}", "X-Group-Id": group}
         async with httpx.AsyncClient(base_url=self.url, timeout=15) as client:
             while not self.stop.is_set():
+                mid = f"{group}-{seq}"
+                tried = self.published.setdefault(group, [])
+                if not tried or tried[-1] != mid:
+                    tried.append(mid)
                 try:
                     r = await client.post(
                         URL,
                         content=f"{group}:{seq}".encode(),
-                        headers={**headers, "X-Message-Id": f"{group}-{seq}"},
+                        headers={**headers, "X-Message-Id": mid},
                     )
                     status = r.status_code
                 except httpx.HTTPError:
@@ -48,10 +54,10 @@ class Load:
                 else:
                     await asyncio.sleep(0.05)  # a client's retry pace
 
-    def longest_gap_after(self, at: float) -> float:
-        """The longest time without a 201 from ``at`` on."""
-        times = [at] + [t for t, s in self.answers if s == 201 and t >= at]
-        return max(b - a for a, b in zip(times, times[1:], strict=False)) if times[1:] else 0.0
+    def history(self, deliveries: list[Delivery]) -> History:
+        """What the clients recorded, with what the receivers (or the storage) got."""
+        acked = {f"{g}-{s}" for g, seqs in self.acked.items() for s in seqs}
+        return History(self.published, acked, list(self.answers), deliveries)
 
 
 async def kill_and_restart(cluster: Cluster, name: str, down_s: float) -> None:

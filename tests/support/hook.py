@@ -69,6 +69,8 @@ class Request:
     peer: int = 0  # the client's port: which process sent it (tests.support.peers)
     conn: int = 0  # the connection it came on (1, 2, …): one client process per connection
     sender: str = ""  # who sent it, by ``Hook.identify`` (asked once per connection)
+    host: str = ""  # the client's address (a worker in a network namespace has its own)
+    done: float = 0.0  # time.time() when it was answered (0: not yet)
 
     @property
     def id(self) -> str:
@@ -152,12 +154,14 @@ class Hook:
             transport = request.transport
             peer = transport.get_extra_info("peername") if transport else None
             port = int(peer[1]) if peer else 0
+            host = str(peer[0]) if peer else ""
             conn = self._conn_of(transport) if transport else 0
             if self.identify is not None and conn not in self._senders:
                 self._senders[conn] = self.identify(port)
             headers_copy = request.headers.copy()
             sender = self._senders.get(conn, "")
-            self.requests.append(Request(at, path, headers_copy, body, status, port, conn, sender))
+            req = Request(at, path, headers_copy, body, status, port, conn, sender, host)
+            self.requests.append(req)
             if 200 <= status < 300:
                 group = request.headers.get("X-Group-Id", "")
                 attempt = int(request.headers.get("X-Attempt", "0"))
@@ -165,6 +169,7 @@ class Hook:
             wait = self.delay(path)
             if wait:
                 await asyncio.sleep(wait)
+            req.done = time.time()
         finally:
             self.concurrent -= 1
         return web.Response(status=status, headers=headers, body=self.answer(path, body) or None)

@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -27,20 +27,29 @@ def free_port() -> int:
 
 
 class ProducerProcess:
-    """``python -m producer_api`` with ``settings`` (a dict written as YAML)."""
+    """``python -m producer_api`` with ``settings`` (a dict written as YAML). In a network
+    namespace: ``wrap`` turns the command into one run there (``Namespace.exec_argv``) and
+    ``host`` is the namespace's address, where it listens."""
 
-    def __init__(self, settings: dict[str, Any], workdir: Path) -> None:
-        self.port = free_port()
+    def __init__(
+        self,
+        settings: dict[str, Any],
+        workdir: Path,
+        wrap: Callable[[list[str]], list[str]] | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.port, self.wrap = free_port(), wrap
         self.config = workdir / f"producer-{self.port}.yaml"
-        self.config.write_text(yaml.safe_dump({**settings, "port": self.port}))
+        self.config.write_text(yaml.safe_dump({**settings, "port": self.port, "host": host}))
         self.log = workdir / f"producer-{self.port}.log"
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30) -> None:
+        argv = [sys.executable, "-m", "producer_api", "--config", str(self.config)]
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "producer_api", "--config", str(self.config)],
+                self.wrap(argv) if self.wrap else argv,
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -97,16 +106,27 @@ def producer_processes(
 
 class WorkerProcess:
     """``python -m delivery_workers`` with ``settings`` as member ``member``, started at once;
-    ``await ready()`` waits for its ``/readyz``."""
+    ``await ready()`` waits for its ``/readyz``. In a network namespace: ``wrap`` turns the
+    command into one run there (``Namespace.exec_argv``) and ``host`` is the namespace's
+    address, where its health server listens."""
 
-    def __init__(self, settings: dict[str, Any], workdir: Path, member: str) -> None:
-        self.member, self.port = member, free_port()
+    def __init__(
+        self,
+        settings: dict[str, Any],
+        workdir: Path,
+        member: str,
+        wrap: Callable[[list[str]], list[str]] | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.member, self.host, self.port = member, host, free_port()
         self.config = workdir / f"{member}.yaml"
-        self.config.write_text(yaml.safe_dump({**settings, "port": self.port, "member_id": member}))
+        own = {"port": self.port, "member_id": member, "host": host}
+        self.config.write_text(yaml.safe_dump({**settings, **own}))
         self.log = workdir / f"{member}.log"
+        argv = [sys.executable, "-m", "delivery_workers", "--config", str(self.config)]
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "delivery_workers", "--config", str(self.config)],
+                wrap(argv) if wrap else argv,
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -118,7 +138,7 @@ class WorkerProcess:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"worker exited: {self.log.read_text()[-2000:]}")
                 try:
-                    r = await client.get(f"http://127.0.0.1:{self.port}/readyz", timeout=1)
+                    r = await client.get(f"http://{self.host}:{self.port}/readyz", timeout=1)
                     if r.status_code == 200:
                         return
                 except httpx.HTTPError:

@@ -47,7 +47,7 @@ class ControlPlaneSettings(SettingsBase):
         "control-plane", "its name in leader elections (unique per process)"
     )
     list_search_cache_s: float = Field(
-        default=10.0,
+        default=30.0,
         ge=0,
         le=3_600,
         description="how long a list search (q=) may use the texts it read before: a "

@@ -39,6 +39,7 @@ T = TypeVar("T")
 AFTER = "a:"
 BEFORE = "b:"
 DESCRIBE_BATCH = 256  # names described at once
+SEARCH_CHUNK = 1_024  # names a search looks at before it asks whether its page is full
 BAD_CURSOR = "cursor: not a cursor this API gave; start again without one"
 
 
@@ -153,10 +154,17 @@ async def _hits(
     needle, limit = query.needle, query.limit
     if not needle:
         return candidates[:limit], len(candidates) > limit
-    known: Mapping[str, str] = {}
-    if texts is not None:
-        known = await texts([n for n in candidates if needle not in n.lower()])
-    hits = [n for n in candidates if needle in n.lower() or needle in known.get(n, "")]
+    if texts is None:
+        hits = [n for n in candidates if needle in n.lower()]
+        return hits[:limit], len(hits) > limit
+    # A chunk at a time: texts not kept yet are read only as far as the page needs.
+    hits = []
+    for at in range(0, len(candidates), SEARCH_CHUNK):
+        chunk = candidates[at : at + SEARCH_CHUNK]
+        known = await texts([n for n in chunk if needle not in n.lower()])
+        hits += [n for n in chunk if needle in n.lower() or needle in known.get(n, "")]
+        if len(hits) > limit:
+            break
     return hits[:limit], len(hits) > limit
 
 

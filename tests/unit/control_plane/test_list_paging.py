@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from control_plane.services.listing import SearchTexts
+from control_plane.services.listing import SEARCH_CHUNK, ListQuery, SearchTexts, page_of
 from core.model import Endpoint, Project, Segment, SegmentState, Subscription, Topic
 from metastore.catalog import Catalog
 from tests.support.control_plane import ControlPlane, embedded_control_plane
@@ -226,3 +226,22 @@ async def test_search_texts_are_kept_a_while_then_read_again_behind_the_answer()
     await uncached.texts("k", ["a"], describe=describe)
     await uncached.texts("k", ["a"], describe=describe)
     assert described == ["a", "a"]
+
+
+async def test_a_search_reads_texts_only_as_far_as_its_page_needs() -> None:
+    names = [f"n{i:04d}" for i in range(3_000)]
+    asked: list[str] = []
+
+    async def texts(wanted: list[str]) -> dict[str, str]:
+        asked.extend(wanted)
+        return {n: "x marks it" if n in ("n0005", "n0006", "n0007") else "" for n in wanted}
+
+    async def fetch(name: str) -> str:
+        return name
+
+    found = await page_of(names, ListQuery(q="X MARKS", limit=2), fetch, texts)
+    assert (found.items, found.total, found.offset) == (["n0005", "n0006"], 3_000, 5)
+    assert found.next_cursor and len(asked) == SEARCH_CHUNK  # not the 3 000
+    rest = await page_of(names, ListQuery(q="x marks", cursor=found.next_cursor), fetch, texts)
+    assert (rest.items, rest.next_cursor) == (["n0007"], None)
+    assert rest.prev_cursor  # the page before it holds hits

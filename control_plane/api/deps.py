@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from control_plane.api.schemas import Page
 from control_plane.services.admin import Admin
 from control_plane.services.cutovers import Cutovers
-from control_plane.services.listing import ListQuery, SearchTexts, Texts, page_of
+from control_plane.services.listing import ListQuery, ListTexts, SearchTexts, page_of
 from control_plane.services.topic_migrations import Migrations
 from core.names import MAX_NAME, NAME_PATTERN
 
@@ -78,10 +78,13 @@ async def page(
     names: list[str],
     query: ListQuery,
     fetch: Callable[[str], Awaitable[T]],
-    texts: Texts | None = None,
+    texts: ListTexts | None = None,
 ) -> Page[T]:
-    """One page of entities, fetched by name (control_plane.services.listing)."""
+    """One page of entities, fetched by name (control_plane.services.listing); a page shown
+    without a search starts reading the list's search texts (``ListTexts.warm``)."""
     found = await page_of(names, query, fetch, texts)
+    if texts is not None and not query.needle:
+        texts.warm(names)
     return Page[T](
         items=found.items,
         total=found.total,
@@ -98,7 +101,7 @@ async def project_page(
     names_of: Callable[[str], Awaitable[list[str]]],
     query: ListQuery,
     fetch: Callable[[str], Awaitable[T]],
-    texts: Texts | None = None,
+    texts: ListTexts | None = None,
 ) -> Page[T]:
     """One page of a project's entities (topics, subscriptions): 404 names the project when
     it is absent, rather than answering an empty page."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 from fastapi import APIRouter, status
 
 from control_plane.api.auth import ADMIN, ANY, OWNER, VIEWER, PrincipalDep
@@ -42,7 +40,7 @@ async def list_projects(
     async def describe(name: str) -> str:
         return (await admin.catalog.get_project(name)).description
 
-    return await page(names, query, fetch, partial(search.texts, "projects", describe=describe))
+    return await page(names, query, fetch, search.of("projects", describe))
 
 
 @router.get("/{project}", **VIEWER)

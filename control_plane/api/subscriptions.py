@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from functools import partial
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, status
@@ -95,7 +94,7 @@ async def list_subscriptions(
         sub = await admin.catalog.get_subscription(project, name)
         return f"{sub.description}\n{sub.topic_project}/{sub.topic}\n{sub.endpoint.url}"
 
-    texts = partial(search.texts, f"subscriptions/{project}", describe=describe)
+    texts = search.of(f"subscriptions/{project}", describe)
     names_of = admin.catalog.list_subscriptions
     return await project_page(admin, project, names_of, query, fetch, texts)
 

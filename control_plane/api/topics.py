@@ -41,7 +41,7 @@ async def list_topics(
     async def describe(name: str) -> str:
         return (await admin.catalog.describe_topic(project, name)).description
 
-    texts = partial(search.texts, f"topics/{project}", describe=describe)
+    texts = search.of(f"topics/{project}", describe)
     names_of = admin.catalog.list_topics
     return await project_page(admin, project, names_of, query, fetch, texts)
 

@@ -12,10 +12,12 @@ and what ``describe`` gives for it (a description, a topic, an endpoint). Descri
 reading every item, so :class:`SearchTexts` keeps the texts of each list for a short while
 (``list_search_cache_s``): the names are always read fresh (a new item is described at once,
 a deleted one is gone), while a description changed within that time may still be found by
-its old text. A list's texts older than that are answered and read again in the background;
-the first search of a list after the start reads them all (docs/capacity.md has the figures).
+its old text. A list's texts older than that are answered and read again in the background.
+A search with fewer hits than its page must look at every text, so the first page of a
+list shown without a search starts reading its texts in the background (a few at a time),
+for the search that usually follows (docs/capacity.md has the figures).
 
-    texts = partial(search_texts.texts, f"topics/{project}", describe=topic_text)
+    texts = search_texts.of(f"topics/{project}", describe=topic_text)
     window = await page_of(names, ListQuery(q="orders", limit=50), fetch=get_topic, texts=texts)
 """
 
@@ -39,6 +41,7 @@ T = TypeVar("T")
 AFTER = "a:"
 BEFORE = "b:"
 DESCRIBE_BATCH = 256  # names described at once
+WARM_BATCH = 32  # the background warm-up's reads in flight: pages read meanwhile go first
 SEARCH_CHUNK = 1_024  # names a search looks at before it asks whether its page is full
 BAD_CURSOR = "cursor: not a cursor this API gave; start again without one"
 
@@ -186,6 +189,22 @@ class _Kept:
     refresh: asyncio.Task[None] | None = None
 
 
+@dataclass(frozen=True)
+class ListTexts:
+    """The searchable texts of one list: what :func:`page_of` asks for, and the warm-up
+    that the list's route starts when it shows a page without a search."""
+
+    kept: SearchTexts
+    key: str
+    describe: Describe
+
+    async def __call__(self, names: list[str]) -> Mapping[str, str]:
+        return await self.kept.texts(self.key, names, describe=self.describe)
+
+    def warm(self, names: list[str]) -> None:
+        self.kept.warm(self.key, names, describe=self.describe)
+
+
 class SearchTexts:
     """The searchable texts of the lists (lowercase), by list, kept ``ttl_s`` seconds and
     then read again in the background while the kept ones answer; ``ttl_s`` 0 reads them
@@ -211,16 +230,34 @@ class SearchTexts:
             kept.refresh = asyncio.create_task(self._refresh(kept, list(kept.texts), describe))
         return kept.texts
 
+    def of(self, key: str, describe: Describe) -> ListTexts:
+        """The texts of the list ``key``, whose items ``describe`` reads."""
+        return ListTexts(self, key, describe)
+
+    def warm(self, key: str, names: list[str], *, describe: Describe) -> None:
+        """Start reading, in the background and a few at a time, the texts of a list none
+        of whose texts are kept: a list just shown is likely searched next, and a search
+        with fewer hits than its page reads every text it has not kept."""
+        if self.ttl_s <= 0:
+            return
+        kept = self._lists.setdefault(key, _Kept())
+        if kept.texts or (kept.refresh is not None and not kept.refresh.done()):
+            return
+        refresh = self._refresh(kept, list(names), describe, WARM_BATCH)
+        kept.refresh = asyncio.create_task(refresh)
+
     def forget(self, key: str, name: str) -> None:
         """Drop one kept text (its item changed here): it is described at its next search."""
         kept = self._lists.get(key)
         if kept is not None:
             kept.texts.pop(name, None)
 
-    async def _refresh(self, kept: _Kept, names: list[str], describe: Describe) -> None:
+    async def _refresh(
+        self, kept: _Kept, names: list[str], describe: Describe, batch: int = DESCRIBE_BATCH
+    ) -> None:
         started = self._clock()
         try:
-            fresh = await _describe_all(names, describe)
+            fresh = await _describe_all(names, describe, batch)
         except HttpbusError as exc:  # the metastore away: the kept texts serve on, retried
             log.warning("list search texts not read again: %s", exc)
             return
@@ -237,12 +274,14 @@ class SearchTexts:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _describe_all(names: list[str], describe: Describe) -> dict[str, str]:
-    """``name`` → its text, lowercase, a batch at a time; a name deleted meanwhile is left
+async def _describe_all(
+    names: list[str], describe: Describe, size: int = DESCRIBE_BATCH
+) -> dict[str, str]:
+    """``name`` → its text, lowercase, ``size`` at a time; a name deleted meanwhile is left
     out."""
     found: dict[str, str] = {}
-    for at in range(0, len(names), DESCRIBE_BATCH):
-        batch = names[at : at + DESCRIBE_BATCH]
+    for at in range(0, len(names), size):
+        batch = names[at : at + size]
         texts = await asyncio.gather(*(_text(describe, n) for n in batch))
         found.update((n, t) for n, t in zip(batch, texts, strict=True) if t is not None)
     return found

@@ -245,3 +245,37 @@ async def test_a_search_reads_texts_only_as_far_as_its_page_needs() -> None:
     rest = await page_of(names, ListQuery(q="x marks", cursor=found.next_cursor), fetch, texts)
     assert (rest.items, rest.next_cursor) == (["n0007"], None)
     assert rest.prev_cursor  # the page before it holds hits
+
+
+async def test_a_list_shown_warms_its_search_texts_once() -> None:
+    described: list[str] = []
+
+    async def describe(name: str) -> str:
+        described.append(name)
+        return f"text of {name}"
+
+    texts = SearchTexts(ttl_s=30)
+    names = [f"n{i}" for i in range(100)]
+    texts.warm("k", names, describe=describe)
+    texts.warm("k", names, describe=describe)  # under way: not twice
+    await until(lambda: len(described) >= 100, timeout=5, what="the warm-up")
+    found = await texts.texts("k", names, describe=describe)
+    assert found["n7"] == "text of n7" and sorted(described) == sorted(names)
+    texts.warm("k", names, describe=describe)  # kept: nothing more is read
+    assert len(described) == 100
+    await texts.aclose()
+
+
+async def test_the_first_page_warms_the_search_of_the_list(cp: ControlPlane) -> None:
+    texts: SearchTexts = cp.app.state.search_texts  # type: ignore[union-attr]
+    await get(cp, TOPICS, limit=5)
+
+    async def kept() -> bool:
+        return len(await texts.texts("topics/shop", [], describe=_never)) == 23
+
+    await until(kept, timeout=10, what="the topics' texts read in the background")
+    assert names(await get(cp, TOPICS, q="billing")) == ["t07"]
+
+
+async def _never(name: str) -> str:
+    raise AssertionError(f"{name} should be kept already")

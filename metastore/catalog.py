@@ -70,6 +70,11 @@ class Catalog:
         node = await self._require(paths.project(name), f"project {name!r}")
         return Project.model_validate_json(node.data).model_copy(update={"version": node.version})
 
+    async def describe_projects(self, names: Sequence[str]) -> list[Project]:
+        """Many projects in one bulk read; a name that does not exist is left out."""
+        nodes = await self.store.get_many([paths.project(n) for n in names])
+        return [Project.model_validate_json(n.data) for n in nodes if n is not None]
+
     async def list_projects(self) -> list[str]:
         return await self.store.children(paths.PROJECTS)
 
@@ -164,6 +169,16 @@ class Catalog:
         segments and pointer: what a listing of many topics needs."""
         node = await self._require(paths.topic(project, name), f"topic {project}/{name}")
         return Topic.model_validate_json(node.data).model_copy(update={"version": node.version})
+
+    async def describe_topics(self, project: str, names: Sequence[str]) -> list[Topic]:
+        """:meth:`describe_topic` of many in one bulk read (``MetaStore.get_many``); a name
+        that does not exist (deleted since it was listed) is left out."""
+        nodes = await self.store.get_many([paths.topic(project, n) for n in names])
+        return [
+            Topic.model_validate_json(n.data).model_copy(update={"version": n.version})
+            for n in nodes
+            if n is not None
+        ]
 
     # ------------------------------------------------------------ grant requests
     async def get_grant_request(self, project: str, topic: str, grantee: str) -> GrantRequest:
@@ -372,6 +387,14 @@ class Catalog:
         return Subscription.model_validate_json(node.data).model_copy(
             update={"version": node.version, "consume_pointer": pointer}
         )
+
+    async def describe_subscriptions(
+        self, project: str, names: Sequence[str]
+    ) -> list[Subscription]:
+        """The settings of many subscriptions in one bulk read, without their consume
+        pointers (what a search of a list needs); a name that does not exist is left out."""
+        nodes = await self.store.get_many([paths.subscription(project, n) for n in names])
+        return [Subscription.model_validate_json(n.data) for n in nodes if n is not None]
 
     async def subscription_shards(self, project: str, name: str) -> int:
         """The subscription's shard count, fixed at its creation: one read, no model (the

@@ -37,8 +37,8 @@ async def list_projects(
     async def fetch(name: str) -> ProjectView:
         return ProjectView.of(await admin.catalog.get_project(name))
 
-    async def describe(name: str) -> str:
-        return (await admin.catalog.get_project(name)).description
+    async def describe(names: list[str]) -> dict[str, str]:
+        return {p.name: p.description for p in await admin.catalog.describe_projects(names)}
 
     return await page(names, query, fetch, search.of("projects", describe))
 

@@ -90,9 +90,11 @@ async def list_subscriptions(
         update = {"circuit": found.circuit, "dlq": dlq, "last_failure": last}
         return listed.model_copy(update=update)
 
-    async def describe(name: str) -> str:
-        sub = await admin.catalog.get_subscription(project, name)
-        return f"{sub.description}\n{sub.topic_project}/{sub.topic}\n{sub.endpoint.url}"
+    async def describe(names: list[str]) -> dict[str, str]:
+        subs = await admin.catalog.describe_subscriptions(project, names)
+        return {
+            s.name: f"{s.description}\n{s.topic_project}/{s.topic}\n{s.endpoint.url}" for s in subs
+        }
 
     texts = search.of(f"subscriptions/{project}", describe)
     names_of = admin.catalog.list_subscriptions

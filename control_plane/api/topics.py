@@ -38,8 +38,8 @@ async def list_topics(
     ``next_cursor`` (null on the last page) and ``prev_cursor`` ask for the pages around."""
     fetch = partial(admin.catalog.get_topic, project)
 
-    async def describe(name: str) -> str:
-        return (await admin.catalog.describe_topic(project, name)).description
+    async def describe(names: list[str]) -> dict[str, str]:
+        return {t.name: t.description for t in await admin.catalog.describe_topics(project, names)}
 
     texts = search.of(f"topics/{project}", describe)
     names_of = admin.catalog.list_topics

@@ -61,7 +61,7 @@ class ListQuery:
 
 
 Texts = Callable[[list[str]], Awaitable[Mapping[str, str]]]
-Describe = Callable[[str], Awaitable[str]]
+Describe = Callable[[list[str]], Awaitable[Mapping[str, str]]]  # name → text, in bulk
 
 
 @dataclass(frozen=True)
@@ -277,18 +277,10 @@ class SearchTexts:
 async def _describe_all(
     names: list[str], describe: Describe, size: int = DESCRIBE_BATCH
 ) -> dict[str, str]:
-    """``name`` → its text, lowercase, ``size`` at a time; a name deleted meanwhile is left
-    out."""
+    """``name`` → its text, lowercase, ``size`` names a read; a name deleted meanwhile is
+    left out."""
     found: dict[str, str] = {}
     for at in range(0, len(names), size):
-        batch = names[at : at + size]
-        texts = await asyncio.gather(*(_text(describe, n) for n in batch))
-        found.update((n, t) for n, t in zip(batch, texts, strict=True) if t is not None)
+        texts = await describe(names[at : at + size])
+        found.update((n, t.lower()) for n, t in texts.items())
     return found
-
-
-async def _text(describe: Describe, name: str) -> str | None:
-    try:
-        return (await describe(name)).lower()
-    except NotFound:  # deleted since the names were read
-        return None

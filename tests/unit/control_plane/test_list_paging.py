@@ -199,9 +199,9 @@ async def test_search_texts_are_kept_a_while_then_read_again_behind_the_answer()
     stored = {"a": "First", "b": "Second"}
     described: list[str] = []
 
-    async def describe(name: str) -> str:
-        described.append(name)
-        return stored[name]
+    async def describe(wanted: list[str]) -> dict[str, str]:
+        described.extend(wanted)
+        return {n: stored[n] for n in wanted if n in stored}
 
     clock = Clock()
     texts = SearchTexts(ttl_s=10, clock=clock)
@@ -250,9 +250,9 @@ async def test_a_search_reads_texts_only_as_far_as_its_page_needs() -> None:
 async def test_a_list_shown_warms_its_search_texts_once() -> None:
     described: list[str] = []
 
-    async def describe(name: str) -> str:
-        described.append(name)
-        return f"text of {name}"
+    async def describe(wanted: list[str]) -> dict[str, str]:
+        described.extend(wanted)
+        return {n: f"text of {n}" for n in wanted}
 
     texts = SearchTexts(ttl_s=30)
     names = [f"n{i}" for i in range(100)]
@@ -277,5 +277,5 @@ async def test_the_first_page_warms_the_search_of_the_list(cp: ControlPlane) -> 
     assert names(await get(cp, TOPICS, q="billing")) == ["t07"]
 
 
-async def _never(name: str) -> str:
-    raise AssertionError(f"{name} should be kept already")
+async def _never(names: list[str]) -> dict[str, str]:
+    raise AssertionError(f"{names} should be kept already")

@@ -170,6 +170,38 @@ class Catalog:
         node = await self._require(paths.topic(project, name), f"topic {project}/{name}")
         return Topic.model_validate_json(node.data).model_copy(update={"version": node.version})
 
+    async def get_topics(self, project: str, names: Sequence[str]) -> list[Topic]:
+        """:meth:`get_topic` of many, in bulk: the topics' nodes and produce pointers in one
+        ``get_many``, their segments' names, then every segment in one ``get_many`` (a page
+        of a list). A name that does not exist (deleted since it was listed) is left out."""
+        pairs = [(paths.topic(project, n), paths.produce_pointer(project, n)) for n in names]
+        nodes = await self.store.get_many([path for pair in pairs for path in pair])
+        children = await asyncio.gather(
+            *(self.store.children(paths.segments(project, n)) for n in names)
+        )
+        wanted = [
+            (i, f"{paths.segments(project, n)}/{c}")
+            for i, (n, cs) in enumerate(zip(names, children, strict=True))
+            for c in cs
+        ]
+        found = await self.store.get_many([where for _, where in wanted])
+        segments: list[list[Segment]] = [[] for _ in names]
+        for (i, _), node in zip(wanted, found, strict=True):
+            if node is not None:
+                segments[i].append(Segment.model_validate_json(node.data))
+        topics = []
+        for i in range(len(names)):
+            node, pointer = nodes[2 * i], nodes[2 * i + 1]
+            if node is None:
+                continue
+            update = {
+                "version": node.version,
+                "segments": tuple(sorted(segments[i], key=lambda s: s.id)),
+                "produce_pointer": _pointer(pointer),
+            }
+            topics.append(Topic.model_validate_json(node.data).model_copy(update=update))
+        return topics
+
     async def describe_topics(self, project: str, names: Sequence[str]) -> list[Topic]:
         """:meth:`describe_topic` of many in one bulk read (``MetaStore.get_many``); a name
         that does not exist (deleted since it was listed) is left out."""

@@ -79,10 +79,11 @@ async def page(
     query: ListQuery,
     fetch: Callable[[str], Awaitable[T]],
     texts: ListTexts | None = None,
+    fetch_many: Callable[[list[str]], Awaitable[list[T]]] | None = None,
 ) -> Page[T]:
     """One page of entities, fetched by name (control_plane.services.listing); a page shown
     without a search starts reading the list's search texts (``ListTexts.warm``)."""
-    found = await page_of(names, query, fetch, texts)
+    found = await page_of(names, query, fetch, texts, fetch_many)
     if texts is not None and not query.needle:
         texts.warm(names)
     return Page[T](
@@ -102,11 +103,12 @@ async def project_page(
     query: ListQuery,
     fetch: Callable[[str], Awaitable[T]],
     texts: ListTexts | None = None,
+    fetch_many: Callable[[list[str]], Awaitable[list[T]]] | None = None,
 ) -> Page[T]:
     """One page of a project's entities (topics, subscriptions): 404 names the project when
     it is absent, rather than answering an empty page."""
     await admin.catalog.get_project(project)
-    return await page(await names_of(project), query, fetch, texts)
+    return await page(await names_of(project), query, fetch, texts, fetch_many)
 
 
 def merged(current: M, changes: BaseModel) -> M:

@@ -43,7 +43,8 @@ async def list_topics(
 
     texts = search.of(f"topics/{project}", describe)
     names_of = admin.catalog.list_topics
-    return await project_page(admin, project, names_of, query, fetch, texts)
+    many = partial(admin.catalog.get_topics, project)
+    return await project_page(admin, project, names_of, query, fetch, texts, many)
 
 
 @router.get("/{topic}", **VIEWER)

@@ -107,10 +107,12 @@ async def page_of(
     query: ListQuery,
     fetch: Callable[[str], Awaitable[T]],
     texts: Texts | None = None,
+    fetch_many: Callable[[list[str]], Awaitable[list[T]]] | None = None,
 ) -> Window[T]:
     """The page ``query`` asks of ``names``; ``fetch`` reads one item (a NotFound: deleted
     since the names were read, left out), ``texts`` the searchable texts of names besides
-    the names themselves (None: the search looks at names only)."""
+    the names themselves (None: the search looks at names only); ``fetch_many``, when
+    given, reads the page's items in bulk instead (the ones that exist, in order)."""
     if query.cursor is not None and query.offset is not None:
         raise Malformed("offset: give cursor or offset, not both (offset is deprecated)")
     ordered = sorted(names)
@@ -125,7 +127,7 @@ async def page_of(
     chosen, more = await _hits(candidates, query, texts)
     if backwards:
         chosen.reverse()
-    items = await _fetch_all(chosen, fetch)
+    items = await (fetch_many(chosen) if fetch_many is not None else _fetch_all(chosen, fetch))
     if not chosen:
         return Window(items, len(ordered), _start(ordered, query, position), None, None)
     first, last = chosen[0], chosen[-1]

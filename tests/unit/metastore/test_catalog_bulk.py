@@ -1,5 +1,6 @@
-"""The catalog's bulk reads for list searches (``describe_topics``, ``describe_subscriptions``,
-``describe_projects``): one ``get_many`` each, in the order asked, a missing name left out."""
+"""The catalog's bulk reads for list pages and searches (``get_topics``, ``describe_topics``,
+``describe_subscriptions``, ``describe_projects``): in the order asked, a missing name left
+out, the same records as the one-at-a-time reads."""
 
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ async def test_bulk_descriptions_leave_out_what_is_gone(tmp_path: Path) -> None:
         topics = await catalog.describe_topics("shop", ["c", "a", "b"])
         assert [(t.name, t.description) for t in topics] == [("c", "about c"), ("b", "about b")]
         assert topics[0].version == (await catalog.get_topic("shop", "c")).version
+        whole = await catalog.get_topics("shop", ["c", "a", "b"])
+        assert whole == [await catalog.get_topic("shop", n) for n in ("c", "b")]
+        assert [s.id for s in whole[0].segments] == [1] and whole[0].produce_pointer
         subs = await catalog.describe_subscriptions("shop", ["s1", "nope"])
         assert [(s.name, s.description, s.topic) for s in subs] == [("s1", "the ledger", "b")]
         projects = await catalog.describe_projects(["gone", "shop"])

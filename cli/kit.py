@@ -49,6 +49,7 @@ import importlib
 import inspect
 import json
 import re
+import shlex
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from control_plane.client import JSON, AdminClient, ApiError, NotAvailable, Unreachable
@@ -101,8 +103,21 @@ Yes = Annotated[
         "--yes", "-y", help="Do not ask for confirmation (required when stdin is not a terminal)."
     ),
 ]
-Offset = Annotated[int, typer.Option(min=0, help="Skip this many.")]
+Offset = Annotated[
+    int | None,
+    typer.Option(min=0, help="Deprecated (use --cursor): skip this many.", hidden=True),
+]
 Limit = Annotated[int, typer.Option(min=1, max=500, help="Page size.")]
+Search = Annotated[
+    str,
+    typer.Option("--search", "-s", help="Only those whose name or description holds this text."),
+]
+Cursor = Annotated[
+    str | None, typer.Option(help="Start at this page (the cursor printed under a page).")
+]
+Every = Annotated[
+    bool, typer.Option("--all", help="Every page, one after the other (--limit: page size).")
+]
 Timeout = Annotated[float, typer.Option(min=1, help="Seconds to follow before giving up.")]
 Interval = Annotated[float, typer.Option(min=0.05, help="Seconds between polls.")]
 
@@ -233,13 +248,25 @@ def _shown(value: Any) -> str:
     return "none" if value is None else json.dumps(value) if isinstance(value, str) else str(value)
 
 
-def paged_footer(page: dict[str, Any]) -> str:
-    """``1–20 of 57`` under a page of a list, or ``none (total 57)``."""
+def paged_footer(page: dict[str, Any], again: str = "", search: str = "") -> str:
+    """``1–20 of 57`` under a page of a list (``N matching`` with a search), and the
+    command of the next page when there is one."""
     shown = len(page.get("items", []))
     start = int(page.get("offset", 0))
-    if shown:
-        return f"{start + 1}–{start + shown} of {page.get('total', shown)}"
-    return f"none (total {page.get('total', 0)})"
+    total = page.get("total", shown)
+    if search:
+        said = f"{shown} matching {search!r} on this page ({total} in all)"
+    elif shown:
+        said = f"{start + 1}–{start + shown} of {total}"
+    else:
+        said = f"none (total {total})"
+    cursor = page.get("next_cursor")
+    if cursor and again:
+        more = f" --search {shlex.quote(search)}" if search else ""
+        limit = page.get("limit")
+        size = f" --limit {limit}" if limit and limit != 100 else ""
+        said += f"\nnext page: {again}{more}{size} --cursor {cursor}"
+    return said
 
 
 def shown_once(what: str, created: dict[str, Any]) -> str:
@@ -350,30 +377,76 @@ class Columns:
         table(self.title, self.names, [self.row(item) for item in items])
 
 
+@dataclass(frozen=True)
+class Paging:
+    """What a list command asks: a search, where to start, the page size, every page."""
+
+    search: str = ""
+    cursor: str | None = None
+    limit: int = 100
+    every: bool = False
+    offset: int | None = None
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"q": self.search, "cursor": self.cursor, "offset": self.offset, "limit": self.limit}
+
+
 def listing(
     where: str,
     columns: Columns,
     *,
-    page: tuple[int, int] | None = None,
+    page: Paging | None = None,
     params: dict[str, Any] | None = None,
     counted: str = "",
+    again: str = "",
+    output: str = "text",
 ) -> Call:
-    """A list as a table: with ``page`` (offset, limit) a page of ``items`` and the range
-    shown under it; else the whole list and ``N {counted}(s)`` under it."""
+    """A list as a table. With ``page``: one page of ``items`` and under it the range and
+    the command of the next page (``again`` and its ``--cursor``), or with ``page.every``
+    every page walked by cursor, a progress bar on stderr, and ``N {counted}(s)`` under
+    the whole table. Without ``page``: the whole list (the route is not paged)."""
+    if page is not None and page.every:
+        return _every_page(where, columns, page, counted, output)
     if page is not None:
-        offset, limit = page
 
         def paged(found: dict[str, Any]) -> str:
             columns.print(found["items"])
-            return paged_footer(found)
+            return paged_footer(found, again, page.search)
 
-        return get(where, {**(params or {}), "offset": offset, "limit": limit}, text=paged)
+        return get(where, {**(params or {}), **page.params}, text=paged)
 
     def whole(found: list[dict[str, Any]]) -> str:
         columns.print(found)
         return f"{len(found)} {counted}(s)"
 
     return get(where, params, text=whole)
+
+
+def _every_page(where: str, columns: Columns, page: Paging, counted: str, output: str) -> Call:
+    err = Console(stderr=True)
+
+    async def work(api: AdminClient) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        with Progress(
+            TextColumn(f"listing {counted}s"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=err,
+            disable=output == "json" or not err.is_terminal,
+        ) as progress:
+            task = progress.add_task("listing", total=None)
+            async for found in api.pages(where, page.params):
+                items.extend(found["items"])
+                total = None if page.search else int(found.get("total", 0))
+                progress.update(task, completed=len(items), total=total)
+        return items
+
+    def whole(items: list[dict[str, Any]]) -> str:
+        columns.print(items)
+        return f"{len(items)} {counted}(s)"
+
+    return Call(work, text=whole)
 
 
 def update(

@@ -17,9 +17,14 @@ from cli.kit import (
     EXIT_USAGE,
     Call,
     Columns,
+    Cursor,
+    Every,
     Limit,
     Offset,
+    Output,
+    Paging,
     Project,
+    Search,
     Yes,
     command,
     duration_ms,
@@ -81,9 +86,20 @@ def create(
 
 
 @command(app, "list")
-def list_(offset: Offset = 0, limit: Limit = 100) -> Call:
-    """List projects (a page at a time)."""
-    return listing(path("v1", "projects"), PROJECTS, page=(offset, limit))
+def list_(
+    search: Search = "",
+    limit: Limit = 100,
+    cursor: Cursor = None,
+    every: Every = False,
+    offset: Offset = None,
+    output: Output = "text",
+) -> Call:
+    """List projects: a page (the next page's command is printed under it), or every page
+    with --all; --search finds them by name or description."""
+    paging = Paging(search, cursor, limit, every, offset)
+    where = path("v1", "projects")
+    again = "httpbus project list"
+    return listing(where, PROJECTS, page=paging, counted="project", again=again, output=output)
 
 
 def _shown(project: dict[str, Any]) -> str:

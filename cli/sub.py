@@ -24,10 +24,14 @@ from cli.kit import (
     EXIT_USAGE,
     Call,
     Columns,
+    Cursor,
+    Every,
     Limit,
     Offset,
     Output,
+    Paging,
     Project,
+    Search,
     Yes,
     command,
     duration_ms,
@@ -416,8 +420,17 @@ def create(
 
 
 @command(app, "list")
-def list_(project: Project, offset: Offset = 0, limit: Limit = 100) -> Call:
-    """List the subscriptions of a project (a page at a time)."""
+def list_(
+    project: Project,
+    search: Search = "",
+    limit: Limit = 100,
+    cursor: Cursor = None,
+    every: Every = False,
+    offset: Offset = None,
+    output: Output = "text",
+) -> Call:
+    """List the subscriptions of a project: a page (the next page's command is printed under
+    it), or every page with --all; --search finds them by name or description."""
     columns = Columns(
         f"subscriptions of {project}",
         ("name", "topic", "endpoint", "state", "dlq", "last error", "filter", "secret"),
@@ -432,7 +445,10 @@ def list_(project: Project, offset: Offset = 0, limit: Limit = 100) -> Call:
             _secret_state(s),
         ),
     )
-    return listing(_subs(project), columns, page=(offset, limit))
+    paging = Paging(search, cursor, limit, every, offset)
+    again = f"httpbus sub list {project}"
+    where = _subs(project)
+    return listing(where, columns, page=paging, counted="subscription", again=again, output=output)
 
 
 def _last_error(failure: dict[str, Any] | None) -> str:

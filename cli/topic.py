@@ -26,11 +26,15 @@ from cli.kit import (
     EXIT_USAGE,
     Call,
     Columns,
+    Cursor,
+    Every,
     Interval,
     Limit,
     Offset,
     Output,
+    Paging,
     Project,
+    Search,
     Timeout,
     Topic,
     Yes,
@@ -170,14 +174,26 @@ def create(
 
 
 @command(app, "list")
-def list_(project: Project, offset: Offset = 0, limit: Limit = 100) -> Call:
-    """List the topics of a project (a page at a time)."""
+def list_(
+    project: Project,
+    search: Search = "",
+    limit: Limit = 100,
+    cursor: Cursor = None,
+    every: Every = False,
+    offset: Offset = None,
+    output: Output = "text",
+) -> Call:
+    """List the topics of a project: a page (the next page's command is printed under
+    it), or every page with --all; --search finds them by name or description."""
     columns = Columns(
         f"topics of {project}",
         ("name", "segments", "active segment", "grouped"),
         lambda t: (t["name"], len(t["segments"]), _active(t), "yes" if t["grouped"] else "no"),
     )
-    return listing(_topics(project), columns, page=(offset, limit))
+    paging = Paging(search, cursor, limit, every, offset)
+    again = f"httpbus topic list {project}"
+    where = _topics(project)
+    return listing(where, columns, page=paging, counted="topic", again=again, output=output)
 
 
 @command(app)

@@ -15,6 +15,7 @@ from control_plane.leaders.roles import roles
 from control_plane.request_guard import RequestGuard
 from control_plane.services.admin import Admin
 from control_plane.services.cutovers import cutovers_of
+from control_plane.services.listing import SearchTexts
 from control_plane.services.report_store import migrate_reports, shared_store
 from control_plane.services.topic_migrations import Migrations
 from control_plane.settings import ControlPlaneSettings
@@ -47,6 +48,7 @@ def create_app(
     http_errors.install(app)
     ops.install(app, settings.database_url)
     app.state.member_id = settings.member_id
+    app.state.search_texts = SearchTexts(settings.list_search_cache_s)
     app.state.migration_windows = MigrationWindows(engine)
     app.state.authenticator = Authenticator(token, PrincipalStore(engine), ui.session_identity)
     app.include_router(api.router(settings.database_url, trace_index))
@@ -81,6 +83,7 @@ def _lifespan(
                 await stack.enter_async_context(role)
                 for role in roles(settings, meta, opened, cutovers, trace_index)
             ]
+            stack.push_async_callback(app.state.search_texts.aclose)
             await app.state.ui_revoked.attach(meta)  # logouts shared by every process
             stack.push_async_callback(app.state.ui_revoked.aclose)
             yield

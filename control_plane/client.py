@@ -12,6 +12,7 @@ instead of "not found". The web UI passes an in-process ``transport``; the CLI a
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote
 
@@ -147,6 +148,26 @@ class AdminClient:
         except NotAvailable:
             current = await self.get(base)
             return await self.put(base, update_body(current, {"paused": paused}))
+
+    async def pages(self, url: str, params: dict[str, Any] | None = None) -> AsyncIterator[JSON]:
+        """Every page of the list at ``url`` from the one ``params`` ask, by ``next_cursor``
+        (the search ``q`` and ``limit`` kept). A control plane whose pages carry no cursor
+        (before cursors) is walked by ``offset`` instead."""
+        asked = dict(params or {})
+        while True:
+            found = await self.get(url, asked)
+            yield found
+            if "next_cursor" not in found:  # an older control plane: pages by offset
+                shown = len(found.get("items", []))
+                start = int(found.get("offset", 0)) + shown
+                if shown == 0 or start >= int(found.get("total", 0)):
+                    return
+                asked = {**asked, "offset": start}
+                continue
+            if found["next_cursor"] is None:
+                return
+            asked = {k: v for k, v in asked.items() if k != "offset"}
+            asked["cursor"] = found["next_cursor"]
 
 
 SETTINGS_FIELDS = (

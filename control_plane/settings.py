@@ -46,6 +46,14 @@ class ControlPlaneSettings(SettingsBase):
     member_id: str = member_id_field(
         "control-plane", "its name in leader elections (unique per process)"
     )
+    list_search_cache_s: float = Field(
+        default=30.0,
+        ge=0,
+        le=3_600,
+        description="how long a list search (q=) may use the texts it read before: a "
+        "description changed meanwhile may be found by its old text; 0: read them every "
+        "search (docs/capacity.md)",
+    )
     assign_interval_s: float = seconds(2.0, 300, "how often the leader re-reads the subscriptions")
     cutover_prepare_timeout_s: float = seconds(
         30.0, 3_600, "how long producers may take to open the target"

@@ -70,6 +70,11 @@ class Catalog:
         node = await self._require(paths.project(name), f"project {name!r}")
         return Project.model_validate_json(node.data).model_copy(update={"version": node.version})
 
+    async def describe_projects(self, names: Sequence[str]) -> list[Project]:
+        """Many projects in one bulk read; a name that does not exist is left out."""
+        nodes = await self.store.get_many([paths.project(n) for n in names])
+        return [Project.model_validate_json(n.data) for n in nodes if n is not None]
+
     async def list_projects(self) -> list[str]:
         return await self.store.children(paths.PROJECTS)
 
@@ -164,6 +169,48 @@ class Catalog:
         segments and pointer: what a listing of many topics needs."""
         node = await self._require(paths.topic(project, name), f"topic {project}/{name}")
         return Topic.model_validate_json(node.data).model_copy(update={"version": node.version})
+
+    async def get_topics(self, project: str, names: Sequence[str]) -> list[Topic]:
+        """:meth:`get_topic` of many, in bulk: the topics' nodes and produce pointers in one
+        ``get_many``, their segments' names, then every segment in one ``get_many`` (a page
+        of a list). A name that does not exist (deleted since it was listed) is left out."""
+        pairs = [(paths.topic(project, n), paths.produce_pointer(project, n)) for n in names]
+        nodes = await self.store.get_many([path for pair in pairs for path in pair])
+        children = await asyncio.gather(
+            *(self.store.children(paths.segments(project, n)) for n in names)
+        )
+        wanted = [
+            (i, f"{paths.segments(project, n)}/{c}")
+            for i, (n, cs) in enumerate(zip(names, children, strict=True))
+            for c in cs
+        ]
+        found = await self.store.get_many([where for _, where in wanted])
+        segments: list[list[Segment]] = [[] for _ in names]
+        for (i, _), node in zip(wanted, found, strict=True):
+            if node is not None:
+                segments[i].append(Segment.model_validate_json(node.data))
+        topics = []
+        for i in range(len(names)):
+            node, pointer = nodes[2 * i], nodes[2 * i + 1]
+            if node is None:
+                continue
+            update = {
+                "version": node.version,
+                "segments": tuple(sorted(segments[i], key=lambda s: s.id)),
+                "produce_pointer": _pointer(pointer),
+            }
+            topics.append(Topic.model_validate_json(node.data).model_copy(update=update))
+        return topics
+
+    async def describe_topics(self, project: str, names: Sequence[str]) -> list[Topic]:
+        """:meth:`describe_topic` of many in one bulk read (``MetaStore.get_many``); a name
+        that does not exist (deleted since it was listed) is left out."""
+        nodes = await self.store.get_many([paths.topic(project, n) for n in names])
+        return [
+            Topic.model_validate_json(n.data).model_copy(update={"version": n.version})
+            for n in nodes
+            if n is not None
+        ]
 
     # ------------------------------------------------------------ grant requests
     async def get_grant_request(self, project: str, topic: str, grantee: str) -> GrantRequest:
@@ -372,6 +419,14 @@ class Catalog:
         return Subscription.model_validate_json(node.data).model_copy(
             update={"version": node.version, "consume_pointer": pointer}
         )
+
+    async def describe_subscriptions(
+        self, project: str, names: Sequence[str]
+    ) -> list[Subscription]:
+        """The settings of many subscriptions in one bulk read, without their consume
+        pointers (what a search of a list needs); a name that does not exist is left out."""
+        nodes = await self.store.get_many([paths.subscription(project, n) for n in names])
+        return [Subscription.model_validate_json(n.data) for n in nodes if n is not None]
 
     async def subscription_shards(self, project: str, name: str) -> int:
         """The subscription's shard count, fixed at its creation: one read, no model (the

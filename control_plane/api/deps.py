@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from control_plane.api.schemas import Page
 from control_plane.services.admin import Admin
 from control_plane.services.cutovers import Cutovers
+from control_plane.services.listing import ListQuery, ListTexts, SearchTexts, page_of
 from control_plane.services.topic_migrations import Migrations
 from core.names import MAX_NAME, NAME_PATTERN
 
@@ -34,17 +35,64 @@ MigrationsDep = Annotated[Migrations, Depends(_service("migrations"))]
 ProjectName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=MAX_NAME)]
 TopicName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=MAX_NAME)]
 SubscriptionName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=MAX_NAME)]
-Offset = Annotated[int, Query(ge=0, le=1_000_000)]
+Offset = Annotated[
+    int | None,
+    Query(
+        ge=0,
+        le=1_000_000,
+        deprecated=True,
+        description="deprecated: skip this many (a page may repeat or miss names created or "
+        "deleted meanwhile); use cursor",
+    ),
+]
 Limit = Annotated[int, Query(ge=1, le=500)]
+Cursor = Annotated[
+    str | None,
+    Query(max_length=200, description="next_cursor or prev_cursor of the page before"),
+]
+Search = Annotated[
+    str,
+    Query(max_length=200, description="search text: in the name or description (any case)"),
+]
+
+
+def list_query(
+    q: Search = "", cursor: Cursor = None, offset: Offset = None, limit: Limit = 100
+) -> ListQuery:
+    """The paging and search parameters every list route takes."""
+    return ListQuery(q=q, cursor=cursor, offset=offset, limit=limit)
+
+
+ListQueryDep = Annotated[ListQuery, Depends(list_query)]
+
+
+def _search_texts(request: Request) -> SearchTexts:
+    texts: SearchTexts = request.app.state.search_texts
+    return texts
+
+
+SearchTextsDep = Annotated[SearchTexts, Depends(_search_texts)]
 
 
 async def page(
-    names: list[str], offset: int, limit: int, fetch: Callable[[str], Awaitable[T]]
+    names: list[str],
+    query: ListQuery,
+    fetch: Callable[[str], Awaitable[T]],
+    texts: ListTexts | None = None,
+    fetch_many: Callable[[list[str]], Awaitable[list[T]]] | None = None,
 ) -> Page[T]:
-    """One page of entities, fetched by name (names are sorted by the metastore)."""
-    chosen = names[offset : offset + limit]
+    """One page of entities, fetched by name (control_plane.services.listing); a page shown
+    without a search starts reading the list's search texts (``ListTexts.warm``)."""
+    found = await page_of(names, query, fetch, texts, fetch_many)
+    if texts is not None and not query.needle:
+        texts.warm(names)
     return Page[T](
-        items=[await fetch(n) for n in chosen], total=len(names), offset=offset, limit=limit
+        items=found.items,
+        total=found.total,
+        offset=found.offset,
+        limit=query.limit,
+        next_cursor=found.next_cursor,
+        prev_cursor=found.prev_cursor,
     )
 
 
@@ -52,14 +100,15 @@ async def project_page(
     admin: Admin,
     project: str,
     names_of: Callable[[str], Awaitable[list[str]]],
+    query: ListQuery,
     fetch: Callable[[str], Awaitable[T]],
-    offset: int,
-    limit: int,
+    texts: ListTexts | None = None,
+    fetch_many: Callable[[list[str]], Awaitable[list[T]]] | None = None,
 ) -> Page[T]:
     """One page of a project's entities (topics, subscriptions): 404 names the project when
     it is absent, rather than answering an empty page."""
     await admin.catalog.get_project(project)
-    return await page(await names_of(project), offset, limit, fetch)
+    return await page(await names_of(project), query, fetch, texts, fetch_many)
 
 
 def merged(current: M, changes: BaseModel) -> M:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, status
 
 from control_plane.api.auth import ADMIN, ANY, OWNER, VIEWER, PrincipalDep
-from control_plane.api.deps import AdminDep, Limit, Offset, ProjectName, page
+from control_plane.api.deps import AdminDep, ListQueryDep, ProjectName, SearchTextsDep, page
 from control_plane.api.schemas import Page, ProjectCreate, ProjectShown, ProjectUpdate, ProjectView
 from control_plane.services.admin import new_signing_secret
 
@@ -25,9 +25,11 @@ async def create_project(body: ProjectCreate, admin: AdminDep) -> ProjectShown:
 
 @router.get("", **ANY)
 async def list_projects(
-    admin: AdminDep, principal: PrincipalDep, offset: Offset = 0, limit: Limit = 100
+    admin: AdminDep, principal: PrincipalDep, query: ListQueryDep, search: SearchTextsDep
 ) -> Page[ProjectView]:
-    """The projects the caller holds a role in (an admin: every project)."""
+    """The projects the caller holds a role in (an admin: every project); ``q`` searches
+    names and descriptions; ``next_cursor`` (null on the last page) and ``prev_cursor`` ask
+    for the pages around."""
     names = await admin.catalog.list_projects()
     if not principal.is_admin:
         names = [n for n in names if n in principal.projects()]
@@ -35,7 +37,10 @@ async def list_projects(
     async def fetch(name: str) -> ProjectView:
         return ProjectView.of(await admin.catalog.get_project(name))
 
-    return await page(names, offset, limit, fetch)
+    async def describe(names: list[str]) -> dict[str, str]:
+        return {p.name: p.description for p in await admin.catalog.describe_projects(names)}
+
+    return await page(names, query, fetch, search.of("projects", describe))
 
 
 @router.get("/{project}", **VIEWER)
@@ -45,13 +50,14 @@ async def get_project(project: ProjectName, admin: AdminDep) -> ProjectView:
 
 @router.put("/{project}", **OWNER)
 async def update_project(
-    project: ProjectName, body: ProjectUpdate, admin: AdminDep
+    project: ProjectName, body: ProjectUpdate, admin: AdminDep, search: SearchTextsDep
 ) -> ProjectShown:
     """Replace the description; the notification URL and the operational events wanted
     (``notifications``) too when the body names them (a null URL removes it; absent keeps
     them, so a client that only knows the description cannot drop them). A project made
     before notification secrets existed gets one with its first
     notification URL, shown this once."""
+    search.forget("projects", project)
     current = await admin.catalog.get_project(project)
     url = current.notification_url
     if "notification_url" in body.model_fields_set:

@@ -257,10 +257,15 @@ class SecretsRevealed(SecretsShown):
 
 
 class Page(_Body, Generic[T]):
+    """A page of a list, by cursor: ``next_cursor`` (null on the last page) and
+    ``prev_cursor`` (null on the first) ask for the pages around it."""
+
     items: list[T]
-    total: int
-    offset: int
+    total: int = Field(description="how many the list holds, before the search")
+    offset: int = Field(description="where the page's first item is in the list")
     limit: int
+    next_cursor: str | None = Field(default=None, description="null on the last page")
+    prev_cursor: str | None = Field(default=None, description="null on the first page")
 
 
 class Timeline(_Body):

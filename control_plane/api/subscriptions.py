@@ -11,9 +11,9 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validato
 from control_plane.api.auth import ADMIN, OWNER, VIEWER, PrincipalDep
 from control_plane.api.deps import (
     AdminDep,
-    Limit,
-    Offset,
+    ListQueryDep,
     ProjectName,
+    SearchTextsDep,
     SubscriptionName,
     project_page,
 )
@@ -69,10 +69,16 @@ OpsDep = Annotated[SubscriptionOps, Depends(_ops)]
 
 @router.get("", **VIEWER)
 async def list_subscriptions(
-    project: ProjectName, admin: AdminDep, ops: OpsDep, offset: Offset = 0, limit: Limit = 100
+    project: ProjectName,
+    admin: AdminDep,
+    ops: OpsDep,
+    query: ListQueryDep,
+    search: SearchTextsDep,
 ) -> Page[SubscriptionListed]:
     """A page of the project's subscriptions, each with its circuit's state, what its DLQ
-    holds and its last failure, as its workers last published them (no DLQ is read)."""
+    holds and its last failure, as its workers last published them (no DLQ is read); ``q``
+    searches names, descriptions, topics and endpoint URLs; ``next_cursor`` (null on the
+    last page) and ``prev_cursor`` ask for the pages around."""
 
     async def fetch(name: str) -> SubscriptionListed:
         sub = await admin.catalog.get_subscription(project, name)
@@ -84,9 +90,15 @@ async def list_subscriptions(
         update = {"circuit": found.circuit, "dlq": dlq, "last_failure": last}
         return listed.model_copy(update=update)
 
-    return await project_page(
-        admin, project, admin.catalog.list_subscriptions, fetch, offset, limit
-    )
+    async def describe(names: list[str]) -> dict[str, str]:
+        subs = await admin.catalog.describe_subscriptions(project, names)
+        return {
+            s.name: f"{s.description}\n{s.topic_project}/{s.topic}\n{s.endpoint.url}" for s in subs
+        }
+
+    texts = search.of(f"subscriptions/{project}", describe)
+    names_of = admin.catalog.list_subscriptions
+    return await project_page(admin, project, names_of, query, fetch, texts)
 
 
 @router.get("/{subscription}", **VIEWER)
@@ -98,11 +110,16 @@ async def get_subscription(
 
 @router.put("/{subscription}", **OWNER)
 async def update_subscription(
-    project: ProjectName, subscription: SubscriptionName, body: SubscriptionUpdate, admin: AdminDep
+    project: ProjectName,
+    subscription: SubscriptionName,
+    body: SubscriptionUpdate,
+    admin: AdminDep,
+    search: SearchTextsDep,
 ) -> SubscriptionView:
     """Replace the settings. A ``signing_secret`` other than the current one rotates to it
     with the default overlap, in the same compare-and-set (``secret:rotate`` sets the
     overlap). An endpoint header sent as read (``********``) keeps its stored value."""
+    search.forget(f"subscriptions/{project}", subscription)
     current = await admin.catalog.get_subscription(project, subscription)
     changes = body.model_dump(exclude={"signing_secret"})
     # What was read shows credentials masked: sent back so, they keep the stored value.

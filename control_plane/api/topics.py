@@ -10,9 +10,9 @@ from starlette.concurrency import run_in_threadpool
 from control_plane.api.auth import OWNER, VIEWER
 from control_plane.api.deps import (
     AdminDep,
-    Limit,
-    Offset,
+    ListQueryDep,
     ProjectName,
+    SearchTextsDep,
     TopicName,
     merged,
     project_page,
@@ -32,10 +32,19 @@ async def create_topic(project: ProjectName, body: TopicCreate, admin: AdminDep)
 
 @router.get("", **VIEWER)
 async def list_topics(
-    project: ProjectName, admin: AdminDep, offset: Offset = 0, limit: Limit = 100
+    project: ProjectName, admin: AdminDep, query: ListQueryDep, search: SearchTextsDep
 ) -> Page[Topic]:
+    """A page of the project's topics by name; ``q`` searches names and descriptions;
+    ``next_cursor`` (null on the last page) and ``prev_cursor`` ask for the pages around."""
     fetch = partial(admin.catalog.get_topic, project)
-    return await project_page(admin, project, admin.catalog.list_topics, fetch, offset, limit)
+
+    async def describe(names: list[str]) -> dict[str, str]:
+        return {t.name: t.description for t in await admin.catalog.describe_topics(project, names)}
+
+    texts = search.of(f"topics/{project}", describe)
+    names_of = admin.catalog.list_topics
+    many = partial(admin.catalog.get_topics, project)
+    return await project_page(admin, project, names_of, query, fetch, texts, many)
 
 
 @router.get("/{topic}", **VIEWER)
@@ -45,8 +54,13 @@ async def get_topic(project: ProjectName, topic: TopicName, admin: AdminDep) -> 
 
 @router.put("/{topic}", **OWNER)
 async def update_topic(
-    project: ProjectName, topic: TopicName, body: TopicUpdate, admin: AdminDep
+    project: ProjectName,
+    topic: TopicName,
+    body: TopicUpdate,
+    admin: AdminDep,
+    search: SearchTextsDep,
 ) -> Topic:
+    search.forget(f"topics/{project}", topic)
     current = await admin.catalog.get_topic(project, topic)
     return await admin.update_topic(merged(current, body))
 

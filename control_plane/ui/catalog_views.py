@@ -13,7 +13,14 @@ from starlette.responses import Response
 from control_plane.client import AdminClient, ApiError, NotAvailable, path
 from control_plane.ui.archive_listing import SHOWN, archive_of
 from control_plane.ui.deps import ApiDep, FormDep, FormListsDep, Name, SessionDep
-from control_plane.ui.render import open_by_name, paging, redirect, refused, render
+from control_plane.ui.render import (
+    list_page,
+    open_by_name,
+    paging,
+    redirect,
+    refused,
+    render,
+)
 from control_plane.ui.timeline import draw
 from control_plane.ui.topic_catalog_views import pending_requests
 
@@ -25,10 +32,16 @@ async def projects(request: Request, session: SessionDep, api: ApiDep) -> Respon
     wanted = await open_by_name(request, api, "project", path("v1", "projects"), "/ui/projects")
     if wanted.url:
         return redirect(request, f"{wanted.url}/topics")
-    offset, limit = paging(request)
-    page = await api.get(path("v1", "projects"), {"offset": offset, "limit": limit})
+    params = paging(request)
+    page, problem = await list_page(request, api, path("v1", "projects"), params)
     return render(
-        request, "projects.html", session, page=page, base="/ui/projects", flash=wanted.problem
+        request,
+        "projects.html",
+        session,
+        page=page,
+        base="/ui/projects",
+        q=params.get("q", ""),
+        flash=wanted.problem or problem,
     )
 
 
@@ -59,10 +72,8 @@ async def topics(project: Name, request: Request, session: SessionDep, api: ApiD
     wanted = await open_by_name(request, api, "topic", api_base, base)
     if wanted.url:
         return redirect(request, wanted.url)
-    offset, limit = paging(request)
-    page = await api.get(
-        path("v1", "projects", project, "topics"), {"offset": offset, "limit": limit}
-    )
+    params = paging(request)
+    page, problem = await list_page(request, api, api_base, params)
     usage = await api.get(path("v1", "projects", project, "quota"))
     return render(
         request,
@@ -74,7 +85,8 @@ async def topics(project: Name, request: Request, session: SessionDep, api: ApiD
         notice_kinds=NOTICE_KINDS,
         quota_rows=quota_rows(usage),
         base=base,
-        flash=wanted.problem,
+        q=params.get("q", ""),
+        flash=wanted.problem or problem,
         clusters=request.app.state.ui_clusters,
         default_cluster=request.app.state.ui_default_cluster,
     )

@@ -176,16 +176,41 @@ async def posted(
         return refused(request, back, exc, failed)
 
 
-def paging(request: Request, default: int = 50) -> tuple[int, int]:
-    """``offset`` and ``limit`` of a list page, from its query string (bounded)."""
+def paging(request: Request, default: int = 50) -> dict[str, Any]:
+    """The API's list parameters of a list page, from its query string: ``q`` (the search
+    box), ``cursor`` (the pager's links), ``limit`` (bounded), and ``offset`` only as an old
+    bookmark carries it without a cursor."""
+    query = request.query_params
 
     def number(name: str, fallback: int, low: int, high: int) -> int:
         try:
-            return max(low, min(high, int(request.query_params.get(name, fallback))))
+            return max(low, min(high, int(query.get(name, fallback))))
         except ValueError:
             return fallback
 
-    return number("offset", 0, 0, 1_000_000), number("limit", default, 1, 500)
+    params: dict[str, Any] = {"limit": number("limit", default, 1, 500)}
+    if query.get("q", "").strip():
+        params["q"] = query["q"].strip()[:200]
+    if query.get("cursor"):
+        params["cursor"] = query["cursor"][:200]
+    elif "offset" in query:
+        params["offset"] = number("offset", 0, 0, 1_000_000)
+    return params
+
+
+async def list_page(
+    request: Request, api: AdminClient, where: str, params: dict[str, Any]
+) -> tuple[Any, tuple[str, str] | None]:
+    """A page of the list at ``where`` and a flash to show: a cursor the API refuses (an
+    old or edited link) shows the first page instead, saying so."""
+    try:
+        return await api.get(where, params), None
+    except ApiError as exc:
+        if exc.status != 400 or "cursor" not in params:
+            raise
+    first = {k: v for k, v in params.items() if k != "cursor"}
+    said = "That page link is not valid (any more): here is the first page."
+    return await api.get(where, first), (said, "error")
 
 
 @dataclass(frozen=True)

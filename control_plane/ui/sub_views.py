@@ -15,7 +15,15 @@ from control_plane.client import AdminClient, ApiError, NotAvailable, path, upda
 from control_plane.ui.charts import lines
 from control_plane.ui.deps import OWNER, ApiDep, FormDep, Name, SessionDep, form_of
 from control_plane.ui.forms import body_of, field_errors, values_of
-from control_plane.ui.render import open_by_name, paging, posted, redirect, refused, render
+from control_plane.ui.render import (
+    list_page,
+    open_by_name,
+    paging,
+    posted,
+    redirect,
+    refused,
+    render,
+)
 from core.filters import FilterError, compile_filter
 from core.model import Endpoint, RetryPolicy, SubscriptionSettings
 
@@ -34,8 +42,8 @@ async def subscriptions(
     wanted = await open_by_name(request, api, "subscription", _subs(project), base)
     if wanted.url:
         return redirect(request, wanted.url)
-    offset, limit = paging(request)
-    page = await api.get(_subs(project), {"offset": offset, "limit": limit})
+    params = paging(request)
+    page, problem = await list_page(request, api, _subs(project), params)
     return render(
         request,
         "subscriptions.html",
@@ -43,7 +51,8 @@ async def subscriptions(
         project=project,
         page=page,
         base=base,
-        flash=wanted.problem,
+        q=params.get("q", ""),
+        flash=wanted.problem or problem,
     )
 
 

@@ -78,6 +78,11 @@ class Operation:
 # How each API command is run here: one argument list a line, after the command's name.
 # A command with flags that reach other operations has a line for each.
 S = ("shop", "s1")  # project, subscription
+PAGING = [
+    ("--search", "x", "--cursor", "c", "--limit", "5"),
+    ("--all",),
+    ("--offset", "10"),
+]  # the list commands' options
 T = ("shop", "orders")  # project, topic
 SUB = ("--topic", "orders", "--endpoint", "http://127.0.0.1:9/hook")
 ENDPOINT = (
@@ -124,7 +129,12 @@ EXAMPLES: dict[str, list[tuple[str, ...]]] = {
     "trace": [(*T, "m1"), (*T, "--group", "g1")],
     "whoami": [()],
     "project create": [("shop", "--description", "d", "--notification-url", "https://e.com/n")],
-    "project list": [()],
+    "project list": [
+        (),
+        ("--search", "x", "--cursor", "c", "--limit", "5"),
+        ("--all",),
+        ("--offset", "10"),
+    ],
     "project show": [("shop",)],
     "project update": [("shop", "--description", "d", "--notification-url", "https://e.com/n")],
     "project delete": [("shop", "--yes")],
@@ -149,7 +159,7 @@ EXAMPLES: dict[str, list[tuple[str, ...]]] = {
         ),
         (*T, "--cluster", "legacy", "--external-topic", "orders-v1", "--partitions", "12"),
     ],
-    "topic list": [("shop",)],
+    "topic list": [("shop",), *[("shop", *a) for a in PAGING]],
     "topic show": [T],
     "topic migrate": [(*T, "--cluster", "embedded", "--partitions", "2", "--interval", "0.05")],
     "topic update": [
@@ -185,7 +195,7 @@ EXAMPLES: dict[str, list[tuple[str, ...]]] = {
         (*S, *SUB, *BATCH),
         *((*S, *SUB, *auth) for auth in AUTH),
     ],
-    "sub list": [("shop",)],
+    "sub list": [("shop",), *[("shop", *a) for a in PAGING]],
     "sub show": [S],
     "sub update": [
         (*S, "--filter", "true", "--max-in-flight", "2", "--rate-limit", "5", "--no-dlq"),

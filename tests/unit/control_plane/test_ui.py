@@ -235,16 +235,37 @@ async def test_unknown_entities_get_a_page_not_a_crash(
     assert (await browser.get("/ui/audit")).status_code == 200
 
 
+def _link(page: str, rel: str) -> str:
+    found = re.search(rf'href="([^"]+)" rel="{rel}"', page)
+    assert found, f"no {rel} link"
+    return found.group(1).replace("&amp;", "&")
+
+
 async def test_paging_links(browser: httpx.AsyncClient) -> None:
     await login(browser)
     for i in range(5):
-        r = await browser.post("/v1/projects", json={"name": f"p{i}"}, headers=API)
+        body = {"name": f"p{i}", "description": "the Ledger" if i == 3 else ""}
+        r = await browser.post("/v1/projects", json=body, headers=API)
         assert r.status_code == 201
-    page = await browser.get("/ui/projects?offset=2&limit=2")
-    assert "3–4 of 5" in page.text
-    assert 'href="/ui/projects?offset=0&limit=2" rel="prev"' in page.text
-    assert 'href="/ui/projects?offset=4&limit=2" rel="next"' in page.text
-    assert "p2" in page.text and ">p0<" not in page.text
+    page = (await browser.get("/ui/projects?limit=2")).text
+    assert "1–2 of 5" in page and 'rel="prev"' not in page
+    page = (await browser.get(_link(page, "next"))).text
+    assert "3–4 of 5" in page and ">p2<" in page and ">p0<" not in page
+    assert "3–4 of 5" not in (last := (await browser.get(_link(page, "next"))).text)
+    assert "5–5 of 5" in last and 'rel="next"' not in last
+    back = (await browser.get(_link(page, "prev"))).text
+    assert "1–2 of 5" in back
+    # an old bookmark by offset still opens its page
+    assert "3–4 of 5" in (await browser.get("/ui/projects?offset=2&limit=2")).text
+    # the search box: a GET form, the search kept by the pager's links
+    assert 'class="search" role="search"' in page and 'name="q"' in page
+    found = (await browser.get("/ui/projects", params={"q": "LEDGER"})).text
+    assert ">p3<" in found and ">p1<" not in found and "matching" in found
+    found = (await browser.get("/ui/projects", params={"q": "p", "limit": 2})).text
+    assert "&q=p" in _link(found, "next")
+    # a link whose cursor the API refuses: the first page, saying so
+    r = await browser.get("/ui/projects", params={"cursor": "bogus!"})
+    assert r.status_code == 200 and "not valid (any more)" in r.text and "1–5 of 5" in r.text
 
 
 async def test_open_by_name_skips_the_paging(browser: httpx.AsyncClient) -> None:

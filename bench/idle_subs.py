@@ -73,7 +73,7 @@ class Sample:
     threads: int
     sockets: int
     zk_sent: int  # packets the ZooKeeper server received from the worker's connection(s)
-    kafka_segs: int  # TCP data segments the worker sent to Kafka
+    kafka_segs: dict[int, int]  # TCP data segments sent to Kafka, by local port
 
 
 def proc_sample(pid: int, zk: str, kafka_port: int) -> Sample:
@@ -84,7 +84,7 @@ def proc_sample(pid: int, zk: str, kafka_port: int) -> Sample:
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         with contextlib.suppress(OSError):
             sockets += os.readlink(fd).startswith("socket:")
-    ports, segs = _connections(pid, kafka_port)
+    ports, kafka = _connections(pid, kafka_port)
     return Sample(
         time.monotonic(),
         s.session_cpu_s(pid),
@@ -92,30 +92,35 @@ def proc_sample(pid: int, zk: str, kafka_port: int) -> Sample:
         threads,
         sockets,
         _zk_received(zk, ports),
-        segs,
+        kafka,
     )
 
 
-def _connections(pid: int, kafka_port: int) -> tuple[set[int], int]:
-    """The local ports of ``pid``'s TCP connections, and the data segments it sent to
-    ``kafka_port`` in all (``ss -tinp``: info lines follow each connection's line)."""
+def _connections(pid: int, kafka_port: int) -> tuple[set[int], dict[int, int]]:
+    """The local ports of ``pid``'s TCP connections, and the data segments it sent on each
+    of those to ``kafka_port`` (``ss -tinp``: info lines follow each connection's line)."""
     out = subprocess.run(
         ["ss", "-tinpH", "state", "established"], capture_output=True, text=True, timeout=30
     ).stdout
     ports: set[int] = set()
-    segs, current_kafka = 0, False
+    segs: dict[int, int] = {}
+    current_kafka: int | None = None
     for line in out.splitlines():
         if not line.startswith((" ", "\t")):
-            current_kafka = False
+            current_kafka = None
             if f"pid={pid}," not in line:
                 continue
             fields = line.split()
             local, peer = fields[2], fields[3]
-            ports.add(int(local.rpartition(":")[2]))
-            current_kafka = peer.endswith(f":{kafka_port}")
-        elif current_kafka and (m := re.search(r"data_segs_out:(\d+)", line)):
-            segs += int(m.group(1))
-            current_kafka = False
+            port = int(local.rpartition(":")[2])
+            ports.add(port)
+            if peer.endswith(f":{kafka_port}"):
+                segs[port] = 0
+                current_kafka = port
+        elif current_kafka is not None:
+            if m := re.search(r"data_segs_out:(\d+)", line):
+                segs[current_kafka] = int(m.group(1))
+            current_kafka = None
     return ports, segs
 
 
@@ -280,7 +285,13 @@ async def _measure(run: Run, workdir: Path, n: int) -> dict[str, Any]:
                 "sockets": b.sockets,
                 "cpu_s": b.cpu_s - a.cpu_s,
                 "zk_per_s": (b.zk_sent - a.zk_sent) / window,
-                "kafka_per_s": (b.kafka_segs - a.kafka_segs) / window,
+                # Per connection: one opened in the window counts from zero; one closed in
+                # it loses what it sent then (readers evicted and made again: see opened).
+                "kafka_per_s": sum(
+                    n - a.kafka_segs.get(port, 0) for port, n in b.kafka_segs.items()
+                )
+                / window,
+                "kafka_opened": len(b.kafka_segs.keys() - a.kafka_segs.keys()),
                 "load": (load_before, load_start, load_end),
             }
         finally:
@@ -315,7 +326,8 @@ def report(rows: list[dict[str, Any]], base_mb: float) -> None:
     print(f"\nbaseline: a process that imported the worker's app holds {base_mb:.0f} MB RSS")
     headers = [
         "N", "per topic", "ready s", "RSS MB", "KB/sub", "CPU s/s", "CPU ms/s per sub",
-        "ZK req/s", "Kafka segs/s", "threads", "sockets", "load (before, start, end)",
+        "ZK req/s", "Kafka segs/s", "Kafka conns opened", "threads", "sockets",
+        "load (before, start, end)",
     ]  # fmt: skip
     table = []
     for r in rows:
@@ -324,7 +336,8 @@ def report(rows: list[dict[str, Any]], base_mb: float) -> None:
             str(r["n"]), str(r["per_topic"]), s.fmt(r["ready_s"]), s.fmt(r["rss_mb"]),
             s.fmt((r["rss_mb"] - base_mb) * 1024 / r["n"]), s.fmt(cpu, 3),
             s.fmt(cpu * 1000 / r["n"], 3), s.fmt(r["zk_per_s"]), s.fmt(r["kafka_per_s"]),
-            str(r["threads"]), str(r["sockets"]), ", ".join(f"{x:.1f}" for x in r["load"]),
+            str(r["kafka_opened"]), str(r["threads"]), str(r["sockets"]),
+            ", ".join(f"{x:.1f}" for x in r["load"]),
         ])  # fmt: skip
     s.print_table(headers, table)
 

@@ -48,7 +48,10 @@ class Committer:
         """Commit whenever due, until cancelled."""
         while True:
             wait = self.policy.wait_s()
-            await asyncio.sleep(0.2 if wait is None else max(wait, 0.01))
+            if wait is None:  # nothing waits: sleep until something does, not poll
+                await self.policy.until_waiting()
+                continue
+            await asyncio.sleep(max(wait, 0.01))
             if self.policy.due():
                 await self.commit()
 

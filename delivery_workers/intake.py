@@ -138,6 +138,7 @@ class SegmentIntake:
                 max_records=self.read_batch,
                 timeout=1.0,
             )
+            source.read_at(partition, position, len(batch))
             if batch and external:
                 await self._refresh_external()
             end = self._end(partition)

@@ -21,15 +21,20 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Mapping
 
 from core.model import Segment, Subscription, Topic
+from core.tasks import cancel_all
+from metastore import paths
 from metastore.catalog import Catalog
 from metastore.protocol import MetaStore
 from segments.protocol import SegmentStore, Stored
 from segments.reader import SegmentReader
+
+log = logging.getLogger(__name__)
 
 FETCH_BATCH = 500
 FETCH_WAIT_S = 1.0
@@ -114,29 +119,116 @@ class Tail:
 
 
 class TopicCache(Catalog):
-    """A :class:`Catalog` whose ``get_topic`` answers from a read at most ``ttl_s`` old, one
-    read at a time per topic. Idle runners ask for their topic every second (is the segment
-    sealed yet?): 500 subscriptions of a topic would make 2,000 metastore reads a second.
-    A stale answer only delays a segment advance by ``ttl_s``: the topic's timeline only grows
-    and its segments only move forward."""
+    """A :class:`Catalog` whose ``get_topic`` answers from memory, one read at a time per
+    topic. Idle runners ask for their topic twice a second (is the segment sealed yet? did a
+    failover leave one behind?), and a topic is four reads and more: with 0.5 s between
+    reads, 2 000 idle subscriptions of 200 topics on one worker kept ZooKeeper busy with
+    hundreds of requests a second (bench/idle_subs.py).
 
-    def __init__(self, store: MetaStore, ttl_s: float = 0.5) -> None:
+    So the first ask of a topic also watches its produce pointer and its own node: a cutover
+    commits, and a failover moves, the produce pointer in the same transaction as the
+    segments, so a watch firing drops the cached topic and the next ask reads it afresh.
+    Until the watches are armed an answer is at most ``ttl_s`` old; after, at most
+    ``watched_ttl_s``, for the changes to segment records alone (an unsealed segment sealed
+    later, a retirement), which only delay an advance by that much: a topic's timeline only
+    grows and its segments only move forward. A topic nobody asked for in ``forget_s``
+    stops being watched."""
+
+    def __init__(
+        self,
+        store: MetaStore,
+        ttl_s: float = 0.5,
+        *,
+        watched_ttl_s: float = 5.0,
+        forget_s: float = 60.0,
+    ) -> None:
         super().__init__(store)
         self.ttl_s = ttl_s
-        self._topics: dict[tuple[str, str], tuple[float, asyncio.Task[Topic]]] = {}
+        self.watched_ttl_s = watched_ttl_s
+        self.forget_s = forget_s
+        # (read at, generation read under, watched when read, the read), by topic
+        self._topics: dict[tuple[str, str], tuple[float, int, bool, asyncio.Task[Topic]]] = {}
+        self._watches: dict[tuple[str, str], _TopicWatch] = {}
+        self._swept_at = time.monotonic()
 
     async def get_topic(self, project: str, name: str) -> Topic:
         key, now = (project, name), time.monotonic()
+        watch = self._watches.get(key)
+        if watch is None or watch.task.done():  # a watch that failed is made again
+            watch = self._watches[key] = _TopicWatch(self.store, project, name)
+        watch.asked_at = now
         found = self._topics.get(key)
         if (
             found is None
-            or now - found[0] > self.ttl_s
-            or (found[1].done() and found[1].exception() is not None)
+            or now - found[0] > (self.watched_ttl_s if found[2] else self.ttl_s)
+            or found[1] != watch.generation
+            or (found[3].done() and found[3].exception() is not None)
         ):
+            # Only a read begun once the watches were armed can rely on them.
             task = asyncio.ensure_future(super().get_topic(project, name))
             task.add_done_callback(_retrieved)
-            found = self._topics[key] = (now, task)
-        return await asyncio.shield(found[1])
+            found = self._topics[key] = (now, watch.generation, watch.armed, task)
+        if now - self._swept_at > self.forget_s:
+            self._sweep(now)
+        return await asyncio.shield(found[3])
+
+    def _sweep(self, now: float) -> None:
+        self._swept_at = now
+        for key in [k for k, w in self._watches.items() if now - w.asked_at > self.forget_s]:
+            self._watches.pop(key).close()
+            self._topics.pop(key, None)
+
+    async def aclose(self) -> None:
+        """Stop every watch."""
+        watches, self._watches = list(self._watches.values()), {}
+        for watch in watches:
+            watch.close()
+        await asyncio.gather(*(w.task for w in watches), return_exceptions=True)
+
+
+class _TopicWatch:
+    """Watches a topic's produce pointer and node; ``generation`` moves at each change, so a
+    read begun before it is not taken as fresh; ``armed`` once both watches are set."""
+
+    def __init__(self, store: MetaStore, project: str, name: str) -> None:
+        self.generation = 0
+        self.armed = False
+        self.asked_at = time.monotonic()
+        watched = (paths.produce_pointer(project, name), paths.topic(project, name))
+        self.task = asyncio.ensure_future(self._follow(store, watched))
+        self.task.add_done_callback(_ended)
+
+    async def _follow(self, store: MetaStore, watched: tuple[str, ...]) -> None:
+        first = asyncio.Event()
+        started = 0
+
+        async def one(path: str) -> None:
+            nonlocal started
+            seen = False
+            async for _ in store.watch(path):
+                if seen:
+                    self.generation += 1  # a change: a read begun before it is stale
+                    continue
+                seen, started = True, started + 1
+                if started == len(watched):
+                    first.set()
+
+        tasks = [asyncio.ensure_future(one(path)) for path in watched]
+        try:
+            await first.wait()
+            self.armed = True
+            await asyncio.gather(*tasks)
+        finally:
+            self.armed = False
+            await cancel_all(tasks)
+
+    def close(self) -> None:
+        self.task.cancel()
+
+
+def _ended(task: asyncio.Future[None]) -> None:
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.warning("a topic watch ended (the topic is read every ttl_s again): %r", exc)
 
 
 def _retrieved(task: asyncio.Task[Topic]) -> None:
@@ -180,3 +272,8 @@ class SharedSegmentReader(SegmentReader):
                 self._tails.popitem(last=False)  # the least recently read
         self._tails.move_to_end(key)
         return await tail.read(start, max(1, max_records), timeout)
+
+    async def aclose(self) -> None:
+        """Stop the topic watches."""
+        assert isinstance(self.catalog, TopicCache)
+        await self.catalog.aclose()

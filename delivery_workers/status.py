@@ -27,8 +27,9 @@ bucket the overview finds the DLQs that grow. ``dlq`` is what the DLQ holds now
 (:mod:`.dlq_count`: a baseline scan when the runner starts, then its tail of the DLQ;
 ``live`` false while no runner runs, the last count kept; null before a count). Rates are
 over the last ``rate_window_s``. A node is written only when its figures changed, or every
-``refresh_s`` otherwise, so an idle worker with thousands of subscriptions costs the
-metastore little.
+``refresh_s`` (60 s) otherwise, so an idle worker with thousands of subscriptions costs the
+metastore little: "changed" leaves out a new history bucket that only repeats the last lag
+(it rides along with the next write), and the history is serialised only for a write.
 
 Totals count since this worker took the subscription: a subscription that moves to another
 worker starts from zero there (the audit trail keeps the exact history).
@@ -58,6 +59,10 @@ log = logging.getLogger(__name__)
 
 BUCKET_S = 10
 HISTORY_S = 3_600
+# An unchanged node is written again this often (its ``updated_at`` moves): the node is
+# ephemeral, so its presence already says the worker lives; at 10 s, 2 000 idle
+# subscriptions on a worker were 200 ZooKeeper writes a second (bench/idle_subs.py).
+REFRESH_S = 60.0
 
 
 def _counts(stats: RunnerStats) -> tuple[int, int, int, int]:
@@ -77,7 +82,11 @@ class _Series:
     lags: dict[int, int] = field(default_factory=dict)  # the last lag seen in a bucket
     last: tuple[int, int, int, int] = (0, 0, 0, 0)  # the worker's counters start at zero
     version: int | None = None  # of the node we wrote; None: not written (or lost)
-    written: str = ""
+    # Bumped when the history changes in a way worth a write: counts moved, or a lag other
+    # than the last one. A new bucket repeating the last lag is carried by the next write.
+    changes: int = 0
+    last_lag: int | None = None
+    written: tuple[str, int] = ("", -1)  # (the figures but the history, ``changes``) written
     written_at: float = 0.0
 
     def add(
@@ -94,8 +103,12 @@ class _Series:
             bucket = self.buckets.setdefault(start, [0, 0, 0, 0])
             for i, d in enumerate(delta):
                 bucket[i] += d
+            self.changes += 1
         if lag is not None:
             self.lags[start] = lag
+            if lag != self.last_lag:
+                self.changes += 1
+            self.last_lag = lag
         self.last = counts
         self.samples.append((now, counts))
         while len(self.samples) > 2 and now - self.samples[1][0] >= window:
@@ -134,7 +147,7 @@ class StatusPublisher(AsyncResource):
         held: Callable[[], set[str]],
         *,
         interval_s: float = 1.0,
-        refresh_s: float = 10.0,
+        refresh_s: float = REFRESH_S,
         rate_window_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
@@ -179,11 +192,12 @@ class StatusPublisher(AsyncResource):
             st = stats.get(key, RunnerStats())
             series = self._series.setdefault(key, _Series())
             series.add(now, wall, _counts(st), self.rate_window_s, st.lag)
-            body = self._document(series, st)
-            if body == series.written and now - series.written_at < self.refresh_s:
+            figures = (self._document(series, st), series.changes)
+            if figures == series.written and now - series.written_at < self.refresh_s:
                 continue
-            await self._write(key, series, body, wall)
-            series.written, series.written_at = body, now
+            history = json.dumps(series.history(), separators=(",", ":"))
+            await self._write(key, series, f'{figures[0][:-1]},"history":{history}}}', wall)
+            series.written, series.written_at = figures, now
 
     def _document(self, series: _Series, st: RunnerStats) -> str:
         d, f, fl = series.rates()
@@ -213,7 +227,6 @@ class StatusPublisher(AsyncResource):
             "failures": dict(sorted(st.failures.items())),
             "last_failure": st.last_failure,
             "dlq": st.dlq.figures(),
-            "history": series.history(),
         }
         return json.dumps(doc, separators=(",", ":"))
 
@@ -242,7 +255,7 @@ class StatusPublisher(AsyncResource):
         series = self._series.get(key)
         if series is None or series.version is None:
             return
-        version, series.version, series.written = series.version, None, ""
+        version, series.version, series.written = series.version, None, ("", -1)
         path = paths.unit_status(key)
         # Only our own write: a newer owner's node has another version.
         with contextlib.suppress(HttpbusError):

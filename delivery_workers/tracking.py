@@ -25,6 +25,7 @@ One :class:`CommitTracker` serves one subscription on one storage topic, keyed b
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -188,6 +189,9 @@ class CommitPolicy:
         self._clock = clock
         self._count = 0
         self._flushed_at = clock()
+        # Set while something waits: an idle committer sleeps on it instead of polling
+        # (2 000 idle subscriptions polling every 0.2 s were 10 000 wake-ups a second).
+        self._waiting = asyncio.Event()
 
     @property
     def waiting(self) -> int:
@@ -197,6 +201,7 @@ class CommitPolicy:
     def record(self, n: int = 1) -> None:
         """``n`` more messages became terminal."""
         self._count += n
+        self._waiting.set()
 
     def due(self) -> bool:
         if self._count == 0:
@@ -215,6 +220,11 @@ class CommitPolicy:
         """A commit starts: a new batch begins (call it before taking the positions)."""
         self._count = 0
         self._flushed_at = self._clock()
+        self._waiting.clear()
+
+    async def until_waiting(self) -> None:
+        """Until at least one terminal message waits for a commit (at once if one does)."""
+        await self._waiting.wait()
 
 
 class AuditBarrier(Protocol):

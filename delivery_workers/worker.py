@@ -138,7 +138,7 @@ class Worker(AsyncResource):
             commit_every_n, commit_every_s, error_retry_s, max_in_flight_per_subscription
         )
         # One read per storage partition for every subscription at its tail (shared_reads).
-        reader = SharedSegmentReader(self.catalog, stores)
+        reader = self.reader = SharedSegmentReader(self.catalog, stores)
         self.running = Running(metastore, self.catalog, stores, reader, self.fenced,
                                BodyCache(), self.disabling, member_id, audit, options)  # fmt: skip
         self.ops_events = OpsEvents(
@@ -198,6 +198,7 @@ class Worker(AsyncResource):
         await self._disown(list(self._owned))
         await self.disabling.aclose()
         await self.status.aclose()
+        await self.reader.aclose()  # its topic watches
 
     # ------------------------------------------------------------ assignment
     async def _follow_assignment(self) -> None:

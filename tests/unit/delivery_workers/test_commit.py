@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,8 +14,11 @@ from hypothesis.stateful import (
     rule,
 )
 
+from core.tasks import cancel
+from delivery_workers.commit import Committer
 from delivery_workers.tracking import CommitPolicy, CommitTracker, CommitTrackingError
 from tests.support.clock import ManualClock
+from tests.support.until import until
 
 SETTINGS = settings(deadline=None, max_examples=200)
 
@@ -263,3 +268,41 @@ def test_policy_flushes_after_the_interval_only_when_something_waits() -> None:
 def test_policy_rejects_nonsense() -> None:
     with pytest.raises(CommitTrackingError):
         CommitPolicy(every_n=0)
+
+
+# --- an idle committer sleeps (issue 35: 2 000 idle subscriptions on one worker) ---------
+
+
+class _CountingPolicy(CommitPolicy):
+    """Counts the committer's looks at the policy: each is a wake-up of its loop."""
+
+    looks = 0
+
+    def wait_s(self) -> float | None:
+        self.looks += 1
+        return super().wait_s()
+
+
+class _Path:
+    commits = 0
+
+    async def commit(self, barrier: object = None) -> bool:
+        self.commits += 1
+        return True
+
+
+async def test_an_idle_committer_does_not_wake_until_something_waits() -> None:
+    policy, path = _CountingPolicy(every_n=500, every_s=0.05), _Path()
+    task = asyncio.create_task(Committer(policy, "p/s", path).run())
+    try:
+        # A sleep that proves nothing happens: polling every 0.2 s looked 3 times by now.
+        await asyncio.sleep(0.7)
+        assert policy.looks == 1
+        assert path.commits == 0
+        policy.record()  # a message became terminal: committed within every_s
+        await until(lambda: path.commits == 1, timeout=5, what="the commit after record()")
+        await asyncio.sleep(0.3)  # and asleep again once it is committed
+        assert path.commits == 1
+        assert policy.looks <= 4
+    finally:
+        await cancel(task)

@@ -13,11 +13,13 @@ import pytest
 from core.model import Backend, Project, Segment, Topic
 from delivery_workers import shared_reads
 from delivery_workers.shared_reads import Tail, TopicCache
+from metastore import paths
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
 from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
 from segments.protocol import Record, SegmentStore, Stored
+from tests.support.until import until
 
 
 class Counting:
@@ -89,7 +91,7 @@ async def test_topic_cache_reads_once_per_ttl(tmp_path: Path) -> None:
         await catalog.create_project(Project(name="p"))
         seg = Segment(id=1, cluster="c", backend=Backend.EMBEDDED, storage_topic="s", partitions=1)
         await catalog.create_topic(Topic(project="p", name="t"), seg)
-        cache = TopicCache(meta, ttl_s=0.3)
+        cache = TopicCache(meta, ttl_s=0.3, watched_ttl_s=0.3)
         calls = 0
         real_get = meta.get
 
@@ -101,9 +103,50 @@ async def test_topic_cache_reads_once_per_ttl(tmp_path: Path) -> None:
         meta.get = counting_get  # type: ignore[method-assign]
         topics = await asyncio.gather(*(cache.get_topic("p", "t") for _ in range(100)))
         first = calls
-        assert all(t.name == "t" for t in topics) and 0 < first <= 4
+        assert all(t.name == "t" for t in topics) and 0 < first <= 6  # and 2 watches
         await cache.get_topic("p", "t")
         assert calls == first  # within the ttl: no read
         await asyncio.sleep(0.35)
         await cache.get_topic("p", "t")
         assert calls > first
+
+
+async def test_a_watched_topic_is_read_again_only_when_it_changes(tmp_path: Path) -> None:
+    """Issue 35 (one worker, 2 000 idle subscriptions): once its produce pointer and node are
+    watched, a topic is not read every ``ttl_s`` but when one of them changes."""
+    async with EmbeddedMetaStore(str(tmp_path / "m.db")) as meta:
+        catalog = Catalog(meta)
+        await catalog.create_project(Project(name="p"))
+        seg = Segment(id=1, cluster="c", backend=Backend.EMBEDDED, storage_topic="s", partitions=1)
+        await catalog.create_topic(Topic(project="p", name="t"), seg)
+        cache = TopicCache(meta, ttl_s=0.05, watched_ttl_s=60.0)
+        calls = 0  # topic reads: each lists the segments (the watches read nodes only)
+        real_children = meta.children
+
+        async def counting_children(path: str) -> Any:
+            nonlocal calls
+            calls += 1
+            return await real_children(path)
+
+        meta.children = counting_children  # type: ignore[method-assign]
+        await cache.get_topic("p", "t")
+        await until(lambda: all(w.armed for w in cache._watches.values()), what="armed")
+        await asyncio.sleep(0.06)  # past ttl_s: the read before may predate the watches
+        await cache.get_topic("p", "t")  # read again, watched from now on
+        before = calls
+        for _ in range(5):  # each ask past ttl_s: no read while nothing changed
+            await asyncio.sleep(0.06)
+            await cache.get_topic("p", "t")
+        assert calls == before
+
+        pointer = paths.produce_pointer("p", "t")
+        node = await meta.get(pointer)
+        assert node is not None
+        await meta.update(pointer, node.data, expected_version=node.version)  # a cutover's move
+        watch = cache._watches[("p", "t")]
+        generation = watch.generation
+        await until(lambda: watch.generation > generation, what="the pointer's watch to fire")
+        await cache.get_topic("p", "t")
+        assert calls > before  # read afresh
+        await cache.aclose()
+        assert watch.task.done()

@@ -1,0 +1,69 @@
+"""What an idle subscription's status costs the metastore (issue 35: one worker, 2 000 idle
+subscriptions): a node is written when its figures change, or every ``refresh_s``; a new
+history bucket that only repeats the last lag is no change, and rides along with the next
+write."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from delivery_workers.stats import RunnerStats
+from delivery_workers.status import REFRESH_S, StatusPublisher
+from metastore import paths
+from metastore.embedded import EmbeddedMetaStore
+from tests.support.clock import ManualClock
+
+
+class _Counting(EmbeddedMetaStore):
+    writes = 0
+
+    async def create(self, path: str, data: bytes = b"", **kw: Any) -> Any:
+        self.writes += 1
+        return await super().create(path, data, **kw)
+
+    async def update(self, path: str, data: bytes, **kw: Any) -> Any:
+        self.writes += 1
+        return await super().update(path, data, **kw)
+
+
+async def test_idle_figures_are_written_once_a_refresh(tmp_path: Path) -> None:
+    stats = RunnerStats(lag=0, segment=1)
+    clock, wall = ManualClock(100.0), ManualClock(1_000_000.0)
+    async with _Counting(str(tmp_path / "meta.db")) as meta:
+        status = StatusPublisher(
+            meta, "w-1", lambda: {"p/s": stats}, lambda: {"p/s"}, clock=clock, wall=wall
+        )
+        await status.publish()
+        assert meta.writes == 1
+        for _ in range(int(REFRESH_S) - 1):  # a round a second, a new 10 s bucket each 10
+            clock.now += 1
+            wall.now += 1
+            await status.publish()
+        assert meta.writes == 1  # the same lag in six buckets: nothing to write
+        clock.now += 1
+        wall.now += 1
+        await status.publish()  # the refresh carries every bucket's lag
+        assert meta.writes == 2
+        node = await meta.get(paths.unit_status("p/s"))
+        assert node is not None
+        history = json.loads(node.data)["history"]
+        assert len(history) == 7 and {row[5] for row in history} == {0}
+
+        stats.lag = 40  # a new lag is written at once
+        clock.now += 1
+        wall.now += 1
+        await status.publish()
+        assert meta.writes == 3
+        stats.delivered = 40  # so are moved counts
+        clock.now += 1
+        wall.now += 1
+        await status.publish()
+        assert meta.writes == 4
+        node = await meta.get(paths.unit_status("p/s"))
+        assert node is not None
+        doc = json.loads(node.data)
+        assert doc["lag"] == 40 and doc["totals"]["delivered"] == 40
+        assert doc["history"][-1][1] == 40 and doc["history"][-1][5] == 40
+        await status.aclose()

@@ -102,9 +102,17 @@ async def _scenario(world: World, procs: list[ProducerProcess], sub: Subscriptio
 
         async def publish(proc: ProducerProcess, mid: str, body: bytes) -> httpx.Response:
             async with gate:
-                return await client.post(
-                    proc.url + PATH, content=body, headers={"X-Message-Id": mid}
-                )
+                try:
+                    return await client.post(
+                        proc.url + PATH, content=body, headers={"X-Message-Id": mid}
+                    )
+                except (httpx.ReadError, httpx.RemoteProtocolError):
+                    # A kept-alive connection the producer closed (idle past its keep-alive
+                    # timeout, e.g. during the cutover) as the request went out (CI): sent
+                    # again, as any client would; the message id makes it safe.
+                    return await client.post(
+                        proc.url + PATH, content=body, headers={"X-Message-Id": mid}
+                    )
 
         async def round_of(picks: list[tuple[int, str]], body: bytes) -> list[httpx.Response]:
             return await asyncio.gather(*(publish(procs[p], mid, body) for p, mid in picks))

@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,10 @@ from scripts.realservices.__main__ import DEFAULT_CACHE, NAMES
 # policy's own tests pass their policy explicitly (tests/unit/core/test_endpoint_policy.py).
 os.environ.setdefault("HTTPBUS_ENDPOINT_POLICY__ALLOW_PRIVATE_NETWORKS", "true")
 from scripts.realservices.supervisor import Supervisor
+from tests.support import socket_sites
 from tests.support.services import RealServices, load
+
+socket_sites.install()
 
 
 @pytest.fixture(scope="session")
@@ -122,10 +126,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def collect_garbage_after(request: pytest.FixtureRequest) -> Iterator[None]:
     """After an integration test, collect garbage: a socket or transport it left unclosed in a
     reference cycle then warns (an error here) in this test, not in whichever later test the
-    collector happens to run in (CI once blamed 213 unclosed sockets on the wrong test)."""
+    collector happens to run in (CI once blamed 213 unclosed sockets on the wrong test). A
+    socket's failure names where it was connected (``tests/support/socket_sites.py``)."""
     yield
-    if "integration" in request.node.path.parts:
+    if "integration" not in request.node.path.parts:
+        return
+    with warnings.catch_warnings(record=True) as recorded:
+        warnings.simplefilter("always", ResourceWarning)
         gc.collect()
+    leaked = socket_sites.leaks(recorded)
+    if leaked and "spark" not in request.fixturenames:  # py4j's sockets: see above
+        pytest.fail("left unclosed by this test:\n" + "\n".join(leaked), pytrace=False)
 
 
 @pytest.fixture

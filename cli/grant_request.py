@@ -8,7 +8,22 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from cli.kit import Call, Columns, Project, Topic, command, listing, post
+from cli.kit import (
+    Call,
+    Columns,
+    Cursor,
+    Every,
+    Limit,
+    Offset,
+    Output,
+    Paging,
+    Project,
+    Search,
+    Topic,
+    command,
+    listing,
+    post,
+)
 from control_plane.client import path
 
 app = typer.Typer(
@@ -56,8 +71,16 @@ def list_(
         Literal["pending", "approved", "refused"] | None,
         typer.Option(help="Only requests in this state."),
     ] = None,
+    search: Search = "",
+    limit: Limit = 100,
+    cursor: Cursor = None,
+    every: Every = False,
+    offset: Offset = None,
+    output: Output = "text",
 ) -> Call:
-    """List the grant requests of one of your topics."""
+    """List the grant requests of one of your topics: a page by requesting project (the
+    next page's command is printed under it), or every page with --all; --search finds
+    them by project, requester, reason or note."""
     columns = Columns(
         f"grant requests of {project}/{topic}",
         ("grantee", "state", "requested by", "at", "reason", "decided by", "note"),
@@ -72,7 +95,18 @@ def list_(
         ),
     )
     params = {"state": state} if state else None
-    return listing(_requests(project, topic), columns, params=params, counted="request")
+    paging = Paging(search, cursor, limit, every, offset)
+    again = f"httpbus topic grant-request list {project} {topic}"
+    again += f" --state {state}" if state else ""
+    return listing(
+        _requests(project, topic),
+        columns,
+        page=paging,
+        params=params,
+        counted="request",
+        again=again,
+        output=output,
+    )
 
 
 @command(app)

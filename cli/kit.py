@@ -407,10 +407,13 @@ def listing(
     every page walked by cursor, a progress bar on stderr, and ``N {counted}(s)`` under
     the whole table. Without ``page``: the whole list (the route is not paged)."""
     if page is not None and page.every:
-        return _every_page(where, columns, page, counted, output)
+        return _every_page(where, columns, page, counted, output, params)
     if page is not None:
 
-        def paged(found: dict[str, Any]) -> str:
+        def paged(found: dict[str, Any] | list[dict[str, Any]]) -> str:
+            if isinstance(found, list):  # a control plane from before this route paged
+                columns.print(found)
+                return f"{len(found)} {counted}(s)"
             columns.print(found["items"])
             return paged_footer(found, again, page.search)
 
@@ -423,7 +426,14 @@ def listing(
     return get(where, params, text=whole)
 
 
-def _every_page(where: str, columns: Columns, page: Paging, counted: str, output: str) -> Call:
+def _every_page(
+    where: str,
+    columns: Columns,
+    page: Paging,
+    counted: str,
+    output: str,
+    params: dict[str, Any] | None = None,
+) -> Call:
     err = Console(stderr=True)
 
     async def work(api: AdminClient) -> list[dict[str, Any]]:
@@ -436,7 +446,7 @@ def _every_page(where: str, columns: Columns, page: Paging, counted: str, output
             disable=output == "json" or not err.is_terminal,
         ) as progress:
             task = progress.add_task("listing", total=None)
-            async for found in api.pages(where, page.params):
+            async for found in api.pages(where, {**(params or {}), **page.params}):
                 items.extend(found["items"])
                 total = None if page.search else int(found.get("total", 0))
                 progress.update(task, completed=len(items), total=total)

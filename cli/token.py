@@ -7,7 +7,24 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.kit import Call, Columns, Project, Yes, command, listing, post, removal, shown_once
+from cli.kit import (
+    Call,
+    Columns,
+    Cursor,
+    Every,
+    Limit,
+    Offset,
+    Output,
+    Paging,
+    Project,
+    Search,
+    Yes,
+    command,
+    listing,
+    post,
+    removal,
+    shown_once,
+)
 from control_plane.client import path
 
 app = typer.Typer(help="Produce tokens: create, list, revoke.", no_args_is_help=True)
@@ -44,14 +61,27 @@ def create(
 
 
 @command(app, "list")
-def list_(project: Project) -> Call:
-    """List a project's produce tokens (never the tokens themselves)."""
+def list_(
+    project: Project,
+    search: Search = "",
+    limit: Limit = 100,
+    cursor: Cursor = None,
+    every: Every = False,
+    offset: Offset = None,
+    output: Output = "text",
+) -> Call:
+    """List a project's produce tokens (never the tokens themselves): a page by id (the
+    next page's command is printed under it), or every page with --all; --search finds
+    them by id, topic or description."""
     columns = Columns(
         f"produce tokens of {project}",
         ("id", "may publish to", "description"),
         lambda t: (t["id"], _scope(t["topics"]), t.get("description", "")),
     )
-    return listing(_tokens(project), columns, counted="token")
+    paging = Paging(search, cursor, limit, every, offset)
+    again = f"httpbus token list {project}"
+    where = _tokens(project)
+    return listing(where, columns, page=paging, counted="token", again=again, output=output)
 
 
 @command(app)

@@ -16,7 +16,24 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.kit import Call, Columns, Project, Topic, Yes, command, listing, post, removal
+from cli.kit import (
+    Call,
+    Columns,
+    Cursor,
+    Every,
+    Limit,
+    Offset,
+    Output,
+    Paging,
+    Project,
+    Search,
+    Topic,
+    Yes,
+    command,
+    listing,
+    post,
+    removal,
+)
 from control_plane.client import path
 
 app = typer.Typer(
@@ -47,14 +64,27 @@ def add(project: Project, topic: Topic, grantee: Grantee) -> Call:
 
 
 @command(app, "list")
-def list_(project: Project, topic: Topic) -> Call:
-    """List the projects the topic is granted to."""
+def list_(
+    project: Project,
+    topic: Topic,
+    search: Search = "",
+    limit: Limit = 100,
+    cursor: Cursor = None,
+    every: Every = False,
+    offset: Offset = None,
+    output: Output = "text",
+) -> Call:
+    """List the projects the topic is granted to: a page (the next page's command is
+    printed under it), or every page with --all; --search finds them by name."""
     columns = Columns(
         f"grants of {project}/{topic}",
         ("project", "granted at (UTC)"),
         lambda g: (g["grantee"], _since(g)),
     )
-    return listing(_grants(project, topic), columns, counted="grant")
+    paging = Paging(search, cursor, limit, every, offset)
+    again = f"httpbus topic grant list {project} {topic}"
+    where = _grants(project, topic)
+    return listing(where, columns, page=paging, counted="grant", again=again, output=output)
 
 
 @command(app)

@@ -152,10 +152,14 @@ class AdminClient:
     async def pages(self, url: str, params: dict[str, Any] | None = None) -> AsyncIterator[JSON]:
         """Every page of the list at ``url`` from the one ``params`` ask, by ``next_cursor``
         (the search ``q`` and ``limit`` kept). A control plane whose pages carry no cursor
-        (before cursors) is walked by ``offset`` instead."""
+        (before cursors) is walked by ``offset`` instead; one whose route answered the
+        whole list as an array (before that route paged) is one page of it."""
         asked = dict(params or {})
         while True:
             found = await self.get(url, asked)
+            if isinstance(found, list):
+                yield {"items": found, "total": len(found), "offset": 0, "next_cursor": None}
+                return
             yield found
             if "next_cursor" not in found:  # an older control plane: pages by offset
                 shown = len(found.get("items", []))

@@ -16,8 +16,15 @@ from fastapi import APIRouter, Depends, Path, Query, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from control_plane.api.auth import ANY, OWNER, PrincipalDep
-from control_plane.api.deps import AdminDep, ProjectName, TopicName
+from control_plane.api.deps import (
+    AdminDep,
+    ListQueryIfAskedDep,
+    ProjectName,
+    TopicName,
+    page_or_all,
+)
 from control_plane.api.principals import principal_store
+from control_plane.api.schemas import Page
 from control_plane.services.topic_catalog import CatalogEntry, CatalogPage, TopicCatalog
 from core.grant_requests import MAX_REASON, GrantRequest, RequestState
 from core.names import MAX_NAME, NAME_PATTERN, Name
@@ -92,10 +99,19 @@ async def list_grant_requests(
     topic: TopicName,
     admin: AdminDep,
     request: Request,
+    query: ListQueryIfAskedDep,
     state: RequestState | None = None,
-) -> list[GrantRequest]:
-    """The topic's requests by grantee (``state``: only those)."""
-    return await _catalog(admin, request).requests(project, topic, state)
+) -> list[GrantRequest] | Page[GrantRequest]:
+    """The topic's requests by grantee (``state``: only those). With any of ``q``,
+    ``cursor``, ``limit``: a page by grantee (``q`` searches grantees, requesters, reasons
+    and notes; ``next_cursor``, null on the last page, and ``prev_cursor`` ask for the pages
+    around); without them the whole list, as before paging (deprecated)."""
+    found = await _catalog(admin, request).requests(project, topic, state)
+    return await page_or_all(found, query, lambda r: r.grantee, _request_text)
+
+
+def _request_text(r: GrantRequest) -> str:
+    return " ".join([r.reason, r.requested_by, r.decided_by or "", r.note])
 
 
 @dataclass(frozen=True)

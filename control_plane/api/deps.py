@@ -3,7 +3,7 @@ parameters, paging."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Path, Query, Request
@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from control_plane.api.schemas import Page
 from control_plane.services.admin import Admin
 from control_plane.services.cutovers import Cutovers
-from control_plane.services.listing import ListQuery, ListTexts, SearchTexts, page_of
+from control_plane.services.listing import ListQuery, ListTexts, SearchTexts, Texts, page_of
 from control_plane.services.topic_migrations import Migrations
 from core.names import MAX_NAME, NAME_PATTERN
 
@@ -66,6 +66,20 @@ def list_query(
 ListQueryDep = Annotated[ListQuery, Depends(list_query)]
 
 
+def list_query_if_asked(
+    q: Search = "", cursor: Cursor = None, offset: Offset = None, limit: Limit | None = None
+) -> ListQuery | None:
+    """The paging and search parameters of a list route that answered its whole list (a
+    JSON array) before it paged: None when the request names none of ``q``, ``cursor``,
+    ``offset``, ``limit`` (the whole list, as before), else the page they ask."""
+    if not q and cursor is None and offset is None and limit is None:
+        return None
+    return ListQuery(q=q, cursor=cursor, offset=offset, limit=100 if limit is None else limit)
+
+
+ListQueryIfAskedDep = Annotated[ListQuery | None, Depends(list_query_if_asked)]
+
+
 def _search_texts(request: Request) -> SearchTexts:
     texts: SearchTexts = request.app.state.search_texts
     return texts
@@ -78,13 +92,13 @@ async def page(
     names: list[str],
     query: ListQuery,
     fetch: Callable[[str], Awaitable[T]],
-    texts: ListTexts | None = None,
+    texts: ListTexts | Texts | None = None,
     fetch_many: Callable[[list[str]], Awaitable[list[T]]] | None = None,
 ) -> Page[T]:
     """One page of entities, fetched by name (control_plane.services.listing); a page shown
     without a search starts reading the list's search texts (``ListTexts.warm``)."""
     found = await page_of(names, query, fetch, texts, fetch_many)
-    if texts is not None and not query.needle:
+    if isinstance(texts, ListTexts) and not query.needle:
         texts.warm(names)
     return Page[T](
         items=found.items,
@@ -109,6 +123,30 @@ async def project_page(
     it is absent, rather than answering an empty page."""
     await admin.catalog.get_project(project)
     return await page(await names_of(project), query, fetch, texts, fetch_many)
+
+
+async def page_or_all(
+    items: Iterable[T],
+    query: ListQuery | None,
+    name: Callable[[T], str],
+    text: Callable[[T], str],
+) -> list[T] | Page[T]:
+    """A list read whole in one call (a relational table, one record): all of it as it
+    was answered before paging (``query`` None: the request asked no page), or the page
+    ``query`` asks, by the unique ``name`` of each item, ``q`` searching the name and
+    ``text`` (roles, a description)."""
+    every = list(items)
+    if query is None:
+        return every
+    by_name = {name(item): item for item in every}
+
+    async def fetch(found: str) -> T:
+        return by_name[found]
+
+    async def texts(names: list[str]) -> dict[str, str]:
+        return {n: text(by_name[n]).lower() for n in names if n in by_name}
+
+    return await page(list(by_name), query, fetch, texts)
 
 
 def merged(current: M, changes: BaseModel) -> M:

@@ -15,8 +15,15 @@ from pydantic import BaseModel, ConfigDict
 from starlette.concurrency import run_in_threadpool
 
 from control_plane.api.auth import OWNER, VIEWER
-from control_plane.api.deps import AdminDep, ProjectName, TopicName
+from control_plane.api.deps import (
+    AdminDep,
+    ListQueryIfAskedDep,
+    ProjectName,
+    TopicName,
+    page_or_all,
+)
 from control_plane.api.principals import principal_store
+from control_plane.api.schemas import Page
 from core.errors import GrantRequired, ValidationFailed
 from core.names import MAX_NAME, NAME_PATTERN, Name
 from reports.principals import TopicGrant
@@ -64,11 +71,20 @@ async def add_grant(
 
 @router.get("", **VIEWER)
 async def list_grants(
-    project: ProjectName, topic: TopicName, admin: AdminDep, request: Request
-) -> list[GrantView]:
+    project: ProjectName,
+    topic: TopicName,
+    admin: AdminDep,
+    request: Request,
+    query: ListQueryIfAskedDep,
+) -> list[GrantView] | Page[GrantView]:
+    """The projects the topic is granted to. With any of ``q``, ``cursor``, ``limit``: a
+    page by granted project (``q`` searches its name; ``next_cursor``, null on the last
+    page, and ``prev_cursor`` ask for the pages around); without them the whole list, as
+    before paging (deprecated)."""
     await admin.catalog.get_topic(project, topic)
     store = principal_store(request)
-    return [_view(g) for g in await run_in_threadpool(store.topic_grants, project, topic)]
+    found = [_view(g) for g in await run_in_threadpool(store.topic_grants, project, topic)]
+    return await page_or_all(found, query, lambda g: g.grantee, lambda g: "")
 
 
 @router.delete("/{grantee}", status_code=status.HTTP_204_NO_CONTENT, **OWNER)

@@ -15,7 +15,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from control_plane.api.auth import ADMIN, ANY, PrincipalDep
-from control_plane.api.deps import AdminDep
+from control_plane.api.deps import AdminDep, ListQueryIfAskedDep, page_or_all
+from control_plane.api.schemas import Page
 from core.errors import ValidationFailed
 from core.names import MAX_NAME, NAME_PATTERN, Name
 from core.principals import Grant, Principal, parse_grant
@@ -133,8 +134,15 @@ async def create_user(body: UserCreate, admin: AdminDep, request: Request) -> Us
 
 
 @router.get("/v1/users", **ADMIN)
-async def list_users(request: Request) -> list[UserView]:
-    return [_user(u) for u in await run_in_threadpool(principal_store(request).users)]
+async def list_users(
+    request: Request, query: ListQueryIfAskedDep
+) -> list[UserView] | Page[UserView]:
+    """The users and their roles. With any of ``q``, ``cursor``, ``limit``: a page by name
+    (``q`` searches names and roles; ``next_cursor``, null on the last page, and
+    ``prev_cursor`` ask for the pages around); without them the whole list, as before
+    paging (deprecated)."""
+    users = [_user(u) for u in await run_in_threadpool(principal_store(request).users)]
+    return await page_or_all(users, query, lambda u: u.name, lambda u: " ".join(u.roles))
 
 
 @router.get("/v1/users/{user}", **ADMIN)
@@ -200,10 +208,19 @@ async def create_api_token(
 @router.get("/v1/tokens", **ADMIN)
 async def list_api_tokens(
     request: Request,
+    query: ListQueryIfAskedDep,
     user: Annotated[str | None, Query(pattern=NAME_PATTERN, max_length=MAX_NAME)] = None,
-) -> list[ApiTokenView]:
-    """Every API token, or a user's (never the tokens themselves)."""
-    return [_token(t) for t in await run_in_threadpool(principal_store(request).tokens, user)]
+) -> list[ApiTokenView] | Page[ApiTokenView]:
+    """Every API token, or a user's (never the tokens themselves). With any of ``q``,
+    ``cursor``, ``limit``: a page by token id (``q`` searches ids, users, roles and
+    descriptions; ``next_cursor``, null on the last page, and ``prev_cursor`` ask for the
+    pages around); without them the whole list, as before paging (deprecated)."""
+    found = [_token(t) for t in await run_in_threadpool(principal_store(request).tokens, user)]
+    return await page_or_all(found, query, lambda t: t.id, _token_text)
+
+
+def _token_text(token: ApiTokenView) -> str:
+    return " ".join([token.user or "", *token.roles, token.description])
 
 
 @router.delete("/v1/tokens/{token_id}", status_code=status.HTTP_204_NO_CONTENT, **ADMIN)

@@ -8,7 +8,8 @@ from fastapi import APIRouter, Path, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from control_plane.api.auth import OWNER, VIEWER
-from control_plane.api.deps import AdminDep, ProjectName
+from control_plane.api.deps import AdminDep, ListQueryIfAskedDep, ProjectName, page_or_all
+from control_plane.api.schemas import Page
 from core.model import ProduceToken
 from core.names import Name
 from core.tokens import make_token
@@ -46,8 +47,19 @@ async def create_token(project: ProjectName, body: TokenCreate, admin: AdminDep)
 
 
 @router.get("", **VIEWER)
-async def list_tokens(project: ProjectName, admin: AdminDep) -> list[TokenView]:
-    return [TokenView.model_validate(_view(t)) for t in await admin.catalog.list_tokens(project)]
+async def list_tokens(
+    project: ProjectName, admin: AdminDep, query: ListQueryIfAskedDep
+) -> list[TokenView] | Page[TokenView]:
+    """The project's produce tokens (never the tokens themselves). With any of ``q``,
+    ``cursor``, ``limit``: a page by token id (``q`` searches ids, topics and descriptions;
+    ``next_cursor``, null on the last page, and ``prev_cursor`` ask for the pages around);
+    without them the whole list, as before paging (deprecated)."""
+    found = [TokenView.model_validate(_view(t)) for t in await admin.catalog.list_tokens(project)]
+    return await page_or_all(found, query, lambda t: t.id, _text)
+
+
+def _text(token: TokenView) -> str:
+    return " ".join([*token.topics, token.description])
 
 
 @router.delete("/{token_id}", status_code=status.HTTP_204_NO_CONTENT, **OWNER)

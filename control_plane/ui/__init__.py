@@ -32,6 +32,7 @@ from control_plane.ui import (
     sub_views,
     topic_catalog_views,
     trace_views,
+    user_views,
 )
 from control_plane.ui.deps import page_principal
 from control_plane.ui.render import HERE, render
@@ -59,6 +60,7 @@ ROUTERS = (
     trace_views,
     search_views,
     topic_catalog_views,
+    user_views,
 )
 
 

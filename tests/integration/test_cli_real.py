@@ -278,7 +278,7 @@ def test_update_delete_tokens_and_cutover_status_on_the_real_control_plane(
     assert f"revoked token {made['id']}" in ok(
         httpbus(dev, "token", "revoke", "walk", made["id"], "--yes")
     )
-    assert as_json(httpbus(dev, "token", "list", "walk", "-o", "json")) == []
+    assert as_json(httpbus(dev, "token", "list", "walk", "-o", "json"))["items"] == []
     until_sync(
         lambda: _produce_status(dev, "walk", "orders", made["token"]) == 401,
         what="the revoked token refused by the producer",

@@ -93,6 +93,7 @@ def test_every_main_page_fits_a_phone(page: Page, dev: Dev, delivered: str) -> N
         f"/ui/projects/shop/topics/orders/messages/{delivered}",
         "/ui/trace",
         "/ui/audit",
+        "/ui/users",
     ):
         page.goto(f"{dev.control_plane}{url}")
         widths[url] = page.evaluate("document.scrollingElement.scrollWidth")

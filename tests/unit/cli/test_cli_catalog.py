@@ -67,7 +67,7 @@ def test_find_ask_and_approve(url: str, tmp_path: Path) -> None:
         httpbus(url, "topic", "grant-request", "list", "shop", "orders", "--state", "pending",
                 "-o", "json", token=sam)
     )  # fmt: skip
-    assert [r["grantee"] for r in pending] == ["other"]
+    assert [r["grantee"] for r in pending["items"]] == ["other"]
     out = ok(httpbus(url, "topic", "grant-request", "approve", "shop", "orders", "other",
                      "--note", "welcome", token=sam))  # fmt: skip
     assert out.strip() == "approved the request of other for shop/orders"

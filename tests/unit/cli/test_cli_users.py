@@ -39,7 +39,7 @@ def test_users_roles_and_a_users_token_in_the_cli(url: str) -> None:
     assert made["roles"] == ["viewer:shop"] and "password" not in made
     text = ok(httpbus(url, "user", "grant", "alice", "owner:other"))
     assert text.strip() == "granted; now user alice: owner:other, viewer:shop"
-    listed = as_json(httpbus(url, "user", "list", "-o", "json"))
+    listed = as_json(httpbus(url, "user", "list", "-o", "json"))["items"]
     assert [(u["name"], u["roles"]) for u in listed] == [("alice", ["owner:other", "viewer:shop"])]
     assert "alice" in ok(httpbus(url, "user", "list"))
     created = as_json(httpbus(url, "user", "token", "create", "alice", "-o", "json"))
@@ -61,7 +61,7 @@ def test_users_roles_and_a_users_token_in_the_cli(url: str) -> None:
     one_line_error(
         httpbus(url, "topic", "create", "other", "more", token=created["token"]), 1, "403"
     )
-    tokens = as_json(httpbus(url, "user", "token", "list", "alice", "-o", "json"))
+    tokens = as_json(httpbus(url, "user", "token", "list", "alice", "-o", "json"))["items"]
     assert [t["id"] for t in tokens] == [created["id"]] and "hbk." not in str(tokens)
     ok(httpbus(url, "user", "token", "revoke", created["id"], "--yes"))
     one_line_error(

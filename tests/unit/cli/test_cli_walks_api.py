@@ -183,7 +183,7 @@ EXAMPLES: dict[str, list[tuple[str, ...]]] = {
     "topic schema versions": [T],
     "topic schema delete": [(*T, "--yes")],
     "topic grant add": [(*T, "other")],
-    "topic grant list": [T],
+    "topic grant list": [T, *[(*T, *a) for a in PAGING]],
     "topic grant remove": [(*T, "other", "--yes")],
     "sub create": [
         (*S, *SUB, "--filter", "true", "--max-in-flight", "2", "--rate-limit", "5"),
@@ -222,17 +222,17 @@ EXAMPLES: dict[str, list[tuple[str, ...]]] = {
         )
     ],
     "token create": [("shop",)],
-    "token list": [("shop",)],
+    "token list": [("shop",), *[("shop", *a) for a in PAGING]],
     "token revoke": [("shop", "t1", "--yes")],
     "user create": [("ann", "--password-stdin")],
-    "user list": [()],
+    "user list": [(), *PAGING],
     "user show": [("ann",)],
     "user grant": [("ann", "admin")],
     "user revoke": [("ann", "admin")],
     "user delete": [("ann", "--yes")],
     "user password": [("ann", "--password-stdin")],
     "user token create": [("ann",), ("--role", "admin")],
-    "user token list": [(), ("ann",)],
+    "user token list": [(), ("ann",), *[("ann", *a) for a in PAGING]],
     "user token revoke": [("t1", "--yes")],
     "dlq list": [
         (*S, "--group", "g", "--status", "500", "--cursor", "c"),
@@ -265,7 +265,11 @@ EXAMPLES: dict[str, list[tuple[str, ...]]] = {
     "sub status": [S, (*S, "--range", "10m")],
     "dlq summary": [S],
     "topic grant-request create": [(*T, "--project", "other", "--reason", "r")],
-    "topic grant-request list": [T, (*T, "--state", "pending")],
+    "topic grant-request list": [
+        T,
+        (*T, "--state", "pending"),
+        *[(*T, "--state", "pending", *a) for a in PAGING],
+    ],
     "topic grant-request approve": [(*T, "other", "--note", "n")],
     "topic grant-request refuse": [(*T, "other", "--note", "n")],
 }

@@ -1,22 +1,25 @@
-"""The leading control plane partitioned from ZooKeeper in the middle of a cutover (issue 34):
-two control plane processes, the leader of every role in a network namespace of its own
-(scripts/realservices/netns.py), the other in the root namespace; two producer services
-publish grouped sequences (4 clients each, one per group) and a worker delivers them. A
-cutover to a new Kafka segment of 2 partitions is started through the follower's API; as
-soon as every producer has acknowledged PREPARE (a watch on the cutover record), the
-packets between the leader's namespace and ZooKeeper are dropped both ways (Kafka and its
-HTTP port stay reachable). The partition heals once the other control plane has taken over
-and finished the cutover, and at least 10 s after the cut (its 4 s session long expired).
+"""The leading control plane partitioned from ZooKeeper in the middle of a cutover or a
+failover (issue 34): two control plane processes, the leader of every role in a network
+namespace of its own (scripts/realservices/netns.py), the other in the root namespace; two
+producer services publish grouped sequences (4 clients each, one per group) and a worker
+delivers them. A cutover to a new Kafka segment of 2 partitions is started through the
+follower's API, or a failover (the old segment left UNSEALED, sealed later by the failover
+leader) is begun through the facade as the failover leader begins one, on a healthy Kafka.
+A kazoo watch of the cutover record drops the packets between the leader's namespace and
+ZooKeeper both ways once the record says SWITCH (a cutover: the producers drained and wait
+for the commit) or every producer acknowledged PREPARE (a failover); Kafka and the leader's
+HTTP port stay reachable. The partition heals 10 s after the cut, once the other control
+plane leads and the cutover is over (the leader's 4 s session long expired).
 
-What must hold: the other control plane takes the cutover role once ZooKeeper expires the
-leader's session, and completes (or rolls back) the cutover; the partitioned one stops
-claiming the lead before the other takes it (its lease, metastore/lease.py), writes nothing
-to the cutover record once cut off (every version of the record seen between the cut and
-the takeover differs from the one before only by producers' acknowledgements) nor after the
-heal (the record's version stays), and does not take the role back; and the checker
+What must hold: the other control plane is elected once ZooKeeper expires the leader's
+session, and completes the cutover (its phase timeouts outlast the takeover); the cut-off
+one stops claiming any role before that election (its lease, metastore/lease.py), writes
+nothing to the cutover record once cut off (every version seen between the cut and the
+election differs from the one before only by producers' acknowledgements) nor after the
+heal (the record's version stays), and does not lead again; and the checker
 (tests/chaos/checker.py) finds no acknowledged message lost, no group out of order, no
 overlap, and publishing and delivery back within 15 s of the heal. It prints how long
-publishing answered 503. Single-node servers; root."""
+publishing stalled and answered 503. Single-node servers; root (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -32,10 +35,12 @@ from typing import Any
 
 import httpx
 import pytest
+from kazoo.client import KazooClient
 
+from control_plane.services.cutovers import Cutovers
 from metastore import paths
 from scripts.realservices.netns import Namespace
-from segments.cutover.machine import Cutover, Phase
+from segments.cutover.machine import Cutover, Phase, Timeouts
 from tests.chaos.checker import check, from_requests, longest_gap
 from tests.chaos.faults import ADMIN, Load, merged
 from tests.support.processes import ControlPlaneProcess, ProducerProcess
@@ -69,31 +74,70 @@ class Versions:
     seen: list[tuple[float, int, Cutover]] = field(default_factory=list)
 
     def coordinator_writes(self, since: float, until_: float) -> list[str]:
-        """The versions seen in [since, until_) that changed more than acknowledgements."""
+        """The versions seen in [since, until_) that changed more than acknowledgements
+        (times: ``time.time()``)."""
         found = []
         for (_, _, before), (at, version, after) in zip(self.seen, self.seen[1:], strict=False):
             if since <= at < until_:
                 a, b = before.model_dump(), after.model_dump()
                 changed = {k for k in a if a[k] != b[k]} - ACK_FIELDS
                 if changed:
-                    found.append(f"v{version} at {at - since:.2f}s: {sorted(changed)}")
+                    found.append(f"v{version} seen at {at:.3f}: {sorted(changed)}")
         return found
 
 
-async def _watch_record(
-    world: ProcessWorld, versions: Versions, prepared: Callable[[Cutover], None]
-) -> None:
+async def _watch_record(world: ProcessWorld, versions: Versions) -> None:
     async for node in world.meta.watch(paths.cutover("shop", "orders")):
-        if node is None:
-            continue
-        state = Cutover.model_validate_json(node.data)
-        versions.seen.append((time.time(), node.version, state))
-        prepared(state)
+        if node is not None:
+            state = Cutover.model_validate_json(node.data)
+            versions.seen.append((time.time(), node.version, state))
+
+
+class _Trigger:
+    """Partitions ``ns`` from ZooKeeper at the first version of the cutover record for which
+    ``when`` is true: a kazoo data watch of its own, whose callback runs on kazoo's thread,
+    so the cut does not wait for the test's busy event loop (which lagged by up to 0.6 s
+    and saw a failover already COMPLETE)."""
+
+    def __init__(
+        self, world: ProcessWorld, when: Callable[[Cutover], bool], ns: Namespace, port: int
+    ) -> None:
+        self.client = KazooClient(hosts=world.zk.hosts)
+        self.path = f"{world.zk.root}{paths.cutover('shop', 'orders')}"
+        self.when, self.ns, self.port = when, ns, port
+        self.cut_at: float | None = None
+
+    def arm(self) -> None:
+        self.client.start(10)
+        self.client.DataWatch(self.path, self._changed)
+
+    def _changed(self, data: bytes | None, stat: object) -> bool:
+        if self.cut_at is None and data and self.when(Cutover.model_validate_json(data)):
+            self.ns.partition([self.port])
+            self.cut_at = time.time()
+        return self.cut_at is None  # False: no more calls
+
+    def disarm(self) -> None:
+        self.client.stop()
+        self.client.close()
 
 
 async def _leader(world: ProcessWorld, role: str) -> str | None:
     node = await world.meta.get(paths.leader(role))
     return None if node is None else str(json.loads(node.data)["member"])
+
+
+def _elected_at(world: ProcessWorld, role: str) -> float:
+    """When ZooKeeper created the node of ``role``'s current leader (its clock, this host's):
+    the moment the other control plane was elected, whatever the test's polls saw."""
+    client = KazooClient(hosts=world.zk.hosts)
+    client.start(10)
+    try:
+        _, stat = client.get(f"{world.zk.root}{paths.leader(role)}")
+        return float(stat.ctime) / 1000
+    finally:
+        client.stop()
+        client.close()
 
 
 async def _leads(world: ProcessWorld, role: str, member: str) -> bool:
@@ -129,7 +173,9 @@ async def _follow_claims(
         await asyncio.sleep(0.1)
 
 
+@pytest.mark.parametrize("kind", ["cutover", "failover"])
 async def test_the_leading_control_plane_partitioned_during_a_cutover(
+    kind: str,
     real_services: RealServices,
     unique: str,
     tmp_path: Path,
@@ -166,14 +212,8 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
         started: list[ProducerProcess] = [cut, other, *producers]
         versions, stop_claims = Versions(), asyncio.Event()
         claims: list[tuple[float, set[str]]] = []  # when the cut-off one said it leads, what
-        cut_at: list[float] = []
 
-        def on_record(state: Cutover) -> None:
-            acks = [state.producers.get(m) for m in state.participants]
-            if not cut_at and acks and all(a is not None and a.prepared_at for a in acks):
-                ns.partition([zk_port])  # at once, in the watch: before the SWITCH round
-                cut_at.append(time.time())
-
+        trigger = _Trigger(world, lambda state: _cut_now(kind, state), ns, zk_port)
         try:
             cut.start(timeout=60)
             await until(
@@ -190,26 +230,18 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
                 for load, tag in zip(loads, ("a", "b"), strict=True)
                 for i in range(GROUPS)
             ]
-            recorder = asyncio.create_task(_watch_record(world, versions, on_record))
+            await asyncio.to_thread(trigger.arm)
+            recorder = asyncio.create_task(_watch_record(world, versions))
             follower = asyncio.create_task(_follow_claims(cut, stop_claims, claims))
             try:
                 await until(lambda: len(world.hook.on("s0")) >= 100, 30, "deliveries flowing")
-                async with httpx.AsyncClient(timeout=10) as client:
-                    r = await client.post(
-                        f"{other.url}/v1/projects/shop/topics/orders/cutover",
-                        json={"cluster": "kafka-main", "partitions": 2},
-                        headers={"Authorization": f"Bearer {ADMIN}"},
-                    )
-                assert r.status_code in (200, 201, 202), r.text
-                await until(lambda: bool(cut_at), 30, "every producer's PREPARE acknowledged")
-                fault_at = cut_at[0]
-                phase_at_cut = versions.seen[-1][2].phase
+                await _start(kind, world, other, unique)
+                fault_at = await until(lambda: trigger.cut_at, 30, "the leader cut off")
                 await until(
                     lambda: _leads(world, "cutover", members["other"]),
                     SESSION_S * 5,
                     "the other control plane leading the cutovers",
                 )
-                took_over = time.time()
                 last = await until(lambda: _terminal(versions), 60, "the cutover over")
                 over_at = time.time()
                 await until(
@@ -225,6 +257,7 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
                 ready_after = time.time() - heal_at
                 await asyncio.sleep(AFTER_HEAL_S)  # publishing on after the heal (a pace)
                 claims_after_heal = [roles for t, roles in claims if t > heal_at]
+                sealed_at = await until(lambda: _old_finished(world), 60, "segment 1 sealed")
             finally:
                 for load in loads:
                     load.stop.set()
@@ -232,11 +265,13 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
                 await asyncio.gather(*clients, follower, return_exceptions=True)
                 recorder.cancel()
                 await asyncio.gather(recorder, return_exceptions=True)
+                trigger.disarm()
             history = merged(loads, [])
             await until(
                 lambda: history.acked <= set(world.hook.ids("s0")), 60, "every acked delivered"
             )
             leader_at_end = await _leader(world, "cutover")
+            took_over = await asyncio.to_thread(_elected_at, world, "cutover")
             aborted = [p.url for p in started if p.proc is None or p.proc.poll() is not None]
             aborted += ["worker"] if worker.proc.poll() is not None else []
         finally:
@@ -252,12 +287,14 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
     last_claim = max((t for t, _ in claims), default=0.0) - fault_at
     last_roles = sorted(claims[-1][1]) if claims else []
     windows = sorted(b - a for a, b in verdict.unavailable)
+    phase_at_cut = max((t, p) for p, t in last.phase_times.items() if t.timestamp() <= fault_at)[1]
     stalled = longest_gap([t for t, s in history.answers if s == 201], fault_at)
     print(
-        f"\ncut at 0 in {phase_at_cut}: the cut-off leader last claimed a role at "
+        f"\n{kind}: cut at 0 in {phase_at_cut}: the cut-off leader last claimed a role at "
         f"{last_claim:.2f}s ({last_roles}), the other leads at {took_over - fault_at:.2f}s, "
         f"the cutover "
         f"{last.phase} at {over_at - fault_at:.2f}s (phases {_phases(last, fault_at)}), "
+        f"segment 1 sealed at {sealed_at - fault_at:.2f}s, "
         f"healed at {heal_at - fault_at:.2f}s, the cut-off control plane ready "
         f"{ready_after:.2f}s after; record versions {[v for _, v, _ in versions.seen]} "
         f"(at the heal v{version_at_heal}); coordinator writes between the cut and the "
@@ -266,6 +303,7 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
         f"{verdict.summary()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
     assert not aborted, f"processes exited: {aborted}"
+    assert phase_at_cut not in DONE, f"the cut came after the end ({phase_at_cut}): no test"
     assert last.phase in (Phase.COMPLETE, Phase.ROLLED_BACK), last
     assert leader_at_end == members["other"], "the cut-off control plane took the role back"
     assert not claimed_in_partition, f"still leading while cut off: {claimed_in_partition}"
@@ -274,6 +312,47 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
     assert not deposed, f"the cut-off leader wrote to the record: {deposed}"
     assert not after_heal, f"the record changed after the heal: {after_heal}"
     verdict.assert_sound(back_within_s=BACK_WITHIN_S)
+
+
+def _cut_now(kind: str, state: Cutover) -> bool:
+    """When to cut the leader off: a cutover once it wrote SWITCH (the producers drain, the
+    commit waits for their acknowledgements); a failover, whose SWITCH goes on to COMMIT
+    without a drain, once every producer acknowledged PREPARE (the leader is about to write
+    SWITCH). Either way after PREPARE was acknowledged and, as a rule, before COMMIT: the
+    test prints the phase it was in."""
+    if state.phase in (Phase.SWITCH, Phase.COMMIT):
+        return True
+    acks = [state.producers.get(m) for m in state.participants]
+    prepared = bool(acks) and all(a is not None and a.prepared_at for a in acks)
+    return kind == "failover" and state.phase is Phase.PREPARE and prepared
+
+
+async def _start(kind: str, world: ProcessWorld, other: ControlPlaneProcess, unique: str) -> None:
+    """A cutover to 2 partitions through the follower's API; or a failover (no seal: the
+    old segment is left UNSEALED for the failover leader to seal), begun through the
+    facade as the failover leader begins one, with no broker taken down (its trigger, the
+    producers' health reports, is tests/integration/test_failover_real.py's)."""
+    if kind == "cutover":
+        async with httpx.AsyncClient(timeout=10) as client:
+            r = await client.post(
+                f"{other.url}/v1/projects/shop/topics/orders/cutover",
+                json={"cluster": "kafka-main", "partitions": 2},
+                headers={"Authorization": f"Bearer {ADMIN}"},
+            )
+        assert r.status_code in (200, 201, 202), r.text
+    else:
+        clusters: dict[str, Any] = {"kafka-main": world.kafka}
+        cutovers = Cutovers(world.meta, world.catalog, clusters, Timeouts(), f"chaos{unique}")
+        reason = "chaos test: a failover begun by hand"
+        await cutovers.start("shop", "orders", "kafka-main", 2, failover=reason, from_segment=1)
+
+
+async def _old_finished(world: ProcessWorld) -> float | None:
+    """When segment 1 was sealed (its record's ``sealed_at``) once it is sealed with its
+    final ends (None: not yet)."""
+    old = (await world.catalog.get_topic("shop", "orders")).segment(1)
+    done = old is not None and old.finished and old.sealed_at is not None
+    return old.sealed_at.timestamp() if done and old.sealed_at else None
 
 
 async def _terminal(versions: Versions) -> Cutover | None:

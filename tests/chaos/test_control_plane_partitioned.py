@@ -29,6 +29,7 @@ import os
 import re
 import time
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,9 @@ import httpx
 import pytest
 from kazoo.client import KazooClient
 
-from control_plane.services.cutovers import Cutovers
+from control_plane.services.cutovers import PRODUCERS, Cutovers
 from metastore import paths
+from metastore.config import open_metastore
 from scripts.realservices.netns import Namespace
 from segments.cutover.machine import Cutover, Phase, Timeouts
 from tests.chaos.checker import check, from_requests, longest_gap
@@ -55,6 +57,7 @@ GROUPS = 4  # per producer
 PARTITION_S = 10.0  # at least; and until the cutover is over
 AFTER_HEAL_S = 6.0
 BACK_WITHIN_S = 15.0
+SILENT = "silent-member"  # holds a failover's PREPARE open until the cut (_cut_now)
 DONE = {Phase.COMPLETE, Phase.ROLLED_BACK, Phase.ABORTED}
 # A phase outlasts the takeover (session expiry and an election): the new leader finishes
 # the cutover rather than rolling it back at the deadline.
@@ -214,6 +217,7 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
         claims: list[tuple[float, set[str]]] = []  # when the cut-off one said it leads, what
 
         trigger = _Trigger(world, lambda state: _cut_now(kind, state), ns, zk_port)
+        stack = AsyncExitStack()
         try:
             cut.start(timeout=60)
             await until(
@@ -235,8 +239,12 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
             follower = asyncio.create_task(_follow_claims(cut, stop_claims, claims))
             try:
                 await until(lambda: len(world.hook.on("s0")) >= 100, 30, "deliveries flowing")
+                if kind == "failover":  # a member that holds PREPARE open (see _cut_now)
+                    silent = await stack.enter_async_context(open_metastore(world.zk))
+                    await silent.join(PRODUCERS, SILENT, b"{}")
                 await _start(kind, world, other, unique)
                 fault_at = await until(lambda: trigger.cut_at, 30, "the leader cut off")
+                await stack.aclose()  # the silent member's session ends: it leaves
                 await until(
                     lambda: _leads(world, "cutover", members["other"]),
                     SESSION_S * 5,
@@ -259,6 +267,7 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
                 claims_after_heal = [roles for t, roles in claims if t > heal_at]
                 sealed_at = await until(lambda: _old_finished(world), 60, "segment 1 sealed")
             finally:
+                await stack.aclose()
                 for load in loads:
                     load.stop.set()
                 stop_claims.set()
@@ -316,15 +325,16 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
 
 def _cut_now(kind: str, state: Cutover) -> bool:
     """When to cut the leader off: a cutover once it wrote SWITCH (the producers drain, the
-    commit waits for their acknowledgements); a failover, whose SWITCH goes on to COMMIT
-    without a drain, once every producer acknowledged PREPARE (the leader is about to write
-    SWITCH). Either way after PREPARE was acknowledged and, as a rule, before COMMIT: the
-    test prints the phase it was in."""
-    if state.phase in (Phase.SWITCH, Phase.COMMIT):
-        return True
-    acks = [state.producers.get(m) for m in state.participants]
-    prepared = bool(acks) and all(a is not None and a.prepared_at for a in acks)
-    return kind == "failover" and state.phase is Phase.PREPARE and prepared
+    commit waits for their acknowledgements); a failover once both producers acknowledged
+    PREPARE. A failover's protocol runs through in about 0.1 s (its SWITCH goes on to COMMIT
+    without a drain), faster than a partition is put in place: a third member of the
+    producers' group, the test's own session, which never acknowledges, holds its PREPARE
+    open (up to ``failover_phase_s``) until the cut, and then leaves. The test asserts that
+    the cut came before the end and prints the phase it came in."""
+    if kind == "cutover":
+        return state.phase in (Phase.SWITCH, Phase.COMMIT)
+    acks = [state.producers.get(m) for m in state.participants if m != SILENT]
+    return bool(acks) and all(a is not None and a.prepared_at for a in acks)
 
 
 async def _start(kind: str, world: ProcessWorld, other: ControlPlaneProcess, unique: str) -> None:

@@ -51,8 +51,9 @@ test-unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 ## The faults of docs/reliability.md: leaders killed on a 3-node ZooKeeper ensemble and 3 Kafka
-## brokers the tests start themselves (tests/chaos), real partitions of a worker or a producer
-## in a network namespace (tests/chaos/test_partitions.py, test_producer_partitioned.py; root),
+## brokers the tests start themselves (tests/chaos), real partitions of a worker, a producer or
+## the leading control plane in a network namespace (tests/chaos/test_partitions.py,
+## test_producer_partitioned.py, test_control_plane_partitioned.py; root),
 ## and the zombie worker on the single nodes;
 ## each run judged by tests/chaos/checker.py. `make test` runs them too; this runs only them,
 ## with their figures printed.

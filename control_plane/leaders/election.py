@@ -6,6 +6,15 @@ again when it vanishes (its owner closed, or its session expired). A subclass im
 ``lost`` is set. Every elected role of the control plane is such a subclass, one a module
 of this package, each elected on its own; :func:`control_plane.leaders.roles.roles` lists
 them.
+
+A leader is fenced like a lock holder (metastore/lease.py): it leads only while its
+metastore session's lease is valid, so one cut off from ZooKeeper steps down (``lost``)
+before the server can expire its session and another process be elected, and stands again
+only once the lease is valid (the session confirmed, or a new one). A ``lead`` that has not
+returned when ``lost`` is set is cancelled: a round blocked on a metastore call, which fails
+only at the connection's timeout, must not outlast the lease. Without this, a role whose
+rounds swallow the metastore's errors led on through a partition, beside the process
+elected in its place, until after the heal (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ from typing import Any
 
 from core.errors import AlreadyExists, HttpbusError
 from core.lifecycle import AsyncResource
-from core.tasks import cancel, stop_if_cancelled
+from core.tasks import cancel, cancel_all, stop_if_cancelled
 from metastore import paths
 from metastore.protocol import MetaStore
 
@@ -87,13 +96,20 @@ class LeaderElection(AsyncResource):
     async def _run(self) -> None:
         while True:
             try:
+                await self.metastore.lease.until_valid()
                 await self._elect()
                 log.info("%s leads %s", self.member_id, self.role)
                 lost = asyncio.Event()
                 watcher = asyncio.create_task(self._watch_leadership(lost))
+                leading = asyncio.create_task(self.lead(lost))
                 try:
-                    await self.lead(lost)
+                    await asyncio.wait([leading, watcher], return_when=asyncio.FIRST_COMPLETED)
+                    if leading.done():
+                        leading.result()
+                    # Lost: a round still waiting on the metastore (up to its request
+                    # timeout while cut off) is cancelled, not waited for.
                 finally:
+                    await cancel(leading)
                     watcher.cancel()
                     await asyncio.gather(watcher, return_exceptions=True)
             except HttpbusError as exc:
@@ -119,8 +135,23 @@ class LeaderElection(AsyncResource):
                     return
 
     async def _watch_leadership(self, lost: asyncio.Event) -> None:
+        """Set ``lost`` once the node is gone or another's, or the session's lease lapses."""
+        gone = asyncio.create_task(self._node_gone())
+        lapsed = asyncio.create_task(self.metastore.lease.until_lapsed())
+        try:
+            done, _ = await asyncio.wait({gone, lapsed}, return_when=asyncio.FIRST_COMPLETED)
+            if lapsed in done:
+                log.warning(
+                    "%s steps down from %s: its metastore session is not confirmed",
+                    self.member_id,
+                    self.role,
+                )
+        finally:
+            lost.set()
+            await cancel_all([gone, lapsed])
+
+    async def _node_gone(self) -> None:
         async for node in self.metastore.watch(self._path):
             if node is None or node.data != self._identity:
                 log.warning("%s lost the %s leadership", self.member_id, self.role)
-                lost.set()
                 return

@@ -60,6 +60,19 @@ class Load:
         return History(self.published, acked, list(self.answers), deliveries)
 
 
+def merged(loads: list[Load], deliveries: list[Delivery]) -> History:
+    """The histories of several loads (producers) as one, with ``deliveries``."""
+    published: dict[str, list[str]] = {}
+    acked: set[str] = set()
+    answers: list[tuple[float, int]] = []
+    for load in loads:
+        history = load.history(deliveries)
+        published.update(history.published)
+        acked |= history.acked
+        answers += history.answers
+    return History(published, acked, sorted(answers), deliveries)
+
+
 async def kill_and_restart(cluster: Cluster, name: str, down_s: float) -> None:
     """SIGKILL server ``name``, and start it again on its data ``down_s`` later."""
     await kill_for(cluster, [name], down_s)

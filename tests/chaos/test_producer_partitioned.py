@@ -34,8 +34,8 @@ from metastore.catalog import Catalog
 from metastore.config import open_metastore
 from scripts.realservices.netns import Namespace
 from segments.cutover.machine import Timeouts
-from tests.chaos.checker import Delivery, History, check, longest_gap
-from tests.chaos.faults import ADMIN, Load
+from tests.chaos.checker import Delivery, check, longest_gap
+from tests.chaos.faults import ADMIN, Load, merged
 from tests.support.cutover import consume_all, timeline
 from tests.support.processes import ProducerProcess
 from tests.support.services import RealServices
@@ -58,18 +58,6 @@ async def _ready(producer: ProducerProcess) -> bool:
             return (await client.get(f"{producer.url}/readyz")).status_code == 200
         except httpx.HTTPError:
             return False
-
-
-def _merged(loads: list[Load], deliveries: list[Delivery]) -> History:
-    published: dict[str, list[str]] = {}
-    acked: set[str] = set()
-    answers: list[tuple[float, int]] = []
-    for load in loads:
-        history = load.history(deliveries)
-        published.update(history.published)
-        acked |= history.acked
-        answers += history.answers
-    return History(published, acked, answers, deliveries)
 
 
 @pytest.mark.parametrize("during", ["PREPARE", "SWITCH"])
@@ -149,7 +137,7 @@ async def test_a_producer_partitioned_from_zookeeper_during_a_cutover_loses_noth
             with contextlib.suppress(Exception):
                 await world.store.delete_topic(seg.storage_topic)
     deliveries = [Delivery(f"{g}-{s}", g, "reader", 0) for g, seqs in stored.items() for s in seqs]
-    verdict = check(_merged(loads, deliveries), heal_at=heal_at)
+    verdict = check(merged(loads, deliveries), heal_at=heal_at)
     mine = [d for d in deliveries if d.group.startswith("n")]
     own = check(loads[0].history(mine), heal_at=heal_at)
     spans = {"cutover": (fault_at, over_at), "after it": (over_at, heal_at)}

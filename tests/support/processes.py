@@ -1,5 +1,6 @@
 """The deployables as real processes for tests, each on a free port: the producer service
-(:class:`ProducerProcess`) and a delivery worker (:class:`WorkerProcess`)."""
+(:class:`ProducerProcess`), the control plane (:class:`ControlPlaneProcess`) and a delivery
+worker (:class:`WorkerProcess`)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ class ProducerProcess:
     namespace: ``wrap`` turns the command into one run there (``Namespace.exec_argv``) and
     ``host`` is the namespace's address, where it listens."""
 
+    module = "producer_api"
+    kind = "producer"
+
     def __init__(
         self,
         settings: dict[str, Any],
@@ -39,14 +43,14 @@ class ProducerProcess:
         host: str = "127.0.0.1",
     ) -> None:
         self.port, self.wrap = free_port(), wrap
-        self.config = workdir / f"producer-{self.port}.yaml"
+        self.config = workdir / f"{self.kind}-{self.port}.yaml"
         self.config.write_text(yaml.safe_dump({**settings, "port": self.port, "host": host}))
-        self.log = workdir / f"producer-{self.port}.log"
+        self.log = workdir / f"{self.kind}-{self.port}.log"
         self.url = f"http://{host}:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30) -> None:
-        argv = [sys.executable, "-m", "producer_api", "--config", str(self.config)]
+        argv = [sys.executable, "-m", self.module, "--config", str(self.config)]
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 self.wrap(argv) if self.wrap else argv,
@@ -56,14 +60,14 @@ class ProducerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"producer exited: {self.log.read_text()[-2000:]}")
+                raise RuntimeError(f"{self.kind} exited: {self.log.read_text()[-2000:]}")
             try:
                 if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-        raise RuntimeError(f"producer not ready in {timeout}s: {self.log.read_text()[-2000:]}")
+        raise RuntimeError(f"{self.kind} not ready in {timeout}s: {self.log.read_text()[-2000:]}")
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -86,6 +90,16 @@ class ProducerProcess:
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class ControlPlaneProcess(ProducerProcess):
+    """``python -m control_plane`` with ``settings``, started and stopped as a
+    :class:`ProducerProcess` is (``/readyz`` 200 once started), in a network namespace too;
+    ``settings`` should name its ``member_id`` (its name in the leader elections) and a
+    ``database_url`` of its own."""
+
+    module = "control_plane"
+    kind = "control-plane"
 
 
 @contextmanager

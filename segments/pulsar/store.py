@@ -106,6 +106,13 @@ class PulsarSegmentStore(AsyncResource):
         client, self._pulsar = self._pulsar, None
         if client is None:
             return
+        try:
+            await self._close_client(client)
+        finally:  # whatever the client's close raised: the admin's connections are closed
+            if self._admin_client is not None:
+                await self._admin_client.aclose()
+
+    async def _close_client(self, client: Any) -> None:
         # Let abandoned creations finish first (see ``Inflight``), then close what they made.
         drain_s = self._settings.client_options()["operation_timeout_seconds"] + 1
         await self._inflight.drain(drain_s)
@@ -120,8 +127,6 @@ class PulsarSegmentStore(AsyncResource):
             blocking_close = client._client.close
             async with asyncio.timeout(self._settings.admin_timeout_s):
                 await asyncio.to_thread(blocking_close)
-        if self._admin_client is not None:
-            await self._admin_client.aclose()
 
     # -- topics -----------------------------------------------------------------------
 

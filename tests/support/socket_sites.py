@@ -30,24 +30,28 @@ class Site:
 
 
 _sites: dict[int, Site] = {}
+_installed = False
 
 
 def install() -> None:
-    sys.addaudithook(_on_audit)
+    """Record every connect from now on (once per process: a second call does nothing)."""
+    global _installed
+    if not _installed:
+        sys.addaudithook(_on_audit)
+        _installed = True
 
 
 def _on_audit(event: str, args: tuple[Any, ...]) -> None:
     if event != "socket.connect":
         return
     sock, address = args
-    try:
-        fd = sock.fileno()
-        task = asyncio.current_task()
-    except (OSError, RuntimeError):
-        task = None
-        fd = -1
+    fd = sock.fileno()
     if fd < 0:
         return
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no event loop in this thread
+        task = None
     frames: list[str] = []
     frame: FrameType | None = sys._getframe(1)
     while frame is not None and len(frames) < FRAMES:

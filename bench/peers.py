@@ -47,6 +47,7 @@ from typing import Any
 
 import _support as s
 import httpx
+import log_batches
 import produce
 from _support import Endpoints, LoadResult, LoadSpec
 
@@ -136,10 +137,12 @@ class Peers:
         broker_pids: dict[str, int],
         audit_pid: int,
         first_warmup: float | None = None,
+        log_dirs: Path | None = None,
     ) -> list[Run]:
         """Single publish through our producer service on ``backend``, with and without the
         audit trail (``kafka``: the bootstrap of the Kafka cluster it uses, also for the
-        audit topic; ``audit_pid``: that broker, billed when the audit trail is on)."""
+        audit topic; ``audit_pid``: that broker, billed when the audit trail is on;
+        ``log_dirs``: that broker's, to print the batches each run wrote)."""
         runs = []
         for audit in (True, False):
             args = argparse.Namespace(
@@ -171,6 +174,8 @@ class Peers:
                 warmup = first_warmup if not runs else None
                 spec = bench.spec(url)
                 runs.append(self.measure(f"httpbus {backend} ({label})", spec, pids, warmup))
+                if log_dirs is not None:
+                    print_batches(log_dirs, bench.tag)
         return runs
 
     # ------------------------------------------------------------ Pulsar REST
@@ -248,8 +253,10 @@ def run_hermes(peers: Peers) -> None:
         brokers = {"kafka 3.9 broker": stack.kafka_pid}
         # Both JVMs are fresh: the first run on each gets a JIT warm-up as long as the other's.
         jit = peers.args.jvm_warmup
-        ours = peers.httpbus_runs("kafka", stack.kafka, brokers, stack.kafka_pid, jit)
-        topic_url = stack.create_topic(f"bench{secrets.token_hex(3)}", peers.args.partitions)
+        log_dirs = peers.workdir / "hermes" / "kafka-logs"
+        ours = peers.httpbus_runs("kafka", stack.kafka, brokers, stack.kafka_pid, jit, log_dirs)
+        name = f"bench{secrets.token_hex(3)}"
+        topic_url = stack.create_topic(name, peers.args.partitions)
         spec = LoadSpec(
             url=topic_url,
             body=peers.payload.encode(),
@@ -260,9 +267,18 @@ def run_hermes(peers: Peers) -> None:
         )
         pids = {"hermes frontend": stack.frontend_pid, **brokers}
         theirs = peers.measure("Hermes 0.11 frontend", spec, pids, jit)
+        print_batches(log_dirs, name)
         compare(ours, theirs)
         if delivering:
             delivery(peers, stack)
+
+
+def print_batches(log_dirs: Path, name_part: str) -> None:
+    """The record batches the run wrote to each topic whose name has ``name_part`` (warm-up
+    included): what the broker's work per message follows (bench/log_batches.py)."""
+    with s.warn_on_error("read the broker's log segments"):
+        for topic, found in log_batches.topic_batches(log_dirs, name_part).items():
+            print(f"    batches of {topic}: {found.line()}")
 
 
 def _unaccepted(refused: Counter[int]) -> str:

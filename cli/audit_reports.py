@@ -7,6 +7,7 @@ These are API clients; ``audit run``, ``job`` and ``load`` beside them are local
 group (:func:`register`), so this module imports nothing of the local jobs::
 
     httpbus audit runs --limit 5
+    httpbus audit runs --limit 5 --cursor <the cursor its last line named>   # older ones
     httpbus audit show 12              # lost, late and duplicated message ids of run 12
     httpbus audit hourly --subscription shop/mailer --since 2026-01-31T00:00:00Z
     httpbus audit cutovers
@@ -79,18 +80,27 @@ CUTOVERS = Columns(
 FINDINGS = ("lost", "late", "duplicates")
 
 
+Older = Annotated[
+    str | None,
+    typer.Option(help="The page older than the one that printed this cursor (its last line)."),
+]
+
+
 def _rows(key: str, columns: Columns, what: str) -> Any:
     def shown(found: dict[str, Any]) -> str:
         columns.print(found[key])
-        return f"{len(found[key])} {what}(s)"
+        older = found.get("next_cursor")
+        more = f"; older ones: --cursor {older}" if older else ""
+        return f"{len(found[key])} {what}(s){more}"
 
     return shown
 
 
-def runs(limit: Limit = 20) -> Call:
+def runs(limit: Limit = 20, cursor: Older = None) -> Call:
     """The latest reconciliation runs: what each expected, and what was lost, late, pending
     or delivered twice."""
-    return get(path("v1", "audit", "runs"), {"limit": limit}, text=_rows("runs", RUNS, "run"))
+    params = {"limit": limit, "cursor": cursor}
+    return get(path("v1", "audit", "runs"), params, text=_rows("runs", RUNS, "run"))
 
 
 def _run(found: dict[str, Any]) -> str:
@@ -138,12 +148,15 @@ def hourly(
     return get(path("v1", "audit", "hourly"), params, text=_rows("rows", HOURLY, "row"))
 
 
-def cutovers(limit: Annotated[int, typer.Option(min=1, max=500, help="How many.")] = 100) -> Call:
+def cutovers(
+    limit: Annotated[int, typer.Option(min=1, max=500, help="How many, newest first.")] = 100,
+    cursor: Older = None,
+) -> Call:
     """The cutover verifications: every message before the seal in the old segment, after
     it in the new, and group order kept (ok), or what broke."""
     return get(
         path("v1", "audit", "cutovers"),
-        {"limit": limit},
+        {"limit": limit, "cursor": cursor},
         text=_rows("cutovers", CUTOVERS, "verification"),
     )
 

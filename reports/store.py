@@ -183,9 +183,12 @@ class ReportStore(Tables):
             )
 
     # ------------------------------------------------------------ reads
-    def runs(self, limit: int = 20) -> list[ReconciliationRunRow]:
-        """The latest runs, newest first (without their findings)."""
+    def runs(self, limit: int = 20, before: int | None = None) -> list[ReconciliationRunRow]:
+        """The latest runs, newest first (without their findings); with ``before``, the
+        latest of those older than run ``before``."""
         query = select(ReconciliationRunRow).order_by(ReconciliationRunRow.id.desc()).limit(limit)
+        if before is not None:
+            query = query.where(ReconciliationRunRow.id < before)
         with self._session() as session:
             return list(session.scalars(query))
 
@@ -220,9 +223,13 @@ class ReportStore(Tables):
         with self._session() as session:
             return list(session.scalars(query.limit(limit)))
 
-    def cutovers(self, limit: int = 100) -> list[CutoverVerificationRow]:
+    def cutovers(self, limit: int = 100, before: int | None = None) -> list[CutoverVerificationRow]:
+        """The latest cutover verifications, newest first; with ``before``, the latest of
+        those older than verification ``before``."""
         query = (
             select(CutoverVerificationRow).order_by(CutoverVerificationRow.id.desc()).limit(limit)
         )
+        if before is not None:
+            query = query.where(CutoverVerificationRow.id < before)
         with self._session() as session:
             return list(session.scalars(query))

@@ -1,10 +1,11 @@
 """``/v1/audit``: the audit reports, read from the relational store (``database_url``).
 
-- ``GET /v1/audit/runs`` -- the latest reconciliation runs with their summaries;
+- ``GET /v1/audit/runs`` -- the latest reconciliation runs with their summaries, newest first,
+  a page at a time (``next_cursor``: the older ones);
 - ``GET /v1/audit/runs/{id}`` -- one run with its per-subscription counts and the lost, late
   and duplicate message ids;
 - ``GET /v1/audit/hourly?project=&subscription=&since=`` -- hourly report rows;
-- ``GET /v1/audit/cutovers`` -- cutover verifications with their findings.
+- ``GET /v1/audit/cutovers`` -- cutover verifications with their findings, paged likewise.
 
 The routes are plain ``def``: FastAPI runs them in its thread pool, so the synchronous
 SQLAlchemy calls never block the event loop. The store is opened on first use.
@@ -13,6 +14,7 @@ SQLAlchemy calls never block the event loop. The store is opened on first use.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -20,8 +22,9 @@ from fastapi import APIRouter, Query
 from fastapi import Path as FastPath
 
 from control_plane.api.auth import ADMIN
+from control_plane.services.listing import BAD_CURSOR, decode_cursor, encode_cursor
 from control_plane.services.report_store import shared_store
-from core.errors import NotFound, ValidationFailed
+from core.errors import Malformed, NotFound, ValidationFailed
 from reports.models import (
     CutoverVerificationRow,
     HourlyReportRow,
@@ -126,6 +129,27 @@ def _since_ms(since: str | None) -> int | None:
     return int(moment.timestamp() * 1000)
 
 
+OlderCursor = Annotated[
+    str | None, Query(max_length=200, description="next_cursor of the page before (newer)")
+]
+
+
+def _older_than(cursor: str | None) -> int | None:
+    """The id a newest-first page's cursor names: the rows older than it come next."""
+    if cursor is None:
+        return None
+    position = decode_cursor(cursor)
+    if position.before or not position.name.isdigit() or int(position.name) > MAX_ID:
+        raise Malformed(BAD_CURSOR)
+    return int(position.name)
+
+
+def _next(found: Sequence[ReconciliationRunRow | CutoverVerificationRow], limit: int) -> str | None:
+    """The cursor of the page after ``found[:limit]`` (``found`` read one row more than a
+    page, to know whether there is one)."""
+    return encode_cursor(str(found[limit - 1].id)) if len(found) > limit else None
+
+
 def latest_run_summary(database_url: str) -> dict[str, Any] | None:
     """The newest reconciliation run's summary, None if there is none (blocking: run it in a
     thread)."""
@@ -142,9 +166,13 @@ def router(database_url: str) -> APIRouter:
         return shared_store(database_url)
 
     @api.get("/runs", **ADMIN)
-    def list_runs(limit: Annotated[int, Query(ge=1, le=500)] = 20) -> dict[str, Any]:
-        """The latest reconciliation runs, newest first."""
-        return {"runs": [_summary(r) for r in store().runs(limit)]}
+    def list_runs(
+        limit: Annotated[int, Query(ge=1, le=500)] = 20, cursor: OlderCursor = None
+    ) -> dict[str, Any]:
+        """The latest reconciliation runs, newest first; ``next_cursor`` (None: no older
+        run) asks the runs older than this page's."""
+        found = store().runs(limit + 1, _older_than(cursor))
+        return {"runs": [_summary(r) for r in found[:limit]], "next_cursor": _next(found, limit)}
 
     @api.get("/runs/{run_id}", **ADMIN)
     def get_run(run_id: Annotated[int, FastPath(ge=0, le=MAX_ID)]) -> dict[str, Any]:
@@ -174,8 +202,15 @@ def router(database_url: str) -> APIRouter:
         return {"rows": [_hourly(r) for r in rows]}
 
     @api.get("/cutovers", **ADMIN)
-    def cutovers(limit: Annotated[int, Query(ge=1, le=500)] = 100) -> dict[str, Any]:
-        """Cutover verifications, newest first."""
-        return {"cutovers": [_cutover(c) for c in store().cutovers(limit)]}
+    def cutovers(
+        limit: Annotated[int, Query(ge=1, le=500)] = 100, cursor: OlderCursor = None
+    ) -> dict[str, Any]:
+        """Cutover verifications, newest first; ``next_cursor`` (None: no older one) asks
+        the verifications older than this page's."""
+        found = store().cutovers(limit + 1, _older_than(cursor))
+        return {
+            "cutovers": [_cutover(c) for c in found[:limit]],
+            "next_cursor": _next(found, limit),
+        }
 
     return api

@@ -139,6 +139,13 @@ def test_audit_report_reads(url: str, data: Path) -> None:
     one_line_error(bad, 2, "--since", "RFC 3339")
     one_line_error(httpbus(url, "audit", "hourly", "--subscription", "s1"), 1, "422", "project")
 
+    newer = seed_reports(f"sqlite:///{data / 'reports.db'}")  # a second run: two pages of one
+    page = ok(httpbus(url, "audit", "runs", "--limit", "1"))
+    cursor = page.strip().rsplit("--cursor ", 1)[1]
+    assert f"{newer}" in page and "1 run(s); older ones: --cursor" in page
+    older = as_json(httpbus(url, "audit", "runs", "--limit", "1", "--cursor", cursor, "-o", "json"))
+    assert [r["id"] for r in older["runs"]] == [run_id] and older["next_cursor"] is None
+
     cutovers = ok(httpbus(url, "audit", "cutovers"))
     assert "shop/orders" in cutovers and "1 → 2" in cutovers and "yes" in cutovers
     [check] = as_json(httpbus(url, "audit", "cutovers", "-o", "json"))["cutovers"]

@@ -42,7 +42,7 @@ async def test_the_report_database_is_migrated_at_start(tmp_path: Path) -> None:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://cp") as client:
             runs = await client.get("/v1/audit/runs", headers={"Authorization": f"Bearer {token}"})
-    assert runs.status_code == 200 and runs.json() == {"runs": []}
+    assert runs.status_code == 200 and runs.json() == {"runs": [], "next_cursor": None}
 
 
 def test_dev_keeps_reports_in_its_data_dir_unless_told_otherwise(

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 from control_plane.api import audit as audit_api
 from control_plane.api.auth import Authenticator
+from control_plane.services import listing
 from core import http_errors
 from core.audit import (
     AuditCutover,
@@ -115,3 +116,20 @@ async def test_hourly_and_cutovers(client: httpx.AsyncClient) -> None:
     assert bare.status_code == 422 and "subscription" in bare.json()["message"]
     (cut,) = (await client.get("/v1/audit/cutovers", headers=H)).json()["cutovers"]
     assert (cut["ok"], cut["old_segment_messages"], cut["findings"]) == (True, 3, [])
+
+
+async def test_runs_and_cutovers_page_newest_first_by_cursor(client: httpx.AsyncClient) -> None:
+    first = (await client.get("/v1/audit/runs", params={"limit": 1}, headers=H)).json()
+    assert [r["id"] for r in first["runs"]] == [2] and first["next_cursor"]
+    older = {"limit": 1, "cursor": first["next_cursor"]}
+    second = (await client.get("/v1/audit/runs", params=older, headers=H)).json()
+    assert [r["id"] for r in second["runs"]] == [1] and second["next_cursor"] is None
+    whole = (await client.get("/v1/audit/runs", params={"limit": 2}, headers=H)).json()
+    assert whole["next_cursor"] is None  # exactly a page: no empty page after it
+    cuts = (await client.get("/v1/audit/cutovers", params={"limit": 1}, headers=H)).json()
+    assert len(cuts["cutovers"]) == 1 and cuts["next_cursor"] is None
+    for bad in ("nonsense", listing.encode_cursor("x"), listing.encode_cursor("1", before=True)):
+        for route in ("/v1/audit/runs", "/v1/audit/cutovers"):
+            refused = await client.get(route, params={"cursor": bad}, headers=H)
+            assert (refused.status_code, refused.json()["code"]) == (400, "malformed"), bad
+            assert "cursor" in refused.json()["message"]

@@ -7,6 +7,8 @@ PHASE := scripts/phase.sh
 # Reinstall when pyproject.toml changes; pip's cache (~/.cache/pip) keeps reinstalls quick.
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
+# Two lanes side by side: the unit tests and the real servers' tests (tests/conftest.py: _lane).
+TEST_LANES ?= -n 2 --lanes
 
 .PHONY: install run run-real test test-unit chaos lint types check services-up services-down services-status clean bench-peers
 
@@ -36,7 +38,8 @@ run-real: services-up
 ## ZooKeeper, Kafka and Pulsar, started and stopped here.
 ## Helm (the chart tests) and toxiproxy (latency and loss) are built once from Go modules into
 ## ~/.cache/httpbus (scripts/tools/helm.sh, scripts/tools/toxiproxy.sh). The 40 slowest tests are
-## listed at the end: where the suite's time goes, from every CI run.
+## listed at the end: where the suite's time goes, from every CI run. The unit tests run in a lane
+## of their own (niced) beside the servers' tests, each lane one test at a time (TEST_LANES).
 test: install
 	@$(PHASE) ruff $(VENV)/bin/ruff check .
 	@$(PHASE) format $(VENV)/bin/ruff format --check .
@@ -44,7 +47,7 @@ test: install
 	@$(PHASE) tools sh -c 'scripts/tools/helm.sh >/dev/null && scripts/tools/toxiproxy.sh >/dev/null'
 	@$(PHASE) chromium scripts/ensure-chromium.sh
 	@$(PHASE) fetch $(SERVICES) fetch
-	@$(PHASE) tests $(SERVICES) run -- $(PY) -m pytest --durations=40 $(PYTEST_ARGS)
+	@$(PHASE) tests $(SERVICES) run -- $(PY) -m pytest $(TEST_LANES) --durations=40 $(PYTEST_ARGS)
 
 ## Unit tests only: no servers.
 test-unit: install

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import _support as s
+import broker_requests
 import httpx
 import log_batches
 import produce
@@ -92,6 +93,7 @@ class Peers:
         self.endpoints = endpoints
         self.workdir = workdir
         self.runs: list[Run] = []
+        self.requests: broker_requests.RequestLog | None = None  # --requests, on Hermes's broker
         self.wrk = s.ensure_wrk()
         if self.wrk is None:
             raise SystemExit("bench/peers.py needs wrk (apt-get install -y wrk)")
@@ -114,6 +116,8 @@ class Peers:
         load = s.load_average()
         before = {name: s.session_cpu_s(pid) for name, pid in pids.items()}
         wrk_before = children_cpu_s()
+        if self.requests is not None:
+            self.requests.mark()
         result = s.run_wrk(self.wrk, spec, self.workdir)
         cpu = {name: s.session_cpu_s(pid) - before[name] for name, pid in pids.items()}
         cpu["wrk"] = children_cpu_s() - wrk_before
@@ -126,6 +130,9 @@ class Peers:
             f" p99 {s.fmt(result.p99_ms, 2)} ms, {s.fmt(run.total_per_1000, 2)} CPU-s per 1,000"
             f" msgs in all (load average before: {s.fmt(load, 2)}){' ' + errors if errors else ''}"
         )
+        if self.requests is not None:
+            for line in self.requests.since_mark().lines(result.ok):
+                print(f"    broker requests of {line}")
         return run
 
     # ------------------------------------------------------------ httpbus
@@ -144,7 +151,8 @@ class Peers:
         audit topic; ``audit_pid``: that broker, billed when the audit trail is on;
         ``log_dirs``: that broker's, to print the batches each run wrote)."""
         runs = []
-        for audit in (True, False):
+        lingers = self.args.linger_ms
+        for linger_ms, audit in ((linger, audit) for linger in lingers for audit in (True, False)):
             args = argparse.Namespace(
                 **{
                     **vars(produce.parse_args([])),
@@ -156,15 +164,18 @@ class Peers:
                     "partitions": self.args.partitions,
                     "services_file": self.args.services_file,
                     "processes": str(self.args.producer_processes),
+                    "linger_ms": linger_ms,
                 }
             )
             endpoints = dataclasses.replace(self.endpoints, kafka=kafka)
-            bench = produce.Bench(args, endpoints, self.workdir / f"httpbus-{backend}-{audit}")
+            run_dir = self.workdir / f"httpbus-{backend}-{audit}-{linger_ms}"
+            bench = produce.Bench(args, endpoints, run_dir)
             bench.workdir.mkdir(parents=True, exist_ok=True)
             with _audit(bench, audit), bench.services() as producer:
                 url = f"{producer.url}/v1/projects/{bench.tag}/topics/{backend}/produce"
                 producer.settle()
                 label = "everything on" if audit else "audit off, token checked"
+                label += f", linger.ms {linger_ms}" if len(lingers) > 1 else ""
                 ours = f"httpbus producer x{self.args.producer_processes}"
                 pids = {ours: producer.pid, **broker_pids}
                 if audit:
@@ -244,16 +255,19 @@ def run_hermes(peers: Peers) -> None:
 
     print("Kafka 3.9 (ZooKeeper mode) with Hermes 0.11 (scripts/realservices/hermes.py)")
     delivering = not peers.args.no_delivery
+    workdir = peers.workdir / "hermes"
     with hermes.stack(
-        peers.workdir / "hermes", peers.endpoints.zookeeper, consumers=delivering
+        workdir, peers.endpoints.zookeeper, consumers=delivering, request_log=peers.args.requests
     ) as stack:
+        if peers.args.requests:
+            peers.requests = broker_requests.RequestLog(workdir / "kafka-requests.log")
         if peers.args.no_publish:
             delivery(peers, stack)
             return
         brokers = {"kafka 3.9 broker": stack.kafka_pid}
         # Both JVMs are fresh: the first run on each gets a JIT warm-up as long as the other's.
         jit = peers.args.jvm_warmup
-        log_dirs = peers.workdir / "hermes" / "kafka-logs"
+        log_dirs = workdir / "kafka-logs"
         ours = peers.httpbus_runs("kafka", stack.kafka, brokers, stack.kafka_pid, jit, log_dirs)
         name = f"bench{secrets.token_hex(3)}"
         topic_url = stack.create_topic(name, peers.args.partitions)
@@ -453,6 +467,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-publish", action="store_true", help="with --hermes: only the drain")
     p.add_argument("--messages", type=int, default=20_000, help="of the delivery drain")
     p.add_argument("--in-flight", type=int, default=200, help="of the delivery drain")
+    p.add_argument(
+        "--linger-ms",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="httpbus's Kafka linger.ms (default 1, as shipped); several: a pair of runs each",
+    )
+    p.add_argument(
+        "--requests",
+        action="store_true",
+        help="with --hermes: the broker logs every request and each run prints them by client and"
+        " API per 1,000 messages (bench/broker_requests.py); the logging costs the broker CPU",
+    )
     p.add_argument("--producer-processes", type=int, default=1, help="of httpbus's producer")
     p.add_argument(
         "--worker-processes",

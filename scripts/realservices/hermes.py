@@ -63,6 +63,16 @@ log4j.appender.stdout=org.apache.log4j.ConsoleAppender
 log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
 log4j.appender.stdout.layout.ConversionPattern=%d %p %c - %m%n
 """
+# The broker's request logger (opt-in: one line per request costs the broker CPU): every
+# request it completed, with its API and client id, for bench/peers.py --requests.
+REQUEST_LOG4J = """\
+log4j.logger.kafka.request.logger=DEBUG, requests
+log4j.additivity.kafka.request.logger=false
+log4j.appender.requests=org.apache.log4j.FileAppender
+log4j.appender.requests.File={path}
+log4j.appender.requests.layout=org.apache.log4j.PatternLayout
+log4j.appender.requests.layout.ConversionPattern=%m%n
+"""
 PARTS = ["kafka-zk", "hermes-management", "hermes-frontend", "hermes-consumers"]
 START_TIMEOUT_S = 180.0
 
@@ -191,10 +201,16 @@ def _tail(log: Path, lines: int = 30) -> str:
 
 @contextlib.contextmanager
 def stack(
-    workdir: Path, zookeeper: str, *, consumers: bool = False, cache: Path = DEFAULT_CACHE
+    workdir: Path,
+    zookeeper: str,
+    *,
+    consumers: bool = False,
+    cache: Path = DEFAULT_CACHE,
+    request_log: bool = False,
 ) -> Iterator[Stack]:
     """Kafka 3.9 (ZooKeeper mode) and Hermes management and frontend (and consumers),
-    started and, on the way out, stopped; their ZooKeeper chroot deleted."""
+    started and, on the way out, stopped; their ZooKeeper chroot deleted. ``request_log``:
+    the broker logs every request it completes to ``workdir/kafka-requests.log``."""
     from kazoo.client import KazooClient
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -231,7 +247,8 @@ def stack(
         )
         kafka_cp = maven.classpath("kafka-zk", cache)
         log4j = workdir / "log4j.properties"
-        log4j.write_text(LOG4J)
+        requests = REQUEST_LOG4J.format(path=workdir / "kafka-requests.log")
+        log4j.write_text(LOG4J + (requests if request_log else ""))
         kafka_argv = [
             "java",
             "-Xms256m",

@@ -28,6 +28,12 @@ from scripts.realservices.__main__ import DEFAULT_CACHE, NAMES
 # control plane and worker it builds (in process or as a child) allows private networks. The
 # policy's own tests pass their policy explicitly (tests/unit/core/test_endpoint_policy.py).
 os.environ.setdefault("HTTPBUS_ENDPOINT_POLICY__ALLOW_PRIVATE_NETWORKS", "true")
+# A pytest-xdist worker (make test's lanes) starts with COLUMNS=80 in its environment, and a
+# rich Console built at import (the CLI's) would keep that width for good: the CLI tests give
+# each command its own COLUMNS, as a terminal would.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
 from scripts.realservices.supervisor import Supervisor
 from tests.support import socket_sites
 from tests.support.services import RealServices, load

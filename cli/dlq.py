@@ -13,8 +13,6 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from cli.kit import (
     EXIT_USAGE,
@@ -27,6 +25,7 @@ from cli.kit import (
     command,
     fail,
     get,
+    progress,
     rfc3339,
 )
 from cli.kit import Subscription as Name
@@ -154,23 +153,16 @@ def batches(
 ) -> Call:
     """Call ``step`` until nothing remains (its answer counts ``done`` and ``remaining``); a
     bar shows the progress. Shown as ``{done} N`` (JSON ``{done: N}``)."""
-    err = Console(stderr=True)
 
     async def work(api: AdminClient) -> int:
         total = 0
-        with Progress(
-            TextColumn(doing),
-            BarColumn(),
-            MofNCompleteColumn(),
-            console=err,
-            disable=output == "json" or not err.is_terminal,
-        ) as progress:
-            task = progress.add_task(doing, total=None)
+        with progress(doing, output) as bar:
+            task = bar.add_task(doing, total=None)
             while True:
                 result = await step(api)
                 handled, remaining = int(result[done]), int(result["remaining"])
                 total += handled
-                progress.update(task, completed=total, total=total + remaining)
+                bar.update(task, completed=total, total=total + remaining)
                 if remaining <= 0 or handled <= 0:  # 0 handled: nothing movable left (no spin)
                     return total
 

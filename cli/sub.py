@@ -88,27 +88,46 @@ DisableAfter = Annotated[
         "7d; default 24h), or never."
     ),
 ]
-RetryFields = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--retry",
-        help="KEY=VALUE of the retry policy (repeat), the value JSON or text: "
-        "initial_delay_ms=500, max_delay_ms, multiplier, jitter, retry_4xx=true, "
-        "'retry_statuses=[500,503]', retry_timeouts, retry_connection_errors, "
-        "'delay_levels_ms=[1000,60000]' (docs/retries.md).",
-    ),
-]
-CircuitFields = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--circuit",
-        help="KEY=VALUE of the circuit breaker (repeat): enabled=false, "
-        "failure_rate_threshold=0.3, window_seconds, min_calls, cooldown_seconds, "
-        "probe_per_second, floor_per_second (docs/circuit-breaking.md).",
-    ),
-]
 _SECRET_OF = {"oauth2_client_credentials": "client_secret", "mtls": "client_key"}
 MASK = "********"  # what reads show of a write-only value (core.secret_headers)
+
+
+@dataclass(frozen=True)
+class Retrying:
+    """The retry policy and circuit breaker options of ``create`` and ``update`` (an option
+    group of the kit)."""
+
+    max_attempts: Annotated[int | None, typer.Option(min=1, help="Delivery attempts.")] = None
+    backoff: Annotated[Backoff | None, typer.Option(help="Retry backoff.")] = None
+    retry: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--retry",
+            help="KEY=VALUE of the retry policy (repeat), the value JSON or text: "
+            "initial_delay_ms=500, max_delay_ms, multiplier, jitter, retry_4xx=true, "
+            "'retry_statuses=[500,503]', retry_timeouts, retry_connection_errors, "
+            "'delay_levels_ms=[1000,60000]' (docs/retries.md).",
+        ),
+    ] = None
+    circuit: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--circuit",
+            help="KEY=VALUE of the circuit breaker (repeat): enabled=false, "
+            "failure_rate_threshold=0.3, window_seconds, min_calls, cooldown_seconds, "
+            "probe_per_second, floor_per_second (docs/circuit-breaking.md).",
+        ),
+    ] = None
+
+    def retry_policy(self) -> dict[str, Any]:
+        """The retry policy fields the options give: ``--retry``'s, then the two of their
+        own."""
+        given = _given(max_attempts=self.max_attempts, backoff=self.backoff)
+        return {**_policy("--retry", self.retry), **given}
+
+    def circuit_breaker(self) -> dict[str, Any]:
+        """The circuit breaker fields ``--circuit`` gives."""
+        return _policy("--circuit", self.circuit)
 
 
 @dataclass(frozen=True)
@@ -327,10 +346,7 @@ def create(
         Path | None, _file("A file holding the signing secret (whsec_…); generated when absent.")
     ] = None,
     filter_: Annotated[str | None, typer.Option("--filter", help="CEL filter expression.")] = None,
-    max_attempts: Annotated[int | None, typer.Option(min=1, help="Delivery attempts.")] = None,
-    backoff: Annotated[Backoff | None, typer.Option(help="Retry backoff.")] = None,
-    retry: RetryFields = None,
-    circuit: CircuitFields = None,
+    retrying: Retrying,
     max_in_flight: Annotated[int | None, typer.Option(min=1, help="In-flight limit.")] = None,
     rate_limit: Annotated[float | None, typer.Option(help="Messages per second.")] = None,
     delay_ms: Annotated[int | None, typer.Option(min=0, help="Hold every message.")] = None,
@@ -365,14 +381,10 @@ def create(
     if start not in ("latest", "earliest"):
         start = rfc3339(start, "--start", " (nor latest or earliest)")
     body["start"] = start
-    retry_policy = {
-        **_policy("--retry", retry),
-        **_given(max_attempts=max_attempts, backoff=backoff),
-    }
-    if retry_policy:
+    if retry_policy := retrying.retry_policy():
         body["retry"] = retry_policy
-    if circuit:
-        body["circuit_breaker"] = _policy("--circuit", circuit)
+    if circuit_breaker := retrying.circuit_breaker():
+        body["circuit_breaker"] = circuit_breaker
     body.update(
         _given(
             filter=filter_,
@@ -525,10 +537,7 @@ def update(
     disable_after: DisableAfter = None,
     filter_: Annotated[str | None, typer.Option("--filter", help="CEL filter expression.")] = None,
     no_filter: Annotated[bool, typer.Option("--no-filter", help="Deliver everything.")] = False,
-    max_attempts: Annotated[int | None, typer.Option(min=1, help="Delivery attempts.")] = None,
-    backoff: Annotated[Backoff | None, typer.Option(help="Retry backoff.")] = None,
-    retry: RetryFields = None,
-    circuit: CircuitFields = None,
+    retrying: Retrying,
     max_in_flight: Annotated[int | None, typer.Option(min=1, help="In-flight limit.")] = None,
     rate_limit: Annotated[float | None, typer.Option(help="Messages per second.")] = None,
     no_rate_limit: Annotated[
@@ -563,11 +572,8 @@ def update(
     added, removed = _headers(header or []), {h.lower() for h in remove_header or []}
     if both := sorted(h for h in added if h.lower() in removed):
         raise fail(f"--header and --remove-header both name {both[0]}", EXIT_USAGE)
-    retry_changes = {
-        **_policy("--retry", retry),
-        **_given(max_attempts=max_attempts, backoff=backoff),
-    }
-    circuit_changes = _policy("--circuit", circuit)
+    retry_changes = retrying.retry_policy()
+    circuit_changes = retrying.circuit_breaker()
     wanted = _given(
         filter=filter_,
         max_in_flight=max_in_flight,

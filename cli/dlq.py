@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from cli.kit import (
     EXIT_USAGE,
@@ -27,6 +25,7 @@ from cli.kit import (
     command,
     fail,
     get,
+    progress,
     rfc3339,
 )
 from cli.kit import Subscription as Name
@@ -34,12 +33,6 @@ from control_plane.client import AdminClient, path
 
 app = typer.Typer(help="Dead-letter queue: list, unsideline, purge.", no_args_is_help=True)
 
-Ids = Annotated[list[str] | None, typer.Option("--id", help="Message id (repeatable).")]
-Groups = Annotated[list[str] | None, typer.Option("--group", help="Group id (repeatable).")]
-Before = Annotated[
-    str | None,
-    typer.Option("--before", help="Everything failed before this RFC 3339 time (or 'now')."),
-]
 Batch = Annotated[int, typer.Option(min=1, max=10_000, help="Messages per request.")]
 
 
@@ -136,14 +129,30 @@ def summary(project: Project, name: Name) -> Call:
     return get(_messages(project, name, "summary"), text=_summarised)
 
 
-def _selector(
-    ids: list[str], groups: list[str], before: str | None, everything: bool
-) -> tuple[str, str | None]:
-    """Which selector was chosen (exactly one), and the ``--before`` time resolved."""
-    chosen = [bool(ids), bool(groups), before is not None, everything]
-    if sum(chosen) != 1:
-        raise fail("choose exactly one of --id, --group, --before (or --all to purge)", EXIT_USAGE)
-    return ("ids", "groups", "before", "all")[chosen.index(True)], time_option(before, "--before")
+@dataclass(frozen=True)
+class Selection:
+    """Which dead-lettered messages ``unsideline`` and ``purge`` act on (an option group of
+    the kit): by ids, by groups, or all that failed before a time."""
+
+    ids: Annotated[list[str] | None, typer.Option("--id", help="Message id (repeatable).")] = None
+    groups: Annotated[list[str] | None, typer.Option("--group", help="Group id (repeatable).")] = (
+        None
+    )
+    before: Annotated[
+        str | None,
+        typer.Option("--before", help="Everything failed before this RFC 3339 time (or 'now')."),
+    ] = None
+
+    def chosen(self, everything: bool = False) -> tuple[str, str | None]:
+        """Which selector was given (exactly one; ``everything`` is purge's ``--all``), and
+        the ``--before`` time resolved."""
+        chosen = [bool(self.ids), bool(self.groups), self.before is not None, everything]
+        if sum(chosen) != 1:
+            raise fail(
+                "choose exactly one of --id, --group, --before (or --all to purge)", EXIT_USAGE
+            )
+        kind = ("ids", "groups", "before", "all")[chosen.index(True)]
+        return kind, time_option(self.before, "--before")
 
 
 Step = Callable[[AdminClient], Awaitable[dict[str, Any]]]
@@ -154,23 +163,16 @@ def batches(
 ) -> Call:
     """Call ``step`` until nothing remains (its answer counts ``done`` and ``remaining``); a
     bar shows the progress. Shown as ``{done} N`` (JSON ``{done: N}``)."""
-    err = Console(stderr=True)
 
     async def work(api: AdminClient) -> int:
         total = 0
-        with Progress(
-            TextColumn(doing),
-            BarColumn(),
-            MofNCompleteColumn(),
-            console=err,
-            disable=output == "json" or not err.is_terminal,
-        ) as progress:
-            task = progress.add_task(doing, total=None)
+        with progress(doing, output) as bar:
+            task = bar.add_task(doing, total=None)
             while True:
                 result = await step(api)
                 handled, remaining = int(result[done]), int(result["remaining"])
                 total += handled
-                progress.update(task, completed=total, total=total + remaining)
+                bar.update(task, completed=total, total=total + remaining)
                 if remaining <= 0 or handled <= 0:  # 0 handled: nothing movable left (no spin)
                     return total
 
@@ -187,19 +189,17 @@ def batches(
 def unsideline(
     project: Project,
     name: Name,
-    ids: Ids = None,
-    groups: Groups = None,
-    before: Before = None,
+    selection: Selection,
     batch: Batch = 1000,
     output: Output = "text",
 ) -> Call:
     """Replay dead-lettered messages: by ids, by groups, or all that failed before a time."""
-    kind, before = _selector(ids or [], groups or [], before, False)
+    kind, before = selection.chosen()
     body: dict[str, Any]
     if kind == "ids":
-        body = {"message_ids": ids}
+        body = {"message_ids": selection.ids}
     elif kind == "groups":
-        body = {"group_ids": groups}
+        body = {"group_ids": selection.groups}
     else:
         body = {"failed_before": before}
     body["limit"] = batch
@@ -211,16 +211,15 @@ def unsideline(
 def purge(
     project: Project,
     name: Name,
-    ids: Ids = None,
-    groups: Groups = None,
-    before: Before = None,
+    selection: Selection,
     everything: Annotated[bool, typer.Option("--all", help="Purge the whole DLQ.")] = False,
     yes: Yes = False,
     batch: Batch = 1000,
     output: Output = "text",
 ) -> Call:
     """Delete dead-lettered messages for good (asks first unless --yes)."""
-    kind, before = _selector(ids or [], groups or [], before, everything)
+    kind, before = selection.chosen(everything)
+    ids, groups = selection.ids, selection.groups
     params: list[tuple[str, Any]]
     if kind == "ids":
         params, what = [("message_id", i) for i in ids or []], f"{len(ids or [])} message(s)"

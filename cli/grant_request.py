@@ -11,14 +11,9 @@ import typer
 from cli.kit import (
     Call,
     Columns,
-    Cursor,
-    Every,
-    Limit,
-    Offset,
     Output,
     Paging,
     Project,
-    Search,
     Topic,
     command,
     listing,
@@ -71,11 +66,8 @@ def list_(
         Literal["pending", "approved", "refused"] | None,
         typer.Option(help="Only requests in this state."),
     ] = None,
-    search: Search = "",
-    limit: Limit = 100,
-    cursor: Cursor = None,
-    every: Every = False,
-    offset: Offset = None,
+    *,
+    page: Paging,
     output: Output = "text",
 ) -> Call:
     """List the grant requests of one of your topics: a page by requesting project (the
@@ -95,13 +87,12 @@ def list_(
         ),
     )
     params = {"state": state} if state else None
-    paging = Paging(search, cursor, limit, every, offset)
     again = f"httpbus topic grant-request list {project} {topic}"
     again += f" --state {state}" if state else ""
     return listing(
         _requests(project, topic),
         columns,
-        page=paging,
+        page=page,
         params=params,
         counted="request",
         again=again,

@@ -44,6 +44,7 @@ Exit codes (also in ``httpbus --help`` and the README):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import importlib
 import inspect
@@ -55,11 +56,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_type_hints
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn
 from rich.table import Table
 
 from control_plane.client import JSON, AdminClient, ApiError, NotAvailable, Unreachable
@@ -269,6 +270,22 @@ def paged_footer(page: dict[str, Any], again: str = "", search: str = "") -> str
     return said
 
 
+def progress(label: str, output: str, *more: ProgressColumn) -> Progress:
+    """A progress bar on stderr (stdout stays the command's output): ``label``, the bar,
+    done of total, then ``more`` columns. Shown only on a terminal and never with
+    ``--output json``; the long operations (``--all`` pages, batches, resends, replays)
+    show it while they work."""
+    err = Console(stderr=True)
+    return Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        *more,
+        console=err,
+        disable=output == "json" or not err.is_terminal,
+    )
+
+
 def shown_once(what: str, created: dict[str, Any]) -> str:
     """``created …`` and the token, which the API shows this once (only its hash is kept)."""
     return f"created {what}\ntoken (shown this once): {created['token']}"
@@ -379,13 +396,17 @@ class Columns:
 
 @dataclass(frozen=True)
 class Paging:
-    """What a list command asks: a search, where to start, the page size, every page."""
+    """What a list command asks: a search, the page size, where to start, every page.
 
-    search: str = ""
-    cursor: str | None = None
-    limit: int = 100
-    every: bool = False
-    offset: int | None = None
+    An option group (see :func:`command`): a list command that declares ``page: Paging``
+    takes ``--search``, ``--limit``, ``--cursor``, ``--all`` (and the hidden, deprecated
+    ``--offset``) in its place."""
+
+    search: Search = ""
+    limit: Limit = 100
+    cursor: Cursor = None
+    every: Every = False
+    offset: Offset = None
 
     @property
     def params(self) -> dict[str, Any]:
@@ -434,22 +455,15 @@ def _every_page(
     output: str,
     params: dict[str, Any] | None = None,
 ) -> Call:
-    err = Console(stderr=True)
 
     async def work(api: AdminClient) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
-        with Progress(
-            TextColumn(f"listing {counted}s"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            console=err,
-            disable=output == "json" or not err.is_terminal,
-        ) as progress:
-            task = progress.add_task("listing", total=None)
+        with progress(f"listing {counted}s", output) as bar:
+            task = bar.add_task("listing", total=None)
             async for found in api.pages(where, {**(params or {}), **page.params}):
                 items.extend(found["items"])
                 total = None if page.search else int(found.get("total", 0))
-                progress.update(task, completed=len(items), total=total)
+                bar.update(task, completed=len(items), total=total)
         return items
 
     def whole(items: list[dict[str, Any]]) -> str:
@@ -526,7 +540,15 @@ def command(
 
     The command takes the function's own parameters, then ``--url``, ``--token`` and (unless
     ``output=False``) ``--output``; a function that declares ``output`` itself receives it
-    (to print while it works, as ``topic migrate`` does)."""
+    (to print while it works, as ``topic migrate`` does).
+
+    A parameter annotated with a dataclass is an *option group*: the command takes the
+    dataclass's fields in its place (each an ``Annotated`` Typer option, with its default)
+    and the function receives them as one value. :class:`Paging` is the list commands'
+    group::
+
+        @command(app, "list")
+        def list_(project: Project, page: Paging, output: Output = "text") -> Call: ..."""
 
     def register(declare: Callable[..., Call]) -> Callable[..., Call]:
         app.command(name)(_cli_command(declare, output))
@@ -559,9 +581,33 @@ def default_command(app: typer.Typer) -> Callable[[Callable[..., Call]], Callabl
     return register
 
 
+def _option_group(parameter: inspect.Parameter) -> type | None:
+    """The dataclass a parameter is annotated with (an option group), or None."""
+    kind = parameter.annotation
+    return kind if isinstance(kind, type) and dataclasses.is_dataclass(kind) else None
+
+
+def _group_options(group: type) -> list[inspect.Parameter]:
+    """An option group's fields as the command's parameters, in their order: each field's
+    annotation (an ``Annotated`` Typer argument or option) and default."""
+    hints = get_type_hints(group, include_extras=True)
+    return [
+        inspect.Parameter(
+            field.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=inspect.Parameter.empty
+            if field.default is dataclasses.MISSING
+            else field.default,
+            annotation=hints[field.name],
+        )
+        for field in dataclasses.fields(group)
+    ]
+
+
 def _cli_command(declare: Callable[..., Call], output: bool) -> Callable[..., None]:
-    """``declare`` as a Typer command function: its own parameters, then the connection
-    options, running the :class:`Call` it returns."""
+    """``declare`` as a Typer command function: its own parameters (an option group
+    expanded into its options), then the connection options, running the :class:`Call` it
+    returns."""
     signature = inspect.signature(declare, eval_str=True)
     own = signature.parameters
     keyword = inspect.Parameter.KEYWORD_ONLY
@@ -572,12 +618,22 @@ def _cli_command(declare: Callable[..., Call], output: bool) -> Callable[..., No
         for key, (kind, default) in _CONNECTION.items()
         if key in own or output or key != "output"
     ]
-    parameters = [p for p in own.values() if p.name not in _CONNECTION] + connection
+    groups = {p.name: group for p in own.values() if (group := _option_group(p)) is not None}
+    parameters = [
+        option
+        for p in own.values()
+        if p.name not in _CONNECTION
+        for option in (_group_options(groups[p.name]) if p.name in groups else [p])
+    ]
+    parameters = [p.replace(kind=keyword) for p in parameters] + connection
 
     @functools.wraps(declare)
     def cli_command(**given: Any) -> None:
         url, token = given.pop("url"), given.pop("token")
         shown = given["output"] if "output" in own else given.pop("output", "text")
+        for name, group in groups.items():
+            fields = [field.name for field in dataclasses.fields(group)]
+            given[name] = group(**{field: given.pop(field) for field in fields})
         declare(**given).perform(url, token, shown)
 
     cli_command.__signature__ = signature.replace(  # type: ignore[attr-defined]

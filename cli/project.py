@@ -17,14 +17,9 @@ from cli.kit import (
     EXIT_USAGE,
     Call,
     Columns,
-    Cursor,
-    Every,
-    Limit,
-    Offset,
     Output,
     Paging,
     Project,
-    Search,
     Yes,
     command,
     duration_ms,
@@ -86,20 +81,12 @@ def create(
 
 
 @command(app, "list")
-def list_(
-    search: Search = "",
-    limit: Limit = 100,
-    cursor: Cursor = None,
-    every: Every = False,
-    offset: Offset = None,
-    output: Output = "text",
-) -> Call:
+def list_(page: Paging, output: Output = "text") -> Call:
     """List projects: a page (the next page's command is printed under it), or every page
     with --all; --search finds them by name or description."""
-    paging = Paging(search, cursor, limit, every, offset)
     where = path("v1", "projects")
     again = "httpbus project list"
-    return listing(where, PROJECTS, page=paging, counted="project", again=again, output=output)
+    return listing(where, PROJECTS, page=page, counted="project", again=again, output=output)
 
 
 def _shown(project: dict[str, Any]) -> str:

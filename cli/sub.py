@@ -11,12 +11,11 @@ F [--ca F]`` (or ``--ca F`` alone), ``--auth none``. On ``update``, the auth fla
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from cli import sub_replay
 from cli.dlq import batches, dlq_line, time_option
@@ -24,14 +23,9 @@ from cli.kit import (
     EXIT_USAGE,
     Call,
     Columns,
-    Cursor,
-    Every,
-    Limit,
-    Offset,
     Output,
     Paging,
     Project,
-    Search,
     Yes,
     command,
     duration_ms,
@@ -39,6 +33,7 @@ from cli.kit import (
     get,
     listing,
     post,
+    progress,
     removal,
     rfc3339,
     table,
@@ -64,62 +59,13 @@ Format = Annotated[
         "cloudevents-structured (application/cloudevents+json); docs/receiving.md.",
     ),
 ]
-BatchMessages = Annotated[
-    int | None,
-    typer.Option("--batch", min=1, max=1_000, help="Deliver up to this many messages per request."),
-]
-BatchMaxBytes = Annotated[
-    int | None, typer.Option(min=1, help="Batches: the most payload bytes per request.")
-]
-BatchMaxWait = Annotated[
-    int | None,
-    typer.Option(min=0, max=60_000, help="Batches: send a batch this long after its first."),
-]
 
 
-AuthType = Annotated[
-    Literal["none", "jwt", "oauth2_client_credentials", "mtls"] | None,
-    typer.Option(
-        "--auth",
-        help="How deliveries authenticate: none, jwt (a JWT signed by httpbus per delivery), "
-        "oauth2_client_credentials (a bearer token from --token-url), mtls (a client "
-        "certificate); docs/receiving.md.",
-    ),
-]
-Audience = Annotated[
-    str | None,
-    typer.Option(
-        help="jwt: the token's aud (default: the endpoint URL); oauth2: the token "
-        "request's audience."
-    ),
-]
-TokenUrl = Annotated[str | None, typer.Option(help="oauth2: the token endpoint.")]
-ClientId = Annotated[str | None, typer.Option(help="oauth2: the client id.")]
-ClientSecretFile = Annotated[
-    Path | None,
-    typer.Option(
-        exists=True,
-        dir_okay=False,
-        help="oauth2: a file holding the client secret (write-only, never shown).",
-    ),
-]
-Scope = Annotated[str | None, typer.Option(help="oauth2: the scope asked for.")]
-ClientCert = Annotated[
-    Path | None,
-    typer.Option(exists=True, dir_okay=False, help="mtls: the client certificate (PEM)."),
-]
-ClientKey = Annotated[
-    Path | None,
-    typer.Option(exists=True, dir_okay=False, help="mtls: its private key (PEM, write-only)."),
-]
-CaFile = Annotated[
-    Path | None,
-    typer.Option(
-        exists=True,
-        dir_okay=False,
-        help="mtls: CA bundle the endpoint's certificate must chain to.",
-    ),
-]
+def _file(help: str) -> Any:
+    """An option naming an existing file, which the command reads."""
+    return typer.Option(exists=True, dir_okay=False, help=help)
+
+
 TimeoutMs = Annotated[
     int | None,
     typer.Option(min=100, max=900_000, help="How long one delivery may take (ms, up to 15 min)."),
@@ -142,54 +88,128 @@ DisableAfter = Annotated[
         "7d; default 24h), or never."
     ),
 ]
-RetryFields = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--retry",
-        help="KEY=VALUE of the retry policy (repeat), the value JSON or text: "
-        "initial_delay_ms=500, max_delay_ms, multiplier, jitter, retry_4xx=true, "
-        "'retry_statuses=[500,503]', retry_timeouts, retry_connection_errors, "
-        "'delay_levels_ms=[1000,60000]' (docs/retries.md).",
-    ),
-]
-CircuitFields = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--circuit",
-        help="KEY=VALUE of the circuit breaker (repeat): enabled=false, "
-        "failure_rate_threshold=0.3, window_seconds, min_calls, cooldown_seconds, "
-        "probe_per_second, floor_per_second (docs/circuit-breaking.md).",
-    ),
-]
 _SECRET_OF = {"oauth2_client_credentials": "client_secret", "mtls": "client_key"}
 MASK = "********"  # what reads show of a write-only value (core.secret_headers)
 
 
-def _auth_changes(
-    *,
-    audience: str | None,
-    token_url: str | None,
-    client_id: str | None,
-    client_secret_file: Path | None,
-    scope: str | None,
-    client_cert: Path | None,
-    client_key: Path | None,
-    ca: Path | None,
-) -> dict[str, Any]:
-    """The auth fields the flags give (files read), None values left out."""
-    text = {
-        "client_secret": client_secret_file,
-        "client_cert": client_cert,
-        "client_key": client_key,
-        "ca": ca,
-    }
-    found: dict[str, Any] = {
-        k: p.read_text().strip() if k == "client_secret" else p.read_text()
-        for k, p in text.items()
-        if p is not None
-    }
-    found.update(_given(audience=audience, token_url=token_url, client_id=client_id, scope=scope))
-    return found
+@dataclass(frozen=True)
+class Retrying:
+    """The retry policy and circuit breaker options of ``create`` and ``update`` (an option
+    group of the kit)."""
+
+    max_attempts: Annotated[int | None, typer.Option(min=1, help="Delivery attempts.")] = None
+    backoff: Annotated[Backoff | None, typer.Option(help="Retry backoff.")] = None
+    retry: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--retry",
+            help="KEY=VALUE of the retry policy (repeat), the value JSON or text: "
+            "initial_delay_ms=500, max_delay_ms, multiplier, jitter, retry_4xx=true, "
+            "'retry_statuses=[500,503]', retry_timeouts, retry_connection_errors, "
+            "'delay_levels_ms=[1000,60000]' (docs/retries.md).",
+        ),
+    ] = None
+    circuit: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--circuit",
+            help="KEY=VALUE of the circuit breaker (repeat): enabled=false, "
+            "failure_rate_threshold=0.3, window_seconds, min_calls, cooldown_seconds, "
+            "probe_per_second, floor_per_second (docs/circuit-breaking.md).",
+        ),
+    ] = None
+
+    def retry_policy(self) -> dict[str, Any]:
+        """The retry policy fields the options give: ``--retry``'s, then the two of their
+        own."""
+        given = _given(max_attempts=self.max_attempts, backoff=self.backoff)
+        return {**_policy("--retry", self.retry), **given}
+
+    def circuit_breaker(self) -> dict[str, Any]:
+        """The circuit breaker fields ``--circuit`` gives."""
+        return _policy("--circuit", self.circuit)
+
+
+@dataclass(frozen=True)
+class Batching:
+    """The batch options of ``create`` and ``update`` (an option group of the kit)."""
+
+    batch: Annotated[
+        int | None,
+        typer.Option(
+            "--batch", min=1, max=1_000, help="Deliver up to this many messages per request."
+        ),
+    ] = None
+    batch_max_bytes: Annotated[
+        int | None, typer.Option(min=1, help="Batches: the most payload bytes per request.")
+    ] = None
+    batch_max_wait_ms: Annotated[
+        int | None,
+        typer.Option(min=0, max=60_000, help="Batches: send a batch this long after its first."),
+    ] = None
+
+    def given(self) -> dict[str, Any]:
+        """The batch fields the options give, None values left out."""
+        return _given(
+            max_messages=self.batch,
+            max_bytes=self.batch_max_bytes,
+            max_wait_ms=self.batch_max_wait_ms,
+        )
+
+
+@dataclass(frozen=True)
+class EndpointAuth:
+    """The endpoint authentication options of ``create`` and ``update`` (an option group
+    of the kit): ``--auth`` and the fields of each kind."""
+
+    auth: Annotated[
+        Literal["none", "jwt", "oauth2_client_credentials", "mtls"] | None,
+        typer.Option(
+            "--auth",
+            help="How deliveries authenticate: none, jwt (a JWT signed by httpbus per delivery), "
+            "oauth2_client_credentials (a bearer token from --token-url), mtls (a client "
+            "certificate); docs/receiving.md.",
+        ),
+    ] = None
+    audience: Annotated[
+        str | None,
+        typer.Option(
+            help="jwt: the token's aud (default: the endpoint URL); oauth2: the token "
+            "request's audience."
+        ),
+    ] = None
+    token_url: Annotated[str | None, typer.Option(help="oauth2: the token endpoint.")] = None
+    client_id: Annotated[str | None, typer.Option(help="oauth2: the client id.")] = None
+    client_secret_file: Annotated[
+        Path | None, _file("oauth2: a file holding the client secret (write-only, never shown).")
+    ] = None
+    scope: Annotated[str | None, typer.Option(help="oauth2: the scope asked for.")] = None
+    client_cert: Annotated[Path | None, _file("mtls: the client certificate (PEM).")] = None
+    client_key: Annotated[Path | None, _file("mtls: its private key (PEM, write-only).")] = None
+    ca: Annotated[
+        Path | None, _file("mtls: CA bundle the endpoint's certificate must chain to.")
+    ] = None
+
+    def changes(self) -> dict[str, Any]:
+        """The auth fields the options give (files read), None values left out."""
+        text = {
+            "client_secret": self.client_secret_file,
+            "client_cert": self.client_cert,
+            "client_key": self.client_key,
+            "ca": self.ca,
+        }
+        found: dict[str, Any] = {
+            k: p.read_text().strip() if k == "client_secret" else p.read_text()
+            for k, p in text.items()
+            if p is not None
+        }
+        given = _given(
+            audience=self.audience,
+            token_url=self.token_url,
+            client_id=self.client_id,
+            scope=self.scope,
+        )
+        return found | given
 
 
 def _auth_body(
@@ -315,6 +335,7 @@ def _created(project: str, name: str, sub: dict[str, Any]) -> str:
 def create(
     project: Project,
     name: Name,
+    *,
     topic: Annotated[str, typer.Option(help="Topic, or project/topic.")],
     endpoint: Annotated[str, typer.Option(help="Webhook URL (http or https).")],
     timeout_ms: TimeoutMs = None,
@@ -322,18 +343,10 @@ def create(
     header: Headers = None,
     disable_after: DisableAfter = None,
     signing_secret_file: Annotated[
-        Path | None,
-        typer.Option(
-            exists=True,
-            dir_okay=False,
-            help="A file holding the signing secret (whsec_…); generated when absent.",
-        ),
+        Path | None, _file("A file holding the signing secret (whsec_…); generated when absent.")
     ] = None,
     filter_: Annotated[str | None, typer.Option("--filter", help="CEL filter expression.")] = None,
-    max_attempts: Annotated[int | None, typer.Option(min=1, help="Delivery attempts.")] = None,
-    backoff: Annotated[Backoff | None, typer.Option(help="Retry backoff.")] = None,
-    retry: RetryFields = None,
-    circuit: CircuitFields = None,
+    retrying: Retrying,
     max_in_flight: Annotated[int | None, typer.Option(min=1, help="In-flight limit.")] = None,
     rate_limit: Annotated[float | None, typer.Option(help="Messages per second.")] = None,
     delay_ms: Annotated[int | None, typer.Option(min=0, help="Hold every message.")] = None,
@@ -345,19 +358,9 @@ def create(
     shards: Annotated[
         int | None, typer.Option(min=1, max=64, help="Workers sharing the delivery (fixed).")
     ] = None,
-    batch: BatchMessages = None,
-    batch_max_bytes: BatchMaxBytes = None,
-    batch_max_wait_ms: BatchMaxWait = None,
+    batching: Batching,
     delivery_format: Format = None,
-    auth: AuthType = None,
-    audience: Audience = None,
-    token_url: TokenUrl = None,
-    client_id: ClientId = None,
-    client_secret_file: ClientSecretFile = None,
-    scope: Scope = None,
-    client_cert: ClientCert = None,
-    client_key: ClientKey = None,
-    ca: CaFile = None,
+    endpoint_auth: EndpointAuth,
     start: Annotated[
         str,
         typer.Option(
@@ -378,14 +381,10 @@ def create(
     if start not in ("latest", "earliest"):
         start = rfc3339(start, "--start", " (nor latest or earliest)")
     body["start"] = start
-    retry_policy = {
-        **_policy("--retry", retry),
-        **_given(max_attempts=max_attempts, backoff=backoff),
-    }
-    if retry_policy:
+    if retry_policy := retrying.retry_policy():
         body["retry"] = retry_policy
-    if circuit:
-        body["circuit_breaker"] = _policy("--circuit", circuit)
+    if circuit_breaker := retrying.circuit_breaker():
+        body["circuit_breaker"] = circuit_breaker
     body.update(
         _given(
             filter=filter_,
@@ -400,35 +399,16 @@ def create(
     body["dlq_enabled"] = dlq
     if paused:
         body["paused"] = True
-    batching = _given(max_messages=batch, max_bytes=batch_max_bytes, max_wait_ms=batch_max_wait_ms)
-    if batching:
-        body["batch"] = batching
-    auth_changes = _auth_changes(
-        audience=audience,
-        token_url=token_url,
-        client_id=client_id,
-        client_secret_file=client_secret_file,
-        scope=scope,
-        client_cert=client_cert,
-        client_key=client_key,
-        ca=ca,
-    )
-    auth_body = _auth_body(auth, auth_changes, None)
+    if batch := batching.given():
+        body["batch"] = batch
+    auth_body = _auth_body(endpoint_auth.auth, endpoint_auth.changes(), None)
     if auth_body is not None:
         body["auth"] = auth_body
     return post(_subs(project), body, text=lambda sub: _created(project, name, sub))
 
 
 @command(app, "list")
-def list_(
-    project: Project,
-    search: Search = "",
-    limit: Limit = 100,
-    cursor: Cursor = None,
-    every: Every = False,
-    offset: Offset = None,
-    output: Output = "text",
-) -> Call:
+def list_(project: Project, page: Paging, output: Output = "text") -> Call:
     """List the subscriptions of a project: a page (the next page's command is printed under
     it), or every page with --all; --search finds them by name or description."""
     columns = Columns(
@@ -445,10 +425,9 @@ def list_(
             _secret_state(s),
         ),
     )
-    paging = Paging(search, cursor, limit, every, offset)
     again = f"httpbus sub list {project}"
     where = _subs(project)
-    return listing(where, columns, page=paging, counted="subscription", again=again, output=output)
+    return listing(where, columns, page=page, counted="subscription", again=again, output=output)
 
 
 def _last_error(failure: dict[str, Any] | None) -> str:
@@ -540,6 +519,7 @@ def print_status(status: dict[str, Any]) -> None:
 def update(
     project: Project,
     name: Name,
+    *,
     endpoint: Annotated[str | None, typer.Option(help="New webhook URL (http or https).")] = None,
     timeout_ms: TimeoutMs = None,
     method: Method = None,
@@ -557,10 +537,7 @@ def update(
     disable_after: DisableAfter = None,
     filter_: Annotated[str | None, typer.Option("--filter", help="CEL filter expression.")] = None,
     no_filter: Annotated[bool, typer.Option("--no-filter", help="Deliver everything.")] = False,
-    max_attempts: Annotated[int | None, typer.Option(min=1, help="Delivery attempts.")] = None,
-    backoff: Annotated[Backoff | None, typer.Option(help="Retry backoff.")] = None,
-    retry: RetryFields = None,
-    circuit: CircuitFields = None,
+    retrying: Retrying,
     max_in_flight: Annotated[int | None, typer.Option(min=1, help="In-flight limit.")] = None,
     rate_limit: Annotated[float | None, typer.Option(help="Messages per second.")] = None,
     no_rate_limit: Annotated[
@@ -571,22 +548,12 @@ def update(
         bool | None, typer.Option("--dlq/--no-dlq", help="Dead-letter what fails for good.")
     ] = None,
     description: Annotated[str | None, typer.Option(help="What the subscription is for.")] = None,
-    batch: BatchMessages = None,
-    batch_max_bytes: BatchMaxBytes = None,
-    batch_max_wait_ms: BatchMaxWait = None,
+    batching: Batching,
     no_batch: Annotated[
         bool, typer.Option("--no-batch", help="One message per request again.")
     ] = False,
     delivery_format: Format = None,
-    auth: AuthType = None,
-    audience: Audience = None,
-    token_url: TokenUrl = None,
-    client_id: ClientId = None,
-    client_secret_file: ClientSecretFile = None,
-    scope: Scope = None,
-    client_cert: ClientCert = None,
-    client_key: ClientKey = None,
-    ca: CaFile = None,
+    endpoint_auth: EndpointAuth,
 ) -> Call:
     """Change a subscription's settings; the others stay as they are.
 
@@ -596,9 +563,7 @@ def update(
         raise fail("give --filter or --no-filter, not both", EXIT_USAGE)
     if rate_limit is not None and no_rate_limit:
         raise fail("give --rate-limit or --no-rate-limit, not both", EXIT_USAGE)
-    batch_changes = _given(
-        max_messages=batch, max_bytes=batch_max_bytes, max_wait_ms=batch_max_wait_ms
-    )
+    batch_changes = batching.given()
     if batch_changes and no_batch:
         raise fail("give --batch… or --no-batch, not both", EXIT_USAGE)
     endpoint_changes = _endpoint(
@@ -607,11 +572,8 @@ def update(
     added, removed = _headers(header or []), {h.lower() for h in remove_header or []}
     if both := sorted(h for h in added if h.lower() in removed):
         raise fail(f"--header and --remove-header both name {both[0]}", EXIT_USAGE)
-    retry_changes = {
-        **_policy("--retry", retry),
-        **_given(max_attempts=max_attempts, backoff=backoff),
-    }
-    circuit_changes = _policy("--circuit", circuit)
+    retry_changes = retrying.retry_policy()
+    circuit_changes = retrying.circuit_breaker()
     wanted = _given(
         filter=filter_,
         max_in_flight=max_in_flight,
@@ -624,16 +586,7 @@ def update(
     wanted.update({"filter": None} if no_filter else {})
     wanted.update({"rate_limit_per_second": None} if no_rate_limit else {})
     wanted.update({"batch": None} if no_batch else {})
-    auth_changes = _auth_changes(
-        audience=audience,
-        token_url=token_url,
-        client_id=client_id,
-        client_secret_file=client_secret_file,
-        scope=scope,
-        client_cert=client_cert,
-        client_key=client_key,
-        ca=ca,
-    )
+    auth, auth_changes = endpoint_auth.auth, endpoint_auth.changes()
     if (
         auth is None
         and not auth_changes
@@ -733,22 +686,15 @@ def resend(
 
     Each goes through the subscription's filter, signing, retries and DLQ; no other
     subscription sees it. The message's trace (httpbus trace) shows a `resent` event."""
-    err = Console(stderr=True)
     where = _subs(project, name, "resend")
 
     async def work(api: AdminClient) -> list[dict[str, Any]]:
         done: list[dict[str, Any]] = []
-        with Progress(
-            TextColumn("resending"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            console=err,
-            disable=output == "json" or not err.is_terminal,
-        ) as progress:
-            task = progress.add_task("resending", total=len(ids))
+        with progress("resending", output) as bar:
+            task = bar.add_task("resending", total=len(ids))
             for mid in ids:
                 done.append(await api.post(where, {"message_id": mid}))
-                progress.advance(task)
+                bar.advance(task)
         return done
 
     def shown(done: list[dict[str, Any]]) -> str:

@@ -8,11 +8,10 @@ import asyncio
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import TextColumn
 
 from cli.dlq import time_option
-from cli.kit import EXIT_FAILED, Call, Output, Project, fail, get
+from cli.kit import EXIT_FAILED, Call, Output, Project, fail, get, progress
 from cli.kit import Subscription as Name
 from control_plane.client import AdminClient, path
 
@@ -49,25 +48,17 @@ def replay(
         "rate": rate,
     }
     where = _where(project, name)
-    err = Console(stderr=True)
 
     async def work(api: AdminClient) -> dict[str, Any]:
         found: dict[str, Any] = await api.post(where, body)
         if not wait:
             return found
-        with Progress(
-            TextColumn("replaying"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[state]}"),
-            console=err,
-            disable=output == "json" or not err.is_terminal,
-        ) as progress:
-            task = progress.add_task("replaying", total=None, state="pending")
+        with progress("replaying", output, TextColumn("{task.fields[state]}")) as bar:
+            task = bar.add_task("replaying", total=None, state="pending")
             while found["state"] in ("pending", "running"):
                 await asyncio.sleep(POLL_S)
                 found = await api.get(where)
-                progress.update(
+                bar.update(
                     task, completed=found["written"], total=found["total"], state=found["state"]
                 )
         return found

@@ -10,14 +10,9 @@ import typer
 from cli.kit import (
     Call,
     Columns,
-    Cursor,
-    Every,
-    Limit,
-    Offset,
     Output,
     Paging,
     Project,
-    Search,
     Yes,
     command,
     listing,
@@ -61,15 +56,7 @@ def create(
 
 
 @command(app, "list")
-def list_(
-    project: Project,
-    search: Search = "",
-    limit: Limit = 100,
-    cursor: Cursor = None,
-    every: Every = False,
-    offset: Offset = None,
-    output: Output = "text",
-) -> Call:
+def list_(project: Project, page: Paging, output: Output = "text") -> Call:
     """List a project's produce tokens (never the tokens themselves): a page by id (the
     next page's command is printed under it), or every page with --all; --search finds
     them by id, topic or description."""
@@ -78,10 +65,9 @@ def list_(
         ("id", "may publish to", "description"),
         lambda t: (t["id"], _scope(t["topics"]), t.get("description", "")),
     )
-    paging = Paging(search, cursor, limit, every, offset)
     again = f"httpbus token list {project}"
     where = _tokens(project)
-    return listing(where, columns, page=paging, counted="token", again=again, output=output)
+    return listing(where, columns, page=page, counted="token", again=again, output=output)
 
 
 @command(app)

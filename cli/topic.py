@@ -6,7 +6,7 @@ cutover), ``topic cutover status|abort``, ``topic failover status``,
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 import typer
@@ -26,15 +26,10 @@ from cli.kit import (
     EXIT_USAGE,
     Call,
     Columns,
-    Cursor,
-    Every,
     Interval,
-    Limit,
-    Offset,
     Output,
     Paging,
     Project,
-    Search,
     Timeout,
     Topic,
     Yes,
@@ -75,15 +70,44 @@ FailoverMode = Annotated[
 ]
 
 
-def failover_body(clusters: list[str] | None, mode: str | None) -> dict[str, Any] | None:
-    """The ``failover`` setting the options name (None: they name none)."""
-    if mode is not None and mode not in ("ordered", "available"):
-        raise typer.BadParameter(f"--failover-mode must be ordered or available, not {mode!r}")
-    if not clusters:
-        if mode is not None:
-            raise typer.BadParameter("--failover-mode needs at least one --failover-cluster")
-        return None
-    return {"clusters": clusters, "mode": mode or "ordered"}
+@dataclass(frozen=True)
+class Failover:
+    """The failover options of ``create`` and ``update`` (an option group of the kit)."""
+
+    failover_cluster: FailoverClusters = None
+    failover_mode: FailoverMode = None
+
+    def body(self) -> dict[str, Any] | None:
+        """The ``failover`` setting the options name (None: they name none)."""
+        clusters, mode = self.failover_cluster, self.failover_mode
+        if mode is not None and mode not in ("ordered", "available"):
+            raise typer.BadParameter(f"--failover-mode must be ordered or available, not {mode!r}")
+        if not clusters:
+            if mode is not None:
+                raise typer.BadParameter("--failover-mode needs at least one --failover-cluster")
+            return None
+        return {"clusters": clusters, "mode": mode or "ordered"}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a topic accepts, options of ``create`` and ``update`` (an option group of the
+    kit)."""
+
+    max_message_bytes: Annotated[
+        int | None, typer.Option(min=1, help="The largest message accepted.")
+    ] = None
+    max_qps: Annotated[
+        int | None, typer.Option(min=1, help="Messages per second accepted (then 429).")
+    ] = None
+    max_bytes_per_second: Annotated[
+        int | None, typer.Option(min=1024, help="Bytes per second accepted (then 429).")
+    ] = None
+
+    def capacity(self) -> dict[str, int]:
+        """The ``capacity`` fields the options give (None values left out)."""
+        given = {"max_qps": self.max_qps, "max_bytes_per_second": self.max_bytes_per_second}
+        return {k: v for k, v in given.items() if v is not None}
 
 
 def describe_failover(failover: dict[str, Any] | None) -> str:
@@ -114,6 +138,7 @@ CloudEventsGroup = Annotated[
 def create(
     project: Project,
     name: Topic,
+    *,
     partitions: Annotated[int, typer.Option(min=1, max=512, help="Partitions.")] = 1,
     cluster: Annotated[str | None, typer.Option(help="Storage cluster (default: config).")] = None,
     grouped: Annotated[bool, typer.Option(help="Messages carry a group id.")] = False,
@@ -122,22 +147,11 @@ def create(
         str | None,
         typer.Option(help="Idempotent publish: answer a repeated X-Message-Id within 10m, 1h, 1d."),
     ] = None,
-    failover_cluster: FailoverClusters = None,
-    failover_mode: FailoverMode = None,
-    archive_to: topic_archive.ArchiveTo = None,
-    archive_every: topic_archive.ArchiveEvery = None,
-    archive_keep_days: topic_archive.ArchiveKeepDays = None,
+    standby: Failover,
+    archiving: topic_archive.Archiving,
     cloudevents_group_attribute: CloudEventsGroup = None,
     description: Annotated[str | None, typer.Option(help="What the topic carries.")] = None,
-    max_message_bytes: Annotated[
-        int | None, typer.Option(min=1, help="The largest message accepted.")
-    ] = None,
-    max_qps: Annotated[
-        int | None, typer.Option(min=1, help="Messages per second accepted (then 429).")
-    ] = None,
-    max_bytes_per_second: Annotated[
-        int | None, typer.Option(min=1024, help="Bytes per second accepted (then 429).")
-    ] = None,
+    limits: Limits,
     external_topic: Annotated[
         str | None,
         typer.Option(
@@ -148,17 +162,16 @@ def create(
 ) -> Call:
     """Create a topic and its first segment."""
     body: dict[str, Any] = {"name": name, "partitions": partitions, "grouped": grouped}
-    capacity = {"max_qps": max_qps, "max_bytes_per_second": max_bytes_per_second}
     optional = {
         "cluster": cluster,
-        "failover": failover_body(failover_cluster, failover_mode),
-        "archive": topic_archive.archive_body(archive_to, archive_every, archive_keep_days),
+        "failover": standby.body(),
+        "archive": archiving.body(),
         "retention_hours": retention_hours,
         "dedupe_window": dedupe_window,
         "cloudevents_group_attribute": cloudevents_group_attribute,
         "description": description,
-        "max_message_bytes": max_message_bytes,
-        "capacity": {k: v for k, v in capacity.items() if v is not None},
+        "max_message_bytes": limits.max_message_bytes,
+        "capacity": limits.capacity(),
         "external_topic": external_topic,
     }
     body.update({k: v for k, v in optional.items() if v})
@@ -174,15 +187,7 @@ def create(
 
 
 @command(app, "list")
-def list_(
-    project: Project,
-    search: Search = "",
-    limit: Limit = 100,
-    cursor: Cursor = None,
-    every: Every = False,
-    offset: Offset = None,
-    output: Output = "text",
-) -> Call:
+def list_(project: Project, page: Paging, output: Output = "text") -> Call:
     """List the topics of a project: a page (the next page's command is printed under
     it), or every page with --all; --search finds them by name or description."""
     columns = Columns(
@@ -190,10 +195,9 @@ def list_(
         ("name", "segments", "active segment", "grouped"),
         lambda t: (t["name"], len(t["segments"]), _active(t), "yes" if t["grouped"] else "no"),
     )
-    paging = Paging(search, cursor, limit, every, offset)
     again = f"httpbus topic list {project}"
     where = _topics(project)
-    return listing(where, columns, page=paging, counted="topic", again=again, output=output)
+    return listing(where, columns, page=page, counted="topic", again=again, output=output)
 
 
 @command(app)
@@ -286,32 +290,22 @@ def retention_hours(text: str) -> int:
 def update(
     project: Project,
     name: Topic,
+    *,
     retention: Annotated[
         int | None,
         typer.Option(parser=retention_hours, help="How long messages are kept: 36h, 7d, 2w."),
     ] = None,
-    max_message_bytes: Annotated[
-        int | None, typer.Option(min=1, help="The largest message accepted.")
-    ] = None,
-    max_qps: Annotated[
-        int | None, typer.Option(min=1, help="Messages per second accepted (then 429).")
-    ] = None,
-    max_bytes_per_second: Annotated[
-        int | None, typer.Option(min=1024, help="Bytes per second accepted (then 429).")
-    ] = None,
+    limits: Limits,
     description: Annotated[str | None, typer.Option(help="What the topic carries.")] = None,
     dedupe_window: Annotated[
         str | None,
         typer.Option(help="Idempotent publish window (10m, 1h, 1d), or off."),
     ] = None,
-    failover_cluster: FailoverClusters = None,
-    failover_mode: FailoverMode = None,
+    standby: Failover,
     no_failover: Annotated[
         bool, typer.Option("--no-failover", help="Name no standby cluster any more.")
     ] = False,
-    archive_to: topic_archive.ArchiveTo = None,
-    archive_every: topic_archive.ArchiveEvery = None,
-    archive_keep_days: topic_archive.ArchiveKeepDays = None,
+    archiving: topic_archive.Archiving,
     no_archive: Annotated[
         bool, typer.Option("--no-archive", help="Archive no more (the files stay).")
     ] = False,
@@ -325,7 +319,7 @@ def update(
         k: v
         for k, v in {
             "retention_hours": retention,
-            "max_message_bytes": max_message_bytes,
+            "max_message_bytes": limits.max_message_bytes,
             "description": description,
             "cloudevents_group_attribute": cloudevents_group_attribute,
         }.items()
@@ -333,15 +327,11 @@ def update(
     }
     if dedupe_window is not None:
         wanted["dedupe_window"] = None if dedupe_window.lower() == "off" else dedupe_window
-    capacity = {
-        k: v
-        for k, v in {"max_qps": max_qps, "max_bytes_per_second": max_bytes_per_second}.items()
-        if v is not None
-    }
-    failover = failover_body(failover_cluster, failover_mode)
+    capacity = limits.capacity()
+    failover = standby.body()
     if failover is not None or no_failover:
         wanted["failover"] = failover
-    archive = topic_archive.archive_body(archive_to, archive_every, archive_keep_days)
+    archive = archiving.body()
     if archive is not None or no_archive:
         wanted["archive"] = archive
     if not wanted and not capacity:

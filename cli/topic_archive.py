@@ -5,6 +5,7 @@ The archive itself is a topic setting: ``topic create|update --archive-to s3://b
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
@@ -37,20 +38,6 @@ def print_listing(project: str, topic: str, found: dict[str, Any]) -> None:
     console.print(f"archived until {until}" if until else "nothing archived yet (no closed window)")
 
 
-def archive_body(to: str | None, every: str | None, keep_days: int | None) -> dict[str, Any] | None:
-    """The ``archive`` setting the options name (None: they name none)."""
-    if to is None:
-        if every is not None or keep_days is not None:
-            raise typer.BadParameter("--archive-every and --archive-keep-days need --archive-to")
-        return None
-    body: dict[str, Any] = {"to": to}
-    if every is not None:
-        body["every"] = every
-    if keep_days is not None:
-        body["keep_days"] = keep_days
-    return body
-
-
 ArchiveTo = Annotated[
     str | None,
     typer.Option(
@@ -68,3 +55,29 @@ ArchiveKeepDays = Annotated[
         "--archive-keep-days", min=1, help="Delete archived windows older than this many days."
     ),
 ]
+
+
+@dataclass(frozen=True)
+class Archiving:
+    """The archive options of ``topic create`` and ``topic update`` (an option group of the
+    kit)."""
+
+    archive_to: ArchiveTo = None
+    archive_every: ArchiveEvery = None
+    archive_keep_days: ArchiveKeepDays = None
+
+    def body(self) -> dict[str, Any] | None:
+        """The ``archive`` setting the options name (None: they name none)."""
+        to, every, keep_days = self.archive_to, self.archive_every, self.archive_keep_days
+        if to is None:
+            if every is not None or keep_days is not None:
+                raise typer.BadParameter(
+                    "--archive-every and --archive-keep-days need --archive-to"
+                )
+            return None
+        body: dict[str, Any] = {"to": to}
+        if every is not None:
+            body["every"] = every
+        if keep_days is not None:
+            body["keep_days"] = keep_days
+        return body

@@ -19,14 +19,9 @@ import typer
 from cli.kit import (
     Call,
     Columns,
-    Cursor,
-    Every,
-    Limit,
-    Offset,
     Output,
     Paging,
     Project,
-    Search,
     Topic,
     Yes,
     command,
@@ -64,16 +59,7 @@ def add(project: Project, topic: Topic, grantee: Grantee) -> Call:
 
 
 @command(app, "list")
-def list_(
-    project: Project,
-    topic: Topic,
-    search: Search = "",
-    limit: Limit = 100,
-    cursor: Cursor = None,
-    every: Every = False,
-    offset: Offset = None,
-    output: Output = "text",
-) -> Call:
+def list_(project: Project, topic: Topic, page: Paging, output: Output = "text") -> Call:
     """List the projects the topic is granted to: a page (the next page's command is
     printed under it), or every page with --all; --search finds them by name."""
     columns = Columns(
@@ -81,10 +67,9 @@ def list_(
         ("project", "granted at (UTC)"),
         lambda g: (g["grantee"], _since(g)),
     )
-    paging = Paging(search, cursor, limit, every, offset)
     again = f"httpbus topic grant list {project} {topic}"
     where = _grants(project, topic)
-    return listing(where, columns, page=paging, counted="grant", again=again, output=output)
+    return listing(where, columns, page=page, counted="grant", again=again, output=output)
 
 
 @command(app)

@@ -18,13 +18,8 @@ from cli.kit import (
     EXIT_USAGE,
     Call,
     Columns,
-    Cursor,
-    Every,
-    Limit,
-    Offset,
     Output,
     Paging,
-    Search,
     Yes,
     command,
     fail,
@@ -84,19 +79,11 @@ def create(name: UserName, roles: Roles = None, password_stdin: PasswordStdin = 
 
 
 @command(app, "list")
-def list_(
-    search: Search = "",
-    limit: Limit = 100,
-    cursor: Cursor = None,
-    every: Every = False,
-    offset: Offset = None,
-    output: Output = "text",
-) -> Call:
+def list_(page: Paging, output: Output = "text") -> Call:
     """List the users and their roles (never a password): a page (the next page's command
     is printed under it), or every page with --all; --search finds them by name or role."""
-    paging = Paging(search, cursor, limit, every, offset)
     again = "httpbus user list"
-    return listing(_users(), USERS, page=paging, counted="user", again=again, output=output)
+    return listing(_users(), USERS, page=page, counted="user", again=again, output=output)
 
 
 @command(app)
@@ -187,22 +174,18 @@ def token_create(
 @command(tokens, "list")
 def token_list(
     name: Annotated[str | None, typer.Argument(help="Only this user's.")] = None,
-    search: Search = "",
-    limit: Limit = 100,
-    cursor: Cursor = None,
-    every: Every = False,
-    offset: Offset = None,
+    *,
+    page: Paging,
     output: Output = "text",
 ) -> Call:
     """List API tokens (never the tokens themselves): a page by id (the next page's command
     is printed under it), or every page with --all; --search finds them by id, user, role
     or description."""
-    paging = Paging(search, cursor, limit, every, offset)
     again = "httpbus user token list" + (f" {name}" if name else "")
     return listing(
         path("v1", "tokens"),
         API_TOKENS,
-        page=paging,
+        page=page,
         params={"user": name} if name else None,
         counted="token",
         again=again,

@@ -46,12 +46,7 @@ class GrantView(BaseModel):
 
 
 def _view(grant: TopicGrant) -> GrantView:
-    return GrantView(
-        project=grant.project,
-        topic=grant.topic,
-        grantee=grant.grantee,
-        created_at_ms=grant.created_at_ms,
-    )
+    return GrantView.model_validate(grant, from_attributes=True)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, **OWNER)

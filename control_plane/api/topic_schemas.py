@@ -113,14 +113,7 @@ async def get_schema(project: ProjectName, topic: TopicName, admin: AdminDep) ->
 async def list_versions(project: ProjectName, topic: TopicName, admin: AdminDep) -> SchemaVersions:
     state, _ = await _state(admin.catalog, project, topic)
     versions = await admin.catalog.list_schema_versions(project, topic)
-    return SchemaVersions(
-        project=project,
-        topic=topic,
-        active=state.active,
-        compatibility=state.compatibility,
-        latest=state.latest,
-        versions=versions,
-    )
+    return SchemaVersions(project=project, topic=topic, versions=versions, **state.model_dump())
 
 
 @router.get("/versions/{version}", **VIEWER)

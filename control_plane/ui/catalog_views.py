@@ -13,14 +13,7 @@ from starlette.responses import Response
 from control_plane.client import AdminClient, ApiError, NotAvailable, path
 from control_plane.ui.archive_listing import SHOWN, archive_of
 from control_plane.ui.deps import ApiDep, FormDep, FormListsDep, Name, SessionDep
-from control_plane.ui.render import (
-    list_page,
-    open_by_name,
-    paging,
-    redirect,
-    refused,
-    render,
-)
+from control_plane.ui.render import listed, open_by_name, redirect, refused, render
 from control_plane.ui.timeline import draw
 from control_plane.ui.topic_catalog_views import pending_requests
 
@@ -32,17 +25,8 @@ async def projects(request: Request, session: SessionDep, api: ApiDep) -> Respon
     wanted = await open_by_name(request, api, "project", path("v1", "projects"), "/ui/projects")
     if wanted.url:
         return redirect(request, f"{wanted.url}/topics")
-    params = paging(request)
-    page, problem = await list_page(request, api, path("v1", "projects"), params)
-    return render(
-        request,
-        "projects.html",
-        session,
-        page=page,
-        base="/ui/projects",
-        q=params.get("q", ""),
-        flash=wanted.problem or problem,
-    )
+    shown = await listed(request, api, path("v1", "projects"), "/ui/projects", wanted.problem)
+    return render(request, "projects.html", session, **shown)
 
 
 @router.post("/ui/projects")
@@ -72,21 +56,17 @@ async def topics(project: Name, request: Request, session: SessionDep, api: ApiD
     wanted = await open_by_name(request, api, "topic", api_base, base)
     if wanted.url:
         return redirect(request, wanted.url)
-    params = paging(request)
-    page, problem = await list_page(request, api, api_base, params)
+    shown = await listed(request, api, api_base, base, wanted.problem)
     usage = await api.get(path("v1", "projects", project, "quota"))
     return render(
         request,
         "topics.html",
         session,
         project=project,
-        page=page,
         notices=await _notices(api, project),
         notice_kinds=NOTICE_KINDS,
         quota_rows=quota_rows(usage),
-        base=base,
-        q=params.get("q", ""),
-        flash=wanted.problem or problem,
+        **shown,
         clusters=request.app.state.ui_clusters,
         default_cluster=request.app.state.ui_default_cluster,
     )

@@ -213,6 +213,22 @@ async def list_page(
     return await api.get(where, first), (said, "error")
 
 
+async def listed(
+    request: Request,
+    api: AdminClient,
+    where: str,
+    base: str,
+    problem: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    """What every list page's template takes: ``page``, a page of the list at ``where`` for
+    the request's search, cursor and size (:func:`paging`, :func:`list_page`); ``base``, the
+    page's own URL; ``q``, the search; ``flash``, ``problem`` (the "open by name" box's) or
+    else what an invalid cursor gave."""
+    params = paging(request)
+    page, invalid = await list_page(request, api, where, params)
+    return {"page": page, "base": base, "q": params.get("q", ""), "flash": problem or invalid}
+
+
 @dataclass(frozen=True)
 class Opened:
     """What a list page's "open by name" box led to: the page to go to, or why not (the

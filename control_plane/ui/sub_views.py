@@ -15,15 +15,7 @@ from control_plane.client import AdminClient, ApiError, NotAvailable, path, upda
 from control_plane.ui.charts import lines
 from control_plane.ui.deps import OWNER, ApiDep, FormDep, Name, SessionDep, form_of
 from control_plane.ui.forms import body_of, field_errors, values_of
-from control_plane.ui.render import (
-    list_page,
-    open_by_name,
-    paging,
-    posted,
-    redirect,
-    refused,
-    render,
-)
+from control_plane.ui.render import listed, open_by_name, posted, redirect, refused, render
 from core.filters import FilterError, compile_filter
 from core.model import Endpoint, RetryPolicy, SubscriptionSettings
 
@@ -42,18 +34,8 @@ async def subscriptions(
     wanted = await open_by_name(request, api, "subscription", _subs(project), base)
     if wanted.url:
         return redirect(request, wanted.url)
-    params = paging(request)
-    page, problem = await list_page(request, api, _subs(project), params)
-    return render(
-        request,
-        "subscriptions.html",
-        session,
-        project=project,
-        page=page,
-        base=base,
-        q=params.get("q", ""),
-        flash=wanted.problem or problem,
-    )
+    shown = await listed(request, api, _subs(project), base, wanted.problem)
+    return render(request, "subscriptions.html", session, project=project, **shown)
 
 
 def _form(

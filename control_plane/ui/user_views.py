@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from control_plane.client import path
 from control_plane.ui.deps import ApiDep, SessionDep
-from control_plane.ui.render import list_page, paging, render
+from control_plane.ui.render import listed, render
 
 router = APIRouter()
 
@@ -20,19 +20,10 @@ router = APIRouter()
 @router.get("/ui/users")
 async def users(request: Request, session: SessionDep, api: ApiDep) -> Response:
     """The API answers 403 to a caller who is not an admin (the error page says so)."""
-    params = paging(request)
-    page, problem = await list_page(request, api, path("v1", "users"), params)
-    for user in page["items"]:
+    shown = await listed(request, api, path("v1", "users"), "/ui/users")
+    for user in shown["page"]["items"]:
         user["created"] = _when(user["created_at_ms"])
-    return render(
-        request,
-        "users.html",
-        session,
-        page=page,
-        base="/ui/users",
-        q=params.get("q", ""),
-        flash=problem,
-    )
+    return render(request, "users.html", session, **shown)
 
 
 def _when(ms: Any) -> str:

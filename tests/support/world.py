@@ -127,6 +127,17 @@ def segment(
     )
 
 
+async def catalog_with_t(meta: MetaStore, first: Segment | None = None) -> Catalog:
+    """A catalog on ``meta`` holding project ``p`` and its topic ``t``, metadata only (no
+    storage topic is made); ``first`` is the topic's first segment (by default one partition
+    of storage topic ``s1`` on the embedded cluster)."""
+    catalog = Catalog(meta)
+    await catalog.create_project(Project(name="p"))
+    first = first or segment("embedded", storage="s1", partitions=1)
+    await catalog.create_topic(Topic(project="p", name="t"), first)
+    return catalog
+
+
 @asynccontextmanager
 async def _world(
     kind: str,

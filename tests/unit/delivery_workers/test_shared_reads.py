@@ -10,16 +10,15 @@ from typing import Any
 
 import pytest
 
-from core.model import Backend, Project, Segment, Topic
 from delivery_workers import shared_reads
 from delivery_workers.shared_reads import Tail, TopicCache
 from metastore import paths
-from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
 from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
 from segments.protocol import Record, SegmentStore, Stored
 from tests.support.until import until
+from tests.support.world import catalog_with_t
 
 
 class Counting:
@@ -87,10 +86,7 @@ async def test_a_tail_nobody_follows_moves_to_the_next_start(
 
 async def test_topic_cache_reads_once_per_ttl(tmp_path: Path) -> None:
     async with EmbeddedMetaStore(str(tmp_path / "m.db")) as meta:
-        catalog = Catalog(meta)
-        await catalog.create_project(Project(name="p"))
-        seg = Segment(id=1, cluster="c", backend=Backend.EMBEDDED, storage_topic="s", partitions=1)
-        await catalog.create_topic(Topic(project="p", name="t"), seg)
+        await catalog_with_t(meta)
         cache = TopicCache(meta, ttl_s=0.3, watched_ttl_s=0.3)
         calls = 0
         real_get = meta.get
@@ -115,10 +111,7 @@ async def test_a_watched_topic_is_read_again_only_when_it_changes(tmp_path: Path
     """Issue 35 (one worker, 2 000 idle subscriptions): once its produce pointer and node are
     watched, a topic is not read every ``ttl_s`` but when one of them changes."""
     async with EmbeddedMetaStore(str(tmp_path / "m.db")) as meta:
-        catalog = Catalog(meta)
-        await catalog.create_project(Project(name="p"))
-        seg = Segment(id=1, cluster="c", backend=Backend.EMBEDDED, storage_topic="s", partitions=1)
-        await catalog.create_topic(Topic(project="p", name="t"), seg)
+        await catalog_with_t(meta)
         cache = TopicCache(meta, ttl_s=0.05, watched_ttl_s=60.0)
         calls = 0  # topic reads: each lists the segments (the watches read nodes only)
         real_children = meta.children

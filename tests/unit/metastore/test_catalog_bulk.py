@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.model import Endpoint, Project, Segment, SegmentState, Subscription, Topic
+from core.model import Endpoint, Project, Subscription, Topic
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
+from tests.support.world import segment
 
 
 async def test_bulk_descriptions_leave_out_what_is_gone(tmp_path: Path) -> None:
@@ -16,16 +17,9 @@ async def test_bulk_descriptions_leave_out_what_is_gone(tmp_path: Path) -> None:
         catalog = Catalog(meta)
         await catalog.create_project(Project(name="shop", description="the web shop"))
         for name in ("a", "b", "c"):
-            segment = Segment(
-                id=1,
-                cluster="embedded",
-                backend="embedded",
-                storage_topic=f"bulk.{name}",
-                partitions=1,
-                state=SegmentState.ACTIVE,
-            )
             topic = Topic(project="shop", name=name, description=f"about {name}")
-            await catalog.create_topic(topic, segment)
+            first = segment("embedded", storage=f"bulk.{name}", partitions=1)
+            await catalog.create_topic(topic, first)
         sub = Subscription(
             project="shop",
             name="s1",

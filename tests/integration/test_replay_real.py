@@ -28,6 +28,7 @@ from segments.registry import open_store
 from tests.support.delivery import DeliveryWorld, clusters, delivery_world
 from tests.support.services import RealServices
 from tests.support.until import until
+from tests.support.world import record
 
 pytestmark = [
     pytest.mark.zookeeper,
@@ -44,13 +45,8 @@ QUIET_S = 2.0  # how long nothing must arrive where nothing may (the only sleep 
 
 
 def _record(hour: int, i: int, at: int) -> Record:
-    group = f"g{i % GROUPS}".encode()
-    headers = (
-        (envelope.MESSAGE_ID, f"h{hour}-m{i:03d}".encode()),
-        (envelope.GROUP_ID, group),
-        (envelope.PRODUCED_AT, str(at).encode()),
-    )
-    return Record(f"{hour}:{i}".encode(), key=group, headers=headers, timestamp_ms=at)
+    value = f"{hour}:{i}".encode()
+    return record(f"h{hour}-m{i:03d}", f"g{i % GROUPS}", at=at, value=value)
 
 
 def _storage(real: RealServices) -> dict[str, Any]:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.model import Endpoint, Project, Subscription, Topic
+from core.model import Project, Topic
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
-from tests.support.world import segment
+from tests.support.world import segment, subscription
 
 
 async def test_bulk_descriptions_leave_out_what_is_gone(tmp_path: Path) -> None:
@@ -20,16 +20,8 @@ async def test_bulk_descriptions_leave_out_what_is_gone(tmp_path: Path) -> None:
             topic = Topic(project="shop", name=name, description=f"about {name}")
             first = segment("embedded", storage=f"bulk.{name}", partitions=1)
             await catalog.create_topic(topic, first)
-        sub = Subscription(
-            project="shop",
-            name="s1",
-            topic_project="shop",
-            topic="b",
-            endpoint=Endpoint(url="http://127.0.0.1:9/hook"),
-            signing_secret="whsec_" + "A" * 32,
-            description="the ledger",
-        )
-        await catalog.create_subscription(sub)
+        fields = {"project": "shop", "topic_project": "shop", "topic": "b"}
+        await catalog.create_subscription(subscription("s1", description="the ledger", **fields))
         await catalog.delete_topic("shop", "a")
         topics = await catalog.describe_topics("shop", ["c", "a", "b"])
         assert [(t.name, t.description) for t in topics] == [("c", "about c"), ("b", "about b")]

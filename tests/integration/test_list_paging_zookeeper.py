@@ -21,7 +21,7 @@ from metastore.catalog import Catalog
 from metastore.zookeeper import ZooKeeperMetaStore
 from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
-from tests.support.control_plane import TOKEN, app_client
+from tests.support.control_plane import TOKEN, app_client, json_of
 from tests.support.services import RealServices
 from tests.support.world import segment
 
@@ -76,10 +76,7 @@ async def world(
 
 
 async def _page(client: httpx.AsyncClient, **params: Any) -> dict[str, Any]:
-    r = await client.get(URL, params=params)
-    assert r.status_code == 200, r.text
-    found: dict[str, Any] = r.json()
-    return found
+    return json_of(await client.get(URL, params=params))
 
 
 async def test_pages_list_every_name_once_while_topics_come_and_go(

@@ -25,6 +25,7 @@ from core.archive import HOUR_MS, ArchiveSpec, ArchiveStorage, iso
 from metastore.config import ZooKeeperConfig, open_metastore
 from segments.protocol import Record, SegmentStore
 from segments.registry import open_store
+from tests.support.control_plane import json_of
 from tests.support.delivery import DeliveryWorld, clusters, delivery_world
 from tests.support.services import RealServices
 from tests.support.until import until
@@ -71,10 +72,7 @@ async def _expire_before(real: RealServices, store: SegmentStore, name: str, at:
 
 
 async def _status(world: DeliveryWorld, sub: str) -> dict[str, Any]:
-    r = await world.cp.get(f"{SUBS}/{sub}/replay")
-    assert r.status_code == 200, r.text
-    found: dict[str, Any] = r.json()
-    return found
+    return json_of(await world.cp.get(f"{SUBS}/{sub}/replay"))
 
 
 async def _replayed_trace(world: DeliveryWorld, mid: str) -> dict[str, Any] | None:

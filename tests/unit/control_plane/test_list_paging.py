@@ -13,7 +13,7 @@ import pytest
 from control_plane.services.listing import SEARCH_CHUNK, ListQuery, SearchTexts, page_of
 from core.model import Endpoint, Project, Subscription, Topic
 from metastore.catalog import Catalog
-from tests.support.control_plane import ControlPlane, embedded_control_plane
+from tests.support.control_plane import ControlPlane, embedded_control_plane, json_of
 from tests.support.until import until
 from tests.support.world import segment
 
@@ -41,10 +41,7 @@ async def cp(tmp_path: Path) -> AsyncIterator[ControlPlane]:
 
 
 async def get(cp: ControlPlane, url: str, **params: Any) -> dict[str, Any]:
-    r = await cp.client.get(url, params=params)
-    assert r.status_code == 200, r.text
-    found: dict[str, Any] = r.json()
-    return found
+    return json_of(await cp.client.get(url, params=params))
 
 
 def names(page: dict[str, Any]) -> list[str]:

@@ -22,7 +22,7 @@ from metastore.config import EmbeddedMetaStoreConfig, open_metastore
 from tests.support.cli import httpbus as run
 from tests.support.cli import ok
 from tests.support.contract_api import fake_app, served
-from tests.support.control_plane import embedded_control_plane
+from tests.support.control_plane import embedded_control_plane, json_of
 from tests.support.hook import SECRET, Hook, serve_hook
 from tests.support.ui_pages import TOKEN, csrf, login
 from tests.support.workers import worker_in_process
@@ -39,10 +39,7 @@ class Env:
     hook: Hook
 
     async def test_event(self, name: str = "s") -> dict[str, Any]:
-        r = await self.client.post(f"{SUBS}/{name}/test-event")
-        assert r.status_code == 200, r.text
-        found: dict[str, Any] = r.json()
-        return found
+        return json_of(await self.client.post(f"{SUBS}/{name}/test-event"))
 
 
 @pytest.fixture

@@ -3,13 +3,18 @@
 
 from __future__ import annotations
 
-import re
-import shlex
 from collections.abc import Iterator
 
 import pytest
 
-from tests.support.cli import as_json, embedded_control_plane_url, httpbus, ok, one_line_error
+from tests.support.cli import (
+    as_json,
+    embedded_control_plane_url,
+    httpbus,
+    next_command,
+    ok,
+    one_line_error,
+)
 
 NAMES = [f"t{i:02d}" for i in range(7)]
 
@@ -26,13 +31,6 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         for sub in ("s1", "s2", "s3"):
             ok(httpbus(base, "sub", "create", "shop", sub, "--topic", "t01", "--endpoint", hook))
         yield base
-
-
-def next_command(text: str) -> list[str]:
-    """The arguments of the ``next page:`` line under a page."""
-    found = re.search(r"^next page: httpbus (.+)$", text, re.MULTILINE)
-    assert found, text
-    return shlex.split(found.group(1))
 
 
 def test_a_page_prints_the_command_of_the_next_one(url: str) -> None:

@@ -5,8 +5,6 @@ on the server."""
 
 from __future__ import annotations
 
-import re
-import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +12,14 @@ import httpx
 import pytest
 
 from control_plane.client import AdminClient
-from tests.support.cli import as_json, httpbus, ok, one_line_error, shop_control_plane_url
+from tests.support.cli import (
+    as_json,
+    httpbus,
+    next_command,
+    ok,
+    one_line_error,
+    shop_control_plane_url,
+)
 
 USERS = ["ann", "bob", "cyd", "dee", "eve"]
 GRANTEES = ["p0", "p1", "p2"]
@@ -46,13 +51,6 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         for i in range(3):
             ok(httpbus(base, "token", "create", "shop", "--description", f"producer {i}"))
         yield base
-
-
-def next_command(text: str) -> list[str]:
-    """The arguments of the ``next page:`` line under a page."""
-    found = re.search(r"^next page: httpbus (.+)$", text, re.MULTILINE)
-    assert found, text
-    return shlex.split(found.group(1))
 
 
 def test_a_page_of_users_prints_the_command_of_the_next_one(url: str) -> None:

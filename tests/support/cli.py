@@ -65,6 +65,14 @@ def next_command(text: str) -> list[str]:
     return shlex.split(found.group(1))
 
 
+def pages(url: str, *args: str) -> list[str]:
+    """Every page a list command prints, following each page's ``next page:`` command."""
+    found = [ok(httpbus(url, *args))]
+    while "next page:" in found[-1]:
+        found.append(ok(httpbus(url, *next_command(found[-1]))))
+    return found
+
+
 def as_json(result: Result) -> Any:
     return json.loads(ok(result))
 

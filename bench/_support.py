@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
@@ -66,6 +66,24 @@ class Endpoints:
             found["pulsar_admin"],
             found.get("postgres", ""),
         )
+
+
+async def bounded(
+    jobs: Iterable[Callable[[], Awaitable[object]]],
+    concurrency: int,
+    *,
+    tolerate: tuple[type[Exception], ...] = (),
+) -> None:
+    """Run ``jobs`` with at most ``concurrency`` of them at once; a job that raises one of
+    ``tolerate`` counts as done (a rerun meeting what the last run made)."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(job: Callable[[], Awaitable[object]]) -> None:
+        async with gate:
+            with contextlib.suppress(*tolerate):
+                await job()
+
+    await asyncio.gather(*(one(j) for j in jobs))
 
 
 def free_port() -> int:

@@ -28,7 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -36,17 +36,18 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._support import drop_zookeeper_root
+from bench._support import bounded, drop_zookeeper_root
 from control_plane.app import create_app
 from control_plane.settings import ControlPlaneSettings
 from core.errors import AlreadyExists
-from core.model import Endpoint, Project, Segment, SegmentState, Subscription, Topic
+from core.model import Endpoint, Project, Subscription, Topic
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
 from metastore.protocol import MetaStore
 from metastore.zookeeper import ZooKeeperMetaStore
 from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
+from tests.support.world import segment
 
 PROJECT = "lists"
 TOKEN = "bench-lists-admin-token-0123456789"
@@ -56,19 +57,6 @@ SERVICES = Path(os.environ.get("HTTPBUS_SERVICES_FILE", "/tmp/httpbus-services/s
 
 def topic_name(index: int) -> str:
     return f"t{index:05d}"
-
-
-async def _bounded(jobs: Iterable[Callable[[], Awaitable[object]]], concurrency: int) -> None:
-    gate = asyncio.Semaphore(concurrency)
-
-    async def one(job: Callable[[], Awaitable[object]]) -> None:
-        async with gate:
-            try:
-                await job()
-            except AlreadyExists:
-                pass
-
-    await asyncio.gather(*(one(j) for j in jobs))
 
 
 async def fill(meta: MetaStore, topics: int, subscriptions: int) -> float:
@@ -84,16 +72,9 @@ async def fill(meta: MetaStore, topics: int, subscriptions: int) -> float:
 
     def topic(i: int) -> Callable[[], Awaitable[object]]:
         name = topic_name(i)
-        segment = Segment(
-            id=1,
-            cluster="embedded",
-            backend="embedded",
-            storage_topic=f"bench.lists.{name}",
-            partitions=1,
-            state=SegmentState.ACTIVE,
-        )
+        first = segment("embedded", storage=f"bench.lists.{name}", partitions=1)
         described = Topic(project=PROJECT, name=name, description=f"orders of shop {i % 97}")
-        return lambda: catalog.create_topic(described, segment)
+        return lambda: catalog.create_topic(described, first)
 
     def subscription(i: int) -> Callable[[], Awaitable[object]]:
         sub = Subscription(
@@ -106,10 +87,10 @@ async def fill(meta: MetaStore, topics: int, subscriptions: int) -> float:
         )
         return lambda: catalog.create_subscription(sub)
 
-    await _bounded((topic(i) for i in range(topics) if topic_name(i) not in have_topics), 64)
-    await _bounded(
-        (subscription(i) for i in range(subscriptions) if f"s{i:05d}" not in have_subs), 64
-    )
+    new_topics = (topic(i) for i in range(topics) if topic_name(i) not in have_topics)
+    await bounded(new_topics, 64, tolerate=(AlreadyExists,))
+    new_subs = (subscription(i) for i in range(subscriptions) if f"s{i:05d}" not in have_subs)
+    await bounded(new_subs, 64, tolerate=(AlreadyExists,))
     return time.monotonic() - t0
 
 

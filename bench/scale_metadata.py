@@ -4,45 +4,28 @@ the run's own, as the control plane writes them (no storage topic is made)."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import secrets
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.model import Endpoint, Project, Segment, SegmentState, Subscription, Topic
+from bench._support import bounded
+from core.model import Endpoint, Project, Segment, Subscription, Topic
 from metastore.catalog import Catalog
 from metastore.zookeeper import ZooKeeperMetaStore
+from tests.support.world import segment
 
 BIG = "big"
 PROJECTS = [f"p{i:03d}" for i in range(100)]
 ENDPOINT = "http://192.0.2.1/hook"  # TEST-NET-1: never called (the members deliver nothing)
 
 
-async def _bounded(jobs: Iterable[Callable[[], Awaitable[object]]], concurrency: int) -> None:
-    gate = asyncio.Semaphore(concurrency)
-
-    async def one(job: Callable[[], Awaitable[object]]) -> None:
-        async with gate:
-            await job()
-
-    await asyncio.gather(*(one(j) for j in jobs))
-
-
 def _topic(name: str) -> tuple[Topic, Segment]:
-    segment = Segment(
-        id=1,
-        cluster="kafka-main",
-        backend="kafka",
-        storage_topic=f"scale.{name}",
-        partitions=4,
-        state=SegmentState.ACTIVE,
-    )
-    return Topic(project=BIG, name=name), segment
+    first = segment("kafka-main", storage=f"scale.{name}", partitions=4)
+    return Topic(project=BIG, name=name), first
 
 
 def _subscription(project: str, index: int, topics: int, secret: str) -> Subscription:
@@ -65,13 +48,13 @@ async def create_metadata(zk: str, root: str, size: int, concurrency: int) -> di
         for name in [BIG, *PROJECTS]:
             await catalog.create_project(Project(name=name))
         t0 = time.monotonic()
-        await _bounded(
+        await bounded(
             (lambda n=n: catalog.create_topic(*_topic(f"t{n:05d}")) for n in range(topics)),
             concurrency,
         )
         t1 = time.monotonic()
         subs = (_subscription(PROJECTS[i % len(PROJECTS)], i, topics, secret) for i in range(size))
-        await _bounded(
+        await bounded(
             (lambda sub=sub: catalog.create_subscription(sub) for sub in subs), concurrency
         )
         t2 = time.monotonic()

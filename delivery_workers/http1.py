@@ -141,10 +141,12 @@ class ConnectionLost(ConnectionError):
         self.answered = answered
 
 
-class Connection(asyncio.Protocol):
-    """One HTTP/1.1 connection: one request at a time, keep-alive unless told otherwise."""
+class PooledConnection(asyncio.Protocol):
+    """What the sender's pool keeps of a connection of either protocol: its origin and answer
+    limits, its transport once made, whether it closed (``gone`` is set once the socket is),
+    whether it was reused, and since when it is idle."""
 
-    http2 = False
+    http2: bool
 
     def __init__(
         self, origin_key: tuple[str, str, int], limits: AnswerLimits = DEFAULT_LIMITS
@@ -153,9 +155,20 @@ class Connection(asyncio.Protocol):
         self.limits = limits
         self.transport: asyncio.Transport | None = None
         self.closed = False
-        self.gone = asyncio.get_running_loop().create_future()  # set once the socket is closed
+        self.gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.reused = False
         self.idle_since = 0.0
+
+
+class Connection(PooledConnection):
+    """One HTTP/1.1 connection: one request at a time, keep-alive unless told otherwise."""
+
+    http2 = False
+
+    def __init__(
+        self, origin_key: tuple[str, str, int], limits: AnswerLimits = DEFAULT_LIMITS
+    ) -> None:
+        super().__init__(origin_key, limits)
         self._parser = httptools.HttpResponseParser(self)
         self._waiter: asyncio.Future[Answer] | None = None
         self._status = 0

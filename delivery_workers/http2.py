@@ -39,7 +39,15 @@ import h2.exceptions
 import h2.settings
 
 from .answer_limits import AnswerLimits, InvalidAnswer
-from .http1 import DEFAULT_LIMITS, Answer, Connection, ConnectionLost, InvalidRequest, Origin
+from .http1 import (
+    DEFAULT_LIMITS,
+    Answer,
+    Connection,
+    ConnectionLost,
+    InvalidRequest,
+    Origin,
+    PooledConnection,
+)
 from .sender import MAX_RESPONSE_BYTES, OutgoingRequest
 
 ALPN = ["h2", "http/1.1"]
@@ -66,7 +74,7 @@ class _Stream:
         self.interim = 0
 
 
-class H2Connection(asyncio.Protocol):
+class H2Connection(PooledConnection):
     """One HTTP/2 connection to one origin, carrying up to the endpoint's
     ``MAX_CONCURRENT_STREAMS`` requests at once."""
 
@@ -75,13 +83,7 @@ class H2Connection(asyncio.Protocol):
     def __init__(
         self, origin_key: tuple[str, str, int], limits: AnswerLimits = DEFAULT_LIMITS
     ) -> None:
-        self.origin_key = origin_key
-        self.limits = limits
-        self.transport: asyncio.Transport | None = None
-        self.closed = False
-        self.reused = False
-        self.gone = asyncio.get_running_loop().create_future()  # set once the socket is closed
-        self.idle_since = 0.0
+        super().__init__(origin_key, limits)
         # Outbound headers are checked already (``encode_request`` refuses what HTTP cannot
         # carry) and lower-cased here: h2's own pass over them doubles a request's cost.
         config = h2.config.H2Configuration(

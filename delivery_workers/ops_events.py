@@ -62,6 +62,21 @@ class Told:
     opened_at_s: float = 0.0  # the first opening not told yet
 
 
+@dataclass(frozen=True)
+class Held:
+    """One held subscription (shard) at one tick: its unit key, project, name and ``label``
+    (its shard, for the notices), what was told of it, its figures, what its project wants."""
+
+    key: str
+    project: str
+    name: str
+    label: dict[str, object]
+    told: Told
+    stats: RunnerStats
+    wants: Notifications
+    now: float
+
+
 @dataclass
 class OpsEvents:
     """See the module doc: :meth:`tick` once a second (:meth:`run`)."""
@@ -96,9 +111,10 @@ class OpsEvents:
             project, name, shard = parse_unit_key(key)
             wants = await self._settings(project, now)
             label: dict[str, object] = {} if shard is None else {"shard": shard}
-            self._failing(told, key, project, name, label, wants, now)
-            self._dead(told, stats, project, name, label, wants, now)
-            self._circuit(told, stats, project, name, label, wants, now)
+            held = Held(key, project, name, label, told, stats, wants, now)
+            self._failing(held)
+            self._dead(held)
+            self._circuit(held)
 
     async def _settings(self, project: str, now: float) -> Notifications:
         cached = self._projects.get(project)
@@ -107,108 +123,59 @@ class OpsEvents:
             self._projects[project] = cached
         return cached[1]
 
-    def _tell(
-        self,
-        wants: Notifications,
-        project: str,
-        name: str,
-        kind: NoticeKind,
-        notice_id: str,
-        **fields: object,
-    ) -> None:
+    def _tell(self, held: Held, kind: NoticeKind, notice_id: str, **fields: object) -> None:
         """Hand the notice to the notifier, unless the project (as cached) does not want it:
         an unwanted kind costs no read (the notifier checks again, on a fresh read)."""
-        if wants.wants(kind):
-            self.notifier.notify(project, name, kind, notice_id, worker=self.member_id, **fields)
+        if held.wants.wants(kind):
+            fields |= held.label
+            self.notifier.notify(
+                held.project, held.name, kind, notice_id, worker=self.member_id, **fields
+            )
 
-    def _failing(
-        self,
-        told: Told,
-        key: str,
-        project: str,
-        name: str,
-        label: dict[str, object],
-        wants: Notifications,
-        now: float,
-    ) -> None:
-        watch = self.disabling.watches.get(key)
+    def _failing(self, held: Held) -> None:
+        told = held.told
+        watch = self.disabling.watches.get(held.key)
         since = watch.streak.since_s if watch is not None else None
         if since is None:
             if told.failing_since_s is not None:  # the streak ended after it was told
                 started = told.failing_since_s
                 told.failing_since_s = None
-                notice = f"recovered.{project}.{name}.{int(started * 1000)}"
-                self._tell(
-                    wants,
-                    project,
-                    name,
-                    NoticeKind.RECOVERED,
-                    notice,
-                    failing_since=iso(started),
-                    **label,
-                )
+                notice = f"recovered.{held.project}.{held.name}.{int(started * 1000)}"
+                self._tell(held, NoticeKind.RECOVERED, notice, failing_since=iso(started))
             return
-        if told.failing_since_s == since or now - since < wants.failing_after_s:
+        if told.failing_since_s == since or held.now - since < held.wants.failing_after_s:
             return
         told.failing_since_s = since
         error = watch.last_error if watch is not None else None
-        notice = f"failing.{project}.{name}.{int(since * 1000)}"
+        notice = f"failing.{held.project}.{held.name}.{int(since * 1000)}"
         self._tell(
-            wants,
-            project,
-            name,
+            held,
             NoticeKind.FAILING,
             notice,
             failing_since=iso(since),
-            failing_for_s=round(now - since),
+            failing_for_s=round(held.now - since),
             last_error=error,
-            **label,
         )
 
-    def _dead(
-        self,
-        told: Told,
-        stats: RunnerStats,
-        project: str,
-        name: str,
-        label: dict[str, object],
-        wants: Notifications,
-        now: float,
-    ) -> None:
-        pending = stats.dead_lettered - told.dead_reported
+    def _dead(self, held: Held) -> None:
+        told, dead_lettered, now = held.told, held.stats.dead_lettered, held.now
+        pending = dead_lettered - told.dead_reported
         if pending <= 0:
-            told.dead_reported = stats.dead_lettered  # a fresh runner's count: start over
+            told.dead_reported = dead_lettered  # a fresh runner's count: start over
             return
         if told.dead_since_s is None:
             told.dead_since_s = now
-        if now - told.dead_told_s < wants.interval_s:
+        if now - told.dead_told_s < held.wants.interval_s:
             return  # aggregated into the next one
         since = told.dead_since_s
-        told.dead_reported, told.dead_told_s, told.dead_since_s = stats.dead_lettered, now, None
-        notice = f"dead_lettered.{project}.{name}.{self.member_id}.{int(now * 1000)}"
+        told.dead_reported, told.dead_told_s, told.dead_since_s = dead_lettered, now, None
+        notice = f"dead_lettered.{held.project}.{held.name}.{self.member_id}.{int(now * 1000)}"
         self._tell(
-            wants,
-            project,
-            name,
-            NoticeKind.DEAD_LETTERED,
-            notice,
-            count=pending,
-            since=iso(since),
-            until=iso(now),
-            **label,
+            held, NoticeKind.DEAD_LETTERED, notice, count=pending, since=iso(since), until=iso(now)
         )
 
-    def _circuit(
-        self,
-        told: Told,
-        stats: RunnerStats,
-        project: str,
-        name: str,
-        label: dict[str, object],
-        wants: Notifications,
-        now: float,
-    ) -> None:
-        state = stats.circuit_state
+    def _circuit(self, held: Held) -> None:
+        told, state, now = held.told, held.stats.circuit_state, held.now
         if state is None:  # no runner now (paused, disabled, restarting): nothing is known
             return
         if state != CLOSED and told.last_state == CLOSED:
@@ -216,28 +183,24 @@ class OpsEvents:
                 told.opened_at_s = now
             told.openings += 1
         told.last_state = state
+        subject = f"{held.project}.{held.name}.{self.member_id}.{int(now * 1000)}"
         if state == CLOSED:
             # Openings not told that closed again are counted in the next opened notice.
             if told.circuit_open:
                 told.circuit_open = False
-                notice = f"circuit_closed.{project}.{name}.{self.member_id}.{int(now * 1000)}"
-                self._tell(wants, project, name, NoticeKind.CIRCUIT_CLOSED, notice, **label)
+                self._tell(held, NoticeKind.CIRCUIT_CLOSED, f"circuit_closed.{subject}")
             return
-        if told.circuit_open or now - told.opened_told_s < wants.interval_s:
+        if told.circuit_open or now - told.opened_told_s < held.wants.interval_s:
             return
         openings, told.openings = told.openings, 0
         told.circuit_open, told.opened_told_s = True, now
-        notice = f"circuit_opened.{project}.{name}.{self.member_id}.{int(now * 1000)}"
         self._tell(
-            wants,
-            project,
-            name,
+            held,
             NoticeKind.CIRCUIT_OPENED,
-            notice,
+            f"circuit_opened.{subject}",
             state=state,
             openings=max(openings, 1),
             opened_at=iso(told.opened_at_s),
-            **label,
         )
 
 

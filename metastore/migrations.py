@@ -21,25 +21,17 @@ from core.migration import Migration, MigrationWindow, merge_windows
 from core.model import Segment, Topic
 
 from . import paths
-from .documents import read_versioned
+from .documents import TopicDocuments
 from .protocol import Check, Create, MetaStore, Op, Update
 
 _CAS_RETRIES = 20
 
 
-def _bytes(migration: Migration) -> bytes:
-    return migration.model_dump_json().encode()
-
-
-class MigrationRecords:
+class MigrationRecords(TopicDocuments[Migration]):
     """Typed access to the migration documents on a ``MetaStore``."""
 
     def __init__(self, store: MetaStore) -> None:
-        self.store = store
-
-    async def get(self, project: str, topic: str) -> tuple[Migration, int] | None:
-        """The topic's latest migration and the version it was read at, or None."""
-        return await read_versioned(self.store, paths.migration(project, topic), Migration)
+        super().__init__(store, Migration, paths.migration)
 
     async def create(self, migration: Migration, shadow: Segment, topic: Topic) -> None:
         """Store ``migration`` with its ``shadow`` segment, if ``topic``'s produce pointer is
@@ -53,11 +45,7 @@ class MigrationRecords:
             )
         if topic.produce_pointer is None:
             raise NotFound(f"topic {p}/{t} has no active segment")
-        doc: Op = (
-            Create(paths.migration(p, t), _bytes(migration))
-            if current is None
-            else Update(paths.migration(p, t), _bytes(migration), current[1])
-        )
+        doc = self.write_op(p, t, migration, None if current is None else current[1])
         node = await self.store.get(paths.topic(p, t))
         if node is None:
             raise NotFound(f"topic {p}/{t} does not exist")
@@ -78,12 +66,7 @@ class MigrationRecords:
 
     async def put(self, migration: Migration, version: int) -> int:
         """Replace the document if it is still at ``version``; the new version."""
-        node = await self.store.update(
-            paths.migration(migration.project, migration.topic),
-            _bytes(migration),
-            expected_version=version,
-        )
-        return node.version
+        return await self.replace(migration.project, migration.topic, migration, version)
 
     async def end_dual_write(self, migration: Migration, version: int, shadow: Segment) -> None:
         """In one transaction: the document at ``migration`` (if still at ``version``), the
@@ -96,7 +79,7 @@ class MigrationRecords:
             raise NotFound(f"topic {p}/{t} or its segment {shadow.id} is gone")
         await self.store.transaction(
             [
-                Update(paths.migration(p, t), _bytes(migration), version),
+                self.write_op(p, t, migration, version),
                 Update(
                     paths.segment(p, t, shadow.id),
                     shadow.model_dump_json().encode(),

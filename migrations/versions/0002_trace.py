@@ -8,19 +8,15 @@ Create Date: 2026-11-24
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from migrations.schema import MS, Table, create, drop
 
 revision = "0002"
 down_revision = "0001"
-branch_labels = None
-depends_on = None
 
-_MS = sa.BigInteger()
-
-
-def upgrade() -> None:
-    op.create_table(
-        "trace_events",
+TRACE_EVENTS = Table(
+    "trace_events",
+    lambda: [
         sa.Column(
             "id",
             sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
@@ -33,24 +29,28 @@ def upgrade() -> None:
         sa.Column("topic", sa.String(128), nullable=False),
         sa.Column("subscription", sa.String(260), nullable=True),
         sa.Column("type", sa.String(32), nullable=False),
-        sa.Column("at_ms", _MS, nullable=False),
+        sa.Column("at_ms", MS(), nullable=False),
         sa.Column("group_id", sa.String(256), nullable=True),
         sa.Column("segment", sa.Integer(), nullable=True),
         sa.Column("partition", sa.Integer(), nullable=True),
-        sa.Column("position", _MS, nullable=True),
+        sa.Column("position", MS(), nullable=True),
         sa.Column("attempt", sa.Integer(), nullable=True),
         sa.Column("status", sa.Integer(), nullable=True),
         sa.Column("size", sa.Integer(), nullable=True),
-        sa.Column("produced_at_ms", _MS, nullable=True),
+        sa.Column("produced_at_ms", MS(), nullable=True),
         sa.Column("error", sa.Text(), nullable=True),
-    )
-    op.create_index("ix_trace_message", "trace_events", ["project", "topic", "message_id"])
-    op.create_index("ix_trace_group", "trace_events", ["project", "topic", "group_id", "at_ms"])
-    op.create_index("ix_trace_at", "trace_events", ["at_ms"])
+    ],
+    {
+        "ix_trace_message": ["project", "topic", "message_id"],
+        "ix_trace_group": ["project", "topic", "group_id", "at_ms"],
+        "ix_trace_at": ["at_ms"],
+    },
+)
+
+
+def upgrade() -> None:
+    create(TRACE_EVENTS)
 
 
 def downgrade() -> None:
-    op.drop_index("ix_trace_at", "trace_events")
-    op.drop_index("ix_trace_group", "trace_events")
-    op.drop_index("ix_trace_message", "trace_events")
-    op.drop_table("trace_events")
+    drop(TRACE_EVENTS)

@@ -13,8 +13,6 @@ from alembic import op
 
 revision = "0003"
 down_revision = "0002"
-branch_labels = None
-depends_on = None
 
 _COLUMNS = (
     ("latency_ms", sa.Float()),

@@ -9,56 +9,61 @@ Create Date: 2026-11-24
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from migrations.schema import MS, Table, create, drop, project_and_topic, serial_id
 
 revision = "0004"
 down_revision = "0003"
-branch_labels = None
-depends_on = None
 
 
-def upgrade() -> None:
-    op.create_table(
-        "users",
+USERS = Table(
+    "users",
+    lambda: [
         sa.Column("name", sa.String(64), primary_key=True),
         sa.Column("password_hash", sa.Text(), nullable=False),
-        sa.Column("created_at_ms", sa.BigInteger(), nullable=False),
-    )
-    op.create_table(
-        "api_tokens",
+        sa.Column("created_at_ms", MS(), nullable=False),
+    ],
+)
+API_TOKENS = Table(
+    "api_tokens",
+    lambda: [
         sa.Column("id", sa.String(12), primary_key=True),
         sa.Column("sha256", sa.String(64), nullable=False, unique=True),
         sa.Column(
             "user", sa.String(64), sa.ForeignKey("users.name", ondelete="CASCADE"), nullable=True
         ),
         sa.Column("description", sa.Text(), nullable=False),
-        sa.Column("created_at_ms", sa.BigInteger(), nullable=False),
-    )
-    op.create_index("ix_api_tokens_user", "api_tokens", ["user"])
-    op.create_table(
-        "role_grants",
-        sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
+        sa.Column("created_at_ms", MS(), nullable=False),
+    ],
+    {"ix_api_tokens_user": ["user"]},
+)
+ROLE_GRANTS = Table(
+    "role_grants",
+    lambda: [
+        serial_id(),
         sa.Column("principal", sa.String(80), nullable=False),
         sa.Column("role", sa.String(16), nullable=False),
         sa.Column("project", sa.String(128), nullable=False),
         sa.UniqueConstraint("principal", "role", "project", name="uq_role_grant"),
-    )
-    op.create_index("ix_role_grants_project", "role_grants", ["project"])
-    op.create_table(
-        "topic_grants",
-        sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
-        sa.Column("project", sa.String(128), nullable=False),
-        sa.Column("topic", sa.String(128), nullable=False),
+    ],
+    {"ix_role_grants_project": ["project"]},
+)
+TOPIC_GRANTS = Table(
+    "topic_grants",
+    lambda: [
+        serial_id(),
+        *project_and_topic(),
         sa.Column("grantee", sa.String(128), nullable=False),
-        sa.Column("created_at_ms", sa.BigInteger(), nullable=False),
+        sa.Column("created_at_ms", MS(), nullable=False),
         sa.UniqueConstraint("project", "topic", "grantee", name="uq_topic_grant"),
-    )
+    ],
+)
+TABLES = (USERS, API_TOKENS, ROLE_GRANTS, TOPIC_GRANTS)
+
+
+def upgrade() -> None:
+    create(*TABLES)
 
 
 def downgrade() -> None:
-    op.drop_table("topic_grants")
-    op.drop_index("ix_role_grants_project", "role_grants")
-    op.drop_table("role_grants")
-    op.drop_index("ix_api_tokens_user", "api_tokens")
-    op.drop_table("api_tokens")
-    op.drop_table("users")
+    drop(*TABLES)

@@ -8,41 +8,34 @@ Create Date: 2026-11-25
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from migrations.schema import MS, Table, counts, create, drop, project_and_topic, serial_id
 
 revision = "0005"
 down_revision = "0004"
-branch_labels = None
-depends_on = None
 
-_MS = sa.BigInteger()
-
-
-def upgrade() -> None:
-    op.create_table(
-        "migration_windows",
-        sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
+MIGRATION_WINDOWS = Table(
+    "migration_windows",
+    lambda: [
+        serial_id(),
         sa.Column("migration_id", sa.String(64), nullable=False),
-        sa.Column("project", sa.String(128), nullable=False),
-        sa.Column("topic", sa.String(128), nullable=False),
-        sa.Column("start_ms", _MS, nullable=False),
-        sa.Column("end_ms", _MS, nullable=False),
-        sa.Column("matched", _MS, nullable=False),
-        sa.Column("late", _MS, nullable=False),
-        sa.Column("missing_in_bus", _MS, nullable=False),
-        sa.Column("missing_in_legacy", _MS, nullable=False),
-        sa.Column("duplicates", _MS, nullable=False),
+        *project_and_topic(),
+        sa.Column("start_ms", MS(), nullable=False),
+        sa.Column("end_ms", MS(), nullable=False),
+        *counts("matched", "late", "missing_in_bus", "missing_in_legacy", "duplicates"),
         sa.Column("closed", sa.Boolean(), nullable=False),
         sa.Column("clean", sa.Boolean(), nullable=False),
         sa.Column("ids", sa.Text(), nullable=False),
-        sa.Column("checked_at_ms", _MS, nullable=False),
+        sa.Column("checked_at_ms", MS(), nullable=False),
         sa.UniqueConstraint("migration_id", "start_ms", name="uq_migration_window"),
-    )
-    op.create_index(
-        "ix_migration_windows_topic", "migration_windows", ["project", "topic", "start_ms"]
-    )
+    ],
+    {"ix_migration_windows_topic": ["project", "topic", "start_ms"]},
+)
+
+
+def upgrade() -> None:
+    create(MIGRATION_WINDOWS)
 
 
 def downgrade() -> None:
-    op.drop_index("ix_migration_windows_topic", "migration_windows")
-    op.drop_table("migration_windows")
+    drop(MIGRATION_WINDOWS)

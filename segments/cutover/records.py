@@ -14,7 +14,7 @@ from datetime import datetime
 
 from core.errors import AlreadyExists, CutoverInProgress, NotFound, VersionConflict
 from metastore import paths
-from metastore.documents import read_versioned
+from metastore.documents import TopicDocuments
 from metastore.protocol import Check, Create, Delete, MetaStore, Op, Update
 
 from .machine import TERMINAL, Acks, Cutover, Phase, record_ack
@@ -22,19 +22,11 @@ from .machine import TERMINAL, Acks, Cutover, Phase, record_ack
 _ACK_RETRIES = 50
 
 
-def _bytes(state: Cutover) -> bytes:
-    return state.model_dump_json().encode()
-
-
-class CutoverRecords:
+class CutoverRecords(TopicDocuments[Cutover]):
     """Typed access to the cutover documents on a ``MetaStore``."""
 
     def __init__(self, store: MetaStore) -> None:
-        self.store = store
-
-    async def get(self, project: str, topic: str) -> tuple[Cutover, int] | None:
-        """The topic's latest cutover and the version it was read at, or None."""
-        return await read_versioned(self.store, paths.cutover(project, topic), Cutover)
+        super().__init__(store, Cutover, paths.cutover)
 
     async def create(self, state: Cutover, topic_version: int) -> int:
         """Store a new cutover and mark it active, in one transaction checked against the
@@ -48,11 +40,7 @@ class CutoverRecords:
             )
         if await self.store.get(paths.active_cutover(p, t)) is not None:
             raise CutoverInProgress(f"topic {p}/{t} still finishes its last cutover; retry soon")
-        doc: Op
-        if current is None:
-            doc = Create(paths.cutover(p, t), _bytes(state))
-        else:
-            doc = Update(paths.cutover(p, t), _bytes(state), current[1])
+        doc = self.write_op(p, t, state, None if current is None else current[1])
         ops: list[Op] = [
             Check(paths.topic(p, t), topic_version),
             doc,
@@ -64,15 +52,12 @@ class CutoverRecords:
             raise CutoverInProgress(f"topic {p}/{t} changed meanwhile; retry") from None
         return 0 if current is None else current[1] + 1
 
-    def update_op(self, state: Cutover, version: int) -> Update:
-        return Update(paths.cutover(state.project, state.topic), _bytes(state), version)
+    def update_op(self, state: Cutover, version: int) -> Create | Update:
+        return self.write_op(state.project, state.topic, state, version)
 
     async def put(self, state: Cutover, version: int) -> int:
         """Replace the document if it is still at ``version``; the new version."""
-        node = await self.store.update(
-            paths.cutover(state.project, state.topic), _bytes(state), expected_version=version
-        )
-        return node.version
+        return await self.replace(state.project, state.topic, state, version)
 
     async def active(self) -> list[tuple[str, str]]:
         """``(project, topic)`` of every cutover still driven."""

@@ -36,10 +36,8 @@ import pulsar.asyncio as pulsar_asyncio
 from core.errors import HttpbusError
 from segments.protocol import Stored
 
-from .config import PulsarSettings
 from .errors import PULSAR_ERRORS, from_pulsar, from_result, timed_out
-from .handover import Handover
-from .producer import Inflight, decode, native, unpack
+from .producer import Link, decode, native, unpack
 
 Key = tuple[str, int]
 T = TypeVar("T")
@@ -57,17 +55,8 @@ class _Cursor:
 class PartitionReaders:
     """The readers of one store, by (storage topic, partition)."""
 
-    def __init__(
-        self,
-        client: pulsar_asyncio.Client,
-        settings: PulsarSettings,
-        inflight: Inflight,
-        handover: Handover,
-    ) -> None:
-        self._client = client
-        self._settings = settings
-        self._inflight = inflight
-        self._handover = handover
+    def __init__(self, link: Link) -> None:
+        self._link = link
         self._cursors: OrderedDict[Key, _Cursor] = OrderedDict()
         self._locks: dict[Key, asyncio.Lock] = {}
 
@@ -121,16 +110,16 @@ class PartitionReaders:
             await self._discard(key)
 
     async def _open(self, name: str, partition: int, start: int) -> pulsar_asyncio.Reader:
-        url = self._settings.partition_url(name, partition)
+        url = self._link.settings.partition_url(name, partition)
         ledger, entry, batch = unpack(start)
         first = (
             pulsar.MessageId.earliest
             if start == 0
             else pulsar.MessageId(-1, ledger, entry, batch if batch > 0 else -1)
         )
-        call = self._client.create_reader(url, first, start_message_id_inclusive=True)
-        task = self._inflight.start(call)
-        seconds = self._settings.produce_timeout_s
+        call = self._link.client.create_reader(url, first, start_message_id_inclusive=True)
+        task = self._link.inflight.start(call)
+        seconds = self._link.settings.produce_timeout_s
         try:
             done, _ = await asyncio.wait({task}, timeout=seconds)
         except asyncio.CancelledError:
@@ -148,7 +137,7 @@ class PartitionReaders:
     def _close_late(self, task: asyncio.Task[pulsar_asyncio.Reader]) -> None:
         """A reader created after its caller gave up: close it."""
         if not task.cancelled() and task.exception() is None:
-            self._inflight.start(self._close_reader(task.result()))
+            self._link.inflight.start(self._close_reader(task.result()))
 
     async def _fetch(
         self, cursor: _Cursor, partition: int, max_records: int, timeout: float
@@ -178,7 +167,7 @@ class PartitionReaders:
     def _read_next(self, reader: pulsar_asyncio.Reader) -> asyncio.Future[Received]:
         """One ``read_next_async``, completed through the handover."""
         future: asyncio.Future[Received] = asyncio.get_running_loop().create_future()
-        native(reader).read_next_async(functools.partial(self._handover.call, _settle, future))
+        native(reader).read_next_async(functools.partial(self._link.handover.call, _settle, future))
         return future
 
     def _drain(self, cursor: _Cursor, partition: int, max_records: int, out: list[Stored]) -> None:
@@ -201,7 +190,7 @@ class PartitionReaders:
             cursor.next_position = stored.position + 1
 
     async def _bounded(self, awaitable: Awaitable[T], what: str) -> T:
-        seconds = self._settings.produce_timeout_s
+        seconds = self._link.settings.produce_timeout_s
         try:
             async with asyncio.timeout(seconds):
                 return await awaitable
@@ -211,7 +200,7 @@ class PartitionReaders:
             raise from_pulsar(exc, what) from exc
 
     async def _evict_idle(self) -> None:
-        while len(self._cursors) > self._settings.reader_cache_size:
+        while len(self._cursors) > self._link.settings.reader_cache_size:
             idle = next((k for k in self._cursors if not self._locks[k].locked()), None)
             if idle is None:
                 return
@@ -227,7 +216,7 @@ class PartitionReaders:
 
     async def _close_reader(self, reader: pulsar_asyncio.Reader) -> None:
         with contextlib.suppress(TimeoutError, *PULSAR_ERRORS):
-            async with asyncio.timeout(self._settings.produce_timeout_s):
+            async with asyncio.timeout(self._link.settings.produce_timeout_s):
                 await reader.close()
 
 

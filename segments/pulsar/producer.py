@@ -38,6 +38,7 @@ import contextlib
 import functools
 import time
 from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pulsar
@@ -141,6 +142,18 @@ class Inflight:
             await asyncio.wait(set(self._tasks), timeout=timeout)
 
 
+@dataclass(frozen=True)
+class Link:
+    """What the producers and the readers of one store share: its client and settings, the
+    client calls still running (:class:`Inflight`) and the hand-over of the client's callbacks
+    to the loop (:class:`~.handover.Handover`)."""
+
+    client: pulsar_asyncio.Client
+    settings: PulsarSettings
+    inflight: Inflight
+    handover: Handover
+
+
 Sent = tuple[int, int, int]
 """The message id of a stored record: (ledger, entry, batch index)."""
 
@@ -210,18 +223,9 @@ class PartitionProducers:
     closes producers, which is rare.
     """
 
-    def __init__(
-        self,
-        client: pulsar_asyncio.Client,
-        settings: PulsarSettings,
-        inflight: Inflight,
-        handover: Handover,
-    ) -> None:
-        self._client = client
-        self._settings = settings
-        self._inflight = inflight
-        self._handover = handover
-        self._timeout_s = settings.produce_timeout_s
+    def __init__(self, link: Link) -> None:
+        self._link = link
+        self._timeout_s = link.settings.produce_timeout_s
         self._producers: dict[str, pulsar_asyncio.Producer] = {}
         self._creating: dict[str, asyncio.Task[pulsar_asyncio.Producer]] = {}
 
@@ -235,15 +239,15 @@ class PartitionProducers:
             return producer
         task = self._creating.get(topic_url)
         if task is None:
-            task = self._inflight.start(self._create(topic_url))
+            task = self._link.inflight.start(self._create(topic_url))
             self._creating[topic_url] = task
             task.add_done_callback(lambda _: self._creating.pop(topic_url, None))
         return await asyncio.shield(task)
 
     async def _create(self, topic_url: str) -> pulsar_asyncio.Producer:
         try:
-            producer = await self._client.create_producer(
-                topic_url, **self._settings.producer_options()
+            producer = await self._link.client.create_producer(
+                topic_url, **self._link.settings.producer_options()
             )
         except PULSAR_ERRORS as exc:
             raise from_pulsar(exc, topic_url) from exc
@@ -294,9 +298,9 @@ class PartitionProducers:
         """(result, message id) per item; (None, None) for one not acknowledged by
         ``deadline``. Per record only a message build, ``send_async`` and one queued
         callback; one future and one timer for the whole call (see ``handover``)."""
-        loop = self._handover.loop
+        loop = self._link.handover.loop
         sends = _Sends(loop.create_future(), len(items))
-        call = self._handover.call
+        call = self._link.handover.call
         for index, (_, producer, record, ts) in enumerate(items):
             try:
                 native(producer).send_async(
@@ -342,5 +346,5 @@ class PartitionProducers:
     async def _close(self, producer: pulsar_asyncio.Producer) -> None:
         # A producer fenced by termination reports AlreadyClosed: nothing left to release.
         with contextlib.suppress(TimeoutError, *PULSAR_ERRORS):
-            async with asyncio.timeout(self._settings.produce_timeout_s):
+            async with asyncio.timeout(self._link.settings.produce_timeout_s):
                 await producer.close()

@@ -56,7 +56,7 @@ from .config import PulsarSettings, partition_name
 from .consumer import PartitionReaders
 from .errors import PULSAR_ERRORS, from_pulsar, timed_out
 from .handover import Handover
-from .producer import Inflight, PartitionProducers, end_after, now_ms, pack, unpack
+from .producer import Inflight, Link, PartitionProducers, end_after, now_ms, pack, unpack
 
 _CURSOR = re.compile(r"^(-?\d+):(-?\d+)")
 
@@ -98,9 +98,9 @@ class PulsarSegmentStore(AsyncResource):
             token=s.admin_token,
             http=self._http,
         )
-        handover = Handover(asyncio.get_running_loop())
-        self._producer_pool = PartitionProducers(client, s, self._inflight, handover)
-        self._reader_pool = PartitionReaders(client, s, self._inflight, handover)
+        link = Link(client, s, self._inflight, Handover(asyncio.get_running_loop()))
+        self._producer_pool = PartitionProducers(link)
+        self._reader_pool = PartitionReaders(link)
 
     async def aclose(self) -> None:
         client, self._pulsar = self._pulsar, None

@@ -25,7 +25,7 @@ from segments.protocol import Record, SegmentStore
 from segments.registry import open_store
 from tests.support.services import RealServices
 from tests.support.until import until
-from tests.support.world import segment
+from tests.support.world import record, segment
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka, pytest.mark.pulsar, pytest.mark.s3]
 PER_HOUR = 30
@@ -34,14 +34,9 @@ GRACE_S = 60.0
 
 
 def _record(hour: int, i: int, at: int) -> Record:
-    group = f"g{i % GROUPS}".encode()
-    headers = (
-        (envelope.MESSAGE_ID, f"h{hour}-m{i:03d}".encode()),
-        (envelope.GROUP_ID, group),
-        (envelope.PRODUCED_AT, str(at).encode()),
-        ("x-binary", bytes([i, 0, 13])),
-    )
-    return Record(bytes([hour, i]) + b"#", key=group, headers=headers, timestamp_ms=at)
+    binary = {"x-binary": bytes([i, 0, 13])}
+    value = bytes([hour, i]) + b"#"
+    return record(f"h{hour}-m{i:03d}", f"g{i % GROUPS}", at=at, value=value, **binary)
 
 
 def storage(real: RealServices) -> ArchiveStorage:

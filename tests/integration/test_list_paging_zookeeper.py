@@ -16,13 +16,14 @@ import pytest
 
 from control_plane.app import create_app
 from control_plane.settings import ControlPlaneSettings
-from core.model import Project, Segment, SegmentState, Topic
+from core.model import Project, Segment, Topic
 from metastore.catalog import Catalog
 from metastore.zookeeper import ZooKeeperMetaStore
 from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
-from tests.support.control_plane import TOKEN, app_client
+from tests.support.control_plane import TOKEN, app_client, json_of
 from tests.support.services import RealServices
+from tests.support.world import segment
 
 pytestmark = pytest.mark.zookeeper
 
@@ -32,15 +33,8 @@ URL = "/v1/projects/big/topics"
 
 
 def _topic(name: str, description: str = "") -> tuple[Topic, Segment]:
-    segment = Segment(
-        id=1,
-        cluster="embedded",
-        backend="embedded",
-        storage_topic=f"paging.{name}",
-        partitions=1,
-        state=SegmentState.ACTIVE,
-    )
-    return Topic(project="big", name=name, description=description), segment
+    first = segment("embedded", storage=f"paging.{name}", partitions=1)
+    return Topic(project="big", name=name, description=description), first
 
 
 async def _create_all(catalog: Catalog, names: list[str]) -> None:
@@ -82,10 +76,7 @@ async def world(
 
 
 async def _page(client: httpx.AsyncClient, **params: Any) -> dict[str, Any]:
-    r = await client.get(URL, params=params)
-    assert r.status_code == 200, r.text
-    found: dict[str, Any] = r.json()
-    return found
+    return json_of(await client.get(URL, params=params))
 
 
 async def test_pages_list_every_name_once_while_topics_come_and_go(

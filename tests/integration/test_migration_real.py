@@ -28,6 +28,7 @@ from metastore.config import ZooKeeperConfig, open_metastore
 from reports.migration_windows import MigrationWindows
 from segments.config import KafkaClusterConfig
 from segments.registry import open_store
+from tests.support.control_plane import json_of
 from tests.support.delivery import ADMIN, DeliveryWorld, delivery_world
 from tests.support.delivery import clusters as standard_clusters
 from tests.support.services import RealServices
@@ -107,10 +108,7 @@ async def _checks(world: Any, spark: Any, stop: asyncio.Event, rounds: list[floa
 
 
 async def _state(world: DeliveryWorld) -> dict[str, Any]:
-    r = await world.cp.get(MIGRATION)
-    assert r.status_code == 200, r.text
-    found: dict[str, Any] = r.json()
-    return found
+    return json_of(await world.cp.get(MIGRATION))
 
 
 @pytest.mark.parametrize("target", ["kafka-main", pytest.param("pulsar-main", marks=PULSAR)])

@@ -25,9 +25,11 @@ from core.archive import HOUR_MS, ArchiveSpec, ArchiveStorage, iso
 from metastore.config import ZooKeeperConfig, open_metastore
 from segments.protocol import Record, SegmentStore
 from segments.registry import open_store
+from tests.support.control_plane import json_of
 from tests.support.delivery import DeliveryWorld, clusters, delivery_world
 from tests.support.services import RealServices
 from tests.support.until import until
+from tests.support.world import record
 
 pytestmark = [
     pytest.mark.zookeeper,
@@ -44,13 +46,8 @@ QUIET_S = 2.0  # how long nothing must arrive where nothing may (the only sleep 
 
 
 def _record(hour: int, i: int, at: int) -> Record:
-    group = f"g{i % GROUPS}".encode()
-    headers = (
-        (envelope.MESSAGE_ID, f"h{hour}-m{i:03d}".encode()),
-        (envelope.GROUP_ID, group),
-        (envelope.PRODUCED_AT, str(at).encode()),
-    )
-    return Record(f"{hour}:{i}".encode(), key=group, headers=headers, timestamp_ms=at)
+    value = f"{hour}:{i}".encode()
+    return record(f"h{hour}-m{i:03d}", f"g{i % GROUPS}", at=at, value=value)
 
 
 def _storage(real: RealServices) -> dict[str, Any]:
@@ -75,10 +72,7 @@ async def _expire_before(real: RealServices, store: SegmentStore, name: str, at:
 
 
 async def _status(world: DeliveryWorld, sub: str) -> dict[str, Any]:
-    r = await world.cp.get(f"{SUBS}/{sub}/replay")
-    assert r.status_code == 200, r.text
-    found: dict[str, Any] = r.json()
-    return found
+    return json_of(await world.cp.get(f"{SUBS}/{sub}/replay"))
 
 
 async def _replayed_trace(world: DeliveryWorld, mid: str) -> dict[str, Any] | None:

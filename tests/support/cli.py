@@ -4,6 +4,8 @@ URL, and checking what it printed."""
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,6 +56,21 @@ def ok(result: Result) -> str:
     """The output of a command that must succeed."""
     assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
     return result.stdout
+
+
+def next_command(text: str) -> list[str]:
+    """The arguments of the ``next page:`` line under a page."""
+    found = re.search(r"^next page: httpbus (.+)$", text, re.MULTILINE)
+    assert found, text
+    return shlex.split(found.group(1))
+
+
+def pages(url: str, *args: str) -> list[str]:
+    """Every page a list command prints, following each page's ``next page:`` command."""
+    found = [ok(httpbus(url, *args))]
+    while "next page:" in found[-1]:
+        found.append(ok(httpbus(url, *next_command(found[-1]))))
+    return found
 
 
 def as_json(result: Result) -> Any:

@@ -101,6 +101,14 @@ async def app_client(
             yield client
 
 
+def json_of(r: httpx.Response, status: int = 200) -> dict[str, Any]:
+    """The JSON object an answer carries, once its status is ``status`` (else the test fails
+    with the answer's text)."""
+    assert r.status_code == status, r.text
+    found: dict[str, Any] = r.json()
+    return found
+
+
 async def asgi_client(stack: AsyncExitStack, app: FastAPI, base_url: str) -> httpx.AsyncClient:
     """:func:`app_client` (the admin token) ended with ``stack``: for a world of several apps."""
     return await stack.enter_async_context(app_client(app, base_url))

@@ -20,12 +20,13 @@ signature does not verify.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from aiohttp import web
 
@@ -75,6 +76,11 @@ class Request:
     @property
     def id(self) -> str:
         return self.headers["X-Message-Id"]
+
+    def signed_json(self, secret: str) -> Any:
+        """The body as JSON, once its signature checks with ``secret`` (Standard Webhooks)."""
+        assert verify(secret, dict(self.headers), self.body), f"bad signature on {self.path}"
+        return json.loads(self.body)
 
 
 @dataclass

@@ -127,6 +127,17 @@ def segment(
     )
 
 
+async def catalog_with_t(meta: MetaStore, first: Segment | None = None) -> Catalog:
+    """A catalog on ``meta`` holding project ``p`` and its topic ``t``, metadata only (no
+    storage topic is made); ``first`` is the topic's first segment (by default one partition
+    of storage topic ``s1`` on the embedded cluster)."""
+    catalog = Catalog(meta)
+    await catalog.create_project(Project(name="p"))
+    first = first or segment("embedded", storage="s1", partitions=1)
+    await catalog.create_topic(Topic(project="p", name="t"), first)
+    return catalog
+
+
 @asynccontextmanager
 async def _world(
     kind: str,
@@ -229,15 +240,28 @@ def subscription(
     return Subscription(name=name, **values)  # type: ignore[arg-type]
 
 
-def record(mid: str, group: str | None, **extra: bytes) -> Record:
-    """A message as the producer service stores it (``group`` None: ungrouped)."""
+def record(
+    mid: str,
+    group: str | None,
+    *,
+    at: int | None = None,
+    value: bytes | None = None,
+    **extra: bytes,
+) -> Record:
+    """A message as the producer service stores it (``group`` None: ungrouped), with the
+    headers ``extra`` after the service's own. ``at``: produced at that time (epoch ms, the
+    record's timestamp too), else now by the store's clock; ``value``: the payload, else the
+    id."""
+    produced_at = at if at is not None else int(time.time() * 1000)
     headers = (
         ("x-message-id", mid.encode()),
         *((("x-group-id", group.encode()),) if group is not None else ()),
-        ("x-produced-at", str(int(time.time() * 1000)).encode()),
+        ("x-produced-at", str(produced_at).encode()),
         *extra.items(),
     )
-    return Record(mid.encode(), key=group.encode() if group else None, headers=headers)
+    payload = mid.encode() if value is None else value
+    key = group.encode() if group else None
+    return Record(payload, key=key, headers=headers, timestamp_ms=at)
 
 
 async def produce(world: World, mid: str, group: str | None, **extra: bytes) -> str:

@@ -3,13 +3,19 @@
 
 from __future__ import annotations
 
-import re
-import shlex
 from collections.abc import Iterator
 
 import pytest
 
-from tests.support.cli import as_json, embedded_control_plane_url, httpbus, ok, one_line_error
+from tests.support.cli import (
+    as_json,
+    embedded_control_plane_url,
+    httpbus,
+    next_command,
+    ok,
+    one_line_error,
+    pages,
+)
 
 NAMES = [f"t{i:02d}" for i in range(7)]
 
@@ -28,20 +34,11 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield base
 
 
-def next_command(text: str) -> list[str]:
-    """The arguments of the ``next page:`` line under a page."""
-    found = re.search(r"^next page: httpbus (.+)$", text, re.MULTILINE)
-    assert found, text
-    return shlex.split(found.group(1))
-
-
 def test_a_page_prints_the_command_of_the_next_one(url: str) -> None:
-    first = ok(httpbus(url, "topic", "list", "shop", "--limit", "3"))
+    first, second, last = pages(url, "topic", "list", "shop", "--limit", "3")
     assert "1–3 of 7" in first and "t02" in first and "t03" not in first
-    second = ok(httpbus(url, *next_command(first)))
     assert "4–6 of 7" in second and "t03" in second and "t06" not in second
-    last = ok(httpbus(url, *next_command(second)))
-    assert "7–7 of 7" in last and "t06" in last and "next page:" not in last
+    assert "7–7 of 7" in last and "t06" in last
 
 
 def test_all_walks_every_page_once(url: str) -> None:

@@ -5,8 +5,6 @@ on the server."""
 
 from __future__ import annotations
 
-import re
-import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +12,15 @@ import httpx
 import pytest
 
 from control_plane.client import AdminClient
-from tests.support.cli import as_json, httpbus, ok, one_line_error, shop_control_plane_url
+from tests.support.cli import (
+    as_json,
+    httpbus,
+    next_command,
+    ok,
+    one_line_error,
+    pages,
+    shop_control_plane_url,
+)
 
 USERS = ["ann", "bob", "cyd", "dee", "eve"]
 GRANTEES = ["p0", "p1", "p2"]
@@ -48,20 +54,11 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield base
 
 
-def next_command(text: str) -> list[str]:
-    """The arguments of the ``next page:`` line under a page."""
-    found = re.search(r"^next page: httpbus (.+)$", text, re.MULTILINE)
-    assert found, text
-    return shlex.split(found.group(1))
-
-
 def test_a_page_of_users_prints_the_command_of_the_next_one(url: str) -> None:
-    first = ok(httpbus(url, "user", "list", "--limit", "2"))
+    first, second, last = pages(url, "user", "list", "--limit", "2")
     assert "1–2 of 5" in first and "bob" in first and "cyd" not in first
-    second = ok(httpbus(url, *next_command(first)))
     assert "3–4 of 5" in second and "cyd" in second and "eve" not in second
-    last = ok(httpbus(url, *next_command(second)))
-    assert "5–5 of 5" in last and "eve" in last and "next page:" not in last
+    assert "5–5 of 5" in last and "eve" in last
 
 
 def test_all_walks_every_page_and_keeps_the_filter(url: str) -> None:

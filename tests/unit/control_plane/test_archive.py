@@ -11,7 +11,6 @@ import pytest
 
 from control_plane.services.archive import archive_topic, load_state, objects_of, read_window
 from core.archive import HOUR_MS, ArchiveSpec, ArchiveStorage, target_of, window_key
-from core.envelope import GROUP_ID, MESSAGE_ID, PRODUCED_AT
 from core.errors import ValidationFailed
 from core.model import Project, SegmentState, Topic
 from metastore.catalog import Catalog
@@ -19,21 +18,14 @@ from metastore.embedded import EmbeddedMetaStore
 from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
 from segments.protocol import Record, SegmentStore
-from tests.support.world import segment
+from tests.support.world import record, segment
 
 T0 = 1_780_000_000_000 - 1_780_000_000_000 % HOUR_MS  # an hour's start
 GRACE = 60_000
 
 
-def _record(mid: str, at: int, group: str = "g") -> Record:
-    headers = (
-        (MESSAGE_ID, mid.encode()),
-        (PRODUCED_AT, str(at).encode()),
-        (GROUP_ID, group.encode()),
-    )
-    return Record(
-        value=f"body-{mid}".encode(), key=group.encode(), headers=headers, timestamp_ms=at
-    )
+def _record(mid: str, at: int) -> Record:
+    return record(mid, "g", at=at, value=f"body-{mid}".encode())
 
 
 async def _put(store: SegmentStore, name: str, mid: str, at: int) -> None:

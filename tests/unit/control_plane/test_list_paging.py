@@ -11,31 +11,22 @@ from typing import Any
 import pytest
 
 from control_plane.services.listing import SEARCH_CHUNK, ListQuery, SearchTexts, page_of
-from core.model import Endpoint, Project, Segment, SegmentState, Subscription, Topic
+from core.model import Endpoint, Project, Subscription, Topic
 from metastore.catalog import Catalog
-from tests.support.control_plane import ControlPlane, embedded_control_plane
+from tests.support.control_plane import ControlPlane, embedded_control_plane, json_of
 from tests.support.until import until
+from tests.support.world import segment
 
 TOPICS = "/v1/projects/shop/topics"
 SUBS = "/v1/projects/shop/subscriptions"
 SECRET = "whsec_" + "A" * 32
 
 
-def _segment(name: str) -> Segment:
-    return Segment(
-        id=1,
-        cluster="embedded",
-        backend="embedded",
-        storage_topic=f"paging.{name}",
-        partitions=1,
-        state=SegmentState.ACTIVE,
-    )
-
-
 async def add_topic(catalog: Catalog, name: str, description: str = "") -> None:
     """Metadata only (the list reads no storage)."""
     await catalog.create_topic(
-        Topic(project="shop", name=name, description=description), _segment(name)
+        Topic(project="shop", name=name, description=description),
+        segment("embedded", storage=f"paging.{name}", partitions=1),
     )
 
 
@@ -50,10 +41,7 @@ async def cp(tmp_path: Path) -> AsyncIterator[ControlPlane]:
 
 
 async def get(cp: ControlPlane, url: str, **params: Any) -> dict[str, Any]:
-    r = await cp.client.get(url, params=params)
-    assert r.status_code == 200, r.text
-    found: dict[str, Any] = r.json()
-    return found
+    return json_of(await cp.client.get(url, params=params))
 
 
 def names(page: dict[str, Any]) -> list[str]:

@@ -11,29 +11,19 @@ from pathlib import Path
 from control_plane.services import replays
 from control_plane.services.archive import archive_topic, objects_of
 from core.archive import HOUR_MS, ArchiveSpec, ArchiveStorage, iso
-from core.envelope import GROUP_ID, MESSAGE_ID, PRODUCED_AT, REPLAY, header
+from core.envelope import REPLAY, header
 from core.model import Project, SegmentState, Topic
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
 from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
-from segments.protocol import Record
 from segments.subscription import dlq
 from segments.subscription.layout import load_layout
 from tests.support.control_plane import embedded_control_plane
 from tests.support.until import until
-from tests.support.world import segment
+from tests.support.world import record, segment
 
 T0 = 1_780_000_000_000 - 1_780_000_000_000 % HOUR_MS
-
-
-def _record(mid: str, at: int, group: str) -> Record:
-    headers = (
-        (MESSAGE_ID, mid.encode()),
-        (PRODUCED_AT, str(at).encode()),
-        (GROUP_ID, group.encode()),
-    )
-    return Record(value=mid.encode(), key=group.encode(), headers=headers, timestamp_ms=at)
 
 
 async def test_the_window_from_the_archive_and_storage_once_in_storage_order(
@@ -56,7 +46,7 @@ async def test_the_window_from_the_archive_and_storage_once_in_storage_order(
             ("late", T0 + 2 * HOUR_MS + 5, "a", 0),
         ]  # fmt: skip
         for mid, at, group, p in plan:
-            await store.produce("s1", _record(mid, at, group), partition=p)
+            await store.produce("s1", record(mid, group, at=at), partition=p)
         topic = Topic(project="p", name="t", archive=spec, segments=(seg,))
         await catalog.create_topic(topic.model_copy(update={"segments": ()}), seg)
         topic = await catalog.get_topic("p", "t")
@@ -91,7 +81,7 @@ async def test_replay_through_the_api_into_the_replay_topic_of_one_subscription(
         now = int(time.time() * 1000)
         past = now - now % HOUR_MS - 3 * HOUR_MS
         for i in range(5):
-            await cp.store.produce(name, _record(f"m{i}", past + i, "g"), partition=0)
+            await cp.store.produce(name, record(f"m{i}", "g", at=past + i), partition=0)
         for sub in ("one", "other"):
             body = {"name": sub, "topic": "orders", "endpoint": {"url": "http://127.0.0.1:9/x"}}
             assert (

@@ -17,7 +17,7 @@ import pytest
 from core.model import Backend, Segment, SegmentState
 from metastore.catalog import Catalog
 from segments.protocol import Record, SegmentStore
-from tests.support.control_plane import embedded_control_plane
+from tests.support.control_plane import embedded_control_plane, json_of
 from tests.support.hook import Hook, serve_hook
 from tests.support.until import until
 from tests.support.workers import worker_in_process
@@ -43,10 +43,7 @@ class Env:
 
     async def subscribe(self, name: str, **fields: Any) -> dict[str, Any]:
         body = {"name": name, "topic": "orders", "endpoint": {"url": self.hook.url_for(name)}}
-        r = await self.client.post(SUBS, json=body | fields)
-        assert r.status_code == 201, r.text
-        found: dict[str, Any] = r.json()
-        return found
+        return json_of(await self.client.post(SUBS, json=body | fields), 201)
 
 
 @pytest.fixture

@@ -15,18 +15,18 @@ import pytest
 
 from control_plane.services.sample_events import SampleEvents
 from core.errors import NotReady
-from core.model import Endpoint, Project, Topic
+from core.model import Endpoint
 from metastore import paths
 from metastore.catalog import Catalog
 from metastore.config import EmbeddedMetaStoreConfig, open_metastore
 from tests.support.cli import httpbus as run
 from tests.support.cli import ok
 from tests.support.contract_api import fake_app, served
-from tests.support.control_plane import embedded_control_plane
+from tests.support.control_plane import embedded_control_plane, json_of
 from tests.support.hook import SECRET, Hook, serve_hook
 from tests.support.ui_pages import TOKEN, csrf, login
 from tests.support.workers import worker_in_process
-from tests.support.world import segment, subscription
+from tests.support.world import catalog_with_t, segment, subscription
 
 SUBS = "/v1/projects/shop/subscriptions"
 PAGE = "/ui/projects/shop/subscriptions"
@@ -39,10 +39,7 @@ class Env:
     hook: Hook
 
     async def test_event(self, name: str = "s") -> dict[str, Any]:
-        r = await self.client.post(f"{SUBS}/{name}/test-event")
-        assert r.status_code == 200, r.text
-        found: dict[str, Any] = r.json()
-        return found
+        return json_of(await self.client.post(f"{SUBS}/{name}/test-event"))
 
 
 @pytest.fixture
@@ -101,9 +98,7 @@ async def test_an_unknown_subscription_is_404(env: Env) -> None:
 
 async def test_without_a_worker_the_asker_gives_up_and_leaves_nothing(tmp_path: Path) -> None:
     async with open_metastore(EmbeddedMetaStoreConfig(path=str(tmp_path / "m.db"))) as meta:
-        catalog = Catalog(meta)
-        await catalog.create_project(Project(name="p"))
-        await catalog.create_topic(Topic(project="p", name="t"), segment("embedded"))
+        catalog = await catalog_with_t(meta, segment("embedded"))
         quick = Endpoint(url="http://127.0.0.1:9/hook", timeout_ms=100)
         await catalog.create_subscription(subscription("s", endpoint=quick))
         events = SampleEvents(catalog, "cp-test", worker_wait_s=0.2)

@@ -12,19 +12,13 @@ from typing import Any
 
 from control_plane.ui.archive_listing import SHOWN, summed
 from core.archive import HOUR_MS
-from core.envelope import GROUP_ID, MESSAGE_ID, PRODUCED_AT
-from segments.protocol import Record
 from tests.support.control_plane import AUTH, create_shop, embedded_control_plane
 from tests.support.ui_pages import login
 from tests.support.until import until
+from tests.support.world import record
 
 PAGE = "/ui/projects/shop/topics/orders"
 ROW = r'<tr><td>(.*?)</td><td>(\d+)</td><td>(\d+)</td>\s*<td data-bytes="(\d+)"'
-
-
-def _record(mid: str, at: int) -> Record:
-    headers = ((MESSAGE_ID, mid.encode()), (PRODUCED_AT, str(at).encode()), (GROUP_ID, b"g"))
-    return Record(value=b"x" * 100, key=b"g", headers=headers, timestamp_ms=at)
 
 
 def _section(html: str) -> str:
@@ -68,7 +62,7 @@ async def test_the_topic_page_lists_the_archived_windows(tmp_path: Path) -> None
         times = [first + 1, first + 2, first + 3, first + HOUR_MS + 1, first + HOUR_MS + 2]
         # In one write: the archiver, running every 0.1 s, must not close an hour between two.
         stored = await cp.store.produce_many(
-            storage, [_record(f"m{i}", at) for i, at in enumerate(times)]
+            storage, [record(f"m{i}", "g", at=at, value=b"x" * 100) for i, at in enumerate(times)]
         )
         assert not any(isinstance(x, Exception) for x in stored), stored
 

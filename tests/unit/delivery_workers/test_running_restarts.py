@@ -13,21 +13,17 @@ from typing import Any, cast
 import pytest
 
 from core.errors import MetaStoreUnavailable
-from core.model import Endpoint, Subscription
+from core.model import Subscription
 from delivery_workers import running as running_module
 from delivery_workers.running import RunnerOptions, Running
 from delivery_workers.stats import RunnerStats
 from metastore import paths
 from metastore.embedded import EmbeddedMetaStore
 from tests.support.until import until
+from tests.support.world import subscription
 
-SUB = Subscription(
-    project="shop",
-    name="s0",
-    topic_project="shop",
-    topic="orders",
-    endpoint=Endpoint(url="http://receiver.test/hook"),
-    signing_secret="s" * 32,
+SUB = subscription(
+    "s0", "http://receiver.test/hook", project="shop", topic_project="shop", topic="orders"
 )
 
 

@@ -5,21 +5,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from core.model import Backend, Project, Segment, Topic
 from delivery_workers import shared_reads
 from delivery_workers.shared_reads import Tail, TopicCache
 from metastore import paths
-from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
 from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
 from segments.protocol import Record, SegmentStore, Stored
 from tests.support.until import until
+from tests.support.world import catalog_with_t
 
 
 class Counting:
@@ -85,59 +85,55 @@ async def test_a_tail_nobody_follows_moves_to_the_next_start(
     assert [m.value for m in got] == [b"m7", b"m8", b"m9"] and tail.end == 10
 
 
+@dataclass
+class _Calls:
+    calls: int = 0
+
+
+def _counted(meta: EmbeddedMetaStore, method: str) -> _Calls:
+    """Count the calls of ``meta``'s ``method`` from now on."""
+    counted = _Calls()
+    real = getattr(meta, method)
+
+    async def counting(*args: Any) -> Any:
+        counted.calls += 1
+        return await real(*args)
+
+    setattr(meta, method, counting)
+    return counted
+
+
 async def test_topic_cache_reads_once_per_ttl(tmp_path: Path) -> None:
     async with EmbeddedMetaStore(str(tmp_path / "m.db")) as meta:
-        catalog = Catalog(meta)
-        await catalog.create_project(Project(name="p"))
-        seg = Segment(id=1, cluster="c", backend=Backend.EMBEDDED, storage_topic="s", partitions=1)
-        await catalog.create_topic(Topic(project="p", name="t"), seg)
+        await catalog_with_t(meta)
         cache = TopicCache(meta, ttl_s=0.3, watched_ttl_s=0.3)
-        calls = 0
-        real_get = meta.get
-
-        async def counting_get(path: str) -> Any:
-            nonlocal calls
-            calls += 1
-            return await real_get(path)
-
-        meta.get = counting_get  # type: ignore[method-assign]
+        gets = _counted(meta, "get")
         topics = await asyncio.gather(*(cache.get_topic("p", "t") for _ in range(100)))
-        first = calls
+        first = gets.calls
         assert all(t.name == "t" for t in topics) and 0 < first <= 6  # and 2 watches
         await cache.get_topic("p", "t")
-        assert calls == first  # within the ttl: no read
+        assert gets.calls == first  # within the ttl: no read
         await asyncio.sleep(0.35)
         await cache.get_topic("p", "t")
-        assert calls > first
+        assert gets.calls > first
 
 
 async def test_a_watched_topic_is_read_again_only_when_it_changes(tmp_path: Path) -> None:
     """Issue 35 (one worker, 2 000 idle subscriptions): once its produce pointer and node are
     watched, a topic is not read every ``ttl_s`` but when one of them changes."""
     async with EmbeddedMetaStore(str(tmp_path / "m.db")) as meta:
-        catalog = Catalog(meta)
-        await catalog.create_project(Project(name="p"))
-        seg = Segment(id=1, cluster="c", backend=Backend.EMBEDDED, storage_topic="s", partitions=1)
-        await catalog.create_topic(Topic(project="p", name="t"), seg)
+        await catalog_with_t(meta)
         cache = TopicCache(meta, ttl_s=0.05, watched_ttl_s=60.0)
-        calls = 0  # topic reads: each lists the segments (the watches read nodes only)
-        real_children = meta.children
-
-        async def counting_children(path: str) -> Any:
-            nonlocal calls
-            calls += 1
-            return await real_children(path)
-
-        meta.children = counting_children  # type: ignore[method-assign]
+        reads = _counted(meta, "children")  # a topic read lists the segments; watches do not
         await cache.get_topic("p", "t")
         await until(lambda: all(w.armed for w in cache._watches.values()), what="armed")
         await asyncio.sleep(0.06)  # past ttl_s: the read before may predate the watches
         await cache.get_topic("p", "t")  # read again, watched from now on
-        before = calls
+        before = reads.calls
         for _ in range(5):  # each ask past ttl_s: no read while nothing changed
             await asyncio.sleep(0.06)
             await cache.get_topic("p", "t")
-        assert calls == before
+        assert reads.calls == before
 
         pointer = paths.produce_pointer("p", "t")
         node = await meta.get(pointer)
@@ -147,6 +143,6 @@ async def test_a_watched_topic_is_read_again_only_when_it_changes(tmp_path: Path
         generation = watch.generation
         await until(lambda: watch.generation > generation, what="the pointer's watch to fire")
         await cache.get_topic("p", "t")
-        assert calls > before  # read afresh
+        assert reads.calls > before  # read afresh
         await cache.aclose()
         assert watch.task.done()

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.model import Endpoint, Project, Segment, SegmentState, Subscription, Topic
+from core.model import Project, Topic
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
+from tests.support.world import segment, subscription
 
 
 async def test_bulk_descriptions_leave_out_what_is_gone(tmp_path: Path) -> None:
@@ -16,26 +17,11 @@ async def test_bulk_descriptions_leave_out_what_is_gone(tmp_path: Path) -> None:
         catalog = Catalog(meta)
         await catalog.create_project(Project(name="shop", description="the web shop"))
         for name in ("a", "b", "c"):
-            segment = Segment(
-                id=1,
-                cluster="embedded",
-                backend="embedded",
-                storage_topic=f"bulk.{name}",
-                partitions=1,
-                state=SegmentState.ACTIVE,
-            )
             topic = Topic(project="shop", name=name, description=f"about {name}")
-            await catalog.create_topic(topic, segment)
-        sub = Subscription(
-            project="shop",
-            name="s1",
-            topic_project="shop",
-            topic="b",
-            endpoint=Endpoint(url="http://127.0.0.1:9/hook"),
-            signing_secret="whsec_" + "A" * 32,
-            description="the ledger",
-        )
-        await catalog.create_subscription(sub)
+            first = segment("embedded", storage=f"bulk.{name}", partitions=1)
+            await catalog.create_topic(topic, first)
+        fields = {"project": "shop", "topic_project": "shop", "topic": "b"}
+        await catalog.create_subscription(subscription("s1", description="the ledger", **fields))
         await catalog.delete_topic("shop", "a")
         topics = await catalog.describe_topics("shop", ["c", "a", "b"])
         assert [(t.name, t.description) for t in topics] == [("c", "about c"), ("b", "about b")]

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from core.errors import MetaStoreUnavailable
-from core.model import Backend, Project, Segment, SegmentState, Topic
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
 from producer_api.cutover import CutoverParticipant
 from producer_api.metadata import TopicCache
 from segments.cutover.machine import Clock, Mode, Phase, TargetReady, begin, step
 from segments.cutover.records import CutoverRecords
+from tests.support.world import catalog_with_t
 
 
 class SessionStore(EmbeddedMetaStore):
@@ -45,13 +45,7 @@ def _now(predicate: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
 async def meta(tmp_path: Path) -> EmbeddedMetaStore:
     store = SessionStore(str(tmp_path / "m.db"), poll_interval_s=0.02)
     await store.start()
-    catalog = Catalog(store)
-    await catalog.create_project(Project(name="p"))
-    seg = Segment(
-        id=1, cluster="embedded", backend=Backend.EMBEDDED, storage_topic="s1", partitions=1,
-        state=SegmentState.ACTIVE,
-    )  # fmt: skip
-    await catalog.create_topic(Topic(project="p", name="t"), seg)
+    await catalog_with_t(store)
     return store
 
 

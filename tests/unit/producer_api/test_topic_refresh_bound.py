@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from core.errors import MetaStoreUnavailable
-from core.model import Backend, Project, Segment, SegmentState, Topic
+from core.model import Topic
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
 from producer_api.metadata import TopicCache
+from tests.support.world import catalog_with_t
 
 
 class CutOff(Catalog):
@@ -28,13 +29,7 @@ class CutOff(Catalog):
 async def _catalog(tmp_path: Path) -> EmbeddedMetaStore:
     store = EmbeddedMetaStore(str(tmp_path / "m.db"))
     await store.start()
-    catalog = Catalog(store)
-    await catalog.create_project(Project(name="p"))
-    seg = Segment(
-        id=1, cluster="embedded", backend=Backend.EMBEDDED, storage_topic="s1", partitions=1,
-        state=SegmentState.ACTIVE,
-    )  # fmt: skip
-    await catalog.create_topic(Topic(project="p", name="t"), seg)
+    await catalog_with_t(store)
     return store
 
 

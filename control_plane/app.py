@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from control_plane import api, ui
 from control_plane.api import ops
 from control_plane.api.auth import Authenticator
+from control_plane.leaders.context import LeaderContext
 from control_plane.leaders.roles import roles
 from control_plane.request_guard import RequestGuard
 from control_plane.services.admin import Admin
@@ -79,9 +80,10 @@ def _lifespan(
             app.state.admin = Admin.of(settings, meta, opened)
             app.state.cutovers = cutovers = cutovers_of(settings, meta)
             app.state.migrations = Migrations(cutovers, opened)
+            context = LeaderContext(cutovers, opened, settings.member_id)
             app.state.roles = [
                 await stack.enter_async_context(role)
-                for role in roles(settings, meta, opened, cutovers, trace_index)
+                for role in roles(settings, context, trace_index)
             ]
             stack.push_async_callback(app.state.search_texts.aclose)
             await app.state.ui_revoked.attach(meta)  # logouts shared by every process

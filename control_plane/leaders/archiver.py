@@ -13,16 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
+from control_plane.leaders.context import LeaderContext
 from control_plane.leaders.election import LeaderElection, every
 from control_plane.services.archive import Round, archive_topic
 from control_plane.services.archive_objects import open_objects
 from core.archive import ArchiveStorage
 from core.errors import HttpbusError
-from metastore.catalog import Catalog
-from metastore.protocol import MetaStore
-from segments.protocol import SegmentStore
 
 log = logging.getLogger(__name__)
 ROLE = "archiver"
@@ -37,16 +35,14 @@ class Archiver(LeaderElection):
 
     def __init__(
         self,
-        metastore: MetaStore,
-        stores: Mapping[str, SegmentStore],
+        context: LeaderContext,
         storage: ArchiveStorage,
-        member_id: str,
         *,
         now_ms: Callable[[], int] = wall_ms,
     ) -> None:
-        super().__init__(metastore, ROLE, member_id)
-        self.catalog = Catalog(metastore)
-        self.stores = stores
+        super().__init__(context.metastore, ROLE, context.member_id)
+        self.catalog = context.catalog
+        self.stores = context.stores
         self.storage = storage
         self.now_ms = now_ms
         self.windows_written = 0

@@ -29,10 +29,11 @@ import logging
 import time
 from typing import Any
 
+from control_plane.leaders.context import LeaderContext
 from control_plane.leaders.cutover_actions import CutoverActions
 from control_plane.leaders.election import LeaderElection, rest
 from control_plane.leaders.migration_starts import MigrationStarts
-from control_plane.services.cutovers import PRODUCERS, Cutovers
+from control_plane.services.cutovers import PRODUCERS
 from core.errors import (
     AlreadyExists,
     HttpbusError,
@@ -66,7 +67,6 @@ from segments.cutover.machine import (
     seal_settle,
     step,
 )
-from segments.protocol import SegmentStore
 
 log = logging.getLogger(__name__)
 
@@ -79,14 +79,13 @@ class CutoverCoordinator(LeaderElection):
 
     def __init__(
         self,
-        cutovers: Cutovers,
-        stores: dict[str, SegmentStore],
-        member_id: str,
+        context: LeaderContext,
         *,
         interval_s: float = 0.2,
     ) -> None:
-        super().__init__(cutovers.metastore, ROLE, member_id)
-        self.cutovers = cutovers
+        super().__init__(context.metastore, ROLE, context.member_id)
+        self.cutovers = cutovers = context.cutovers
+        stores = context.stores
         self.records = cutovers.records
         starts = MigrationStarts(cutovers.migrations, stores, cutovers.now)
         self.actions = CutoverActions(

@@ -27,18 +27,17 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
+from control_plane.leaders.context import LeaderContext
 from control_plane.leaders.election import LeaderElection, every
-from control_plane.services.cutovers import Cutovers
 from core.audit import AuditEvent, AuditType
 from core.errors import CutoverInProgress, HttpbusError, VersionConflict
 from core.model import SegmentState, Topic, utcnow
 from segments.audit import AuditSink
 from segments.failover.health import HealthJudge, SegmentKey
 from segments.failover.records import FailoverRecords
-from segments.protocol import SegmentStore
 
 log = logging.getLogger(__name__)
 ROLE = "failover"
@@ -55,21 +54,19 @@ class FailoverMonitor(LeaderElection):
 
     def __init__(
         self,
-        cutovers: Cutovers,
-        stores: Mapping[str, SegmentStore],
+        context: LeaderContext,
         judge: HealthJudge,
-        member_id: str,
         *,
         interval_s: float = 0.5,
         seal_retry_s: float = 2.0,
         audit: Callable[[], AuditSink] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(cutovers.metastore, ROLE, member_id)
-        self.cutovers = cutovers
-        self.catalog = cutovers.catalog
-        self.records = FailoverRecords(cutovers.metastore)
-        self.stores = stores
+        super().__init__(context.metastore, ROLE, context.member_id)
+        self.cutovers = context.cutovers
+        self.catalog = context.catalog
+        self.records = FailoverRecords(context.metastore)
+        self.stores = context.stores
         self.judge = judge
         self.interval_s = interval_s
         self.seal_retry_s = seal_retry_s

@@ -19,8 +19,8 @@ import asyncio
 import logging
 from typing import Any
 
+from control_plane.leaders.context import LeaderContext
 from control_plane.leaders.election import LeaderElection, rest
-from control_plane.services.cutovers import Cutovers
 from core.errors import CutoverInProgress, HttpbusError, NotFound
 from core.migration import Migration, MigrationState, Move, dirty_in_guard, next_move
 from core.model import Segment
@@ -34,10 +34,10 @@ ROLE = "migration"
 class MigrationMonitor(LeaderElection):
     """Drive every active migration (module doc)."""
 
-    def __init__(self, cutovers: Cutovers, member_id: str, *, interval_s: float = 0.5) -> None:
-        super().__init__(cutovers.metastore, ROLE, member_id)
-        self.cutovers = cutovers
-        self.records = MigrationRecords(cutovers.metastore)
+    def __init__(self, context: LeaderContext, *, interval_s: float = 0.5) -> None:
+        super().__init__(context.metastore, ROLE, context.member_id)
+        self.cutovers = context.cutovers
+        self.records = MigrationRecords(context.metastore)
         self.interval_s = interval_s
 
     async def lead(self, lost: asyncio.Event) -> None:

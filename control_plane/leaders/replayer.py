@@ -12,16 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
 
+from control_plane.leaders.context import LeaderContext
 from control_plane.leaders.election import LeaderElection, every
 from control_plane.services import replays
 from control_plane.services.operations import SubscriptionOps
 from core.archive import ArchiveStorage
 from core.errors import HttpbusError
-from metastore.catalog import Catalog
-from metastore.protocol import MetaStore
-from segments.protocol import SegmentStore
 
 log = logging.getLogger(__name__)
 ROLE = "replayer"
@@ -32,16 +29,14 @@ class Replayer(LeaderElection):
 
     def __init__(
         self,
-        metastore: MetaStore,
-        stores: Mapping[str, SegmentStore],
+        context: LeaderContext,
         storage: ArchiveStorage,
-        member_id: str,
         *,
         interval_s: float = 1.0,
     ) -> None:
-        super().__init__(metastore, ROLE, member_id)
-        self.catalog = Catalog(metastore)
-        self.stores = stores
+        super().__init__(context.metastore, ROLE, context.member_id)
+        self.catalog = context.catalog
+        self.stores = context.stores
         self.storage = storage
         self.interval_s = interval_s
 

@@ -17,11 +17,11 @@ import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
+from control_plane.leaders.context import LeaderContext
 from control_plane.leaders.election import LeaderElection, every
 from core.errors import HttpbusError, NotFound
 from core.model import Segment, SegmentState, Topic, utcnow
 from metastore.catalog import Catalog
-from metastore.protocol import MetaStore
 from segments.protocol import SegmentStore
 
 log = logging.getLogger(__name__)
@@ -33,16 +33,14 @@ class SegmentRetirement(LeaderElection):
 
     def __init__(
         self,
-        metastore: MetaStore,
-        stores: Mapping[str, SegmentStore],
-        member_id: str,
+        context: LeaderContext,
         *,
         interval_s: float = 300.0,
         now: Callable[[], datetime] = utcnow,
     ) -> None:
-        super().__init__(metastore, ROLE, member_id)
-        self.catalog = Catalog(metastore)
-        self.stores = stores
+        super().__init__(context.metastore, ROLE, context.member_id)
+        self.catalog = context.catalog
+        self.stores = context.stores
         self.interval_s = interval_s
         self.now = now
 

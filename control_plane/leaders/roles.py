@@ -19,17 +19,18 @@ Every control plane stands for election in each role; each role leads on its own
 Example::
 
     async with AsyncExitStack() as stack:
-        for role in roles(settings, metastore, stores, cutovers, trace_index):
+        context = LeaderContext(cutovers, stores, settings.member_id)
+        for role in roles(settings, context, trace_index):
             await stack.enter_async_context(role)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from functools import partial
 
 from control_plane.leaders.archiver import Archiver
 from control_plane.leaders.assigner import Assigner
+from control_plane.leaders.context import LeaderContext
 from control_plane.leaders.cutover_coordinator import CutoverCoordinator
 from control_plane.leaders.election import LeaderElection
 from control_plane.leaders.failover import FailoverMonitor
@@ -38,59 +39,47 @@ from control_plane.leaders.migration_monitor import MigrationMonitor
 from control_plane.leaders.replayer import Replayer
 from control_plane.leaders.retirement import SegmentRetirement
 from control_plane.leaders.trace_indexer import TraceIndexer
-from control_plane.services.cutovers import Cutovers
 from control_plane.services.signing_keys import SigningKeys
 from control_plane.settings import ControlPlaneSettings
-from metastore.catalog import Catalog
-from metastore.protocol import MetaStore
 from reports.trace import TraceIndex
 from segments.audit import AuditSink
 from segments.failover.health import Detection, HealthJudge
-from segments.protocol import SegmentStore
 
 
 def roles(
-    settings: ControlPlaneSettings,
-    metastore: MetaStore,
-    stores: dict[str, SegmentStore],
-    cutovers: Cutovers,
-    trace_index: TraceIndex,
+    settings: ControlPlaneSettings, context: LeaderContext, trace_index: TraceIndex
 ) -> list[LeaderElection]:
     """Every role this control plane stands for (module doc), not started yet."""
-    member = settings.member_id
+    metastore, member = context.metastore, context.member_id
     found: list[LeaderElection] = [
-        Assigner(metastore, Catalog(metastore), member, settings.assign_interval_s),
-        CutoverCoordinator(cutovers, stores, member),
-        _failover(settings, stores, cutovers),
-        MigrationMonitor(cutovers, member),
-        SegmentRetirement(metastore, stores, member, interval_s=settings.segment_retire_interval_s),
-        KeyRotation(metastore, SigningKeys(Catalog(metastore), settings.jwt_signing), member),
-        Archiver(metastore, stores, settings.archive, member),
-        Replayer(metastore, stores, settings.archive, member),
+        Assigner(metastore, context.catalog, member, settings.assign_interval_s),
+        CutoverCoordinator(context),
+        _failover(settings, context),
+        MigrationMonitor(context),
+        SegmentRetirement(context, interval_s=settings.segment_retire_interval_s),
+        KeyRotation(metastore, SigningKeys(context.catalog, settings.jwt_signing), member),
+        Archiver(context, settings.archive),
+        Replayer(context, settings.archive),
     ]
     if settings.trace_index:
-        found.append(_trace_indexer(settings, metastore, stores, trace_index))
+        found.append(_trace_indexer(settings, context, trace_index))
     return found
 
 
-def _failover(
-    settings: ControlPlaneSettings, stores: Mapping[str, SegmentStore], cutovers: Cutovers
-) -> FailoverMonitor:
+def _failover(settings: ControlPlaneSettings, context: LeaderContext) -> FailoverMonitor:
     detection = Detection(
         fail_after_s=settings.failover_after_s,
         latency_p99_ms=settings.failover_latency_p99_ms,
         latency_for_s=settings.failover_latency_for_s,
     )
     audit = settings.audit  # failovers are audited where producers and workers audit
-    store = stores.get(audit.cluster or settings.default_cluster)
+    store = context.stores.get(audit.cluster or settings.default_cluster)
     sink = None
     if store is not None:
         sink = partial(AuditSink, store, audit.topic, partitions=audit.partitions)
     return FailoverMonitor(
-        cutovers,
-        stores,
+        context,
         HealthJudge(detection),
-        settings.member_id,
         interval_s=settings.failover_check_interval_s,
         seal_retry_s=settings.failover_seal_retry_s,
         audit=sink,
@@ -98,17 +87,13 @@ def _failover(
 
 
 def _trace_indexer(
-    settings: ControlPlaneSettings,
-    metastore: MetaStore,
-    stores: Mapping[str, SegmentStore],
-    index: TraceIndex,
+    settings: ControlPlaneSettings, context: LeaderContext, index: TraceIndex
 ) -> TraceIndexer:
     """The indexer of the audit topic (where the producers and workers write it)."""
     return TraceIndexer(
-        metastore,
-        stores[settings.audit.cluster or settings.default_cluster],
+        context,
+        context.stores[settings.audit.cluster or settings.default_cluster],
         settings.audit.topic,
         index,
-        settings.member_id,
         retention_s=settings.trace_retention_s,
     )

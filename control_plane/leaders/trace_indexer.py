@@ -17,9 +17,9 @@ import asyncio
 import logging
 import time
 
+from control_plane.leaders.context import LeaderContext
 from control_plane.leaders.election import LeaderElection
 from core.errors import HttpbusError
-from metastore.protocol import MetaStore
 from reports.trace import SourcedEvent, TraceIndex
 from segments.audit import decode_audit_record
 from segments.protocol import SegmentStore, Stored
@@ -34,17 +34,16 @@ class TraceIndexer(LeaderElection):
 
     def __init__(
         self,
-        metastore: MetaStore,
+        context: LeaderContext,
         store: SegmentStore,
         topic: str,
         index: TraceIndex,
-        member_id: str,
         *,
         retention_s: float,
         records_per_read: int = 200,
         prune_every_s: float = 300.0,
     ) -> None:
-        super().__init__(metastore, ROLE, member_id)
+        super().__init__(context.metastore, ROLE, context.member_id)
         self.store = store
         self.topic = topic
         self.index = index

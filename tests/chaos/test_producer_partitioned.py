@@ -37,6 +37,7 @@ from segments.cutover.machine import Timeouts
 from tests.chaos.checker import Delivery, check, longest_gap
 from tests.chaos.faults import ADMIN, Load, merged
 from tests.support.cutover import consume_all, timeline
+from tests.support.leaders import leader_context
 from tests.support.processes import ProducerProcess
 from tests.support.services import RealServices
 from tests.support.until import until
@@ -91,7 +92,8 @@ async def test_a_producer_partitioned_from_zookeeper_during_a_cutover_loses_noth
             ]
             async with open_metastore(world.zk) as cmeta:
                 cutovers = Cutovers(cmeta, Catalog(cmeta), clusters, TIMEOUTS, f"chaos{unique}")
-                async with CutoverCoordinator(cutovers, {"kafka-main": world.store}, "cp-chaos"):
+                context = leader_context(cmeta, {"kafka-main": world.store}, "cp-chaos", cutovers)
+                async with CutoverCoordinator(context):
                     try:
                         await until(
                             lambda: all(sum(map(len, ld.acked.values())) >= 50 for ld in loads),

@@ -23,6 +23,7 @@ from metastore.config import ZooKeeperConfig, open_metastore
 from segments.config import ClusterConfig, KafkaClusterConfig, PulsarClusterConfig
 from segments.protocol import Record, SegmentStore
 from segments.registry import open_store
+from tests.support.leaders import leader_context
 from tests.support.services import RealServices
 from tests.support.until import until
 from tests.support.world import record, segment
@@ -99,9 +100,8 @@ async def test_three_hours_archived_to_s3_once_each_beyond_storage_retention(
             done = await store.produce_many(seg.storage_topic, records[n])
             assert not [r for r in done if isinstance(r, Exception)]
 
-        archiver = Archiver(
-            meta, {cluster: store}, settings, f"cp-{unique}", now_ms=lambda: clock[0]
-        )
+        context = leader_context(meta, {cluster: store}, f"cp-{unique}")
+        archiver = Archiver(context, settings, now_ms=lambda: clock[0])
         objects = objects_of(settings, spec)
 
         async def windows() -> list[int]:

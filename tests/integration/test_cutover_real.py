@@ -42,6 +42,7 @@ from tests.support.cutover import (
     producer_settings,
     timeline,
 )
+from tests.support.leaders import leader_context
 from tests.support.processes import ProducerProcess, producer_processes
 from tests.support.services import RealServices
 from tests.support.stacks import stacks_on_overrun
@@ -153,7 +154,7 @@ async def coordinator(world: World, member: str) -> AsyncIterator[tuple[Cutovers
     config = ZooKeeperConfig(hosts=world.real.zookeeper, root=world.root)
     async with open_metastore(config) as meta:
         cutovers = Cutovers(meta, Catalog(meta), clusters(world.real), TIMEOUTS, "it")
-        coord = CutoverCoordinator(cutovers, world.stores, member)
+        coord = CutoverCoordinator(leader_context(meta, world.stores, member, cutovers))
         async with coord:
             yield cutovers, coord
 

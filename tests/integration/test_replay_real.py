@@ -27,6 +27,7 @@ from segments.protocol import Record, SegmentStore
 from segments.registry import open_store
 from tests.support.control_plane import json_of
 from tests.support.delivery import DeliveryWorld, clusters, delivery_world
+from tests.support.leaders import leader_context
 from tests.support.services import RealServices
 from tests.support.until import until
 from tests.support.world import record
@@ -132,9 +133,8 @@ async def test_replay_of_three_archived_hours_reaches_one_subscription_once_in_g
             assert not [r for r in done if isinstance(r, Exception)]
             storage = ArchiveStorage.model_validate(settings)
             clock = [0]
-            archiver = Archiver(
-                meta, {cluster: store}, storage, f"t-{unique}", now_ms=lambda: clock[0]
-            )
+            context = leader_context(meta, {cluster: store}, f"t-{unique}")
+            archiver = Archiver(context, storage, now_ms=lambda: clock[0])
             for archived in (1, 2):  # hours 1 and 2 close and are archived; hour 3 is not yet
                 clock[0] = hours[archived - 1] + HOUR_MS + int(GRACE_S * 1000)
                 await archiver.round()

@@ -15,8 +15,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from control_plane.leaders.context import LeaderContext
-from control_plane.leaders.election import LeaderElection, every
+from control_plane.leaders.context import ContextRole, LeaderContext
+from control_plane.leaders.election import every
 from control_plane.services.archive import Round, archive_topic
 from control_plane.services.archive_objects import open_objects
 from core.archive import ArchiveStorage
@@ -30,7 +30,7 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-class Archiver(LeaderElection):
+class Archiver(ContextRole):
     """Archive every archived topic's closed windows while this process leads the role."""
 
     def __init__(
@@ -40,9 +40,7 @@ class Archiver(LeaderElection):
         *,
         now_ms: Callable[[], int] = wall_ms,
     ) -> None:
-        super().__init__(context.metastore, ROLE, context.member_id)
-        self.catalog = context.catalog
-        self.stores = context.stores
+        super().__init__(context, ROLE)
         self.storage = storage
         self.now_ms = now_ms
         self.windows_written = 0

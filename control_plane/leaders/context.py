@@ -11,7 +11,8 @@ a judge, an archive storage)::
     retirement = SegmentRetirement(context, interval_s=300.0)
 
 A new role therefore gets its collaborators in one argument, and they are the same objects
-every other role of the process uses.
+every other role of the process uses. A role subclasses :class:`ContextRole`, which stands for
+election as the context's member and keeps the facade, the catalog and the stores at hand.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from control_plane.leaders.election import LeaderElection
 from control_plane.services.cutovers import Cutovers
 from metastore.catalog import Catalog
 from metastore.protocol import MetaStore
@@ -40,3 +42,15 @@ class LeaderContext:
     @property
     def catalog(self) -> Catalog:
         return self.cutovers.catalog
+
+
+class ContextRole(LeaderElection):
+    """An elected role over a :class:`LeaderContext`: the election under ``role`` as the
+    context's member, and the context's facade, catalog and stores at hand as
+    ``self.cutovers``, ``self.catalog`` and ``self.stores``."""
+
+    def __init__(self, context: LeaderContext, role: str) -> None:
+        super().__init__(context.metastore, role, context.member_id)
+        self.cutovers = context.cutovers
+        self.catalog = context.catalog
+        self.stores = context.stores

@@ -29,9 +29,9 @@ import logging
 import time
 from typing import Any
 
-from control_plane.leaders.context import LeaderContext
+from control_plane.leaders.context import ContextRole, LeaderContext
 from control_plane.leaders.cutover_actions import CutoverActions
-from control_plane.leaders.election import LeaderElection, rest
+from control_plane.leaders.election import rest
 from control_plane.leaders.migration_starts import MigrationStarts
 from control_plane.services.cutovers import PRODUCERS
 from core.errors import (
@@ -74,7 +74,7 @@ ROLE = "cutover"
 _APPLY_RETRIES = 5
 
 
-class CutoverCoordinator(LeaderElection):
+class CutoverCoordinator(ContextRole):
     """The leader that drives every active cutover (see the module doc)."""
 
     def __init__(
@@ -83,9 +83,8 @@ class CutoverCoordinator(LeaderElection):
         *,
         interval_s: float = 0.2,
     ) -> None:
-        super().__init__(context.metastore, ROLE, context.member_id)
-        self.cutovers = cutovers = context.cutovers
-        stores = context.stores
+        super().__init__(context, ROLE)
+        cutovers, stores = context.cutovers, context.stores
         self.records = cutovers.records
         starts = MigrationStarts(cutovers.migrations, stores, cutovers.now)
         self.actions = CutoverActions(

@@ -30,8 +30,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from control_plane.leaders.context import LeaderContext
-from control_plane.leaders.election import LeaderElection, every
+from control_plane.leaders.context import ContextRole, LeaderContext
+from control_plane.leaders.election import every
 from core.audit import AuditEvent, AuditType
 from core.errors import CutoverInProgress, HttpbusError, VersionConflict
 from core.model import SegmentState, Topic, utcnow
@@ -45,7 +45,7 @@ PROBE_TIMEOUT_S = 2.0
 SEAL_TIMEOUT_S = 120.0
 
 
-class FailoverMonitor(LeaderElection):
+class FailoverMonitor(ContextRole):
     """Detect unhealthy active segments, fail them over, seal what they left (module doc).
 
     ``audit`` builds the sink failovers are audited to: it is started at the first failover,
@@ -62,11 +62,8 @@ class FailoverMonitor(LeaderElection):
         audit: Callable[[], AuditSink] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(context.metastore, ROLE, context.member_id)
-        self.cutovers = context.cutovers
-        self.catalog = context.catalog
+        super().__init__(context, ROLE)
         self.records = FailoverRecords(context.metastore)
-        self.stores = context.stores
         self.judge = judge
         self.interval_s = interval_s
         self.seal_retry_s = seal_retry_s

@@ -19,8 +19,8 @@ import asyncio
 import logging
 from typing import Any
 
-from control_plane.leaders.context import LeaderContext
-from control_plane.leaders.election import LeaderElection, rest
+from control_plane.leaders.context import ContextRole, LeaderContext
+from control_plane.leaders.election import rest
 from core.errors import CutoverInProgress, HttpbusError, NotFound
 from core.migration import Migration, MigrationState, Move, dirty_in_guard, next_move
 from core.model import Segment
@@ -31,12 +31,11 @@ log = logging.getLogger(__name__)
 ROLE = "migration"
 
 
-class MigrationMonitor(LeaderElection):
+class MigrationMonitor(ContextRole):
     """Drive every active migration (module doc)."""
 
     def __init__(self, context: LeaderContext, *, interval_s: float = 0.5) -> None:
-        super().__init__(context.metastore, ROLE, context.member_id)
-        self.cutovers = context.cutovers
+        super().__init__(context, ROLE)
         self.records = MigrationRecords(context.metastore)
         self.interval_s = interval_s
 

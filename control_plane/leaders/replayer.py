@@ -13,8 +13,8 @@ import asyncio
 import logging
 import time
 
-from control_plane.leaders.context import LeaderContext
-from control_plane.leaders.election import LeaderElection, every
+from control_plane.leaders.context import ContextRole, LeaderContext
+from control_plane.leaders.election import every
 from control_plane.services import replays
 from control_plane.services.operations import SubscriptionOps
 from core.archive import ArchiveStorage
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 ROLE = "replayer"
 
 
-class Replayer(LeaderElection):
+class Replayer(ContextRole):
     """Run open window replays while this process leads the role."""
 
     def __init__(
@@ -34,9 +34,7 @@ class Replayer(LeaderElection):
         *,
         interval_s: float = 1.0,
     ) -> None:
-        super().__init__(context.metastore, ROLE, context.member_id)
-        self.catalog = context.catalog
-        self.stores = context.stores
+        super().__init__(context, ROLE)
         self.storage = storage
         self.interval_s = interval_s
 

@@ -17,8 +17,8 @@ import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
-from control_plane.leaders.context import LeaderContext
-from control_plane.leaders.election import LeaderElection, every
+from control_plane.leaders.context import ContextRole, LeaderContext
+from control_plane.leaders.election import every
 from core.errors import HttpbusError, NotFound
 from core.model import Segment, SegmentState, Topic, utcnow
 from metastore.catalog import Catalog
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 ROLE = "retirement"
 
 
-class SegmentRetirement(LeaderElection):
+class SegmentRetirement(ContextRole):
     """Retire segments every ``interval_s`` while this process leads the role."""
 
     def __init__(
@@ -38,9 +38,7 @@ class SegmentRetirement(LeaderElection):
         interval_s: float = 300.0,
         now: Callable[[], datetime] = utcnow,
     ) -> None:
-        super().__init__(context.metastore, ROLE, context.member_id)
-        self.catalog = context.catalog
-        self.stores = context.stores
+        super().__init__(context, ROLE)
         self.interval_s = interval_s
         self.now = now
 

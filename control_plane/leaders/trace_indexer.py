@@ -17,8 +17,7 @@ import asyncio
 import logging
 import time
 
-from control_plane.leaders.context import LeaderContext
-from control_plane.leaders.election import LeaderElection
+from control_plane.leaders.context import ContextRole, LeaderContext
 from core.errors import HttpbusError
 from reports.trace import SourcedEvent, TraceIndex
 from segments.audit import decode_audit_record
@@ -29,7 +28,7 @@ GROUP = "httpbus.trace-indexer"
 ROLE = "trace-indexer"
 
 
-class TraceIndexer(LeaderElection):
+class TraceIndexer(ContextRole):
     """Indexes ``topic`` of ``store`` into ``index`` while this process leads the role."""
 
     def __init__(
@@ -43,7 +42,7 @@ class TraceIndexer(LeaderElection):
         records_per_read: int = 200,
         prune_every_s: float = 300.0,
     ) -> None:
-        super().__init__(context.metastore, ROLE, context.member_id)
+        super().__init__(context, ROLE)
         self.store = store
         self.topic = topic
         self.index = index

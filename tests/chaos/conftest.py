@@ -2,13 +2,16 @@
 min ISR 2) on free ports, started once per test run for the chaos modules that ask for it
 (they share it: a cluster takes a minute to start) by the project's own supervisor
 (scripts/realservices/cluster.py), and stopped after them. And ``namespaces``: network
-namespaces for the partition tests (scripts/realservices/netns.py; root only)."""
+namespaces for the partition tests (scripts/realservices/netns.py; root only); ``cut_off``:
+a partition test's world and the namespace its process under test runs in."""
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -16,6 +19,8 @@ from scripts.realservices import netns
 from scripts.realservices.__main__ import DEFAULT_CACHE
 from scripts.realservices.cluster import ClusterPorts, cluster_topology
 from scripts.realservices.supervisor import Supervisor
+from tests.support.services import RealServices
+from tests.support.workers import ProcessWorld, process_world
 
 
 class Cluster:
@@ -62,3 +67,39 @@ def namespaces() -> Iterator[Callable[[str], netns.Namespace]]:
     finally:
         for ns in made:
             ns.destroy()
+
+
+class CutOff(NamedTuple):
+    """What a partition test works on: the namespace to start its process under test in,
+    the world (tests/support/workers.py), and ZooKeeper's port, the one to partition."""
+
+    ns: netns.Namespace
+    world: ProcessWorld
+    zookeeper_port: int
+
+
+CutOffWorld = Callable[[str, float], AbstractAsyncContextManager[CutOff]]
+
+
+@pytest.fixture
+def cut_off(
+    real_services: RealServices,
+    unique: str,
+    tmp_path: Path,
+    namespaces: Callable[[str], netns.Namespace],
+) -> CutOffWorld:
+    """``async with cut_off(tag, session_s) as (ns, world, zk_port)``: a namespace by ``tag``
+    and a :func:`~tests.support.workers.process_world` on the suite's single-node servers
+    (a grouped topic, ZooKeeper sessions of ``session_s``), torn down on the way out; the
+    namespace is removed after the test."""
+
+    @asynccontextmanager
+    async def make(tag: str, session_s: float) -> AsyncIterator[CutOff]:
+        ns = namespaces(tag)
+        zk_port = int(real_services.zookeeper.rsplit(":", 1)[1])
+        async with process_world(
+            real_services, unique, tmp_path, grouped=True, session_timeout_s=session_s
+        ) as world:
+            yield CutOff(ns, world, zk_port)
+
+    return make

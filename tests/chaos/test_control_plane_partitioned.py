@@ -44,11 +44,11 @@ from metastore.config import open_metastore
 from scripts.realservices.netns import Namespace
 from segments.cutover.machine import Cutover, Phase, Timeouts
 from tests.chaos.checker import check, from_requests, longest_gap
+from tests.chaos.conftest import CutOffWorld
 from tests.chaos.faults import ADMIN, Load, merged
-from tests.support.processes import ControlPlaneProcess, ProducerProcess
-from tests.support.services import RealServices
+from tests.support.processes import ControlPlaneProcess, ProducerProcess, ready_now
 from tests.support.until import until
-from tests.support.workers import ProcessWorld, process_world
+from tests.support.workers import ProcessWorld
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
 SESSION_S = 4.0  # the leader's session: ZooKeeper expires it 4 s after the cut
@@ -158,14 +158,6 @@ async def _claims(cp: ControlPlaneProcess) -> set[str] | None:
     return set(found)
 
 
-async def _ready(process: ProducerProcess) -> bool:
-    async with httpx.AsyncClient(timeout=3) as client:
-        try:
-            return (await client.get(f"{process.url}/readyz")).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-
 async def _follow_claims(
     cp: ControlPlaneProcess, stop: asyncio.Event, seen: list[tuple[float, set[str]]]
 ) -> None:
@@ -178,19 +170,11 @@ async def _follow_claims(
 
 @pytest.mark.parametrize("kind", ["cutover", "failover"])
 async def test_the_leading_control_plane_partitioned_during_a_cutover(
-    kind: str,
-    real_services: RealServices,
-    unique: str,
-    tmp_path: Path,
-    namespaces: Callable[[str], Namespace],
+    kind: str, unique: str, tmp_path: Path, cut_off: CutOffWorld
 ) -> None:
-    ns = namespaces("cp")
-    zk_port = int(real_services.zookeeper.rsplit(":", 1)[1])
-    async with process_world(
-        real_services, unique, tmp_path, grouped=True, session_timeout_s=SESSION_S
-    ) as world:
+    async with cut_off("cp", SESSION_S) as (ns, world, zk_port):
         await world.subscribe("s0", max_in_flight=8)
-        other_zk = {**world.zk.model_dump(), "session_timeout_s": OTHER_SESSION_S}
+        other_zk = world.metastore(session_timeout_s=OTHER_SESSION_S)
         members = {"cut": f"cpn-{unique}", "other": f"cpr-{unique}"}
 
         def cp_settings(who: str, **more: Any) -> dict[str, Any]:
@@ -261,7 +245,9 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
                 version_at_heal = versions.seen[-1][1]
                 ns.heal()
                 heal_at = time.time()
-                await until(lambda: _ready(cut), BACK_WITHIN_S, "the cut-off control plane ready")
+                await until(
+                    lambda: ready_now(cut.url), BACK_WITHIN_S, "the cut-off control plane ready"
+                )
                 ready_after = time.time() - heal_at
                 await asyncio.sleep(AFTER_HEAL_S)  # publishing on after the heal (a pace)
                 claims_after_heal = [roles for t, roles in claims if t > heal_at]

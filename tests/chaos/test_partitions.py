@@ -16,24 +16,20 @@ servers of the suite; needs root."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import pytest
 
-from metastore import paths
-from scripts.realservices.netns import Direction, Namespace
+from scripts.realservices.netns import Direction
 from tests.chaos.checker import check, from_requests
+from tests.chaos.conftest import CutOffWorld
 from tests.chaos.faults import ADMIN, Load
 from tests.support.hook import Request
-from tests.support.processes import ProducerProcess, WorkerProcess
-from tests.support.services import RealServices
+from tests.support.processes import ProducerProcess, ready_now
 from tests.support.until import until
-from tests.support.workers import ProcessWorld, process_world
+from tests.support.workers import ProcessWorld
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
 SESSION_S = 4.0
@@ -48,42 +44,21 @@ async def _holds(world: ProcessWorld, member: str) -> bool:
     return await world.holder("s0") == member
 
 
-async def _ready(worker: WorkerProcess) -> bool:
-    """The worker's /readyz says its metastore answers."""
-    async with httpx.AsyncClient(timeout=3) as client:
-        try:
-            r = await client.get(f"http://{worker.host}:{worker.port}/readyz")
-        except httpx.HTTPError:
-            return False
-    return r.status_code == 200
-
-
 @pytest.mark.parametrize("direction", ["both", "in"])
 async def test_a_worker_partitioned_from_zookeeper_hands_over_without_split_brain(
-    direction: Direction,
-    real_services: RealServices,
-    unique: str,
-    tmp_path: Path,
-    namespaces: Callable[[str], Namespace],
+    direction: Direction, unique: str, tmp_path: Path, cut_off: CutOffWorld
 ) -> None:
-    ns = namespaces("cut")
-    zk_port = int(real_services.zookeeper.rsplit(":", 1)[1])
-    async with process_world(
-        real_services, unique, tmp_path, grouped=True, session_timeout_s=SESSION_S
-    ) as world:
+    async with cut_off("cut", SESSION_S) as (ns, world, zk_port):
         world.hook.delay = lambda path: 0.005  # a receiver that takes a moment
         await world.subscribe("s0", max_in_flight=8)
         members = {"cut": f"wn-{unique}", "other": f"wr-{unique}"}
         for member in members.values():
-            await world.meta.create(paths.assignment(member), json.dumps(["shop/s0"]).encode())
+            await world.assign(member, "s0")
         options = {"commit_every_s": 0.2, "lock_retry_s": 0.2}
-        cut = WorkerProcess(
-            world.settings(**options), world.workdir, members["cut"], ns.exec_argv, ns.address
-        )
-        world.processes.append(cut)
+        cut = world.worker(members["cut"], world.settings(**options), ns)
         await cut.ready()
         await until(lambda: _holds(world, members["cut"]), 30, "the namespaced worker holding s0")
-        other_meta = {**world.zk.model_dump(), "session_timeout_s": OTHER_SESSION_S}
+        other_meta = world.metastore(session_timeout_s=OTHER_SESSION_S)
         [other] = world.workers([members["other"]], **options, metastore=other_meta)
         await other.ready()
 
@@ -101,10 +76,11 @@ async def test_a_worker_partitioned_from_zookeeper_hands_over_without_split_brai
                 took_over = time.time() - fault_at
                 # The partition lasts a while after the takeover (a pace, not a synchronisation).
                 await asyncio.sleep(max(0.0, fault_at + PARTITION_S - time.time()))
-                ready_in_partition = await _ready(cut)
+                ready_in_partition = await ready_now(cut.url)  # its metastore answers?
                 ns.heal()
                 heal_at = time.time()
-                await until(lambda: _ready(cut), BACK_WITHIN_S, "the cut-off worker ready again")
+                back = "the cut-off worker ready again"
+                await until(lambda: ready_now(cut.url), BACK_WITHIN_S, back)
                 rejoined = time.time() - heal_at
                 # Publishing on after the heal (a pace, not a synchronisation).
                 await asyncio.sleep(max(0.0, heal_at + AFTER_HEAL_S - time.time()))

@@ -21,27 +21,23 @@ import contextlib
 import os
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from control_plane.leaders.cutover_coordinator import CutoverCoordinator
 from control_plane.services.cutovers import Cutovers
 from metastore.catalog import Catalog
 from metastore.config import open_metastore
-from scripts.realservices.netns import Namespace
 from segments.cutover.machine import Timeouts
 from tests.chaos.checker import Delivery, check, longest_gap
+from tests.chaos.conftest import CutOffWorld
 from tests.chaos.faults import ADMIN, Load, merged
 from tests.support.cutover import consume_all, timeline
 from tests.support.leaders import leader_context
-from tests.support.processes import ProducerProcess
-from tests.support.services import RealServices
+from tests.support.processes import ProducerProcess, ready_now
 from tests.support.until import until
-from tests.support.workers import process_world
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
 SESSION_S = 4.0
@@ -53,27 +49,11 @@ AFTER_HEAL_S = 8.0
 BACK_WITHIN_S = 15.0
 
 
-async def _ready(producer: ProducerProcess) -> bool:
-    async with httpx.AsyncClient(timeout=3) as client:
-        try:
-            return (await client.get(f"{producer.url}/readyz")).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-
 @pytest.mark.parametrize("during", ["PREPARE", "SWITCH"])
 async def test_a_producer_partitioned_from_zookeeper_during_a_cutover_loses_nothing(
-    during: str,
-    real_services: RealServices,
-    unique: str,
-    tmp_path: Path,
-    namespaces: Callable[[str], Namespace],
+    during: str, unique: str, tmp_path: Path, cut_off: CutOffWorld
 ) -> None:
-    ns = namespaces("producer")
-    zk_port = int(real_services.zookeeper.rsplit(":", 1)[1])
-    async with process_world(
-        real_services, unique, tmp_path, grouped=True, session_timeout_s=SESSION_S
-    ) as world:
+    async with cut_off("producer", SESSION_S) as (ns, world, zk_port):
         await world.subscribe("audit")  # read by consume_all, not by a worker
         base = world.settings(admin_token=ADMIN, cutover_hold_timeout_s=5.0)
         cut = ProducerProcess(
@@ -121,7 +101,7 @@ async def test_a_producer_partitioned_from_zookeeper_during_a_cutover_loses_noth
                         await asyncio.sleep(HELD_AFTER_S)
                         ns.heal()
                         heal_at = time.time()
-                        await until(lambda: _ready(cut), BACK_WITHIN_S, "the producer ready")
+                        await until(lambda: ready_now(cut.url), BACK_WITHIN_S, "the producer ready")
                         ready_after = time.time() - heal_at
                         await asyncio.sleep(AFTER_HEAL_S)  # publishing on (a pace)
                     finally:

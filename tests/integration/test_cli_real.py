@@ -23,12 +23,7 @@ from cli import cli
 from tests.support.cli import as_json, ok, one_line_error
 from tests.support.cli import httpbus as cli_httpbus
 from tests.support.dev import Dev, run_dev
-from tests.support.ui import (
-    TOKEN,
-    Hook,
-    endpoint_fixture,  # noqa: F401  (a fixture)
-    publish,
-)
+from tests.support.ui import TOKEN, Hook, publish
 from tests.support.until import until_sync
 
 

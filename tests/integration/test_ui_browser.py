@@ -14,17 +14,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.support.dev import Dev, run_dev
-from tests.support.ui import (
-    AUTH,
-    TOKEN,
-    Hook,
-    browser_fixture,  # noqa: F401  (a fixture)
-    endpoint_fixture,  # noqa: F401  (a fixture)
-    log_in,
-    needs_chromium,
-    page_fixture,  # noqa: F401  (a fixture)
-    shot,
-)
+from tests.support.ui import AUTH, TOKEN, Hook, log_in, needs_chromium, shot
 from tests.support.until import until_sync
 
 pytestmark = needs_chromium

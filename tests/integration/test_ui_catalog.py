@@ -13,13 +13,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.support.dev import Dev, run_dev
-from tests.support.ui import (
-    TOKEN,
-    admin,
-    browser_fixture,  # noqa: F401  (a fixture)
-    needs_chromium,
-    shot,
-)
+from tests.support.ui import TOKEN, admin, needs_chromium, shot
 
 pytestmark = needs_chromium
 PASSWORDS = {"olga": "olga's long password", "sam": "sam's long password"}

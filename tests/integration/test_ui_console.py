@@ -14,17 +14,7 @@ import pytest
 from playwright.sync_api import ConsoleMessage, Page, expect
 
 from tests.support.dev import Dev, run_dev
-from tests.support.ui import (
-    AUTH,
-    TOKEN,
-    admin,
-    browser_fixture,  # noqa: F401  (a fixture)
-    hook,
-    log_in,
-    needs_chromium,
-    page_fixture,  # noqa: F401  (a fixture)
-    shot,
-)
+from tests.support.ui import AUTH, TOKEN, admin, hook, log_in, needs_chromium, shot
 from tests.support.until import until_sync
 
 pytestmark = needs_chromium

@@ -19,18 +19,7 @@ from core.audit import Finding, FindingKind, HourlyRow, Reconciliation, Subscrip
 from reports import migrate
 from reports.store import ReportStore
 from tests.support.dev import Dev, run_dev
-from tests.support.ui import (
-    TOKEN,
-    Hook,
-    admin,
-    browser_fixture,  # noqa: F401  (a fixture)
-    endpoint_fixture,  # noqa: F401  (a fixture)
-    log_in,
-    needs_chromium,
-    page_fixture,  # noqa: F401  (a fixture)
-    publish,
-    shot,
-)
+from tests.support.ui import TOKEN, Hook, admin, log_in, needs_chromium, publish, shot
 from tests.support.until import until_sync
 
 pytestmark = needs_chromium

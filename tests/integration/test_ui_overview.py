@@ -28,18 +28,7 @@ from metastore import paths
 from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
 from tests.support.dev import Dev, run_dev
-from tests.support.ui import (
-    AUTH,
-    TOKEN,
-    Hook,
-    admin,
-    browser_fixture,  # noqa: F401  (a fixture)
-    hook,
-    log_in,
-    needs_chromium,
-    page_fixture,  # noqa: F401  (a fixture)
-    shot,
-)
+from tests.support.ui import AUTH, TOKEN, Hook, admin, hook, log_in, needs_chromium, shot
 from tests.support.until import until_sync
 
 pytestmark = needs_chromium

@@ -12,14 +12,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.support.dev import Dev, run_dev
-from tests.support.ui import (
-    TOKEN,
-    admin,
-    browser_fixture,  # noqa: F401  (a fixture)
-    needs_chromium,
-    page_fixture,  # noqa: F401  (a fixture)
-    shot,
-)
+from tests.support.ui import TOKEN, admin, needs_chromium, shot
 
 pytestmark = needs_chromium
 PASSWORDS = {"vic": "vic's long password", "olga": "olga's long password"}

@@ -18,14 +18,7 @@ from playwright.sync_api import Page, Route, expect
 from control_plane import ui
 from tests.support.contract_api import fake_app, served
 from tests.support.dev import Dev
-from tests.support.ui import (
-    TOKEN,
-    browser_fixture,  # noqa: F401  (a fixture)
-    log_in,
-    needs_chromium,
-    page_fixture,  # noqa: F401  (a fixture)
-    shot,
-)
+from tests.support.ui import TOKEN, log_in, needs_chromium, shot
 from tests.support.until import until_sync
 
 pytestmark = needs_chromium

@@ -9,7 +9,6 @@ and resumed."""
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import time
 from collections import Counter
@@ -130,12 +129,11 @@ async def _pair(real: RealServices, unique: str, tmp_path: Path) -> AsyncIterato
         await world.subscribe("s0", max_in_flight=4)
         members = {"zombie": f"wz-{unique}", "heir": f"wh-{unique}"}
         for member in members.values():
-            await world.meta.create(paths.assignment(member), json.dumps(["shop/s0"]).encode())
+            await world.assign(member, "s0")
         options = {"commit_every_s": 0.2, "lock_retry_s": 0.2}
         cut_off = world.settings(**options)
         cut_off["metastore"] = {**cut_off["metastore"], "hosts": proxy.address}
-        zombie = WorkerProcess(cut_off, world.workdir, members["zombie"])
-        world.processes.append(zombie)
+        zombie = world.worker(members["zombie"], cut_off)
         await zombie.ready()
         await until(lambda: _holds(world, members["zombie"]), 30, "the zombie holding s0")
         # The heir's own session is long, so that what the test sees is the zombie's: with a
@@ -143,7 +141,7 @@ async def _pair(real: RealServices, unique: str, tmp_path: Path) -> AsyncIterato
         # and read as the zombie delivering late. (CI's "last delivery 19.6 s after the
         # fault" was not that: the zombie's runner restarted after its cancellation; see
         # core.tasks.stop_if_cancelled.)
-        heir_meta = {**world.zk.model_dump(), "session_timeout_s": HEIR_SESSION_S}
+        heir_meta = world.metastore(session_timeout_s=HEIR_SESSION_S)
         [heir] = world.workers([members["heir"]], **options, metastore=heir_meta)
         await heir.ready()
         senders = Senders({zombie.proc.pid: "zombie", heir.proc.pid: "heir"})

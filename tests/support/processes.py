@@ -27,6 +27,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+async def ready_now(url: str) -> bool:
+    """Whether the process at ``url`` answers its ``/readyz`` with 200 now (3 s at most to
+    answer): a condition for ``until``, or a check of the moment."""
+    async with httpx.AsyncClient(timeout=3) as client:
+        try:
+            return (await client.get(f"{url}/readyz")).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
 class ProducerProcess:
     """``python -m producer_api`` with ``settings`` (a dict written as YAML). In a network
     namespace: ``wrap`` turns the command into one run there (``Namespace.exec_argv``) and
@@ -145,6 +155,11 @@ class WorkerProcess:
                 stderr=subprocess.STDOUT,
             )
 
+    @property
+    def url(self) -> str:
+        """Where its health server (``/readyz``, ``/metrics``) listens."""
+        return f"http://{self.host}:{self.port}"
+
     async def ready(self, timeout: float = 30) -> None:
         async with httpx.AsyncClient() as client:
             deadline = time.monotonic() + timeout
@@ -152,7 +167,7 @@ class WorkerProcess:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"worker exited: {self.log.read_text()[-2000:]}")
                 try:
-                    r = await client.get(f"http://{self.host}:{self.port}/readyz", timeout=1)
+                    r = await client.get(f"{self.url}/readyz", timeout=1)
                     if r.status_code == 200:
                         return
                 except httpx.HTTPError:

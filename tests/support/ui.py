@@ -169,20 +169,20 @@ def admin(dev: Dev) -> httpx.Client:
 
 @pytest.fixture(name="browser", scope="module")
 def browser_fixture() -> Iterator[Browser]:
-    """Chromium for a test module: ``from … import browser_fixture``."""
+    """Chromium for a test module: tests/integration/conftest.py gives it."""
     with chromium() as launched:
         yield launched
 
 
 @pytest.fixture(name="page")
 def page_fixture(browser: Browser) -> Iterator[Page]:
-    """A fresh page of its own for each test: ``from … import page_fixture``."""
+    """A fresh page of its own for each test: tests/integration/conftest.py gives it."""
     with new_page(browser) as opened:
         yield opened
 
 
 @pytest.fixture(name="endpoint")
 def endpoint_fixture() -> Iterator[Hook]:
-    """The webhook endpoint of one test: ``from … import endpoint_fixture``."""
+    """The webhook endpoint of one test: tests/integration/conftest.py gives it."""
     with hook() as made:
         yield made

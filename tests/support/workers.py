@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from fastapi import FastAPI
@@ -43,6 +43,9 @@ from tests.support.processes import WorkerProcess
 from tests.support.services import RealServices
 from tests.support.until import until
 from tests.support.world import World, embedded_world, segment, subscription
+
+if TYPE_CHECKING:
+    from scripts.realservices.netns import Namespace
 
 
 @dataclass
@@ -193,12 +196,29 @@ class ProcessWorld:
         )  # type: ignore[arg-type]
         await self.catalog.create_subscription(sub)
 
+    def metastore(self, **changes: object) -> dict[str, Any]:
+        """This world's metastore settings with ``changes`` (a longer session, say)."""
+        return {**self.zk.model_dump(), **changes}
+
+    async def assign(self, member: str, *subs: str) -> None:
+        """Member ``member`` assigned ``subs`` of project ``shop`` directly, with no Assigner."""
+        keys = [f"shop/{s}" for s in subs]
+        await self.meta.create(paths.assignment(member), json.dumps(keys).encode())
+
+    def worker(
+        self, member: str, settings: dict[str, Any], ns: Namespace | None = None
+    ) -> WorkerProcess:
+        """A worker process ``member`` with exactly ``settings``, in network namespace ``ns``
+        if given, stopped with the world."""
+        inside = (ns.exec_argv, ns.address) if ns else ()
+        started = WorkerProcess(settings, self.workdir, member, *inside)
+        self.processes.append(started)
+        return started
+
     def workers(self, members: list[str], **settings: object) -> list[WorkerProcess]:
         """A worker process per member, with :meth:`settings` and ``settings``; all stopped
         with the world."""
-        started = [WorkerProcess(self.settings(**settings), self.workdir, m) for m in members]
-        self.processes += started
-        return started
+        return [self.worker(m, self.settings(**settings)) for m in members]
 
     async def holder(self, sub: str, shard: int | None = None) -> str | None:
         """The member holding the lock of ``shop/sub`` (or of its shard ``shard``)."""
@@ -280,8 +300,7 @@ async def in_process_worker(
             lock_retry_s=0.2,
         ) as worker,
     ):
-        keys = [f"shop/{s}" for s in subs]
-        await world.meta.create(paths.assignment(member), json.dumps(keys).encode())
+        await world.assign(member, *subs)
         yield worker
 
 

@@ -181,6 +181,10 @@ class ConnectionPool:
         finally:
             if may_be_h2:
                 self._opening.pop(key).set_result(None)
+        if self._closed:  # closed while this one connected: :meth:`close` did not see it
+            conn.close()
+            await asyncio.wait([conn.gone], timeout=1.0)  # its socket closes before the loop
+            raise ConnectionLost("the sender is closed", answered=False)
         self._every.add(conn)
         if isinstance(conn, H2Connection):
             self._multiplexed.setdefault(key, []).append(conn)

@@ -17,11 +17,12 @@ import pytest
 import uvloop
 from pydantic import ValidationError
 
+from core.endpoint_policy import EndpointPolicy
 from core.model import RetryPolicy
 from core.result import ErrorKind
 from core.retry import retries
-from delivery_workers.http1 import InvalidRequest, encode_request, parse_origin
-from delivery_workers.http_sender import HttpSender, make_sender
+from delivery_workers.http1 import ConnectionLost, InvalidRequest, encode_request, parse_origin
+from delivery_workers.http_sender import ConnectionPool, HttpSender, make_sender
 from delivery_workers.sender import Delivery, OutgoingRequest
 from delivery_workers.settings import WorkerSettings
 from tests.support.h2_endpoint import make_certificate
@@ -332,3 +333,29 @@ def test_the_worker_runs_the_http_sender(kind: str | None) -> None:
 def test_an_unknown_sender_setting_is_refused() -> None:
     with pytest.raises(ValidationError, match="sender"):
         WorkerSettings(sender="curl")
+
+
+async def test_a_connection_made_as_the_pool_closes_is_closed_not_handed_out() -> None:
+    """A delivery connecting while the worker stops: the pool's close does not see the new
+    connection, so it must not be handed out (it would be left open as the loop ends)."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def accept(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = ConnectionPool(4, 30.0, None, policy=EndpointPolicy(allow_private_networks=True))
+    try:
+        # The policy resolves the host first: the pool closes during that await.
+        connecting = asyncio.create_task(pool.acquire(parse_origin(f"http://127.0.0.1:{port}/")))
+        await asyncio.sleep(0)
+        await pool.close()
+        with pytest.raises(ConnectionLost):
+            await connecting
+        assert pool._every == set()
+    finally:
+        for writer in accepted:
+            writer.close()
+        server.close()
+        await server.wait_closed()

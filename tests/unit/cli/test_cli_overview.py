@@ -59,7 +59,14 @@ def test_watch_redraws_until_the_count(url: str) -> None:
 def test_watch_ends_on_ctrl_c_with_exit_0(url: str) -> None:
     env = {**os.environ, "HTTPBUS_URL": url, "HTTPBUS_ADMIN_TOKEN": TOKEN, "HTTPBUS_TOKEN": ""}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[3])
-    command = [sys.executable, "-m", "cli", "overview", "--watch", "--interval", "0.1"]
+    # As a terminal starts it: Ctrl-C raises KeyboardInterrupt even if this test runs where
+    # SIGINT is ignored (a shell's `&` without job control), which a child would inherit.
+    start = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler);"
+        " sys.argv = ['httpbus', 'overview', '--watch', '--interval', '0.1'];"
+        " runpy.run_module('cli', run_name='__main__')"
+    )
+    command = [sys.executable, "-c", start]
     pipe = subprocess.PIPE
     with subprocess.Popen(command, stdout=pipe, stderr=pipe, text=True, env=env) as proc:
         try:

@@ -471,8 +471,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--linger-ms",
         type=int,
         nargs="+",
-        default=[1],
-        help="httpbus's Kafka linger.ms (default 1, as shipped); several: a pair of runs each",
+        default=[5],
+        help="httpbus's Kafka linger.ms (default 5, as shipped); several: a pair of runs each",
     )
     p.add_argument(
         "--requests",

@@ -287,7 +287,7 @@ def raw_kafka(bench: Bench, count: int) -> Row:
     bench.kafka_topics.append(topic)
     admin = AdminClient({"bootstrap.servers": bench.endpoints.kafka})
     admin.create_topics([NewTopic(topic, bench.args.partitions, 1)])[topic].result(timeout=30)
-    config = {"acks": "all", "enable.idempotence": True, "linger.ms": 1}
+    config = {"acks": "all", "enable.idempotence": True, "linger.ms": bench.args.linger_ms}
     producer = Producer({"bootstrap.servers": bench.endpoints.kafka, **config})
     value, outcomes = bench.payload.encode(), Counter[str]()
 
@@ -548,7 +548,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--processes", default="1", help="the producer's processes (N or auto)")
     p.add_argument("--load", choices=["wrk", "httpx"], default="wrk", help="load generator")
-    p.add_argument("--linger-ms", type=int, default=1, help="the Kafka cluster's linger_ms")
+    p.add_argument("--linger-ms", type=int, default=5, help="the Kafka cluster's linger_ms")
     p.add_argument("--py-spy", action="store_true", help="profile every run (py-spy)")
     p.add_argument("--dedupe-window", default="10m", help="of the dedupe topics")
     p.add_argument("--dedupe-only", action="store_true", help="run only the dedupe off/on runs")

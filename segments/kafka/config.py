@@ -34,7 +34,7 @@ class KafkaSettings:
     produce_timeout_s: float = 10.0
     replication_factor: int = 1
     min_insync_replicas: int = 1
-    linger_ms: int = 1
+    linger_ms: int = 5
     client: dict[str, str] = field(default_factory=dict)
     # Consumers kept open for reads, one per (topic, partition), least recently used evicted.
     reader_cache_size: int = 64

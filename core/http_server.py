@@ -31,6 +31,7 @@ import asyncio
 import json
 from typing import Any, ClassVar, cast
 
+import httptools
 from pydantic import BaseModel, ConfigDict, Field
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -73,6 +74,11 @@ class _Coalescing:
         held, self._held = self._held, None
         if held is not None and not self._transport.is_closing():
             self._transport.write(held)
+
+    def write_now(self, data: bytes) -> None:
+        """Write ``data`` at once, after what is held: a whole response in one ``send``."""
+        held, self._held = self._held, None
+        self._transport.write(data if held is None else held + data)
 
     def write_eof(self) -> None:
         self._flush()
@@ -132,6 +138,26 @@ def _host_problem(headers: list[tuple[bytes, bytes]], version: str) -> Malformed
     return None
 
 
+_PARSER_HINTS = (
+    (
+        "header value",
+        "a header value holds control characters (CR, LF, NUL or another below 0x20, "
+        "or DEL): send printable text",
+    ),
+    ("header token", "a header name is not an HTTP token (letters, digits, !#$%&'*+-.^_`|~)"),
+)
+
+
+def _not_http(exc: Exception) -> Malformed:
+    """What a request the HTTP parser refused is told (uvicorn says only "Invalid HTTP
+    request received.", in plain text)."""
+    said = str(exc) or type(exc).__name__
+    for part, hint in _PARSER_HINTS:
+        if part in said.lower():
+            return Malformed(f"the request is not valid HTTP/1.1 ({said}): {hint}")
+    return Malformed(f"the request is not valid HTTP/1.1 ({said}); nothing of it was read")
+
+
 def _refusing_app(error: HttpbusError) -> Any:
     """An ASGI app that reads what the client sends (up to :data:`LINGER_BYTES`, so it reads
     the answer instead of a reset) and answers ``error``, closing the connection."""
@@ -184,7 +210,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         if self._in_head:
             self._head_bytes += len(data)
-        super().data_received(data)
+        self._feed(data)
         if self._in_head and self._head_bytes > self.limits.max_header_bytes:
             limit = self.limits.max_header_bytes
             self._refuse(
@@ -192,6 +218,20 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                     f"the request line and headers are over {limit} bytes, the most taken here"
                 )
             )
+
+    def _feed(self, data: bytes) -> None:
+        """uvicorn's ``data_received``, but a request the parser refuses is answered as any
+        other refusal: JSON with a stable code and what to fix."""
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+        except httptools.HttpParserError as exc:
+            self._refuse(_not_http(exc))
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -203,13 +243,22 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._arm(self.limits.body_timeout_s, "the request's body")
         problem = _host_problem(self.headers, self.parser.get_http_version())
         if problem is None:
-            super().on_headers_complete()
+            self.serve_request()
             return
         app, self.app = self.app, _refusing_app(problem)  # this request only
         try:
             super().on_headers_complete()
         finally:
             self.app = app
+
+    def serve_request(self) -> None:
+        """Start serving a request whose head passed every limit: through the ASGI app, in
+        uvicorn's cycle (a subclass may serve some requests itself)."""
+        super().on_headers_complete()
+
+    def write_now(self, data: bytes) -> None:
+        """Write ``data`` to the client at once (a whole response, for a subclass)."""
+        cast(_Coalescing, self.transport).write_now(data)
 
     def on_message_complete(self) -> None:
         self._disarm()

@@ -1,4 +1,6 @@
-"""The producer service in process on the embedded backends, with an admin client.
+"""The producer service in process on the embedded backends, with an admin client that
+reaches it through the producer's own HTTP protocol (:mod:`producer_api.front`) on a loopback
+port, as ``python -m producer_api`` serves it (``served="asgi"``: straight to the ASGI app).
 
 async with producer_env(tmp_path, {"orders": {}, "tiny": {"max_message_bytes": 64}}) as env:
     r = await env.client.post(produce_url("orders"), content=b"x")
@@ -15,7 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import uvicorn
+from uvicorn.server import ServerState
 
+from core.http_server import HttpServerLimits
 from core.model import CircuitBreakerPolicy, Project, Topic
 from delivery_workers.http_sender import HttpSender
 from delivery_workers.runner import SubscriptionRunner
@@ -24,6 +29,7 @@ from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
 from producer_api.app import create_app
 from producer_api.fastpath import ProducerASGI
+from producer_api.front import produce_front
 from producer_api.service import Service
 from producer_api.settings import AuditConfig, ProducerSettings
 from segments.config import EmbeddedClusterConfig
@@ -118,11 +124,37 @@ class ProducerEnv:
 
 
 @asynccontextmanager
+async def serve_front(
+    app: ProducerASGI, limits: HttpServerLimits | None = None
+) -> AsyncIterator[int]:
+    """``app`` served on this loop by :func:`producer_api.front.produce_front` (with
+    ``limits``, the default ones if None) on a free loopback port: the port. The app's
+    lifespan is the caller's."""
+    config = uvicorn.Config(app, lifespan="off", ws="none", log_level="warning")
+    config.load()
+    state = ServerState()
+    front = produce_front(limits or HttpServerLimits())
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: front(config, state, {}, _loop=loop), "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        for connection in list(state.connections):
+            connection.shutdown()
+        server.close()
+        await asyncio.wait_for(server.wait_closed(), 5)
+
+
+@asynccontextmanager
 async def producer_env(
-    tmp_path: Path, topics: Mapping[str, Mapping[str, Any]], **settings: Any
+    tmp_path: Path,
+    topics: Mapping[str, Mapping[str, Any]],
+    served: str = "front",
+    **settings: Any,
 ) -> AsyncIterator[ProducerEnv]:
     """The service with project ``shop`` and ``topics`` (name -> Topic fields), each on one
-    embedded segment ``st.<name>`` of 2 partitions; ``settings`` override ProducerSettings."""
+    embedded segment ``st.<name>`` of 2 partitions; ``settings`` override ProducerSettings;
+    ``served``: ``front`` (a loopback port) or ``asgi`` (in process)."""
     cluster = EmbeddedClusterConfig(path=str(tmp_path / "seg.db"))
     config = ProducerSettings(
         admin_token=ADMIN,
@@ -139,10 +171,23 @@ async def producer_env(
             await st.create_topic(seg.storage_topic, 2, retention_ms=3_600_000)
             await catalog.create_topic(Topic(project=PROJECT, name=name, **fields), seg)
         app = create_app(config, metastore=meta, stores={"embedded": st})
-        async with app.router.lifespan_context(app):
-            async with httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app),
-                base_url="http://producer",
-                headers={"Authorization": f"Bearer {ADMIN}"},
-            ) as client:
-                yield ProducerEnv(client, catalog, st, app)
+        limits = config.http_server
+        async with app.router.lifespan_context(app), _client(app, served, limits) as client:
+            yield ProducerEnv(client, catalog, st, app)
+
+
+@asynccontextmanager
+async def _client(
+    app: ProducerASGI, served: str, limits: HttpServerLimits
+) -> AsyncIterator[httpx.AsyncClient]:
+    auth = {"Authorization": f"Bearer {ADMIN}"}
+    if served == "asgi":
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://producer", headers=auth
+        ) as client:
+            yield client
+        return
+    async with serve_front(app, limits) as port:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=auth) as c:
+            yield c

@@ -84,15 +84,24 @@ async def _report(
     # The named columns, in a readable order, so the tables fit a screen (a run's page shows
     # every field of the run; a report whose fields are all unknown still shows them).
     columns, rows = table_of(value, prefer, limit=len(prefer))
-    return {"columns": columns, "rows": rows, "missing": None}
+    older = value.get("next_cursor") if isinstance(value, dict) else None
+    return {"columns": columns, "rows": rows, "missing": None, "older": older}
+
+
+PAGED = ("runs_cursor", "cutovers_cursor")
+"""The query parameters of /ui/audit that page runs and cutovers (the API's ``cursor``)."""
 
 
 @router.get("/ui/audit")
 async def audit(request: Request, session: SessionDep, api: ApiDep) -> Response:
-    query = {k: request.query_params.get(k, "") for k in ("project", "subscription", "since")}
-    runs = await _report(api, path("v1", "audit", "runs"), RUN_COLUMNS)
-    hourly = await _report(api, path("v1", "audit", "hourly"), HOURLY_COLUMNS, dict(query))
-    cutovers = await _report(api, path("v1", "audit", "cutovers"), CUTOVER_COLUMNS)
+    params = request.query_params
+    query = {k: params.get(k, "") for k in ("project", "subscription", "since", *PAGED)}
+    # A cursor too long for the API, or one it did not give, shows as that table's error.
+    runs_at, cutovers_at = ({"cursor": query[k][:201]} if query[k] else None for k in PAGED)
+    hourly_query = {k: query[k] for k in ("project", "subscription", "since")}
+    runs = await _report(api, path("v1", "audit", "runs"), RUN_COLUMNS, runs_at)
+    hourly = await _report(api, path("v1", "audit", "hourly"), HOURLY_COLUMNS, hourly_query)
+    cutovers = await _report(api, path("v1", "audit", "cutovers"), CUTOVER_COLUMNS, cutovers_at)
     return render(
         request, "audit.html", session, runs=runs, hourly=hourly, cutovers=cutovers, query=query
     )

@@ -63,19 +63,24 @@ class Run:
     result: LoadResult
     load: float
     cpu_s: dict[str, float] = field(default_factory=dict)
+    per_request: int = 1  # messages a request carries (a batch publish)
+
+    @property
+    def messages(self) -> int:
+        return self.result.ok * self.per_request
 
     @property
     def msgs_per_s(self) -> float:
-        return self.result.ok / self.result.seconds if self.result.seconds else math.nan
+        return self.messages / self.result.seconds if self.result.seconds else math.nan
 
     def per_1000(self, process: str) -> float:
         """CPU-seconds of ``process`` per 1,000 accepted messages."""
-        ok = self.result.ok
+        ok = self.messages
         return 1000 * self.cpu_s.get(process, math.nan) / ok if ok else math.nan
 
     @property
     def total_per_1000(self) -> float:
-        ok = self.result.ok
+        ok = self.messages
         return 1000 * sum(self.cpu_s.values()) / ok if ok else math.nan
 
 
@@ -93,6 +98,7 @@ class Peers:
         self.endpoints = endpoints
         self.workdir = workdir
         self.runs: list[Run] = []
+        self.batch_lines: list[str] = []  # batch publish beside the raw client (Kafka)
         self.requests: broker_requests.RequestLog | None = None  # --requests, on Hermes's broker
         self.wrk = s.ensure_wrk()
         if self.wrk is None:
@@ -107,7 +113,12 @@ class Peers:
         }
 
     def measure(
-        self, scenario: str, spec: LoadSpec, pids: dict[str, int], warmup: float | None = None
+        self,
+        scenario: str,
+        spec: LoadSpec,
+        pids: dict[str, int],
+        warmup: float | None = None,
+        per_request: int = 1,
     ) -> Run:
         """A warm-up, then the measured wrk run; CPU of every process in ``pids`` and wrk."""
         warmup = self.args.warmup if warmup is None else warmup
@@ -122,7 +133,7 @@ class Peers:
         cpu = {name: s.session_cpu_s(pid) - before[name] for name, pid in pids.items()}
         cpu["wrk"] = children_cpu_s() - wrk_before
         (self.workdir / f"wrk-{s.slug(scenario)}.txt").write_text(result.raw)
-        run = Run(scenario, result, load, cpu)
+        run = Run(scenario, result, load, cpu, per_request)
         self.runs.append(run)
         errors = result.describe_errors()
         print(
@@ -187,7 +198,30 @@ class Peers:
                 runs.append(self.measure(f"httpbus {backend} ({label})", spec, pids, warmup))
                 if log_dirs is not None:
                     print_batches(log_dirs, bench.tag)
+                if audit and linger_ms == lingers[0] and self.args.batch and backend == "kafka":
+                    self.batch_beside_raw(bench, url, pids, label)
         return runs
+
+    def batch_beside_raw(
+        self, bench: produce.Bench, url: str, pids: dict[str, int], label: str
+    ) -> None:
+        """Batch publish (``--batch`` messages a request) through our producer, then the raw
+        client writing as many messages straight to a topic of the same broker."""
+        size = self.args.batch
+        bench.batch_body = json.dumps({"messages": [{"payload": self.payload}] * size})
+        spec = bench.spec(f"{url}/batch", batch=True)
+        name = f"httpbus kafka batch x{size} ({label})"
+        batch = self.measure(name, spec, pids, per_request=size)
+        count = max(10_000, round(batch.msgs_per_s * self.args.seconds))
+        raw = produce.raw_kafka(bench, count)
+        ours = batch.per_1000(next(iter(pids))) * 1000  # µs of producer CPU per message
+        theirs = 1e6 * raw.cpu / raw.msgs_per_s if raw.msgs_per_s else math.nan
+        self.batch_lines.append(
+            f"{name}: {s.fmt(batch.msgs_per_s, 0)} msgs/s at {s.fmt(ours, 1)} µs of producer "
+            f"CPU a message; raw confluent-kafka {s.fmt(raw.msgs_per_s, 0)} msgs/s at "
+            f"{s.fmt(theirs, 1)} µs: {batch.msgs_per_s / raw.msgs_per_s:.1%} of its msgs/s, "
+            f"{ours / theirs:.2f}x its CPU a message"
+        )
 
     # ------------------------------------------------------------ Pulsar REST
 
@@ -283,6 +317,8 @@ def run_hermes(peers: Peers) -> None:
         theirs = peers.measure("Hermes 0.11 frontend", spec, pids, jit)
         print_batches(log_dirs, name)
         compare(ours, theirs)
+        for line in peers.batch_lines:
+            print(f"  {line}")
         if delivering:
             delivery(peers, stack)
 
@@ -479,6 +515,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="with --hermes: the broker logs every request and each run prints them by client and"
         " API per 1,000 messages (bench/broker_requests.py); the logging costs the broker CPU",
+    )
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=100,
+        help="with --hermes: also batch publish, N messages a request, beside the raw client"
+        " (0: not)",
     )
     p.add_argument("--producer-processes", type=int, default=1, help="of httpbus's producer")
     p.add_argument(

@@ -9,7 +9,10 @@ A kazoo watch of the cutover record drops the packets between the leader's names
 ZooKeeper both ways once the record says SWITCH (a cutover: the producers drained and wait
 for the commit) or every producer acknowledged PREPARE (a failover); Kafka and the leader's
 HTTP port stay reachable. The partition heals 10 s after the cut, once the other control
-plane leads and the cutover is over (the leader's 4 s session long expired).
+plane leads and the cutover is over (the leader's 4 s session long expired). In the
+``rollback`` case a cutover is cut off in PREPARE as a failover is (a silent member of the
+producers' group holds it open, and stays), with a PREPARE timeout shorter than the takeover:
+the other control plane must roll it back, and publishing goes on in the old segment.
 
 What must hold: the other control plane is elected once ZooKeeper expires the leader's
 session, and completes the cutover (its phase timeouts outlast the takeover); the cut-off
@@ -24,6 +27,7 @@ publishing stalled and answered 503. Single-node servers; root (docs/reliability
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -39,6 +43,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from control_plane.services.cutovers import PRODUCERS, Cutovers
+from core.errors import NotFound
 from metastore import paths
 from metastore.config import open_metastore
 from scripts.realservices.netns import Namespace
@@ -66,6 +71,10 @@ TIMEOUTS = {
     "cutover_switch_timeout_s": 20.0,
     "cutover_complete_timeout_s": 30.0,
 }
+# ... except in the rollback case: PREPARE ends before anyone can take over (the lease
+# lapses 2 s after the cut, the session 4 s after it): the new leader finds it late.
+ROLLBACK_TIMEOUTS = {**TIMEOUTS, "cutover_prepare_timeout_s": 3.5}
+HELD_OPEN = {"failover", "rollback"}  # a silent member holds PREPARE open until the cut
 # What a producer's acknowledgement changes in the record; anything else is the coordinator's.
 ACK_FIELDS = {"producers", "participants", "updated_at"}
 
@@ -168,7 +177,7 @@ async def _follow_claims(
         await asyncio.sleep(0.1)
 
 
-@pytest.mark.parametrize("kind", ["cutover", "failover"])
+@pytest.mark.parametrize("kind", ["cutover", "failover", "rollback"])
 async def test_the_leading_control_plane_partitioned_during_a_cutover(
     kind: str, unique: str, tmp_path: Path, cut_off: CutOffWorld
 ) -> None:
@@ -185,7 +194,7 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
                 trace_index=False,
                 database_url=f"sqlite:///{tmp_path / who}.db",
                 assign_interval_s=0.5,
-                **TIMEOUTS,
+                **(ROLLBACK_TIMEOUTS if kind == "rollback" else TIMEOUTS),
                 **more,
             )
 
@@ -223,12 +232,13 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
             follower = asyncio.create_task(_follow_claims(cut, stop_claims, claims))
             try:
                 await until(lambda: len(world.hook.on("s0")) >= 100, 30, "deliveries flowing")
-                if kind == "failover":  # a member that holds PREPARE open (see _cut_now)
+                if kind in HELD_OPEN:  # a member that holds PREPARE open (see _cut_now)
                     silent = await stack.enter_async_context(open_metastore(world.zk))
                     await silent.join(PRODUCERS, SILENT, b"{}")
                 await _start(kind, world, other, unique)
                 fault_at = await until(lambda: trigger.cut_at, 30, "the leader cut off")
-                await stack.aclose()  # the silent member's session ends: it leaves
+                if kind == "failover":
+                    await stack.aclose()  # the silent member's session ends: it leaves
                 await until(
                     lambda: _leads(world, "cutover", members["other"]),
                     SESSION_S * 5,
@@ -251,7 +261,9 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
                 ready_after = time.time() - heal_at
                 await asyncio.sleep(AFTER_HEAL_S)  # publishing on after the heal (a pace)
                 claims_after_heal = [roles for t, roles in claims if t > heal_at]
-                sealed_at = await until(lambda: _old_finished(world), 60, "segment 1 sealed")
+                sealed_at = None
+                if kind != "rollback":
+                    sealed_at = await until(lambda: _old_finished(world), 60, "segment 1 sealed")
             finally:
                 await stack.aclose()
                 for load in loads:
@@ -273,8 +285,10 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
             for process in started:
                 process.stop()
         topic = await world.catalog.get_topic("shop", "orders")
+        produce_segment = topic.produce_pointer.segment_id if topic.produce_pointer else None
         for seg in topic.segments[1:]:
-            await world.store.delete_topic(seg.storage_topic)
+            with contextlib.suppress(NotFound):  # a rollback deleted its target already
+                await world.store.delete_topic(seg.storage_topic)
     history.deliveries = from_requests(world.hook.on("s0"), lambda r: "worker")
     verdict = check(history, heal_at=heal_at)
     deposed = versions.coordinator_writes(fault_at + 0.5, took_over)
@@ -289,7 +303,7 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
         f"{last_claim:.2f}s ({last_roles}), the other leads at {took_over - fault_at:.2f}s, "
         f"the cutover "
         f"{last.phase} at {over_at - fault_at:.2f}s (phases {_phases(last, fault_at)}), "
-        f"segment 1 sealed at {sealed_at - fault_at:.2f}s, "
+        f"segment 1 {_sealed(sealed_at, fault_at)}, "
         f"healed at {heal_at - fault_at:.2f}s, the cut-off control plane ready "
         f"{ready_after:.2f}s after; record versions {[v for _, v, _ in versions.seen]} "
         f"(at the heal v{version_at_heal}); coordinator writes between the cut and the "
@@ -299,7 +313,11 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
     )
     assert not aborted, f"processes exited: {aborted}"
     assert phase_at_cut not in DONE, f"the cut came after the end ({phase_at_cut}): no test"
-    assert last.phase in (Phase.COMPLETE, Phase.ROLLED_BACK), last
+    if kind == "rollback":
+        assert last.phase is Phase.ROLLED_BACK, last
+        assert produce_segment == 1, f"published to segment {produce_segment} after a rollback"
+    else:
+        assert last.phase in (Phase.COMPLETE, Phase.ROLLED_BACK), last
     assert leader_at_end == members["other"], "the cut-off control plane took the role back"
     assert not claimed_in_partition, f"still leading while cut off: {claimed_in_partition}"
     assert not claims_after_heal, f"leading again after the heal: {claims_after_heal}"
@@ -319,6 +337,7 @@ def _cut_now(kind: str, state: Cutover) -> bool:
     the cut came before the end and prints the phase it came in."""
     if kind == "cutover":
         return state.phase in (Phase.SWITCH, Phase.COMMIT)
+    # A failover, or a cutover to be rolled back: its producers prepared, the silent one not.
     acks = [state.producers.get(m) for m in state.participants if m != SILENT]
     return bool(acks) and all(a is not None and a.prepared_at for a in acks)
 
@@ -328,7 +347,7 @@ async def _start(kind: str, world: ProcessWorld, other: ControlPlaneProcess, uni
     old segment is left UNSEALED for the failover leader to seal), begun through the
     facade as the failover leader begins one, with no broker taken down (its trigger, the
     producers' health reports, is tests/integration/test_failover_real.py's)."""
-    if kind == "cutover":
+    if kind != "failover":
         async with httpx.AsyncClient(timeout=10) as client:
             r = await client.post(
                 f"{other.url}/v1/projects/shop/topics/orders/cutover",
@@ -358,6 +377,10 @@ async def _terminal(versions: Versions) -> Cutover | None:
 
 async def _no_active(world: ProcessWorld) -> bool:
     return await world.meta.get(paths.active_cutover("shop", "orders")) is None
+
+
+def _sealed(sealed_at: float | None, since: float) -> str:
+    return "not sealed" if sealed_at is None else f"sealed at {sealed_at - since:.2f}s"
 
 
 def _phases(state: Cutover, since: float) -> str:

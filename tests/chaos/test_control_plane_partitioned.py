@@ -6,8 +6,9 @@ delivers them. A cutover to a new Kafka segment of 2 partitions is started throu
 follower's API, or a failover (the old segment left UNSEALED, sealed later by the failover
 leader) is begun through the facade as the failover leader begins one, on a healthy Kafka.
 A kazoo watch of the cutover record drops the packets between the leader's namespace and
-ZooKeeper both ways once the record says SWITCH (a cutover: the producers drained and wait
-for the commit) or every producer acknowledged PREPARE (a failover); Kafka and the leader's
+ZooKeeper both ways (``cutover-in``: only those from ZooKeeper) once the record says
+SWITCH (a cutover: the producers drained and wait for the commit) or every producer
+acknowledged PREPARE (a failover); Kafka and the leader's
 HTTP port stay reachable. The partition heals 10 s after the cut, once the other control
 plane leads and the cutover is over (the leader's 4 s session long expired). In the
 ``rollback`` case a cutover is cut off in PREPARE as a failover is (a silent member of the
@@ -46,7 +47,7 @@ from control_plane.services.cutovers import PRODUCERS, Cutovers
 from core.errors import NotFound
 from metastore import paths
 from metastore.config import open_metastore
-from scripts.realservices.netns import Namespace
+from scripts.realservices.netns import Direction, Namespace
 from segments.cutover.machine import Cutover, Phase, Timeouts
 from tests.chaos.checker import check, from_requests, longest_gap
 from tests.chaos.conftest import CutOffWorld
@@ -112,11 +113,16 @@ class _Trigger:
     and saw a failover already COMPLETE)."""
 
     def __init__(
-        self, world: ProcessWorld, when: Callable[[Cutover], bool], ns: Namespace, port: int
+        self,
+        world: ProcessWorld,
+        when: Callable[[Cutover], bool],
+        ns: Namespace,
+        port: int,
+        direction: Direction,
     ) -> None:
         self.client = KazooClient(hosts=world.zk.hosts)
         self.path = f"{world.zk.root}{paths.cutover('shop', 'orders')}"
-        self.when, self.ns, self.port = when, ns, port
+        self.when, self.ns, self.port, self.direction = when, ns, port, direction
         self.cut_at: float | None = None
 
     def arm(self) -> None:
@@ -125,7 +131,7 @@ class _Trigger:
 
     def _changed(self, data: bytes | None, stat: object) -> bool:
         if self.cut_at is None and data and self.when(Cutover.model_validate_json(data)):
-            self.ns.partition([self.port])
+            self.ns.partition([self.port], self.direction)
             self.cut_at = time.time()
         return self.cut_at is None  # False: no more calls
 
@@ -177,10 +183,12 @@ async def _follow_claims(
         await asyncio.sleep(0.1)
 
 
-@pytest.mark.parametrize("kind", ["cutover", "failover", "rollback"])
+@pytest.mark.parametrize("case", ["cutover", "cutover-in", "failover", "rollback"])
 async def test_the_leading_control_plane_partitioned_during_a_cutover(
-    kind: str, unique: str, tmp_path: Path, cut_off: CutOffWorld
+    case: str, unique: str, tmp_path: Path, cut_off: CutOffWorld
 ) -> None:
+    # "-in": only what ZooKeeper sends the leader is dropped; its own packets still arrive.
+    kind, direction = case.removesuffix("-in"), "in" if case.endswith("-in") else "both"
     async with cut_off("cp", SESSION_S) as (ns, world, zk_port):
         await world.subscribe("s0", max_in_flight=8)
         other_zk = world.metastore(session_timeout_s=OTHER_SESSION_S)
@@ -209,7 +217,8 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
         versions, stop_claims = Versions(), asyncio.Event()
         claims: list[tuple[float, set[str]]] = []  # when the cut-off one said it leads, what
 
-        trigger = _Trigger(world, lambda state: _cut_now(kind, state), ns, zk_port)
+        when = lambda state: _cut_now(kind, state)  # noqa: E731
+        trigger = _Trigger(world, when, ns, zk_port, direction)
         stack = AsyncExitStack()
         try:
             cut.start(timeout=60)
@@ -299,7 +308,7 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
     phase_at_cut = max((t, p) for p, t in last.phase_times.items() if t.timestamp() <= fault_at)[1]
     stalled = longest_gap([t for t, s in history.answers if s == 201], fault_at)
     print(
-        f"\n{kind}: cut at 0 in {phase_at_cut}: the cut-off leader last claimed a role at "
+        f"\n{case}: cut at 0 in {phase_at_cut}: the cut-off leader last claimed a role at "
         f"{last_claim:.2f}s ({last_roles}), the other leads at {took_over - fault_at:.2f}s, "
         f"the cutover "
         f"{last.phase} at {over_at - fault_at:.2f}s (phases {_phases(last, fault_at)}), "

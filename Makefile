@@ -59,7 +59,7 @@ test-unit: install
 ## test_producer_partitioned.py, test_control_plane_partitioned.py; root),
 ## and the zombie worker on the single nodes;
 ## each run judged by tests/chaos/checker.py. `make test` runs them too; this runs only them,
-## with their figures printed.
+## with their figures printed and, at the end, a table of every run's verdict.
 chaos: install
 	$(SERVICES) --only zookeeper,kafka run -- $(PY) -m pytest -s tests/chaos tests/integration/test_zombie_worker_real.py $(PYTEST_ARGS)
 

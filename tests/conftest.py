@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import sys
 import tempfile
 import uuid
 import warnings
@@ -156,6 +157,16 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 def _lane(nodeid: str) -> str:
     return "unit" if nodeid.startswith("tests/unit/") else "servers"
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The chaos matrix: every chaos run's verdict of this process, one line each (``make
+    chaos`` runs in one process; under xdist the verdicts stay in the workers)."""
+    checker = sys.modules.get("tests.chaos.checker")
+    if checker is not None and checker.RUNS:
+        terminalreporter.section("chaos matrix (tests/chaos/checker.py)")
+        for line in checker.matrix(checker.RUNS):
+            terminalreporter.write_line(line)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -25,6 +25,7 @@ storage instead of a receiver): it counts for loss, order and duplicates only.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -121,8 +122,35 @@ def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}s"
 
 
+RUNS: list[tuple[str, Verdict]] = []
+"""Every verdict of this process, by the test that asked for it: the table ``make chaos``
+ends with (:func:`matrix`, printed by tests/conftest.py's terminal summary)."""
+
+
 def check(history: History, heal_at: float | None = None) -> Verdict:
     """The verdict on ``history``; recovery is measured from ``heal_at`` when given."""
+    verdict = _verdict(history, heal_at)
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0]
+    if not test.startswith("tests/unit/"):  # the checker's own tests judge made-up runs
+        RUNS.append((test.rsplit("/", 1)[-1], verdict))
+    return verdict
+
+
+def matrix(runs: Iterable[tuple[str, Verdict]]) -> list[str]:
+    """One line per run: the fault (its test), what was acknowledged and delivered, loss,
+    inversions, overlaps, duplicates, the longest 503 window and the recovery."""
+    header = ("run", "acked", "delivered", "lost", "inv", "overlap", "dup", "503 max", "back")
+    rows = [header]
+    for test, v in runs:
+        longest = max((b - a for a, b in v.unavailable), default=0.0)
+        back = f"{_s(v.publish_back_s)} / {_s(v.delivery_back_s)}"
+        counts = (v.acked, v.delivered, len(v.lost), len(v.inversions), len(v.overlaps))
+        rows.append((test, *map(str, counts), str(v.duplicates), f"{longest:.2f}s", back))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def _verdict(history: History, heal_at: float | None) -> Verdict:
     timed = [d for d in history.deliveries if d.start > 0]
     ok_times = [t for t, status in history.answers if 200 <= status < 300]
     return Verdict(

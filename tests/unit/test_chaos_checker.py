@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.chaos.checker import Delivery, History, check
+from tests.chaos.checker import Delivery, History, check, matrix
 
 T0 = 1_000.0
 
@@ -134,3 +134,16 @@ def test_stored_records_without_times_count_for_loss_and_order_only() -> None:
     verdict = check(History(published, {"a1", "a2"}, [(T0, 201)], stored), heal_at=T0)
     assert verdict.inversions == {"a": ["a2", "a1"]} and verdict.overlaps == []
     assert verdict.delivery_back_s is None and verdict.publish_back_s == 0
+
+
+def test_the_matrix_has_a_line_per_run_with_its_figures() -> None:
+    published = {"g": ["a", "b"]}
+    answers = [(1.0, 201), (2.0, 503), (3.0, 201)]
+    a, b = Delivery("a", "g", "w", 1.0, 1.1), Delivery("b", "g", "w", 2.0, 2.1)
+    sound = check(History(published, {"a", "b"}, answers, [a, b]), 2.5)
+    lossy = check(History(published, {"a", "b"}, answers, [b]), 2.5)
+    lines = matrix([("test_x.py::a", sound), ("test_x.py::b", lossy)])
+    assert len(lines) == 3 and lines[0].split()[:4] == ["run", "acked", "delivered", "lost"]
+    assert lines[1].split()[:4] == ["test_x.py::a", "2", "2", "0"]
+    assert lines[2].split()[:4] == ["test_x.py::b", "2", "1", "1"]
+    assert "1.00s" in lines[1]  # the 503 window, 2.0 to 3.0

@@ -1,6 +1,6 @@
 """One delivery worker holding N idle subscriptions on real ZooKeeper and Kafka (issue 35).
 
-    .venv/bin/python bench/idle_subs.py [--sizes 200,1000,2000] [--per-topic 10,1]
+    .venv/bin/python bench/idle_subs.py [--sizes 0,200,1000,2000] [--per-topic 10,1]
         [--idle-s 120] [--services-file /tmp/httpbus-services/state.json]
 
 For each size N and each ``--per-topic`` k (subscriptions sharing one topic):
@@ -18,10 +18,17 @@ For each size N and each ``--per-topic`` k (subscriptions sharing one topic):
    packets received per connection) and the TCP data segments it sent to Kafka (``ss -ti``
    per connection: about one per request, librdkafka sends small requests one per segment).
 
-Prints a table per run with per-subscription figures and the load average. Nothing is
-delivered (no message is produced): what is measured is the background cost of holding a
-subscription. On the way out it stops the worker, deletes the storage topics and the root.
-Figures only; no assertion.
+The start storm is measured at the moment all N run: the worker's CPU-seconds since it
+started, the requests its ZooKeeper connection sent so far, the Kafka segments of its live
+connections (those of readers closed meanwhile are lost to it) and the warnings it logged.
+
+Every subscription's endpoint is a trivial local HTTP server of the bench (200 to all);
+after the window one message is stored in the first topic and the bench waits (bounded)
+until each of that topic's k subscriptions delivered it: the subscriptions are live, not
+only listed. A size of 0 (``--sizes 0,2000``) is a baseline run: one topic, no subscription;
+the per-subscription figures then subtract it (else memory subtracts a bare import). On the
+way out it stops the worker, deletes the storage topics and the root. Figures only; no
+assertion.
 """
 
 from __future__ import annotations
@@ -48,13 +55,14 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from core.envelope import MESSAGE_ID, PRODUCED_AT  # noqa: E402
 from core.model import Backend, Endpoint, Project, Segment, Subscription, Topic  # noqa: E402
 from metastore import paths  # noqa: E402
 from metastore.catalog import Catalog  # noqa: E402
 from metastore.config import ZooKeeperConfig, open_metastore  # noqa: E402
 from metastore.protocol import MetaStore  # noqa: E402
 from segments.config import KafkaClusterConfig  # noqa: E402
-from segments.protocol import SegmentStore  # noqa: E402
+from segments.protocol import Record, SegmentStore  # noqa: E402
 from segments.registry import open_store  # noqa: E402
 
 CLUSTER = "kafka-main"
@@ -141,6 +149,43 @@ def _zk_received(zk: str, ports: set[int]) -> int:
     return total
 
 
+class Receiver:
+    """A trivial local endpoint: answers 200 to every request and counts them by path."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> Receiver:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError, ValueError):
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                lines = head.decode("latin-1").split("\r\n")
+                path = lines[0].split()[1]
+                length = next(
+                    (
+                        int(x.split(":", 1)[1])
+                        for x in lines
+                        if x.lower().startswith("content-length:")
+                    ),
+                    0,
+                )
+                await reader.readexactly(length)
+                self.seen[path] = self.seen.get(path, 0) + 1
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                await writer.drain()
+        writer.close()
+
+
 async def _bounded(coros: list[Any], limit: int = IN_FLIGHT) -> None:
     gate = asyncio.Semaphore(limit)
 
@@ -154,8 +199,10 @@ async def _bounded(coros: list[Any], limit: int = IN_FLIGHT) -> None:
 class Run:
     """One (N, k) run: its metadata, topics and worker."""
 
-    def __init__(self, args: argparse.Namespace, endpoints: s.Endpoints, n: int, k: int) -> None:
-        self.args, self.endpoints, self.n, self.k = args, endpoints, n, k
+    def __init__(
+        self, args: argparse.Namespace, endpoints: s.Endpoints, n: int, k: int, port: int
+    ) -> None:
+        self.args, self.endpoints, self.n, self.k, self.port = args, endpoints, n, k, port
         self.tag = f"idle-{secrets.token_hex(4)}"
         self.zk = ZooKeeperConfig(hosts=endpoints.zookeeper, root=f"/{self.tag}")
         self.kafka = KafkaClusterConfig(bootstrap_servers=endpoints.kafka)
@@ -187,7 +234,7 @@ class Run:
                     name=name,
                     topic_project=PROJECT,
                     topic=self.topics[i % len(self.topics)],
-                    endpoint=Endpoint(url=f"http://127.0.0.1:9/{name}"),
+                    endpoint=Endpoint(url=f"http://127.0.0.1:{self.port}/{name}"),
                     signing_secret=SECRET,
                 )
             )
@@ -200,6 +247,7 @@ class Run:
             "metastore": self.zk.model_dump(),
             "clusters": {CLUSTER: self.kafka.model_dump()},
             "member_id": "w-idle",
+            "endpoint_policy": {"allow_private_networks": True},  # the bench's own endpoint
             "port": s.free_port(),
         }
         config = workdir / f"{self.tag}.yaml"
@@ -213,6 +261,24 @@ class Run:
                 cwd=ROOT,
                 start_new_session=True,
             )
+
+    async def deliver_one(self, store: SegmentStore, receiver: Receiver) -> tuple[int, float]:
+        """Store one message in the first topic; how many of its subscriptions delivered it
+        (bounded by ``--deliver-timeout-s``), and the seconds until the last did."""
+        mine = [f"/{name}" for i, name in enumerate(self.subs) if i % len(self.topics) == 0]
+        if not mine:
+            return 0, 0.0
+        before = {path: receiver.seen.get(path, 0) for path in mine}
+        now_ms = int(time.time() * 1000)
+        headers = ((MESSAGE_ID, b"idle-check"), (PRODUCED_AT, str(now_ms).encode()))
+        started = time.monotonic()
+        await store.produce(self.storage[self.topics[0]], Record(b"{}", headers=headers))
+        deadline = started + self.args.deliver_timeout_s
+        while True:
+            done = sum(receiver.seen.get(path, 0) > before[path] for path in mine)
+            if done == len(mine) or time.monotonic() > deadline:
+                return done, time.monotonic() - started
+            await asyncio.sleep(0.1)
 
     async def running(self, meta: MetaStore) -> int:
         """How many subscriptions' status nodes name a consume segment (a runner reads)."""
@@ -231,14 +297,27 @@ class Run:
 async def run_one(
     args: argparse.Namespace, endpoints: s.Endpoints, workdir: Path, n: int, k: int
 ) -> dict[str, Any]:
-    run = Run(args, endpoints, n, k)
-    try:
-        return await _measure(run, workdir, n)
-    finally:
-        s.drop_zookeeper_root(endpoints.zookeeper, run.tag)
+    async with Receiver() as receiver:
+        run = Run(args, endpoints, n, k, receiver.port)
+        try:
+            return await _measure(run, workdir, n, receiver)
+        finally:
+            s.drop_zookeeper_root(endpoints.zookeeper, run.tag)
 
 
-async def _measure(run: Run, workdir: Path, n: int) -> dict[str, Any]:
+def _warnings(log: Path) -> int:
+    """Lines the worker logged at WARNING or above so far."""
+    text = log.read_text(errors="replace")
+    return sum(1 for line in text.splitlines() if re.search(r"\b(WARNING|ERROR|CRITICAL)\b", line))
+
+
+def _kafka_sent(segs: dict[int, int], since: dict[int, int] | None = None) -> int:
+    """Segments sent on each connection since ``since`` (a connection new since counts from 0)."""
+    base = since or {}
+    return sum(n - base.get(port, 0) for port, n in segs.items())
+
+
+async def _measure(run: Run, workdir: Path, n: int, receiver: Receiver) -> dict[str, Any]:
     args, endpoints, k = run.args, run.endpoints, run.k
     kafka_port = int(endpoints.kafka.rpartition(":")[2])
     load_before = s.load_average()
@@ -264,7 +343,14 @@ async def _measure(run: Run, workdir: Path, n: int) -> dict[str, Any]:
             ready_s = time.monotonic() - started
             if count < n:
                 raise RuntimeError(f"only {count}/{n} running after {args.ready_timeout_s} s")
-            print(f"  all {n} running after {ready_s:.1f} s; settling {args.settle_s} s")
+            storm = proc_sample(proc.pid, endpoints.zookeeper, kafka_port)
+            storm_warnings = _warnings(run.log)
+            print(
+                f"  all {n} running after {ready_s:.1f} s ({storm.cpu_s:.1f} CPU-s, "
+                f"{storm.zk_sent} ZooKeeper requests, {_kafka_sent(storm.kafka_segs)} Kafka "
+                f"segments on live connections, {storm_warnings} warnings); "
+                f"settling {args.settle_s} s"
+            )
             await asyncio.sleep(args.settle_s)
             a = proc_sample(proc.pid, endpoints.zookeeper, kafka_port)
             load_start = s.load_average()
@@ -272,6 +358,8 @@ async def _measure(run: Run, workdir: Path, n: int) -> dict[str, Any]:
             b = proc_sample(proc.pid, endpoints.zookeeper, kafka_port)
             load_end = s.load_average()
             still = await run.running(meta)
+            delivered, deliver_s = await run.deliver_one(store, receiver)
+            print(f"  one message: delivered to {delivered}/{k if n else 0} in {deliver_s:.1f} s")
             window = b.at - a.at
             return {
                 "n": n,
@@ -279,6 +367,12 @@ async def _measure(run: Run, workdir: Path, n: int) -> dict[str, Any]:
                 "topics": len(run.topics),
                 "ready_s": ready_s,
                 "running_after": still,
+                "storm_cpu_s": storm.cpu_s,
+                "storm_zk": storm.zk_sent,
+                "storm_kafka": _kafka_sent(storm.kafka_segs),
+                "storm_warnings": storm_warnings,
+                "delivered": delivered,
+                "deliver_s": deliver_s,
                 "window_s": window,
                 "rss_mb": b.rss_mb,
                 "threads": b.threads,
@@ -287,10 +381,7 @@ async def _measure(run: Run, workdir: Path, n: int) -> dict[str, Any]:
                 "zk_per_s": (b.zk_sent - a.zk_sent) / window,
                 # Per connection: one opened in the window counts from zero; one closed in
                 # it loses what it sent then (readers evicted and made again: see opened).
-                "kafka_per_s": sum(
-                    n - a.kafka_segs.get(port, 0) for port, n in b.kafka_segs.items()
-                )
-                / window,
+                "kafka_per_s": _kafka_sent(b.kafka_segs, a.kafka_segs) / window,
                 "kafka_opened": len(b.kafka_segs.keys() - a.kafka_segs.keys()),
                 "load": (load_before, load_start, load_end),
             }
@@ -324,19 +415,28 @@ def baseline_rss_mb() -> float:
 
 def report(rows: list[dict[str, Any]], base_mb: float) -> None:
     print(f"\nbaseline: a process that imported the worker's app holds {base_mb:.0f} MB RSS")
+    zero = next((r for r in rows if r["n"] == 0), None)
+    if zero is not None:
+        print("per-subscription figures subtract the N=0 run (a worker holding nothing)")
+    base = zero or {"rss_mb": base_mb, "cpu_s": 0.0, "window_s": 1.0, "zk_per_s": 0.0}
+    base_cpu = base["cpu_s"] / base["window_s"]
     headers = [
-        "N", "per topic", "ready s", "RSS MB", "KB/sub", "CPU s/s", "CPU ms/s per sub",
-        "ZK req/s", "Kafka segs/s", "Kafka conns opened", "threads", "sockets",
+        "N", "per topic", "ready s", "start CPU-s", "start ZK req", "start warnings",
+        "RSS MB", "KB/sub", "CPU s/s", "CPU ms/s per sub", "ZK req/s", "ZK req/s per 1k sub",
+        "Kafka segs/s", "Kafka conns opened", "threads", "sockets", "delivered",
         "load (before, start, end)",
     ]  # fmt: skip
     table = []
     for r in rows:
-        cpu = r["cpu_s"] / r["window_s"]
+        cpu, per = r["cpu_s"] / r["window_s"], max(1, r["n"])
         table.append([
-            str(r["n"]), str(r["per_topic"]), s.fmt(r["ready_s"]), s.fmt(r["rss_mb"]),
-            s.fmt((r["rss_mb"] - base_mb) * 1024 / r["n"]), s.fmt(cpu, 3),
-            s.fmt(cpu * 1000 / r["n"], 3), s.fmt(r["zk_per_s"]), s.fmt(r["kafka_per_s"]),
+            str(r["n"]), str(r["per_topic"]), s.fmt(r["ready_s"]), s.fmt(r["storm_cpu_s"]),
+            str(r["storm_zk"]), str(r["storm_warnings"]), s.fmt(r["rss_mb"]),
+            s.fmt((r["rss_mb"] - base["rss_mb"]) * 1024 / per), s.fmt(cpu, 3),
+            s.fmt((cpu - base_cpu) * 1000 / per, 3), s.fmt(r["zk_per_s"]),
+            s.fmt((r["zk_per_s"] - base["zk_per_s"]) * 1000 / per), s.fmt(r["kafka_per_s"]),
             str(r["kafka_opened"]), str(r["threads"]), str(r["sockets"]),
+            f"{r['delivered']} in {r['deliver_s']:.1f} s",
             ", ".join(f"{x:.1f}" for x in r["load"]),
         ])  # fmt: skip
     s.print_table(headers, table)
@@ -350,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--idle-s", type=float, default=120.0, help="the measured idle window")
     p.add_argument("--settle-s", type=float, default=15.0, help="after all run, before it")
     p.add_argument("--ready-timeout-s", type=float, default=600.0)
+    p.add_argument("--deliver-timeout-s", type=float, default=60.0, help="for the one message")
     p.add_argument("--services-file", type=Path, default=Path("/tmp/httpbus-services/state.json"))
     p.add_argument("--workdir", type=Path, default=None)
     args = p.parse_args(argv)

@@ -125,21 +125,25 @@ class TopicCache(Catalog):
     reads, 2 000 idle subscriptions of 200 topics on one worker kept ZooKeeper busy with
     hundreds of requests a second (bench/idle_subs.py).
 
-    So the first ask of a topic also watches its produce pointer and its own node: a cutover
-    commits, and a failover moves, the produce pointer in the same transaction as the
-    segments, so a watch firing drops the cached topic and the next ask reads it afresh.
-    Until the watches are armed an answer is at most ``ttl_s`` old; after, at most
-    ``watched_ttl_s``, for the changes to segment records alone (an unsealed segment sealed
-    later, a retirement), which only delay an advance by that much: a topic's timeline only
-    grows and its segments only move forward. A topic nobody asked for in ``forget_s``
-    stops being watched."""
+    So the first ask of a topic also watches its produce pointer, its own node and its
+    segments node: a cutover commits, and a failover moves, the produce pointer in the same
+    transaction as the segments, a migration rewrites the topic's node, and a change to
+    segment records alone (an unsealed segment sealed later, a retirement, a segment added)
+    rewrites the segments node (``Catalog.update_segment``, ``add_segment``); a watch firing
+    drops the cached topic and the next ask reads it afresh. Until the watches are armed an
+    answer is at most ``ttl_s`` old; after, at most ``watched_ttl_s``, a safety net for a
+    writer that predates the segments node's rewrite (a rolling upgrade), which only delays
+    an advance by that much: a topic's timeline only grows and its segments only move
+    forward. With a 5 s re-read, 200 watched topics cost a worker ~140 ZooKeeper requests a
+    second at idle (bench/idle_subs.py). A topic nobody asked for in ``forget_s`` stops
+    being watched."""
 
     def __init__(
         self,
         store: MetaStore,
         ttl_s: float = 0.5,
         *,
-        watched_ttl_s: float = 5.0,
+        watched_ttl_s: float = 60.0,
         forget_s: float = 60.0,
     ) -> None:
         super().__init__(store)
@@ -187,14 +191,19 @@ class TopicCache(Catalog):
 
 
 class _TopicWatch:
-    """Watches a topic's produce pointer and node; ``generation`` moves at each change, so a
-    read begun before it is not taken as fresh; ``armed`` once both watches are set."""
+    """Watches a topic's produce pointer, node and segments node; ``generation`` moves at
+    each change, so a read begun before it is not taken as fresh; ``armed`` once every watch
+    is set."""
 
     def __init__(self, store: MetaStore, project: str, name: str) -> None:
         self.generation = 0
         self.armed = False
         self.asked_at = time.monotonic()
-        watched = (paths.produce_pointer(project, name), paths.topic(project, name))
+        watched = (
+            paths.produce_pointer(project, name),
+            paths.topic(project, name),
+            paths.segments(project, name),
+        )
         self.task = asyncio.ensure_future(self._follow(store, watched))
         self.task.add_done_callback(_ended)
 

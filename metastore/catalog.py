@@ -39,6 +39,14 @@ def _pointer_bytes(segment_id: int) -> bytes:
     return json.dumps({"segment_id": segment_id}).encode()
 
 
+def _segments_moved(project: str, topic: str) -> Update:
+    """Rewrites the topic's segments node (its data stays empty; its version moves), in the
+    transaction of a change to a segment record that moves neither the topic's node nor its
+    produce pointer: a reader watching those three (the workers' topic cache) sees every
+    change to the timeline without reading it again on a timer."""
+    return Update(paths.segments(project, topic), b"", -1)
+
+
 def _pointer(node: Node | None) -> Pointer | None:
     if node is None:
         return None
@@ -324,7 +332,12 @@ class Catalog:
     async def add_segment(self, project: str, topic: str, segment: Segment) -> None:
         """Add a (PENDING) segment to the timeline; its id must be new."""
         try:
-            await self.store.create(paths.segment(project, topic, segment.id), _dump(segment))
+            await self.store.transaction(
+                [
+                    Create(paths.segment(project, topic, segment.id), _dump(segment)),
+                    _segments_moved(project, topic),
+                ]
+            )
         except AlreadyExists:
             raise AlreadyExists(
                 f"segment {segment.id} of {project}/{topic} exists; segment ids are never reused"
@@ -364,8 +377,11 @@ class Catalog:
         node = await self._require(
             paths.segment(project, topic, segment.id), f"segment {segment.id}"
         )
-        await self.store.update(
-            paths.segment(project, topic, segment.id), _dump(segment), expected_version=node.version
+        await self.store.transaction(
+            [
+                Update(paths.segment(project, topic, segment.id), _dump(segment), node.version),
+                _segments_moved(project, topic),
+            ]
         )
 
     # ------------------------------------------------------------ subscriptions

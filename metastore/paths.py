@@ -4,6 +4,8 @@ The tree (relative to the store's root)::
 
     /projects/{p}                                   Project
     /projects/{p}/topics/{t}                        Topic (without segments and pointer)
+    /projects/{p}/topics/{t}/segments               empty; its version moves with each change
+                                                    to a segment record alone (a watch for it)
     /projects/{p}/topics/{t}/segments/{id:010d}     Segment
     /projects/{p}/topics/{t}/produce-pointer        {"segment_id": n}; version = znode version
     /projects/{p}/topics/{t}/cutover                the topic's latest cutover (its state)

@@ -4,13 +4,14 @@ window, storage for readers elsewhere; on a real embedded store."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from core.model import SegmentState, Topic
 from delivery_workers import shared_reads
 from delivery_workers.shared_reads import Tail, TopicCache
 from metastore import paths
@@ -19,7 +20,7 @@ from segments.config import EmbeddedClusterConfig
 from segments.embedded import create_store
 from segments.protocol import Record, SegmentStore, Stored
 from tests.support.until import until
-from tests.support.world import catalog_with_t
+from tests.support.world import catalog_with_t, segment
 
 
 class Counting:
@@ -146,3 +147,36 @@ async def test_a_watched_topic_is_read_again_only_when_it_changes(tmp_path: Path
         assert reads.calls > before  # read afresh
         await cache.aclose()
         assert watch.task.done()
+
+
+async def test_a_change_to_segment_records_alone_reaches_a_watched_topic(tmp_path: Path) -> None:
+    """Issue 35: a watched topic used to be read again every 5 s for the changes that move
+    neither its node nor its produce pointer (an unsealed segment sealed, a retirement, a
+    segment added): 200 topics were most of an idle worker's ZooKeeper requests. Those
+    changes now rewrite the segments node, which the cache watches too."""
+    async with EmbeddedMetaStore(str(tmp_path / "m.db")) as meta:
+        catalog = await catalog_with_t(meta)
+        cache = TopicCache(meta, ttl_s=0.05, watched_ttl_s=60.0)
+        await cache.get_topic("p", "t")
+        await until(lambda: all(w.armed for w in cache._watches.values()), what="armed")
+        await asyncio.sleep(0.06)  # past ttl_s: the read before may predate the watches
+        first = (await cache.get_topic("p", "t")).segments[0]
+
+        sealed = first.model_copy(update={"state": SegmentState.SEALED})
+        await catalog.update_segment("p", "t", sealed)  # a failover's seal, a retirement
+        await until(
+            _answers(cache, lambda t: t.segments[0].state == SegmentState.SEALED),
+            timeout=10,
+            what="the sealed record",
+        )
+        added = segment("embedded", 2, SegmentState.PENDING, storage="s2", partitions=1)
+        await catalog.add_segment("p", "t", added)  # a cutover's pending segment
+        await until(_answers(cache, lambda t: len(t.segments) == 2), 10, "the added segment")
+        await cache.aclose()
+
+
+def _answers(cache: TopicCache, check: Callable[[Topic], bool]) -> Callable[[], Awaitable[bool]]:
+    async def answered() -> bool:
+        return check(await cache.get_topic("p", "t"))
+
+    return answered

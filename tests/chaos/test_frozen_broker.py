@@ -48,8 +48,8 @@ BEFORE_S = 15.0  # publishing before the freeze
 FREEZE_S = 30.0
 AFTER_S = 15.0  # publishing after the thaw
 # Every subscription has a message published after the thaw within RESUME_S, and every
-# acknowledged message is delivered everywhere within CATCH_UP_S of it. Measured: 16.6-25.5 s
-# to resume at load 4-12; one run at load 16 took over 30 s, its 500 runners restarting and
+# acknowledged message is delivered everywhere within CATCH_UP_S of it. Measured: 15.0-31.5 s
+# to resume at load 3-16; one run at load 16 took over 30 s, its 500 runners restarting and
 # re-reading their committed positions through 4 threads of group consumers (10 s timeouts).
 RESUME_S = 60.0
 CATCH_UP_S = 120.0

@@ -8,13 +8,15 @@ safe for concurrent use, so each reader is guarded by its own lock, taken on the
 
 Positions are Kafka offsets: end positions are high watermarks (``OffsetSpec.latest``, read
 uncommitted), timestamps are looked up with ``OffsetSpec.for_timestamp``, and commits are the
-consumer-group offsets of the given group, altered through the AdminClient and read through a
-consumer of that group (:mod:`.offsets` says why not the AdminClient).
+consumer-group offsets of the given group, altered through the AdminClient (:mod:`.commits`
+says how) and read through a consumer of that group (:mod:`.offsets` says why not the
+AdminClient).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 from collections import OrderedDict
@@ -262,19 +264,26 @@ async def _list_offsets_once(
     return {tp.partition: int(r.offset) for tp, r in zip(futures, results, strict=True)}
 
 
-async def commit_offsets(
-    admin: Any, group: str, topic: str, positions: dict[int, int], timeout: float
-) -> None:
-    """Set the committed offsets of ``group`` on ``topic`` to ``positions`` (see
-    :mod:`.offsets` for what librdkafka may do when a frozen broker cuts this off)."""
-    if not positions:
-        return
+ADMIN_REQUEST_TIMEOUT_S = 3600.0
+"""librdkafka's largest admin request timeout: what :func:`send_commit` asks for (see
+:mod:`.commits` for why a commit request must outlive the wait for its coordinator)."""
+
+
+def send_commit(
+    admin: Any, group: str, topic: str, positions: dict[int, int]
+) -> concurrent.futures.Future[Any]:
+    """Ask ``admin`` to set the committed offsets of ``group`` on ``topic`` to ``positions``;
+    the answer (a ``ConsumerGroupTopicPartitions``) comes in the future, checked by
+    :func:`check_commit`."""
     request = ConsumerGroupTopicPartitions(
         group, [TopicPartition(topic, p, off) for p, off in sorted(positions.items())]
     )
-    futures = admin.alter_consumer_group_offsets([request], request_timeout=timeout)
-    what = f"commit offsets of group {group} on {topic}"
-    got = await resolve(futures[group], timeout=timeout, what=what)
+    futures = admin.alter_consumer_group_offsets([request], request_timeout=ADMIN_REQUEST_TIMEOUT_S)
+    return futures[group]  # type: ignore[no-any-return]
+
+
+def check_commit(got: Any, what: str) -> None:
+    """Raise the first partition error of a commit's answer, translated."""
     for tp in got.topic_partitions or ():
         if tp.error is not None:
             raise translate(tp.error, what)

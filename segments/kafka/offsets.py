@@ -11,13 +11,10 @@ worker taking over a subscription died so in CI. A consumer with ``group.id`` se
 group, so the same answer makes it look the coordinator up and retry. It never subscribes, so
 it never joins the group or disturbs anyone's commits.
 
-Commits still go through the AdminClient (``consumer.commit_offsets``): its OffsetCommit
-handler checks for a missing consumer group, and it is the only way that scales to hundreds of
-groups per process (a consumer per group committing every second did not). It has a flaw of
-its own, open: when a frozen broker cuts a coordinator request off, an error path frees what
-the caller still uses and the process aborts (``rd_kafka_enq_once_del_source_return:
-Assertion `eonce->refcnt > 0'``, fix proposed upstream in #5397); seen with a broker frozen
-~30 s under commits.
+Commits still go through the AdminClient (:mod:`.commits`): its OffsetCommit handler checks
+for a missing consumer group, and it is the only way that scales to hundreds of groups per
+process (a consumer per group committing every second did not). :mod:`.commits` also says how
+it avoids the AdminClient's own flaw with a frozen broker (an abort, not a crash to catch).
 
 Consumers are kept per group, least recently used evicted (each holds a few librdkafka
 threads and a connection), and used one call at a time under their own lock, on threads of

@@ -181,6 +181,10 @@ class CommitClient:
         due = [admin for at, admin in self._retired if now - at >= RETIRED_FOR_S]
         if due:
             self._retired = [(at, a) for at, a in self._retired if now - at < RETIRED_FOR_S]
+            # Their requests go with them (destroying a client fails them): a group whose
+            # request was left on one commits through the new client from now on.
+            gone = {id(admin) for admin in due}
+            self._under_way = {g: u for g, u in self._under_way.items() if id(u[0]) not in gone}
             await asyncio.to_thread(due.clear)  # their last references go off the loop
         if now - self.figures.since >= FIGURES_EVERY_S:
             self._under_way = {g: u for g, u in self._under_way.items() if not u[1].done()}

@@ -56,6 +56,21 @@ async def test_unanswered_commits_replace_the_client_and_the_next_one_answers(
     assert client.replaced == 1
 
 
+async def test_a_group_left_on_a_replaced_client_commits_once_that_client_is_let_go(
+    calls: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replaced client never answers; once it is let go, the groups whose requests it held
+    send anew through the new client instead of waiting on it for good."""
+    monkeypatch.setattr(commits, "RETIRED_FOR_S", 0.0)
+    client = CommitClient(KafkaSettings(bootstrap_servers="127.0.0.1:9"))
+    for i in range(REPLACE_AFTER):
+        with pytest.raises(StorageUnavailable, match="no answer"):
+            await client.commit(f"g{i}", "t", {0: 5}, timeout=0.05)
+    assert client.replaced == 1
+    await client.commit("g0", "t", {0: 6}, timeout=0.05)
+    assert calls[-1] is not calls[0] and client.under_way == 0
+
+
 async def test_an_answer_between_unanswered_commits_keeps_the_client(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

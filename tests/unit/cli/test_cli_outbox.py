@@ -34,5 +34,6 @@ def test_a_settings_file_with_mistakes_names_each_field(tmp_path: Path) -> None:
 
 
 def test_a_missing_settings_file_is_a_usage_error(tmp_path: Path) -> None:
-    result = CliRunner().invoke(cli, ["outbox", "run", "--config", str(tmp_path / "no.yaml")])
+    argv = ["outbox", "run", "--config", str(tmp_path / "no.yaml")]
+    result = CliRunner().invoke(cli, argv, env={"COLUMNS": "200"})  # the path on one line
     assert result.exit_code == EXIT_USAGE and "does not exist" in result.stderr

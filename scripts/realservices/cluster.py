@@ -7,6 +7,9 @@ machine, as production runs them (issue 34), beside the single nodes of ``server
   quorum), replication factor 3, ``min.insync.replicas`` 2, unclean leader election off, the
   internal topics replicated likewise; ready once its metadata lists all three brokers.
 
+- Pulsar (``cluster_topology(pulsar=True)``): three bookies and two brokers on the
+  ensemble (``pulsar_cluster.py``): about 1.3 GB more (resident, just started).
+
 Each node is a :class:`~.servers.Server` of its own, so a test kills, pauses and restarts
 one with the :class:`~.supervisor.Supervisor` (``restart("kafka-2")``). Heaps are small:
 the six JVMs take about 2.5 GB. Example::
@@ -22,6 +25,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from .pulsar_cluster import BOOKIES, BROKERS, PulsarPorts, pulsar_endpoints, pulsar_servers
 from .servers import (
     HOST,
     Launch,
@@ -45,6 +49,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _ports(count: int) -> tuple[int, ...]:
+    return tuple(_free_port() for _ in range(count))
+
+
 @dataclass(frozen=True)
 class ClusterPorts:
     """Per node (index 0 is node 1): ZooKeeper's client, quorum and election ports; Kafka's
@@ -55,12 +63,14 @@ class ClusterPorts:
     zk_election: tuple[int, ...] = (3888, 3889, 3890)
     kafka: tuple[int, ...] = (9192, 9193, 9194)
     kafka_controller: tuple[int, ...] = (9195, 9196, 9197)
+    pulsar: PulsarPorts = PulsarPorts((3281, 3282, 3283), (6750, 6751), (8180, 8181))
 
     @classmethod
     def free(cls) -> ClusterPorts:
         """Ports free now (a test's own cluster beside the suite's servers)."""
-        picked = [tuple(_free_port() for _ in range(NODES)) for _ in range(5)]
-        return cls(*picked)
+        zk, quorum, election, kafka, ctrl = (_ports(NODES) for _ in range(5))
+        pulsar = PulsarPorts(_ports(BOOKIES), _ports(BROKERS), _ports(BROKERS))
+        return cls(zk, quorum, election, kafka, ctrl, pulsar)
 
 
 def zookeeper_peer(node: int, ports: ClusterPorts, heap: str = "128m") -> Server:
@@ -139,9 +149,13 @@ def _brokers(bootstrap: str) -> int:
     return len(meta.brokers)
 
 
-def cluster_topology(ports: ClusterPorts | None = None, zk_heap: str = "128m") -> Topology:
+def cluster_topology(
+    ports: ClusterPorts | None = None, zk_heap: str = "128m", *, pulsar: bool = False
+) -> Topology:
     """The six servers and what clients connect to (every member, comma-separated);
-    ``zk_heap``: each ZooKeeper peer's largest heap (bench/scale.py holds 10^5 units)."""
+    ``zk_heap``: each ZooKeeper peer's largest heap (bench/scale.py holds 10^5 units);
+    ``pulsar``: with three bookies and two Pulsar brokers on the ensemble too
+    (``pulsar_cluster.py``)."""
     ports = ports or ClusterPorts()
     cluster_id = kafka_cluster_id()
     nodes = range(1, NODES + 1)
@@ -152,4 +166,7 @@ def cluster_topology(ports: ClusterPorts | None = None, zk_heap: str = "128m") -
         "zookeeper": ",".join(f"{HOST}:{p}" for p in ports.zookeeper),
         "kafka": ",".join(f"{HOST}:{p}" for p in ports.kafka),
     }
+    if pulsar:
+        servers += pulsar_servers(endpoints["zookeeper"], ports.pulsar)
+        endpoints |= pulsar_endpoints(ports.pulsar)
     return Topology({s.name: s for s in servers}, endpoints)

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 Json = Any
 EARLIEST = (-1, -1)
 """The (ledger, entry) Pulsar reads as "before the first message" in cursor calls."""
+MAX_REDIRECTS = 4  # a call and the redirects it follows (from a broker to the topic's owner)
 
 
 class PulsarAdmin:
@@ -84,10 +85,7 @@ class PulsarAdmin:
         what = f"{method} {topic}{suffix}"
         if self._closed:
             raise StorageUnavailable(f"{what}: the pulsar admin client is closed")
-        request = self._http.request(
-            method, url, json=json, params=params, headers=self._headers, timeout=self._timeout
-        )
-        call = asyncio.ensure_future(request)
+        call = asyncio.ensure_future(self._send(method, url, json, params))
         call.set_name(f"{what} for {_caller()}")
         self._in_flight.add(call)
         try:
@@ -102,6 +100,22 @@ class PulsarAdmin:
             self._in_flight.discard(call)
         if resp.status_code >= 300:
             raise from_admin_status(resp.status_code, _reason(resp), what)
+        return resp
+
+    async def _send(
+        self, method: str, url: str, json: Json, params: dict[str, str] | None
+    ) -> httpx.Response:
+        """The request, and the ones a redirect asks for: in a cluster of brokers, a call on
+        a topic another broker owns answers 307 with that broker's URL. Followed here, not
+        by ``httpx``, which would drop the token on the way to another port."""
+        for _ in range(MAX_REDIRECTS):
+            resp = await self._http.request(
+                method, url, json=json, params=params, headers=self._headers, timeout=self._timeout
+            )
+            location = resp.headers.get("location")
+            if resp.status_code not in (307, 308) or not location:
+                return resp
+            url, params = str(resp.url.join(location)), None  # the query is in the location
         return resp
 
     # -- partitioned topics ---------------------------------------------------------------

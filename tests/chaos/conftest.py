@@ -1,5 +1,6 @@
 """The chaos tests' cluster: three ZooKeeper peers and three Kafka brokers (replication 3,
-min ISR 2) on free ports, started once per test run for the chaos modules that ask for it
+min ISR 2) on free ports (``pulsar_cluster``: the peers with three bookies and two Pulsar
+brokers instead of Kafka), started once per test run for the chaos modules that ask for it
 (they share it: a cluster takes a minute to start) by the project's own supervisor
 (scripts/realservices/cluster.py), and stopped after them. And ``namespaces``: network
 namespaces for the partition tests (scripts/realservices/netns.py; root only); ``cut_off``:
@@ -24,9 +25,9 @@ from tests.support.workers import ProcessWorld, process_world
 
 
 class Cluster:
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, *, pulsar: bool = False) -> None:
         self.ports = ClusterPorts.free()
-        self.topology = cluster_topology(self.ports)
+        self.topology = cluster_topology(self.ports, pulsar=pulsar)
         self.supervisor = Supervisor(run_dir, DEFAULT_CACHE, topology=self.topology)
 
     @property
@@ -37,6 +38,14 @@ class Cluster:
     def kafka(self) -> str:
         return self.topology.endpoints["kafka"]
 
+    @property
+    def pulsar(self) -> str:
+        return self.topology.endpoints["pulsar"]
+
+    @property
+    def pulsar_admin(self) -> str:
+        return self.topology.endpoints["pulsar_admin"]
+
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
@@ -46,6 +55,19 @@ def cluster() -> Iterator[Cluster]:
         yield built
     finally:
         built.supervisor.stop()
+
+
+@pytest.fixture(scope="module")
+def pulsar_cluster() -> Iterator[Cluster]:
+    """The ensemble with three bookies and two Pulsar brokers on it, no Kafka (40 s to
+    start): for the module that asks for it, stopped after it."""
+    built = Cluster(Path(tempfile.mkdtemp(prefix="httpbus-chaos-pulsar-")), pulsar=True)
+    names = [name for name in built.topology.servers if not name.startswith("kafka")]
+    built.supervisor.start(names, die_with_parent=True)
+    try:
+        yield built
+    finally:
+        built.supervisor.stop(grace=5)  # a broker takes 20 s to stop; its data goes anyway
 
 
 @pytest.fixture

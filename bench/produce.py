@@ -386,7 +386,7 @@ def run(bench: Bench) -> None:
     """Every scenario, in an order that lets later ones use earlier figures."""
     args = bench.args
     bare_rows = {}
-    for framework in () if args.dedupe_only or args.front_ab else ("starlette", "fastapi"):
+    for framework in () if args.dedupe_only else ("starlette", "fastapi"):
         if not bare_rows:
             print("bare handlers (uvicorn + uvloop + httptools)")
         argv = (BENCH_DIR / "_support.py", "bare", "--framework", framework)
@@ -397,10 +397,6 @@ def run(bench: Bench) -> None:
         with bench.services() as producer:
             for backend in bench.backends:
                 dedupe(bench, producer, backend)
-        return
-    if args.front_ab:
-        with bench.services() as producer:
-            front_ab(bench, producer)
         return
     ceiling = bare_rows["starlette"].msgs_per_s
     with bench.services() as producer:
@@ -477,41 +473,6 @@ def dedupe_report(bench: Bench) -> None:
     s.print_table([*headers, "errors / notes"], table)
 
 
-def front_ab(bench: Bench, producer: Server) -> None:
-    """Single-message produce on the first backend, served by the producer's protocol
-    (``produce_front``, the default) and by a second producer through the ASGI app, in
-    alternating runs on the same topic."""
-    producer_yaml = bench.workdir / "producer.yaml"
-    settings = yaml.safe_load(producer_yaml.read_text())
-    asgi_yaml = bench.workdir / "producer-asgi.yaml"
-    asgi_yaml.write_text(yaml.safe_dump({**settings, "produce_front": False}))
-    backend = bench.backends[0]
-    path = f"/v1/projects/{bench.tag}/topics/{backend}/produce"
-    print(f"{backend}: single produce, protocol front against the ASGI app, alternating")
-    argv = ("-m", "producer_api", "--config", asgi_yaml)
-    with bench.server("producer-asgi", *argv) as asgi:
-        servers = {"front": producer, "asgi": asgi}
-        for round_ in range(bench.args.front_ab):
-            for label in ("front", "asgi") if round_ % 2 == 0 else ("asgi", "front"):
-                server = servers[label]
-                bench.load(f"{backend} single, {label}", server, bench.spec(server.url + path))
-
-
-def front_ab_report(bench: Bench) -> None:
-    """Per pair of runs, the front's CPU per message and rate against the ASGI app's."""
-    rows: dict[str, list[Row]] = {"front": [], "asgi": []}
-    for row in bench.rows:
-        rows[row.scenario.rsplit(", ", 1)[1]].append(row)
-    table = []
-    for front, asgi in zip(rows["front"], rows["asgi"], strict=True):
-        cpu = _cpu_us(front) / _cpu_us(asgi)
-        rate = front.msgs_per_s / asgi.msgs_per_s
-        table.append([f"{_cpu_us(front):.1f}", f"{_cpu_us(asgi):.1f}", f"{cpu:.1%}"])
-        table[-1] += [s.fmt(front.msgs_per_s, 0), s.fmt(asgi.msgs_per_s, 0), f"{rate:.1%}"]
-    headers = ["front µs/msg", "asgi µs/msg", "CPU front/asgi", "front msgs/s", "asgi msgs/s"]
-    s.print_table([*headers, "rate front/asgi"], table)
-
-
 def moderate(
     bench: Bench, producer: Server, backend: str, url: str, rate: float, our_max: float
 ) -> None:
@@ -550,9 +511,6 @@ def report(bench: Bench) -> None:
     headers = ["scenario", "msgs/s", "p50 ms", "p99 ms", "p99.9 ms", "py CPU", "host CPU"]
     headers += ["py µs/msg", "load"]
     s.print_table([*headers, "errors / notes"], table)
-    if a.front_ab:
-        front_ab_report(bench)
-        return
     print(
         "\npy CPU: the Python process that produces (the server, or the raw client), 100% = "
         "one core; host CPU: the whole machine (wrk and the brokers too), 100% = every core; "
@@ -594,13 +552,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--py-spy", action="store_true", help="profile every run (py-spy)")
     p.add_argument("--dedupe-window", default="10m", help="of the dedupe topics")
     p.add_argument("--dedupe-only", action="store_true", help="run only the dedupe off/on runs")
-    p.add_argument(
-        "--front-ab",
-        type=int,
-        default=0,
-        metavar="N",
-        help="run only N pairs of single produce: the protocol front against the ASGI app",
-    )
     p.add_argument(
         "--dedupe-store",
         choices=["postgres", "embedded"],

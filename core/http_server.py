@@ -75,11 +75,6 @@ class _Coalescing:
         if held is not None and not self._transport.is_closing():
             self._transport.write(held)
 
-    def write_now(self, data: bytes) -> None:
-        """Write ``data`` at once, after what is held: a whole response in one ``send``."""
-        held, self._held = self._held, None
-        self._transport.write(data if held is None else held + data)
-
     def write_eof(self) -> None:
         self._flush()
         self._transport.write_eof()
@@ -243,22 +238,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._arm(self.limits.body_timeout_s, "the request's body")
         problem = _host_problem(self.headers, self.parser.get_http_version())
         if problem is None:
-            self.serve_request()
+            super().on_headers_complete()
             return
         app, self.app = self.app, _refusing_app(problem)  # this request only
         try:
             super().on_headers_complete()
         finally:
             self.app = app
-
-    def serve_request(self) -> None:
-        """Start serving a request whose head passed every limit: through the ASGI app, in
-        uvicorn's cycle (a subclass may serve some requests itself)."""
-        super().on_headers_complete()
-
-    def write_now(self, data: bytes) -> None:
-        """Write ``data`` to the client at once (a whole response, for a subclass)."""
-        cast(_Coalescing, self.transport).write_now(data)
 
     def on_message_complete(self) -> None:
         self._disarm()

@@ -9,7 +9,6 @@ from core.prefork import serve_service
 from core.settings import service_args
 
 from .app import create_app
-from .front import produce_front
 from .settings import ProducerSettings
 
 
@@ -30,12 +29,9 @@ def main(argv: list[str] | None = None) -> None:
         "access_log": False,
         # The service does not use the client's address: no per-request X-Forwarded-* work.
         "proxy_headers": False,
-        # httptools, with a request-header size limit and header/body read timeouts; produce
-        # requests served by the protocol itself, without an ASGI cycle (front.py).
+        # httptools, with a request-header size limit and header/body read timeouts.
         **uvicorn_options(settings.http_server),
     }
-    if settings.produce_front:
-        options["http"] = produce_front(settings.http_server)
     serve_service(create_app, settings, options)
 
 

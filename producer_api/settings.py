@@ -49,11 +49,6 @@ class ProducerSettings(SettingsBase):
     )
     body_timeout_s: float = seconds(30.0, 600, "the most a produce request's body may take (408)")
     http_server: HttpServerLimits = HttpServerLimits()
-    produce_front: bool = Field(
-        default=True,
-        description="serve produce requests in the HTTP protocol itself, without an ASGI "
-        "cycle (producer_api/front.py); false: through the ASGI app like every other route",
-    )
     unknown_topic_cache_s: float = Field(
         default=1.0, ge=0, le=60, description="how long a 404 for a topic is remembered"
     )

@@ -1,6 +1,7 @@
 """The producer service in process on the embedded backends, with an admin client that
-reaches it through the producer's own HTTP protocol (:mod:`producer_api.front`) on a loopback
-port, as ``python -m producer_api`` serves it (``served="asgi"``: straight to the ASGI app).
+reaches it over a loopback port through uvicorn's protocol with the limits of
+:mod:`core.http_server`, as ``python -m producer_api`` serves it (``served="asgi"``: straight
+to the ASGI app, for what no HTTP client would send).
 
 async with producer_env(tmp_path, {"orders": {}, "tiny": {"max_message_bytes": 64}}) as env:
     r = await env.client.post(produce_url("orders"), content=b"x")
@@ -20,7 +21,7 @@ import httpx
 import uvicorn
 from uvicorn.server import ServerState
 
-from core.http_server import HttpServerLimits
+from core.http_server import HttpServerLimits, guarded_protocol
 from core.model import CircuitBreakerPolicy, Project, Topic
 from delivery_workers.http_sender import HttpSender
 from delivery_workers.runner import SubscriptionRunner
@@ -29,7 +30,6 @@ from metastore.catalog import Catalog
 from metastore.embedded import EmbeddedMetaStore
 from producer_api.app import create_app
 from producer_api.fastpath import ProducerASGI
-from producer_api.front import produce_front
 from producer_api.service import Service
 from producer_api.settings import AuditConfig, ProducerSettings
 from segments.config import EmbeddedClusterConfig
@@ -124,18 +124,20 @@ class ProducerEnv:
 
 
 @asynccontextmanager
-async def serve_front(
+async def serve_http(
     app: ProducerASGI, limits: HttpServerLimits | None = None
 ) -> AsyncIterator[int]:
-    """``app`` served on this loop by :func:`producer_api.front.produce_front` (with
-    ``limits``, the default ones if None) on a free loopback port: the port. The app's
-    lifespan is the caller's."""
+    """``app`` served on this loop by uvicorn's httptools protocol with ``limits`` (the
+    default ones if None), on a free loopback port: the port. The app's lifespan is the
+    caller's."""
     config = uvicorn.Config(app, lifespan="off", ws="none", log_level="warning")
     config.load()
     state = ServerState()
-    front = produce_front(limits or HttpServerLimits())
+    protocol = guarded_protocol(limits or HttpServerLimits())
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: front(config, state, {}, _loop=loop), "127.0.0.1", 0)
+    server = await loop.create_server(
+        lambda: protocol(config, state, {}, _loop=loop), "127.0.0.1", 0
+    )
     try:
         yield server.sockets[0].getsockname()[1]
     finally:
@@ -149,12 +151,12 @@ async def serve_front(
 async def producer_env(
     tmp_path: Path,
     topics: Mapping[str, Mapping[str, Any]],
-    served: str = "front",
+    served: str = "http",
     **settings: Any,
 ) -> AsyncIterator[ProducerEnv]:
     """The service with project ``shop`` and ``topics`` (name -> Topic fields), each on one
     embedded segment ``st.<name>`` of 2 partitions; ``settings`` override ProducerSettings;
-    ``served``: ``front`` (a loopback port) or ``asgi`` (in process)."""
+    ``served``: ``http`` (a loopback port) or ``asgi`` (in process)."""
     cluster = EmbeddedClusterConfig(path=str(tmp_path / "seg.db"))
     config = ProducerSettings(
         admin_token=ADMIN,
@@ -188,6 +190,6 @@ async def _client(
         ) as client:
             yield client
         return
-    async with serve_front(app, limits) as port:
+    async with serve_http(app, limits) as port:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=auth) as c:
             yield c

@@ -27,9 +27,9 @@ TOPICS: dict[str, dict[str, Any]] = {
 }
 
 
-@pytest.fixture(params=["front", "asgi"])
+@pytest.fixture(params=["http", "asgi"])
 async def env(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[ProducerEnv]:
-    """Served by the producer's protocol on a port, and by the ASGI app in process."""
+    """Served over a loopback port, as the service is, and by the ASGI app in process."""
     async with producer_env(tmp_path, TOPICS, request.param, body_timeout_s=0.3) as found:
         yield found
 
@@ -37,7 +37,7 @@ async def env(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[P
 @pytest.fixture
 async def asgi_env(tmp_path: Path) -> AsyncIterator[ProducerEnv]:
     """In process only: for header bytes no HTTP client sends (over a socket the server's
-    parser refuses them first, tests/unit/producer_api/test_front.py)."""
+    parser refuses them first, tests/unit/producer_api/test_produce_http.py)."""
     async with producer_env(tmp_path, TOPICS, "asgi", body_timeout_s=0.3) as found:
         yield found
 

@@ -16,13 +16,20 @@ Heaps: a bookie 256 MB, a broker 512 MB (plus their direct memory).
 
 from __future__ import annotations
 
-import json
 import sys
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .servers import HOST, PULSAR_OPENS, Launch, Server, _java, _log4j, _props, _write
+from .servers import (
+    HOST,
+    Launch,
+    Server,
+    _java,
+    _props,
+    _write,
+    pulsar_jvm_flags,
+    pulsar_ready,
+)
 
 BOOKIES = 3
 BROKERS = 2
@@ -58,15 +65,6 @@ class PulsarPorts:
     web: tuple[int, ...]
 
 
-def _flags(data: Path) -> list[str]:
-    opens = [f"--add-opens={mod}=ALL-UNNAMED" for mod in PULSAR_OPENS]
-    return [
-        *opens,
-        "-Dio.netty.tryReflectionSetAccessible=true",
-        f"-Dlog4j2.configurationFile={_log4j(data)}",
-    ]
-
-
 def _zk(zookeeper: str) -> str:
     """BookKeeper's metadata service URI: hosts separated by ``;``."""
     return f"zk+null://{zookeeper.replace(',', ';')}/ledgers"
@@ -76,7 +74,7 @@ def _setup(data: Path, cp: str, zookeeper: str, ports: PulsarPorts) -> list[str]
     args = ["-c", CLUSTER, "-md", f"zk:{zookeeper}", "-cms", f"zk:{zookeeper}"]
     args += ["-uw", ",".join(f"http://{HOST}:{p}" for p in ports.web)]
     args += ["-ub", service_url(ports), "-bn", "4", "--zookeeper-session-timeout-ms", "30000"]
-    return _java(cp, ["-Xmx128m"], _flags(data), SETUP, args)
+    return _java(cp, ["-Xmx128m"], pulsar_jvm_flags(data), SETUP, args)
 
 
 def bookie(node: int, zookeeper: str, ports: PulsarPorts) -> Server:
@@ -104,7 +102,7 @@ def bookie(node: int, zookeeper: str, ports: PulsarPorts) -> Server:
         conf = _write(data / "bookie.conf", _props(settings))
         heap = ["-Xms128m", "-Xmx256m", "-XX:MaxDirectMemorySize=256m"]
         main = "org.apache.bookkeeper.server.Main"
-        argv = _java(cp, heap, _flags(data), main, ["--conf", str(conf)])
+        argv = _java(cp, heap, pulsar_jvm_flags(data), main, ["--conf", str(conf)])
         waits = [sys.executable, "-c", QUORUM_WAIT, zookeeper]
         pre = [waits, _setup(data, cp, zookeeper, ports)] if node == 1 else []
         return Launch(argv, pre=pre)
@@ -155,19 +153,13 @@ def broker(node: int, zookeeper: str, ports: PulsarPorts) -> Server:
         }
         conf = _write(data / "broker.conf", _props(settings))
         heap = ["-Xms256m", "-Xmx512m", "-XX:MaxDirectMemorySize=256m"]
-        flags = [*_flags(data), "-Dpulsar.allocator.exit_on_oom=true"]
+        flags = [*pulsar_jvm_flags(data), "-Dpulsar.allocator.exit_on_oom=true"]
         main = "org.apache.pulsar.PulsarBrokerStarter"
         return Launch(_java(cp, heap, flags, main, ["--broker-conf", str(conf)]))
 
-    def ready() -> bool:
-        url = f"http://{HOST}:{web}/admin/v2/namespaces/public"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                return "public/default" in json.loads(resp.read())
-        except (OSError, ValueError):
-            return False
-
-    return Server(f"pulsar-broker-{node}", prepare, ready, start_timeout=150, pom="pulsar")
+    return Server(
+        f"pulsar-broker-{node}", prepare, pulsar_ready(web), start_timeout=150, pom="pulsar"
+    )
 
 
 def service_url(ports: PulsarPorts) -> str:

@@ -284,13 +284,8 @@ def pulsar(ports: Ports) -> Server:
                 }
             ),
         )
-        log4j = _log4j(data)
         heap = ["-Xms512m", "-Xmx1g", "-XX:MaxDirectMemorySize=512m"]
-        flags = [f"--add-opens={mod}=ALL-UNNAMED" for mod in PULSAR_OPENS] + [
-            "-Dio.netty.tryReflectionSetAccessible=true",
-            f"-Dlog4j2.configurationFile={log4j}",
-            "-Dpulsar.allocator.exit_on_oom=true",
-        ]
+        flags = [*pulsar_jvm_flags(data), "-Dpulsar.allocator.exit_on_oom=true"]
         return Launch(
             _java(
                 cp,
@@ -314,15 +309,31 @@ def pulsar(ports: Ports) -> Server:
             )
         )
 
+    return Server("pulsar", prepare, pulsar_ready(ports.pulsar_web), start_timeout=180)
+
+
+def pulsar_jvm_flags(data: Path) -> list[str]:
+    """What a Pulsar JVM (standalone, broker or bookie) needs: the JDK internals it reflects
+    into, and its log configuration in ``data``."""
+    return [
+        *(f"--add-opens={mod}=ALL-UNNAMED" for mod in PULSAR_OPENS),
+        "-Dio.netty.tryReflectionSetAccessible=true",
+        f"-Dlog4j2.configurationFile={_log4j(data)}",
+    ]
+
+
+def pulsar_ready(web_port: int) -> Callable[[], bool]:
+    """Ready once the broker on ``web_port`` lists the ``public/default`` namespace."""
+
     def ready() -> bool:
-        url = f"http://{HOST}:{ports.pulsar_web}/admin/v2/namespaces/public"
+        url = f"http://{HOST}:{web_port}/admin/v2/namespaces/public"
         try:
             with urllib.request.urlopen(url, timeout=2) as resp:
                 return "public/default" in json.loads(resp.read())
         except (OSError, ValueError):
             return False
 
-    return Server("pulsar", prepare, ready, start_timeout=180)
+    return ready
 
 
 # ---------------------------------------------------------------- PostgreSQL (Debian package)

@@ -88,6 +88,8 @@ async def _report(
     return {"columns": columns, "rows": rows, "missing": None, "older": older}
 
 
+FILTERS = ("project", "subscription", "since")
+"""The query parameters of /ui/audit that filter the hourly report."""
 PAGED = ("runs_cursor", "cutovers_cursor")
 """The query parameters of /ui/audit that page runs and cutovers (the API's ``cursor``)."""
 
@@ -95,10 +97,10 @@ PAGED = ("runs_cursor", "cutovers_cursor")
 @router.get("/ui/audit")
 async def audit(request: Request, session: SessionDep, api: ApiDep) -> Response:
     params = request.query_params
-    query = {k: params.get(k, "") for k in ("project", "subscription", "since", *PAGED)}
+    query = {k: params.get(k, "") for k in (*FILTERS, *PAGED)}
     # A cursor too long for the API, or one it did not give, shows as that table's error.
     runs_at, cutovers_at = ({"cursor": query[k][:201]} if query[k] else None for k in PAGED)
-    hourly_query = {k: query[k] for k in ("project", "subscription", "since")}
+    hourly_query = {k: query[k] for k in FILTERS}
     runs = await _report(api, path("v1", "audit", "runs"), RUN_COLUMNS, runs_at)
     hourly = await _report(api, path("v1", "audit", "hourly"), HOURLY_COLUMNS, hourly_query)
     cutovers = await _report(api, path("v1", "audit", "cutovers"), CUTOVER_COLUMNS, cutovers_at)

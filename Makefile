@@ -7,7 +7,8 @@ PHASE := scripts/phase.sh
 # Reinstall when pyproject.toml changes; pip's cache (~/.cache/pip) keeps reinstalls quick.
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
-# Two lanes side by side: the unit tests and the real servers' tests (tests/conftest.py: _lane).
+# Two lanes side by side: the shared servers' tests, and the chaos tests (clusters of their own)
+# followed by the unit tests (tests/conftest.py: _lane).
 TEST_LANES ?= -n 2 --lanes
 
 .PHONY: install run run-real test test-unit chaos lint types check services-up services-down services-status clean bench-peers
@@ -38,8 +39,9 @@ run-real: services-up
 ## ZooKeeper, Kafka and Pulsar, started and stopped here.
 ## Helm (the chart tests) and toxiproxy (latency and loss) are built once from Go modules into
 ## ~/.cache/httpbus (scripts/tools/helm.sh, scripts/tools/toxiproxy.sh). The 40 slowest tests are
-## listed at the end: where the suite's time goes, from every CI run. The unit tests run in a lane
-## of their own (niced) beside the servers' tests, each lane one test at a time (TEST_LANES).
+## listed at the end: where the suite's time goes, from every CI run. The shared servers' tests
+## run in one lane; the chaos tests, then the unit tests (niced), in the other; each lane one
+## test at a time (TEST_LANES).
 test: install
 	@$(PHASE) ruff $(VENV)/bin/ruff check .
 	@$(PHASE) format $(VENV)/bin/ruff format --check .

@@ -47,8 +47,11 @@ class Cluster:
         return self.topology.endpoints["pulsar_admin"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cluster() -> Iterator[Cluster]:
+    """The ensemble and three Kafka nodes, for the chaos tests that ask for it; stopped after
+    the last chaos test, not held (six idle JVMs, ~0.2 of a core) through the unit tests that
+    follow them in their lane."""
     built = Cluster(Path(tempfile.mkdtemp(prefix="httpbus-chaos-")))
     built.supervisor.start(list(built.topology.servers), die_with_parent=True)
     try:

@@ -197,7 +197,10 @@ def structured_event(doc: object) -> tuple[Event, bytes]:
         event = event._replace(content_type="application/json")
     elif type(data) is str and not is_json_type(content_type):
         return event, data.encode()
-    return event, orjson.dumps(data)
+    try:
+        return event, orjson.dumps(data)
+    except TypeError as exc:  # a whole number past 64 bits (a JSON reader may keep one)
+        raise InvalidCloudEvent(f"data cannot be written as JSON: {exc}") from None
 
 
 def _attribute_text(name: str, value: object) -> str:

@@ -10,6 +10,13 @@ machine, as production runs them (issue 34), beside the single nodes of ``server
 - Pulsar (``cluster_topology(pulsar=True)``): three bookies and two brokers on the
   ensemble (``pulsar_cluster.py``): about 1.3 GB more (resident, just started).
 
+- Kafka in namespaces (``cluster_topology(namespaces=True)``): each Kafka node in a network
+  namespace of its own (:func:`kafka_namespace`, ``netns.py``), listening and advertising
+  on its namespace's address for clients, the other brokers and the controller quorum
+  alike, so ``netns.split`` cuts a broker off from the others while every client in the
+  root namespace still reaches it. The caller creates the namespaces first
+  (``netns.hosts(topology_namespaces())``); ZooKeeper stays on 127.0.0.1.
+
 Each node is a :class:`~.servers.Server` of its own, so a test kills, pauses and restarts
 one with the :class:`~.supervisor.Supervisor` (``restart("kafka-2")``). Heaps are small:
 the six JVMs take about 2.5 GB. Example::
@@ -22,9 +29,12 @@ the six JVMs take about 2.5 GB. Example::
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+from .netns import Namespace
 from .pulsar_cluster import BOOKIES, BROKERS, PulsarPorts, pulsar_endpoints, pulsar_servers
 from .servers import (
     HOST,
@@ -41,16 +51,17 @@ from .servers import (
 )
 
 NODES = 3
+KAFKA_NS_BASE = 230  # kafka-n's namespace index: clear of the partition tests' 1, 2, …
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
-def _ports(count: int) -> tuple[int, ...]:
-    return tuple(_free_port() for _ in range(count))
+def _ports(count: int) -> list[int]:
+    """``count`` distinct ports free now: every socket held until all are picked (one
+    released at once may be handed out again, and two listeners of a node then collide)."""
+    with ExitStack() as held:
+        socks = [held.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind((HOST, 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 @dataclass(frozen=True)
@@ -68,9 +79,14 @@ class ClusterPorts:
     @classmethod
     def free(cls) -> ClusterPorts:
         """Ports free now (a test's own cluster beside the suite's servers)."""
-        zk, quorum, election, kafka, ctrl = (_ports(NODES) for _ in range(5))
-        pulsar = PulsarPorts(_ports(BOOKIES), _ports(BROKERS), _ports(BROKERS))
+        free = iter(_ports(5 * NODES + BOOKIES + 2 * BROKERS))
+        zk, quorum, election, kafka, ctrl = (_take(free, NODES) for _ in range(5))
+        pulsar = PulsarPorts(_take(free, BOOKIES), _take(free, BROKERS), _take(free, BROKERS))
         return cls(zk, quorum, election, kafka, ctrl, pulsar)
+
+
+def _take(ports: Iterator[int], count: int) -> tuple[int, ...]:
+    return tuple(next(ports) for _ in range(count))
 
 
 def zookeeper_peer(node: int, ports: ClusterPorts, heap: str = "128m") -> Server:
@@ -115,12 +131,26 @@ def zookeeper_mode(port: int) -> str:
     return ""
 
 
-def kafka_node(node: int, ports: ClusterPorts, cluster_id: str) -> Server:
-    """Node ``node`` (1-based): a broker and a voter of the static controller quorum."""
-    plain = f"{HOST}:{ports.kafka[node - 1]}"
-    ctrl = f"{HOST}:{ports.kafka_controller[node - 1]}"
+def kafka_namespace(node: int) -> Namespace:
+    """The network namespace Kafka node ``node`` runs in, in the ``namespaces`` topology."""
+    return Namespace(f"kafka-{node}", KAFKA_NS_BASE + node)
+
+
+def kafka_hosts(namespaces: bool) -> tuple[str, ...]:
+    """Where each Kafka node listens: 127.0.0.1, or its namespace's address."""
+    nodes = range(1, NODES + 1)
+    return tuple(kafka_namespace(n).address if namespaces else HOST for n in nodes)
+
+
+def kafka_node(node: int, ports: ClusterPorts, cluster_id: str, namespaces: bool = False) -> Server:
+    """Node ``node`` (1-based): a broker and a voter of the static controller quorum; with
+    ``namespaces``, run in :func:`kafka_namespace` and listening on its address."""
+    hosts = kafka_hosts(namespaces)
+    plain = f"{hosts[node - 1]}:{ports.kafka[node - 1]}"
+    ctrl = f"{hosts[node - 1]}:{ports.kafka_controller[node - 1]}"
     voters = ",".join(
-        f"{i}@{HOST}:{port}" for i, port in enumerate(ports.kafka_controller, start=1)
+        f"{i}@{host}:{port}"
+        for i, (host, port) in enumerate(zip(hosts, ports.kafka_controller, strict=True), 1)
     )
 
     def prepare(data: Path, cp: str) -> Launch:
@@ -131,7 +161,8 @@ def kafka_node(node: int, ports: ClusterPorts, cluster_id: str) -> Server:
         flags = [f"-Dlog4j2.configurationFile={_log4j(data)}"]
         args = ["format", "-t", cluster_id, "-c", str(props)]
         fmt = _java(cp, heap, flags, "kafka.tools.StorageTool", args)
-        return Launch(_java(cp, heap, flags, "kafka.Kafka", [str(props)]), pre=[fmt])
+        argv = _java(cp, heap, flags, "kafka.Kafka", [str(props)])
+        return Launch(kafka_namespace(node).exec_argv(argv) if namespaces else argv, pre=[fmt])
 
     def ready() -> bool:
         return _brokers(plain) == NODES
@@ -150,23 +181,37 @@ def _brokers(bootstrap: str) -> int:
 
 
 def cluster_topology(
-    ports: ClusterPorts | None = None, zk_heap: str = "128m", *, pulsar: bool = False
+    ports: ClusterPorts | None = None,
+    zk_heap: str = "128m",
+    *,
+    pulsar: bool = False,
+    namespaces: bool = False,
 ) -> Topology:
     """The six servers and what clients connect to (every member, comma-separated);
     ``zk_heap``: each ZooKeeper peer's largest heap (bench/scale.py holds 10^5 units);
     ``pulsar``: with three bookies and two Pulsar brokers on the ensemble too
-    (``pulsar_cluster.py``)."""
+    (``pulsar_cluster.py``); ``namespaces``: each Kafka node in a network namespace of its
+    own (:func:`topology_namespaces`, to be created by the caller first)."""
+    if pulsar and namespaces:
+        raise ValueError("Pulsar runs on the loopback topology only")
     ports = ports or ClusterPorts()
     cluster_id = kafka_cluster_id()
     nodes = range(1, NODES + 1)
     servers = [zookeeper_peer(n, ports, zk_heap) for n in nodes] + [
-        kafka_node(n, ports, cluster_id) for n in nodes
+        kafka_node(n, ports, cluster_id, namespaces) for n in nodes
     ]
+    hosts = kafka_hosts(namespaces)
     endpoints = {
         "zookeeper": ",".join(f"{HOST}:{p}" for p in ports.zookeeper),
-        "kafka": ",".join(f"{HOST}:{p}" for p in ports.kafka),
+        "kafka": ",".join(f"{h}:{p}" for h, p in zip(hosts, ports.kafka, strict=True)),
     }
     if pulsar:
         servers += pulsar_servers(endpoints["zookeeper"], ports.pulsar)
         endpoints |= pulsar_endpoints(ports.pulsar)
     return Topology({s.name: s for s in servers}, endpoints)
+
+
+def topology_namespaces() -> list[Namespace]:
+    """The namespaces of ``cluster_topology(namespaces=True)``'s Kafka nodes, node 1 first
+    (not created: ``with netns.hosts(topology_namespaces()): ...``)."""
+    return [kafka_namespace(n) for n in range(1, NODES + 1)]

@@ -11,6 +11,15 @@ ends accept loopback addresses on the wire (``route_localnet``). So every addres
 hands out (Kafka's advertised listeners, an endpoint's URL) works unchanged from inside,
 with no forwarder and nothing restarted; a server in the namespace listens on ``.2``.
 
+A server node (:meth:`Namespace.host`, e.g. a Kafka broker of ``cluster.py``'s
+``namespaces`` topology) differs in two ways: its loopback is up, so it reaches its own
+address (with the loopback down, a connection to it goes nowhere; 127.0.0.1 becomes its
+own then, not the root namespace's), and the other namespaces (``10.234.0.0/16``) are
+reached through the root end, with IPv4 forwarding on in the root namespace, so nodes in
+namespaces talk to each other through it while the root namespace's clients reach each of
+them directly. :meth:`Namespace.isolate` then drops what it sends to given addresses, and
+:func:`split` partitions one node from others both ways, each still reaching the clients.
+
 A partition sends the chosen packets into a void: a policy rule (``ip rule``, by TCP port)
 routes them to a neighbour ``.254`` with a made-up MAC address, which the other end of the
 veth drops on receipt, as a cut link would. Nobody gets an error: connections go silent
@@ -30,6 +39,8 @@ failed run left behind. Example::
         ns.partition([2181])  # cut off from ZooKeeper, not from Kafka or the endpoint
         ...
         ns.heal()
+
+    split(kafka_1, [kafka_2, kafka_3])  # server nodes: 1 and {2, 3} no longer talk
 """
 
 from __future__ import annotations
@@ -42,6 +53,7 @@ from typing import Literal
 
 PREFIX = "httpbus-"
 SUBNET = "10.234"
+SPACE = f"{SUBNET}.0.0/16"  # every namespace's link
 VOID_MAC = "02:00:5e:00:de:ad"  # locally administered: no interface has it
 TABLE_BASE = 23400  # routing table (and root rule priority) of namespace i: TABLE_BASE + i
 MAX_INDEX = 250
@@ -69,6 +81,8 @@ class Namespace:
     tag: str
     index: int  # 1..MAX_INDEX: the subnet, the links' and the table's number
     partitioned: list[tuple[int, Direction]] = field(default_factory=list)
+    isolated: list[str] = field(default_factory=list)  # addresses it no longer reaches
+    hosting: bool = False  # a server node's (:meth:`host`)
 
     @property
     def name(self) -> str:
@@ -147,13 +161,38 @@ class Namespace:
                 ip("rule", "add", "pref", self.table, *rule, "lookup", self.table)
                 self.partitioned.append((port, "in"))
 
+    def host(self) -> None:
+        """Make the namespace a server node's: loopback up (it reaches its own address),
+        the other namespaces through the root end, and the root namespace forwarding
+        between them (a machine-wide setting, left on: it changes nothing for the links
+        that do not route through it)."""
+        ip("link", "set", "lo", "up", netns=self.name)
+        via = ["via", self.gateway, "dev", self.ns_link, "src", self.address]
+        ip("route", "replace", SPACE, *via, netns=self.name)
+        void = ["via", self.void, "dev", self.ns_link, "table", self.table]
+        ip("route", "replace", SPACE, *void, netns=self.name)  # where isolate() sends
+        _sysctl("net.ipv4.ip_forward", "1")
+        self.hosting = True
+
+    def isolate(self, addresses: Iterable[str]) -> None:
+        """Drop every packet the namespace sends to ``addresses`` (other namespaces'): a
+        connection to them goes silent, a new one times out. One way only: :func:`split`
+        does both."""
+        for address in addresses:
+            rule = ["to", f"{address}/32", "lookup", self.table]
+            ip("rule", "add", "pref", "100", *rule, netns=self.name)
+            self.isolated.append(address)
+
     def heal(self) -> None:
         """Every partition undone (the link brought back up too)."""
         _delete_rules(self.table, None)
         _delete_rules("100", self.name)
         self.partitioned.clear()
+        self.isolated.clear()
         ip("link", "set", self.root_link, "up")
         self._routes()
+        if self.hosting:
+            self.host()  # the link's routes went with it if it was cut
 
     def cut(self) -> None:
         """The whole link down: nothing passes either way until :meth:`heal`."""
@@ -164,6 +203,32 @@ class Namespace:
         _delete_rules(self.table, None)
         ip("netns", "del", self.name, check=False)
         ip("link", "del", self.root_link, check=False)
+
+
+def split(one: Namespace, others: Iterable[Namespace]) -> None:
+    """Partition server node ``one`` from ``others`` both ways: neither side's packets
+    reach the other; each still reaches, and is reached by, the root namespace's clients.
+    :meth:`Namespace.heal` on each undoes it."""
+    others = list(others)
+    one.isolate(o.address for o in others)
+    for other in others:
+        other.isolate([one.address])
+
+
+@contextmanager
+def hosts(spaces: Iterable[Namespace]) -> Iterator[list[Namespace]]:
+    """``spaces`` created as server nodes' (:meth:`Namespace.host`), and destroyed on the
+    way out whatever happened (leftovers of the same names removed first)."""
+    made = list(spaces)
+    try:
+        for ns in made:
+            ns.destroy()
+            ns.create()
+            ns.host()
+        yield made
+    finally:
+        for ns in made:
+            ns.destroy()
 
 
 def _delete_rules(pref: str, netns: str | None) -> None:

@@ -4,7 +4,8 @@ brokers instead of Kafka), started once per test run for the chaos modules that 
 (they share it: a cluster takes a minute to start) by the project's own supervisor
 (scripts/realservices/cluster.py), and stopped after them. And ``namespaces``: network
 namespaces for the partition tests (scripts/realservices/netns.py; root only); ``cut_off``:
-a partition test's world and the namespace its process under test runs in."""
+a partition test's world and the namespace its process under test runs in;
+``namespaced_cluster``: the cluster with each Kafka node in a namespace of its own."""
 
 from __future__ import annotations
 
@@ -18,16 +19,17 @@ import pytest
 
 from scripts.realservices import netns
 from scripts.realservices.__main__ import DEFAULT_CACHE
-from scripts.realservices.cluster import ClusterPorts, cluster_topology
+from scripts.realservices.cluster import ClusterPorts, cluster_topology, topology_namespaces
 from scripts.realservices.supervisor import Supervisor
 from tests.support.services import RealServices
 from tests.support.workers import ProcessWorld, process_world
 
 
 class Cluster:
-    def __init__(self, run_dir: Path, *, pulsar: bool = False) -> None:
+    def __init__(self, run_dir: Path, *, pulsar: bool = False, namespaces: bool = False) -> None:
         self.ports = ClusterPorts.free()
-        self.topology = cluster_topology(self.ports, pulsar=pulsar)
+        self.topology = cluster_topology(self.ports, pulsar=pulsar, namespaces=namespaces)
+        self.namespaces = topology_namespaces() if namespaces else []  # Kafka node 1's first
         self.supervisor = Supervisor(run_dir, DEFAULT_CACHE, topology=self.topology)
 
     @property
@@ -58,6 +60,20 @@ def cluster() -> Iterator[Cluster]:
         yield built
     finally:
         built.supervisor.stop()
+
+
+@pytest.fixture(scope="module")
+def namespaced_cluster() -> Iterator[Cluster]:
+    """The ensemble and three Kafka nodes each in a network namespace of its own (root
+    only), for the module that asks for it, stopped and the namespaces removed after it
+    whatever happened (leftovers of the same names removed first)."""
+    built = Cluster(Path(tempfile.mkdtemp(prefix="httpbus-chaos-netns-")), namespaces=True)
+    with netns.hosts(built.namespaces):
+        built.supervisor.start(list(built.topology.servers), die_with_parent=True)
+        try:
+            yield built
+        finally:
+            built.supervisor.stop()
 
 
 @pytest.fixture(scope="module")

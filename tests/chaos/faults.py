@@ -19,7 +19,7 @@ from metastore.catalog import Catalog
 from metastore.config import ZooKeeperConfig, open_metastore
 from segments.config import KafkaClusterConfig, PulsarClusterConfig
 from segments.registry import open_store
-from tests.chaos.checker import Delivery, History, Verdict, check
+from tests.chaos.checker import Delivery, History, Verdict, check, longest_gap
 from tests.chaos.conftest import Cluster
 from tests.support.processes import ProducerProcess
 from tests.support.stored import read_to_end
@@ -111,6 +111,7 @@ Fault = Callable[[Cluster, str], Awaitable[str]]  # (cluster, storage topic) →
 class Outcome:
     verdict: Verdict
     stored: int
+    outage_s: float = 0.0  # the longest time without a 201 from the fault on
 
     def check(self, fault: str) -> None:
         print(f"\n{fault}: {self.stored} records stored; {self.verdict.summary()}")
@@ -123,11 +124,14 @@ async def publish_through(
     tmp_path: Path,
     storage_cluster: KafkaClusterConfig | PulsarClusterConfig,
     fault: Fault,
+    recover_s: float | None = None,
 ) -> Outcome:
     """A grouped topic (4 partitions) on ``storage_cluster``, a producer service, a client
     per group; ``fault`` 3 s into the load, the load on for 15 s more; then every record
     read back, its storage order standing for the deliveries' (untimed: loss, order,
-    duplicates), and publishing back measured from the fault."""
+    duplicates), and publishing back measured from the fault. ``recover_s``: a fault that
+    returns when healed (a partition) instead, the load on for that long after it returns,
+    and publishing back measured from then."""
     zk = ZooKeeperConfig(hosts=cluster.zookeeper, root=f"/chaos-{unique}", session_timeout_s=6)
     backend = storage_cluster.backend
     storage = f"chaos.{unique}.orders.s1"
@@ -149,7 +153,8 @@ async def publish_through(
                 await asyncio.sleep(3)  # publishing under way (a pace, not a synchronisation)
                 fault_at = time.time()
                 done = await fault(cluster, storage)
-                await asyncio.sleep(max(0.0, fault_at + 15 - time.time()))
+                healed_at = fault_at if recover_s is None else time.time()
+                await asyncio.sleep(max(0.0, fault_at + 15 - time.time(), recover_s or 0.0))
             finally:
                 load.stop.set()
                 await asyncio.gather(*clients, return_exceptions=True)
@@ -163,4 +168,6 @@ async def publish_through(
     ids = [m.value.decode().replace(":", "-") for m in records]
     kept = [Delivery(mid, mid.split("-")[0], backend, 0) for mid in ids]
     print(f"\n{done}")
-    return Outcome(check(load.history(kept), heal_at=fault_at), len(stored))
+    ok = [at for at, status in load.answers if status == 201]
+    verdict = check(load.history(kept), heal_at=healed_at)
+    return Outcome(verdict, len(stored), longest_gap(ok, fault_at))

@@ -58,7 +58,8 @@ test-unit: install
 ## The faults of docs/reliability.md: leaders killed on a 3-node ZooKeeper ensemble and 3 Kafka
 ## brokers the tests start themselves (tests/chaos), real partitions of a worker, a producer or
 ## the leading control plane in a network namespace (tests/chaos/test_partitions.py,
-## test_producer_partitioned.py, test_control_plane_partitioned.py; root),
+## test_producer_partitioned.py, test_control_plane_partitioned.py; root), a Kafka broker
+## partitioned from the other two, each broker in a namespace (test_broker_partitioned.py; root),
 ## and the zombie worker on the single nodes;
 ## each run judged by tests/chaos/checker.py. `make test` runs them too; this runs only them,
 ## with their figures printed and, at the end, a table of every run's verdict.

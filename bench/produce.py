@@ -236,7 +236,11 @@ class Bench(s.BenchRun):
         if (waited := server.settle()) > 1:
             print(f"  ({server.name} was busy for {waited:.1f}s after the previous run)")
         if self.args.warmup > 0:
-            self._generate(f"{name} warm-up", dataclasses.replace(spec, seconds=self.args.warmup))
+            # Ids of its own: the measured run's ids (wrk counts from 1 again) would otherwise
+            # repeat the warm-up's, and be answered as duplicates.
+            ids = f"{spec.unique_ids}-warm-up" if spec.unique_ids else None
+            warmup = dataclasses.replace(spec, seconds=self.args.warmup, unique_ids=ids)
+            self._generate(f"{name} warm-up", warmup)
         profile = self.workdir / f"profile-{s.slug(name)}.txt"
         load = s.load_average()
         spy = s.py_spy(server.pid, spec.seconds, profile) if self.args.py_spy else None

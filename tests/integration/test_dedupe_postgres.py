@@ -11,6 +11,7 @@ import pytest
 from core.errors import DuplicateInFlight
 from metastore.dedupe import PRODUCERS, Claim, Original
 from metastore.dedupe.postgres import PostgresDedupeTable
+from metastore.dedupe.protocol import Entry, RowKey
 from metastore.zookeeper import ZooKeeperMetaStore
 from reports import migrate
 from tests.support.dedupe import CASES, DedupeWorld, W, now_ms, scope
@@ -60,3 +61,22 @@ async def test_the_claim_of_a_producer_whose_session_ended_is_taken_over(
             assert isinstance(taken, Claim)
             await live.record(taken, 2, 0, 5)
             assert await live.claim(s, "id", W, now + 3) == Original("id", 2, 0, 5)
+
+
+async def test_claims_are_planned_each_time_and_commit_without_waiting_for_the_flush(
+    postgres_database: str,
+) -> None:
+    """docs/capacity.md, "Idempotent publish": a plan made while a partition was empty is
+    never kept, and a claim's round trip does not wait for the write-ahead log's flush."""
+    migrate.upgrade(postgres_database)
+    async with PostgresDedupeTable(postgres_database, connections=1) as table:
+        await table.write([(RowKey("p/t@1", "id", 0, W), Entry(1, "p1", 7))], [])
+        async with table._connection() as conn:
+            settings = [
+                (await (await conn.execute(f"SHOW {name}")).fetchone() or ("",))[0]
+                for name in ("plan_cache_mode", "synchronous_commit")
+            ]
+        assert settings == ["force_custom_plan", "off"]
+        assert await table.read([RowKey("p/t@1", "id", 0, W)]) == {
+            RowKey("p/t@1", "id", 0, W): Entry(1, "p1", 7)
+        }

@@ -49,6 +49,7 @@ import subprocess
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 PREFIX = "httpbus-"
@@ -57,6 +58,7 @@ SPACE = f"{SUBNET}.0.0/16"  # every namespace's link
 VOID_MAC = "02:00:5e:00:de:ad"  # locally administered: no interface has it
 TABLE_BASE = 23400  # routing table (and root rule priority) of namespace i: TABLE_BASE + i
 MAX_INDEX = 250
+FORWARDING = Path("/proc/sys/net/ipv4/ip_forward")  # the root namespace's, while hosting
 Direction = Literal["out", "in", "both"]
 
 
@@ -164,8 +166,7 @@ class Namespace:
     def host(self) -> None:
         """Make the namespace a server node's: loopback up (it reaches its own address),
         the other namespaces through the root end, and the root namespace forwarding
-        between them (a machine-wide setting, left on: it changes nothing for the links
-        that do not route through it)."""
+        between them (a machine-wide setting: :func:`hosts` puts it back as it was)."""
         ip("link", "set", "lo", "up", netns=self.name)
         via = ["via", self.gateway, "dev", self.ns_link, "src", self.address]
         ip("route", "replace", SPACE, *via, netns=self.name)
@@ -220,6 +221,7 @@ def hosts(spaces: Iterable[Namespace]) -> Iterator[list[Namespace]]:
     """``spaces`` created as server nodes' (:meth:`Namespace.host`), and destroyed on the
     way out whatever happened (leftovers of the same names removed first)."""
     made = list(spaces)
+    forwarding = FORWARDING.read_text().strip() if FORWARDING.exists() else "0"
     try:
         for ns in made:
             ns.destroy()
@@ -229,6 +231,7 @@ def hosts(spaces: Iterable[Namespace]) -> Iterator[list[Namespace]]:
     finally:
         for ns in made:
             ns.destroy()
+        _sysctl("net.ipv4.ip_forward", forwarding)
 
 
 def _delete_rules(pref: str, netns: str | None) -> None:

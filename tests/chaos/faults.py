@@ -84,6 +84,16 @@ def merged(loads: list[Load], deliveries: list[Delivery]) -> History:
     return History(published, acked, sorted(answers), deliveries)
 
 
+def replicated_kafka(cluster: Cluster) -> KafkaClusterConfig:
+    """The cluster's Kafka as production runs it: replication factor 3, min ISR 2."""
+    return KafkaClusterConfig(
+        bootstrap_servers=cluster.kafka,
+        replication_factor=3,
+        min_insync_replicas=2,
+        produce_timeout_s=10,
+    )
+
+
 async def kill_and_restart(cluster: Cluster, name: str, down_s: float) -> None:
     """SIGKILL server ``name``, and start it again on its data ``down_s`` later."""
     await kill_for(cluster, [name], down_s)

@@ -20,9 +20,8 @@ from pathlib import Path
 import pytest
 
 from scripts.realservices import netns
-from segments.config import KafkaClusterConfig
 from tests.chaos.conftest import Cluster
-from tests.chaos.faults import publish_through
+from tests.chaos.faults import publish_through, replicated_kafka
 from tests.support.until import until
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
@@ -52,15 +51,6 @@ def _leader(bootstrap: str, topic: str, ns: netns.Namespace | None = None) -> in
         ns.exec_argv(argv) if ns else argv, capture_output=True, text=True, timeout=15
     )
     return int(done.stdout.strip() or -1)
-
-
-def _kafka(cluster: Cluster) -> KafkaClusterConfig:
-    return KafkaClusterConfig(
-        bootstrap_servers=cluster.kafka,
-        replication_factor=3,
-        min_insync_replicas=2,
-        produce_timeout_s=10,
-    )
 
 
 async def test_the_leader_partitioned_from_the_other_brokers_loses_nothing(
@@ -101,7 +91,7 @@ async def test_the_leader_partitioned_from_the_other_brokers_loses_nothing(
         namespaced_cluster,
         unique,
         tmp_path,
-        _kafka(namespaced_cluster),
+        replicated_kafka(namespaced_cluster),
         partition_the_leader,
         recover_s=RECOVER_S,
     )

@@ -13,20 +13,10 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from scripts.realservices.cluster import zookeeper_mode
-from segments.config import KafkaClusterConfig
 from tests.chaos.conftest import Cluster
-from tests.chaos.faults import kill_and_restart, publish_through
+from tests.chaos.faults import kill_and_restart, publish_through, replicated_kafka
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
-
-
-def _kafka(cluster: Cluster) -> KafkaClusterConfig:
-    return KafkaClusterConfig(
-        bootstrap_servers=cluster.kafka,
-        replication_factor=3,
-        min_insync_replicas=2,
-        produce_timeout_s=10,
-    )
 
 
 def _leader(bootstrap: str, topic: str, partition: int) -> int:
@@ -42,7 +32,9 @@ async def test_the_partition_leader_killed_under_load_loses_nothing(
         await kill_and_restart(cluster, f"kafka-{node}", down_s=10)
         return f"kafka-{node}, the leader of partition 0, killed and restarted after 10 s"
 
-    outcome = await publish_through(cluster, unique, tmp_path, _kafka(cluster), kill_the_leader)
+    outcome = await publish_through(
+        cluster, unique, tmp_path, replicated_kafka(cluster), kill_the_leader
+    )
     outcome.check("the partition leader killed")
 
 
@@ -58,5 +50,7 @@ async def test_the_zookeeper_leader_killed_under_load_loses_nothing(
         await kill_and_restart(cluster, f"zookeeper-{node}", down_s=5)
         return f"zookeeper-{node}, the ensemble's leader ({modes}), killed and restarted after 5 s"
 
-    outcome = await publish_through(cluster, unique, tmp_path, _kafka(cluster), kill_the_leader)
+    outcome = await publish_through(
+        cluster, unique, tmp_path, replicated_kafka(cluster), kill_the_leader
+    )
     outcome.check("the ZooKeeper leader killed")

@@ -47,6 +47,8 @@ _HELP = {
     "dead_lettered": "messages that failed for good, handed to the dead-letter queue",
     "sidelined": "messages sent to the dead-letter queue unattempted, behind their group's "
     "failed head",
+    "failed_commits": "commits of delivered positions that failed (delivery went on; the next "
+    "commit supersedes a failed one)",
 }
 
 

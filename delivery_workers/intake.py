@@ -118,7 +118,7 @@ class SegmentIntake:
                 return
             while source.pending():
                 await self.progress.wait(1.0)
-            await self.committer.commit()
+            await self.committer.settle()  # a failed commit is no reason to restart
         finally:
             if source in self.committer.behind:
                 self.committer.behind.remove(source)

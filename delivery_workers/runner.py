@@ -133,7 +133,7 @@ class SubscriptionRunner:
             cleanup.push_async_callback(cancel_all, [handing_off])
             readers.start()
             cleanup.push_async_callback(readers.aclose)
-            committer = Committer(self._policy, self.name, path, self.audit.sink)
+            committer = Committer(self._policy, self.name, path, self.audit.sink, self.stats)
             cleanup.push_async_callback(committer.drain)
             starting = asyncio.create_task(self._dispatching(sub, path))
             committing = asyncio.create_task(committer.run())

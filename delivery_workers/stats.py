@@ -22,6 +22,7 @@ class RunnerStats:
     retried: int = 0
     dead_lettered: int = 0  # attempted, failed for good
     sidelined: int = 0  # into the DLQ unattempted, behind their group's failed head
+    failed_commits: int = 0  # the storage was away; delivery went on (.commit)
     delayed: int = 0
     in_flight: int = 0
     held: int = 0
@@ -30,6 +31,7 @@ class RunnerStats:
     circuit_state: str | None = None  # closed | open | half_open; None: no breaker
     circuit_rate: float | None = None  # attempts a second the circuit allows now
     lag: int | None = None  # messages of the consume segment not committed (every LAG_S)
+    commit_failing_since_ms: int | None = None  # the first of the failed commits in a row
     oldest_unacked_ms: int | None = None  # storage time of the oldest read, not terminal
     disabled: bool = False  # its endpoint failed too long (.disabling); no runner runs
     failing_s: float | None = None  # how long its endpoint has failed every attempt
@@ -54,6 +56,7 @@ COUNTERS = (
     "retried",
     "dead_lettered",
     "sidelined",
+    "failed_commits",
 )
 GAUGES = (  # of the runner running now; a stopped one shows the defaults
     "in_flight",
@@ -63,6 +66,7 @@ GAUGES = (  # of the runner running now; a stopped one shows the defaults
     "circuit_state",
     "circuit_rate",
     "lag",
+    "commit_failing_since_ms",
 )
 
 

@@ -223,6 +223,7 @@ class StatusPublisher(AsyncResource):
             },
             "circuit": _circuit(st),
             "lag": st.lag,
+            "commit_failing_since_ms": st.commit_failing_since_ms,
             "oldest_unacked_ms": st.oldest_unacked_ms,
             "failures": dict(sorted(st.failures.items())),
             "last_failure": st.last_failure,

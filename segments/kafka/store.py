@@ -360,11 +360,8 @@ class KafkaSegmentStore(AsyncResource):
         )
 
     async def _group_offsets(self, group: str, name: str, count: int) -> dict[int, int]:
-        return await retrying(
-            lambda: self._groups.committed(group, name, count, self._timeout),
-            timeout=self._timeout,
-            what=f"committed positions of {group} on {name}",
-        )
+        # Bounded and retried by the read itself, from when a thread takes it (.offsets).
+        return await self._groups.committed(group, name, count, self._timeout)
 
     async def _commit_offsets(self, group: str, name: str, positions: dict[int, int]) -> None:
         await self._commits.commit(group, name, positions, self._timeout)

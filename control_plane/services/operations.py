@@ -269,6 +269,8 @@ class SubscriptionOps:
             "failures": {str(k): int(v) for k, v in (figures.get("failures") or {}).items()},
             "last_failure": _failure(figures.get("last_failure")),
             "oldest_unacked_at": _stamp(figures.get("oldest_unacked_ms")),
+            # Commits failing (the storage away) while delivery goes on: since when.
+            "commit_failing_since": _stamp(figures.get("commit_failing_since_ms")),
             "disabled": sub.disabled.model_dump(mode="json") if sub.disabled else None,
             "state_detail": sub.disabled.describe() if sub.disabled else state,
             "waiting": waiting_for(topic, segment),

@@ -35,6 +35,7 @@ def merge_figures(docs: list[Doc]) -> Doc:
     lags = [int(d["lag"]) for d in docs if d.get("lag") is not None]
     oldest = [int(d["oldest_unacked_ms"]) for d in docs if d.get("oldest_unacked_ms")]
     failures = [d["last_failure"] for d in docs if d.get("last_failure")]
+    failing = [int(d["commit_failing_since_ms"]) for d in docs if d.get("commit_failing_since_ms")]
     return {
         "worker": next((d["worker"] for d in docs if d.get("worker")), None),
         "in_flight": sum(int(d.get("in_flight", 0)) for d in docs),
@@ -43,6 +44,7 @@ def merge_figures(docs: list[Doc]) -> Doc:
         "circuit": worst_circuit(docs),
         "lag": sum(lags) if lags else None,
         "oldest_unacked_ms": min(oldest, default=None),
+        "commit_failing_since_ms": min(failing, default=None),
         "failures": _sum_maps([d.get("failures", {}) for d in docs]),
         "last_failure": max(failures, key=lambda f: int(f.get("at_ms") or 0), default=None),
         "dlq": merge_dlq(docs),

@@ -51,7 +51,7 @@ AFTER_S = 15.0  # publishing after the thaw
 # acknowledged message is delivered everywhere within CATCH_UP_S of it. Measured: 15.0-31.5 s
 # to resume at load 3-16 while a failed commit restarted the runner (500 runners re-reading
 # their committed positions through 4 threads of group consumers, 10 s timeouts); since it
-# does not, 18.2 and 18.7 s at load 7-10, no runner restarting.
+# does not, 15.0, 18.2 and 18.7 s at load 1-10, no runner restarting.
 RESUME_S = 40.0
 CATCH_UP_S = 120.0
 ABORTED = re.compile(r"Assertion .* failed|Aborted|core dumped|SIGSEGV")

@@ -18,6 +18,7 @@ async def read_to_end(
     topic: str,
     *,
     expected: int | None = None,
+    until: Callable[[list[Stored]], bool] | None = None,
     deadline_s: float = 60.0,
     max_records: int = 1_000,
     timeout: float = 2.0,
@@ -27,8 +28,10 @@ async def read_to_end(
     taken for the end (a consumer's first fetch can come back empty under load; one empty
     5 s read ending a partition once made 300 stored messages read as 298). ``expected``:
     how many are known to be stored; reaching it ends the read too, as Pulsar's positions
-    are not dense (the last record may sit below the end position). Past ``deadline_s`` it
-    fails, naming each partition short of its end."""
+    are not dense (the last record may sit below the end position). ``until``: given what
+    was read so far, whether that is all (every acknowledged id found: a count cannot say,
+    once retries stored duplicates). Past ``deadline_s`` it fails, naming each partition
+    short of its end."""
     deadline = time.monotonic() + deadline_s
     ends = await _retried(lambda: store.end_positions(topic), deadline)
     got: dict[int, list[Stored]] = {p: [] for p in ends}
@@ -36,8 +39,9 @@ async def read_to_end(
     while True:
         short = {p: (nexts[p], end) for p, end in ends.items() if nexts[p] < end}
         total = sum(len(records) for records in got.values())
-        if not short or (expected is not None and total >= expected):
-            return [m for p in sorted(got) for m in got[p]]
+        read = [m for p in sorted(got) for m in got[p]]
+        if not short or (expected is not None and total >= expected) or (until and until(read)):
+            return read
         assert time.monotonic() < deadline, (
             f"{topic}: read {total} (expected {expected}) in {deadline_s} s; "
             f"partitions short of their end (next, end): {short}"

@@ -104,7 +104,10 @@ class HttpServerLimits(BaseModel):
     )
     header_timeout_s: float = seconds(10.0, 600, "the most a request's headers may take (408)")
     body_timeout_s: float = seconds(60.0, 3600, "the most a request's body may take (408)")
-    keep_alive_s: float = seconds(5.0, 600, "an idle keep-alive connection is closed after")
+    # Longer than clients keep an idle connection (httpx 5 s, aiohttp 15 s, load balancers
+    # 60 s), so the client closes first: a server closing at the client's own expiry races
+    # the client's next request on that connection, which fails unanswered (CI, twice).
+    keep_alive_s: float = seconds(75.0, 600, "an idle keep-alive connection is closed after")
     forwarded_allow_ips: list[str] = Field(
         default_factory=list,
         max_length=256,

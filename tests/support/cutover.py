@@ -62,6 +62,7 @@ class Load:
     interval_s: float = 2.0
     acked: dict[str, list[int]] = field(default_factory=dict)
     samples: list[tuple[float, float, int, int]] = field(default_factory=list)
+    errors: list[tuple[float, str]] = field(default_factory=list)  # status 0: why
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def run(self) -> None:
@@ -87,8 +88,9 @@ class Load:
                     r.status_code,
                     (r.json().get("segment", 0) if r.status_code == 201 else 0),
                 )
-            except httpx.HTTPError:
+            except httpx.HTTPError as exc:
                 status, segment = 0, 0
+                self.errors.append((start, f"{type(exc).__name__}: {exc}"))
             self.samples.append((start, time.time() - start, status, segment))
             if status == 201:
                 acked.append(seq)
@@ -234,6 +236,7 @@ class LoadProcess:
         data = json.loads(self.out.read_text())
         self.result.acked = data["acked"]
         self.result.samples = [tuple(s) for s in data["samples"]]  # type: ignore[misc]
+        self.result.errors = [tuple(e) for e in data["errors"]]  # type: ignore[misc]
         return self.result
 
     def kill(self) -> None:
@@ -253,7 +256,8 @@ def _main(argv: list[str]) -> None:
         await load.run()
 
     asyncio.run(run())
-    Path(out).write_text(json.dumps({"acked": load.acked, "samples": load.samples}))
+    found = {"acked": load.acked, "samples": load.samples, "errors": load.errors}
+    Path(out).write_text(json.dumps(found))
 
 
 if __name__ == "__main__":

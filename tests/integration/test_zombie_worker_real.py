@@ -231,7 +231,9 @@ async def test_a_worker_paused_past_its_session_sends_nothing_when_it_resumes(
 
 async def _diagnosis(world: ProcessWorld, expected: set[str]) -> str:
     missing = sorted(expected - set(world.hook.ids("s0")))
-    stored = await read_to_end(world.store, world.storage, expected=len(expected))
+    stored = await read_to_end(
+        world.store, world.storage, until=lambda read: expected <= {m.value.decode() for m in read}
+    )
     where = {m.value.decode(): (m.partition, m.position) for m in stored}
     sub = await world.catalog.get_subscription("shop", "s0")
     committed = await world.store.committed(world.storage, commit_group(sub))

@@ -436,6 +436,19 @@ class Catalog:
             update={"version": node.version, "consume_pointer": pointer}
         )
 
+    async def get_subscriptions(self, project: str, names: Sequence[str]) -> list[Subscription]:
+        """:meth:`get_subscription` of many: their nodes and consume pointers in one
+        ``get_many`` (a page of a list); a name that does not exist is left out."""
+        pairs = [(paths.subscription(project, n), paths.consume_pointer(project, n)) for n in names]
+        nodes = await self.store.get_many([path for pair in pairs for path in pair])
+        return [
+            Subscription.model_validate_json(node.data).model_copy(
+                update={"version": node.version, "consume_pointer": _pointer(pointer)}
+            )
+            for node, pointer in zip(nodes[::2], nodes[1::2], strict=True)
+            if node is not None
+        ]
+
     async def describe_subscriptions(
         self, project: str, names: Sequence[str]
     ) -> list[Subscription]:

@@ -1,5 +1,5 @@
 """The catalog's bulk reads for list pages and searches (``get_topics``, ``describe_topics``,
-``describe_subscriptions``, ``describe_projects``): in the order asked, a missing name left
+``get_subscriptions``, ``describe_subscriptions``, ``describe_projects``): in the order asked, a missing name left
 out, the same records as the one-at-a-time reads."""
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ async def test_bulk_descriptions_leave_out_what_is_gone(tmp_path: Path) -> None:
         whole = await catalog.get_topics("shop", ["c", "a", "b"])
         assert whole == [await catalog.get_topic("shop", n) for n in ("c", "b")]
         assert [s.id for s in whole[0].segments] == [1] and whole[0].produce_pointer
+        subs = await catalog.get_subscriptions("shop", ["nope", "s1"])
+        assert subs == [await catalog.get_subscription("shop", "s1")]
+        assert subs[0].consume_pointer is not None and subs[0].version == 0
         subs = await catalog.describe_subscriptions("shop", ["s1", "nope"])
         assert [(s.name, s.description, s.topic) for s in subs] == [("s1", "the ledger", "b")]
         projects = await catalog.describe_projects(["gone", "shop"])

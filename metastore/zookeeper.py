@@ -41,6 +41,7 @@ from kazoo.exceptions import (
     NotEmptyError,
     RolledBackError,
     RuntimeInconsistency,
+    UnimplementedError,
 )
 
 from core.errors import (
@@ -53,7 +54,7 @@ from core.errors import (
     VersionConflict,
 )
 from core.lifecycle import AsyncResource
-from metastore import paths
+from metastore import paths, zk_multiread
 from metastore._support import WatchHub, WatchIterator, ancestors, check_path
 from metastore.lease import SessionLease
 from metastore.protocol import Check, Create, Delete, Node, Op, Update
@@ -101,6 +102,7 @@ class ZooKeeperMetaStore(AsyncResource):
             connection_retry={"max_tries": -1, "max_delay": 2.0},
         )
         self._hub = WatchHub()
+        self._multi_read = True  # until the server says it has none (before 3.6)
         self.lease = SessionLease(session_timeout_s)
         self._beat = asyncio.Event()  # set: confirm the session now (a reconnect)
         self._joined: dict[str, bytes] = {}
@@ -252,9 +254,36 @@ class ZooKeeperMetaStore(AsyncResource):
         return Node(data or b"", stat.version)
 
     async def get_many(self, paths: Sequence[str]) -> list[Node | None]:
-        """The nodes at ``paths`` (None where absent): every request is sent at once on the
-        session's connection (ZooKeeper answers them in order), then awaited."""
-        return list(await asyncio.gather(*(self.get(p) for p in paths)))
+        """The nodes at ``paths`` (None where absent), read in ``multiRead`` requests of
+        ``CHUNK`` (:mod:`metastore.zk_multiread`), all sent at once; on a server without
+        ``multiRead``, one ``getData`` each, sent at once (answered in order)."""
+        if not self._multi_read:
+            return list(await asyncio.gather(*(self.get(p) for p in paths)))
+        chunks = [
+            paths[i : i + zk_multiread.CHUNK] for i in range(0, len(paths), zk_multiread.CHUNK)
+        ]
+        try:
+            read = await asyncio.gather(*(self._read_chunk(chunk) for chunk in chunks))
+        except UnimplementedError:
+            log.warning("zookeeper: the server has no multiRead (3.6+); reading one by one")
+            self._multi_read = False
+            return await self.get_many(paths)
+        return [node for chunk in read for node in chunk]
+
+    async def _read_chunk(self, paths: Sequence[str]) -> list[Node | None]:
+        absolute = [self._abs(p) for p in paths]
+        try:
+            found = await self._call(paths[0], zk_multiread.send, self._client, absolute)
+        except MetaStoreUnavailable as exc:
+            if isinstance(exc.__cause__, UnimplementedError):
+                raise exc.__cause__ from None
+            raise
+        out: list[Node | None] = []
+        for path, one in zip(paths, found, strict=True):
+            if isinstance(one, Exception):
+                raise _translate(one, path)
+            out.append(None if one is None else Node(one[0], one[1].version))
+        return out
 
     async def children(self, path: str) -> list[str]:
         """Names of the children of ``path``, sorted; [] if it does not exist."""

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import UnimplementedError
 
 from core.errors import MetaStoreUnavailable
-from metastore import paths
+from metastore import paths, zk_multiread
 from metastore.protocol import MetaStore, Node
 from metastore.zookeeper import ZooKeeperMetaStore
 from tests.contract.metastore_contract import (
@@ -106,3 +108,41 @@ async def test_unreachable_server_is_metastore_unavailable(unique: str) -> None:
     with pytest.raises(MetaStoreUnavailable):
         await store.start()
     await store.aclose()
+
+
+@pytest.mark.zookeeper
+async def test_many_reads_go_in_multi_read_chunks_in_order(
+    store: MetaStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More paths than one ``multiRead`` holds, absent and empty nodes among them: the answer
+    is in the order asked, in a few requests rather than one a path."""
+    for i in range(0, 300, 3):
+        await store.create(f"/mr/n{i:03d}", b"" if i % 2 else f"v{i}".encode())
+    sent: list[int] = []
+    inner = zk_multiread.send
+    monkeypatch.setattr(zk_multiread, "send", lambda c, ps: sent.append(len(ps)) or inner(c, ps))
+    found = await store.get_many([f"/mr/n{i:03d}" for i in range(300)])
+    expected = [
+        (Node(b"" if i % 2 else f"v{i}".encode(), 0) if i % 3 == 0 else None) for i in range(300)
+    ]
+    assert found == expected
+    assert sent == [zk_multiread.CHUNK, zk_multiread.CHUNK, 300 - 2 * zk_multiread.CHUNK]
+
+
+@pytest.mark.zookeeper
+async def test_a_server_without_multi_read_is_read_one_by_one(
+    store: MetaStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store.create("/old/a", b"1")
+    asked: list[int] = []
+
+    def unimplemented(client: Any, paths: Any) -> Any:  # what a 3.5 server answers
+        asked.append(len(paths))
+        result = client.handler.async_result()
+        result.set_exception(UnimplementedError())
+        return result
+
+    monkeypatch.setattr(zk_multiread, "send", unimplemented)
+    assert await store.get_many(["/old/a", "/old/b"]) == [Node(b"1", 0), None]
+    assert await store.get_many(["/old/a"]) == [Node(b"1", 0)]
+    assert asked == [2]  # remembered: not asked again

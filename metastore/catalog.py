@@ -184,9 +184,7 @@ class Catalog:
         of a list). A name that does not exist (deleted since it was listed) is left out."""
         pairs = [(paths.topic(project, n), paths.produce_pointer(project, n)) for n in names]
         nodes = await self.store.get_many([path for pair in pairs for path in pair])
-        children = await asyncio.gather(
-            *(self.store.children(paths.segments(project, n)) for n in names)
-        )
+        children = await self.store.children_many([paths.segments(project, n) for n in names])
         wanted = [
             (i, f"{paths.segments(project, n)}/{c}")
             for i, (n, cs) in enumerate(zip(names, children, strict=True))

@@ -375,6 +375,17 @@ class EmbeddedMetaStore(AsyncResource):
         check_path(path)
         return [name for name, _ in await self._run(lambda: self._live_db.children(path))]
 
+    async def children_many(self, paths: Sequence[str]) -> list[list[str]]:
+        """:meth:`children` of each of ``paths``, in one call on the store's thread."""
+        for path in paths:
+            check_path(path)
+
+        def read() -> list[list[str]]:
+            db = self._live_db
+            return [[name for name, _ in db.children(p)] for p in paths]
+
+        return await self._run(read)
+
     async def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> Node:
         """Create ``path`` and its missing parents (empty, persistent)."""
         check_path(path)

@@ -83,11 +83,15 @@ class MetaStore(Lifecycle, Protocol):
 
     async def get_many(self, paths: Sequence[str]) -> list[Node | None]:
         """The nodes at ``paths`` in their order (None where absent), read in bulk: one
-        request to the embedded store, pipelined requests to ZooKeeper. For a page that
+        request to the embedded store, ``multiRead`` requests to ZooKeeper. For a page that
         reads thousands of small nodes at once (the overview)."""
 
     async def children(self, path: str) -> list[str]:
         """Names of the children of ``path``, sorted; [] if it has none or does not exist."""
+
+    async def children_many(self, paths: Sequence[str]) -> list[list[str]]:
+        """:meth:`children` of each of ``paths``, in their order, read in bulk as
+        :meth:`get_many` reads (a page of topics reads each one's segments)."""
 
     async def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> Node:
         """Create ``path`` (and missing parents, empty); ``AlreadyExists`` if it exists."""

@@ -1,4 +1,4 @@
-"""ZooKeeper's ``multiRead``: many ``getData`` in one request and one answer.
+"""ZooKeeper's ``multiRead``: many ``getData`` (or ``getChildren``) in one request and answer.
 
 A page of a list reads hundreds of nodes (a topic's node, its produce pointer, its segments;
 a subscription's node, pointer and status). Sent as one ``getData`` each, every read costs
@@ -21,11 +21,13 @@ from typing import Any, NamedTuple
 
 from kazoo.exceptions import EXCEPTIONS, NoNodeError
 from kazoo.protocol.serialization import (
+    GetChildren,
     GetData,
     MultiHeader,
     int_struct,
     multiheader_struct,
     read_buffer,
+    read_string,
     stat_struct,
 )
 from kazoo.protocol.states import ZnodeStat
@@ -36,21 +38,25 @@ CHUNK = 128
 """Reads per request: an answer of 128 status documents (~2 KB each) stays far below the
 1 MB ``jute.maxbuffer`` a Java client enforces on what it reads."""
 
-Read = tuple[bytes, ZnodeStat] | None | Exception
-"""One read's outcome: data and stat, None if the node does not exist, or the error."""
+Read = tuple[bytes, ZnodeStat] | list[str] | None | Exception
+"""One read's outcome: data and stat (``getData``), the children's names (``getChildren``),
+None if the node does not exist, or the error."""
 
 
 class MultiRead(NamedTuple):
-    """A ``multiRead`` of ``getData`` on ``paths`` (absolute: kazoo's chroot is not applied)."""
+    """A ``multiRead`` on ``paths`` (absolute: kazoo's chroot is not applied): ``getData``
+    of each, or ``getChildren`` with ``children``."""
 
     paths: Sequence[str]
+    children: bool = False
     type: int = MULTI_READ
 
     def serialize(self) -> bytearray:
+        op = GetChildren if self.children else GetData
         out = bytearray()
         for path in self.paths:
-            out += MultiHeader(GetData.type, False, -1).serialize()
-            out += GetData(path, None).serialize()
+            out += MultiHeader(op.type, False, -1).serialize()
+            out += op(path, None).serialize()
         out += multiheader_struct.pack(-1, True, -1)
         return out
 
@@ -61,27 +67,39 @@ class MultiRead(NamedTuple):
         kind, done, _ = multiheader_struct.unpack_from(data, offset)
         offset += multiheader_struct.size
         while not done:
-            if kind == GetData.type:
-                value, offset = read_buffer(data, offset)
-                out.append((value or b"", ZnodeStat._make(stat_struct.unpack_from(data, offset))))
-                offset += stat_struct.size
-            elif kind == ERROR:
-                code = int_struct.unpack_from(data, offset)[0]
-                offset += int_struct.size
-                out.append(None if code == NoNodeError.code else EXCEPTIONS[code]())
-            else:
-                raise ValueError(f"multiRead: an answer of type {kind} was not asked for")
+            one, offset = _one(kind, data, offset)
+            out.append(one)
             kind, done, _ = multiheader_struct.unpack_from(data, offset)
             offset += multiheader_struct.size
         return out
 
 
-def send(client: Any, paths: Sequence[str]) -> Any:
+def _one(kind: int, data: bytes, offset: int) -> tuple[Read, int]:
+    """One read's outcome in ``data`` at ``offset``, and the offset after it."""
+    if kind == GetData.type:
+        value, offset = read_buffer(data, offset)
+        stat = ZnodeStat._make(stat_struct.unpack_from(data, offset))
+        return (value or b"", stat), offset + stat_struct.size
+    if kind == GetChildren.type:
+        count = int_struct.unpack_from(data, offset)[0]
+        offset += int_struct.size
+        names = []
+        for _ in range(max(count, 0)):
+            name, offset = read_string(data, offset)
+            names.append(name)
+        return names, offset
+    if kind == ERROR:
+        code = int_struct.unpack_from(data, offset)[0]
+        return (None if code == NoNodeError.code else EXCEPTIONS[code]()), offset + 4
+    raise ValueError(f"multiRead: an answer of type {kind} was not asked for")
+
+
+def send(client: Any, paths: Sequence[str], children: bool = False) -> Any:
     """Queue a :class:`MultiRead` on kazoo ``client``; its async result, as ``*_async`` give.
 
     ``KazooClient._call`` is how kazoo's own ``*_async`` methods queue a request (it checks
     the session's state and wakes the connection thread); there is no public way to send a
     request kazoo does not define."""
     result = client.handler.async_result()
-    client._call(MultiRead(paths), result)
+    client._call(MultiRead(paths, children), result)
     return result

@@ -102,7 +102,7 @@ class ZooKeeperMetaStore(AsyncResource):
             connection_retry={"max_tries": -1, "max_delay": 2.0},
         )
         self._hub = WatchHub()
-        self._multi_read = True  # until the server says it has none (before 3.6)
+        self._has_multi_read = True  # until the server says it has none (before 3.6)
         self.lease = SessionLease(session_timeout_s)
         self._beat = asyncio.Event()  # set: confirm the session now (a reconnect)
         self._joined: dict[str, bytes] = {}
@@ -254,36 +254,50 @@ class ZooKeeperMetaStore(AsyncResource):
         return Node(data or b"", stat.version)
 
     async def get_many(self, paths: Sequence[str]) -> list[Node | None]:
-        """The nodes at ``paths`` (None where absent), read in ``multiRead`` requests of
-        ``CHUNK`` (:mod:`metastore.zk_multiread`), all sent at once; on a server without
+        """The nodes at ``paths`` (None where absent), read in ``multiRead`` requests
+        (:mod:`metastore.zk_multiread`), all sent at once; on a server without
         ``multiRead``, one ``getData`` each, sent at once (answered in order)."""
-        if not self._multi_read:
+        found = await self._multi_read(paths, children=False)
+        if found is None:
             return list(await asyncio.gather(*(self.get(p) for p in paths)))
-        chunks = [
-            paths[i : i + zk_multiread.CHUNK] for i in range(0, len(paths), zk_multiread.CHUNK)
-        ]
+        return [Node(one[0], one[1].version) if isinstance(one, tuple) else None for one in found]
+
+    async def children_many(self, paths: Sequence[str]) -> list[list[str]]:
+        """:meth:`children` of each of ``paths``, in bulk as :meth:`get_many` reads."""
+        found = await self._multi_read(paths, children=True)
+        if found is None:
+            return list(await asyncio.gather(*(self.children(p) for p in paths)))
+        return [sorted(one) if isinstance(one, list) else [] for one in found]
+
+    async def _multi_read(
+        self, paths: Sequence[str], *, children: bool
+    ) -> list[zk_multiread.Read] | None:
+        """Every read's outcome (errors raised, translated), in chunks of ``CHUNK`` sent at
+        once; None if the server has no ``multiRead`` (remembered)."""
+        if not self._has_multi_read:
+            return None
+        size = zk_multiread.CHUNK
+        chunks = [paths[i : i + size] for i in range(0, len(paths), size)]
         try:
-            read = await asyncio.gather(*(self._read_chunk(chunk) for chunk in chunks))
+            read = await asyncio.gather(*(self._read_chunk(c, children) for c in chunks))
         except UnimplementedError:
             log.warning("zookeeper: the server has no multiRead (3.6+); reading one by one")
-            self._multi_read = False
-            return await self.get_many(paths)
-        return [node for chunk in read for node in chunk]
+            self._has_multi_read = False
+            return None
+        return [one for chunk in read for one in chunk]
 
-    async def _read_chunk(self, paths: Sequence[str]) -> list[Node | None]:
+    async def _read_chunk(self, paths: Sequence[str], children: bool) -> list[zk_multiread.Read]:
         absolute = [self._abs(p) for p in paths]
         try:
-            found = await self._call(paths[0], zk_multiread.send, self._client, absolute)
+            found = await self._call(paths[0], zk_multiread.send, self._client, absolute, children)
         except MetaStoreUnavailable as exc:
             if isinstance(exc.__cause__, UnimplementedError):
                 raise exc.__cause__ from None
             raise
-        out: list[Node | None] = []
         for path, one in zip(paths, found, strict=True):
             if isinstance(one, Exception):
                 raise _translate(one, path)
-            out.append(None if one is None else Node(one[0], one[1].version))
-        return out
+        return list(found)
 
     async def children(self, path: str) -> list[str]:
         """Names of the children of ``path``, sorted; [] if it does not exist."""

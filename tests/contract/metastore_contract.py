@@ -75,6 +75,13 @@ class MetaStoreContract:
         assert found == [Node(b"3", 1), None, Node(b"1", 0)]
         assert await store.get_many([]) == []
 
+    async def test_children_many_in_order_with_nothing_where_absent(self, store: MetaStore) -> None:
+        for path in ("/k/a/z", "/k/a/b", "/k/c/x"):
+            await store.create(path, b"")
+        found = await store.children_many(["/k/c", "/k/none", "/k/a", "/k/a/z"])
+        assert found == [["x"], [], ["b", "z"], []]
+        assert await store.children_many([]) == []
+
     async def test_create_existing_is_already_exists(self, store: MetaStore) -> None:
         await store.create("/c/dup", b"first")
         with pytest.raises(AlreadyExists):

@@ -120,13 +120,18 @@ async def test_many_reads_go_in_multi_read_chunks_in_order(
         await store.create(f"/mr/n{i:03d}", b"" if i % 2 else f"v{i}".encode())
     sent: list[int] = []
     inner = zk_multiread.send
-    monkeypatch.setattr(zk_multiread, "send", lambda c, ps: sent.append(len(ps)) or inner(c, ps))
+    monkeypatch.setattr(
+        zk_multiread, "send", lambda c, ps, kids=False: sent.append(len(ps)) or inner(c, ps, kids)
+    )
     found = await store.get_many([f"/mr/n{i:03d}" for i in range(300)])
     expected = [
         (Node(b"" if i % 2 else f"v{i}".encode(), 0) if i % 3 == 0 else None) for i in range(300)
     ]
     assert found == expected
     assert sent == [zk_multiread.CHUNK, zk_multiread.CHUNK, 300 - 2 * zk_multiread.CHUNK]
+    sent.clear()
+    names = await store.children_many(["/mr", "/mr/n000", "/none"])
+    assert names == [[f"n{i:03d}" for i in range(0, 300, 3)], [], []] and sent == [3]
 
 
 @pytest.mark.zookeeper
@@ -136,7 +141,7 @@ async def test_a_server_without_multi_read_is_read_one_by_one(
     await store.create("/old/a", b"1")
     asked: list[int] = []
 
-    def unimplemented(client: Any, paths: Any) -> Any:  # what a 3.5 server answers
+    def unimplemented(client: Any, paths: Any, children: bool = False) -> Any:  # a 3.5 server
         asked.append(len(paths))
         result = client.handler.async_result()
         result.set_exception(UnimplementedError())
@@ -145,4 +150,5 @@ async def test_a_server_without_multi_read_is_read_one_by_one(
     monkeypatch.setattr(zk_multiread, "send", unimplemented)
     assert await store.get_many(["/old/a", "/old/b"]) == [Node(b"1", 0), None]
     assert await store.get_many(["/old/a"]) == [Node(b"1", 0)]
+    assert await store.children_many(["/old", "/nope"]) == [["a"], []]
     assert asked == [2]  # remembered: not asked again

@@ -1,6 +1,6 @@
 """The catalog's bulk reads for list pages and searches (``get_topics``, ``describe_topics``,
-``get_subscriptions``, ``describe_subscriptions``, ``describe_projects``): in the order asked, a missing name left
-out, the same records as the one-at-a-time reads."""
+``get_subscriptions``, ``describe_subscriptions``, ``describe_projects``): in the order
+asked, a missing name left out, the same records as the one-at-a-time reads."""
 
 from __future__ import annotations
 

@@ -39,8 +39,8 @@ def router(index: TraceIndex) -> APIRouter:
         every = await meta.children(paths.PROJECTS)
         visible = sorted(every if principal.is_admin else set(every) & principal.projects())
         topics, subs = await asyncio.gather(
-            asyncio.gather(*(meta.children(paths.topics(p)) for p in visible)),
-            asyncio.gather(*(meta.children(paths.subscriptions(p)) for p in visible)),
+            meta.children_many([paths.topics(p) for p in visible]),
+            meta.children_many([paths.subscriptions(p) for p in visible]),
         )
         found_topics = [
             {"project": p, "topic": t}

@@ -120,9 +120,7 @@ class Overview:
 
     # ------------------------------------------------------------ bulk reads
     async def _subscriptions(self, projects: list[str]) -> list[Subscription]:
-        names = await asyncio.gather(
-            *(self.meta.children(paths.subscriptions(p)) for p in projects)
-        )
+        names = await self.meta.children_many([paths.subscriptions(p) for p in projects])
         keys = [(p, s) for p, found in zip(projects, names, strict=True) for s in found]
         nodes = await self.meta.get_many([paths.subscription(p, s) for p, s in keys])
         return [
@@ -186,7 +184,7 @@ class Overview:
 
     async def _publish(self, projects: list[str], now: float) -> dict[str, Any]:
         """Messages per second published to the visible topics (see the module doc)."""
-        topics = await asyncio.gather(*(self.meta.children(paths.topics(p)) for p in projects))
+        topics = await self.meta.children_many([paths.topics(p) for p in projects])
         keys = [(p, t) for p, found in zip(projects, topics, strict=True) for t in found]
         pointers = await self.meta.get_many([paths.produce_pointer(p, t) for p, t in keys])
         wanted = [

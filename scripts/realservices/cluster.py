@@ -10,12 +10,14 @@ machine, as production runs them (issue 34), beside the single nodes of ``server
 - Pulsar (``cluster_topology(pulsar=True)``): three bookies and two brokers on the
   ensemble (``pulsar_cluster.py``): about 1.3 GB more (resident, just started).
 
-- Kafka in namespaces (``cluster_topology(namespaces=True)``): each Kafka node in a network
-  namespace of its own (:func:`kafka_namespace`, ``netns.py``), listening and advertising
-  on its namespace's address for clients, the other brokers and the controller quorum
-  alike, so ``netns.split`` cuts a broker off from the others while every client in the
-  root namespace still reaches it. The caller creates the namespaces first
-  (``netns.hosts(topology_namespaces())``); ZooKeeper stays on 127.0.0.1.
+- In namespaces (``cluster_topology(namespaces=True)``): each Kafka node and each ZooKeeper
+  peer in a network namespace of its own (:func:`kafka_namespace`,
+  :func:`zookeeper_namespace`, ``netns.py``), listening (and a broker advertising) on its
+  namespace's address for clients and the other members alike, so ``netns.split`` cuts a
+  broker off from the other brokers, or a peer from the other peers, while every client in
+  the root namespace still reaches it. The caller creates the namespaces first
+  (``netns.hosts(topology_namespaces())``). Kafka runs KRaft, so the brokers never talk
+  to ZooKeeper: only httpbus's processes (in the root namespace) do.
 
 Each node is a :class:`~.servers.Server` of its own, so a test kills, pauses and restarts
 one with the :class:`~.supervisor.Supervisor` (``restart("kafka-2")``). Heaps are small:
@@ -52,6 +54,7 @@ from .servers import (
 
 NODES = 3
 KAFKA_NS_BASE = 230  # kafka-n's namespace index: clear of the partition tests' 1, 2, …
+ZK_NS_BASE = 220  # zookeeper-n's (namespace ``httpbus-zk-n``, 10.234.22n.2)
 
 
 def _ports(count: int) -> list[int]:
@@ -89,14 +92,19 @@ def _take(ports: Iterator[int], count: int) -> tuple[int, ...]:
     return tuple(next(ports) for _ in range(count))
 
 
-def zookeeper_peer(node: int, ports: ClusterPorts, heap: str = "128m") -> Server:
-    """Peer ``node`` (1-based) of the ensemble, with a Java heap of at most ``heap``."""
+def zookeeper_peer(
+    node: int, ports: ClusterPorts, heap: str = "128m", namespaces: bool = False
+) -> Server:
+    """Peer ``node`` (1-based) of the ensemble, with a Java heap of at most ``heap``; with
+    ``namespaces``, run in :func:`zookeeper_namespace` and listening on its address (client,
+    quorum and election ports alike)."""
     client = ports.zookeeper[node - 1]
+    hosts = zookeeper_hosts(namespaces)
 
     def prepare(data: Path, cp: str) -> Launch:
         _write(data / "data" / "myid", f"{node}\n")
         peers = {
-            f"server.{i}": f"{HOST}:{ports.zk_quorum[i - 1]}:{ports.zk_election[i - 1]}"
+            f"server.{i}": f"{hosts[i - 1]}:{ports.zk_quorum[i - 1]}:{ports.zk_election[i - 1]}"
             for i in range(1, NODES + 1)
         }
         settings = {
@@ -105,7 +113,7 @@ def zookeeper_peer(node: int, ports: ClusterPorts, heap: str = "128m") -> Server
             "syncLimit": 5,
             "dataDir": data / "data",
             "clientPort": client,
-            "clientPortAddress": HOST,
+            "clientPortAddress": hosts[node - 1],
             "admin.enableServer": "false",
             "4lw.commands.whitelist": "ruok,srvr,stat,mntr,wchs",
             "maxClientCnxns": 0,
@@ -114,21 +122,33 @@ def zookeeper_peer(node: int, ports: ClusterPorts, heap: str = "128m") -> Server
         cfg = _write(data / "zoo.cfg", _props(settings))
         main = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
         flags = ["-Dzookeeper.jmx.log4j.disable=true"]
-        return Launch(_java(cp, [f"-Xmx{heap}"], flags, main, [str(cfg)]))
+        argv = _java(cp, [f"-Xmx{heap}"], flags, main, [str(cfg)])
+        return Launch(zookeeper_namespace(node).exec_argv(argv) if namespaces else argv)
 
     def ready() -> bool:
-        answer = _four_letter(client, b"srvr")
+        answer = _four_letter(client, b"srvr", hosts[node - 1])
         return b"Mode: leader" in answer or b"Mode: follower" in answer
 
     return Server(f"zookeeper-{node}", prepare, ready, start_timeout=90, pom="zookeeper")
 
 
-def zookeeper_mode(port: int) -> str:
-    """``leader``, ``follower`` or "" (down, or not serving) for the peer on ``port``."""
-    for line in _four_letter(port, b"srvr").decode(errors="replace").splitlines():
+def zookeeper_mode(port: int, host: str = HOST) -> str:
+    """``leader``, ``follower`` or "" (down, or not serving) for the peer on ``host:port``."""
+    for line in _four_letter(port, b"srvr", host).decode(errors="replace").splitlines():
         if line.startswith("Mode: "):
             return line.removeprefix("Mode: ").strip()
     return ""
+
+
+def zookeeper_namespace(node: int) -> Namespace:
+    """The network namespace ZooKeeper peer ``node`` runs in, in the ``namespaces`` topology."""
+    return Namespace(f"zk-{node}", ZK_NS_BASE + node)
+
+
+def zookeeper_hosts(namespaces: bool) -> tuple[str, ...]:
+    """Where each ZooKeeper peer listens: 127.0.0.1, or its namespace's address."""
+    nodes = range(1, NODES + 1)
+    return tuple(zookeeper_namespace(n).address if namespaces else HOST for n in nodes)
 
 
 def kafka_namespace(node: int) -> Namespace:
@@ -190,20 +210,20 @@ def cluster_topology(
     """The six servers and what clients connect to (every member, comma-separated);
     ``zk_heap``: each ZooKeeper peer's largest heap (bench/scale.py holds 10^5 units);
     ``pulsar``: with three bookies and two Pulsar brokers on the ensemble too
-    (``pulsar_cluster.py``); ``namespaces``: each Kafka node in a network namespace of its
-    own (:func:`topology_namespaces`, to be created by the caller first)."""
+    (``pulsar_cluster.py``); ``namespaces``: each Kafka node and ZooKeeper peer in a network
+    namespace of its own (:func:`topology_namespaces`, to be created by the caller first)."""
     if pulsar and namespaces:
         raise ValueError("Pulsar runs on the loopback topology only")
     ports = ports or ClusterPorts()
     cluster_id = kafka_cluster_id()
     nodes = range(1, NODES + 1)
-    servers = [zookeeper_peer(n, ports, zk_heap) for n in nodes] + [
+    servers = [zookeeper_peer(n, ports, zk_heap, namespaces) for n in nodes] + [
         kafka_node(n, ports, cluster_id, namespaces) for n in nodes
     ]
-    hosts = kafka_hosts(namespaces)
+    zk, kafka = zookeeper_hosts(namespaces), kafka_hosts(namespaces)
     endpoints = {
-        "zookeeper": ",".join(f"{HOST}:{p}" for p in ports.zookeeper),
-        "kafka": ",".join(f"{h}:{p}" for h, p in zip(hosts, ports.kafka, strict=True)),
+        "zookeeper": ",".join(f"{h}:{p}" for h, p in zip(zk, ports.zookeeper, strict=True)),
+        "kafka": ",".join(f"{h}:{p}" for h, p in zip(kafka, ports.kafka, strict=True)),
     }
     if pulsar:
         servers += pulsar_servers(endpoints["zookeeper"], ports.pulsar)
@@ -211,7 +231,18 @@ def cluster_topology(
     return Topology({s.name: s for s in servers}, endpoints)
 
 
-def topology_namespaces() -> list[Namespace]:
-    """The namespaces of ``cluster_topology(namespaces=True)``'s Kafka nodes, node 1 first
-    (not created: ``with netns.hosts(topology_namespaces()): ...``)."""
+def kafka_namespaces() -> list[Namespace]:
+    """The namespaces of ``cluster_topology(namespaces=True)``'s Kafka nodes, node 1 first."""
     return [kafka_namespace(n) for n in range(1, NODES + 1)]
+
+
+def zookeeper_namespaces() -> list[Namespace]:
+    """The namespaces of ``cluster_topology(namespaces=True)``'s ZooKeeper peers, peer 1
+    first."""
+    return [zookeeper_namespace(n) for n in range(1, NODES + 1)]
+
+
+def topology_namespaces() -> list[Namespace]:
+    """Every namespace of ``cluster_topology(namespaces=True)``: the Kafka nodes', then the
+    ZooKeeper peers' (not created: ``with netns.hosts(topology_namespaces()): ...``)."""
+    return kafka_namespaces() + zookeeper_namespaces()

@@ -146,9 +146,9 @@ def zookeeper(ports: Ports) -> Server:
     return Server("zookeeper", prepare, ready, start_timeout=60)
 
 
-def _four_letter(port: int, word: bytes) -> bytes:
+def _four_letter(port: int, word: bytes, host: str = HOST) -> bytes:
     try:
-        with socket.create_connection((HOST, port), timeout=2) as sock:
+        with socket.create_connection((host, port), timeout=2) as sock:
             sock.sendall(word)
             return sock.recv(4096)
     except OSError:

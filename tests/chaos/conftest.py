@@ -5,7 +5,8 @@ brokers instead of Kafka), started once per test run for the chaos modules that 
 (scripts/realservices/cluster.py), and stopped after them. And ``namespaces``: network
 namespaces for the partition tests (scripts/realservices/netns.py; root only); ``cut_off``:
 a partition test's world and the namespace its process under test runs in;
-``namespaced_cluster``: the cluster with each Kafka node in a namespace of its own."""
+``namespaced_cluster``: the cluster with each Kafka node and each ZooKeeper peer in a
+namespace of its own."""
 
 from __future__ import annotations
 
@@ -19,7 +20,13 @@ import pytest
 
 from scripts.realservices import netns
 from scripts.realservices.__main__ import DEFAULT_CACHE
-from scripts.realservices.cluster import ClusterPorts, cluster_topology, topology_namespaces
+from scripts.realservices.cluster import (
+    ClusterPorts,
+    cluster_topology,
+    kafka_namespaces,
+    zookeeper_mode,
+    zookeeper_namespaces,
+)
 from scripts.realservices.supervisor import Supervisor
 from tests.support.services import RealServices
 from tests.support.workers import ProcessWorld, process_world
@@ -29,7 +36,8 @@ class Cluster:
     def __init__(self, run_dir: Path, *, pulsar: bool = False, namespaces: bool = False) -> None:
         self.ports = ClusterPorts.free()
         self.topology = cluster_topology(self.ports, pulsar=pulsar, namespaces=namespaces)
-        self.namespaces = topology_namespaces() if namespaces else []  # Kafka node 1's first
+        self.namespaces = kafka_namespaces() if namespaces else []  # Kafka node 1's first
+        self.zk_namespaces = zookeeper_namespaces() if namespaces else []  # peer 1's first
         self.supervisor = Supervisor(run_dir, DEFAULT_CACHE, topology=self.topology)
 
     @property
@@ -39,6 +47,11 @@ class Cluster:
     @property
     def kafka(self) -> str:
         return self.topology.endpoints["kafka"]
+
+    def zookeeper_modes(self) -> dict[int, str]:
+        """Each peer's mode, by its number: ``leader``, ``follower`` or "" (not serving)."""
+        peers = (peer.rsplit(":", 1) for peer in self.zookeeper.split(","))
+        return {n: zookeeper_mode(int(port), host) for n, (host, port) in enumerate(peers, 1)}
 
     @property
     def pulsar(self) -> str:
@@ -64,11 +77,11 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def namespaced_cluster() -> Iterator[Cluster]:
-    """The ensemble and three Kafka nodes each in a network namespace of its own (root
-    only), for the module that asks for it, stopped and the namespaces removed after it
-    whatever happened (leftovers of the same names removed first)."""
+    """The three ZooKeeper peers and three Kafka nodes each in a network namespace of its
+    own (root only), for the module that asks for it, stopped and the namespaces removed
+    after it whatever happened (leftovers of the same names removed first)."""
     built = Cluster(Path(tempfile.mkdtemp(prefix="httpbus-chaos-netns-")), namespaces=True)
-    with netns.hosts(built.namespaces):
+    with netns.hosts([*built.namespaces, *built.zk_namespaces]):
         built.supervisor.start(list(built.topology.servers), die_with_parent=True)
         try:
             yield built

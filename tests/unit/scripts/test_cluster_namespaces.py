@@ -1,6 +1,6 @@
-"""The cluster topology with each Kafka node in a network namespace (scripts/realservices/
-cluster.py) and the namespace helper's address partition (netns.py), as configuration and
-``ip`` commands: no root, nothing started."""
+"""The cluster topology with each Kafka node and ZooKeeper peer in a network namespace
+(scripts/realservices/cluster.py) and the namespace helper's address partition (netns.py),
+as configuration and ``ip`` commands: no root, nothing started."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from scripts.realservices.cluster import (
     ClusterPorts,
     cluster_topology,
     topology_namespaces,
+    zookeeper_namespaces,
 )
 
 PORTS = ClusterPorts(kafka=(9001, 9002, 9003), kafka_controller=(9101, 9102, 9103))
@@ -38,15 +39,32 @@ def test_each_kafka_node_listens_and_advertises_on_its_namespace_address(tmp_pat
     assert argv[:4] == ["ip", "netns", "exec", "httpbus-kafka-2"]
 
 
-def test_clients_are_handed_every_namespace_address_and_zookeeper_stays_on_loopback() -> None:
+def test_each_zookeeper_peer_listens_on_its_namespace_address(tmp_path: Path) -> None:
+    server = cluster_topology(PORTS, namespaces=True).servers["zookeeper-3"]
+    launch = server.prepare(tmp_path, "cp")
+    lines = (tmp_path / "zoo.cfg").read_text().splitlines()
+    cfg = dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+    assert cfg["clientPortAddress"] == "10.234.223.2"
+    assert [cfg[f"server.{n}"] for n in (1, 2, 3)] == [
+        f"10.234.22{n}.2:{PORTS.zk_quorum[n - 1]}:{PORTS.zk_election[n - 1]}" for n in (1, 2, 3)
+    ]
+    assert launch.argv[:4] == ["ip", "netns", "exec", "httpbus-zk-3"]
+
+
+def test_clients_are_handed_every_namespace_address() -> None:
     endpoints = cluster_topology(PORTS, namespaces=True).endpoints
     assert endpoints["kafka"] == "10.234.231.2:9001,10.234.232.2:9002,10.234.233.2:9003"
-    assert endpoints["zookeeper"].startswith("127.0.0.1:")
+    assert endpoints["zookeeper"] == "10.234.221.2:2281,10.234.222.2:2282,10.234.223.2:2283"
     assert [ns.name for ns in topology_namespaces()] == [
         "httpbus-kafka-1",
         "httpbus-kafka-2",
         "httpbus-kafka-3",
+        "httpbus-zk-1",
+        "httpbus-zk-2",
+        "httpbus-zk-3",
     ]
+    indexes = [ns.index for ns in topology_namespaces()]
+    assert len(set(indexes)) == len(indexes)
 
 
 def test_the_loopback_topology_stays_the_default(tmp_path: Path) -> None:
@@ -54,6 +72,9 @@ def test_the_loopback_topology_stays_the_default(tmp_path: Path) -> None:
     assert props["listeners"] == "PLAINTEXT://127.0.0.1:9001,CONTROLLER://127.0.0.1:9101"
     assert argv[0] != "ip"
     assert cluster_topology(PORTS).endpoints["kafka"].split(",")[0] == "127.0.0.1:9001"
+    assert cluster_topology(PORTS).endpoints["zookeeper"].split(",")[0] == "127.0.0.1:2281"
+    zk_argv = cluster_topology(PORTS).servers["zookeeper-1"].prepare(tmp_path, "cp").argv
+    assert zk_argv[0] != "ip"
 
 
 def test_pulsar_is_not_offered_in_namespaces() -> None:
@@ -71,7 +92,7 @@ def test_free_ports_are_all_distinct() -> None:
 
 
 def test_split_isolates_one_node_from_the_others_both_ways_by_address() -> None:
-    one, two, three = topology_namespaces()
+    one, two, three = topology_namespaces()[:3]
     with mock.patch.object(netns, "ip", return_value="") as ip:
         netns.split(one, [two, three])
     rules = [(c.kwargs["netns"], c.args) for c in ip.call_args_list]
@@ -87,3 +108,11 @@ def test_split_isolates_one_node_from_the_others_both_ways_by_address() -> None:
         ("httpbus-kafka-3", rule("10.234.231.2", three.table)),
     ]
     assert one.isolated == [two.address, three.address] and two.isolated == [one.address]
+
+
+def test_split_isolates_a_zookeeper_peer_from_the_other_two() -> None:
+    one, two, three = zookeeper_namespaces()
+    with mock.patch.object(netns, "ip", return_value=""):
+        netns.split(two, [one, three])
+    assert two.isolated == ["10.234.221.2", "10.234.223.2"]
+    assert one.isolated == three.isolated == ["10.234.222.2"]

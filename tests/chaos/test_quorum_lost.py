@@ -10,82 +10,43 @@ acknowledged; publishing and delivery are back within 15 s of the quorum."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from metastore import paths
-from scripts.realservices.cluster import zookeeper_mode
-from tests.chaos.checker import check, from_requests
 from tests.chaos.conftest import Cluster
-from tests.chaos.faults import ADMIN, Load, kill_for
-from tests.support.processes import ProducerProcess
-from tests.support.services import RealServices
-from tests.support.stored import read_to_end
-from tests.support.until import until
-from tests.support.workers import ProcessWorld, process_world
+from tests.chaos.delivering import delivering
+from tests.chaos.faults import Load, kill_for
+from tests.support.workers import ProcessWorld
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
 SESSION_S = 6.0
 DOWN_S = 20.0
-GROUPS = 8
 BACK_WITHIN_S = 15.0
-
-
-async def _worker_holding(world: ProcessWorld, member: str) -> None:
-    await world.meta.create(paths.assignment(member), json.dumps(["shop/s0"]).encode())
-    [worker] = world.workers([member], commit_every_s=0.2, lock_retry_s=0.2)
-    await worker.ready()
-    await until(lambda: _holds(world, member), 30, "the worker holding s0")
-
-
-async def _holds(world: ProcessWorld, member: str) -> bool:
-    return await world.holder("s0") == member
 
 
 async def test_zookeeper_quorum_lost_for_20s_fences_delivery_and_loses_nothing(
     cluster: Cluster, unique: str, tmp_path: Path
 ) -> None:
-    on_cluster = RealServices(cluster.zookeeper, cluster.kafka, pulsar="", pulsar_admin="")
-    async with process_world(
-        on_cluster, unique, tmp_path, grouped=True, session_timeout_s=SESSION_S
-    ) as world:
-        await world.subscribe("s0", max_in_flight=8)
-        await _worker_holding(world, f"wq-{unique}")
-        settings = world.settings(admin_token=ADMIN)
-        with ProducerProcess(settings, tmp_path) as producer:
-            load = Load(producer.url)
-            clients = [asyncio.create_task(load.group(f"g{i:02d}")) for i in range(GROUPS)]
-            try:
-                await until(lambda: len(world.hook.on("s0")) >= 50, 30, "deliveries flowing")
-                modes = {n: zookeeper_mode(p) for n, p in enumerate(cluster.ports.zookeeper, 1)}
-                lost = [f"zookeeper-{n}" for n in sorted(modes)[:2]]
-                fault_at = time.time()
-                restarted_at = await kill_for(cluster, lost, DOWN_S)
-                back_at = time.time()
-                await asyncio.sleep(BACK_WITHIN_S)  # publishing on after the quorum is back
-            finally:
-                load.stop.set()
-                await asyncio.gather(*clients, return_exceptions=True)
-        acked = {(g, s) for g, seqs in load.acked.items() for s in seqs}
-        ids = {f"{g}-{s}" for g, s in acked}
+    async with delivering(cluster, unique, tmp_path, SESSION_S) as run:
+        modes = cluster.zookeeper_modes()
+        lost = [f"zookeeper-{n}" for n in sorted(modes)[:2]]
+        fault_at = time.time()
+        restarted_at = await kill_for(cluster, lost, DOWN_S)
+        back_at = time.time()
+        await asyncio.sleep(BACK_WITHIN_S)  # publishing on after the quorum is back
         try:
-            await until(lambda: ids <= set(world.hook.ids("s0")), 90, "every acked delivered")
+            verdict = await run.settle(heal_at=back_at)
         finally:
-            _report(world, load, (modes, lost), (fault_at, restarted_at, back_at))
-        stored = await read_to_end(world.store, world.storage, deadline_s=90)
-    stored_pairs = {tuple(m.value.decode().split(":")) for m in stored}
-    assert not {(g, str(s)) for g, s in acked} - stored_pairs, "acknowledged and not stored"
-    verdict = check(load.history(from_requests(world.hook.on("s0"))), heal_at=back_at)
+            _report(run.world, run.load, (modes, lost), (fault_at, restarted_at, back_at))
+        delivered = run.world.hook.on("s0")
     print(verdict.summary())
     # 0 loss, 0 inversions, publishing and delivery back within 15 s of the quorum.
     verdict.assert_sound(back_within_s=BACK_WITHIN_S)
     # From the lease's span (and a request in flight) to the restart of the two peers.
     fenced = (fault_at + SESSION_S / 2 + 1.0, restarted_at)
-    delivered = world.hook.on("s0")
     during = [round(r.at - fault_at, 2) for r in delivered if fenced[0] < r.at < fenced[1]]
     assert not during, f"{len(during)} deliveries without a quorum, at (s after the fault) {during}"
 

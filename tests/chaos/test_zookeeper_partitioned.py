@@ -21,6 +21,7 @@ import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,7 +78,7 @@ class Fault:
         return await asyncio.to_thread(self.cluster.zookeeper_modes)
 
     async def mark(
-        self, what: str, condition: Callable[[], Awaitable[object]], timeout: float
+        self, what: str, condition: Callable[[], Awaitable[Any]], timeout: float
     ) -> None:
         """Wait (``until``) for ``condition``; note when it held, from the fault on."""
         await until(condition, timeout, what, interval=0.2)
@@ -104,6 +105,12 @@ class Fault:
         )
 
 
+async def _leader_but(fault: Fault, node: int) -> int | None:
+    """A leader other than peer ``node``, if one serves."""
+    modes = await fault.modes_now()
+    return next((n for n, m in modes.items() if n != node and m == "leader"), None)
+
+
 async def _rejoined(fault: Fault, node: int) -> bool:
     modes = await fault.modes_now()
     return modes[node] == "follower" and list(modes.values()).count("leader") == 1
@@ -123,10 +130,6 @@ async def test_the_zookeeper_leader_partitioned_from_its_followers_loses_nothing
         async def old_leader_stopped() -> bool:
             return (await fault.modes_now())[node] not in ("leader", "follower")
 
-        async def new_leader() -> int | None:
-            modes = await fault.modes_now()
-            return next((n for n, m in modes.items() if n != node and m == "leader"), None)
-
         async def moved() -> bool:
             peers = await asyncio.to_thread(_peers_of, cluster, pids)
             return all(p and node not in p for p in peers.values())
@@ -134,7 +137,7 @@ async def test_the_zookeeper_leader_partitioned_from_its_followers_loses_nothing
         netns.split(one, others)
         try:
             await fault.mark(f"zookeeper-{node} stopped serving", old_leader_stopped, 15)
-            await fault.mark("a new leader", new_leader, PARTITIONED_S - 2)
+            await fault.mark("a new leader", lambda: _leader_but(fault, node), PARTITIONED_S - 2)
             await fault.mark("every client on the majority", moved, PARTITIONED_S - 2)
             await fault.note("while split")
             await fault.last_out()
@@ -168,6 +171,7 @@ async def test_the_peer_of_the_workers_session_cut_off_keeps_the_session(
         cluster.zk_namespaces[node - 1].cut()
         try:
             await fault.mark("the worker on another peer", worker_moved, PARTITIONED_S - 2)
+            await fault.mark("a leader of the other two", lambda: _leader_but(fault, node), 15)
             await fault.note("while cut off")
             await fault.last_out()
         finally:

@@ -105,6 +105,13 @@ class Fault:
         )
 
 
+async def _lock(run: Delivering) -> bytes:
+    """The worker's lock of ``s0``: its session's ephemeral node, with a token of its own."""
+    node = await run.world.meta.get(paths.subscription_lock("shop", "s0"))
+    assert node is not None, "s0 not held"
+    return node.data
+
+
 async def _leader_but(fault: Fault, node: int) -> int | None:
     """A leader other than peer ``node``, if one serves."""
     modes = await fault.modes_now()
@@ -126,6 +133,7 @@ async def test_the_zookeeper_leader_partitioned_from_its_followers_loses_nothing
         one = cluster.zk_namespaces[node - 1]
         others = [ns for ns in cluster.zk_namespaces if ns is not one]
         pids = _pids(run)
+        lock = await _lock(run)
 
         async def old_leader_stopped() -> bool:
             return (await fault.modes_now())[node] not in ("leader", "follower")
@@ -150,6 +158,8 @@ async def test_the_zookeeper_leader_partitioned_from_its_followers_loses_nothing
         verdict = await run.settle(heal_at=healed_at)
         print(f"\nthe leader zookeeper-{node} split from the followers: "
               f"{fault.report(healed_at, verdict)}")  # fmt: skip
+        # The same node, so the same session: the worker's reconnected in time.
+        assert await _lock(run) == lock, "the worker's lock was taken anew: its session lapsed"
     verdict.assert_sound(back_within_s=BACK_WITHIN_S)
 
 
@@ -160,8 +170,7 @@ async def test_the_peer_of_the_workers_session_cut_off_keeps_the_session(
     async with delivering(cluster, unique, tmp_path, SESSION_S) as run:
         fault = Fault(cluster, run)
         [node] = fault.before["worker"]
-        lock_path = paths.subscription_lock("shop", "s0")
-        lock = await run.world.meta.get(lock_path)
+        lock = await _lock(run)
         pid = {"worker": run.worker.proc.pid}
 
         async def worker_moved() -> bool:
@@ -180,11 +189,7 @@ async def test_the_peer_of_the_workers_session_cut_off_keeps_the_session(
         await fault.mark(f"zookeeper-{node} a follower again", lambda: _rejoined(fault, node), 30)
         await asyncio.sleep(RECOVER_S)  # the load on after the heal
         verdict = await run.settle(heal_at=healed_at)
-        after = await run.world.meta.get(lock_path)
         print(f"\nzookeeper-{node}, the worker's peer, cut off from everything: "
               f"{fault.report(healed_at, verdict)}")  # fmt: skip
-    # The lock is the worker's session's ephemeral node: the same one, so the same session.
-    assert lock is not None and after is not None and after.data == lock.data, (
-        "the worker's lock was taken anew: its session lapsed"
-    )
+        assert await _lock(run) == lock, "the worker's lock was taken anew: its session lapsed"
     verdict.assert_sound(back_within_s=BACK_WITHIN_S)

@@ -5,12 +5,15 @@ a worker process delivers its subscription (session 6 s; ``tests/chaos/deliverin
 - the ensemble's leader split from its two followers both ways for 20 s, every client still
   reaching it: it loses its quorum and stops serving (its clients' connections closed), the
   two followers elect a leader of their own, the clients that were on the old leader
-  reconnect to them; after the heal the old leader rejoins as a follower;
+  reconnect to them (the worker on the same session); after the heal the old leader
+  rejoins as a follower;
 - the peer the worker's session is connected to cut off from everything (its link down) for
   20 s: the worker reconnects to another peer before its session lapses.
 
 What must hold (checker): no acknowledged message lost, no group order inverted, no process
-under test exited, publishing and delivery back within 15 s of the heal."""
+under test exited, publishing and delivery back within 15 s of the heal; and the worker's
+lock the same node after the heal (an ephemeral node of its session, with a token of its
+own: its session lived). About 2 minutes, the cluster's start and stop included."""
 
 from __future__ import annotations
 

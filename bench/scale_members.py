@@ -23,12 +23,15 @@ import resource
 import signal
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from core.result import DeliveryResult  # noqa: E402
+from delivery_workers.running import Running  # noqa: E402
 from delivery_workers.sender import BatchDelivery, Delivery  # noqa: E402
 from delivery_workers.worker import Worker  # noqa: E402
 from metastore.zookeeper import ZooKeeperMetaStore  # noqa: E402
@@ -36,11 +39,26 @@ from metastore.zookeeper import ZooKeeperMetaStore  # noqa: E402
 REPORT_EVERY_S = 0.5
 
 
+class IdleRunning(Running):
+    """Runs nothing where a runner would run: no storage is configured here, so a real
+    runner would fail and start again every second (with a logged traceback) for every
+    unit, which is not what a worker's unit costs."""
+
+    async def _run(self, key: str, project: str, name: str) -> None:
+        # The metastore reads a runner makes before it reads storage, then nothing.
+        sub = await self.catalog.get_subscription(project, name)
+        await self.disabling.watch(key, sub)
+        await asyncio.Future()  # until unassigned, paused, deleted or the lock is lost
+
+
 class IdleWorker(Worker):
     """A worker whose runners deliver nothing: everything else is the real worker's."""
 
-    async def _run(self, key: str, project: str, name: str) -> None:
-        await asyncio.Future()  # until unassigned, paused, deleted or the lock is lost
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        made = self.running  # the same collaborators, the runner replaced
+        kept = {f.name: getattr(made, f.name) for f in fields(made) if f.init}
+        self.running = IdleRunning(**kept)
 
 
 class NoSender:

@@ -92,13 +92,17 @@ class Members:
         (self.workdir / f"members-{index:02d}.json").unlink(missing_ok=True)
 
     def stop(self) -> None:
+        """SIGTERM every member process, SIGKILL what is left after 30 s in all (not 30 s
+        each: ten loaded processes releasing 10^3 locks each took minutes one by one)."""
         for proc in self.procs.values():
             proc.terminate()
+        deadline = time.monotonic() + 30
         for proc in self.procs.values():
             try:
-                proc.wait(timeout=30)
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait()
         self.procs.clear()
 
     def reports(self) -> list[dict[str, Any]]:

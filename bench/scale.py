@@ -129,6 +129,15 @@ class Members:
         assigned = sum(a for a, _ in counts)
         return len(counts) == members and assigned == units and all(a == h for a, h in counts)
 
+    def fencings(self) -> int:
+        """Locks fenced off so far (a lapsed session lease: docs/reliability.md), from the
+        member processes' logs."""
+        found = 0
+        for log in self.workdir.glob("members-*.log"):
+            with log.open("rb") as lines:
+                found += sum(1 for line in lines if b"fenced off the lock" in line)
+        return found
+
     def rss(self) -> int:
         return sum(int(r["rss"]) for r in self.reports())
 
@@ -277,6 +286,7 @@ class Scale:
         took = until(lambda: members.settled(size, members_total), limit)
         fig.values["all_locked_s"] = None if took is None else time.monotonic() - t0
         fig.values["member_restarts"] = members.restarts
+        fig.values["fencings_at_lock"] = members.fencings()
         print(f"  every unit locked after {fig.values['all_locked_s']} s", flush=True)
         if took is None:
             return
@@ -311,6 +321,7 @@ class Scale:
         members.start(gone)
         took = until(lambda: members.settled(size, members_total), self.args.timeout_s)
         fig.values["rebalance_join_s"] = took
+        fig.values["fencings_at_end"] = members.fencings()
         print(f"  10 % back: settled after {took} s", flush=True)
 
     def api(self, fig: Figures, cp: s.Server, size: int) -> None:

@@ -96,6 +96,18 @@ class Fault:
         """The rest of the fault's length."""
         await asyncio.sleep(max(0.0, self.at + PARTITIONED_S - time.time()))
 
+    async def healed(self, node: int, lock: bytes, what: str) -> Verdict:
+        """After the heal: peer ``node`` a follower again, the load on for ``RECOVER_S``, the
+        checker's verdict (printed with the figures), and the worker's lock the same node,
+        so the same session (it reconnected in time)."""
+        healed_at = time.time()
+        await self.mark(f"zookeeper-{node} a follower again", lambda: _rejoined(self, node), 30)
+        await asyncio.sleep(RECOVER_S)  # the load on after the heal
+        verdict = await self.run.settle(heal_at=healed_at)
+        print(f"\n{what}: {self.report(healed_at, verdict)}")
+        assert await _lock(self.run) == lock, "the worker's lock was taken anew: its session lapsed"
+        return verdict
+
     def report(self, healed_at: float, verdict: Verdict) -> str:
         ok = [at for at, status in self.run.load.answers if status == 201]
         delivered = [r.at for r in self.run.world.hook.on("s0")]
@@ -155,14 +167,7 @@ async def test_the_zookeeper_leader_partitioned_from_its_followers_loses_nothing
         finally:
             for ns in cluster.zk_namespaces:
                 ns.heal()
-        healed_at = time.time()
-        await fault.mark(f"zookeeper-{node} a follower again", lambda: _rejoined(fault, node), 30)
-        await asyncio.sleep(RECOVER_S)  # the load on after the heal
-        verdict = await run.settle(heal_at=healed_at)
-        print(f"\nthe leader zookeeper-{node} split from the followers: "
-              f"{fault.report(healed_at, verdict)}")  # fmt: skip
-        # The same node, so the same session: the worker's reconnected in time.
-        assert await _lock(run) == lock, "the worker's lock was taken anew: its session lapsed"
+        verdict = await fault.healed(node, lock, f"the leader zookeeper-{node} split off")
     verdict.assert_sound(back_within_s=BACK_WITHIN_S)
 
 
@@ -188,11 +193,5 @@ async def test_the_peer_of_the_workers_session_cut_off_keeps_the_session(
             await fault.last_out()
         finally:
             cluster.zk_namespaces[node - 1].heal()
-        healed_at = time.time()
-        await fault.mark(f"zookeeper-{node} a follower again", lambda: _rejoined(fault, node), 30)
-        await asyncio.sleep(RECOVER_S)  # the load on after the heal
-        verdict = await run.settle(heal_at=healed_at)
-        print(f"\nzookeeper-{node}, the worker's peer, cut off from everything: "
-              f"{fault.report(healed_at, verdict)}")  # fmt: skip
-        assert await _lock(run) == lock, "the worker's lock was taken anew: its session lapsed"
+        verdict = await fault.healed(node, lock, f"zookeeper-{node}, the worker's peer, cut off")
     verdict.assert_sound(back_within_s=BACK_WITHIN_S)

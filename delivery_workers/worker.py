@@ -19,7 +19,8 @@ holds:
 While a seek request ``/seeks/{project}:{s}`` exists (the control plane is moving the
 subscription's positions), the worker stops the runner, releases the lock and waits for the
 request to go before taking the lock again; the control plane holds the lock meanwhile, so
-the runner restarts from the positions the seek committed. A paused subscription keeps its
+the runner restarts from the positions the seek committed (one watch of ``/seeks`` serves
+all the worker's units: :mod:`.seeks`). A paused subscription keeps its
 lock but runs no runner; so does a disabled one (its endpoint failed every attempt for
 ``endpoint.disable_after_s``: :mod:`.disabling` decides and writes it, ``/enable`` clears
 it). A :class:`StatusPublisher` writes each held subscription's figures
@@ -71,6 +72,7 @@ from .notify import BACKOFF_S, Notifier
 from .ops_events import OpsEvents
 from .runner import SubscriptionRunner
 from .running import RunnerOptions, Running
+from .seeks import SeekRequests
 from .sender import EndpointSender
 from .shared_reads import SharedSegmentReader
 from .stats import RunnerStats
@@ -127,6 +129,7 @@ class Worker(AsyncResource):
         self._samples = TaskSet()  # test events being sent
         self._holding: set[str] = set()  # subscriptions whose lock this worker holds
         self._orphans = TaskSet()  # releases of orphaned locks
+        self.seeks = SeekRequests(metastore)  # one watch of /seeks for every unit
         self.disabling = Disabling(
             self.catalog,
             member_id,
@@ -180,6 +183,7 @@ class Worker(AsyncResource):
     async def start(self) -> None:
         """Join the group ``workers`` and follow this worker's assignment."""
         await self.metastore.join(GROUP, self.member_id, self.member_data)
+        await self.seeks.start()
         self._follow = asyncio.create_task(self._follow_assignment())
         events = sample_events.serve(
             self.catalog, self.fenced, self.member_id, self._answers_tests, self._samples
@@ -199,6 +203,7 @@ class Worker(AsyncResource):
         await self.disabling.aclose()
         await self.status.aclose()
         await self.reader.aclose()  # its topic watches
+        await self.seeks.aclose()
 
     # ------------------------------------------------------------ assignment
     async def _follow_assignment(self) -> None:
@@ -228,7 +233,7 @@ class Worker(AsyncResource):
         while True:
             try:
                 await until_node(self.metastore, paths.subscription(project, name), present=True)
-                await until_node(self.metastore, paths.seek_request(project, name), present=False)
+                await self.seeks.until(paths.seek_request(project, name), present=False)
                 lock = UnitLock(self.metastore, self.member_id, paths.unit_lock(key),
                                 self._orphans, self.lock_retry_s)  # fmt: skip
                 await lock.acquire()
@@ -256,7 +261,7 @@ class Worker(AsyncResource):
         lost = asyncio.create_task(lock.until_lost())
         others = [
             asyncio.create_task(self.running.follow(key, project, name)),
-            asyncio.create_task(_until_seek(self.metastore, self.member_id, project, name)),
+            asyncio.create_task(_until_seek(self.seeks, self.member_id, project, name)),
         ]
         try:
             done, _ = await asyncio.wait([lost, *others], return_when=asyncio.FIRST_COMPLETED)
@@ -284,8 +289,8 @@ async def _drop_deleted(
             log.warning("could not drop the internal topics of %s: %s", key, exc)
 
 
-async def _until_seek(metastore: MetaStore, member_id: str, project: str, name: str) -> None:
+async def _until_seek(seeks: SeekRequests, member_id: str, project: str, name: str) -> None:
     """Until a seek of the subscription is requested: its runner steps aside for it."""
     path = paths.seek_request(project, name)
-    await until_node(metastore, path, present=True)
+    await seeks.until(path, present=True)
     log.info("worker %s: %s; stepping aside", member_id, path)

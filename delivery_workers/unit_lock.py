@@ -27,9 +27,11 @@ from typing import Any
 
 from core.errors import AlreadyExists, NotFound, VersionConflict
 from core.tasks import TaskSet, cancel_all
-from metastore.protocol import MetaStore
+from metastore.protocol import MetaStore, Node
 
 log = logging.getLogger(__name__)
+
+_WAIT_ROUNDS = 60  # of ``retry_s``: the longest wait on the watch before trying again
 
 
 class Loss(Enum):
@@ -69,12 +71,23 @@ class UnitLock:
                 create.add_done_callback(self._orphaned)
                 raise
             except AlreadyExists:
-                if await self._drop_stale():
-                    continue
                 if not waited:
                     log.info("worker %s waits for the lock %s", self.member_id, self.path)
                     waited = True
-                await asyncio.sleep(self.retry_s)
+                await self._until_free()
+
+    async def _until_free(self) -> None:
+        """Wait until the lock's node is gone (or was a stale one of ours: deleted), on a
+        watch of it. Polling it every ``retry_s`` (a create and a read) was two requests a
+        unit twice a second for every unit whose previous owner had not let go yet: at a
+        start or a rebalance of thousands of units, most of a member's requests
+        (bench/scale.py). ``retry_s`` × ``_WAIT_ROUNDS`` bounds a wait, should a watch be
+        missed."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.retry_s * _WAIT_ROUNDS):
+                async for node in self.metastore.watch(self.path):
+                    if node is None or await self._drop_stale(node):
+                        return
 
     def _orphaned(self, create: asyncio.Future[Any]) -> None:
         if create.cancelled() or create.exception() is not None:
@@ -87,13 +100,12 @@ class UnitLock:
         if node is not None and node.data == self.token:
             await self.metastore.delete(self.path, expected_version=node.version)
 
-    async def _drop_stale(self) -> bool:
-        """Delete the lock if an earlier holder in this process left it (its release failed
-        while the metastore was away, and the session outlived the outage): nobody else may
-        take it while we live, and we no longer act on it. True if it was deleted."""
-        node = await self.metastore.get(self.path)
-        if node is None or node.data == self.token:
-            return node is None
+    async def _drop_stale(self, node: Node) -> bool:
+        """Delete the lock ``node`` if an earlier holder in this process left it (its release
+        failed while the metastore was away, and the session outlived the outage): nobody
+        else may take it while we live, and we no longer act on it. True if it was deleted."""
+        if node.data == self.token:
+            return False
         try:
             holder = json.loads(node.data).get("member")
         except (ValueError, AttributeError):

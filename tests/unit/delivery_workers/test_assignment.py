@@ -177,3 +177,32 @@ async def test_a_fenced_worker_keeps_its_lock_when_its_session_is_confirmed_agai
     assert after == held  # the same node: same token, same version
     second = await world.produce("b", 10)
     await until(lambda: set(world.hook.ids("s0")) >= set(first + second))
+
+
+async def test_a_waiting_lock_watches_instead_of_polling(world: World) -> None:
+    """While another holds the lock the waiter makes no request: it polled before (a create
+    and a read every ``retry_s``), two requests a unit twice a second for every unit whose
+    previous owner had not let go, most of a member's requests at a rebalance of 10^3
+    units (bench/scale.py). It takes the lock as soon as the holder lets go."""
+    worker = await world.worker("w1")
+    meta = worker.metastore
+    lock = paths.subscription_lock("p", "waited")
+    await meta.create(lock, json.dumps({"member": "w2", "token": "t"}).encode(), ephemeral=True)
+    creates: list[str] = []
+    real_create = meta.create
+
+    async def counted(path: str, data: bytes, **kw: Any) -> Any:
+        creates.append(path)
+        return await real_create(path, data, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(meta, "create", counted)
+        waiter = UnitLock(meta, "w1", lock, worker._orphans, 0.02)
+        acquiring = asyncio.create_task(waiter.acquire())
+        await asyncio.sleep(0.5)  # proves that nothing is asked while it is held
+        assert creates == [lock] and not acquiring.done()
+        await meta.delete(lock)
+        async with asyncio.timeout(5):
+            await acquiring
+        node = await meta.get(lock)
+        assert node is not None and node.data == waiter.token

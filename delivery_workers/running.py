@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from core.errors import HttpbusError, NotFound
@@ -149,8 +150,10 @@ class Running:
         a message the runner fails on again and again is dead-lettered (:mod:`.poison`)."""
         crashes = self._crashes.setdefault(key, RunnerCrashes())
         options = self.options
+        backoff = RestartBackoff(options.error_retry_s)
         while True:
             runner: SubscriptionRunner | None = None
+            backoff.started()
             try:
                 sub = await self.catalog.get_subscription(project, name)
                 health = await self.disabling.watch(key, sub)
@@ -174,7 +177,7 @@ class Running:
                 stop_if_cancelled(exc)  # stopped: the error is its clean-up's, never restart
                 log.exception("worker %s: runner of %s failed; restarting", self.member_id, key)
                 crashes.record(exc, key)
-                await asyncio.sleep(options.error_retry_s)
+                await asyncio.sleep(backoff.failed())
             finally:
                 if runner is not None:
                     self._fold(key, runner)
@@ -185,6 +188,34 @@ class Running:
             del self.runners[key]
         runner.stats.dlq.live = False  # kept as last counted until a runner counts again
         self.totals.fold(key, runner.stats)
+
+
+@dataclass
+class RestartBackoff:
+    """How long a failed runner waits before it starts again: ``first_s``, doubled for each
+    failure in a row up to ``most_s`` (a runner that ran ``steady_s`` starts the row over).
+
+    A runner that fails at once (storage away or not configured, its committed positions
+    not read in time) used to start again every ``first_s`` for ever: 1 000 such units were
+    a thousand restarts, tracebacks and metastore reads a second, most of a core
+    (bench/scale.py), and at a worker's start they kept the loop from confirming its session."""
+
+    first_s: float
+    most_s: float = 30.0
+    steady_s: float = 60.0
+    clock: Callable[[], float] = time.monotonic
+    _row: int = 0
+    _since: float = 0.0
+
+    def started(self) -> None:
+        self._since = self.clock()
+
+    def failed(self) -> float:
+        """The wait before the next start."""
+        if self.clock() - self._since >= self.steady_s:
+            self._row = 0
+        self._row += 1
+        return min(self.first_s * 2 ** (self._row - 1), max(self.first_s, self.most_s))
 
 
 def shard_of(sub: Subscription, index: int | None) -> Shard:

@@ -15,7 +15,7 @@ import pytest
 from core.errors import MetaStoreUnavailable
 from core.model import Subscription
 from delivery_workers import running as running_module
-from delivery_workers.running import RunnerOptions, Running
+from delivery_workers.running import RestartBackoff, RunnerOptions, Running
 from delivery_workers.stats import RunnerStats
 from metastore import paths
 from metastore.embedded import EmbeddedMetaStore
@@ -119,3 +119,20 @@ async def test_a_runner_failing_on_its_own_is_started_again(
             await asyncio.gather(follow, return_exceptions=True)
         assert len(fake_runner.started) == 2
         assert running.runners == {}
+
+
+def test_a_runner_failing_again_and_again_waits_longer_each_time() -> None:
+    """1 000 units whose runners failed at once restarted every second each, for ever:
+    most of a core (bench/scale.py). The wait doubles up to a bound; a runner that ran a
+    while starts the row over."""
+    now = [0.0]
+    backoff = RestartBackoff(1.0, most_s=30.0, steady_s=60.0, clock=lambda: now[0])
+    waits = []
+    for _ in range(7):
+        backoff.started()
+        waits.append(backoff.failed())
+        now[0] += waits[-1]
+    assert waits == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    backoff.started()
+    now[0] += 60.0  # it ran a minute, then failed
+    assert backoff.failed() == 1.0

@@ -215,7 +215,7 @@ class RestartBackoff:
         if self.clock() - self._since >= self.steady_s:
             self._row = 0
         self._row += 1
-        return min(self.first_s * 2 ** (self._row - 1), max(self.first_s, self.most_s))
+        return min(self.first_s * 2.0 ** (self._row - 1), max(self.first_s, self.most_s))
 
 
 def shard_of(sub: Subscription, index: int | None) -> Shard:

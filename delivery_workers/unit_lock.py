@@ -25,12 +25,19 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from core.errors import AlreadyExists, NotFound, VersionConflict
+from core.errors import (
+    AlreadyExists,
+    HttpbusError,
+    MetaStoreUnavailable,
+    NotFound,
+    VersionConflict,
+)
 from core.tasks import TaskSet, cancel_all
 from metastore.protocol import MetaStore, Node
 
 log = logging.getLogger(__name__)
 
+_RELEASE_ATTEMPTS = 30  # of an abandoned lock, ``retry_s`` × 4 apart
 _WAIT_ROUNDS = 60  # of ``retry_s``: the longest wait on the watch before trying again
 
 
@@ -70,6 +77,13 @@ class UnitLock:
                 # ephemeral lock nobody releases blocks the next owner while we live.
                 create.add_done_callback(self._orphaned)
                 raise
+            except MetaStoreUnavailable:
+                # No answer in time: the create may have landed all the same. The caller
+                # tries again with a new lock, which clears this one if still assigned;
+                # if it was unassigned meanwhile, nobody would, and the next owner waited
+                # for it as long as we lived (bench/scale.py: hundreds of units at 10^4).
+                self.abandon()
+                raise
             except AlreadyExists:
                 if not waited:
                     log.info("worker %s waits for the lock %s", self.member_id, self.path)
@@ -93,6 +107,24 @@ class UnitLock:
         if create.cancelled() or create.exception() is not None:
             return
         self.orphans.spawn(self.release())
+
+    def abandon(self) -> None:
+        """Release this lock in the background, trying again while the metastore does not
+        answer (``_RELEASE_ATTEMPTS``): for a create or a release whose outcome is unknown.
+        Only this lock's token is ever deleted, so a later holder's node is never touched."""
+        self.orphans.spawn(self._release_patiently())
+
+    async def _release_patiently(self) -> None:
+        for _ in range(_RELEASE_ATTEMPTS):
+            try:
+                await self.release()
+                return
+            except MetaStoreUnavailable:
+                await asyncio.sleep(self.retry_s * 4)
+            except HttpbusError as exc:  # a conflict: the node changed, so it is not ours
+                log.info("worker %s: lock %s not released: %s", self.member_id, self.path, exc)
+                return
+        log.warning("worker %s could not release the lock %s", self.member_id, self.path)
 
     async def release(self) -> None:
         # Only our own lock: after a session loss the node may be another worker's now.

@@ -47,7 +47,6 @@ what was delivered but not committed yet (at-least-once).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -247,9 +246,11 @@ class Worker(AsyncResource):
                             break
                 finally:
                     self._holding.discard(key)
-                    with contextlib.suppress(HttpbusError, TimeoutError):
+                    try:
                         async with asyncio.timeout(_RELEASE_TIMEOUT_S):
                             await lock.release()
+                    except (HttpbusError, TimeoutError):  # kept, it would block the next owner
+                        lock.abandon()
             except Exception as exc:  # the metastore is down, a bug: keep it owned
                 stop_if_cancelled(exc)  # unassigned: the error is its clean-up's
                 log.exception("worker %s: subscription %s failed; retrying", self.member_id, key)

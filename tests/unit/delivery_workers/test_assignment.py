@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from control_plane.leaders.rendezvous import rendezvous
+from core.errors import MetaStoreUnavailable
 from delivery_workers.unit_lock import UnitLock
 from metastore import paths
 from segments.protocol import Record
@@ -206,3 +207,23 @@ async def test_a_waiting_lock_watches_instead_of_polling(world: World) -> None:
             await acquiring
         node = await meta.get(lock)
         assert node is not None and node.data == waiter.token
+
+
+async def test_a_lock_whose_create_timed_out_but_landed_is_released(world: World) -> None:
+    """A create that got no answer in time may have landed: if its unit is unassigned
+    before the next try, nobody cleared the lock and the next owner waited for it as long
+    as this worker lived (hundreds of units at 10^4 on bench/scale.py)."""
+    worker = await world.worker("w1")
+    meta = worker.metastore
+    real_create = meta.create
+
+    async def lands_unanswered(path: str, data: bytes, **kw: Any) -> Any:
+        await real_create(path, data, **kw)
+        raise MetaStoreUnavailable(f"zookeeper did not answer on {path} in 10.0s")
+
+    lock = paths.subscription_lock("p", "unanswered")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(meta, "create", lands_unanswered)
+        with pytest.raises(MetaStoreUnavailable):
+            await UnitLock(meta, "w1", lock, worker._orphans, 0.05).acquire()
+    await until(lambda: _absent(meta, lock), 5, "the unanswered lock released")

@@ -62,6 +62,7 @@ from metastore.protocol import Check, Create, Delete, Node, Op, Update
 log = logging.getLogger(__name__)
 
 _RETRY_S = 0.5  # pause between retries of watch reads and re-joins while disconnected
+MAX_IN_FLIGHT = 64  # requests one store has on the wire at once (_call)
 _TX_ATTEMPTS = 5  # a concurrent writer can make a recursive delete or parent set-up retry
 
 
@@ -92,6 +93,7 @@ class ZooKeeperMetaStore(AsyncResource):
         connect_timeout_s: float = 10.0,
         *,
         request_timeout_s: float = 10.0,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self._root = "" if root in ("", "/") else check_path(root)
         self._connect_timeout_s = connect_timeout_s
@@ -102,6 +104,7 @@ class ZooKeeperMetaStore(AsyncResource):
             connection_retry={"max_tries": -1, "max_delay": 2.0},
         )
         self._hub = WatchHub()
+        self._slots = asyncio.Semaphore(max_in_flight)  # requests on the wire (_call)
         self._has_multi_read = True  # until the server says it has none (before 3.6)
         self.lease = SessionLease(session_timeout_s)
         self._beat = asyncio.Event()  # set: confirm the session now (a reconnect)
@@ -143,8 +146,8 @@ class ZooKeeperMetaStore(AsyncResource):
         read that extends :attr:`lease` (metastore/lease.py)."""
         while True:
             await self._beat_wait()
-            try:  # an answered call confirms the lease (_call)
-                await self._call("/", self._client.exists_async, self._abs("/"))
+            try:  # an answered call confirms the lease (_call); it queues behind no burst
+                await self._call("/", self._client.exists_async, self._abs("/"), urgent=True)
             except HttpbusError as exc:
                 log.debug("zookeeper session not confirmed: %s", exc)
 
@@ -210,8 +213,22 @@ class ZooKeeperMetaStore(AsyncResource):
             return self._root or "/"
         return self._root + path
 
-    async def _call(self, path: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run a kazoo ``*_async`` call; its errors come back translated for ``path``."""
+    async def _call(
+        self, path: str, fn: Callable[..., Any], *args: Any, urgent: bool = False, **kwargs: Any
+    ) -> Any:
+        """Run a kazoo ``*_async`` call; its errors come back translated for ``path``.
+
+        At most ``max_in_flight`` calls are on the wire at once; the others wait here, not
+        in kazoo's queue, so the ``urgent`` heartbeat (which skips the wait) is answered
+        behind a bounded queue: a worker taking 10^3 locks at once put thousands of
+        requests ahead of it, the answer came after the lease's half a timeout, and every
+        lock was fenced (bench/scale.py). The request timeout counts from the send."""
+        if urgent:
+            return await self._send(path, fn, *args, **kwargs)
+        async with self._slots:
+            return await self._send(path, fn, *args, **kwargs)
+
+    async def _send(self, path: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
 

@@ -152,3 +152,45 @@ async def test_a_server_without_multi_read_is_read_one_by_one(
     assert await store.get_many(["/old/a"]) == [Node(b"1", 0)]
     assert await store.children_many(["/old", "/nope"]) == [["a"], []]
     assert asked == [2]  # remembered: not asked again
+
+
+@pytest.mark.zookeeper
+async def test_a_burst_waits_for_a_slot_and_the_heartbeat_does_not(
+    real_services: RealServices, root: str
+) -> None:
+    """A burst of requests is put on the wire ``max_in_flight`` at a time; the heartbeat
+    skips the queue: behind 10^3 lock creates at once its answer came after half the
+    session timeout, and every lock was fenced (bench/scale.py)."""
+    store = ZooKeeperMetaStore(real_services.zookeeper, root=root, max_in_flight=2)
+    async with store:
+        client: Any = store._client
+        on_wire, most = 0, 0
+        inner = client.get_async
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal on_wire, most
+            on_wire += 1
+            most = max(most, on_wire)
+            answer = inner(*args, **kwargs)
+
+            def landed(_: Any) -> None:
+                nonlocal on_wire
+                on_wire -= 1
+
+            answer.rawlink(landed)
+            return answer
+
+        client.get_async = counted
+        await store.create("/burst", b"x")
+        found = await asyncio.gather(*(store.get("/burst") for _ in range(40)))
+        assert all(n is not None and n.data == b"x" for n in found)
+        assert most <= 2
+        held = [await store._slots.acquire() for _ in range(2)]  # every slot taken
+        try:
+            sent = store.lease.clock()
+            async with asyncio.timeout(5):  # the heartbeat's own call does not wait
+                await store._call("/", client.exists_async, root, urgent=True)
+            assert store.lease.valid() and sent < store.lease.clock()
+        finally:
+            for _ in held:
+                store._slots.release()

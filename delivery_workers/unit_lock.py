@@ -104,9 +104,11 @@ class UnitLock:
                         return
 
     def _orphaned(self, create: asyncio.Future[Any]) -> None:
-        if create.cancelled() or create.exception() is not None:
+        if create.cancelled():
             return
-        self.orphans.spawn(self.release())
+        failed = create.exception()
+        if failed is None or isinstance(failed, MetaStoreUnavailable):  # it may have landed
+            self.abandon()  # patiently: one failed read left it for the worker's lifetime
 
     def abandon(self) -> None:
         """Release this lock in the background, trying again while the metastore does not

@@ -227,3 +227,28 @@ async def test_a_lock_whose_create_timed_out_but_landed_is_released(world: World
         with pytest.raises(MetaStoreUnavailable):
             await UnitLock(meta, "w1", lock, worker._orphans, 0.05).acquire()
     await until(lambda: _absent(meta, lock), 5, "the unanswered lock released")
+
+
+async def test_a_lock_landed_unanswered_after_its_owner_was_unassigned_is_released(
+    world: World,
+) -> None:
+    """Unassigned while the create is on the wire, and the create then times out though it
+    landed: the lock is released all the same (it was kept for the worker's lifetime)."""
+    worker = await world.worker("w1")
+    meta = worker.metastore
+    real_create = meta.create
+
+    async def slow_unanswered(path: str, data: bytes, **kw: Any) -> Any:
+        await real_create(path, data, **kw)
+        await asyncio.sleep(0.3)
+        raise MetaStoreUnavailable(f"zookeeper did not answer on {path} in 10.0s")
+
+    lock = paths.subscription_lock("p", "orphan-unanswered")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(meta, "create", slow_unanswered)
+        acquiring = asyncio.create_task(UnitLock(meta, "w1", lock, worker._orphans, 0.05).acquire())
+        await asyncio.sleep(0.1)
+        acquiring.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await acquiring
+        await until(lambda: _absent(meta, lock), 5, "the orphan lock released")

@@ -195,13 +195,17 @@ class RestartBackoff:
     """How long a failed runner waits before it starts again: ``first_s``, doubled for each
     failure in a row up to ``most_s`` (a runner that ran ``steady_s`` starts the row over).
 
+    ``most_s`` is 8 s, not more: a runner that fails through an outage (storage or the
+    metastore away) starts again at most 8 s after the outage ends, inside the 15 s in
+    which the chaos tests want delivery back (tests/chaos/checker.py).
+
     A runner that fails at once (storage away or not configured, its committed positions
     not read in time) used to start again every ``first_s`` for ever: 1 000 such units were
     a thousand restarts, tracebacks and metastore reads a second, most of a core
     (bench/scale.py), and at a worker's start they kept the loop from confirming its session."""
 
     first_s: float
-    most_s: float = 30.0
+    most_s: float = 8.0
     steady_s: float = 60.0
     clock: Callable[[], float] = time.monotonic
     _row: int = 0

@@ -127,24 +127,28 @@ async def test_deleting_a_subscription_deletes_its_internal_topics(world: World)
         assert await world.store.partitions(name) is None, name
 
 
+@pytest.mark.parametrize("answered", [True, False], ids=["landed", "landed-unanswered"])
 async def test_a_lock_created_after_its_owner_was_unassigned_is_released(
-    world: World,
+    world: World, answered: bool
 ) -> None:
-    """Unassigned while the lock's create is on the wire: the create lands anyway, and the
-    worker deletes it, or the next owner would wait for it as long as this worker lives."""
+    """Unassigned while the lock's create is on the wire: the create lands anyway (and is
+    answered, or times out though it landed), and the worker deletes it, or the next owner
+    would wait for it as long as this worker lives."""
     worker = await world.worker("w1")
     meta = worker.metastore
     real_create = meta.create
 
     async def slow_create(path: str, data: bytes, **kw: Any) -> Any:
-        landed = asyncio.ensure_future(real_create(path, data, **kw))
+        landed = await real_create(path, data, **kw)
         await asyncio.sleep(0.3)
-        return await landed
+        if not answered:
+            raise MetaStoreUnavailable(f"zookeeper did not answer on {path} in 10.0s")
+        return landed
 
-    lock = paths.subscription_lock("p", "orphan")
+    lock = paths.subscription_lock("p", f"orphan-{answered}")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(meta, "create", slow_create)
-        acquiring = asyncio.create_task(UnitLock(meta, "w1", lock, worker._orphans, 0.5).acquire())
+        acquiring = asyncio.create_task(UnitLock(meta, "w1", lock, worker._orphans, 0.05).acquire())
         await asyncio.sleep(0.1)
         acquiring.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -227,28 +231,3 @@ async def test_a_lock_whose_create_timed_out_but_landed_is_released(world: World
         with pytest.raises(MetaStoreUnavailable):
             await UnitLock(meta, "w1", lock, worker._orphans, 0.05).acquire()
     await until(lambda: _absent(meta, lock), 5, "the unanswered lock released")
-
-
-async def test_a_lock_landed_unanswered_after_its_owner_was_unassigned_is_released(
-    world: World,
-) -> None:
-    """Unassigned while the create is on the wire, and the create then times out though it
-    landed: the lock is released all the same (it was kept for the worker's lifetime)."""
-    worker = await world.worker("w1")
-    meta = worker.metastore
-    real_create = meta.create
-
-    async def slow_unanswered(path: str, data: bytes, **kw: Any) -> Any:
-        await real_create(path, data, **kw)
-        await asyncio.sleep(0.3)
-        raise MetaStoreUnavailable(f"zookeeper did not answer on {path} in 10.0s")
-
-    lock = paths.subscription_lock("p", "orphan-unanswered")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(meta, "create", slow_unanswered)
-        acquiring = asyncio.create_task(UnitLock(meta, "w1", lock, worker._orphans, 0.05).acquire())
-        await asyncio.sleep(0.1)
-        acquiring.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await acquiring
-        await until(lambda: _absent(meta, lock), 5, "the orphan lock released")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from delivery_workers.stats import RunnerStats
-from delivery_workers.status import REFRESH_S, StatusPublisher
+from delivery_workers.status import BUCKET_S, HISTORY_S, REFRESH_S, StatusPublisher, _Series
 from metastore import paths
 from metastore.embedded import EmbeddedMetaStore
 from tests.support.clock import ManualClock
@@ -67,3 +67,34 @@ async def test_idle_figures_are_written_once_a_refresh(tmp_path: Path) -> None:
         assert doc["lag"] == 40 and doc["totals"]["delivered"] == 40
         assert doc["history"][-1][1] == 40 and doc["history"][-1][5] == 40
         await status.aclose()
+
+
+async def test_a_failure_counted_in_place_is_a_change_written(tmp_path: Path) -> None:
+    """The figures are compared as values before any document is made: a count added to a
+    live runner's ``failures`` dict must still differ from what was written."""
+    stats = RunnerStats(lag=0, segment=1)
+    clock, wall = ManualClock(100.0), ManualClock(1_000_000.0)
+    async with _Counting(str(tmp_path / "meta.db")) as meta:
+        status = StatusPublisher(
+            meta, "w-1", lambda: {"p/s": stats}, lambda: {"p/s"}, clock=clock, wall=wall
+        )
+        await status.publish()
+        stats.failures["503"] = 1
+        clock.now += 1.0
+        await status.publish()
+        assert meta.writes == 2
+        node = await meta.get(paths.unit_status("p/s"))
+        assert node is not None and json.loads(node.data)["failures"] == {"503": 1}
+
+
+def test_buckets_past_the_hour_are_dropped_as_a_sweep_every_second_would() -> None:
+    """The sweep runs only when the horizon passes a bucket's start, not every second over
+    every kept lag (~360 a unit after an hour); what it keeps is the same."""
+    series = _Series()
+    for second in range(2 * HISTORY_S + 25):
+        wall = 1_000_003.0 + second
+        series.add(float(second), wall, (second // 7, 0, 0, 0), 10.0, lag=second % 3)
+        horizon = int(wall) - HISTORY_S
+        assert min(series.lags) >= horizon and min(series.buckets, default=horizon) >= horizon
+        if second > HISTORY_S:  # nothing younger than the hour dropped
+            assert min(series.lags) - BUCKET_S < horizon

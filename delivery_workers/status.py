@@ -46,7 +46,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import cast
 
 from core.errors import AlreadyExists, HttpbusError, NotFound, VersionConflict
 from core.lifecycle import AsyncResource
@@ -64,7 +63,7 @@ HISTORY_S = 3_600
 # ephemeral, so its presence already says the worker lives; at 10 s, 2 000 idle
 # subscriptions on a worker were 200 ZooKeeper writes a second (bench/idle_subs.py).
 REFRESH_S = 60.0
-Figures = tuple[object, ...]  # a status document but its history (_figures)
+Figures = dict[str, object]  # a status document but its history (_figures)
 
 
 def _counts(stats: RunnerStats) -> tuple[int, int, int, int]:
@@ -201,11 +200,11 @@ class StatusPublisher(AsyncResource):
             series.add(now, wall, _counts(st), self.rate_window_s, st.lag)
             # Compared as values, serialised only for a write: building and encoding every
             # held unit's document each second was most of the loop at 2 000 idle units.
-            figures = (_figures(st, series.rates()), series.changes)
+            figures = (_figures(self.member_id, st, series.rates()), series.changes)
             if figures == series.written and now - series.written_at < self.refresh_s:
                 continue
             history = json.dumps(series.history(), separators=(",", ":"))
-            document = _document(self.member_id, figures[0])
+            document = json.dumps(figures[0], separators=(",", ":"))
             await self._write(key, series, f'{document[:-1]},"history":{history}}}', wall)
             series.written, series.written_at = figures, now
 
@@ -241,71 +240,39 @@ class StatusPublisher(AsyncResource):
             await self.metastore.delete(path, expected_version=version)
 
 
-def _figures(st: RunnerStats, rates: tuple[float, float, float]) -> Figures:
-    """What a status document says but its history, as a value to compare (the document is
-    made from it alone: :func:`_document`)."""
+def _figures(member_id: str, st: RunnerStats, rates: tuple[float, float, float]) -> Figures:
+    """The status document but its history, as a value: compared with the last one
+    written, and encoded only when it differs (every nested part is a fresh copy, so a live
+    runner's counters changing later cannot change it)."""
     d, f, fl = rates
-    return (
-        st.segment or None,
-        st.in_flight,
-        st.held,
-        st.blocked_groups,
-        st.delayed,
-        (
-            st.delivered,
-            st.failed_attempts,
-            st.filtered,
-            st.retried,
-            st.dead_lettered,
-            st.sidelined,
-        ),  # fmt: skip
-        (round(d, 2), round(f, 2), round(fl, 2)),
-        _circuit(st),
-        st.lag,
-        st.commit_failing_since_ms,
-        st.oldest_unacked_ms,
-        tuple(sorted(st.failures.items())),  # a copy: a live runner's dict changes
-        st.last_failure,  # replaced, never changed in place (stats.record_failure)
-        st.dlq.figures(),
-    )
-
-
-def _document(member_id: str, figures: Figures) -> str:
-    """The status document of ``figures`` (without its history), as JSON."""
-    (segment, in_flight, held, blocked, delayed, totals, rates, circuit, lag, failing_since,
-     oldest, failures, last_failure, dlq) = figures  # fmt: skip
-    delivered, failed, filtered, retried, dead_lettered, sidelined = cast("tuple[int, ...]", totals)
-    doc = {
+    return {
         "worker": member_id,
-        "segment": segment,
-        "in_flight": in_flight,
-        "held": held,
-        "blocked_groups": blocked,
-        "delayed": delayed,
+        "segment": st.segment or None,
+        "in_flight": st.in_flight,
+        "held": st.held,
+        "blocked_groups": st.blocked_groups,
+        "delayed": st.delayed,
         "totals": {
-            "delivered": delivered,
-            "failed": failed,
-            "filtered": filtered,
-            "retried": retried,
-            "dead_lettered": dead_lettered,
-            "sidelined": sidelined,
+            "delivered": st.delivered,
+            "failed": st.failed_attempts,
+            "filtered": st.filtered,
+            "retried": st.retried,
+            "dead_lettered": st.dead_lettered,
+            "sidelined": st.sidelined,
         },
-        "rates": dict(
-            zip(
-                ("delivered_per_s", "failed_per_s", "filtered_per_s"),
-                cast("tuple[float, ...]", rates),
-                strict=True,
-            )
-        ),  # fmt: skip
-        "circuit": circuit,
-        "lag": lag,
-        "commit_failing_since_ms": failing_since,
-        "oldest_unacked_ms": oldest,
-        "failures": dict(cast("tuple[tuple[str, int], ...]", failures)),
-        "last_failure": last_failure,
-        "dlq": dlq,
+        "rates": {
+            "delivered_per_s": round(d, 2),
+            "failed_per_s": round(f, 2),
+            "filtered_per_s": round(fl, 2),
+        },
+        "circuit": _circuit(st),
+        "lag": st.lag,
+        "commit_failing_since_ms": st.commit_failing_since_ms,
+        "oldest_unacked_ms": st.oldest_unacked_ms,
+        "failures": dict(sorted(st.failures.items())),
+        "last_failure": st.last_failure,  # replaced, never changed in place (record_failure)
+        "dlq": st.dlq.figures(),
     }
-    return json.dumps(doc, separators=(",", ":"))
 
 
 def _circuit(stats: RunnerStats) -> dict[str, object] | None:

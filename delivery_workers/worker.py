@@ -304,7 +304,7 @@ class StatsSample:
     """``stats()`` shared by the loops that sample it each second (the status nodes and the
     operational events): computed at most once per ``max_age_s``, under their period. Each
     loop computed every held subscription's figures on its own, 4 000 a second at 2 000 idle
-    subscriptions, a third of an idle worker's event loop (py-spy of bench/idle_subs.py).
+    subscriptions: 7 % of an idle worker's event loop (bench/idle_subs.py, with and without).
     Callers that want the figures of this instant (``/metrics``, tests) call
     ``Worker.stats`` itself."""
 

@@ -21,11 +21,11 @@ from typing import Any
 
 import httpx
 
-from core.model import SegmentState, Subscription
+from core.model import Segment, SegmentState, Subscription
 from metastore.catalog import Catalog
 from segments.config import ClusterConfig, KafkaClusterConfig, PulsarClusterConfig
 from segments.protocol import SegmentStore
-from segments.reader import SegmentReader
+from segments.reader import SegmentReader, commit_group
 from tests.support.services import RealServices
 from tests.support.until import until_sync
 
@@ -66,7 +66,11 @@ class Load:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def run(self) -> None:
-        limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+        # A connection per group, as each has one request in flight at most: a full pool
+        # makes httpcore (1.0.9) close an idle connection of another producer to open one,
+        # and it can be one already given to a queued request, whose answer is then lost as
+        # a ReadError (encode/httpcore#1110: a clean-clone run and a local one, 100 for 400 groups).
+        limits = httpx.Limits(max_connections=self.groups, max_keepalive_connections=self.groups)
         headers = {"Authorization": f"Bearer {ADMIN}"}
         async with httpx.AsyncClient(limits=limits, headers=headers, timeout=15) as client:
             await asyncio.gather(*(self._group(client, f"g{i}", i) for i in range(self.groups)))
@@ -90,7 +94,8 @@ class Load:
                 )
             except httpx.HTTPError as exc:
                 status, segment = 0, 0
-                self.errors.append((start, f"{type(exc).__name__}: {exc}"))
+                why = f"{type(exc).__name__}: {exc} (cause {exc.__cause__!r})"
+                self.errors.append((start, f"{url}: {why}"))
             self.samples.append((start, time.time() - start, status, segment))
             if status == 201:
                 acked.append(seq)
@@ -104,11 +109,15 @@ class Load:
 
 
 async def consume_all(
-    catalog: Catalog, stores: dict[str, SegmentStore], sub: Subscription
+    catalog: Catalog, stores: dict[str, SegmentStore], sub: Subscription, deadline_s: float = 60
 ) -> dict[str, list[int]]:
     """Read the subscription segment by segment, as a worker would: every partition to its
-    end, commit, and advance the consume pointer, which must succeed for a sealed segment."""
+    end, commit, and advance the consume pointer, which must succeed for a sealed segment.
+    Within ``deadline_s`` in all, an empty read is retried, never taken for the end (a
+    reader's first read can come back empty under load: a clean-clone run once read an
+    unsealed segment short that way); see :func:`_read_partition`."""
     reader = SegmentReader(catalog, stores)
+    deadline = time.monotonic() + deadline_s
     out: dict[str, list[int]] = {}
     while True:
         sub = await catalog.get_subscription(sub.project, sub.name)
@@ -120,26 +129,51 @@ async def consume_all(
         else:
             ends = await reader.store(seg).end_positions(seg.storage_topic)
         starts = await reader.start_positions(sub, seg)
-        done: dict[int, int] = {}  # like a worker: commit after the last message handled
         for p in range(seg.partitions):
-            pos, end = starts[p], ends.get(p, 0)
-            while pos < end:  # positions need not be dense (Pulsar): read until nothing comes
-                batch = await reader.read(sub, seg, p, pos, max_records=1000, timeout=1)
-                if not batch:
-                    break
-                for msg in batch:
-                    if msg.position >= end:
-                        break  # past the sealed end: consumers never see it
-                    group, seq = msg.value.decode().split(":")
-                    out.setdefault(group, []).append(int(seq))
-                    done[p] = msg.position + 1
-                pos = batch[-1].position + 1
-        if done:
-            await reader.commit(sub, seg, done)
+            await _read_partition(reader, sub, seg, p, (starts[p], ends.get(p, 0)), out, deadline)
         if not sealed:
             return out
         advanced = await reader.try_advance(sub)
         assert advanced is not None, f"sealed segment {seg.id} read and committed, yet no advance"
+
+
+async def _read_partition(
+    reader: SegmentReader,
+    sub: Subscription,
+    seg: Segment,
+    partition: int,
+    span: tuple[int, int],
+    out: dict[str, list[int]],
+    deadline: float,
+) -> None:
+    """Read ``partition`` from ``span``'s start to its end into ``out``, committing as a
+    worker does. Positions need not be dense (a Pulsar end names the next entry, past the
+    last message), so a position short of the end does not say a message is left: after an
+    empty read, the partition is done once the position committed for what was read reaches
+    the end; until then (or ``deadline``) it is read again."""
+    pos, end = span
+    store, group, committed = reader.store(seg), commit_group(sub), span[0]
+    while pos < end:
+        batch = await reader.read(sub, seg, partition, pos, max_records=1000, timeout=1)
+        past = False
+        for msg in batch:
+            if past := msg.position >= end:
+                break  # past the end: consumers never see it
+            group_id, seq = msg.value.decode().split(":")
+            out.setdefault(group_id, []).append(int(seq))
+            pos = msg.position + 1
+        if pos != committed:  # like a worker: commit after the last message handled
+            await reader.commit(sub, seg, {partition: pos})
+            committed = pos
+        if past:
+            return
+        if batch:
+            continue
+        if (await store.committed(seg.storage_topic, group)).get(partition, 0) >= end:
+            return
+        assert time.monotonic() < deadline, (
+            f"segment {seg.id} partition {partition}: read to {pos} of {end}, nothing more came"
+        )
 
 
 def check_delivery(acked: dict[str, list[int]], delivered: dict[str, list[int]]) -> int:

@@ -102,8 +102,10 @@ class SegmentWalk:
                     log.info("%s: reading segment %s, left behind by a failover", self.name,
                              segment.id)  # fmt: skip
                     intake = self._intake(topic, segment, admission, committer, behind=True)
+                    # Not marked done here: an intake also ends on an empty read short of the
+                    # end (positions need not be dense), which a slow fetch can give; the
+                    # next round's behind() marks it once its commits reach every end.
                     await intake.run()
-                    done.add(segment.id)
             except HttpbusError as exc:  # its cluster is away again: the next round retries
                 log.warning("%s: reading a segment left behind: %s", self.name, exc)
 

@@ -49,7 +49,7 @@ async def _fail_over_available(world: World) -> None:
     """Segment 1 left unsealed, segment 2 written, in ``available`` mode."""
     topic = await world.catalog.get_topic("p", "t")
     failover = Failover(clusters=("standby",), mode=FailoverMode.AVAILABLE)
-    topic = await world.catalog.update_topic(topic.model_copy(update={"failover": failover}))
+    await world.catalog.update_topic(topic.model_copy(update={"failover": failover}))
     await world.store.create_topic("st.2", 3, retention_ms=HOUR_MS)
     await world.catalog.add_segment("p", "t", runner_segment(2, SegmentState.PENDING))
     left = runner_segment(1, SegmentState.UNSEALED).model_copy(

@@ -8,6 +8,7 @@ import itertools
 import json
 import random
 import signal
+import ssl
 import statistics
 import subprocess
 import sys
@@ -66,16 +67,28 @@ class Load:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def run(self) -> None:
-        # A connection per group, as each has one request in flight at most: a full pool
-        # makes httpcore (1.0.9) close an idle connection of another producer to open one,
-        # and it can be one already given to a queued request, whose answer is then lost as
-        # a ReadError (encode/httpcore#1110: a clean-clone run and a local one, 100 for 400 groups).
-        limits = httpx.Limits(max_connections=self.groups, max_keepalive_connections=self.groups)
-        headers = {"Authorization": f"Bearer {ADMIN}"}
-        async with httpx.AsyncClient(limits=limits, headers=headers, timeout=15) as client:
-            await asyncio.gather(*(self._group(client, f"g{i}", i) for i in range(self.groups)))
+        # One TLS context for every client: httpx builds one per client otherwise (certifi
+        # loaded each time, 45 ms on a busy machine), and 400 of them kept the load from
+        # starting before the cutovers it was to load were over.
+        tls = ssl.create_default_context()
+        await asyncio.gather(*(self._group(tls, f"g{i}", i) for i in range(self.groups)))
 
-    async def _group(self, client: httpx.AsyncClient, group: str, index: int) -> None:
+    async def _group(self, tls: ssl.SSLContext, group: str, index: int) -> None:
+        # A client per group (one request in flight at most), keeping its connections: in a
+        # pool shared by groups, httpcore (1.0.9) can close a connection it has just handed to
+        # a queued request (one whose keep-alive expired meanwhile, or an idle one it needs
+        # room for), and that request's answer is lost as a ReadError caused by anyio's
+        # ClosedResourceError (encode/httpcore#1110; seen in two clean-clone CI runs, with a
+        # pool of 100 and again of one connection per group). A pool nobody else uses is never
+        # swept while its only request waits.
+        n = len(self.urls)
+        limits = httpx.Limits(max_connections=n, max_keepalive_connections=n, keepalive_expiry=None)
+        headers = {"Authorization": f"Bearer {ADMIN}"}
+        client = httpx.AsyncClient(limits=limits, headers=headers, timeout=15, verify=tls)
+        async with client:
+            await self._publish(client, group, index)
+
+    async def _publish(self, client: httpx.AsyncClient, group: str, index: int) -> None:
         acked = self.acked.setdefault(group, [])
         await asyncio.sleep(random.random() * self.interval_s)
         seq, attempts = 0, itertools.count(index)

@@ -25,6 +25,11 @@ Json = Any
 EARLIEST = (-1, -1)
 """The (ledger, entry) Pulsar reads as "before the first message" in cursor calls."""
 MAX_REDIRECTS = 4  # a call and the redirects it follows (from a broker to the topic's owner)
+RESENT = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
+"""A kept-alive connection that failed under a request: the broker closed it as it was reused,
+or the pool closed it after handing it out (encode/httpcore#1110, a ReadError caused by anyio's
+ClosedResourceError under concurrent calls). A read (GET) is sent once more, as browsers and
+urllib3 do; a change is not, as it may have been applied."""
 
 
 class PulsarAdmin:
@@ -109,14 +114,32 @@ class PulsarAdmin:
         a topic another broker owns answers 307 with that broker's URL. Followed here, not
         by ``httpx``, which would drop the token on the way to another port."""
         for _ in range(MAX_REDIRECTS):
-            resp = await self._http.request(
-                method, url, json=json, params=params, headers=self._headers, timeout=self._timeout
-            )
+            resp = await self._request(method, url, json, params)
             location = resp.headers.get("location")
             if resp.status_code not in (307, 308) or not location:
                 return resp
             url, params = str(resp.url.join(location)), None  # the query is in the location
         return resp
+
+    async def _request(
+        self, method: str, url: str, json: Json, params: dict[str, str] | None
+    ) -> httpx.Response:
+        resends = 1 if method == "GET" else 0
+        while True:
+            try:
+                return await self._http.request(
+                    method,
+                    url,
+                    json=json,
+                    params=params,
+                    headers=self._headers,
+                    timeout=self._timeout,
+                )
+            except RESENT as exc:
+                if not resends:
+                    raise
+                resends -= 1
+                log.info("pulsar admin: GET %s failed on its connection (%r); sent again", url, exc)
 
     # -- partitioned topics ---------------------------------------------------------------
 

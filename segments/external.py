@@ -122,6 +122,9 @@ class ExternalStore(AsyncResource):
     async def end_positions(self, name: str) -> dict[int, int]:
         return await self.inner.end_positions(name)
 
+    async def last_positions(self, name: str) -> dict[int, int]:
+        return await self.inner.last_positions(name)
+
     async def position_at(self, name: str, partition: int, timestamp_ms: int) -> int:
         return await self.inner.position_at(name, partition, timestamp_ms)
 

@@ -116,6 +116,12 @@ class SegmentStore(Lifecycle, Protocol):
     async def end_positions(self, name: str) -> dict[int, int]:
         """Per partition, the position after the last stored message (0 if empty)."""
 
+    async def last_positions(self, name: str) -> dict[int, int]:
+        """Per partition, the position of the last stored message (-1 if none is stored).
+        Positions need not be dense, so a position short of the end does not say a message
+        is left; one at or below the last does: a scan reads until it has read this one
+        (:func:`segments.scan.read_range`), never taking an empty read for the end."""
+
     async def seal(self, name: str, *, settle_s: float | None = None) -> dict[int, int]:
         """Fence the storage topic against every later write and return its final end
         positions. Idempotent: sealing a sealed topic returns the same positions.

@@ -28,6 +28,7 @@ writes a batch twice: at least once, like every delivery).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -46,6 +47,7 @@ from metastore import paths
 from metastore.catalog import Catalog
 from metastore.protocol import MetaStore
 from segments.protocol import SegmentStore, Stored
+from segments.scan import read_range
 from segments.subscription import dlq
 from segments.subscription.layout import Layout, ensure_layout, load_layout
 
@@ -313,21 +315,31 @@ async def _from_storage(
             pos = max(
                 seg.start_of(p), await store.position_at(seg.storage_topic, p, since_ms - SKEW_MS)
             )
-        while pos < end:
-            batch = await store.read(
-                seg.storage_topic, p, pos, max_records=_READ, timeout=_READ_TIMEOUT_S
-            )
-            if not batch:
-                break
-            for msg in batch:
-                if msg.position >= end:
-                    break
-                pos = msg.position + 1
-                env = Envelope.of(msg.headers)
-                at = archives.produced_ms(msg, env)
-                if at >= until_ms + SKEW_MS:
-                    pos = end  # past the window: the rest of the partition is later still
-                    break
-                mid = env.message_id or f"{seg.id}:{p}:{msg.position}"
-                if since_ms <= at < until_ms and mid not in found:
-                    found[mid] = ((seg.id, p, msg.position), msg, f"{seg.id}:{p}:{msg.position}")
+        batches = read_range(
+            store, seg.storage_topic, p, pos, end, timeout=_READ_TIMEOUT_S, max_records=_READ
+        )
+        async with contextlib.aclosing(batches):
+            async for batch in batches:
+                if not _collect(seg, p, batch, since_ms, until_ms, found):
+                    break  # past the window: the rest of the partition is later still
+
+
+def _collect(
+    seg: Segment,
+    partition: int,
+    batch: list[Stored],
+    since_ms: int,
+    until_ms: int,
+    found: dict[str, tuple[tuple[int, int, int], Stored, str]],
+) -> bool:
+    """Keep ``batch``'s messages produced in the window; False once one is past it."""
+    for msg in batch:
+        env = Envelope.of(msg.headers)
+        at = archives.produced_ms(msg, env)
+        if at >= until_ms + SKEW_MS:
+            return False
+        where = f"{seg.id}:{partition}:{msg.position}"
+        mid = env.message_id or where
+        if since_ms <= at < until_ms and mid not in found:
+            found[mid] = ((seg.id, partition, msg.position), msg, where)
+    return True

@@ -122,6 +122,9 @@ class Consumer:
     async def end_positions(self, name: str) -> dict[int, int]:
         return await self._run(lambda conn: _ends(conn, name), "end_positions")
 
+    async def last_positions(self, name: str) -> dict[int, int]:
+        return await self._run(lambda conn: _lasts(conn, name), "last_positions")
+
     async def is_sealed(self, name: str) -> bool:
         return await self._run(lambda conn: _topic(conn, name)[1] is not None, "is_sealed")
 
@@ -182,6 +185,13 @@ def _ends(conn: sqlite3.Connection, name: str) -> dict[int, int]:
         (name,),
     ).fetchall()
     return {int(p): int(end) for p, end in rows}
+
+
+def _lasts(conn: sqlite3.Connection, name: str) -> dict[int, int]:
+    partitions, _ = _topic(conn, name)
+    query = "SELECT MAX(position) FROM messages WHERE topic = ? AND partition = ?"
+    lasts = (conn.execute(query, (name, p)).fetchone()[0] for p in range(partitions))
+    return {p: -1 if last is None else int(last) for p, last in enumerate(lasts)}
 
 
 def _position_at(conn: sqlite3.Connection, name: str, partition: int, timestamp_ms: int) -> int:

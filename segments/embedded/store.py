@@ -133,6 +133,9 @@ class EmbeddedSegmentStore(AsyncResource):
     async def end_positions(self, name: str) -> dict[int, int]:
         return await self._consumer.end_positions(name)
 
+    async def last_positions(self, name: str) -> dict[int, int]:
+        return await self._consumer.last_positions(name)
+
     async def seal(self, name: str, *, settle_s: float | None = None) -> dict[int, int]:
         return await self._write(lambda conn: _seal(conn, name), "seal")
 

@@ -240,6 +240,14 @@ class KafkaSegmentStore(AsyncResource):
         count = await self._count(name, time.monotonic() + self._timeout)
         return await self._ends(name, count)
 
+    async def last_positions(self, name: str) -> dict[int, int]:
+        """The offset before the end where retention left one: our writers are idempotent, not
+        transactional, so offsets are dense (an adopted topic's transaction marker at the end
+        would be taken for a message; a scan then reads until its deadline)."""
+        count = await self._count(name, time.monotonic() + self._timeout)
+        ends, starts = await asyncio.gather(self._ends(name, count), self._starts(name, count))
+        return {p: ends[p] - 1 if ends[p] > starts.get(p, 0) else -1 for p in range(count)}
+
     async def seal(self, name: str, *, settle_s: float | None = None) -> dict[int, int]:
         """Fence the topic and return its final ends (the module docstring has the argument);
         ``settle_s`` replaces the settings' settle (see "Short settle")."""
@@ -328,11 +336,7 @@ class KafkaSegmentStore(AsyncResource):
         count = await self._count(name, time.monotonic() + self._timeout)
         ends, starts, fetched = await asyncio.gather(
             self._ends(name, count),
-            retrying(
-                lambda: start_offsets(self._admin, name, count, self._timeout),
-                timeout=self._timeout,
-                what=f"start positions of {name}",
-            ),
+            self._starts(name, count),
             self._known_or_fetched(group, name, count, committed),
         )
         return {p: max(0, ends[p] - max(fetched.get(p, 0), starts.get(p, 0))) for p in range(count)}
@@ -357,6 +361,13 @@ class KafkaSegmentStore(AsyncResource):
             lambda: end_offsets(self._admin, name, count, self._timeout),
             timeout=self._timeout,
             what=f"end positions of {name}",
+        )
+
+    async def _starts(self, name: str, count: int) -> dict[int, int]:
+        return await retrying(
+            lambda: start_offsets(self._admin, name, count, self._timeout),
+            timeout=self._timeout,
+            what=f"start positions of {name}",
         )
 
     async def _group_offsets(self, group: str, name: str, count: int) -> dict[int, int]:

@@ -251,6 +251,19 @@ class PulsarSegmentStore(AsyncResource):
         )
         return {p: end_after(ledger, entry) for p, (ledger, entry) in enumerate(ids)}
 
+    async def last_positions(self, name: str) -> dict[int, int]:
+        count = await self._count(name)
+        lasts = await asyncio.gather(*(self._last(partition_name(name, p)) for p in range(count)))
+        return dict(enumerate(lasts))
+
+    async def _last(self, partition_topic: str) -> int:
+        """The last entry's last message: its batch index is the entry's size less one."""
+        ledger, entry = await self._admin.last_message_id(partition_topic)
+        if entry < 0:
+            return -1
+        size = await self._admin.batch_size(partition_topic, ledger, entry)
+        return pack(ledger, entry, max(0, size - 1))
+
     async def position_at(self, name: str, partition: int, timestamp_ms: int) -> int:
         self._check_partition(partition, await self._count(name))
         ledger, entry = await self._admin.last_message_id(partition_name(name, partition))

@@ -30,6 +30,7 @@ from core.envelope import REPLAY as REPLAY_HEADER
 from core.errors import StorageUnavailable
 
 from ..protocol import Record, SegmentStore, Stored
+from ..scan import read_range
 from .layout import Layout
 from .retry_meta import RetryMeta
 
@@ -75,20 +76,13 @@ class DlqView:
 async def read_all(
     store: SegmentStore, name: str, start: int = 0, end: int | None = None
 ) -> list[Stored]:
-    """Every record of partition 0 of ``name`` from ``start`` up to its current end.
-
-    Positions are not dense (a Pulsar end names the next ledger entry, even of an empty
-    topic), so a read that brings nothing within the timeout ends the scan."""
+    """Every record of partition 0 of ``name`` from ``start`` up to its current end (an
+    empty read is not taken for the end: :func:`segments.scan.read_range`)."""
     if end is None:
         end = (await store.end_positions(name)).get(0, 0)
     out: list[Stored] = []
-    position = start
-    while position < end:
-        batch = await store.read(name, 0, position, max_records=1_000, timeout=_READ_TIMEOUT_S)
-        if not batch:
-            break
-        out.extend(m for m in batch if m.position < end)
-        position = batch[-1].position + 1
+    async for batch in read_range(store, name, 0, start, end, timeout=_READ_TIMEOUT_S):
+        out.extend(batch)
     return out
 
 

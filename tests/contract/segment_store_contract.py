@@ -102,6 +102,21 @@ class SegmentStoreContract:
         assert await store.read(name, 0, end, timeout=0.5) == []
         assert time.monotonic() - t0 < 5
 
+    async def test_last_positions_name_the_last_message(self, store: SegmentStore) -> None:
+        """Produced one by one and in a batch (Pulsar packs a batch's messages in one entry;
+        the last position is that entry's last message, below the end)."""
+        name = _name()
+        await store.create_topic(name, 3, retention_ms=RETENTION_MS)
+        assert await store.last_positions(name) == {0: -1, 1: -1, 2: -1}
+        key = next(f"k{i}".encode() for i in range(99) if partition_for(f"k{i}".encode(), 3) == 1)
+        one = await store.produce(name, Record(b"one"), partition=0)
+        results = await store.produce_many(name, [Record(b"%d" % i, key=key) for i in range(50)])
+        assert all(isinstance(r, Produced) and r.partition == 1 for r in results)
+        last = max(r.position for r in results if isinstance(r, Produced))
+        assert await store.last_positions(name) == {0: one.position, 1: last, 2: -1}
+        ends = await store.end_positions(name)
+        assert one.position < ends[0] and last < ends[1]
+
     async def test_read_waits_for_a_message_produced_later(self, store: SegmentStore) -> None:
         name = _name()
         await store.create_topic(name, 1, retention_ms=RETENTION_MS)

@@ -45,6 +45,9 @@ class Sparse:
     async def end_positions(self, name: str) -> dict[int, int]:
         return {p: e * GAP for p, e in (await self.inner.end_positions(name)).items()}
 
+    async def last_positions(self, name: str) -> dict[int, int]:
+        return {p: last * GAP for p, last in (await self.inner.last_positions(name)).items()}
+
     async def seal(self, name: str, *, settle_s: float | None = None) -> dict[int, int]:
         return {p: e * GAP for p, e in (await self.inner.seal(name)).items()}
 

@@ -31,6 +31,9 @@ from core.lifecycle import AsyncResource
 
 from .protocol import Fence, Produced, Record, SegmentStore, Stored
 
+LAST_PROBE = 64
+"""How many offsets before an adopted partition's end are read to find its last record."""
+
 
 def external_id(name: str, partition: int, position: int) -> str:
     """The id of a record stored without one: its address, the same on every read."""
@@ -123,7 +126,19 @@ class ExternalStore(AsyncResource):
         return await self.inner.end_positions(name)
 
     async def last_positions(self, name: str) -> dict[int, int]:
-        return await self.inner.last_positions(name)
+        """The last record a read gives, not the offset before the end: the legacy writers
+        may be transactional, and a transaction's marker (or an aborted record) is an offset
+        no read returns. Looked for among the last ``LAST_PROBE`` offsets; none there: -1 (a
+        scan then takes an empty read for the end, as before ``last_positions``)."""
+        lasts = await self.inner.last_positions(name)
+        return {p: await self._readable_last(name, p, last) for p, last in lasts.items()}
+
+    async def _readable_last(self, name: str, partition: int, last: int) -> int:
+        if last < 0:
+            return -1
+        start = max(0, last + 1 - LAST_PROBE)
+        batch = await self.inner.read(name, partition, start, max_records=LAST_PROBE, timeout=1.0)
+        return batch[-1].position if batch else -1
 
     async def position_at(self, name: str, partition: int, timestamp_ms: int) -> int:
         return await self.inner.position_at(name, partition, timestamp_ms)

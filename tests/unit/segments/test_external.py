@@ -3,8 +3,10 @@ httpbus envelope, writes are refused, seal is logical, delete leaves the topic."
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +16,7 @@ from segments.config import EmbeddedClusterConfig, KafkaClusterConfig
 from segments.external import ExternalStore, external_id
 from segments.protocol import Record, SegmentStore
 from segments.registry import open_store
+from segments.subscription import dlq
 
 NAME = "legacy.orders"
 
@@ -66,3 +69,31 @@ def test_a_read_only_kafka_cluster_opens_wrapped() -> None:
     store = open_store(KafkaClusterConfig(read_only=True, id_header="event-id"))
     assert isinstance(store, ExternalStore) and store.id_header == "event-id"
     assert not isinstance(open_store(KafkaClusterConfig()), ExternalStore)
+
+
+class TransactionMarker:
+    """The legacy store, but its last offset is a transaction's commit marker: counted in
+    the end, never returned by a read."""
+
+    def __init__(self, inner: SegmentStore) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def end_positions(self, name: str) -> dict[int, int]:
+        return {p: end + 1 for p, end in (await self.inner.end_positions(name)).items()}
+
+    async def last_positions(self, name: str) -> dict[int, int]:
+        return {p: last + 1 for p, last in (await self.inner.last_positions(name)).items()}
+
+
+async def test_the_last_position_is_the_last_record_a_read_gives(legacy: SegmentStore) -> None:
+    for i in range(3):
+        await legacy.produce(NAME, Record(b"%d" % i))
+    external = ExternalStore(TransactionMarker(legacy))
+    assert await external.last_positions(NAME) == {0: 2}  # not 3, the marker
+    t0 = time.monotonic()
+    back = await dlq.read_all(external, NAME)  # not waiting for the marker to be read
+    assert [m.value for m in back] == [b"0", b"1", b"2"]
+    assert time.monotonic() - t0 < 5

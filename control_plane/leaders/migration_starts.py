@@ -38,47 +38,37 @@ the switch).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 from control_plane.leaders.cutover_actions import Begin
 from core import envelope
-from core.errors import NotFound, StorageUnavailable
+from core.errors import NotFound
 from core.migration import Migration
 from core.model import Segment
 from metastore.migrations import MigrationRecords
+from segments import scan
 from segments.cutover.machine import Cutover
 from segments.protocol import SegmentStore, Stored, store_of
 
 MARGIN_MS = 5_000
 MAX_SKIP_CHARS = 300_000  # of a segment's skip_ids: 7 500 ids of 36 characters
 READ_TIMEOUT_S = 30.0
-REST_TIMEOUT_S = 0.2  # a read after records came: empty, the range is read
 Located = list[tuple[int, int, str]]  # (partition, position, id)
 
 
 async def read_range(
     store: SegmentStore, name: str, partition: int, start: int, end: int
 ) -> list[Stored]:
-    """Every record of ``[start, end)`` of one partition; ``StorageUnavailable`` if the
-    store does not give them within ``READ_TIMEOUT_S``. Positions need not be dense (a
-    Pulsar end names the entry after the last one, past its last batch index): once records
-    came, an empty read says the rest of the range is empty (``end`` was read after every
-    record before it was stored)."""
+    """Every record of ``[start, end)`` of one partition (:func:`segments.scan.read_range`:
+    an empty read is not taken for the end while the store holds more, which a tail read
+    short would have been, putting a reader's start in the wrong place); ``StorageUnavailable``
+    if the store does not give them within ``READ_TIMEOUT_S``."""
     out: list[Stored] = []
-    position, deadline = start, time.monotonic() + READ_TIMEOUT_S
-    while position < end:
-        if time.monotonic() > deadline:
-            raise StorageUnavailable(f"{name}[{partition}] did not give {position}..{end}")
-        wait = REST_TIMEOUT_S if out else 1.0
-        batch = await store.read(name, partition, position, max_records=1_000, timeout=wait)
-        if not batch and out:
-            break
-        out.extend(m for m in batch if m.position < end)
-        if batch:
-            position = batch[-1].position + 1
+    batches = scan.read_range(store, name, partition, start, end, patience_s=READ_TIMEOUT_S)
+    async for batch in batches:
+        out.extend(batch)
     return out
 
 

@@ -28,6 +28,7 @@ from core.errors import NotFound, StorageUnavailable
 from core.model import Segment, Subscription, Topic
 from reports.trace import TraceIndex
 from segments.protocol import SegmentStore, Stored
+from segments.scan import read_range
 from segments.subscription import dlq
 from segments.subscription.layout import ensure_layout, load_layout
 
@@ -98,10 +99,15 @@ def _internal_cluster(sub: Subscription, topic: Topic, segment: Segment) -> str:
 async def _read(
     store: SegmentStore, segment: Segment, partition: int, position: int, mid: str
 ) -> Stored:
-    """The message at ``partition``/``position`` of ``segment``, checked to be ``mid``."""
-    found = await store.read(
-        segment.storage_topic, partition, position, max_records=1, timeout=READ_TIMEOUT_S
-    )
+    """The message at ``partition``/``position`` of ``segment``, checked to be ``mid``. A read
+    that comes back empty (slow under load) is read again while the store holds more
+    (:func:`segments.scan.read_range`), not answered with a ``NotFound``."""
+    found: list[Stored] = []
+    name = segment.storage_topic
+    async for batch in read_range(
+        store, name, partition, position, position + 1, timeout=READ_TIMEOUT_S, max_records=1
+    ):
+        found += batch
     msg = found[0] if found else None
     if msg is None or msg.position != position or header(msg.headers, MESSAGE_ID) != mid:
         raise NotFound(

@@ -242,8 +242,8 @@ class KafkaSegmentStore(AsyncResource):
 
     async def last_positions(self, name: str) -> dict[int, int]:
         """The offset before the end where retention left one: our writers are idempotent, not
-        transactional, so offsets are dense (an adopted topic's transaction marker at the end
-        would be taken for a message; a scan then reads until its deadline)."""
+        transactional, so offsets are dense (an adopted topic's writers may be transactional:
+        ``segments.external`` looks for its last record instead)."""
         count = await self._count(name, time.monotonic() + self._timeout)
         ends, starts = await asyncio.gather(self._ends(name, count), self._starts(name, count))
         return {p: ends[p] - 1 if ends[p] > starts.get(p, 0) else -1 for p in range(count)}

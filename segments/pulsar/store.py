@@ -257,11 +257,15 @@ class PulsarSegmentStore(AsyncResource):
         return dict(enumerate(lasts))
 
     async def _last(self, partition_topic: str) -> int:
-        """The last entry's last message: its batch index is the entry's size less one."""
+        """The last entry's last message: its batch index is the entry's size less one. An
+        entry retention removed (its ledger trimmed; every earlier one is gone too): -1."""
         ledger, entry = await self._admin.last_message_id(partition_topic)
         if entry < 0:
             return -1
-        size = await self._admin.batch_size(partition_topic, ledger, entry)
+        try:
+            size = await self._admin.batch_size(partition_topic, ledger, entry)
+        except NotFound:
+            return -1
         return pack(ledger, entry, max(0, size - 1))
 
     async def position_at(self, name: str, partition: int, timestamp_ms: int) -> int:

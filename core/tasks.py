@@ -93,3 +93,13 @@ async def first_to_end(main: Coroutine[Any, Any, None], helpers: list[asyncio.Ta
                 done.result()
     finally:
         await cancel_all([task])
+
+
+async def first_done(*waits: Coroutine[Any, Any, Any]) -> None:
+    """Until the first of ``waits`` ends (its error, if any, is not raised); the others are
+    cancelled."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        await cancel_all(tasks)

@@ -77,7 +77,7 @@ class Dispatch:
             await self.throttle.gate()  # the circuit is open: start no new delivery
             item = self.scheduler.next_ready()
             if item is None:
-                await self.progress.wait(1.0)
+                await self.progress.wait(self._idle_wait())
                 continue
             await self._launch(partial(self._attempt, attempts, path, item))
 
@@ -104,7 +104,7 @@ class Dispatch:
             first = carried or self.scheduler.next_ready()
             carried = None
             if first is None:
-                await self.progress.wait(1.0)
+                await self.progress.wait(self._idle_wait())
                 continue
             batch, size = [first], len(first.msg.value)
             deadline = loop.time() + policy.max_wait_ms / 1000
@@ -122,6 +122,14 @@ class Dispatch:
                 batch.append(item)
                 size += len(item.msg.value)
             await self._launch(partial(self._attempt_batch, batches, path, batch))
+
+    def _idle_wait(self) -> float | None:
+        """How long to wait for an item to become ready: with none held, only an
+        :meth:`offer` can make one, and it wakes ``progress``; so an idle subscription waits
+        on no timer (one a second for each of 2 000 idle runners was a tenth of an idle
+        worker's event loop, bench/idle_subs.py under py-spy). With items held (a group
+        blocked, the in-flight limit reached), a second at most, as before."""
+        return None if self.scheduler.buffered == 0 else 1.0
 
     async def _launch(self, attempt: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Start ``attempt`` once the rate limit lets one more request go (counted in

@@ -30,11 +30,15 @@ class Progress:
     def wake(self) -> None:
         self._changed.set()
 
-    async def wait(self, timeout: float) -> None:
-        """Until something changed, at most ``timeout`` seconds."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self._changed.wait()
+    async def wait(self, timeout: float | None) -> None:
+        """Until something changed, at most ``timeout`` seconds (None: no bound, for a
+        waiter whose only way forward is a change told here: no timer to make and cancel)."""
+        if timeout is None:
+            await self._changed.wait()
+        else:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._changed.wait()
         self._changed.clear()
 
     @contextlib.contextmanager

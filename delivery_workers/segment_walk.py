@@ -18,6 +18,7 @@ from core.errors import HttpbusError
 from core.filters import compile_filter
 from core.model import Segment, SegmentState, Subscription, Topic
 from core.shards import Shard
+from core.tasks import first_done
 from segments.reader import SegmentReader, left_behind
 
 from .admission import Admission
@@ -27,10 +28,12 @@ from .commit import Committer
 from .filter_budget import FilterBudget
 from .intake import IDLE_REFRESH_S, IntakeStats, SegmentIntake
 from .progress import Progress
+from .shared_reads import TopicCache
 from .throttle import Throttle
 
 log = logging.getLogger(__name__)
 BEHIND_S = 1.0  # how often a runner looks for segments a failover left behind
+BEHIND_IDLE_S = 30.0  # at most, while none is: changes are told at once (_pause_behind)
 
 
 class WalkStats(IntakeStats, Protocol):
@@ -66,6 +69,7 @@ class SegmentWalk:
         self.poisoned = poisoned
         self.bodies = bodies
         self.intake: SegmentIntake | None = None  # of the consume segment
+        self._advanced = asyncio.Event()  # the consume pointer moved (behind() looks again)
 
     async def run(self, admission: Admission, committer: Committer) -> None:
         """Read the consume segments in turn, for ever."""
@@ -89,15 +93,21 @@ class SegmentWalk:
                 await asyncio.sleep(IDLE_REFRESH_S)
             else:
                 self.sub = advanced
+                self._advanced.set()
 
     async def behind(self, admission: Admission, committer: Committer) -> None:
         """Read the segments a failover left behind (available mode), each once it is
         sealed, to its end, beside the consume segment; runs for ever."""
         done: set[int] = set()
+        generation, found = None, None  # found: what the last round read (None: unknown)
         while True:
-            await asyncio.sleep(BEHIND_S)
+            await self._pause_behind(generation, idle=found == [])
+            self._advanced.clear()  # before the round: an advance during it is seen after
+            generation = self._topic_generation()
+            found = None
             try:
-                for segment in await self.reader.behind(self.sub, self.shard, done):
+                found = await self.reader.behind(self.sub, self.shard, done)
+                for segment in found:
                     topic, _ = await self.reader.consume_segment(self.sub)
                     log.info("%s: reading segment %s, left behind by a failover", self.name,
                              segment.id)  # fmt: skip
@@ -107,7 +117,30 @@ class SegmentWalk:
                     # next round's behind() marks it once its commits reach every end.
                     await intake.run()
             except HttpbusError as exc:  # its cluster is away again: the next round retries
+                found = None
                 log.warning("%s: reading a segment left behind: %s", self.name, exc)
+
+    def _topic_generation(self) -> int | None:
+        catalog = self.reader.catalog
+        if not isinstance(catalog, TopicCache):
+            return None
+        return catalog.generation(self.sub.topic_project, self.sub.topic)
+
+    async def _pause_behind(self, generation: int | None, *, idle: bool) -> None:
+        """A second between rounds while a segment left behind is being read. When the last
+        round found none sealed and unread, only a change can bring one: of the topic (a
+        failover leaves a segment behind, the leader seals it: told by the topic's watch)
+        or of the consume pointer (which a segment must lie behind). Wait for either, at
+        most ``BEHIND_IDLE_S``, instead of a look each second by each of 2 000 idle runners."""
+        catalog = self.reader.catalog
+        if not idle or not isinstance(catalog, TopicCache):
+            await asyncio.sleep(BEHIND_S)
+            return
+        sub = self.sub
+        changed = catalog.changed_since(
+            sub.topic_project, sub.topic, generation, BEHIND_IDLE_S, BEHIND_S
+        )
+        await first_done(changed, self._advanced.wait())
 
     def _intake(
         self,

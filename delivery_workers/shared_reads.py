@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import logging
 import time
 from collections import OrderedDict, deque
@@ -176,6 +177,28 @@ class TopicCache(Catalog):
             self._sweep(now)
         return await asyncio.shield(found[3])
 
+    def generation(self, project: str, name: str) -> int | None:
+        """Where the topic's watch stands (None: not watched, or not armed yet); take it
+        before a read, and :meth:`changed_since` returns at the next change after it."""
+        watch = self._watches.get((project, name))
+        return watch.generation if watch is not None and watch.armed else None
+
+    async def changed_since(
+        self, project: str, name: str, generation: int | None, timeout: float, poll_s: float
+    ) -> None:
+        """Until the topic changes after ``generation``, at most ``timeout`` seconds; at most
+        ``poll_s`` if it was not watched then (its changes would not be told)."""
+        watch = self._watches.get((project, name))
+        if generation is None or watch is None or not watch.armed:
+            await asyncio.sleep(min(timeout, poll_s))
+            return
+        moved = watch.moved
+        if watch.generation != generation:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await moved.wait()
+
     def _sweep(self, now: float) -> None:
         self._swept_at = now
         for key in [k for k, w in self._watches.items() if now - w.asked_at > self.forget_s]:
@@ -197,6 +220,7 @@ class _TopicWatch:
 
     def __init__(self, store: MetaStore, project: str, name: str) -> None:
         self.generation = 0
+        self.moved = asyncio.Event()  # set (and replaced) at each change
         self.armed = False
         self.asked_at = time.monotonic()
         watched = (
@@ -217,6 +241,8 @@ class _TopicWatch:
             async for _ in store.watch(path):
                 if seen:
                     self.generation += 1  # a change: a read begun before it is stale
+                    self.moved.set()
+                    self.moved = asyncio.Event()
                     continue
                 seen, started = True, started + 1
                 if started == len(watched):

@@ -4,6 +4,7 @@ window, storage for readers elsewhere; on a real embedded store."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,3 +181,38 @@ def _answers(cache: TopicCache, check: Callable[[Topic], bool]) -> Callable[[], 
         return check(await cache.get_topic("p", "t"))
 
     return answered
+
+
+async def test_a_waiter_is_told_of_the_next_change_of_a_watched_topic(tmp_path: Path) -> None:
+    """What lets an idle runner wait for a segment left behind without a look each second
+    (``SegmentWalk._pause_behind``): a change after the generation taken wakes the waiter at
+    once; one before it makes the wait return at once; unwatched, the wait is ``poll_s``."""
+    async with EmbeddedMetaStore(str(tmp_path / "m.db")) as meta:
+        await catalog_with_t(meta)
+        cache = TopicCache(meta)
+        assert cache.generation("p", "t") is None  # not watched yet
+        t0 = time.monotonic()
+        await cache.changed_since("p", "t", None, timeout=30, poll_s=0.1)
+        assert time.monotonic() - t0 < 5
+        await cache.get_topic("p", "t")
+        await until(lambda: cache.generation("p", "t") is not None, what="the watches armed")
+        generation = cache.generation("p", "t")
+
+        async def change() -> None:
+            await asyncio.sleep(0.3)
+            pointer = paths.produce_pointer("p", "t")
+            node = await meta.get(pointer)
+            assert node is not None
+            await meta.update(pointer, node.data, expected_version=node.version)
+
+        t0 = time.monotonic()
+        await asyncio.gather(change(), cache.changed_since("p", "t", generation, 30, 0.1))
+        assert 0.25 < time.monotonic() - t0 < 10  # woken by the change, not the timeout
+        t0 = time.monotonic()
+        await cache.changed_since("p", "t", generation, 30, 0.1)  # it moved since: at once
+        assert time.monotonic() - t0 < 1
+        moved = cache.generation("p", "t")
+        t0 = time.monotonic()
+        await cache.changed_since("p", "t", moved, timeout=0.2, poll_s=0.1)  # no change
+        assert 0.15 < time.monotonic() - t0 < 5
+        await cache.aclose()

@@ -30,13 +30,12 @@ the six JVMs take about 2.5 GB. Example::
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from .netns import Namespace
+from .ports import free_ports
 from .pulsar_cluster import BOOKIES, BROKERS, PulsarPorts, pulsar_endpoints, pulsar_servers
 from .servers import (
     HOST,
@@ -58,13 +57,8 @@ ZK_NS_BASE = 220  # zookeeper-n's (namespace ``httpbus-zk-n``, 10.234.22n.2)
 
 
 def _ports(count: int) -> list[int]:
-    """``count`` distinct ports free now: every socket held until all are picked (one
-    released at once may be handed out again, and two listeners of a node then collide)."""
-    with ExitStack() as held:
-        socks = [held.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind((HOST, 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
+    """``count`` distinct ports free now, out of the ephemeral range (``ports``)."""
+    return free_ports(count, HOST)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -36,7 +35,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from . import maven
+from . import maven, ports
 from .servers import HOST, _kafka_metadata
 
 DEFAULT_CACHE = Path.home() / ".cache" / "httpbus" / "realservices"
@@ -78,9 +77,7 @@ START_TIMEOUT_S = 180.0
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
+    return ports.free_port(HOST)
 
 
 @dataclass

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,11 +19,7 @@ from typing import Any, Self
 import httpx
 import yaml
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from scripts.realservices.ports import free_port
 
 
 async def ready_now(url: str) -> bool:

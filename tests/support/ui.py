@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +20,7 @@ from playwright.async_api import Page as AsyncPage
 from playwright.async_api import async_playwright
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from scripts.realservices.ports import free_port
 from tests.support.dev import Dev
 
 TOKEN = "ui-browser-token-0123456789"
@@ -63,9 +63,7 @@ async def async_page(base_url: str, token: str, start: str) -> AsyncIterator[Asy
 @asynccontextmanager
 async def serve_app(app: Any) -> AsyncIterator[str]:
     """``app`` served by uvicorn on a free 127.0.0.1 port of this event loop; its URL."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="warning")
     )

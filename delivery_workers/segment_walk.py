@@ -117,7 +117,6 @@ class SegmentWalk:
                     # next round's behind() marks it once its commits reach every end.
                     await intake.run()
             except HttpbusError as exc:  # its cluster is away again: the next round retries
-                found = None
                 log.warning("%s: reading a segment left behind: %s", self.name, exc)
 
     def _topic_generation(self) -> int | None:

@@ -51,3 +51,25 @@ async def read_range(
                 f"messages up to {last} and none came in {patience_s:.0f}s; try again later",
                 details={"topic": name, "partition": partition, "position": position},
             )
+
+
+async def read_all(
+    store: SegmentStore,
+    name: str,
+    partition: int,
+    start: int,
+    end: int,
+    *,
+    timeout: float = 0.5,
+    max_records: int = 1_000,
+    patience_s: float = PATIENCE_S,
+) -> list[Stored]:
+    """:func:`read_range`'s messages in one list."""
+    out: list[Stored] = []
+    batches = read_range(
+        store, name, partition, start, end,
+        timeout=timeout, max_records=max_records, patience_s=patience_s,
+    )  # fmt: skip
+    async for batch in batches:
+        out.extend(batch)
+    return out

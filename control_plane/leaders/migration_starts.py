@@ -50,26 +50,12 @@ from core.model import Segment
 from metastore.migrations import MigrationRecords
 from segments import scan
 from segments.cutover.machine import Cutover
-from segments.protocol import SegmentStore, Stored, store_of
+from segments.protocol import SegmentStore, store_of
 
 MARGIN_MS = 5_000
 MAX_SKIP_CHARS = 300_000  # of a segment's skip_ids: 7 500 ids of 36 characters
 READ_TIMEOUT_S = 30.0
 Located = list[tuple[int, int, str]]  # (partition, position, id)
-
-
-async def read_range(
-    store: SegmentStore, name: str, partition: int, start: int, end: int
-) -> list[Stored]:
-    """Every record of ``[start, end)`` of one partition (:func:`segments.scan.read_range`:
-    an empty read is not taken for the end while the store holds more, which a tail read
-    short would have been, putting a reader's start in the wrong place); ``StorageUnavailable``
-    if the store does not give them within ``READ_TIMEOUT_S``."""
-    out: list[Stored] = []
-    batches = scan.read_range(store, name, partition, start, end, patience_s=READ_TIMEOUT_S)
-    async for batch in batches:
-        out.extend(batch)
-    return out
 
 
 async def tail(
@@ -87,7 +73,12 @@ async def tail(
         end = ends.get(p, 0)
         at = await store.position_at(seg.storage_topic, p, since_ms)
         began[p] = start = min(max(at, (floors or {}).get(p, 0)), end)
-        for msg in await read_range(store, seg.storage_topic, p, start, end):
+        # Not an empty read for the end (segments.scan): a tail read short would put a
+        # reader's start in the wrong place.
+        tail_read = scan.read_all(
+            store, seg.storage_topic, p, start, end, patience_s=READ_TIMEOUT_S
+        )
+        for msg in await tail_read:
             out.append((p, msg.position, envelope.header(msg.headers, envelope.MESSAGE_ID) or ""))
     return out, began
 

@@ -27,8 +27,8 @@ from core.envelope import MESSAGE_ID, header
 from core.errors import NotFound, StorageUnavailable
 from core.model import Segment, Subscription, Topic
 from reports.trace import TraceIndex
+from segments import scan
 from segments.protocol import SegmentStore, Stored
-from segments.scan import read_range
 from segments.subscription import dlq
 from segments.subscription.layout import ensure_layout, load_layout
 
@@ -102,12 +102,10 @@ async def _read(
     """The message at ``partition``/``position`` of ``segment``, checked to be ``mid``. A read
     that comes back empty (slow under load) is read again while the store holds more
     (:func:`segments.scan.read_range`), not answered with a ``NotFound``."""
-    found: list[Stored] = []
     name = segment.storage_topic
-    async for batch in read_range(
+    found = await scan.read_all(
         store, name, partition, position, position + 1, timeout=READ_TIMEOUT_S, max_records=1
-    ):
-        found += batch
+    )
     msg = found[0] if found else None
     if msg is None or msg.position != position or header(msg.headers, MESSAGE_ID) != mid:
         raise NotFound(

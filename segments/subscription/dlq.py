@@ -30,7 +30,7 @@ from core.envelope import REPLAY as REPLAY_HEADER
 from core.errors import StorageUnavailable
 
 from ..protocol import Record, SegmentStore, Stored
-from ..scan import read_range
+from ..scan import read_all as read_to_end
 from .layout import Layout
 from .retry_meta import RetryMeta
 
@@ -80,10 +80,7 @@ async def read_all(
     empty read is not taken for the end: :func:`segments.scan.read_range`)."""
     if end is None:
         end = (await store.end_positions(name)).get(0, 0)
-    out: list[Stored] = []
-    async for batch in read_range(store, name, 0, start, end, timeout=_READ_TIMEOUT_S):
-        out.extend(batch)
-    return out
+    return await read_to_end(store, name, 0, start, end, timeout=_READ_TIMEOUT_S)
 
 
 async def scan(store: SegmentStore, layout: Layout) -> DlqView:

@@ -390,7 +390,8 @@ def run(bench: Bench) -> None:
     """Every scenario, in an order that lets later ones use earlier figures."""
     args = bench.args
     bare_rows = {}
-    for framework in () if args.dedupe_only else ("starlette", "fastapi"):
+    frameworks = ("starlette",) if args.single_only else ("starlette", "fastapi")
+    for framework in () if args.dedupe_only else frameworks:
         if not bare_rows:
             print("bare handlers (uvicorn + uvloop + httptools)")
         argv = (BENCH_DIR / "_support.py", "bare", "--framework", framework)
@@ -405,10 +406,13 @@ def run(bench: Bench) -> None:
     ceiling = bare_rows["starlette"].msgs_per_s
     with bench.services() as producer:
         for backend in bench.backends:
-            dedupe(bench, producer, backend)
+            if not args.single_only:
+                dedupe(bench, producer, backend)
             url = f"{producer.url}/v1/projects/{bench.tag}/topics/{backend}/produce"
             print(f"{backend} (topic of {args.partitions} partitions)")
             single = bench.load(f"{backend} single", producer, bench.spec(url))
+            if args.single_only:
+                continue
             batch_spec = bench.spec(f"{url}/batch", batch=True)
             batch = bench.load(f"{backend} batch x{args.batch}", producer, batch_spec, args.batch)
             moderate(bench, producer, backend, url, ceiling / 2, single.msgs_per_s)
@@ -556,6 +560,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--py-spy", action="store_true", help="profile every run (py-spy)")
     p.add_argument("--dedupe-window", default="10m", help="of the dedupe topics")
     p.add_argument("--dedupe-only", action="store_true", help="run only the dedupe off/on runs")
+    p.add_argument(
+        "--single-only", action="store_true", help="run only single publish and the bare handler"
+    )
     p.add_argument(
         "--dedupe-store",
         choices=["postgres", "embedded"],

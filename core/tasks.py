@@ -28,7 +28,7 @@ class TaskSet:
         await cancel_all(list(self._tasks))
 
 
-async def cancel_all(tasks: Sequence[asyncio.Future[None]]) -> None:
+async def cancel_all(tasks: Sequence[asyncio.Future[Any]]) -> None:
     """Cancel ``tasks`` and wait until each has ended (in order). Their cancellations are
     swallowed, any other error is raised; a cancellation of the *caller* itself, arriving
     while it waits here, is raised once every task has ended: swallowing it as one of the

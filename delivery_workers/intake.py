@@ -41,9 +41,11 @@ from .filter_budget import FilterBudget
 from .items import Item, Kind, Source
 from .poison import crash_names
 from .progress import Progress
+from .shared_reads import TopicCache
 from .throttle import Throttle
 
 IDLE_REFRESH_S = 1.0
+IDLE_WAIT_S = 30.0  # at the end of an open segment: the longest wait for news or a change
 SKIPPED = "delivered from the other side of a verified migration before this segment"
 SEALING_POLL_S = 0.05  # an external segment being sealed: how often its record is read
 
@@ -128,16 +130,21 @@ class SegmentIntake:
         last_refresh = time.monotonic()
         external = isinstance(self.reader.store(self.segment), ExternalStore)
         throttle = self.throttle
+        idle: tuple[int | None] | None = None  # at an open segment's end: (topic generation,)
         while True:
             await throttle.gate()  # the circuit is open: stop pulling
-            batch = await self.reader.read(
-                self.sub,
-                self.segment,
-                partition,
-                position,
-                max_records=self.read_batch,
-                timeout=1.0,
-            )
+            if idle is None:
+                batch = await self.reader.read(
+                    self.sub,
+                    self.segment,
+                    partition,
+                    position,
+                    max_records=self.read_batch,
+                    timeout=1.0,
+                )
+            else:
+                source.waiting_at(partition, position)
+                batch = await self._idle_read(partition, position, idle[0])
             source.read_at(partition, position, len(batch))
             if batch and external:
                 await self._refresh_external()
@@ -147,14 +154,56 @@ class SegmentIntake:
                     return  # past a sealed segment's end: an external one, written on
                 await self._take(source, msg)
                 position = msg.position + 1
-            # Busy or idle, the segment record is looked at again every IDLE_REFRESH_S: an
-            # external segment (segments.external) is sealed only logically and its own
-            # producers keep writing it, so its reader is never idle at the end.
-            if time.monotonic() - last_refresh < IDLE_REFRESH_S:
+            # While messages come, the segment record is looked at again every
+            # IDLE_REFRESH_S: an external segment (segments.external) is sealed only
+            # logically and its own producers keep writing it, so its reader is never idle
+            # at the end. Idle, it is looked at after each wait (_idle_read).
+            if (batch or idle is None) and time.monotonic() - last_refresh < IDLE_REFRESH_S:
                 continue
             last_refresh = time.monotonic()
+            generation = self._topic_generation()  # before the look: a later change is told
             if await self._finished(partition, position):
                 return
+            idle = (generation,) if not batch and not external else None
+
+    def _topic_generation(self) -> int | None:
+        catalog = self.reader.catalog
+        if not isinstance(catalog, TopicCache):
+            return None
+        return catalog.generation(self.topic.project, self.topic.name)
+
+    async def _idle_read(
+        self, partition: int, position: int, generation: int | None
+    ) -> list[Stored]:
+        """At the end of an open segment: wait for news of the partition (a shared tail
+        wakes its waiters only when a fetch brings messages) or a change of the topic (a
+        seal, a failover leaving the segment behind: told by the topic's watch), at most
+        ``IDLE_WAIT_S``; instead of a read and a look at the topic each second, for each
+        of 2 000 idle subscriptions of a worker. The messages read, or none."""
+        read = asyncio.ensure_future(
+            self.reader.read_news(
+                self.sub,
+                self.segment,
+                partition,
+                position,
+                max_records=self.read_batch,
+                timeout=IDLE_WAIT_S,
+            )
+        )
+        catalog = self.reader.catalog
+        if not isinstance(catalog, TopicCache):
+            return await read
+        changed = asyncio.ensure_future(
+            catalog.changed_since(
+                self.topic.project, self.topic.name, generation, IDLE_WAIT_S, IDLE_REFRESH_S
+            )
+        )
+        try:
+            await asyncio.wait((read, changed), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            answered = read.done()
+            await cancel_all([changed] if answered else [changed, read])
+        return read.result() if answered else []
 
     async def _refresh_external(self) -> None:
         """An external segment is sealed only logically (segments.external): records past its

@@ -4,6 +4,7 @@ from) and a :class:`Source` (a storage topic read and committed in order)."""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass
 from enum import Enum
@@ -64,6 +65,12 @@ class Source:
             self._found_nothing.pop(partition, None)
         else:
             self._found_nothing[partition] = (position, self._clock())
+
+    def waiting_at(self, partition: int, position: int) -> None:
+        """A read of ``partition`` from ``position`` waits at its end for news
+        (``SegmentIntake._idle_read``): until it returns, the partition counts as read to
+        its end, however long the wait."""
+        self._found_nothing[partition] = (position, math.inf)
 
     def caught_up(self, within_s: float = CAUGHT_UP_S) -> bool:
         """Whether every partition is read to its end and committed there: its last read,

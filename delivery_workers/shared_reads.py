@@ -55,6 +55,11 @@ class Tail:
         self.end: int | None = None  # where the next fetch starts (exclusive end of kept)
         self._fetch: asyncio.Task[list[Stored]] | None = None
         self._fetched_at = time.monotonic()
+        # Waiters for news (read_news): woken only by a fetch that brought messages or failed.
+        self._news = asyncio.Event()
+        self._waiting = 0
+        self._follower: asyncio.Task[None] | None = None
+        self._failed: BaseException | None = None
 
     def _cached(self, start: int, max_records: int) -> list[Stored] | None:
         """Messages from ``start`` out of memory; None if the window does not hold start."""
@@ -90,6 +95,50 @@ class Tail:
         # From the batch itself: it may be longer than the window keeps.
         i = bisect.bisect_left([m.position for m in batch], start)
         return batch[i : i + max_records]
+
+    async def read_news(self, start: int, max_records: int, timeout: float) -> list[Stored]:
+        """:meth:`read`, but at the tail's end it waits up to ``timeout`` for a fetch that
+        brings messages: the tail fetches on (a read of at most ``FETCH_WAIT_S`` at a time)
+        while anyone waits, and an empty fetch wakes nobody. So 2 000 idle subscriptions of
+        a partition cost one fetch a second, not 2 000 wake-ups."""
+        found = self._cached(start, max_records)
+        if found or start != self.end or self.end is None:
+            return found or await self.read(start, max_records, min(timeout, FETCH_WAIT_S))
+        news = self._news
+        self._waiting += 1
+        if self._follower is None:
+            self._follower = asyncio.create_task(self._follow())
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await news.wait()
+        finally:
+            self._waiting -= 1
+        if self._failed is not None and news.is_set():
+            raise self._failed
+        return self._cached(start, max_records) or []
+
+    async def _follow(self) -> None:
+        """Fetch while anyone waits for news; wake them at messages or an error."""
+        try:
+            while self._waiting:
+                if self._fetch is None:
+                    self._fetch = asyncio.create_task(self._fetch_more())
+                fetch = self._fetch
+                try:
+                    batch = await asyncio.shield(fetch)
+                except Exception as exc:  # every waiter is told; the next wait fetches again
+                    self._tell(exc)
+                    return
+                if batch:
+                    self._tell(None)
+        finally:
+            self._follower = None
+
+    def _tell(self, failed: BaseException | None) -> None:
+        self._failed = failed
+        news, self._news = self._news, asyncio.Event()
+        news.set()
 
     def _idle(self) -> bool:
         return time.monotonic() - self._fetched_at > IDLE_S
@@ -298,6 +347,21 @@ class SharedSegmentReader(SegmentReader):
         max_records: int = 500,
         timeout: float = 1.0,
     ) -> list[Stored]:
+        return await self._tail(segment, partition).read(start, max(1, max_records), timeout)
+
+    async def read_news(
+        self,
+        sub: Subscription,
+        segment: Segment,
+        partition: int,
+        start: int,
+        *,
+        max_records: int = 500,
+        timeout: float = 30.0,
+    ) -> list[Stored]:
+        return await self._tail(segment, partition).read_news(start, max(1, max_records), timeout)
+
+    def _tail(self, segment: Segment, partition: int) -> Tail:
         key = (segment.cluster, segment.storage_topic, partition)
         tail = self._tails.get(key)
         if tail is None:
@@ -306,7 +370,7 @@ class SharedSegmentReader(SegmentReader):
             while len(self._tails) > self.max_tails:
                 self._tails.popitem(last=False)  # the least recently read
         self._tails.move_to_end(key)
-        return await tail.read(start, max(1, max_records), timeout)
+        return tail
 
     async def aclose(self) -> None:
         """Stop the topic watches."""

@@ -106,6 +106,24 @@ class SegmentReader:
             segment.storage_topic, partition, start, max_records=max_records, timeout=timeout
         )
 
+    async def read_news(
+        self,
+        sub: Subscription,
+        segment: Segment,
+        partition: int,
+        start: int,
+        *,
+        max_records: int = 500,
+        timeout: float = 30.0,
+    ) -> list[Stored]:
+        """A read at the end of what ``partition`` holds that may wait up to ``timeout`` for
+        news: here one read of at most a second (a storage read holds a client's reader
+        for its wait); a reader that follows tails itself waits the whole ``timeout`` without
+        a read of its own (delivery_workers.shared_reads). An empty answer is not an end."""
+        return await self.read(
+            sub, segment, partition, start, max_records=max_records, timeout=min(timeout, 1.0)
+        )
+
     async def commit(
         self,
         sub: Subscription,

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from core.errors import StorageUnavailable
 from core.model import SegmentState, Topic
 from delivery_workers import shared_reads
 from delivery_workers.shared_reads import Tail, TopicCache
@@ -85,6 +86,48 @@ async def test_a_tail_nobody_follows_moves_to_the_next_start(
     assert tail.end == 3
     got = await tail.read(7, 500, 1.0)  # ahead, and the tail is idle: it moves to 7
     assert [m.value for m in got] == [b"m7", b"m8", b"m9"] and tail.end == 10
+
+
+async def test_waiters_for_news_wake_only_for_messages_and_share_the_fetches(
+    store: Counting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle runner waits at a partition's end with ``read_news``: the tail fetches on,
+    one fetch at a time for every waiter, and an empty fetch wakes nobody."""
+    monkeypatch.setattr(shared_reads, "FETCH_WAIT_S", 0.05)
+    tail = Tail(store, "t", 0, keep=100)  # type: ignore[arg-type]
+    assert await tail.read(0, 500, 0.05) == []  # the tail now stands at 0
+    woken: list[list[Stored]] = []
+
+    async def wait() -> None:
+        woken.append(await tail.read_news(0, 500, 30.0))
+
+    waiting = [asyncio.create_task(wait()) for _ in range(50)]
+    await until(lambda: store.reads >= 8, 10, "empty fetches while the 50 wait")
+    assert woken == [] and store.reads < 50  # not a fetch, nor a wake-up, per waiter
+    await store.inner.produce_many("t", [Record(b"a"), Record(b"b")])
+    await asyncio.wait_for(asyncio.gather(*waiting), 10)
+    assert all([m.value for m in batch] == [b"a", b"b"] for batch in woken)
+    await until(lambda: tail._follower is None, 5, "the fetches to stop with no waiter")
+    reads = store.reads
+    assert await tail.read_news(2, 500, 0.2) == []  # nothing more within its timeout
+    assert store.reads > reads
+
+
+async def test_a_failed_fetch_is_raised_to_every_waiter_for_news(
+    store: Counting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shared_reads, "FETCH_WAIT_S", 0.05)
+    tail = Tail(store, "t", 0, keep=100)  # type: ignore[arg-type]
+    await tail.read(0, 500, 0.05)
+    waiting = [asyncio.create_task(tail.read_news(0, 500, 30.0)) for _ in range(3)]
+    await until(lambda: store.reads >= 3, 10, "the waiters' fetches")
+
+    async def refuse(*args: Any, **kwargs: Any) -> list[Stored]:
+        raise StorageUnavailable("the cluster is away")
+
+    monkeypatch.setattr(store, "read", refuse)
+    outcomes = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), 10)
+    assert all(isinstance(o, StorageUnavailable) for o in outcomes)
 
 
 @dataclass

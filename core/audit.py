@@ -8,7 +8,9 @@ every version up to its own and ignores fields it does not know.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import NamedTuple
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
@@ -85,6 +87,56 @@ class AuditEvent(BaseModel):
     @classmethod
     def from_bytes(cls, data: bytes) -> AuditEvent:
         return cls.model_validate_json(data)
+
+
+class Encoded(NamedTuple):
+    """An event already in its line's bytes (what :meth:`AuditEvent.to_bytes` gives for the
+    same fields), for a sink that takes either."""
+
+    message_id: str
+    line: bytes
+
+    def to_bytes(self) -> bytes:
+        return self.line
+
+
+def accepted_event(
+    *,
+    message_id: str,
+    project: str,
+    topic: str,
+    segment: int,
+    partition: int,
+    position: int,
+    group: str | None,
+    at_ms: int,
+    size: int,
+    due_at_ms: int | None,
+    headers: dict[str, str] | None,
+) -> Encoded:
+    """The ``accepted`` event of a published message, encoded as :class:`AuditEvent` would
+    encode it (the same fields in the same order, none left out but the empty ones): every
+    publish makes one, and an :class:`AuditEvent` built and dumped costs ~7 µs against
+    ~1 µs here (`bench/README.md`). ``produced_at_ms`` is ``at_ms``."""
+    fields: dict[str, object] = {
+        "v": SCHEMA_VERSION,
+        "type": "accepted",
+        "message_id": message_id,
+        "project": project,
+        "topic": topic,
+        "segment": segment,
+        "partition": partition,
+        "position": position,
+    }
+    if group is not None:
+        fields["group"] = group
+    fields["at_ms"] = fields["produced_at_ms"] = at_ms
+    if due_at_ms is not None:
+        fields["due_at_ms"] = due_at_ms
+    fields["size"] = size
+    if headers is not None:
+        fields["headers"] = headers
+    return Encoded(message_id, orjson.dumps(fields))
 
 
 # ---------------------------------------------------------------- what the audit jobs report

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, cast
 
 from core import telemetry
-from core.audit import AuditEvent, AuditType
+from core.audit import accepted_event
 from core.envelope import Headers
 from core.errors import HttpbusError, StorageUnavailable, TooLarge
 from core.ids import new_message_ids
@@ -300,8 +300,7 @@ class Publisher:
             )
         if self.audit is not None:
             self.audit.emit(
-                AuditEvent(
-                    type=AuditType.ACCEPTED,
+                accepted_event(
                     message_id=parsed.message_id,
                     project=topic.project,
                     topic=topic.name,
@@ -310,7 +309,6 @@ class Publisher:
                     position=written.position,
                     group=parsed.group_id,
                     at_ms=now_ms,
-                    produced_at_ms=now_ms,
                     size=size,
                     due_at_ms=parsed.deliver_at_ms,
                     headers=headers.audit_headers(parsed.headers),

@@ -61,7 +61,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
-from core.audit import AuditEvent
+from core.audit import AuditEvent, Encoded
 from core.errors import (
     AlreadyExists,
     HttpbusError,
@@ -150,7 +150,9 @@ class AuditSink(AsyncResource):
         self._clock = clock
         self._close_timeout_s = close_timeout_s
         self._durable_timeout_s = durable_timeout_s
-        self._pending: deque[tuple[int, AuditEvent]] = deque()  # new, with sequence numbers
+        self._pending: deque[tuple[int, AuditEvent | Encoded]] = (
+            deque()
+        )  # new, with sequence numbers
         self._in_flight: list[_Chunk] = []  # the batch being written
         self._retry: deque[_Chunk] = deque()  # failed records, written before the new events
         self._retry_events = 0  # events in self._retry
@@ -178,9 +180,9 @@ class AuditSink(AsyncResource):
         await self._create_topic()
         self._task = asyncio.create_task(self._run(), name="httpbus-audit-sink")
 
-    def emit(self, event: AuditEvent) -> None:
-        """Queue ``event`` for writing; never blocks. Dropped (and counted) when the buffer
-        is full or the sink is closed."""
+    def emit(self, event: AuditEvent | Encoded) -> None:
+        """Queue ``event`` (or its line, already encoded) for writing; never blocks. Dropped
+        (and counted) when the buffer is full or the sink is closed."""
         self.emitted += 1
         if self._closed or len(self._pending) + self._retry_events >= self._max_pending:
             self.dropped += 1

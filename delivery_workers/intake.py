@@ -41,7 +41,7 @@ from .filter_budget import FilterBudget
 from .items import Item, Kind, Source
 from .poison import crash_names
 from .progress import Progress
-from .shared_reads import TopicCache
+from .shared_reads import TopicCache, topic_generation
 from .throttle import Throttle
 
 IDLE_REFRESH_S = 1.0
@@ -161,16 +161,11 @@ class SegmentIntake:
             if (batch or idle is None) and time.monotonic() - last_refresh < IDLE_REFRESH_S:
                 continue
             last_refresh = time.monotonic()
-            generation = self._topic_generation()  # before the look: a later change is told
+            # Before the look: a change after it is told to the wait.
+            generation = topic_generation(self.reader.catalog, self.topic.project, self.topic.name)
             if await self._finished(partition, position):
                 return
             idle = (generation,) if not batch and not external else None
-
-    def _topic_generation(self) -> int | None:
-        catalog = self.reader.catalog
-        if not isinstance(catalog, TopicCache):
-            return None
-        return catalog.generation(self.topic.project, self.topic.name)
 
     async def _idle_read(
         self, partition: int, position: int, generation: int | None

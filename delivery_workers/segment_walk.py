@@ -28,7 +28,7 @@ from .commit import Committer
 from .filter_budget import FilterBudget
 from .intake import IDLE_REFRESH_S, IntakeStats, SegmentIntake
 from .progress import Progress
-from .shared_reads import TopicCache
+from .shared_reads import TopicCache, topic_generation
 from .throttle import Throttle
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,9 @@ class SegmentWalk:
         while True:
             await self._pause_behind(generation, idle=found == [])
             self._advanced.clear()  # before the round: an advance during it is seen after
-            generation = self._topic_generation()
+            generation = topic_generation(
+                self.reader.catalog, self.sub.topic_project, self.sub.topic
+            )
             found = None
             try:
                 found = await self.reader.behind(self.sub, self.shard, done)
@@ -118,12 +120,6 @@ class SegmentWalk:
                     await intake.run()
             except HttpbusError as exc:  # its cluster is away again: the next round retries
                 log.warning("%s: reading a segment left behind: %s", self.name, exc)
-
-    def _topic_generation(self) -> int | None:
-        catalog = self.reader.catalog
-        if not isinstance(catalog, TopicCache):
-            return None
-        return catalog.generation(self.sub.topic_project, self.sub.topic)
 
     async def _pause_behind(self, generation: int | None, *, idle: bool) -> None:
         """A second between rounds while a segment left behind is being read. When the last

@@ -262,6 +262,14 @@ class TopicCache(Catalog):
         await asyncio.gather(*(w.task for w in watches), return_exceptions=True)
 
 
+def topic_generation(catalog: Catalog, project: str, name: str) -> int | None:
+    """:meth:`TopicCache.generation` of a topic if ``catalog`` watches topics (None if it
+    does not: its changes are not told, and a wait for one is a poll)."""
+    if not isinstance(catalog, TopicCache):
+        return None
+    return catalog.generation(project, name)
+
+
 class _TopicWatch:
     """Watches a topic's produce pointer, node and segments node; ``generation`` moves at
     each change, so a read begun before it is not taken as fresh; ``armed`` once every watch

@@ -101,10 +101,10 @@ class _Reader(GuardedConsumer):
                     self._next = None
                     break
                 batch.append(msg)
-        stored = [_stored(m) for m in batch if m.offset() >= start]
-        if stored and self._next is not None:
-            self._next = stored[-1].position + 1
-        return stored
+        found = [stored(m) for m in batch if m.offset() >= start]
+        if found and self._next is not None:
+            self._next = found[-1].position + 1
+        return found
 
     def _first(self, start: int, deadline: float) -> Any:
         while True:
@@ -135,7 +135,7 @@ class _Reader(GuardedConsumer):
         return True
 
 
-def _stored(msg: Any) -> Stored:
+def stored(msg: Any) -> Stored:
     headers = tuple((k, v if v is not None else b"") for k, v in (msg.headers() or ()))
     return Stored(
         partition=msg.partition(),
@@ -155,6 +155,9 @@ class ConsumerCache(Generic[K, R]):
         self._size = size
         self._readers: OrderedDict[K, R] = OrderedDict()
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix=name)
+
+    def __len__(self) -> int:
+        return len(self._readers)
 
     def _get(self, key: K, make: Callable[[], R]) -> R:
         reader = self._readers.get(key)
@@ -196,6 +199,12 @@ class PartitionReaders(ConsumerCache[tuple[str, int], _Reader]):
             )
             if got is not None:
                 return got
+
+    def close_reader(self, topic: str, partition: int) -> None:
+        """Close the reader of the partition, if open (another reads it now: .follow)."""
+        reader = self._readers.pop((topic, partition), None)
+        if reader is not None:
+            self._executor.submit(reader.close)
 
     def forget(self, topic: str) -> None:
         """Close the readers of ``topic`` (deleted)."""

@@ -100,6 +100,7 @@ from .consumer import (
     start_offsets,
 )
 from .errors import resolve, retrying, translate, unavailable
+from .follow import Followers
 from .offsets import GroupOffsets
 from .producer import DurableProducer, probe_until_refused
 
@@ -115,6 +116,7 @@ class KafkaSegmentStore(AsyncResource):
         self._admin: Any = None
         self._producer = DurableProducer(settings)
         self._readers = PartitionReaders(settings)
+        self._follows = Followers(settings)  # reads in sequence; _readers the others
         self._groups = GroupOffsets(settings)  # not the AdminClient's: see .offsets
         self._commits = CommitClient(settings)  # a client of their own: see .commits
         self._counts: dict[str, int] = {}  # partition counts seen; a segment never grows
@@ -139,6 +141,7 @@ class KafkaSegmentStore(AsyncResource):
             return
         self._started = False
         await self._producer.close()
+        await self._follows.close()
         await self._readers.close()
         await self._groups.close()
 
@@ -171,6 +174,7 @@ class KafkaSegmentStore(AsyncResource):
         self._sealed.discard(name)
         self._fenced.discard(name)
         self._readers.forget(name)
+        self._follows.forget(name)
         await self._await_metadata(name, lambda t: t is None, deadline)
 
     async def partitions(self, name: str) -> int | None:
@@ -231,10 +235,20 @@ class KafkaSegmentStore(AsyncResource):
         if not 0 <= partition < count:
             raise NotFound(f"kafka: {name} has no partition {partition}")
         try:
-            return await self._readers.read(name, partition, start, max_records, timeout)
+            got = await self._follows.read(name, partition, start, max_records, timeout)
+            if got is None:
+                got = await self._readers.read(name, partition, start, max_records, timeout)
+                if self._follows.ended(name, partition, start, got):
+                    self._readers.close_reader(name, partition)
+            return got
         except NotFound:
             self._counts.pop(name, None)  # deleted behind our back
             raise
+
+    def read_clients(self) -> dict[str, int]:
+        """How reads are served now: partitions followed by the shared consumer, and the
+        partition readers open for the other reads (.follow says which go where)."""
+        return {"followed": self._follows.following(), "partition_readers": len(self._readers)}
 
     async def end_positions(self, name: str) -> dict[int, int]:
         count = await self._count(name, time.monotonic() + self._timeout)

@@ -132,7 +132,8 @@ class Followers:
             if not follow.buffer and not follow.failed:
                 follow.news.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(follow.news.wait(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await follow.news.wait()
             if follow.error is not None:
                 error, follow.error = follow.error, None
                 raise translate(error, f"read {topic}[{partition}]")

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from delivery_workers import status as status_module
 from delivery_workers.stats import RunnerStats
 from delivery_workers.status import BUCKET_S, HISTORY_S, REFRESH_S, StatusPublisher, _Series
 from metastore import paths
@@ -88,3 +89,58 @@ def test_buckets_past_the_hour_are_dropped_as_a_sweep_every_second_would() -> No
         assert min(series.lags) >= horizon and min(series.buckets, default=horizon) >= horizon
         if second > HISTORY_S:  # nothing younger than the hour dropped
             assert min(series.lags) - BUCKET_S < horizon
+
+
+_CHANGES: list[tuple[str, Any]] = [
+    ("segment", 2),
+    ("in_flight", 3),
+    ("held", 4),
+    ("blocked_groups", 1),
+    ("delayed", 7),
+    ("failed_attempts", 1),
+    ("filtered", 2),
+    ("retried", 1),
+    ("dead_lettered", 1),
+    ("sidelined", 2),
+    ("circuit_state", "open"),
+    ("circuit_rate", 5.0),
+    ("lag", 9),
+    ("commit_failing_since_ms", 123),
+    ("oldest_unacked_ms", 456),
+    ("last_failure", {"at_ms": 1, "status": 500, "error": "HTTP 500", "answer": ""}),
+]
+
+
+async def test_an_idle_unit_builds_no_figures_and_every_change_is_written(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Figures are built only when what they are made of moved (status._signature), and
+    a change of any part of them is still written at once."""
+    built: list[int] = []
+    real = status_module._figures
+    monkeypatch.setattr(
+        status_module,
+        "_figures",
+        lambda *a: built.append(1) or real(*a),  # type: ignore[func-returns-value]
+    )
+    stats = RunnerStats(lag=0, segment=1)
+    clock, wall = ManualClock(100.0), ManualClock(1_000_000.0)
+    async with _Counting(str(tmp_path / "meta.db")) as meta:
+        status = StatusPublisher(
+            meta, "w-1", lambda: {"p/s": stats}, lambda: {"p/s"}, clock=clock, wall=wall
+        )
+        for _ in range(30):
+            clock.now += 1
+            wall.now += 1
+            await status.publish()
+        assert (len(built), meta.writes) == (1, 1)
+        for name, value in [*_CHANGES, ("dlq", None)]:
+            if name == "dlq":
+                stats.dlq.reset([(5, False)], read_to=6)
+            else:
+                setattr(stats, name, value)
+            before = meta.writes
+            clock.now += 1
+            await status.publish()
+            assert meta.writes == before + 1, f"a change of {name} was not written"
+        await status.aclose()

@@ -68,6 +68,13 @@ class Endpoints:
         )
 
 
+def server_pid(state_file: Path, name: str) -> int | None:
+    """The pid of a shared real server (``zookeeper``, ``kafka``, ...) as the state file of
+    ``scripts.realservices`` records it; None if it records none."""
+    found = json.loads(state_file.read_text()).get("processes", {}).get(name)
+    return int(found["pid"]) if found else None
+
+
 async def bounded(
     jobs: Iterable[Callable[[], Awaitable[object]]],
     concurrency: int,

@@ -16,7 +16,8 @@ For each size N and each ``--per-topic`` k (subscriptions sharing one topic):
    threads (``/proc/<pid>/status``), CPU-seconds (``/proc/<pid>/stat``, every thread), its
    sockets, the requests its ZooKeeper connection sent (the server's own ``stat`` counts
    packets received per connection) and the TCP data segments it sent to Kafka (``ss -ti``
-   per connection: about one per request, librdkafka sends small requests one per segment).
+   per connection: about one per request, librdkafka sends small requests one per segment),
+   and the Kafka broker's CPU over the same window (its pid from the services file).
 
 The start storm is measured at the moment all N run: the worker's CPU-seconds since it
 started, the requests its ZooKeeper connection sent so far, the Kafka segments of its live
@@ -37,6 +38,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import re
 import secrets
@@ -352,10 +354,13 @@ async def _measure(run: Run, workdir: Path, n: int, receiver: Receiver) -> dict[
                 f"settling {args.settle_s} s"
             )
             await asyncio.sleep(args.settle_s)
+            broker = s.server_pid(args.services_file, "kafka")
             a = proc_sample(proc.pid, endpoints.zookeeper, kafka_port)
+            broker_a = s.session_cpu_s(broker) if broker else math.nan
             load_start = s.load_average()
             await asyncio.sleep(args.idle_s)
             b = proc_sample(proc.pid, endpoints.zookeeper, kafka_port)
+            broker_b = s.session_cpu_s(broker) if broker else math.nan
             load_end = s.load_average()
             still = await run.running(meta)
             delivered, deliver_s = await run.deliver_one(store, receiver)
@@ -378,6 +383,8 @@ async def _measure(run: Run, workdir: Path, n: int, receiver: Receiver) -> dict[
                 "threads": b.threads,
                 "sockets": b.sockets,
                 "cpu_s": b.cpu_s - a.cpu_s,
+                # The whole broker's, whoever else uses it (nothing else should, then).
+                "broker_cpu_s": broker_b - broker_a,
                 "zk_per_s": (b.zk_sent - a.zk_sent) / window,
                 # Per connection: one opened in the window counts from zero; one closed in
                 # it loses what it sent then (readers evicted and made again: see opened).
@@ -423,7 +430,8 @@ def report(rows: list[dict[str, Any]], base_mb: float) -> None:
     headers = [
         "N", "per topic", "ready s", "start CPU-s", "start ZK req", "start warnings",
         "RSS MB", "KB/sub", "CPU s/s", "CPU ms/s per sub", "ZK req/s", "ZK req/s per 1k sub",
-        "Kafka segs/s", "Kafka conns opened", "threads", "sockets", "delivered",
+        "Kafka segs/s", "Kafka conns opened", "broker CPU s/s", "threads", "sockets",
+        "delivered",
         "load (before, start, end)",
     ]  # fmt: skip
     table = []
@@ -435,7 +443,8 @@ def report(rows: list[dict[str, Any]], base_mb: float) -> None:
             s.fmt((r["rss_mb"] - base["rss_mb"]) * 1024 / per), s.fmt(cpu, 3),
             s.fmt((cpu - base_cpu) * 1000 / per, 3), s.fmt(r["zk_per_s"]),
             s.fmt((r["zk_per_s"] - base["zk_per_s"]) * 1000 / per), s.fmt(r["kafka_per_s"]),
-            str(r["kafka_opened"]), str(r["threads"]), str(r["sockets"]),
+            str(r["kafka_opened"]), s.fmt(r["broker_cpu_s"] / r["window_s"], 3),
+            str(r["threads"]), str(r["sockets"]),
             f"{r['delivered']} in {r['deliver_s']:.1f} s",
             ", ".join(f"{x:.1f}" for x in r["load"]),
         ])  # fmt: skip

@@ -9,8 +9,13 @@ locks only while its lease is valid:
 - each round trip the store confirms (a heartbeat, about every ``timeout_s / 6``) extends
   the lease to ``sent + timeout_s / 2``, where ``sent`` is when that request *left*: the
   server heard it later, so it cannot expire the session before ``sent + timeout_s``;
-- a suspended connection ends the lease at once (the client cannot know whether the server
-  still counts the session);
+- a lost session ends the lease at once; a *suspended* connection does not: the server
+  cannot expire the session before a confirmed request's ``sent + timeout_s``, whatever
+  the connection does meanwhile, so the lease runs to its end on its own clock, and a
+  connection remade within it (on another server: a peer restarted in a rolling upgrade,
+  a silent peer left by the store) fences nothing. Until 2026-11-29 a suspension ended
+  the lease at once, and every such reconnect stopped the worker's runners and redelivered
+  what they had not committed (tests/chaos/test_slow_network.py);
 - the clock is the monotonic one: a process paused (SIGSTOP, a long GC, a frozen VM) finds
   its lease lapsed when it resumes, before it sends anything.
 
@@ -65,7 +70,7 @@ class SessionLease:
                 self._wake()
 
     def suspend(self) -> None:
-        """The connection is down: the lease ends now, until a new confirmation."""
+        """The session is lost: the lease ends now, until a new confirmation."""
         if self.timeout_s is not None:
             self._until = float("-inf")
             self._wake()

@@ -43,6 +43,7 @@ from kazoo.exceptions import (
     RuntimeInconsistency,
     UnimplementedError,
 )
+from kazoo.protocol.connection import _CONNECTION_DROP
 
 from core.errors import (
     AlreadyExists,
@@ -63,6 +64,9 @@ log = logging.getLogger(__name__)
 
 _RETRY_S = 0.5  # pause between retries of watch reads and re-joins while disconnected
 MAX_IN_FLIGHT = 64  # requests one store has on the wire at once (_call)
+# Heartbeats on the wire at once: a beat answered later than half a session after it left
+# extends nothing, and beats leave every sixth of one (metastore/lease.py), so three.
+BEATS_IN_FLIGHT = 3
 _TX_ATTEMPTS = 5  # a concurrent writer can make a recursive delete or parent set-up retry
 
 
@@ -108,6 +112,9 @@ class ZooKeeperMetaStore(AsyncResource):
         self._has_multi_read = True  # until the server says it has none (before 3.6)
         self.lease = SessionLease(session_timeout_s)
         self._beat = asyncio.Event()  # set: confirm the session now (a reconnect)
+        self._beats = 0  # heartbeats on the wire
+        self._dropping = False  # a drop of this connection is queued (_leave_silent_server)
+        self._suspended_at: float | None = None  # when the connection was last suspended
         self._joined: dict[str, bytes] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -143,13 +150,59 @@ class ZooKeeperMetaStore(AsyncResource):
 
     async def _heartbeat(self) -> None:
         """Confirm the session every ``lease.heartbeat_s`` (and at once on a reconnect): one
-        read that extends :attr:`lease` (metastore/lease.py)."""
+        read that extends :attr:`lease` (metastore/lease.py). A beat leaves on that cadence
+        whether the last one was answered or not (at most :data:`BEATS_IN_FLIGHT` on the
+        wire): waiting for each answer spaced the beats a round trip apart, so at a round
+        trip of a sixth of the session the lease lapsed between two answers and every lock
+        was fenced (tests/chaos/test_slow_network.py); now it holds up to a quarter
+        (:attr:`_silent_after_s`)."""
         while True:
             await self._beat_wait()
-            try:  # an answered call confirms the lease (_call); it queues behind no burst
-                await self._call("/", self._client.exists_async, self._abs("/"), urgent=True)
-            except HttpbusError as exc:
-                log.debug("zookeeper session not confirmed: %s", exc)
+            if self._beats < BEATS_IN_FLIGHT:
+                self._beats += 1
+                self._spawn(self._beat_once())
+
+    async def _beat_once(self) -> None:
+        call = asyncio.ensure_future(
+            self._call("/", self._client.exists_async, self._abs("/"), urgent=True)
+        )
+        try:  # an answered call confirms the lease (_call); it queues behind no burst
+            await asyncio.wait({call}, timeout=self._silent_after_s)
+            if not call.done():
+                self._leave_silent_server()
+            await call
+        except HttpbusError as exc:
+            log.debug("zookeeper session not confirmed: %s", exc)
+        finally:
+            self._beats -= 1
+            call.cancel()
+
+    @property
+    def _silent_after_s(self) -> float:
+        """A heartbeat unanswered this long: the server is as good as gone. A quarter of
+        the session: the first unanswered beat left a sixth after the last answered one,
+        whose lease ends at half a session, so the store is on another server with a
+        twelfth of the session to spare (0.5 s at 6 s) and fences nothing; the price is
+        that a round trip above a quarter of the session counts as silence."""
+        return (self.lease.timeout_s or 30.0) / 4
+
+    def _leave_silent_server(self) -> None:
+        """Drop the connection to a server that takes requests and answers none, so kazoo
+        connects to another while the session lives. kazoo finds a dead server only by an
+        unanswered ping, and sends a ping only after a third of the session with nothing
+        to send: a store that keeps sending (heartbeats, status writes) never gets there,
+        and a worker connected to a silent peer stayed fenced until its session nearly
+        expired. ``_CONNECTION_DROP`` is kazoo's own way to drop (its testing harness);
+        once per connection: the drop fails every queued request, and the reconnect
+        clears the flag."""
+        if self._dropping or self._client.state != KazooState.CONNECTED:
+            return
+        self._dropping = True
+        log.warning(
+            "zookeeper did not answer a heartbeat in %.1fs: leaving that server for another",
+            self._silent_after_s,
+        )
+        self._client._call(_CONNECTION_DROP, self._client.handler.async_result())
 
     async def _beat_wait(self) -> None:
         with contextlib.suppress(TimeoutError):
@@ -173,19 +226,33 @@ class ZooKeeperMetaStore(AsyncResource):
             self._client.close()
 
     def _on_state(self, state: str) -> None:
-        """kazoo's connection listener: runs on a kazoo thread, so it only hands over."""
-        loop = self._loop
+        """kazoo's connection listener: runs on a kazoo thread, so it only hands over, with
+        when it was told (before kazoo sends its next connect request)."""
+        loop, at = self._loop, self.lease.clock()
         if loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to tell
-                loop.call_soon_threadsafe(self._state_changed, state)
+                loop.call_soon_threadsafe(self._state_changed, state, at)
 
-    def _state_changed(self, state: str) -> None:
+    def _state_changed(self, state: str, at: float) -> None:
         if self._closed:
             return
-        if state in (KazooState.SUSPENDED, KazooState.LOST):
-            self.lease.suspend()  # the server may expire the session meanwhile: fence now
-            self._lost = self._lost or state == KazooState.LOST
+        if state == KazooState.LOST:
+            self.lease.suspend()  # the session is gone: fence now
+            self._lost = True
+        elif state == KazooState.SUSPENDED:
+            # The lease runs on its own clock: the server cannot expire the session before
+            # a confirmed request's send + the timeout, whatever the connection does; a
+            # connection remade on another server within it fences nothing
+            # (metastore/lease.py).
+            self._suspended_at = at
+            log.info("zookeeper connection suspended; the lease runs to its end")
         elif state == KazooState.CONNECTED:
+            if self._suspended_at is not None and not self._lost:
+                # The same session taken back: the server heard it after the suspension,
+                # so it cannot expire it before then + the timeout.
+                self.lease.confirm(self._suspended_at)
+            self._suspended_at = None
+            self._dropping = False
             self._beat.set()
             self._hub.wake_all()  # watches of an expired session are gone: re-read and re-arm
             if self._lost:

@@ -4,6 +4,8 @@ that expire under a live client. Every test works under its own random root znod
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,6 +29,7 @@ from tests.support.metastores import (
     store_fixture,  # noqa: F401  (a fixture)
 )
 from tests.support.services import RealServices
+from tests.support.tcp_proxy import TcpProxy
 from tests.support.until import until
 
 
@@ -194,3 +197,82 @@ async def test_a_burst_waits_for_a_slot_and_the_heartbeat_does_not(
         finally:
             for _ in held:
                 store._slots.release()
+
+
+class _Late:
+    """A kazoo async result whose answer reaches its callbacks ``delay_s`` late (a slow
+    round trip)."""
+
+    def __init__(self, inner: Any, delay_s: float) -> None:
+        self.inner, self.delay_s = inner, delay_s
+
+    def rawlink(self, callback: Any) -> None:
+        self.inner.rawlink(lambda _: threading.Timer(self.delay_s, callback, [self]).start())
+
+    def get_nowait(self) -> Any:
+        return self.inner.get_nowait()
+
+
+@pytest.mark.zookeeper
+async def test_the_lease_holds_through_round_trips_longer_than_a_heartbeat(
+    real_services: RealServices, root: str
+) -> None:
+    """Heartbeats leave every sixth of the session whether the last one was answered: with
+    each one waiting for its answer, a round trip of 0.6 s on a 3 s session (beats every
+    0.5 s, a lease of 1.5 s from a beat's send) let the lease lapse between two answers,
+    and a worker fenced its locks on a slow but live connection."""
+    store = ZooKeeperMetaStore(real_services.zookeeper, root=root, session_timeout_s=3)
+    async with store:
+        client: Any = store._client
+        inner = client.exists_async
+        client.exists_async = lambda *args, **kwargs: _Late(inner(*args, **kwargs), 0.6)
+        await asyncio.sleep(1.0)  # the beats already sent answered on time: slow ones now
+        lapsed = []
+        for _ in range(60):  # 3 s: six heartbeats, each answered 0.6 s after it left
+            if not store.lease.valid():
+                lapsed.append(store.lease.clock())
+            await asyncio.sleep(0.05)
+        assert not lapsed, f"the lease lapsed {len(lapsed)} times of 60 on a live session"
+
+
+@pytest.mark.zookeeper
+async def test_a_store_that_keeps_sending_leaves_a_silent_server_within_its_session(
+    real_services: RealServices, root: str
+) -> None:
+    """Two ways to the server, the one in use turned silent (bytes taken, none answered)
+    while the store keeps sending, as a worker's status writes do: kazoo finds a dead
+    server only by a ping it sends after a third of the session *with nothing to send*, so
+    the store never moved and stayed fenced until its requests timed out. It now drops a
+    server that leaves a heartbeat unanswered for a third of the session and goes on, in
+    the same session, through the other way, before its lease (half a session from the
+    last answered heartbeat) runs out: before, the lease lapsed from 3 s to 3.5-4.9 s."""
+    session_s = 6.0
+    async with TcpProxy(real_services.zookeeper) as one, TcpProxy(real_services.zookeeper) as two:
+        hosts = f"{one.address},{two.address}"
+        store = ZooKeeperMetaStore(hosts, root=root, session_timeout_s=session_s)
+        async with store:
+            session = store.session_id
+            [used] = [p for p in (one, two) if p._writers]
+            await store.create("/busy", b"0")
+            used.partition()
+            cut_at = asyncio.get_running_loop().time()
+
+            async def busy() -> None:  # a write every 0.2 s, answered or not
+                while True:
+                    with contextlib.suppress(MetaStoreUnavailable):
+                        await store.set("/busy", b"1")
+                    await asyncio.sleep(0.2)
+
+            writer = asyncio.create_task(busy())
+            lapsed = []  # when the lease was found lapsed, from the cut
+            try:
+                while (now := asyncio.get_running_loop().time() - cut_at) < session_s + 1:
+                    if not store.lease.valid():
+                        lapsed.append(now)
+                    await asyncio.sleep(0.02)
+            finally:
+                writer.cancel()
+            last = max(lapsed, default=0.0)
+            print(f"silent server: the lease lapsed {len(lapsed)} times, the last {last:.2f}s in")
+            assert store.session_id == session, "the session was lost: it should have moved"
+            assert last < session_s / 2, f"the lease lapsed until {last:.2f}s after the cut"

@@ -10,6 +10,12 @@ machine, as production runs them (issue 34), beside the single nodes of ``server
 - Pulsar (``cluster_topology(pulsar=True)``): three bookies and two brokers on the
   ensemble (``pulsar_cluster.py``): about 1.3 GB more (resident, just started).
 
+- Behind proxies (``ClusterPorts.free(proxies=True)``): each Kafka node advertises a
+  port of its own where a proxy (toxiproxy) forwards to it, so clients and the other
+  brokers' replication reach it through that proxy, the quorum's controllers directly; and
+  the clients' ZooKeeper endpoints are proxies' ports too, the peers' own traffic direct.
+  The caller starts the proxies (``tests/chaos/test_slow_network.py``).
+
 - In namespaces (``cluster_topology(namespaces=True)``): each Kafka node and each ZooKeeper
   peer in a network namespace of its own (:func:`kafka_namespace`,
   :func:`zookeeper_namespace`, ``netns.py``), listening (and a broker advertising) on its
@@ -64,7 +70,8 @@ def _ports(count: int) -> list[int]:
 @dataclass(frozen=True)
 class ClusterPorts:
     """Per node (index 0 is node 1): ZooKeeper's client, quorum and election ports; Kafka's
-    broker and controller ports."""
+    broker and controller ports; and when behind proxies, the proxies' ports in front of
+    each Kafka node and each ZooKeeper peer's client port (empty otherwise)."""
 
     zookeeper: tuple[int, ...] = (2281, 2282, 2283)
     zk_quorum: tuple[int, ...] = (2888, 2889, 2890)
@@ -72,14 +79,33 @@ class ClusterPorts:
     kafka: tuple[int, ...] = (9192, 9193, 9194)
     kafka_controller: tuple[int, ...] = (9195, 9196, 9197)
     pulsar: PulsarPorts = PulsarPorts((3281, 3282, 3283), (6750, 6751), (8180, 8181))
+    kafka_proxies: tuple[int, ...] = ()
+    zookeeper_proxies: tuple[int, ...] = ()
 
     @classmethod
-    def free(cls) -> ClusterPorts:
-        """Ports free now (a test's own cluster beside the suite's servers)."""
-        free = iter(_ports(5 * NODES + BOOKIES + 2 * BROKERS))
+    def free(cls, proxies: bool = False) -> ClusterPorts:
+        """Ports free now (a test's own cluster beside the suite's servers); with
+        ``proxies``, one more for a proxy in front of each Kafka node and ZooKeeper peer,
+        all drawn at once so no two are the same."""
+        extra = 2 * NODES if proxies else 0
+        free = iter(_ports(5 * NODES + BOOKIES + 2 * BROKERS + extra))
         zk, quorum, election, kafka, ctrl = (_take(free, NODES) for _ in range(5))
         pulsar = PulsarPorts(_take(free, BOOKIES), _take(free, BROKERS), _take(free, BROKERS))
-        return cls(zk, quorum, election, kafka, ctrl, pulsar)
+        kafka_proxies, zk_proxies = (_take(free, extra // 2) for _ in range(2))
+        return cls(zk, quorum, election, kafka, ctrl, pulsar, kafka_proxies, zk_proxies)
+
+    def proxied(self) -> dict[str, tuple[str, str]]:
+        """Each proxy by name (``kafka-1``, ``zookeeper-1``, …): where it listens, and the
+        node's port it forwards to."""
+        kinds = {
+            "kafka": zip(self.kafka_proxies, self.kafka, strict=False),
+            "zookeeper": zip(self.zookeeper_proxies, self.zookeeper, strict=False),
+        }
+        return {
+            f"{kind}-{n}": (f"{HOST}:{port}", f"{HOST}:{upstream}")
+            for kind, pairs in kinds.items()
+            for n, (port, upstream) in enumerate(pairs, 1)
+        }
 
 
 def _take(ports: Iterator[int], count: int) -> tuple[int, ...]:
@@ -161,6 +187,7 @@ def kafka_node(node: int, ports: ClusterPorts, cluster_id: str, namespaces: bool
     ``namespaces``, run in :func:`kafka_namespace` and listening on its address."""
     hosts = kafka_hosts(namespaces)
     plain = f"{hosts[node - 1]}:{ports.kafka[node - 1]}"
+    advertised = f"{HOST}:{ports.kafka_proxies[node - 1]}" if ports.kafka_proxies else ""
     ctrl = f"{hosts[node - 1]}:{ports.kafka_controller[node - 1]}"
     voters = ",".join(
         f"{i}@{host}:{port}"
@@ -169,7 +196,9 @@ def kafka_node(node: int, ports: ClusterPorts, cluster_id: str, namespaces: bool
 
     def prepare(data: Path, cp: str) -> Launch:
         quorum = {"controller.quorum.voters": voters}
-        settings = kafka_properties(node, data, plain, ctrl, quorum, replicas=NODES, min_isr=2)
+        settings = kafka_properties(
+            node, data, plain, ctrl, quorum, replicas=NODES, min_isr=2, advertised=advertised
+        )
         props = _write(data / "server.properties", _props(settings))
         heap = ["-Xms256m", "-Xmx512m"]
         flags = [f"-Dlog4j2.configurationFile={_log4j(data)}"]
@@ -206,18 +235,20 @@ def cluster_topology(
     ``pulsar``: with three bookies and two Pulsar brokers on the ensemble too
     (``pulsar_cluster.py``); ``namespaces``: each Kafka node and ZooKeeper peer in a network
     namespace of its own (:func:`topology_namespaces`, to be created by the caller first)."""
-    if pulsar and namespaces:
-        raise ValueError("Pulsar runs on the loopback topology only")
     ports = ports or ClusterPorts()
+    if namespaces and (pulsar or ports.kafka_proxies):
+        raise ValueError("Pulsar and proxies run on the loopback topology only")
     cluster_id = kafka_cluster_id()
     nodes = range(1, NODES + 1)
     servers = [zookeeper_peer(n, ports, zk_heap, namespaces) for n in nodes] + [
         kafka_node(n, ports, cluster_id, namespaces) for n in nodes
     ]
     zk, kafka = zookeeper_hosts(namespaces), kafka_hosts(namespaces)
+    zk_ports = ports.zookeeper_proxies or ports.zookeeper
+    kafka_ports = ports.kafka_proxies or ports.kafka
     endpoints = {
-        "zookeeper": ",".join(f"{h}:{p}" for h, p in zip(zk, ports.zookeeper, strict=True)),
-        "kafka": ",".join(f"{h}:{p}" for h, p in zip(kafka, ports.kafka, strict=True)),
+        "zookeeper": ",".join(f"{h}:{p}" for h, p in zip(zk, zk_ports, strict=True)),
+        "kafka": ",".join(f"{h}:{p}" for h, p in zip(kafka, kafka_ports, strict=True)),
     }
     if pulsar:
         servers += pulsar_servers(endpoints["zookeeper"], ports.pulsar)

@@ -211,16 +211,18 @@ def kafka_properties(
     *,
     replicas: int,
     min_isr: int,
+    advertised: str = "",
 ) -> dict[str, object]:
-    """A KRaft node that is both broker and controller: listening on ``plain`` (clients)
-    and ``ctrl`` (the quorum), its topics and the internal ones replicated ``replicas``
+    """A KRaft node that is both broker and controller: listening on ``plain`` (clients
+    and the other brokers, which reach it at ``advertised`` when given: a proxy in front of
+    it) and ``ctrl`` (the quorum), its topics and the internal ones replicated ``replicas``
     times with ``min_isr`` in sync, unclean leader election off."""
     return {
         "process.roles": "broker,controller",
         "node.id": node,
         **quorum,
         "listeners": f"PLAINTEXT://{plain},CONTROLLER://{ctrl}",
-        "advertised.listeners": f"PLAINTEXT://{plain},CONTROLLER://{ctrl}",
+        "advertised.listeners": f"PLAINTEXT://{advertised or plain},CONTROLLER://{ctrl}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",

@@ -33,8 +33,15 @@ from tests.support.workers import ProcessWorld, process_world
 
 
 class Cluster:
-    def __init__(self, run_dir: Path, *, pulsar: bool = False, namespaces: bool = False) -> None:
-        self.ports = ClusterPorts.free()
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        pulsar: bool = False,
+        namespaces: bool = False,
+        ports: ClusterPorts | None = None,
+    ) -> None:
+        self.ports = ports or ClusterPorts.free()
         self.topology = cluster_topology(self.ports, pulsar=pulsar, namespaces=namespaces)
         self.namespaces = kafka_namespaces() if namespaces else []  # Kafka node 1's first
         self.zk_namespaces = zookeeper_namespaces() if namespaces else []  # peer 1's first

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metastore import paths
+from segments.config import KafkaClusterConfig
 from tests.chaos.checker import Verdict, check, from_requests
 from tests.chaos.conftest import Cluster
 from tests.chaos.faults import ADMIN, Load
@@ -84,13 +85,18 @@ async def _worker_holding(world: ProcessWorld, member: str) -> WorkerProcess:
 
 @asynccontextmanager
 async def delivering(
-    cluster: Cluster, unique: str, tmp_path: Path, session_s: float
+    cluster: Cluster,
+    unique: str,
+    tmp_path: Path,
+    session_s: float,
+    kafka: KafkaClusterConfig | None = None,
 ) -> AsyncIterator[Delivering]:
-    """The load under way and deliveries flowing (ZooKeeper sessions of ``session_s``);
-    the load stopped, the processes and the world torn down on the way out."""
+    """The load under way and deliveries flowing (ZooKeeper sessions of ``session_s``; the
+    storage topic on ``kafka``, by default the cluster's with replication 1); the load
+    stopped, the processes and the world torn down on the way out."""
     on_cluster = RealServices(cluster.zookeeper, cluster.kafka, pulsar="", pulsar_admin="")
     async with process_world(
-        on_cluster, unique, tmp_path, grouped=True, session_timeout_s=session_s
+        on_cluster, unique, tmp_path, grouped=True, session_timeout_s=session_s, kafka=kafka
     ) as world:
         await world.subscribe("s0", max_in_flight=8)
         worker = await _worker_holding(world, f"w-{unique}")

@@ -252,14 +252,16 @@ async def process_world(
     *,
     grouped: bool = False,
     session_timeout_s: float | None = 4.0,
+    kafka: KafkaClusterConfig | None = None,
 ) -> AsyncIterator[ProcessWorld]:
-    """Project ``shop`` with topic ``orders`` (4 partitions) on Kafka (``session_timeout_s``
-    None: ZooKeeper's default session); the hook takes 2 ms per
+    """Project ``shop`` with topic ``orders`` (4 partitions) on Kafka (``real``'s, or
+    ``kafka``: a cluster's settings such as its replication; ``session_timeout_s`` None:
+    ZooKeeper's default session); the hook takes 2 ms per
     answer (a real endpoint takes a moment, so a load lasts a while). On exit the worker
     processes stop and the ZooKeeper root and the storage topic are deleted."""
     session = {} if session_timeout_s is None else {"session_timeout_s": session_timeout_s}
     zk = ZooKeeperConfig(hosts=real.zookeeper, root=f"/workers-{unique}", **session)
-    kafka = KafkaClusterConfig(bootstrap_servers=real.kafka)
+    kafka = kafka or KafkaClusterConfig(bootstrap_servers=real.kafka)
     storage = f"it.{unique}.orders.s1"
     async with (
         open_metastore(zk) as meta,

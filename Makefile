@@ -61,7 +61,8 @@ test-unit: install
 ## test_producer_partitioned.py, test_control_plane_partitioned.py; root), a Kafka broker
 ## partitioned from the other two, each broker in a namespace (test_broker_partitioned.py; root),
 ## ZooKeeper's leader split from its followers and a peer cut off, each peer in a namespace
-## (test_zookeeper_partitioned.py; root), latency and cut connections between httpbus and
+## (test_zookeeper_partitioned.py; root), a rolling restart of ZooKeeper
+## (test_rolling_restart.py), latency and cut connections between httpbus and
 ## each Kafka node and ZooKeeper peer through toxiproxy (test_slow_network.py), and the zombie
 ## worker on the single nodes;
 ## each run judged by tests/chaos/checker.py. `make test` runs them too; this runs only them,

@@ -1,0 +1,78 @@
+"""A rolling restart of the ZooKeeper ensemble (an operator's routine: an upgrade, a setting
+changed) while a producer service publishes and a worker process delivers: each peer in
+turn, the followers first and the leader last, stopped (SIGTERM) and started again on its
+data, the next one once it serves again and a few seconds have passed.
+
+Each restart drops the connections of the clients on that peer, which move to another in
+the same session. A suspended connection no longer ends the worker's lease
+(metastore/lease.py), so a follower's restart should fence nothing; the leader's costs an
+election, during which no peer serves, and fences the worker only if it outlasts what is
+left of its lease. What must hold (checker): no acknowledged message lost, no group out of
+order, no process exited, publishing and delivery back within 15 s of the last restart, and
+at most one fencing (the election's).
+What is printed: each step's length, the longest time without a 201 and without a
+delivery, the fencings in the worker's log and the redeliveries."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.checker import longest_gap
+from tests.chaos.conftest import Cluster
+from tests.chaos.delivering import delivering
+from tests.support.until import until
+
+pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
+SESSION_S = 6.0
+BETWEEN_S = 3.0  # after a peer serves again, before the next one stops
+AFTER_S = 8.0  # the load on after the last restart
+BACK_WITHIN_S = 15.0
+
+
+async def _restart_gracefully(cluster: Cluster, name: str) -> None:
+    """SIGTERM server ``name``, wait for it to exit, start it on its data; return once it
+    serves."""
+    proc = cluster.supervisor.running()[name]
+    os.killpg(proc.pid, signal.SIGTERM)
+    await until(lambda: name not in cluster.supervisor.running(), 30, f"{name} exited")
+    cluster.supervisor.restart(name, die_with_parent=True, wait=False)
+    await asyncio.to_thread(cluster.supervisor.wait, [name])
+
+
+async def test_a_rolling_restart_of_zookeeper_loses_nothing(
+    cluster: Cluster, unique: str, tmp_path: Path
+) -> None:
+    async with delivering(cluster, unique, tmp_path, SESSION_S) as run:
+        modes = cluster.zookeeper_modes()
+        order = sorted(modes, key=lambda n: (modes[n] == "leader", n))
+        began = time.time()
+        steps = []
+        for n in order:
+            step_at = time.time()
+            await _restart_gracefully(cluster, f"zookeeper-{n}")
+            steps.append(f"zookeeper-{n} ({modes[n]}) {time.time() - step_at:.1f} s")
+            await asyncio.sleep(BETWEEN_S)  # as an operator lets a peer catch up
+        done_at = time.time() - BETWEEN_S
+        await asyncio.sleep(AFTER_S)  # publishing on after the last restart
+        verdict = await run.settle(heal_at=done_at)
+        ok = [at for at, status in run.load.answers if status == 201]
+        delivered = [r.at for r in run.world.hook.on("s0") if 200 <= r.status < 300]
+        fenced = run.worker.log.read_text(errors="replace").count("fenced off the lock")
+    load_avg = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(
+        f"\nrolling restart of ZooKeeper in {done_at - began:.1f} s: {', '.join(steps)}; "
+        f"the longest without a 201 {longest_gap(ok, began):.2f} s, without a delivery "
+        f"{longest_gap(delivered, began):.2f} s; the worker fenced its lock {fenced} times; "
+        f"{verdict.summary()}; load average {load_avg}"
+    )
+    verdict.assert_sound(back_within_s=BACK_WITHIN_S)
+    # The worker's own peer restarts once and the leader's election suspends every client:
+    # the code before measured 2 fencings (212 redeliveries), this 0; one is allowed for an
+    # election that outlasts the lease on a loaded machine.
+    assert fenced <= 1, f"the worker fenced its lock {fenced} times in a rolling restart"

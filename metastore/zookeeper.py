@@ -34,6 +34,8 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     BadArgumentsError,
     BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
     KazooException,
     NoChildrenForEphemeralsError,
     NodeExistsError,
@@ -41,6 +43,7 @@ from kazoo.exceptions import (
     NotEmptyError,
     RolledBackError,
     RuntimeInconsistency,
+    SessionExpiredError,
     UnimplementedError,
 )
 from kazoo.protocol.connection import _CONNECTION_DROP
@@ -67,6 +70,8 @@ MAX_IN_FLIGHT = 64  # requests one store has on the wire at once (_call)
 # Heartbeats on the wire at once: a beat answered later than half a session after it left
 # extends nothing, and beats leave every sixth of one (metastore/lease.py), so three.
 BEATS_IN_FLIGHT = 3
+# kazoo's errors that are not the server's answer (the connection's, the client's)
+_NOT_ANSWERS = (ConnectionLoss, ConnectionClosedError, SessionExpiredError)
 _TX_ATTEMPTS = 5  # a concurrent writer can make a recursive delete or parent set-up retry
 
 
@@ -115,6 +120,7 @@ class ZooKeeperMetaStore(AsyncResource):
         self._beats = 0  # heartbeats on the wire
         self._dropping = False  # a drop of this connection is queued (_leave_silent_server)
         self._suspended_at: float | None = None  # when the connection was last suspended
+        self._answered_at = self.lease.clock()  # when the server last answered anything
         self._joined: dict[str, bytes] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -168,7 +174,8 @@ class ZooKeeperMetaStore(AsyncResource):
         )
         try:  # an answered call confirms the lease (_call); it queues behind no burst
             await asyncio.wait({call}, timeout=self._silent_after_s)
-            if not call.done():
+            silent_for = self.lease.clock() - self._answered_at
+            if not call.done() and silent_for >= self._silent_after_s:
                 self._leave_silent_server()
             await call
         except HttpbusError as exc:
@@ -179,11 +186,13 @@ class ZooKeeperMetaStore(AsyncResource):
 
     @property
     def _silent_after_s(self) -> float:
-        """A heartbeat unanswered this long: the server is as good as gone. A quarter of
-        the session: the first unanswered beat left a sixth after the last answered one,
-        whose lease ends at half a session, so the store is on another server with a
-        twelfth of the session to spare (0.5 s at 6 s) and fences nothing; the price is
-        that a round trip above a quarter of the session counts as silence."""
+        """A heartbeat unanswered this long, and nothing else answered meanwhile: the
+        server is as good as gone. A quarter of the session: the first unanswered beat
+        left a sixth after the last answered one, whose lease ends at half a session, so
+        the store is on another server with a twelfth of the session to spare (0.5 s at
+        6 s) and fences nothing. A slow server that answers anything (a burst queued
+        ahead of the beat, a long round trip with beats on their cadence) is not silent:
+        dropping it would fail every request on the wire."""
         return (self.lease.timeout_s or 30.0) / 4
 
     def _leave_silent_server(self) -> None:
@@ -319,12 +328,15 @@ class ZooKeeperMetaStore(AsyncResource):
             # Any answer confirms the session as a heartbeat would: under a burst of
             # requests a heartbeat queued behind them would come back too late.
             self.lease.confirm(sent)
+            self._answered_at = self.lease.clock()
             return answer
         except TimeoutError as exc:
             raise MetaStoreUnavailable(
                 f"zookeeper did not answer on {path} in {self._request_timeout_s}s"
             ) from exc
         except KazooException as exc:
+            if not isinstance(exc, _NOT_ANSWERS):  # the server answered with an error
+                self._answered_at = self.lease.clock()
             raise _translate(exc, path) from exc
 
     # -- reads and writes --------------------------------------------------------------------

@@ -240,12 +240,12 @@ async def test_a_store_that_keeps_sending_leaves_a_silent_server_within_its_sess
     real_services: RealServices, root: str
 ) -> None:
     """Two ways to the server, the one in use turned silent (bytes taken, none answered)
-    while the store keeps sending, as a worker's status writes do: kazoo finds a dead
-    server only by a ping it sends after a third of the session *with nothing to send*, so
-    the store never moved and stayed fenced until its requests timed out. It now drops a
-    server that leaves a heartbeat unanswered for a third of the session and goes on, in
-    the same session, through the other way, before its lease (half a session from the
-    last answered heartbeat) runs out: before, the lease lapsed from 3 s to 3.5-4.9 s."""
+    while the store keeps sending (a read every 0.2 s), as a worker's status writes do:
+    kazoo finds a dead server only by a ping it sends after a third of the session *with
+    nothing to send*, so the store never moved and stayed fenced until its requests timed
+    out. It now drops a server that has answered nothing for a quarter of the session and
+    goes on, in the same session, through the other way, before its lease (half a session
+    from the last answered heartbeat) runs out."""
     session_s = 6.0
     async with TcpProxy(real_services.zookeeper) as one, TcpProxy(real_services.zookeeper) as two:
         hosts = f"{one.address},{two.address}"
@@ -257,11 +257,15 @@ async def test_a_store_that_keeps_sending_leaves_a_silent_server_within_its_sess
             used.partition()
             cut_at = asyncio.get_running_loop().time()
 
-            async def busy() -> None:  # a write every 0.2 s, answered or not
-                while True:
-                    with contextlib.suppress(MetaStoreUnavailable):
-                        await store.set("/busy", b"1")
-                    await asyncio.sleep(0.2)
+            async def read() -> None:
+                with contextlib.suppress(MetaStoreUnavailable):
+                    await store.get("/busy")
+
+            async def busy() -> None:  # a read every 0.2 s, answered or not
+                async with asyncio.TaskGroup() as reads:
+                    while True:
+                        reads.create_task(read())
+                        await asyncio.sleep(0.2)
 
             writer = asyncio.create_task(busy())
             lapsed = []  # when the lease was found lapsed, from the cut
@@ -272,7 +276,30 @@ async def test_a_store_that_keeps_sending_leaves_a_silent_server_within_its_sess
                     await asyncio.sleep(0.02)
             finally:
                 writer.cancel()
+                await asyncio.gather(writer, return_exceptions=True)
             last = max(lapsed, default=0.0)
             print(f"silent server: the lease lapsed {len(lapsed)} times, the last {last:.2f}s in")
             assert store.session_id == session, "the session was lost: it should have moved"
             assert last < session_s / 2, f"the lease lapsed until {last:.2f}s after the cut"
+
+
+@pytest.mark.zookeeper
+async def test_a_slow_heartbeat_on_a_server_that_answers_the_rest_is_not_silence(
+    real_services: RealServices, root: str
+) -> None:
+    """Heartbeats answered a third of the session late (behind a burst, say) while every
+    other request is answered: the server is slow, not silent, and the store keeps its
+    connection (dropping it would fail every request on the wire)."""
+    store = ZooKeeperMetaStore(real_services.zookeeper, root=root, session_timeout_s=3)
+    states: list[str] = []
+    async with store:
+        client: Any = store._client
+        client.add_listener(states.append)
+        inner = client.exists_async
+        client.exists_async = lambda *args, **kwargs: _Late(inner(*args, **kwargs), 1.0)
+        await store.create("/busy", b"0")
+        for _ in range(20):  # 3 s of reads answered at once, beside the late heartbeats
+            assert await store.get("/busy") is not None
+            await asyncio.sleep(0.15)
+        assert states == [], f"the connection was dropped: {states}"
+        assert store.lease.valid()

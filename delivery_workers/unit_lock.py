@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 _RELEASE_ATTEMPTS = 30  # of an abandoned lock, ``retry_s`` × 4 apart
 _WAIT_ROUNDS = 60  # of ``retry_s``: the longest wait on the watch before trying again
+_REREAD_S = 0.2  # between reads of a fenced lock that failed (until_ours_again)
 
 
 class Loss(Enum):
@@ -172,10 +173,17 @@ class UnitLock:
     async def until_ours_again(self) -> bool:
         """After ``FENCED``: wait until the lease is valid again, then say whether the
         lock is still this holder's (the same session was confirmed) or not (the session
-        expired meanwhile and its ephemeral lock went with it)."""
-        await self.metastore.lease.until_valid()
-        node = await self.metastore.get(self.path)
-        return node is not None and node.data == self.token
+        expired meanwhile and its ephemeral lock went with it). A read that fails (the
+        connection dropped again, as between peers of a splitting ensemble) is tried again:
+        raising it made the worker take the lock anew and redeliver (a chaos run)."""
+        while True:
+            await self.metastore.lease.until_valid()
+            try:
+                node = await self.metastore.get(self.path)
+            except MetaStoreUnavailable:  # the connection moving again, the lease still
+                await asyncio.sleep(_REREAD_S)  # valid: a failed read is not a lost lock
+                continue
+            return node is not None and node.data == self.token
 
     async def _until_gone(self) -> None:
         async for node in self.metastore.watch(self.path):

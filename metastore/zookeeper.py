@@ -262,6 +262,7 @@ class ZooKeeperMetaStore(AsyncResource):
                 self.lease.confirm(self._suspended_at)
             self._suspended_at = None
             self._dropping = False
+            self._answered_at = at  # the handshake was an answer: not silent yet
             self._beat.set()
             self._hub.wake_all()  # watches of an expired session are gone: re-read and re-arm
             if self._lost:

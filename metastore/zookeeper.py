@@ -160,8 +160,8 @@ class ZooKeeperMetaStore(AsyncResource):
         whether the last one was answered or not (at most :data:`BEATS_IN_FLIGHT` on the
         wire): waiting for each answer spaced the beats a round trip apart, so at a round
         trip of a sixth of the session the lease lapsed between two answers and every lock
-        was fenced (tests/chaos/test_slow_network.py); now it holds up to a quarter
-        (:attr:`_silent_after_s`)."""
+        was fenced (tests/chaos/test_slow_network.py); now it holds up to a third, as long
+        as the server answers something (:attr:`_silent_after_s`)."""
         while True:
             await self._beat_wait()
             if self._beats < BEATS_IN_FLIGHT:
@@ -208,7 +208,7 @@ class ZooKeeperMetaStore(AsyncResource):
             return
         self._dropping = True
         log.warning(
-            "zookeeper did not answer a heartbeat in %.1fs: leaving that server for another",
+            "zookeeper answered nothing in %.1fs: leaving that server for another",
             self._silent_after_s,
         )
         self._client._call(_CONNECTION_DROP, self._client.handler.async_result())

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from metastore import paths
 from segments.config import KafkaClusterConfig
-from tests.chaos.checker import Verdict, check, from_requests
+from tests.chaos.checker import Verdict, check, from_requests, longest_gap
 from tests.chaos.conftest import Cluster
 from tests.chaos.faults import ADMIN, Load
 from tests.support.processes import ProducerProcess, WorkerProcess
@@ -47,6 +47,12 @@ class Delivering:
     async def stop_load(self) -> None:
         self.load.stop.set()
         await asyncio.gather(*self.clients, return_exceptions=True)
+
+    def gaps(self, since: float) -> tuple[float, float]:
+        """The longest time without a 201 and without a delivery, from ``since`` on."""
+        ok = [at for at, status in self.load.answers if status == 201]
+        delivered = [r.at for r in self.world.hook.on("s0") if 200 <= r.status < 300]
+        return longest_gap(ok, since), longest_gap(delivered, since)
 
     def exited(self) -> dict[str, int]:
         """The processes under test that exited, with their exit codes (none should)."""

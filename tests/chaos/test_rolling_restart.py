@@ -26,7 +26,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.checker import longest_gap
 from tests.chaos.conftest import Cluster
 from tests.chaos.delivering import Delivering, delivering
 from tests.chaos.faults import replicated_kafka
@@ -62,13 +61,12 @@ async def _roll(cluster: Cluster, names: list[str]) -> tuple[float, float, list[
 
 
 def _report(what: str, run: Delivering, began: float, done_at: float, steps: list[str]) -> None:
-    ok = [at for at, status in run.load.answers if status == 201]
-    delivered = [r.at for r in run.world.hook.on("s0") if 200 <= r.status < 300]
+    no_201, no_delivery = run.gaps(began)
     load_avg = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
         f"\nrolling restart of {what} in {done_at - began:.1f} s: {', '.join(steps)}; "
-        f"the longest without a 201 {longest_gap(ok, began):.2f} s, without a delivery "
-        f"{longest_gap(delivered, began):.2f} s; load average {load_avg}"
+        f"the longest without a 201 {no_201:.2f} s, without a delivery "
+        f"{no_delivery:.2f} s; load average {load_avg}"
     )
 
 

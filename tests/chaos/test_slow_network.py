@@ -38,7 +38,6 @@ import httpx
 import pytest
 
 from scripts.realservices.cluster import NODES, ClusterPorts
-from tests.chaos.checker import longest_gap
 from tests.chaos.conftest import Cluster
 from tests.chaos.delivering import Delivering, delivering
 from tests.chaos.faults import replicated_kafka
@@ -53,8 +52,8 @@ BACK_WITHIN_S = 15.0
 STALL_S = 15.0  # publishing and delivery go on within the fault (it lasts 20 s)
 ZK_LATENCY_MS = 150  # each way, the silent peer's test
 # Each way: a round trip of 1.8 s (±0.1), between what the heartbeats stood before
-# (a sixth of the session, 1.5 s) and what the store now takes for a silent server (a
-# quarter, 2.25 s).
+# (a sixth of the session, 1.5 s) and the lease's bound with beats on their cadence (a
+# third, 3 s).
 SLOW_ZK_MS = 900
 SLOW_SESSION_S = 9.0
 CUT_AFTER = 4 * 1024  # bytes of answers after which one connection in two is cut
@@ -125,18 +124,11 @@ async def _fault(proxies: list[Proxy], toxics: list[Toxic]) -> tuple[float, floa
     return fault_at, healed_at
 
 
-def _gaps(run: Delivering, fault_at: float) -> tuple[float, float]:
-    """The longest time without a 201 and without a delivery, from the fault on."""
-    ok = [at for at, status in run.load.answers if status == 201]
-    delivered = [r.at for r in run.world.hook.on("s0") if 200 <= r.status < 300]
-    return longest_gap(ok, fault_at), longest_gap(delivered, fault_at)
-
-
 def _report(what: str, run: Delivering, fault_at: float, healed_at: float) -> tuple[float, float]:
-    """Print what the fault did to the load; return :func:`_gaps`."""
+    """Print what the fault did to the load; return ``Delivering.gaps`` from the fault."""
     during = [s for at, s in run.load.answers if fault_at <= at < healed_at]
     after = [s for at, s in run.load.answers if healed_at <= at < healed_at + AFTER_S]
-    no_201, no_delivery = _gaps(run, fault_at)
+    no_201, no_delivery = run.gaps(fault_at)
     load_avg = " ".join(f"{x:.2f}" for x in os.getloadavg())
     length = healed_at - fault_at
     print(

@@ -9,8 +9,8 @@ netem.
 
 Toxics act per connection: a ``toxicity`` of 0.1 makes one new connection in ten toxic.
 A server that must outlive an event loop (a module's cluster behind proxies) is
-:func:`toxiproxy_server`, a plain context manager giving the API's URL; ``Toxiproxy.at``
-reaches its proxies by name from a test."""
+:func:`toxiproxy_server`, a plain context manager giving the API's URL (proxies made
+with :func:`add_proxy`); ``Toxiproxy.existing`` reaches them by name from a test."""
 
 from __future__ import annotations
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
 import time
 from collections.abc import Callable
@@ -52,6 +51,7 @@ from segments.cutover.machine import Cutover, Phase, Timeouts
 from tests.chaos.checker import check, from_requests, longest_gap
 from tests.chaos.conftest import CutOffWorld
 from tests.chaos.faults import ADMIN, Load, merged
+from tests.support.machine import load_average
 from tests.support.processes import ControlPlaneProcess, ProducerProcess, ready_now
 from tests.support.until import until
 from tests.support.workers import ProcessWorld
@@ -318,7 +318,7 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
         f"(at the heal v{version_at_heal}); coordinator writes between the cut and the "
         f"takeover {deposed}; 503 windows {[f'{w:.2f}s' for w in windows]}, longest time "
         f"without a 201 from the cut {stalled:.2f}s\n"
-        f"{verdict.summary()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+        f"{verdict.summary()}; load average {load_average()}"
     )
     assert not aborted, f"processes exited: {aborted}"
     assert phase_at_cut not in DONE, f"the cut came after the end ({phase_at_cut}): no test"

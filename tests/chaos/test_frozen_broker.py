@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import os
 import re
 import signal
 import time
@@ -37,6 +36,7 @@ from control_plane.leaders.assigner import Assigner
 from segments.protocol import Record
 from tests.support.dedicated import DedicatedKafka
 from tests.support.failover import Workers
+from tests.support.machine import load_average
 from tests.support.services import RealServices
 from tests.support.until import until
 from tests.support.workers import ProcessWorld, process_world
@@ -55,10 +55,6 @@ AFTER_S = 15.0  # publishing after the thaw
 RESUME_S = 40.0
 CATCH_UP_S = 120.0
 ABORTED = re.compile(r"Assertion .* failed|Aborted|core dumped|SIGSEGV")
-
-
-def _load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 @dataclasses.dataclass
@@ -174,7 +170,7 @@ async def test_a_broker_frozen_30s_under_500_subscriptions_aborts_no_worker(
                     await asyncio.sleep(FREEZE_S)  # the fault's length
                     kafka.signal(signal.SIGCONT)
                     thawed = time.time()
-                    print(f"\nfroze {FREEZE_S:.0f} s at {frozen_at:.1f}; load {_load_average()}")
+                    print(f"\nfroze {FREEZE_S:.0f} s at {frozen_at:.1f}; load {load_average()}")
                     await asyncio.sleep(AFTER_S)  # the load after the thaw
                 finally:
                     publisher.stop.set()
@@ -203,7 +199,7 @@ async def test_a_broker_frozen_30s_under_500_subscriptions_aborts_no_worker(
                     f"{len(world.hook.requests)}; every subscription resumed "
                     f"{resumed - thawed:.1f} s after the thaw; the messages published after it "
                     f"reached their subscriptions in {delays[len(delays) // 2]:.2f} s at the "
-                    f"median, {delays[-1]:.2f} s at most; load {_load_average()}"
+                    f"median, {delays[-1]:.2f} s at most; load {load_average()}"
                 )
                 print("\n".join(_commit_figures(log)[-12:]))
                 assert workers.crashes == [], workers.crashes

@@ -16,7 +16,6 @@ servers of the suite; needs root."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from tests.chaos.checker import check, from_requests
 from tests.chaos.conftest import CutOffWorld
 from tests.chaos.faults import ADMIN, Load
 from tests.support.hook import Request
+from tests.support.machine import load_average
 from tests.support.processes import ProducerProcess, ready_now
 from tests.support.until import until
 from tests.support.workers import ProcessWorld
@@ -96,14 +96,13 @@ async def test_a_worker_partitioned_from_zookeeper_hands_over_without_split_brai
     by_cut = [d.start - fault_at for d in deliveries if d.sender == "cut"]
     last_cut = max((t for t in by_cut if t > 0), default=0.0)
     first_other = min((d.start - fault_at for d in deliveries if d.sender == "other"), default=-1)
-    load_avg = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
         f"\npartitioned from ZooKeeper ({direction}) at 0 for {heal_at - fault_at:.1f}s: "
         f"the cut-off worker's last delivery {last_cut:.2f}s, the takeover {took_over:.2f}s, "
         f"the other's first delivery {first_other:.2f}s (session {SESSION_S}s); "
         f"its /readyz in the partition {'200' if ready_in_partition else 'not 200'}, "
         f"200 again {rejoined:.2f}s after the heal; {verdict.summary()}; "
-        f"load average {load_avg}"
+        f"load average {load_average()}"
     )
     assert not aborted, f"processes exited: {aborted}"
     assert last_cut < SESSION_S, "the cut-off worker delivered after its session could expire"

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -36,6 +35,7 @@ from tests.chaos.conftest import CutOffWorld
 from tests.chaos.faults import ADMIN, Load, merged
 from tests.support.cutover import consume_all, timeline
 from tests.support.leaders import leader_context
+from tests.support.machine import load_average
 from tests.support.processes import ProducerProcess, ready_now
 from tests.support.until import until
 
@@ -134,7 +134,7 @@ async def test_a_producer_partitioned_from_zookeeper_during_a_cutover_loses_noth
         f"cut off from ZooKeeper during {during} at 0: cutover {doc['phase']} at "
         f"{over_at - fault_at:.2f}s, healed at {heal_at - fault_at:.2f}s, the cut-off "
         f"producer ready {ready_after:.2f}s after; its publishes: {own.summary()}\nall: "
-        f"{verdict.summary()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+        f"{verdict.summary()}; load average {load_average()}"
     )
     assert not aborted, f"processes exited: {aborted}"
     assert doc["phase"] in ("COMPLETE", "ROLLED_BACK"), doc

@@ -29,6 +29,7 @@ import pytest
 from tests.chaos.conftest import Cluster
 from tests.chaos.delivering import Delivering, delivering
 from tests.chaos.faults import replicated_kafka
+from tests.support.machine import load_average
 from tests.support.until import until
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.kafka]
@@ -62,11 +63,10 @@ async def _roll(cluster: Cluster, names: list[str]) -> tuple[float, float, list[
 
 def _report(what: str, run: Delivering, began: float, done_at: float, steps: list[str]) -> None:
     no_201, no_delivery = run.gaps(began)
-    load_avg = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
         f"\nrolling restart of {what} in {done_at - began:.1f} s: {', '.join(steps)}; "
         f"the longest without a 201 {no_201:.2f} s, without a delivery "
-        f"{no_delivery:.2f} s; load average {load_avg}"
+        f"{no_delivery:.2f} s; load average {load_average()}"
     )
 
 

@@ -30,7 +30,7 @@ import pytest
 
 from metastore import paths
 from scripts.realservices import netns
-from tests.chaos.checker import Verdict, longest_gap
+from tests.chaos.checker import Verdict
 from tests.chaos.conftest import Cluster
 from tests.chaos.delivering import Delivering, delivering
 from tests.support.until import until
@@ -109,14 +109,13 @@ class Fault:
         return verdict
 
     def report(self, healed_at: float, verdict: Verdict) -> str:
-        ok = [at for at, status in self.run.load.answers if status == 201]
-        delivered = [r.at for r in self.run.world.hook.on("s0")]
+        no_201, no_delivery = self.run.gaps(self.at)
         seen = ", ".join(f"{what} {s:.1f} s in" for what, s in self.seen.items())
         return (
             f"modes before {self.modes}; clients' peers before {self.before}; {seen}; "
             f"{'; '.join(self.notes)}; healed {healed_at - self.at:.1f} s in; longest without "
-            f"a 201 from the fault {longest_gap(ok, self.at):.2f} s, without a delivery "
-            f"{longest_gap(delivered, self.at):.2f} s\n{verdict.summary()}"
+            f"a 201 from the fault {no_201:.2f} s, without a delivery {no_delivery:.2f} s\n"
+            f"{verdict.summary()}"
         )
 
 

@@ -7,7 +7,6 @@ for the messages/s of both."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import Counter
 
@@ -16,6 +15,7 @@ import pytest
 from core.model import BatchPolicy, Endpoint, RetryPolicy
 from segments.protocol import Record
 from segments.subscription import dlq
+from tests.support.machine import load_average
 from tests.support.services import RealServices
 from tests.support.until import until
 from tests.support.world import World, kafka_world, layout_of, quick_running, record, subscribe
@@ -99,5 +99,5 @@ async def test_10_000_in_batches_of_100_once_each_and_the_one_named_failed_alone
         f"{[len(b) for b in with_bad]} messages per request, then the DLQ\n"
         f"one per request: {COUNT} delivered in {single_s:.2f} s = {COUNT / single_s:,.0f} "
         f"msgs/s; batch / single = {single_s / batch_s * (COUNT - 1) / COUNT:.1f}x; "
-        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+        f"load average {load_average()}"
     )

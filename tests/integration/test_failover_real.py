@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -30,15 +29,12 @@ import pytest
 from control_plane.leaders.retirement import retire_segments
 from core.model import SegmentState, utcnow
 from tests.support.failover import FailoverWorld, Load, failover_world, first_seen
+from tests.support.machine import load_average
 from tests.support.services import RealServices
 from tests.support.until import until
 
 pytestmark = pytest.mark.timeout(900)
 OUTAGE_S = 30.0  # how long the broker stays down after the failover (the issue: a minute)
-
-
-def _load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 async def _failed_over(world: FailoverWorld, load: Load, topic: str, since: float) -> float:
@@ -131,12 +127,12 @@ async def _ordered_outage(
         failover = (await world.cp.get("/v1/projects/shop/topics/orders/failover")).json()
         assert failover["unsealed"] == [1] and failover["latest"]["failover"] is True, failover
         await asyncio.sleep(OUTAGE_S)  # not a wait: the broker stays down this long
-        print(f"\n{label}: load average {_load_average()} before the broker returns")
+        print(f"\n{label}: load average {load_average()} before the broker returns")
         await up()
         await _sealed_and_drained(world, "orders", "audit")
     print(load.figures(outage_at, label))
     print(f"  failover: 2xx on Pulsar {took:.2f}s after the outage; load average "
-          f"{_load_average()}; worker process restarts: {len(world.workers.crashes)}")  # fmt: skip
+          f"{load_average()}; worker process restarts: {len(world.workers.crashes)}")  # fmt: skip
     assert took < 10, f"publishes answered 2xx again only after {took:.1f}s"
     await _all_delivered(world, load)
     for group, seqs in load.acked.items():
@@ -195,7 +191,7 @@ async def test_available_mode_delivers_during_the_outage_and_counts_order_breaks
         print(
             f"  failover after {took:.2f}s; deliveries of the new segment during the outage; "
             f"order breaks across the switch: {breaks} (over {len(load.acked)} groups); "
-            f"load average {_load_average()}; worker restarts: {len(world.workers.crashes)}"
+            f"load average {load_average()}; worker restarts: {len(world.workers.crashes)}"
         )
         assert took < 10
 
@@ -237,7 +233,7 @@ async def test_a_slow_tail_with_the_latency_trigger_rolls_the_topic_to_pulsar(
         cutover = (await world.cp.get("/v1/projects/shop/topics/slow/cutover")).json()
         print(load.figures(outage_at, "slow tail (latency trigger)"))
         print(f"  rolled to Pulsar {took:.2f}s after the throttling began: {cutover['reason']}; "
-              f"load average {_load_average()}")  # fmt: skip
+              f"load average {load_average()}")  # fmt: skip
         assert "write latency p99" in cutover["reason"], cutover
         await _sealed_and_drained(world, "slow", "tail")
         await _all_delivered(world, load)

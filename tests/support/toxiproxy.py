@@ -14,12 +14,13 @@ with :func:`add_proxy`); ``Toxiproxy.existing`` reaches them by name from a test
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -65,8 +66,7 @@ class Toxiproxy:
 
     async def proxy(self, name: str, upstream: str) -> Proxy:
         listen = f"127.0.0.1:{free_port()}"
-        body = {"name": name, "listen": listen, "upstream": upstream, "enabled": True}
-        answer = await self.api.post("/proxies", json=body)
+        answer = await self.api.post("/proxies", json=_proxy_body(name, listen, upstream))
         assert answer.status_code == 201, answer.text
         return Proxy(self.api, name, listen)
 
@@ -80,9 +80,12 @@ class Toxiproxy:
 def add_proxy(api_url: str, name: str, listen: str, upstream: str) -> None:
     """A proxy ``name`` on ``listen`` (host:port) to ``upstream``, made before any event loop
     runs (a server started behind it advertises ``listen``)."""
-    body = {"name": name, "listen": listen, "upstream": upstream, "enabled": True}
-    answer = httpx.post(f"{api_url}/proxies", json=body, timeout=10)
+    answer = httpx.post(f"{api_url}/proxies", json=_proxy_body(name, listen, upstream), timeout=10)
     assert answer.status_code == 201, answer.text
+
+
+def _proxy_body(name: str, listen: str, upstream: str) -> dict[str, object]:
+    return {"name": name, "listen": listen, "upstream": upstream, "enabled": True}
 
 
 @contextmanager
@@ -138,7 +141,13 @@ def _answers(url: str) -> bool:
 
 @asynccontextmanager
 async def toxiproxy() -> AsyncIterator[Toxiproxy]:
-    """A toxiproxy server on a free port for one test, stopped on exit."""
-    with toxiproxy_server() as url:
+    """A toxiproxy server on a free port for one test, stopped on exit. Started and stopped
+    off the event loop (building the binary, waiting for it to answer), which other tasks of
+    the test may already share."""
+    server = ExitStack()
+    url = await asyncio.to_thread(server.enter_context, toxiproxy_server())
+    try:
         async with httpx.AsyncClient(base_url=url, timeout=10) as api:
             yield Toxiproxy(api)
+    finally:
+        await asyncio.to_thread(server.close)

@@ -63,12 +63,14 @@ test-unit: install
 ## ZooKeeper's leader split from its followers and a peer cut off, each peer in a namespace
 ## (test_zookeeper_partitioned.py; root), a rolling restart of ZooKeeper
 ## (test_rolling_restart.py), latency and cut connections between httpbus and
-## each Kafka node and ZooKeeper peer through toxiproxy (test_slow_network.py), and the zombie
-## worker on the single nodes;
-## each run judged by tests/chaos/checker.py. `make test` runs them too; this runs only them,
+## each Kafka node, controller and ZooKeeper peer through toxiproxy (test_slow_network.py), and,
+## on the single nodes, the zombie worker and an endpoint behind latency and lost connections
+## (test_endpoint_toxic_real.py); each run judged by tests/chaos/checker.py (the endpoint's
+## by its own order and neighbour checks). `make test` runs them too; this runs only them,
 ## with their figures printed and, at the end, a table of every run's verdict.
+CHAOS_ALSO = tests/integration/test_zombie_worker_real.py tests/integration/test_endpoint_toxic_real.py
 chaos: install
-	$(SERVICES) --only zookeeper,kafka run -- $(PY) -m pytest -s tests/chaos tests/integration/test_zombie_worker_real.py $(PYTEST_ARGS)
+	$(SERVICES) --only zookeeper,kafka run -- $(PY) -m pytest -s tests/chaos $(CHAOS_ALSO) $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -12,8 +12,10 @@ machine, as production runs them (issue 34), beside the single nodes of ``server
 
 - Behind proxies (``ClusterPorts.free(proxies=True)``): each Kafka node advertises a
   port of its own where a proxy (toxiproxy) forwards to it, so clients and the other
-  brokers' replication reach it through that proxy, the quorum's controllers directly; and
-  the clients' ZooKeeper endpoints are proxies' ports too, the peers' own traffic direct.
+  brokers' replication reach it through that proxy; each controller is a voter at a proxy's
+  port too, so the quorum's own traffic and the brokers' heartbeats to the active
+  controller pass through proxies (``controller-n``); and the clients' ZooKeeper endpoints
+  are proxies' ports too, the peers' own traffic direct.
   The caller starts the proxies (``tests/chaos/test_slow_network.py``).
 
 - In namespaces (``cluster_topology(namespaces=True)``): each Kafka node and each ZooKeeper
@@ -71,7 +73,8 @@ def _ports(count: int) -> list[int]:
 class ClusterPorts:
     """Per node (index 0 is node 1): ZooKeeper's client, quorum and election ports; Kafka's
     broker and controller ports; and when behind proxies, the proxies' ports in front of
-    each Kafka node and each ZooKeeper peer's client port (empty otherwise)."""
+    each Kafka node, each controller and each ZooKeeper peer's client port (empty
+    otherwise)."""
 
     zookeeper: tuple[int, ...] = (2281, 2282, 2283)
     zk_quorum: tuple[int, ...] = (2888, 2889, 2890)
@@ -81,24 +84,26 @@ class ClusterPorts:
     pulsar: PulsarPorts = PulsarPorts((3281, 3282, 3283), (6750, 6751), (8180, 8181))
     kafka_proxies: tuple[int, ...] = ()
     zookeeper_proxies: tuple[int, ...] = ()
+    controller_proxies: tuple[int, ...] = ()
 
     @classmethod
     def free(cls, proxies: bool = False) -> ClusterPorts:
         """Ports free now (a test's own cluster beside the suite's servers); with
-        ``proxies``, one more for a proxy in front of each Kafka node and ZooKeeper peer,
-        all drawn at once so no two are the same."""
-        extra = 2 * NODES if proxies else 0
+        ``proxies``, one more for a proxy in front of each Kafka node, controller and
+        ZooKeeper peer, all drawn at once so no two are the same."""
+        extra = 3 * NODES if proxies else 0
         free = iter(_ports(5 * NODES + BOOKIES + 2 * BROKERS + extra))
         zk, quorum, election, kafka, ctrl = (_take(free, NODES) for _ in range(5))
         pulsar = PulsarPorts(_take(free, BOOKIES), _take(free, BROKERS), _take(free, BROKERS))
-        kafka_proxies, zk_proxies = (_take(free, extra // 2) for _ in range(2))
-        return cls(zk, quorum, election, kafka, ctrl, pulsar, kafka_proxies, zk_proxies)
+        kafka_px, zk_px, ctrl_px = (_take(free, extra // 3) for _ in range(3))
+        return cls(zk, quorum, election, kafka, ctrl, pulsar, kafka_px, zk_px, ctrl_px)
 
     def proxied(self) -> dict[str, tuple[str, str]]:
-        """Each proxy by name (``kafka-1``, ``zookeeper-1``, …): where it listens, and the
-        node's port it forwards to."""
+        """Each proxy by name (``kafka-1``, ``controller-1``, ``zookeeper-1``, …): where it
+        listens, and the node's port it forwards to."""
         kinds = {
             "kafka": zip(self.kafka_proxies, self.kafka, strict=False),
+            "controller": zip(self.controller_proxies, self.kafka_controller, strict=False),
             "zookeeper": zip(self.zookeeper_proxies, self.zookeeper, strict=False),
         }
         return {
@@ -189,9 +194,10 @@ def kafka_node(node: int, ports: ClusterPorts, cluster_id: str, namespaces: bool
     plain = f"{hosts[node - 1]}:{ports.kafka[node - 1]}"
     advertised = f"{HOST}:{ports.kafka_proxies[node - 1]}" if ports.kafka_proxies else ""
     ctrl = f"{hosts[node - 1]}:{ports.kafka_controller[node - 1]}"
+    voter_ports = ports.controller_proxies or ports.kafka_controller
     voters = ",".join(
         f"{i}@{host}:{port}"
-        for i, (host, port) in enumerate(zip(hosts, ports.kafka_controller, strict=True), 1)
+        for i, (host, port) in enumerate(zip(hosts, voter_ports, strict=True), 1)
     )
 
     def prepare(data: Path, cp: str) -> Launch:

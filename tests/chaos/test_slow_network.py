@@ -2,16 +2,19 @@
 has no netem: each Kafka node and each ZooKeeper peer of a three-node cluster behind a
 toxiproxy proxy of its own (``ClusterPorts.free(proxies=True)``). A Kafka node advertises
 its proxy, so the producer's writes, the worker's reads and commits, *and* the other
-brokers' replication of its partitions all pass through it; ZooKeeper's clients reach the
-peers through theirs (the peers' quorum traffic is direct).
+brokers' replication of its partitions all pass through it; each controller is a voter at
+a proxy's port, so the KRaft quorum's own traffic and the brokers' heartbeats to the
+active controller pass through proxies too; ZooKeeper's clients reach the peers through
+theirs (the peers' quorum traffic is direct).
 
 While a producer service publishes grouped sequences and a worker process delivers them,
 for 20 s:
 
-- **Kafka**: 100 ms (±50) each way on every node, and one connection in two cut after
-  4 KiB of answers, so connections keep failing mid-request and are opened again: the
-  idempotent producer's retries, the reads' reconnects and the replicas' fetches all go
-  through it (replication 3, min ISR 2, acks=all).
+- **Kafka**: 100 ms (±50) each way on every node and every controller, and one connection
+  in two cut after 4 KiB of answers, so connections keep failing mid-request and are
+  opened again: the idempotent producer's retries, the reads' reconnects, the replicas'
+  fetches, the quorum's fetches and votes and the brokers' heartbeats all go through it
+  (replication 3, min ISR 2, acks=all).
 - **ZooKeeper far away**: 900 ms (±50) each way on every peer, sessions of 9 s: nothing
   may be fenced (no redelivery).
 - **A silent ZooKeeper peer**: 150 ms (±50) each way on every peer (sessions of 6 s), and
@@ -26,7 +29,6 @@ connections each proxy accepted meanwhile (the figures of docs/reliability.md)."
 from __future__ import annotations
 
 import asyncio
-import os
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -41,6 +43,7 @@ from scripts.realservices.cluster import NODES, ClusterPorts
 from tests.chaos.conftest import Cluster
 from tests.chaos.delivering import Delivering, delivering
 from tests.chaos.faults import replicated_kafka
+from tests.support.machine import load_average
 from tests.support.peers import owner
 from tests.support.toxiproxy import Proxy, Toxiproxy, accepted, add_proxy, toxiproxy_server
 
@@ -78,11 +81,13 @@ class Proxied:
         raise AssertionError(f"process {pid} holds no connection to a ZooKeeper proxy")
 
     @asynccontextmanager
-    async def proxies(self, kind: str) -> AsyncIterator[list[Proxy]]:
-        """The proxies in front of every node of ``kind`` (``kafka``, ``zookeeper``)."""
+    async def proxies(self, *kinds: str) -> AsyncIterator[list[Proxy]]:
+        """The proxies in front of every node of each of ``kinds`` (``kafka``,
+        ``controller``, ``zookeeper``)."""
         async with httpx.AsyncClient(base_url=self.api, timeout=10) as api:
             tox = Toxiproxy(api)
-            yield [await tox.existing(f"{kind}-{n}") for n in range(1, NODES + 1)]
+            names = [f"{kind}-{n}" for kind in kinds for n in range(1, NODES + 1)]
+            yield [await tox.existing(name) for name in names]
 
 
 @pytest.fixture(scope="module")
@@ -129,13 +134,12 @@ def _report(what: str, run: Delivering, fault_at: float, healed_at: float) -> tu
     during = [s for at, s in run.load.answers if fault_at <= at < healed_at]
     after = [s for at, s in run.load.answers if healed_at <= at < healed_at + AFTER_S]
     no_201, no_delivery = run.gaps(fault_at)
-    load_avg = " ".join(f"{x:.2f}" for x in os.getloadavg())
     length = healed_at - fault_at
     print(
         f"\n{what} for {length:.1f} s: {during.count(201) / length:.0f} "
         f"publishes acknowledged a second ({after.count(201) / AFTER_S:.0f} after the heal), "
         f"{len(during) - during.count(201)} refused or failed; the longest without a 201 "
-        f"{no_201:.2f} s, without a delivery {no_delivery:.2f} s; load average {load_avg}"
+        f"{no_201:.2f} s, without a delivery {no_delivery:.2f} s; load average {load_average()}"
     )
     return no_201, no_delivery
 
@@ -146,7 +150,7 @@ async def test_kafka_behind_latency_and_cut_connections_loses_nothing(
     kafka = replicated_kafka(proxied.cluster)
     async with (
         delivering(proxied.cluster, unique, tmp_path, SESSION_S, kafka) as run,
-        proxied.proxies("kafka") as proxies,
+        proxied.proxies("kafka", "controller") as proxies,
     ):
         toxics: list[Toxic] = [
             t
@@ -159,10 +163,17 @@ async def test_kafka_behind_latency_and_cut_connections_loses_nothing(
         ]
         fault_at, healed_at = await _fault(proxies, toxics)
         verdict = await run.settle(heal_at=healed_at)
-        what = f"Kafka behind 100 ms each way, half the connections cut after {CUT_AFTER} B"
+        what = (
+            f"Kafka's brokers and controllers behind 100 ms each way, half the connections "
+            f"cut after {CUT_AFTER} B"
+        )
         gaps = _report(what, run, fault_at, healed_at)
     opened = proxied.opened("kafka", fault_at, healed_at)
-    print(f"connections opened to Kafka meanwhile: {opened}; {verdict.summary()}")
+    quorum = proxied.opened("controller", fault_at, healed_at)
+    print(
+        f"connections opened meanwhile to the brokers {opened}, to the controllers {quorum}; "
+        f"{verdict.summary()}"
+    )
     verdict.assert_sound(back_within_s=BACK_WITHIN_S)
     assert sum(opened.values()) >= NODES, "no connection was cut: the fault did nothing"
     assert max(gaps) < STALL_S, f"publishing or delivery stalled through the fault: {gaps}"

@@ -91,6 +91,34 @@ def test_free_ports_are_all_distinct() -> None:
         assert len(set(every)) == len(every)
 
 
+def test_behind_proxies_clients_brokers_and_voters_reach_each_node_through_its_proxy(
+    tmp_path: Path,
+) -> None:
+    ports = ClusterPorts.free(proxies=True)
+    every = [*ports.kafka, *ports.kafka_controller, *ports.zookeeper, *ports.kafka_proxies]
+    every += [*ports.controller_proxies, *ports.zookeeper_proxies]
+    assert len(set(every)) == len(every) == 18
+    server = cluster_topology(ports).servers["kafka-2"]
+    server.prepare(tmp_path, "cp")
+    lines = (tmp_path / "server.properties").read_text().splitlines()
+    props = dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+    own, ctrl = ports.kafka[1], ports.kafka_controller[1]
+    assert props["listeners"] == f"PLAINTEXT://127.0.0.1:{own},CONTROLLER://127.0.0.1:{ctrl}"
+    assert props["advertised.listeners"].startswith(
+        f"PLAINTEXT://127.0.0.1:{ports.kafka_proxies[1]}"
+    )
+    voters = [f"{n}@127.0.0.1:{port}" for n, port in enumerate(ports.controller_proxies, 1)]
+    assert props["controller.quorum.voters"] == ",".join(voters)
+    proxied = ports.proxied()
+    assert proxied["controller-3"] == (
+        f"127.0.0.1:{ports.controller_proxies[2]}",
+        f"127.0.0.1:{ports.kafka_controller[2]}",
+    )
+    assert sorted(proxied) == sorted(
+        f"{kind}-{n}" for kind in ("kafka", "controller", "zookeeper") for n in (1, 2, 3)
+    )
+
+
 def test_split_isolates_one_node_from_the_others_both_ways_by_address() -> None:
     one, two, three = topology_namespaces()[:3]
     with mock.patch.object(netns, "ip", return_value="") as ip:

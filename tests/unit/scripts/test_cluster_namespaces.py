@@ -20,8 +20,10 @@ from scripts.realservices.cluster import (
 PORTS = ClusterPorts(kafka=(9001, 9002, 9003), kafka_controller=(9101, 9102, 9103))
 
 
-def _properties(tmp_path: Path, name: str, namespaces: bool) -> tuple[dict[str, str], list[str]]:
-    server = cluster_topology(PORTS, namespaces=namespaces).servers[name]
+def _properties(
+    tmp_path: Path, name: str, namespaces: bool, ports: ClusterPorts = PORTS
+) -> tuple[dict[str, str], list[str]]:
+    server = cluster_topology(ports, namespaces=namespaces).servers[name]
     launch = server.prepare(tmp_path, "cp")
     lines = (tmp_path / "server.properties").read_text().splitlines()
     props = dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
@@ -98,10 +100,7 @@ def test_behind_proxies_clients_brokers_and_voters_reach_each_node_through_its_p
     every = [*ports.kafka, *ports.kafka_controller, *ports.zookeeper, *ports.kafka_proxies]
     every += [*ports.controller_proxies, *ports.zookeeper_proxies]
     assert len(set(every)) == len(every) == 18
-    server = cluster_topology(ports).servers["kafka-2"]
-    server.prepare(tmp_path, "cp")
-    lines = (tmp_path / "server.properties").read_text().splitlines()
-    props = dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+    props, _ = _properties(tmp_path, "kafka-2", namespaces=False, ports=ports)
     own, ctrl = ports.kafka[1], ports.kafka_controller[1]
     assert props["listeners"] == f"PLAINTEXT://127.0.0.1:{own},CONTROLLER://127.0.0.1:{ctrl}"
     assert props["advertised.listeners"].startswith(

@@ -55,6 +55,12 @@ class ControlPlaneSettings(SettingsBase):
         "search (docs/capacity.md)",
     )
     assign_interval_s: float = seconds(2.0, 300, "how often the leader re-reads the subscriptions")
+    assign_join_quiet_s: float = seconds(
+        1.0,
+        60,
+        "members joining are assigned once none joined for this long (at most 10 s after "
+        "the first); a member leaving is assigned away at once (docs/capacity.md)",
+    )
     cutover_prepare_timeout_s: float = seconds(
         30.0, 3_600, "how long producers may take to open the target"
     )

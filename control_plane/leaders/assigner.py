@@ -10,7 +10,10 @@ rendezvous (highest-random-weight) hashing: a subscription goes to the worker wh
 subscriptions it wins or held, and every leader computes the same plan. It writes each
 worker's sorted list of ``"project/subscription"`` to ``/assignments/{worker}`` (only when it
 changed, by compare-and-set) and deletes the lists of workers that are gone. It recomputes
-when the membership changes and every ``interval_s`` (subscriptions created or deleted).
+when the membership changes and every ``interval_s`` (subscriptions created or deleted);
+members joining are assigned once their joins have settled (:mod:`.join_settle`: at a
+deployment's start the first member got every unit, then lost most of them join by join),
+members leaving at once.
 
 The assignment says who *should* run a subscription; the ephemeral lock
 ``/locks/subscriptions/{project}:{s}`` held by the worker that runs it says who *does*, so two
@@ -39,6 +42,7 @@ import logging
 import time
 
 from control_plane.leaders.election import LeaderElection
+from control_plane.leaders.join_settle import JoinSettle
 from control_plane.leaders.rendezvous import Planner
 from core.errors import AlreadyExists, NotFound, VersionConflict
 from core.shards import shards, unit_key
@@ -50,6 +54,8 @@ log = logging.getLogger(__name__)
 
 WORKERS = "workers"
 ROLE = "assigner"
+JOIN_QUIET_S = 1.0  # members joining are assigned once none joined for this long (join_settle)
+JOIN_MOST_S = 10.0  # ... and at the latest this long after the first of them
 SHARDS_TTL_S = 30.0
 SHARDS_REFRESH_PER_ROUND = 200  # shard counts read again per round, oldest first
 READ_BATCH = 512  # metastore reads in flight while shard counts are read
@@ -72,11 +78,13 @@ class Assigner(LeaderElection):
         interval_s: float = 2.0,
         *,
         group: str = WORKERS,
+        join_quiet_s: float = JOIN_QUIET_S,
     ) -> None:
         super().__init__(metastore, ROLE, member_id)
         self.catalog = catalog
         self.interval_s = interval_s
         self.group = group
+        self._joins = JoinSettle(join_quiet_s, max(join_quiet_s, JOIN_MOST_S))
         self._shards: dict[str, tuple[int, float]] = {}  # "p/s" -> (shard count, read at)
         self._planner = Planner()  # the last plan, kept: the next one hashes what changed
 
@@ -86,7 +94,11 @@ class Assigner(LeaderElection):
         watcher = asyncio.create_task(self._watch_members(dirty))
         try:
             while not lost.is_set():
+                while (wait := self._joins.wait_s()) > 0 and not lost.is_set():
+                    dirty.clear()  # members still joining (join_settle)
+                    await _first(dirty, lost, wait)
                 dirty.clear()
+                self._joins.assigning()
                 await self.rebalance()
                 await _first(dirty, lost, self.interval_s)
         finally:
@@ -94,7 +106,12 @@ class Assigner(LeaderElection):
             await asyncio.gather(watcher, return_exceptions=True)
 
     async def _watch_members(self, dirty: asyncio.Event) -> None:
-        async for _ in self.metastore.watch_children(paths.members(self.group)):
+        known: set[str] | None = None
+        async for names in self.metastore.watch_children(paths.members(self.group)):
+            now = set(names)
+            if known is not None:
+                self._joins.saw(joined=bool(now - known), left=bool(known - now))
+            known = now
             dirty.set()
 
     async def subscriptions(self) -> list[str]:

@@ -52,7 +52,13 @@ def roles(
     """Every role this control plane stands for (module doc), not started yet."""
     metastore, member = context.metastore, context.member_id
     found: list[LeaderElection] = [
-        Assigner(metastore, context.catalog, member, settings.assign_interval_s),
+        Assigner(
+            metastore,
+            context.catalog,
+            member,
+            settings.assign_interval_s,
+            join_quiet_s=settings.assign_join_quiet_s,
+        ),
         CutoverCoordinator(context),
         _failover(settings, context),
         MigrationMonitor(context),

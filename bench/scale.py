@@ -56,6 +56,7 @@ from scripts.realservices.cluster import ClusterPorts, cluster_topology  # noqa:
 from scripts.realservices.servers import _four_letter  # noqa: E402
 from scripts.realservices.supervisor import Supervisor  # noqa: E402
 
+PROGRESS_S = 5.0  # between progress lines of a step
 MNTR = ("zk_znode_count", "zk_approximate_data_size", "zk_watch_count", "zk_ephemerals_count")
 
 
@@ -74,6 +75,8 @@ class Members:
         self.args, self.zk, self.root, self.workdir = args, zk, root, workdir
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.restarts = 0
+        self._shown_at: float | None = None  # when progress was last printed (settled)
+        self._since = 0.0  # when the first progress was taken
 
     def start(self, index: int) -> None:
         status = self.workdir / f"members-{index:02d}.json"
@@ -123,11 +126,37 @@ class Members:
                 self.start(index)
 
     def settled(self, units: int, members: int) -> bool:
-        """Every unit assigned to one of ``members`` live members, who each hold theirs."""
+        """Every unit assigned to one of ``members`` live members, who each hold theirs (and,
+        at ten units a member or more, each has some)."""
         self.revive()
-        counts = [c for r in self.reports() for c in r["members"].values()]
+        reports = self.reports()
+        counts = [c for r in reports for c in r["members"].values()]
         assigned = sum(a for a, _ in counts)
-        return len(counts) == members and assigned == units and all(a == h for a, h in counts)
+        done = len(counts) == members and assigned == units and all(a == h for a, h in counts)
+        if units >= 10 * members:  # every member has some (a member back, not yet assigned to,
+            done = done and all(a for a, _ in counts)  # is not the rebalance done)
+        self._progress(reports, counts, done)
+        return done
+
+    def _progress(self, reports: list[dict[str, Any]], counts: list[Any], done: bool) -> None:
+        """Every ``PROGRESS_S`` (and at the end) a line of where the step is: members up,
+        members with an assignment, units assigned (a unit moving counts twice) and held,
+        the member processes' CPU so far, so a slow step shows which part is slow."""
+        now = time.monotonic()
+        if self._shown_at is None:
+            self._shown_at = self._since = now
+        if not done and now - self._shown_at < PROGRESS_S:
+            return
+        self._shown_at = now
+        busy = sum(1 for a, _ in counts if a)
+        print(
+            f"    +{now - self._since:5.1f} s: members up {len(counts)}, with units {busy}"
+            f", assigned {sum(a for a, _ in counts):,}, held {sum(h for _, h in counts):,}"
+            f", member CPU {sum(float(r['cpu_s']) for r in reports):.1f} s",
+            flush=True,
+        )
+        if done:  # the next step's lines count from its own start
+            self._shown_at = None
 
     def fencings(self) -> int:
         """Locks fenced off so far (a lapsed session lease: docs/reliability.md), from the

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
@@ -62,6 +63,7 @@ from metastore import paths, zk_multiread
 from metastore._support import WatchHub, WatchIterator, ancestors, check_path
 from metastore.lease import SessionLease
 from metastore.protocol import Check, Create, Delete, Node, Op, Update
+from metastore.turn_batch import TurnBatch
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,28 @@ BEATS_IN_FLIGHT = 3
 # kazoo's errors that are not the server's answer (the connection's, the client's)
 _NOT_ANSWERS = (ConnectionLoss, ConnectionClosedError, SessionExpiredError)
 _TX_ATTEMPTS = 5  # a concurrent writer can make a recursive delete or parent set-up retry
+
+
+@dataclass(frozen=True)
+class _Create:
+    """One create asked of :meth:`ZooKeeperMetaStore.create`."""
+
+    path: str
+    data: bytes
+    ephemeral: bool
+
+
+def _node(read: zk_multiread.Read) -> Node | None:
+    """A ``getData`` of a ``multiRead``: the node, or None where it is absent."""
+    return Node(read[0] or b"", read[1].version) if isinstance(read, tuple) else None
+
+
+def _outcome(read: Node | None | BaseException) -> Node | None | HttpbusError:
+    """A request's outcome as :class:`~.turn_batch.TurnBatch` hands it on (an unexpected
+    error raised, as a request of its own would raise it)."""
+    if isinstance(read, HttpbusError) or not isinstance(read, BaseException):
+        return read
+    raise read
 
 
 def _translate(exc: Exception, path: str) -> HttpbusError:
@@ -113,6 +137,9 @@ class ZooKeeperMetaStore(AsyncResource):
             connection_retry={"max_tries": -1, "max_delay": 2.0},
         )
         self._hub = WatchHub()
+        # Reads and creates asked in one turn of the loop go as one request (turn_batch).
+        self._gets: TurnBatch[str, Node | None] = TurnBatch(self._get_one, self._get_each)
+        self._creates: TurnBatch[_Create, Node] = TurnBatch(self._create_one, self._create_each)
         self._slots = asyncio.Semaphore(max_in_flight)  # requests on the wire (_call)
         self._has_multi_read = True  # until the server says it has none (before 3.6)
         self.lease = SessionLease(session_timeout_s)
@@ -225,6 +252,8 @@ class ZooKeeperMetaStore(AsyncResource):
             return
         self._closed = True
         await self._hub.close()
+        await self._gets.aclose()
+        await self._creates.aclose()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -343,12 +372,30 @@ class ZooKeeperMetaStore(AsyncResource):
     # -- reads and writes --------------------------------------------------------------------
 
     async def get(self, path: str) -> Node | None:
-        """The node at ``path``, or None."""
+        """The node at ``path``, or None. Reads asked in one turn of the event loop go as
+        one ``multiRead`` (:mod:`metastore.turn_batch`)."""
+        check_path(path)
+        return await self._gets.ask(path)
+
+    async def _get_one(self, path: str) -> Node | None:
         try:
             data, stat = await self._call(path, self._client.get_async, self._abs(path))
         except NotFound:
             return None
         return Node(data or b"", stat.version)
+
+    async def _get_each(self, paths: Sequence[str]) -> list[Node | None | HttpbusError]:
+        """Each path's outcome, its own error included (:class:`~.turn_batch.TurnBatch`)."""
+        found = await self._multi_read(paths, children=False, each=True)
+        if found is None:
+            outcomes = await asyncio.gather(
+                *(self._get_one(p) for p in paths), return_exceptions=True
+            )
+            return [_outcome(one) for one in outcomes]
+        return [
+            _translate(one, path) if isinstance(one, Exception) else _node(one)
+            for path, one in zip(paths, found, strict=True)
+        ]
 
     async def get_many(self, paths: Sequence[str]) -> list[Node | None]:
         """The nodes at ``paths`` (None where absent), read in ``multiRead`` requests
@@ -357,7 +404,7 @@ class ZooKeeperMetaStore(AsyncResource):
         found = await self._multi_read(paths, children=False)
         if found is None:
             return list(await asyncio.gather(*(self.get(p) for p in paths)))
-        return [Node(one[0], one[1].version) if isinstance(one, tuple) else None for one in found]
+        return [_node(one) for one in found]
 
     async def children_many(self, paths: Sequence[str]) -> list[list[str]]:
         """:meth:`children` of each of ``paths``, in bulk as :meth:`get_many` reads."""
@@ -367,23 +414,26 @@ class ZooKeeperMetaStore(AsyncResource):
         return [sorted(one) if isinstance(one, list) else [] for one in found]
 
     async def _multi_read(
-        self, paths: Sequence[str], *, children: bool
+        self, paths: Sequence[str], *, children: bool, each: bool = False
     ) -> list[zk_multiread.Read] | None:
-        """Every read's outcome (errors raised, translated), in chunks of ``CHUNK`` sent at
-        once; None if the server has no ``multiRead`` (remembered)."""
+        """Every read's outcome (errors raised, translated; returned as they are with
+        ``each``), in chunks of ``CHUNK`` sent at once; None if the server has no
+        ``multiRead`` (remembered)."""
         if not self._has_multi_read:
             return None
         size = zk_multiread.CHUNK
         chunks = [paths[i : i + size] for i in range(0, len(paths), size)]
         try:
-            read = await asyncio.gather(*(self._read_chunk(c, children) for c in chunks))
+            read = await asyncio.gather(*(self._read_chunk(c, children, each) for c in chunks))
         except UnimplementedError:
             log.warning("zookeeper: the server has no multiRead (3.6+); reading one by one")
             self._has_multi_read = False
             return None
         return [one for chunk in read for one in chunk]
 
-    async def _read_chunk(self, paths: Sequence[str], children: bool) -> list[zk_multiread.Read]:
+    async def _read_chunk(
+        self, paths: Sequence[str], children: bool, each: bool
+    ) -> list[zk_multiread.Read]:
         absolute = [self._abs(p) for p in paths]
         try:
             found = await self._call(paths[0], zk_multiread.send, self._client, absolute, children)
@@ -391,6 +441,8 @@ class ZooKeeperMetaStore(AsyncResource):
             if isinstance(exc.__cause__, UnimplementedError):
                 raise exc.__cause__ from None
             raise
+        if each:
+            return list(found)
         for path, one in zip(paths, found, strict=True):
             if isinstance(one, Exception):
                 raise _translate(one, path)
@@ -405,10 +457,35 @@ class ZooKeeperMetaStore(AsyncResource):
         return sorted(names)
 
     async def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> Node:
-        """Create ``path`` and its missing parents (empty, persistent)."""
-        create = self._client.create_async
-        await self._call(path, create, self._abs(path), data, ephemeral=ephemeral, makepath=True)
-        return Node(data, 0)
+        """Create ``path`` and its missing parents (empty, persistent). Creates asked in one
+        turn of the event loop go as one ``multi`` (:mod:`metastore.turn_batch`)."""
+        check_path(path)
+        return await self._creates.ask(_Create(path, data, ephemeral))
+
+    async def _create_one(self, ask: _Create) -> Node:
+        create, full = self._client.create_async, self._abs(ask.path)
+        await self._call(ask.path, create, full, ask.data, ephemeral=ask.ephemeral, makepath=True)
+        return Node(ask.data, 0)
+
+    async def _create_each(self, asks: Sequence[_Create]) -> list[Node | HttpbusError]:
+        """Each create's outcome: ``multi`` requests of ``CHUNK`` creates, sent at once. A
+        ``multi`` is all or nothing, so one refused (the node exists: a lock another holds;
+        a parent missing) creates none of its chunk, and that chunk's creates are made one
+        by one, each with its own outcome (and its parents)."""
+        size = zk_multiread.CHUNK
+        chunks = [asks[i : i + size] for i in range(0, len(asks), size)]
+        done = await asyncio.gather(*(self._create_chunk(c) for c in chunks))
+        return [one for chunk in done for one in chunk]
+
+    async def _create_chunk(self, asks: Sequence[_Create]) -> list[Node | HttpbusError]:
+        tx = self._client.transaction()
+        for ask in asks:
+            tx.create(self._abs(ask.path), ask.data, ephemeral=ask.ephemeral)
+        results = await self._call(asks[0].path, tx.commit_async)
+        if not any(isinstance(r, Exception) for r in results):
+            return [Node(ask.data, 0) for ask in asks]
+        each = await asyncio.gather(*(self._create_one(a) for a in asks), return_exceptions=True)
+        return [_outcome(one) for one in each]  # type: ignore[misc]
 
     async def update(self, path: str, data: bytes, *, expected_version: int) -> Node:
         """Compare-and-set the data on the znode version."""

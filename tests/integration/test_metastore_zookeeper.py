@@ -13,7 +13,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import UnimplementedError
 
-from core.errors import MetaStoreUnavailable
+from core.errors import AlreadyExists, MetaStoreUnavailable
 from metastore import paths, zk_multiread
 from metastore.protocol import MetaStore, Node
 from metastore.zookeeper import ZooKeeperMetaStore
@@ -154,7 +154,68 @@ async def test_a_server_without_multi_read_is_read_one_by_one(
     assert await store.get_many(["/old/a", "/old/b"]) == [Node(b"1", 0), None]
     assert await store.get_many(["/old/a"]) == [Node(b"1", 0)]
     assert await store.children_many(["/old", "/nope"]) == [["a"], []]
+    both = await asyncio.gather(store.get("/old/a"), store.get("/old/b"))  # one turn
+    assert both == [Node(b"1", 0), None]
     assert asked == [2]  # remembered: not asked again
+
+
+@pytest.mark.zookeeper
+async def test_gets_asked_in_one_turn_go_as_multi_reads(
+    store: MetaStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker starting a thousand units reads each one's subscription at once: the reads
+    go as a few ``multiRead`` requests, each caller with its own node (or None)."""
+    for i in range(0, 200, 2):
+        await store.create(f"/co/n{i:03d}", f"v{i}".encode())
+    sent: list[int] = []
+    inner = zk_multiread.send
+    monkeypatch.setattr(
+        zk_multiread, "send", lambda c, ps, kids=False: sent.append(len(ps)) or inner(c, ps, kids)
+    )
+    found = await asyncio.gather(*(store.get(f"/co/n{i:03d}") for i in range(200)))
+    assert found == [Node(f"v{i}".encode(), 0) if i % 2 == 0 else None for i in range(200)]
+    assert sent == [zk_multiread.CHUNK, 200 - zk_multiread.CHUNK]
+    sent.clear()
+    assert await store.get("/co/n000") == Node(b"v0", 0) and sent == []  # alone: a plain read
+
+
+@pytest.mark.zookeeper
+async def test_creates_asked_in_one_turn_go_as_multis_each_with_its_outcome(
+    store: MetaStore,
+) -> None:
+    """A worker taking a thousand locks at once: the creates go as a few ``multi``s; when one
+    of a chunk is refused (a lock another holds), that chunk's creates are made one by one,
+    so the others are created and the refused one's caller alone hears of it."""
+    client: Any = store._client  # type: ignore[attr-defined]
+    multis: list[int] = []
+    inner = client.transaction
+
+    def counted() -> Any:
+        tx = inner()
+        commit = tx.commit_async
+        tx.commit_async = lambda: multis.append(len(tx.operations)) or commit()
+        return tx
+
+    client.transaction = counted
+    await store.create("/cr/held/n005", b"another's")
+    found = await asyncio.gather(
+        *(store.create(f"/cr/free/n{i:03d}", b"x", ephemeral=True) for i in range(200)),
+        return_exceptions=True,
+    )
+    assert found == [Node(b"x", 0)] * 200
+    assert multis == [zk_multiread.CHUNK, 200 - zk_multiread.CHUNK]
+    assert len(await store.children("/cr/free")) == 200
+    multis.clear()
+    found = await asyncio.gather(
+        *(store.create(f"/cr/held/n{i:03d}", b"x", ephemeral=True) for i in range(10)),
+        store.create("/cr/new/parent/n", b"y"),  # its parents are missing: made one by one
+        return_exceptions=True,
+    )
+    assert isinstance(found[5], AlreadyExists), found[5]
+    assert [f for i, f in enumerate(found) if i != 5] == [Node(b"x", 0)] * 9 + [Node(b"y", 0)]
+    assert multis == [11]
+    assert await store.get("/cr/held/n005") == Node(b"another's", 0)
+    assert await store.get("/cr/new/parent/n") == Node(b"y", 0)
 
 
 @pytest.mark.zookeeper
@@ -168,7 +229,7 @@ async def test_a_burst_waits_for_a_slot_and_the_heartbeat_does_not(
     async with store:
         client: Any = store._client
         on_wire, most = 0, 0
-        inner = client.get_async
+        inner = client.get_children_async  # (gets of one turn would go as one multiRead)
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             nonlocal on_wire, most
@@ -183,10 +244,10 @@ async def test_a_burst_waits_for_a_slot_and_the_heartbeat_does_not(
             answer.rawlink(landed)
             return answer
 
-        client.get_async = counted
-        await store.create("/burst", b"x")
-        found = await asyncio.gather(*(store.get("/burst") for _ in range(40)))
-        assert all(n is not None and n.data == b"x" for n in found)
+        client.get_children_async = counted
+        await store.create("/burst/x", b"x")
+        found = await asyncio.gather(*(store.children("/burst") for _ in range(40)))
+        assert all(names == ["x"] for names in found)
         assert most <= 2
         held = [await store._slots.acquire() for _ in range(2)]  # every slot taken
         try:

@@ -192,7 +192,12 @@ class UnitLock:
 
 
 async def until_node(metastore: MetaStore, path: str, *, present: bool) -> None:
-    """Wait until the node at ``path`` exists (``present``) or does not."""
+    """Wait until the node at ``path`` exists (``present``) or does not: a plain read
+    first, a watch only to wait. A worker starting a thousand units asks this of each one's
+    subscription at once, which plain reads answer in a few requests (metastore.turn_batch)
+    where watches are a request each, and the runner's own watch of it follows anyway."""
+    if ((await metastore.get(path)) is not None) == present:
+        return
     async for node in metastore.watch(path):
         if (node is not None) == present:
             return

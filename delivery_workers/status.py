@@ -193,11 +193,15 @@ class StatusPublisher(AsyncResource):
                 log.warning("worker %s could not publish status: %s", self.member_id, exc)
 
     async def publish(self) -> None:
-        """Sample now and write what changed (one round of the loop)."""
+        """Sample now and write what changed (one round of the loop). The writes of a round
+        go out together, so the store sends them as a few batch requests (a ZooKeeper
+        ``multi`` each: metastore/turn_batch.py): a worker starting a thousand units wrote
+        their status nodes one after another, a request each."""
         now, wall = self._clock(), self._wall()
         stats, held = self.stats(), self.held()
         for key in [k for k, v in self._series.items() if k not in held and v.version is not None]:
             await self._drop(key)
+        writes = []
         for key in sorted(held):
             st = stats.get(key, RunnerStats())
             series = self._series.setdefault(key, _Series())
@@ -214,8 +218,22 @@ class StatusPublisher(AsyncResource):
                 continue
             history = json.dumps(series.history(), separators=(",", ":"))
             document = json.dumps(figures[0], separators=(",", ":"))
-            await self._write(key, series, f'{document[:-1]},"history":{history}}}', wall)
-            series.written, series.written_at = figures, now
+            body = f'{document[:-1]},"history":{history}}}'
+            writes.append(self._publish(key, series, body, wall, (figures, now)))
+        failed = [e for e in await asyncio.gather(*writes, return_exceptions=True) if e]
+        if failed:
+            raise failed[0]
+
+    async def _publish(
+        self,
+        key: str,
+        series: _Series,
+        body: str,
+        wall: float,
+        written: tuple[tuple[Figures, int], float],
+    ) -> None:
+        await self._write(key, series, body, wall)
+        series.written, series.written_at = written
 
     async def _write(self, key: str, series: _Series, body: str, wall: float) -> None:
         stamp = datetime.fromtimestamp(wall, UTC).isoformat().replace("+00:00", "Z")

@@ -29,7 +29,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -84,6 +84,30 @@ class _Create:
     path: str
     data: bytes
     ephemeral: bool
+
+    def add_to(self, tx: Any, full: str) -> None:
+        tx.create(full, self.data, ephemeral=self.ephemeral)
+
+    def written(self, _result: Any) -> Node:
+        return Node(self.data, 0)
+
+
+@dataclass(frozen=True)
+class _Update:
+    """One compare-and-set asked of :meth:`ZooKeeperMetaStore.update`."""
+
+    path: str
+    data: bytes
+    version: int
+
+    def add_to(self, tx: Any, full: str) -> None:
+        tx.set_data(full, self.data, version=self.version)
+
+    def written(self, stat: Any) -> Node:
+        return Node(self.data, stat.version)
+
+
+_W = TypeVar("_W", _Create, _Update)  # a write batched in a multi (_write_each)
 
 
 def _node(read: zk_multiread.Read) -> Node | None:
@@ -140,6 +164,7 @@ class ZooKeeperMetaStore(AsyncResource):
         # Reads and creates asked in one turn of the loop go as one request (turn_batch).
         self._gets: TurnBatch[str, Node | None] = TurnBatch(self._get_one, self._get_each)
         self._creates: TurnBatch[_Create, Node] = TurnBatch(self._create_one, self._create_each)
+        self._updates: TurnBatch[_Update, Node] = TurnBatch(self._update_one, self._update_each)
         self._slots = asyncio.Semaphore(max_in_flight)  # requests on the wire (_call)
         self._has_multi_read = True  # until the server says it has none (before 3.6)
         self.lease = SessionLease(session_timeout_s)
@@ -254,6 +279,7 @@ class ZooKeeperMetaStore(AsyncResource):
         await self._hub.close()
         await self._gets.aclose()
         await self._creates.aclose()
+        await self._updates.aclose()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -468,31 +494,47 @@ class ZooKeeperMetaStore(AsyncResource):
         return Node(ask.data, 0)
 
     async def _create_each(self, asks: Sequence[_Create]) -> list[Node | HttpbusError]:
-        """Each create's outcome: ``multi`` requests of ``CHUNK`` creates, sent at once. A
-        ``multi`` is all or nothing, so one refused (the node exists: a lock another holds;
-        a parent missing) creates none of its chunk, and that chunk's creates are made one
-        by one, each with its own outcome (and its parents)."""
+        return await self._write_each(asks, self._create_one)
+
+    async def _write_each(
+        self, asks: Sequence[_W], one: Callable[[_W], Awaitable[Node]]
+    ) -> list[Node | HttpbusError]:
+        """Each write's outcome: ``multi`` requests of ``CHUNK`` writes, sent at once. A
+        ``multi`` is all or nothing, so one refused (a create whose node exists: a lock
+        another holds; a parent missing; an update of a version that moved) writes none of
+        its chunk, and that chunk's writes are made one by one (``one``), each with its own
+        outcome."""
         size = zk_multiread.CHUNK
         chunks = [asks[i : i + size] for i in range(0, len(asks), size)]
-        done = await asyncio.gather(*(self._create_chunk(c) for c in chunks))
-        return [one for chunk in done for one in chunk]
+        done = await asyncio.gather(*(self._write_chunk(c, one) for c in chunks))
+        return [outcome for chunk in done for outcome in chunk]
 
-    async def _create_chunk(self, asks: Sequence[_Create]) -> list[Node | HttpbusError]:
+    async def _write_chunk(
+        self, asks: Sequence[_W], one: Callable[[_W], Awaitable[Node]]
+    ) -> list[Node | HttpbusError]:
         tx = self._client.transaction()
         for ask in asks:
-            tx.create(self._abs(ask.path), ask.data, ephemeral=ask.ephemeral)
+            ask.add_to(tx, self._abs(ask.path))
         results = await self._call(asks[0].path, tx.commit_async)
         if not any(isinstance(r, Exception) for r in results):
-            return [Node(ask.data, 0) for ask in asks]
-        each = await asyncio.gather(*(self._create_one(a) for a in asks), return_exceptions=True)
-        return [_outcome(one) for one in each]  # type: ignore[misc]
+            return [ask.written(r) for ask, r in zip(asks, results, strict=True)]
+        each = await asyncio.gather(*(one(ask) for ask in asks), return_exceptions=True)
+        return [_outcome(outcome) for outcome in each]  # type: ignore[misc]
 
     async def update(self, path: str, data: bytes, *, expected_version: int) -> Node:
-        """Compare-and-set the data on the znode version."""
-        stat = await self._call(
-            path, self._client.set_async, self._abs(path), data, version=expected_version
-        )
-        return Node(data, stat.version)
+        """Compare-and-set the data on the znode version. Updates asked in one turn of the
+        event loop go as one ``multi`` (:mod:`metastore.turn_batch`: a worker's status
+        nodes)."""
+        check_path(path)
+        return await self._updates.ask(_Update(path, data, expected_version))
+
+    async def _update_one(self, ask: _Update) -> Node:
+        set_data, full = self._client.set_async, self._abs(ask.path)
+        stat = await self._call(ask.path, set_data, full, ask.data, version=ask.version)
+        return Node(ask.data, stat.version)
+
+    async def _update_each(self, asks: Sequence[_Update]) -> list[Node | HttpbusError]:
+        return await self._write_each(asks, self._update_one)
 
     async def delete(
         self, path: str, *, expected_version: int = -1, recursive: bool = False

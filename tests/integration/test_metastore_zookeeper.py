@@ -13,7 +13,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import UnimplementedError
 
-from core.errors import AlreadyExists, MetaStoreUnavailable
+from core.errors import AlreadyExists, MetaStoreUnavailable, VersionConflict
 from metastore import paths, zk_multiread
 from metastore.protocol import MetaStore, Node
 from metastore.zookeeper import ZooKeeperMetaStore
@@ -216,6 +216,37 @@ async def test_creates_asked_in_one_turn_go_as_multis_each_with_its_outcome(
     assert multis == [11]
     assert await store.get("/cr/held/n005") == Node(b"another's", 0)
     assert await store.get("/cr/new/parent/n") == Node(b"y", 0)
+
+
+@pytest.mark.zookeeper
+async def test_updates_asked_in_one_turn_go_as_one_multi_each_with_its_outcome(
+    store: MetaStore,
+) -> None:
+    """A worker's status round: its nodes' updates go as one ``multi``; one of a stale
+    version is refused to its caller alone, the others written with their new versions."""
+    for i in range(6):
+        await store.create(f"/up/n{i}", b"0")
+    await store.update("/up/n3", b"moved", expected_version=0)  # n3 is at version 1 now
+    client: Any = store._client  # type: ignore[attr-defined]
+    multis: list[int] = []
+    inner = client.transaction
+
+    def counted() -> Any:
+        tx = inner()
+        commit = tx.commit_async
+        tx.commit_async = lambda: multis.append(len(tx.operations)) or commit()
+        return tx
+
+    client.transaction = counted
+    found = await asyncio.gather(
+        *(store.update(f"/up/n{i}", b"1", expected_version=0) for i in range(6)),
+        return_exceptions=True,
+    )
+    assert isinstance(found[3], VersionConflict), found[3]
+    assert [f for i, f in enumerate(found) if i != 3] == [Node(b"1", 1)] * 5
+    assert multis == [6]
+    assert await store.get("/up/n3") == Node(b"moved", 1)
+    assert await store.get("/up/n0") == Node(b"1", 1)
 
 
 @pytest.mark.zookeeper

@@ -179,13 +179,8 @@ async def test_gets_asked_in_one_turn_go_as_multi_reads(
     assert await store.get("/co/n000") == Node(b"v0", 0) and sent == []  # alone: a plain read
 
 
-@pytest.mark.zookeeper
-async def test_creates_asked_in_one_turn_go_as_multis_each_with_its_outcome(
-    store: MetaStore,
-) -> None:
-    """A worker taking a thousand locks at once: the creates go as a few ``multi``s; when one
-    of a chunk is refused (a lock another holds), that chunk's creates are made one by one,
-    so the others are created and the refused one's caller alone hears of it."""
+def _count_multis(store: MetaStore) -> list[int]:
+    """The size of each ``multi`` the store sends from now on."""
     client: Any = store._client  # type: ignore[attr-defined]
     multis: list[int] = []
     inner = client.transaction
@@ -197,6 +192,17 @@ async def test_creates_asked_in_one_turn_go_as_multis_each_with_its_outcome(
         return tx
 
     client.transaction = counted
+    return multis
+
+
+@pytest.mark.zookeeper
+async def test_creates_asked_in_one_turn_go_as_multis_each_with_its_outcome(
+    store: MetaStore,
+) -> None:
+    """A worker taking a thousand locks at once: the creates go as a few ``multi``s; when one
+    of a chunk is refused (a lock another holds), that chunk's creates are made one by one,
+    so the others are created and the refused one's caller alone hears of it."""
+    multis = _count_multis(store)
     await store.create("/cr/held/n005", b"another's")
     found = await asyncio.gather(
         *(store.create(f"/cr/free/n{i:03d}", b"x", ephemeral=True) for i in range(200)),
@@ -227,17 +233,7 @@ async def test_updates_asked_in_one_turn_go_as_one_multi_each_with_its_outcome(
     for i in range(6):
         await store.create(f"/up/n{i}", b"0")
     await store.update("/up/n3", b"moved", expected_version=0)  # n3 is at version 1 now
-    client: Any = store._client  # type: ignore[attr-defined]
-    multis: list[int] = []
-    inner = client.transaction
-
-    def counted() -> Any:
-        tx = inner()
-        commit = tx.commit_async
-        tx.commit_async = lambda: multis.append(len(tx.operations)) or commit()
-        return tx
-
-    client.transaction = counted
+    multis = _count_multis(store)
     found = await asyncio.gather(
         *(store.update(f"/up/n{i}", b"1", expected_version=0) for i in range(6)),
         return_exceptions=True,

@@ -90,9 +90,11 @@ class Assigner(LeaderElection):
 
     async def lead(self, lost: asyncio.Event) -> None:
         """Assign until the leader node is no longer ours."""
-        dirty = asyncio.Event()
-        watcher = asyncio.create_task(self._watch_members(dirty))
+        dirty, listed = asyncio.Event(), asyncio.Event()
+        self._joins.assigning()  # a leadership of its own: nothing seen yet
+        watcher = asyncio.create_task(self._watch_members(dirty, listed))
         try:
+            await _first(listed, lost, self.interval_s)  # the members as first listed
             while not lost.is_set():
                 while (wait := self._joins.wait_s()) > 0 and not lost.is_set():
                     dirty.clear()  # members still joining (join_settle)
@@ -105,13 +107,16 @@ class Assigner(LeaderElection):
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)
 
-    async def _watch_members(self, dirty: asyncio.Event) -> None:
-        known: set[str] | None = None
+    async def _watch_members(self, dirty: asyncio.Event, listed: asyncio.Event) -> None:
+        """Mark the plan dirty on every change of the members, and tell the settle who
+        joined and left. The first listing counts as joins: a leader elected while a
+        deployment's workers are joining waits for them as well."""
+        known: set[str] = set()
         async for names in self.metastore.watch_children(paths.members(self.group)):
             now = set(names)
-            if known is not None:
-                self._joins.saw(joined=bool(now - known), left=bool(known - now))
+            self._joins.saw(joined=bool(now - known), left=bool(known - now))
             known = now
+            listed.set()
             dirty.set()
 
     async def subscriptions(self) -> list[str]:

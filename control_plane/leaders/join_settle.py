@@ -11,7 +11,10 @@ assignment (``group.initial.rebalance.delay.ms``).
 So a join is acted on once no other member joined for ``quiet_s``, and at the latest
 ``most_s`` after the first of a row of joins. A member leaving is acted on at once: its
 units have no runner until they are assigned again (a leave ends the wait of joins seen
-with it too). Example::
+with it too). A new leader's first listing of the members counts as joins, so a leader
+elected while a deployment's workers join waits for them too (a leader taking over a
+steady group waits ``quiet_s`` before its first plan; the plan in force stays meanwhile).
+Example::
 
     settle = JoinSettle(quiet_s=1.0, most_s=10.0)
     settle.saw(joined=True, left=False)

@@ -219,7 +219,7 @@ class StatusPublisher(AsyncResource):
             history = json.dumps(series.history(), separators=(",", ":"))
             document = json.dumps(figures[0], separators=(",", ":"))
             body = f'{document[:-1]},"history":{history}}}'
-            writes.append(self._publish(key, series, body, wall, (figures, now)))
+            writes.append(self._publish(key, series, body, wall, figures, now))
         failed = [e for e in await asyncio.gather(*writes, return_exceptions=True) if e]
         if failed:
             raise failed[0]
@@ -230,10 +230,11 @@ class StatusPublisher(AsyncResource):
         series: _Series,
         body: str,
         wall: float,
-        written: tuple[tuple[Figures, int], float],
+        figures: tuple[Figures, int],
+        now: float,
     ) -> None:
         await self._write(key, series, body, wall)
-        series.written, series.written_at = written
+        series.written, series.written_at = figures, now
 
     async def _write(self, key: str, series: _Series, body: str, wall: float) -> None:
         stamp = datetime.fromtimestamp(wall, UTC).isoformat().replace("+00:00", "Z")

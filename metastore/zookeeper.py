@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -115,12 +115,19 @@ def _node(read: zk_multiread.Read) -> Node | None:
     return Node(read[0] or b"", read[1].version) if isinstance(read, tuple) else None
 
 
-def _outcome(read: Node | None | BaseException) -> Node | None | HttpbusError:
-    """A request's outcome as :class:`~.turn_batch.TurnBatch` hands it on (an unexpected
-    error raised, as a request of its own would raise it)."""
-    if isinstance(read, HttpbusError) or not isinstance(read, BaseException):
-        return read
-    raise read
+_T = TypeVar("_T")
+
+
+async def _each(requests: Iterable[Awaitable[_T]]) -> list[_T | HttpbusError]:
+    """Requests made one by one, at once: each one's answer, or its own httpbus error as
+    :class:`~.turn_batch.TurnBatch` hands it on (another error is raised, as a request of
+    its own would raise it)."""
+    out: list[_T | HttpbusError] = []
+    for one in await asyncio.gather(*requests, return_exceptions=True):
+        if isinstance(one, BaseException) and not isinstance(one, HttpbusError):
+            raise one
+        out.append(one)
+    return out
 
 
 def _translate(exc: Exception, path: str) -> HttpbusError:
@@ -414,10 +421,7 @@ class ZooKeeperMetaStore(AsyncResource):
         """Each path's outcome, its own error included (:class:`~.turn_batch.TurnBatch`)."""
         found = await self._multi_read(paths, children=False, each=True)
         if found is None:
-            outcomes = await asyncio.gather(
-                *(self._get_one(p) for p in paths), return_exceptions=True
-            )
-            return [_outcome(one) for one in outcomes]
+            return await _each(self._get_one(p) for p in paths)
         return [
             _translate(one, path) if isinstance(one, Exception) else _node(one)
             for path, one in zip(paths, found, strict=True)
@@ -429,7 +433,7 @@ class ZooKeeperMetaStore(AsyncResource):
         ``multiRead``, one ``getData`` each, sent at once (answered in order)."""
         found = await self._multi_read(paths, children=False)
         if found is None:
-            return list(await asyncio.gather(*(self.get(p) for p in paths)))
+            return list(await asyncio.gather(*(self._get_one(p) for p in paths)))
         return [_node(one) for one in found]
 
     async def children_many(self, paths: Sequence[str]) -> list[list[str]]:
@@ -518,8 +522,7 @@ class ZooKeeperMetaStore(AsyncResource):
         results = await self._call(asks[0].path, tx.commit_async)
         if not any(isinstance(r, Exception) for r in results):
             return [ask.written(r) for ask, r in zip(asks, results, strict=True)]
-        each = await asyncio.gather(*(one(ask) for ask in asks), return_exceptions=True)
-        return [_outcome(outcome) for outcome in each]  # type: ignore[misc]
+        return await _each(one(ask) for ask in asks)
 
     async def update(self, path: str, data: bytes, *, expected_version: int) -> Node:
         """Compare-and-set the data on the znode version. Updates asked in one turn of the

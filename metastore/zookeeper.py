@@ -64,6 +64,7 @@ from metastore._support import WatchHub, WatchIterator, ancestors, check_path
 from metastore.lease import SessionLease
 from metastore.protocol import Check, Create, Delete, Node, Op, Update
 from metastore.turn_batch import TurnBatch
+from metastore.zk_handler import PollHandler
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,7 @@ class ZooKeeperMetaStore(AsyncResource):
             hosts=hosts,
             timeout=session_timeout_s,
             connection_retry={"max_tries": -1, "max_delay": 2.0},
+            handler=PollHandler(),
         )
         self._hub = WatchHub()
         # Reads and creates asked in one turn of the loop go as one request (turn_batch).

@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core import collector  # noqa: E402
+from core import collector, gil  # noqa: E402
 from core.result import DeliveryResult  # noqa: E402
 from delivery_workers.running import Running  # noqa: E402
 from delivery_workers.sender import BatchDelivery, Delivery  # noqa: E402
@@ -130,6 +130,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     collector.tune()  # as a worker process is (delivery_workers/__main__.py)
+    gil.tune()
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main(parse_args()))
     os._exit(0)  # kazoo's threads of a killed session must not hold the exit

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from core import collector
+from core import collector, gil
 from core.http_server import uvicorn_options
 from core.prefork import serve_service
 from core.settings import service_args
@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     collector.tune()  # 40 % of an idle worker's CPU at 2 000 subscriptions was the collector's
+    gil.tune()  # its ZooKeeper answers waited for a busy loop's GIL (core/gil.py)
     options = {
         "loop": "uvloop",
         "log_level": "warning",

@@ -64,6 +64,10 @@ HISTORY_S = 3_600
 # subscriptions on a worker were 200 ZooKeeper writes a second (bench/idle_subs.py).
 REFRESH_S = 60.0
 Figures = dict[str, object]  # a status document but its history (_figures)
+# The figures of a held unit no runner has counted in yet (one starting): only read, so one
+# for all. A fresh one for each such unit each second was 4 % of a member's CPU while it
+# took 10^4 locks (bench/scale.py).
+_NO_FIGURES = RunnerStats()
 
 
 def _counts(stats: RunnerStats) -> tuple[int, int, int, int]:
@@ -203,7 +207,7 @@ class StatusPublisher(AsyncResource):
             await self._drop(key)
         writes = []
         for key in sorted(held):
-            st = stats.get(key, RunnerStats())
+            st = stats.get(key, _NO_FIGURES)
             series = self._series.setdefault(key, _Series())
             series.add(now, wall, _counts(st), self.rate_window_s, st.lag)
             rates, due = series.rates(), now - series.written_at >= self.refresh_s

@@ -237,7 +237,9 @@ class Scale:
     def __init__(self, args: argparse.Namespace, endpoints: s.Endpoints, workdir: Path) -> None:
         self.args, self.endpoints, self.workdir = args, endpoints, workdir
         self.ports = ClusterPorts.free()
-        self.topology = cluster_topology(self.ports, zk_heap=args.zk_heap)
+        self.topology = cluster_topology(
+            self.ports, zk_heap=args.zk_heap, zk_txn_logs=args.zk_txn_logs
+        )
         self.zk = self.topology.endpoints["zookeeper"]
         self.token = secrets.token_urlsafe(24)
         self.results: list[Figures] = []
@@ -414,6 +416,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--idle-s", type=float, default=20.0, help="idle CPU measured over this")
     p.add_argument("--requests", type=int, default=50, help="requests per API page")
     p.add_argument("--zk-heap", default="1g", help="each ZooKeeper peer's largest heap")
+    p.add_argument(
+        "--zk-txn-logs",
+        type=Path,
+        default=None,
+        help="the peers' transaction logs here (a device of their own; default: with the data)",
+    )
     p.add_argument("--services-file", type=Path, default=Path("/tmp/httpbus-services/state.json"))
     p.add_argument("--workdir", type=Path, default=None)
     args = p.parse_args(argv)

@@ -118,11 +118,16 @@ def _take(ports: Iterator[int], count: int) -> tuple[int, ...]:
 
 
 def zookeeper_peer(
-    node: int, ports: ClusterPorts, heap: str = "128m", namespaces: bool = False
+    node: int,
+    ports: ClusterPorts,
+    heap: str = "128m",
+    namespaces: bool = False,
+    txn_logs: Path | None = None,
 ) -> Server:
     """Peer ``node`` (1-based) of the ensemble, with a Java heap of at most ``heap``; with
     ``namespaces``, run in :func:`zookeeper_namespace` and listening on its address (client,
-    quorum and election ports alike)."""
+    quorum and election ports alike); with ``txn_logs``, its transaction log in a directory of
+    its own there (ZooKeeper's ``dataLogDir``: a device of its own in a real ensemble)."""
     client = ports.zookeeper[node - 1]
     hosts = zookeeper_hosts(namespaces)
 
@@ -137,6 +142,7 @@ def zookeeper_peer(
             "initLimit": 10,
             "syncLimit": 5,
             "dataDir": data / "data",
+            **({"dataLogDir": txn_logs / f"zookeeper-{node}"} if txn_logs else {}),
             "clientPort": client,
             "clientPortAddress": hosts[node - 1],
             "admin.enableServer": "false",
@@ -235,18 +241,20 @@ def cluster_topology(
     *,
     pulsar: bool = False,
     namespaces: bool = False,
+    zk_txn_logs: Path | None = None,
 ) -> Topology:
     """The six servers and what clients connect to (every member, comma-separated);
     ``zk_heap``: each ZooKeeper peer's largest heap (bench/scale.py holds 10^5 units);
     ``pulsar``: with three bookies and two Pulsar brokers on the ensemble too
     (``pulsar_cluster.py``); ``namespaces``: each Kafka node and ZooKeeper peer in a network
-    namespace of its own (:func:`topology_namespaces`, to be created by the caller first)."""
+    namespace of its own (:func:`topology_namespaces`, to be created by the caller first);
+    ``zk_txn_logs``: where the peers' transaction logs go (:func:`zookeeper_peer`)."""
     ports = ports or ClusterPorts()
     if namespaces and (pulsar or ports.kafka_proxies):
         raise ValueError("Pulsar and proxies run on the loopback topology only")
     cluster_id = kafka_cluster_id()
     nodes = range(1, NODES + 1)
-    servers = [zookeeper_peer(n, ports, zk_heap, namespaces) for n in nodes] + [
+    servers = [zookeeper_peer(n, ports, zk_heap, namespaces, zk_txn_logs) for n in nodes] + [
         kafka_node(n, ports, cluster_id, namespaces) for n in nodes
     ]
     zk, kafka = zookeeper_hosts(namespaces), kafka_hosts(namespaces)

@@ -3,7 +3,9 @@
 kazoo runs its own threads; every call here uses kazoo's ``*_async`` API and bridges the
 result back to the event loop with ``call_soon_threadsafe``, so the loop never blocks, and
 each wait is bounded by ``request_timeout_s`` (then ``MetaStoreUnavailable``; like any
-ZooKeeper client, a write that timed out may still have been applied).
+ZooKeeper client, a write that timed out may still have been applied). kazoo's connection
+thread waits on its socket with one system call (:mod:`metastore.zk_handler`): each is a GIL
+handoff that a busy loop makes wait.
 
 Paths are relative to ``root``, created at ``start()`` if missing (the prefix is applied
 here rather than with kazoo's chroot, so the root can be created by the same client).

@@ -54,6 +54,7 @@ class WatchHub:
     def __init__(self) -> None:
         self.closed = False
         self._events: set[asyncio.Event] = set()
+        self._retrying: set[asyncio.Event] = set()  # of pumps whose last read failed
         self._tasks: set[asyncio.Task[None]] = set()
 
     def __len__(self) -> int:
@@ -62,6 +63,12 @@ class WatchHub:
     def wake_all(self) -> None:
         """Make every pump re-read its value (after a write, a reconnect, a poll hit)."""
         for event in self._events:
+            event.set()
+
+    def wake_retrying(self) -> None:
+        """Make the pumps whose last read failed read again now (the store is back), not
+        after their retry wait; the others have a read on the wire or a watch armed."""
+        for event in self._retrying:
             event.set()
 
     async def close(self) -> None:
@@ -127,9 +134,13 @@ async def _pump(
                 value = await read()
             except MetaStoreUnavailable as exc:
                 log.debug("watch read failed, retrying: %s", exc)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(retry_s):
-                        await wake.wait()
+                hub._retrying.add(wake)
+                try:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(retry_s):
+                            await wake.wait()
+                finally:
+                    hub._retrying.discard(wake)
                 continue
             slot.publish(value)
             if not hub.closed:

@@ -330,10 +330,12 @@ class ZooKeeperMetaStore(AsyncResource):
             self._dropping = False
             self._answered_at = at  # the handshake was an answer: not silent yet
             self._beat.set()
-            self._hub.wake_all()  # watches of an expired session are gone: re-read and re-arm
-            if self._lost:
+            if self._lost:  # watches of an expired session are gone: re-read and re-arm
+                self._hub.wake_all()
                 self._lost = False
                 self._spawn(self._rejoin())
+            else:  # kazoo fired every watch when the connection went: each reads once
+                self._hub.wake_retrying()
 
     async def _rejoin(self) -> None:
         log.warning("zookeeper session expired; re-registering %d members", len(self._joined))

@@ -7,8 +7,12 @@ follower's API, or a failover (the old segment left UNSEALED, sealed later by th
 leader) is begun through the facade as the failover leader begins one, on a healthy Kafka.
 A kazoo watch of the cutover record drops the packets between the leader's namespace and
 ZooKeeper both ways (``cutover-in``: only those from ZooKeeper) once the record says
-SWITCH (a cutover: the producers drained and wait for the commit) or every producer
-acknowledged PREPARE (a failover); Kafka and the leader's
+SWITCH and both producers acknowledged it (a cutover: they drained and wait for the
+commit) or both acknowledged PREPARE (a failover). A third member of the producers'
+group, the test's own session, holds that phase open until the cut (it acknowledges a
+cutover's PREPARE, not its SWITCH; a failover's nothing) and then leaves, so the cut
+cannot come after the phase whatever the load (a cutover's SWITCH and COMMIT once ran
+through before a busy test's watch saw them); Kafka and the leader's
 HTTP port stay reachable. The partition heals 10 s after the cut, once the other control
 plane leads and the cutover is over (the leader's 4 s session long expired). In the
 ``rollback`` case a cutover is cut off in PREPARE as a failover is (a silent member of the
@@ -35,6 +39,7 @@ import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +51,10 @@ from control_plane.services.cutovers import PRODUCERS, Cutovers
 from core.errors import NotFound
 from metastore import paths
 from metastore.config import open_metastore
+from metastore.protocol import MetaStore
 from scripts.realservices.netns import Direction, Namespace
 from segments.cutover.machine import Cutover, Phase, Timeouts
+from segments.cutover.records import CutoverRecords
 from tests.chaos.checker import check, from_requests, longest_gap
 from tests.chaos.conftest import CutOffWorld
 from tests.chaos.faults import ADMIN, Load, merged
@@ -63,7 +70,7 @@ GROUPS = 4  # per producer
 PARTITION_S = 10.0  # at least; and until the cutover is over
 AFTER_HEAL_S = 6.0
 BACK_WITHIN_S = 15.0
-SILENT = "silent-member"  # holds a failover's PREPARE open until the cut (_cut_now)
+SILENT = "silent-member"  # holds the phase of the cut open until the cut (_cut_now)
 DONE = {Phase.COMPLETE, Phase.ROLLED_BACK, Phase.ABORTED}
 # A phase outlasts the takeover (session expiry and an election): the new leader finishes
 # the cutover rather than rolling it back at the deadline.
@@ -75,7 +82,6 @@ TIMEOUTS = {
 # ... except in the rollback case: PREPARE ends before anyone can take over (the lease
 # lapses 2 s after the cut, the session 4 s after it): the new leader finds it late.
 ROLLBACK_TIMEOUTS = {**TIMEOUTS, "cutover_prepare_timeout_s": 3.5}
-HELD_OPEN = {"failover", "rollback"}  # a silent member holds PREPARE open until the cut
 # What a producer's acknowledgement changes in the record; anything else is the coordinator's.
 ACK_FIELDS = {"producers", "participants", "updated_at"}
 
@@ -241,13 +247,16 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
             follower = asyncio.create_task(_follow_claims(cut, stop_claims, claims))
             try:
                 await until(lambda: len(world.hook.on("s0")) >= 100, 30, "deliveries flowing")
-                if kind in HELD_OPEN:  # a member that holds PREPARE open (see _cut_now)
-                    silent = await stack.enter_async_context(open_metastore(world.zk))
-                    await silent.join(PRODUCERS, SILENT, b"{}")
+                # A member that holds the phase of the cut open (see _cut_now).
+                silent = await stack.enter_async_context(open_metastore(world.zk))
+                await silent.join(PRODUCERS, SILENT, b"{}")
+                acked = asyncio.create_task(_ack_prepare(silent)) if kind == "cutover" else None
                 await _start(kind, world, other, unique)
                 fault_at = await until(lambda: trigger.cut_at, 30, "the leader cut off")
-                if kind == "failover":
-                    await stack.aclose()  # the silent member's session ends: it leaves
+                if acked is not None:
+                    await acked
+                if kind != "rollback":  # its session ends: it leaves, the phase goes on
+                    await stack.aclose()
                 await until(
                     lambda: _leads(world, "cutover", members["other"]),
                     SESSION_S * 5,
@@ -337,18 +346,29 @@ async def test_the_leading_control_plane_partitioned_during_a_cutover(
 
 
 def _cut_now(kind: str, state: Cutover) -> bool:
-    """When to cut the leader off: a cutover once it wrote SWITCH (the producers drain, the
-    commit waits for their acknowledgements); a failover once both producers acknowledged
-    PREPARE. A failover's protocol runs through in about 0.1 s (its SWITCH goes on to COMMIT
-    without a drain), faster than a partition is put in place: a third member of the
-    producers' group, the test's own session, which never acknowledges, holds its PREPARE
-    open (up to ``failover_phase_s``) until the cut, and then leaves. The test asserts that
-    the cut came before the end and prints the phase it came in."""
-    if kind == "cutover":
-        return state.phase in (Phase.SWITCH, Phase.COMMIT)
-    # A failover, or a cutover to be rolled back: its producers prepared, the silent one not.
+    """When to cut the leader off: a cutover once both producers acknowledged SWITCH (they
+    drained; the commit waits); a failover, or a cutover to be rolled back, once both
+    acknowledged PREPARE. Either way the test's own member of the producers' group
+    (``SILENT``) has not acknowledged that phase, so it stays open (up to its timeout)
+    until the cut: a failover's protocol runs through in about 0.1 s, a cutover's SWITCH
+    and COMMIT in a few tenths, faster than a busy test's watch and a partition. The test
+    asserts that the cut came before the end and prints the phase it came in."""
+    phase = Phase.SWITCH if kind == "cutover" else Phase.PREPARE
+    if state.phase is not phase:
+        return False
     acks = [state.producers.get(m) for m in state.participants if m != SILENT]
-    return bool(acks) and all(a is not None and a.prepared_at for a in acks)
+    return bool(acks) and all(a is not None and a.has(phase) for a in acks)
+
+
+async def _ack_prepare(silent: MetaStore) -> None:
+    """Acknowledge the cutover's PREPARE as ``SILENT`` once its target exists (and no
+    later phase): the silent member then holds SWITCH open."""
+    records = CutoverRecords(silent)
+    async for state in records.watch("shop", "orders"):
+        if state is not None and state.phase is Phase.PREPARE and state.target_ready:
+            now = datetime.now(UTC)
+            if await records.ack("shop", "orders", state.id, SILENT, Phase.PREPARE, now):
+                return
 
 
 async def _start(kind: str, world: ProcessWorld, other: ControlPlaneProcess, unique: str) -> None:

@@ -29,23 +29,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from typing import Any
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
-    BadArgumentsError,
-    BadVersionError,
     ConnectionClosedError,
     ConnectionLoss,
     KazooException,
-    NoChildrenForEphemeralsError,
-    NodeExistsError,
-    NoNodeError,
-    NotEmptyError,
-    RolledBackError,
-    RuntimeInconsistency,
     SessionExpiredError,
     UnimplementedError,
 )
@@ -54,19 +45,18 @@ from kazoo.protocol.connection import _CONNECTION_DROP
 from core.errors import (
     AlreadyExists,
     HttpbusError,
-    InUse,
     Malformed,
     MetaStoreUnavailable,
     NotFound,
-    VersionConflict,
 )
 from core.lifecycle import AsyncResource
 from metastore import paths, zk_multiread
-from metastore._support import WatchHub, WatchIterator, ancestors, check_path
+from metastore._support import WatchHub, WatchIterator, check_path
 from metastore.lease import SessionLease
-from metastore.protocol import Check, Create, Delete, Node, Op, Update
+from metastore.protocol import Node, Op
 from metastore.turn_batch import TurnBatch
 from metastore.zk_handler import PollHandler
+from metastore.zk_writes import Bridge, Writes, each, translate
 
 log = logging.getLogger(__name__)
 
@@ -77,76 +67,11 @@ MAX_IN_FLIGHT = 64  # requests one store has on the wire at once (_call)
 BEATS_IN_FLIGHT = 3
 # kazoo's errors that are not the server's answer (the connection's, the client's)
 _NOT_ANSWERS = (ConnectionLoss, ConnectionClosedError, SessionExpiredError)
-_TX_ATTEMPTS = 5  # a concurrent writer can make a recursive delete or parent set-up retry
-
-
-@dataclass(frozen=True)
-class _Create:
-    """One create asked of :meth:`ZooKeeperMetaStore.create`."""
-
-    path: str
-    data: bytes
-    ephemeral: bool
-
-    def add_to(self, tx: Any, full: str) -> None:
-        tx.create(full, self.data, ephemeral=self.ephemeral)
-
-    def written(self, _result: Any) -> Node:
-        return Node(self.data, 0)
-
-
-@dataclass(frozen=True)
-class _Update:
-    """One compare-and-set asked of :meth:`ZooKeeperMetaStore.update`."""
-
-    path: str
-    data: bytes
-    version: int
-
-    def add_to(self, tx: Any, full: str) -> None:
-        tx.set_data(full, self.data, version=self.version)
-
-    def written(self, stat: Any) -> Node:
-        return Node(self.data, stat.version)
-
-
-_W = TypeVar("_W", _Create, _Update)  # a write batched in a multi (_write_each)
 
 
 def _node(read: zk_multiread.Read) -> Node | None:
     """A ``getData`` of a ``multiRead``: the node, or None where it is absent."""
     return Node(read[0] or b"", read[1].version) if isinstance(read, tuple) else None
-
-
-_T = TypeVar("_T")
-
-
-async def _each(requests: Iterable[Awaitable[_T]]) -> list[_T | HttpbusError]:
-    """Requests made one by one, at once: each one's answer, or its own httpbus error as
-    :class:`~.turn_batch.TurnBatch` hands it on (another error is raised, as a request of
-    its own would raise it)."""
-    out: list[_T | HttpbusError] = []
-    for one in await asyncio.gather(*requests, return_exceptions=True):
-        if isinstance(one, BaseException) and not isinstance(one, HttpbusError):
-            raise one
-        out.append(one)
-    return out
-
-
-def _translate(exc: Exception, path: str) -> HttpbusError:
-    """The httpbus error for a kazoo error raised while working on ``path``."""
-    table: list[tuple[type[Exception], type[HttpbusError], str]] = [
-        (NoNodeError, NotFound, "does not exist"),
-        (NodeExistsError, AlreadyExists, "already exists"),
-        (BadVersionError, VersionConflict, "is not at the expected version"),
-        (NotEmptyError, InUse, "has children"),
-        (NoChildrenForEphemeralsError, Malformed, "has an ephemeral parent"),
-        (BadArgumentsError, Malformed, "was given bad arguments"),
-    ]
-    for kazoo_type, ours, what in table:
-        if isinstance(exc, kazoo_type):
-            return ours(f"{path} {what}", details={"path": path})
-    return MetaStoreUnavailable(f"zookeeper failed on {path}: {type(exc).__name__} {exc}")
 
 
 class ZooKeeperMetaStore(AsyncResource):
@@ -172,10 +97,9 @@ class ZooKeeperMetaStore(AsyncResource):
             handler=PollHandler(),
         )
         self._hub = WatchHub()
-        # Reads and creates asked in one turn of the loop go as one request (turn_batch).
+        # Reads, creates, updates asked in one turn of the loop go as one request (turn_batch).
         self._gets: TurnBatch[str, Node | None] = TurnBatch(self._get_one, self._get_each)
-        self._creates: TurnBatch[_Create, Node] = TurnBatch(self._create_one, self._create_each)
-        self._updates: TurnBatch[_Update, Node] = TurnBatch(self._update_one, self._update_each)
+        self._writes = Writes(Bridge(self._client, self._abs, self._call))
         self._slots = asyncio.Semaphore(max_in_flight)  # requests on the wire (_call)
         self._has_multi_read = True  # until the server says it has none (before 3.6)
         self.lease = SessionLease(session_timeout_s)
@@ -289,8 +213,7 @@ class ZooKeeperMetaStore(AsyncResource):
         self._closed = True
         await self._hub.close()
         await self._gets.aclose()
-        await self._creates.aclose()
-        await self._updates.aclose()
+        await self._writes.aclose()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -406,7 +329,7 @@ class ZooKeeperMetaStore(AsyncResource):
         except KazooException as exc:
             if not isinstance(exc, _NOT_ANSWERS):  # the server answered with an error
                 self._answered_at = self.lease.clock()
-            raise _translate(exc, path) from exc
+            raise translate(exc, path) from exc
 
     # -- reads and writes --------------------------------------------------------------------
 
@@ -427,9 +350,9 @@ class ZooKeeperMetaStore(AsyncResource):
         """Each path's outcome, its own error included (:class:`~.turn_batch.TurnBatch`)."""
         found = await self._multi_read(paths, children=False, each=True)
         if found is None:
-            return await _each(self._get_one(p) for p in paths)
+            return await each(self._get_one(p) for p in paths)
         return [
-            _translate(one, path) if isinstance(one, Exception) else _node(one)
+            translate(one, path) if isinstance(one, Exception) else _node(one)
             for path, one in zip(paths, found, strict=True)
         ]
 
@@ -481,7 +404,7 @@ class ZooKeeperMetaStore(AsyncResource):
             return list(found)
         for path, one in zip(paths, found, strict=True):
             if isinstance(one, Exception):
-                raise _translate(one, path)
+                raise translate(one, path)
         return list(found)
 
     async def children(self, path: str) -> list[str]:
@@ -494,56 +417,16 @@ class ZooKeeperMetaStore(AsyncResource):
 
     async def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> Node:
         """Create ``path`` and its missing parents (empty, persistent). Creates asked in one
-        turn of the event loop go as one ``multi`` (:mod:`metastore.turn_batch`)."""
+        turn of the event loop go as one ``multi`` (:mod:`metastore.zk_writes`)."""
         check_path(path)
-        return await self._creates.ask(_Create(path, data, ephemeral))
-
-    async def _create_one(self, ask: _Create) -> Node:
-        create, full = self._client.create_async, self._abs(ask.path)
-        await self._call(ask.path, create, full, ask.data, ephemeral=ask.ephemeral, makepath=True)
-        return Node(ask.data, 0)
-
-    async def _create_each(self, asks: Sequence[_Create]) -> list[Node | HttpbusError]:
-        return await self._write_each(asks, self._create_one)
-
-    async def _write_each(
-        self, asks: Sequence[_W], one: Callable[[_W], Awaitable[Node]]
-    ) -> list[Node | HttpbusError]:
-        """Each write's outcome: ``multi`` requests of ``CHUNK`` writes, sent at once. A
-        ``multi`` is all or nothing, so one refused (a create whose node exists: a lock
-        another holds; a parent missing; an update of a version that moved) writes none of
-        its chunk, and that chunk's writes are made one by one (``one``), each with its own
-        outcome."""
-        size = zk_multiread.CHUNK
-        chunks = [asks[i : i + size] for i in range(0, len(asks), size)]
-        done = await asyncio.gather(*(self._write_chunk(c, one) for c in chunks))
-        return [outcome for chunk in done for outcome in chunk]
-
-    async def _write_chunk(
-        self, asks: Sequence[_W], one: Callable[[_W], Awaitable[Node]]
-    ) -> list[Node | HttpbusError]:
-        tx = self._client.transaction()
-        for ask in asks:
-            ask.add_to(tx, self._abs(ask.path))
-        results = await self._call(asks[0].path, tx.commit_async)
-        if not any(isinstance(r, Exception) for r in results):
-            return [ask.written(r) for ask, r in zip(asks, results, strict=True)]
-        return await _each(one(ask) for ask in asks)
+        return await self._writes.create(path, data, ephemeral)
 
     async def update(self, path: str, data: bytes, *, expected_version: int) -> Node:
         """Compare-and-set the data on the znode version. Updates asked in one turn of the
-        event loop go as one ``multi`` (:mod:`metastore.turn_batch`: a worker's status
+        event loop go as one ``multi`` (:mod:`metastore.zk_writes`: a worker's status
         nodes)."""
         check_path(path)
-        return await self._updates.ask(_Update(path, data, expected_version))
-
-    async def _update_one(self, ask: _Update) -> Node:
-        set_data, full = self._client.set_async, self._abs(ask.path)
-        stat = await self._call(ask.path, set_data, full, ask.data, version=ask.version)
-        return Node(ask.data, stat.version)
-
-    async def _update_each(self, asks: Sequence[_Update]) -> list[Node | HttpbusError]:
-        return await self._write_each(asks, self._update_one)
+        return await self._writes.update(path, data, expected_version)
 
     async def delete(
         self, path: str, *, expected_version: int = -1, recursive: bool = False
@@ -553,98 +436,12 @@ class ZooKeeperMetaStore(AsyncResource):
         thousands of nodes)."""
         if check_path(path) == "/":
             raise Malformed("the root cannot be deleted")
-        if not recursive:
-            await self._call(
-                path, self._client.delete_async, self._abs(path), version=expected_version
-            )
-            return
-        for attempt in range(_TX_ATTEMPTS):
-            below = await self._subtree(path)
-            ops: list[Op] = [Delete(p) for p in reversed(below)]
-            try:
-                await self.transaction([*ops, Delete(path, expected_version)])
-                return
-            except (InUse, NotFound):  # the subtree changed under us: list it again
-                if attempt == _TX_ATTEMPTS - 1:
-                    raise
-
-    async def _subtree(self, path: str) -> list[str]:
-        """Every descendant of ``path``, parents before children; NotFound if it is absent."""
-        found: list[str] = []
-        level = [path]
-        first = True
-        while level:
-            listed = await asyncio.gather(
-                *(self._call(p, self._client.get_children_async, self._abs(p)) for p in level),
-                return_exceptions=True,
-            )
-            below: list[str] = []
-            for parent, names in zip(level, listed, strict=True):
-                if isinstance(names, NotFound) and not first:
-                    continue  # deleted meanwhile; the transaction will tell if it matters
-                if isinstance(names, BaseException):
-                    raise names
-                below += [f"{parent.rstrip('/')}/{n}" for n in names]
-            found += below
-            level, first = below, False
-        return found
+        await self._writes.delete(path, expected_version, recursive)
 
     async def transaction(self, ops: Sequence[Op]) -> None:
-        """One ZooKeeper multi; missing parents of ``Create`` ops are added to it, first.
-
-        The multi is tried first as it is (one round trip when the parents exist, as
-        they mostly do); only a ``Create`` refused for a missing parent
-        makes it look the parents up (an ``exists`` each) and try again with them."""
-        for attempt in range(_TX_ATTEMPTS):
-            parents = [] if attempt == 0 else await self._missing_parents(ops)
-            tx = self._client.transaction()
-            for parent in parents:
-                tx.create(self._abs(parent), b"")
-            for op in ops:
-                self._add(tx, op)
-            results = await self._call("transaction", tx.commit_async)
-            failed = [
-                (i, r)
-                for i, r in enumerate(results)
-                if isinstance(r, Exception)
-                and not isinstance(r, RolledBackError | RuntimeInconsistency)
-            ]
-            if not failed:
-                return
-            index, exc = failed[0]
-            if index < len(parents) and isinstance(exc, NodeExistsError):
-                continue  # someone created the parent meanwhile
-            if (
-                index >= len(parents)
-                and isinstance(ops[index - len(parents)], Create)
-                and isinstance(exc, NoNodeError)
-            ):
-                continue  # a parent is missing (or was deleted meanwhile): add it
-            path = parents[index] if index < len(parents) else ops[index - len(parents)].path
-            raise _translate(exc, path) from exc
-        raise MetaStoreUnavailable("transaction kept racing with concurrent parent creation")
-
-    def _add(self, tx: Any, op: Op) -> None:
-        match op:
-            case Create(path, data):
-                tx.create(self._abs(path), data)
-            case Update(path, data, version):
-                tx.set_data(self._abs(path), data, version)
-            case Delete(path, version):
-                tx.delete(self._abs(path), version)
-            case Check(path, version):
-                tx.check(self._abs(path), version)
-
-    async def _missing_parents(self, ops: Sequence[Op]) -> list[str]:
-        created = {op.path for op in ops if isinstance(op, Create)}
-        wanted: list[str] = []
-        for op in ops:
-            if isinstance(op, Create):
-                wanted += [a for a in ancestors(op.path) if a not in created and a not in wanted]
-        stats = await asyncio.gather(
-            *(self._call(p, self._client.exists_async, self._abs(p)) for p in wanted)
-        )
-        return [p for p, stat in zip(wanted, stats, strict=True) if stat is None]
+        """One ZooKeeper multi; missing parents of ``Create`` ops are added to it, first
+        (:meth:`metastore.zk_writes.Writes.transaction`)."""
+        await self._writes.transaction(ops)
 
     # -- watches -----------------------------------------------------------------------------
 

@@ -232,8 +232,11 @@ async def _healthz(request: Request) -> Response:
 
 
 async def _readyz(request: Request) -> Response:
-    """Readiness: the metastore answers a read within two seconds."""
+    """Readiness: the metastore answers a read within two seconds, and this process may act
+    as its member (its lease was not revoked: metastore/lease.py)."""
     worker: Worker = request.app.state.worker
+    if (revoked := worker.metastore.lease.revoked) is not None:
+        return JSONResponse({"code": "not_ready", "message": revoked}, status_code=503)
     try:
         async with asyncio.timeout(2.0):
             await worker.catalog.list_projects()

@@ -2,8 +2,8 @@
 lease has lapsed (metastore/lease.py).
 
 A worker cut off from ZooKeeper, or paused past its session timeout, may no longer hold the
-locks it runs on; another worker may be taking them. The lock watch returns on a lapse and
-the runners stop (:meth:`~.unit_lock.UnitLock.until_lost`), but an attempt may reach the
+locks it runs on; another worker may be taking them. The lock's fence returns on a lapse and
+the runners stop (:meth:`~.unit_lock.UnitLock.until_fenced`), but an attempt may reach the
 sender first (a resumed process runs its ready tasks before its timers): here it waits,
 unsent, until the lease is confirmed again or its runner is cancelled. An attempt paused
 after this check (waiting for a connection, connecting) is checked again by the sender

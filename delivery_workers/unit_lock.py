@@ -1,17 +1,30 @@
 """The lock of one unit of assignment (a subscription, or a shard of one): an ephemeral node
 only one worker holds, with a token of its own so that it never deletes another's.
 
-A worker runs a unit only while it holds the lock: :meth:`UnitLock.acquire` waits (every
-``retry_s``) while another holds it, :meth:`UnitLock.until_lost` returns when the node is
-gone or another's (a session loss), and :meth:`UnitLock.release` deletes it only if it is
-still this worker's. Example::
+A worker runs a unit only while it holds the lock and its session's lease is valid:
+:meth:`UnitLock.acquire` waits (on a watch) while another holds it,
+:meth:`UnitLock.until_fenced` returns when the lease lapses (a partition, a pause, a stalled
+loop, an expired session: metastore/lease.py), :meth:`UnitLock.until_ours_again` then says
+whether the same session came back with the lock, and :meth:`UnitLock.release` deletes it
+only if it is still this worker's. Example::
 
     lock = UnitLock(meta, "w-1", paths.unit_lock(key), orphans)
     await lock.acquire()
     try:
-        ...  # run the unit until lock.until_lost() returns
+        ...  # run the unit until lock.until_fenced() returns
     finally:
         await lock.release()
+
+A held lock is not watched. Its node goes only with its session, which the lease follows
+(it lapses at half the session timeout, before the server can expire the session), or by a
+delete of this member's own: :meth:`release` (its token) and ``_drop_stale`` (a node of
+this member id left by an earlier lock). A member id has one live session at a time: a
+join is refused while another session holds it, and a process whose id was taken while its
+session was lost is revoked (``SessionLease.revoke``) and takes no lock again. So nobody
+else deletes a held lock, and a watch of each one was a request per unit at every start
+and every reconnect, one of the two a unit's start could not batch (docs/capacity.md).
+Deleting a lock node by hand does not stop its holder: unassign the unit or stop the
+member.
 """
 
 from __future__ import annotations
@@ -22,7 +35,6 @@ import json
 import logging
 import uuid
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 from core.errors import (
@@ -32,7 +44,7 @@ from core.errors import (
     NotFound,
     VersionConflict,
 )
-from core.tasks import TaskSet, cancel_all
+from core.tasks import TaskSet
 from metastore.protocol import MetaStore, Node
 
 log = logging.getLogger(__name__)
@@ -40,13 +52,6 @@ log = logging.getLogger(__name__)
 _RELEASE_ATTEMPTS = 30  # of an abandoned lock, ``retry_s`` × 4 apart
 _WAIT_ROUNDS = 60  # of ``retry_s``: the longest wait on the watch before trying again
 _REREAD_S = 0.2  # between reads of a fenced lock that failed (until_ours_again)
-
-
-class Loss(Enum):
-    """Why :meth:`UnitLock.until_lost` returned."""
-
-    GONE = "gone"  # deleted, or another's: the session that held it expired
-    FENCED = "fenced"  # this process's lease lapsed; the node may still be ours
 
 
 @dataclass(eq=False)
@@ -65,8 +70,11 @@ class UnitLock:
         self.token = json.dumps({"member": self.member_id, "token": uuid.uuid4().hex}).encode()
 
     async def acquire(self) -> None:
+        """Create the lock's node once this process's lease is valid (never, revoked),
+        waiting while another holds it."""
         waited = False
         while True:
+            await self.metastore.lease.until_valid()
             create = asyncio.ensure_future(
                 self.metastore.create(self.path, self.token, ephemeral=True)
             )
@@ -151,31 +159,22 @@ class UnitLock:
             await self.metastore.delete(self.path, expected_version=node.version)
         return True
 
-    async def until_lost(self) -> Loss:
-        """Return when the lock is gone or another's (``GONE``), or when this process may
-        no longer act on it: its session's lease lapsed (``FENCED``: a partition, a pause,
-        a stalled loop; metastore/lease.py). A fenced holder keeps the node: if the same
-        session is confirmed again (:meth:`until_ours_again`), it goes on without giving
-        the lock up and taking it again."""
-        watching = asyncio.ensure_future(self._until_gone())
-        lapsing = asyncio.ensure_future(self.metastore.lease.until_lapsed())
-        try:
-            await asyncio.wait({watching, lapsing}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            await cancel_all([watching, lapsing])  # raises an error of either
-        if lapsing.done() and not lapsing.cancelled():
-            log.warning("worker %s fenced off the lock %s: its session is not confirmed",
-                        self.member_id, self.path)  # fmt: skip
-            return Loss.FENCED
-        log.warning("worker %s lost the lock %s", self.member_id, self.path)
-        return Loss.GONE
+    async def until_fenced(self) -> None:
+        """Return when this process may no longer act on the lock: its session's lease
+        lapsed (see the module doc). A fenced holder keeps the node: if the same session
+        is confirmed again (:meth:`until_ours_again`), it goes on without giving the lock
+        up and taking it again."""
+        await self.metastore.lease.until_lapsed()
+        log.warning("worker %s fenced off the lock %s: its session is not confirmed",
+                    self.member_id, self.path)  # fmt: skip
 
     async def until_ours_again(self) -> bool:
-        """After ``FENCED``: wait until the lease is valid again, then say whether the
-        lock is still this holder's (the same session was confirmed) or not (the session
-        expired meanwhile and its ephemeral lock went with it). A read that fails (the
-        connection dropped again, as between peers of a splitting ensemble) is tried again:
-        raising it made the worker take the lock anew and redeliver (a chaos run)."""
+        """After :meth:`until_fenced`: wait until the lease is valid again, then say
+        whether the lock is still this holder's (the same session was confirmed) or not
+        (the session expired meanwhile and its ephemeral lock went with it). A read that
+        fails (the connection dropped again, as between peers of a splitting ensemble) is
+        tried again: raising it made the worker take the lock anew and redeliver (a chaos
+        run)."""
         while True:
             await self.metastore.lease.until_valid()
             try:
@@ -184,11 +183,6 @@ class UnitLock:
                 await asyncio.sleep(_REREAD_S)  # valid: a failed read is not a lost lock
                 continue
             return node is not None and node.data == self.token
-
-    async def _until_gone(self) -> None:
-        async for node in self.metastore.watch(self.path):
-            if node is None or node.data != self.token:
-                return
 
 
 async def until_node(metastore: MetaStore, path: str, *, present: bool) -> None:

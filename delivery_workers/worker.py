@@ -77,7 +77,7 @@ from .sender import EndpointSender
 from .shared_reads import SharedSegmentReader
 from .stats import RunnerStats
 from .status import StatusPublisher
-from .unit_lock import Loss, UnitLock, until_node
+from .unit_lock import UnitLock, until_node
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +244,7 @@ class Worker(AsyncResource):
                     # Fenced (the lease lapsed) but still ours once the session is confirmed
                     # again: go on with the same lock. Giving up and retaking thousands of
                     # locks on every stall of a loaded worker fed the stall (bench/scale.py).
-                    while await self._serve(key, project, name, lock) is Loss.FENCED:
+                    while await self._serve(key, project, name, lock):
                         if not await lock.until_ours_again():
                             break
                 finally:
@@ -259,25 +259,25 @@ class Worker(AsyncResource):
                 log.exception("worker %s: subscription %s failed; retrying", self.member_id, key)
                 await asyncio.sleep(self.error_retry_s)
 
-    async def _serve(self, key: str, project: str, name: str, lock: UnitLock) -> Loss | None:
-        """Run the subscription until it is deleted or a seek begins (None), or the lock is
-        lost or fenced off (why)."""
-        lost = asyncio.create_task(lock.until_lost())
+    async def _serve(self, key: str, project: str, name: str, lock: UnitLock) -> bool:
+        """Run the subscription until it is deleted or a seek begins (False), or the lock
+        is fenced off (True)."""
+        fenced = asyncio.create_task(lock.until_fenced())
         others = [
             asyncio.create_task(self.running.follow(key, project, name)),
             asyncio.create_task(_until_seek(self.seeks, self.member_id, project, name)),
         ]
         try:
-            done, _ = await asyncio.wait([lost, *others], return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait([fenced, *others], return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 task.result()  # an error of any is raised here
-            return lost.result() if lost in done else None
+            return fenced in done
         finally:
-            if lost.done() and not lost.cancelled() and (runner := self.runners.get(key)):
+            if fenced.done() and not fenced.cancelled() and (runner := self.runners.get(key)):
                 runner.abandon()  # its next owner may be delivering already
-            for task in [lost, *others]:
+            for task in [fenced, *others]:
                 task.cancel()
-            await asyncio.gather(lost, *others, return_exceptions=True)
+            await asyncio.gather(fenced, *others, return_exceptions=True)
 
 
 async def _drop_deleted(

@@ -1,4 +1,5 @@
-"""What the ZooKeeper and embedded stores share: path checks and the watch iterator.
+"""What the ZooKeeper and embedded stores share: path checks, the watch iterator, what a
+refused re-join does.
 
 A watch is a background *pump* task that reads the current value, hands it to a one-value
 slot and sleeps until something wakes it (a ZooKeeper watch firing, a local write, a poll
@@ -16,7 +17,8 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Generic, TypeVar
 
-from core.errors import Malformed, MetaStoreUnavailable
+from core.errors import AlreadyExists, HttpbusError, Malformed, MetaStoreUnavailable
+from metastore.lease import SessionLease
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -34,6 +36,15 @@ def check_path(path: str) -> str:
     if not path.startswith("/") or any(p in ("", ".", "..") for p in parts[1:]):
         raise Malformed(f"invalid metastore path {path!r}")
     return path
+
+
+def rejoin_refused(lease: SessionLease, path: str, exc: HttpbusError) -> None:
+    """A membership made again after an expired session was refused (``exc``). Taken by
+    another live session: another process holds this member id now, so this one's lease is
+    revoked (metastore/lease.py) and it acts in that member's name no more."""
+    log.error("cannot re-register member %s: %s", path, exc)
+    if isinstance(exc, AlreadyExists):
+        lease.revoke(f"member {path} is held by another live process: restart this one")
 
 
 def parent_of(path: str) -> str:

@@ -42,7 +42,14 @@ from core.errors import (
 )
 from core.lifecycle import AsyncResource
 from metastore import paths
-from metastore._support import WatchHub, WatchIterator, ancestors, check_path, parent_of
+from metastore._support import (
+    WatchHub,
+    WatchIterator,
+    ancestors,
+    check_path,
+    parent_of,
+    rejoin_refused,
+)
 from metastore.lease import SessionLease
 from metastore.protocol import Check, Create, Delete, Node, Op, Update
 
@@ -324,7 +331,7 @@ class EmbeddedMetaStore(AsyncResource):
                 except MetaStoreUnavailable:
                     await asyncio.sleep(self._poll_s)
                 except HttpbusError as exc:
-                    log.error("cannot re-register member %s: %s", path, exc)
+                    rejoin_refused(self.lease, path, exc)
                     break
 
     # -- the thread bridge -------------------------------------------------------------------

@@ -17,7 +17,12 @@ locks only while its lease is valid:
   the lease at once, and every such reconnect stopped the worker's runners and redelivered
   what they had not committed (tests/chaos/test_slow_network.py);
 - the clock is the monotonic one: a process paused (SIGSTOP, a long GC, a frozen VM) finds
-  its lease lapsed when it resumes, before it sends anything.
+  its lease lapsed when it resumes, before it sends anything;
+- a process whose member id another live process holds (its session expired meanwhile and
+  a second process took the id: the store's re-join is refused) is *revoked*: its lease
+  ends for good, whatever the new session confirms. It acted in that member's name and may
+  not again: the locks of a member are taken and cleared by member id
+  (delivery_workers/unit_lock.py), so two live holders of one id would take each other's.
 
 Between a lapse and the earliest moment another process can take a lock there is at least
 ``timeout_s / 2``: the time for the holder to stop (cancel what it does; requests already on
@@ -52,6 +57,7 @@ class SessionLease:
         self._changed = asyncio.Event()  # set on a suspension and when valid again
         self._lapse: asyncio.Future[None] | None = None  # shared by the until_lapsed waiters
         self._watchdog: asyncio.Task[None] | None = None
+        self.revoked: str | None = None  # why, once revoked (revoke)
 
     @property
     def heartbeat_s(self) -> float:
@@ -63,7 +69,7 @@ class SessionLease:
 
     def confirm(self, sent: float) -> None:
         """A round trip that left at ``sent`` (this lease's clock) was answered."""
-        if self.timeout_s is not None:
+        if self.timeout_s is not None and self.revoked is None:
             was_valid = self.valid()
             self._until = max(self._until, sent + self.timeout_s * VALID_FRACTION)
             if not was_valid and self.valid():
@@ -74,6 +80,13 @@ class SessionLease:
         if self.timeout_s is not None:
             self._until = float("-inf")
             self._wake()
+
+    def revoke(self, why: str) -> None:
+        """The lease ends now and for good (see the module doc): no confirmation extends
+        it again. Waiters of :meth:`until_valid` wait for ever; readiness says ``why``."""
+        self.revoked = why
+        self._until = float("-inf")
+        self._wake()
 
     def _wake(self) -> None:
         self._changed.set()

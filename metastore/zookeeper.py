@@ -51,7 +51,7 @@ from core.errors import (
 )
 from core.lifecycle import AsyncResource
 from metastore import paths, zk_multiread
-from metastore._support import WatchHub, WatchIterator, check_path
+from metastore._support import WatchHub, WatchIterator, check_path, rejoin_refused
 from metastore.lease import SessionLease
 from metastore.protocol import Node, Op
 from metastore.turn_batch import TurnBatch
@@ -270,7 +270,7 @@ class ZooKeeperMetaStore(AsyncResource):
                 except MetaStoreUnavailable:
                     await asyncio.sleep(_RETRY_S)
                 except HttpbusError as exc:  # taken by another live session: not ours any more
-                    log.error("cannot re-register member %s: %s", path, exc)
+                    rejoin_refused(self.lease, path, exc)
                     break
 
     # -- the kazoo bridge --------------------------------------------------------------------

@@ -106,6 +106,31 @@ async def test_members_come_back_after_the_session_expires(
     assert await other_store.members("producers") == {}
 
 
+@pytest.mark.zookeeper
+async def test_a_member_id_taken_while_the_session_was_lost_revokes_the_lease(
+    real_services: RealServices, root: str, other_store: MetaStore
+) -> None:
+    """The store's session expires while it is cut off, another process joins under its
+    member id, the store comes back: its re-join is refused, and its lease is revoked for
+    good (it takes no unit lock again, delivery_workers/unit_lock.py), while the other
+    process keeps the id."""
+    async with TcpProxy(real_services.zookeeper) as proxy:
+        store = ZooKeeperMetaStore(proxy.address, root=root, session_timeout_s=4.0)
+        async with store:
+            await store.join("workers", "w-1", b"first")
+            proxy.partition()
+            client_id = store._client.client_id
+            await asyncio.to_thread(_expire_session, real_services.zookeeper, client_id)
+            await other_store.join("workers", "w-1", b"second")
+            proxy.heal()
+            await until(lambda: store.lease.revoked, timeout=20.0, interval=0.05)
+            assert "held by another live process" in str(store.lease.revoked)
+            await until(lambda: store.session_id not in (None, client_id[0]), timeout=10.0)
+            await store.get("/")  # the new session answers: still no lease
+            assert not store.lease.valid()
+            assert await other_store.members("workers") == {"w-1": b"second"}
+
+
 def _count_watch_reads(store: ZooKeeperMetaStore, under: str) -> list[str]:
     """The paths below ``under`` the store reads with a watch from now on."""
     client: Any = store._client

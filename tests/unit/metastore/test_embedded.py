@@ -150,6 +150,32 @@ async def test_a_reaped_session_opens_a_new_one_and_rejoins(
     assert await mine.members("workers") == {}
 
 
+async def test_a_member_id_taken_while_the_session_was_lost_revokes_the_lease(
+    db_file: str, make_store: MakeStore
+) -> None:
+    """Another process joined under this member id while this one's session was reaped:
+    the re-join is refused, and this process may act in that member's name no more."""
+    mine = await make_store()
+    assert isinstance(mine, EmbeddedMetaStore)
+    zombie = EmbeddedMetaStore(db_file, session_ttl_s=0.3, poll_interval_s=POLL_S)
+    await zombie.start()
+    try:
+        await zombie.join("workers", "w1", b"x")
+        assert zombie.lease.valid()
+        member = paths.member("workers", "w1")
+        with closing(sqlite3.connect(db_file)) as raw, raw:  # reaped, and the id taken
+            raw.execute("DELETE FROM sessions WHERE id = ?", (zombie.session_id,))
+            raw.execute(
+                "UPDATE nodes SET ephemeral_owner = ? WHERE path = ?", (mine.session_id, member)
+            )
+        await until(lambda: zombie.lease.revoked, timeout=5.0)
+        assert "held by another live process" in str(zombie.lease.revoked)
+        await asyncio.sleep(0.5)  # heartbeats of the new session answered meanwhile
+        assert not zombie.lease.valid()
+    finally:
+        await zombie.aclose()
+
+
 async def test_two_stores_on_one_file_see_each_other_through_watches(
     store: MetaStore, other_store: MetaStore
 ) -> None:

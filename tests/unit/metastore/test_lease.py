@@ -93,3 +93,19 @@ async def test_many_waiters_share_one_watchdog_and_confirmations_wake_none() -> 
     async with asyncio.timeout(1):
         await asyncio.gather(*waiters)
     await lease.aclose()
+
+
+async def test_a_revoked_lease_ends_at_once_and_no_confirmation_extends_it() -> None:
+    clock = ManualClock(100.0)
+    lease = SessionLease(10.0, clock)
+    lease.confirm(sent=100.0)
+    lapsed = asyncio.ensure_future(lease.until_lapsed())
+    lease.revoke("member /m is held by another live process")
+    await asyncio.wait_for(lapsed, 1)
+    lease.confirm(sent=100.0)  # the new session's answers
+    assert not lease.valid()
+    assert lease.revoked == "member /m is held by another live process"
+    valid = asyncio.ensure_future(lease.until_valid())
+    await asyncio.sleep(0.05)
+    assert not valid.done()
+    valid.cancel()

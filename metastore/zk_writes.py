@@ -9,12 +9,21 @@ own. Creates or updates asked in one turn of the event loop go as one ``multi`` 
 a thousand locks sends a few requests, not a thousand. A ``multi`` is all or nothing, so a
 chunk with one write refused (a lock another holds) is made again one write at a time,
 each with its own outcome.
+
+At most :data:`WRITES_IN_FLIGHT` writes are on the wire at once (a ``multi`` of n counts
+n): ZooKeeper answers a session's requests in order, so its heartbeat waits behind every
+write it sent before, and those wait for the quorum. At 10^5 units a member sent all of its
+thousand lock creates at once (eight ``multi``s, well under the store's 64 requests), a
+hundred members so queued 10^5 writes ahead of their heartbeats, the answers came after
+the lease (half the session), and every member's locks were fenced together
+(bench/scale.py). Bounded, a member's heartbeat waits for one ``multi`` of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -45,6 +54,7 @@ from metastore.protocol import Check, Create, Delete, Node, Op, Update
 from metastore.turn_batch import TurnBatch
 
 _TX_ATTEMPTS = 5  # a concurrent writer can make a recursive delete or parent set-up retry
+WRITES_IN_FLIGHT = zk_multiread.CHUNK  # of one store (the module doc): one full multi
 _T = TypeVar("_T")
 
 
@@ -119,11 +129,35 @@ class _Update:
 _W = TypeVar("_W", _Create, _Update)  # a write batched in a multi (_write_each)
 
 
+class WriteBudget:
+    """At most ``size`` writes on the wire; a request of n writes takes n (more than
+    ``size``: all of it, alone). Waiters go in turn as writes are answered."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.out = 0
+        self._answered = asyncio.Condition()
+
+    @asynccontextmanager
+    async def take(self, writes: int) -> AsyncIterator[None]:
+        writes = min(writes, self.size)
+        async with self._answered:
+            await self._answered.wait_for(lambda: self.out + writes <= self.size)
+            self.out += writes
+        try:
+            yield
+        finally:
+            async with self._answered:
+                self.out -= writes
+                self._answered.notify_all()
+
+
 class Writes:
     """See the module doc."""
 
     def __init__(self, bridge: Bridge) -> None:
         self._zk = bridge
+        self.budget = WriteBudget(WRITES_IN_FLIGHT)
         self._creates: TurnBatch[_Create, Node] = TurnBatch(self._create_one, self._create_each)
         self._updates: TurnBatch[_Update, Node] = TurnBatch(self._update_one, self._update_each)
 
@@ -141,9 +175,11 @@ class Writes:
 
     async def _create_one(self, ask: _Create) -> Node:
         create, full = self._zk.client.create_async, self._zk.full(ask.path)
-        await self._zk.call(
-            ask.path, create, full, ask.data, ephemeral=ask.ephemeral, makepath=True
-        )
+        ephemeral = ask.ephemeral
+        async with self.budget.take(1):
+            await self._zk.call(
+                ask.path, create, full, ask.data, ephemeral=ephemeral, makepath=True
+            )
         return Node(ask.data, 0)
 
     async def _create_each(self, asks: Sequence[_Create]) -> list[Node | HttpbusError]:
@@ -151,7 +187,8 @@ class Writes:
 
     async def _update_one(self, ask: _Update) -> Node:
         set_data, full = self._zk.client.set_async, self._zk.full(ask.path)
-        stat = await self._zk.call(ask.path, set_data, full, ask.data, version=ask.version)
+        async with self.budget.take(1):
+            stat = await self._zk.call(ask.path, set_data, full, ask.data, version=ask.version)
         return Node(ask.data, stat.version)
 
     async def _update_each(self, asks: Sequence[_Update]) -> list[Node | HttpbusError]:
@@ -176,7 +213,8 @@ class Writes:
         tx = self._zk.client.transaction()
         for ask in asks:
             ask.add_to(tx, self._zk.full(ask.path))
-        results = await self._zk.call(asks[0].path, tx.commit_async)
+        async with self.budget.take(len(asks)):
+            results = await self._zk.call(asks[0].path, tx.commit_async)
         if not any(isinstance(r, Exception) for r in results):
             return [ask.written(r) for ask, r in zip(asks, results, strict=True)]
         return await each(one(ask) for ask in asks)
@@ -185,7 +223,8 @@ class Writes:
         """Delete ``path``; a recursive delete is one multi over the whole subtree."""
         if not recursive:
             delete = self._zk.client.delete_async
-            await self._zk.call(path, delete, self._zk.full(path), version=expected_version)
+            async with self.budget.take(1):
+                await self._zk.call(path, delete, self._zk.full(path), version=expected_version)
             return
         for attempt in range(_TX_ATTEMPTS):
             below = await self._subtree(path)
@@ -234,7 +273,8 @@ class Writes:
                 tx.create(self._zk.full(parent), b"")
             for op in ops:
                 self._add(tx, op)
-            results = await self._zk.call("transaction", tx.commit_async)
+            async with self.budget.take(len(parents) + len(ops)):
+                results = await self._zk.call("transaction", tx.commit_async)
             failed = [
                 (i, r)
                 for i, r in enumerate(results)

@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from core import metrics_group, telemetry
-from core.errors import HttpbusError
+from core.errors import HttpbusError, NotReady
 from core.membership import member_data
 from core.metrics_group import LOCAL
 from core.prefork import Slot
@@ -236,7 +236,8 @@ async def _readyz(request: Request) -> Response:
     as its member (its lease was not revoked: metastore/lease.py)."""
     worker: Worker = request.app.state.worker
     if (revoked := worker.metastore.lease.revoked) is not None:
-        return JSONResponse({"code": "not_ready", "message": revoked}, status_code=503)
+        refused = NotReady(revoked)
+        return JSONResponse(refused.to_body(), status_code=refused.code.status)
     try:
         async with asyncio.timeout(2.0):
             await worker.catalog.list_projects()

@@ -157,9 +157,7 @@ async def test_a_member_id_taken_while_the_session_was_lost_revokes_the_lease(
     the re-join is refused, and this process may act in that member's name no more."""
     mine = await make_store()
     assert isinstance(mine, EmbeddedMetaStore)
-    zombie = EmbeddedMetaStore(db_file, session_ttl_s=0.3, poll_interval_s=POLL_S)
-    await zombie.start()
-    try:
+    async with EmbeddedMetaStore(db_file, session_ttl_s=0.3, poll_interval_s=POLL_S) as zombie:
         await zombie.join("workers", "w1", b"x")
         assert zombie.lease.valid()
         member = paths.member("workers", "w1")
@@ -172,8 +170,6 @@ async def test_a_member_id_taken_while_the_session_was_lost_revokes_the_lease(
         assert "held by another live process" in str(zombie.lease.revoked)
         await asyncio.sleep(0.5)  # heartbeats of the new session answered meanwhile
         assert not zombie.lease.valid()
-    finally:
-        await zombie.aclose()
 
 
 async def test_two_stores_on_one_file_see_each_other_through_watches(

@@ -17,7 +17,7 @@ whole request (no answer in time) is every caller's.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Generic, TypeVar
 
 from core.errors import HttpbusError
@@ -71,6 +71,18 @@ class TurnBatch(Generic[A, R]):
 
     async def aclose(self) -> None:
         await self._sends.aclose()
+
+
+async def each(requests: Iterable[Awaitable[R]]) -> list[R | HttpbusError]:
+    """Requests made one by one, at once, as a ``many`` that asks one by one answers: each
+    one's answer, or its own httpbus error (another error is raised, as a request of its
+    own would raise it)."""
+    out: list[R | HttpbusError] = []
+    for one in await asyncio.gather(*requests, return_exceptions=True):
+        if isinstance(one, BaseException) and not isinstance(one, HttpbusError):
+            raise one
+        out.append(one)
+    return out
 
 
 def _settle(answer: asyncio.Future[R], outcome: R | Exception) -> None:

@@ -22,7 +22,7 @@ the lease (half the session), and every member's locks were fenced together
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -51,11 +51,10 @@ from core.errors import (
 from metastore import zk_multiread
 from metastore._support import ancestors
 from metastore.protocol import Check, Create, Delete, Node, Op, Update
-from metastore.turn_batch import TurnBatch
+from metastore.turn_batch import TurnBatch, each
 
 _TX_ATTEMPTS = 5  # a concurrent writer can make a recursive delete or parent set-up retry
 WRITES_IN_FLIGHT = zk_multiread.CHUNK  # of one store (the module doc): one full multi
-_T = TypeVar("_T")
 
 
 def translate(exc: Exception, path: str) -> HttpbusError:
@@ -72,18 +71,6 @@ def translate(exc: Exception, path: str) -> HttpbusError:
         if isinstance(exc, kazoo_type):
             return ours(f"{path} {what}", details={"path": path})
     return MetaStoreUnavailable(f"zookeeper failed on {path}: {type(exc).__name__} {exc}")
-
-
-async def each(requests: Iterable[Awaitable[_T]]) -> list[_T | HttpbusError]:
-    """Requests made one by one, at once: each one's answer, or its own httpbus error as
-    :class:`~.turn_batch.TurnBatch` hands it on (another error is raised, as a request of
-    its own would raise it)."""
-    out: list[_T | HttpbusError] = []
-    for one in await asyncio.gather(*requests, return_exceptions=True):
-        if isinstance(one, BaseException) and not isinstance(one, HttpbusError):
-            raise one
-        out.append(one)
-    return out
 
 
 @dataclass(frozen=True)

@@ -54,9 +54,9 @@ from metastore import paths, zk_multiread
 from metastore._support import WatchHub, WatchIterator, check_path, rejoin_refused
 from metastore.lease import SessionLease
 from metastore.protocol import Node, Op
-from metastore.turn_batch import TurnBatch
+from metastore.turn_batch import TurnBatch, each
 from metastore.zk_handler import PollHandler
-from metastore.zk_writes import Bridge, Writes, each, translate
+from metastore.zk_writes import Bridge, Writes, translate
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import uvicorn
 
 from control_plane.app import create_app
 from control_plane.settings import ControlPlaneSettings
-from core import gil
+from core import collector, gil
 from core.http_server import uvicorn_options
 from core.settings import service_args
 
@@ -14,9 +14,11 @@ from core.settings import service_args
 def main(argv: list[str] | None = None) -> None:
     config, overrides = service_args("python -m control_plane", "The httpbus control plane.", argv)
     settings = ControlPlaneSettings.load(config, **overrides)
+    app = create_app(settings)
+    collector.tune()  # full collections of its 10^5-unit plan held the API for tenths of a second
     gil.tune()  # its leaders' ZooKeeper answers waited for a busy loop's GIL (core/gil.py)
     uvicorn.run(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         log_level="warning",

@@ -18,7 +18,9 @@ Starts its own ensemble (scripts/realservices/cluster.py, 1 GiB heaps), then for
    hold every unit (a session expiry, ``--session-timeout-s``, comes first); then starts it
    again: time until the assignment is back to all members and they hold it;
 5. **API**: p50/p99 of the admin API's list pages (first and last page of ``big``'s topics,
-   a project's subscriptions) and the UI's topic list, with M/10 topics in ``big``.
+   a project's subscriptions) and the UI's topic list, with M/10 topics in ``big``: once
+   with the members idle (after step 3, figures ``settled_…``), once right after the
+   rebalance (the members still catching up), each with the load average it was taken at.
 
 Prints one table per size and the growth of each figure from the smallest size. Figures
 only; no assertion on time. The shared servers' Kafka is named in the control plane's
@@ -328,6 +330,7 @@ class Scale:
         fig.values["cp_rss_mb"] = _rss(cp.pid) / 2**20
         fig.values["members_rss_mb"] = members.rss() / 2**20
         self.idle(fig, sup, cp, members)
+        self.api(fig, cp, size, prefix="settled_")
         self.rebalance(fig, members, n_procs, members_total, size)
 
     def idle(self, fig: Figures, sup: Supervisor, cp: s.Server, members: Members) -> None:
@@ -355,8 +358,9 @@ class Scale:
         fig.values["fencings_at_end"] = members.fencings()
         print(f"  10 % back: settled after {took} s", flush=True)
 
-    def api(self, fig: Figures, cp: s.Server, size: int) -> None:
+    def api(self, fig: Figures, cp: s.Server, size: int, prefix: str = "") -> None:
         n = self.args.requests
+        fig.values[f"{prefix}api_load"] = s.load_average()
         headers = {"Authorization": f"Bearer {self.token}"}
         last = max(0, size // 10 - 100)
         pages = {
@@ -367,15 +371,15 @@ class Scale:
         with httpx.Client(base_url=cp.url, headers=headers, timeout=120) as api:
             for name, (url, params) in pages.items():
                 took = timed_gets(api, url, params, n)
-                fig.values[f"{name}_p50_ms"] = s.percentile(took, 50)
-                fig.values[f"{name}_p99_ms"] = s.percentile(took, 99)
+                fig.values[f"{prefix}{name}_p50_ms"] = s.percentile(took, 50)
+                fig.values[f"{prefix}{name}_p99_ms"] = s.percentile(took, 99)
         ui = ui_login(cp.url, self.token)
         try:
             took = timed_gets(ui, "/ui/projects/big/topics", {}, n)
         finally:
             ui.close()
-        fig.values["ui_topics_p50_ms"] = s.percentile(took, 50)
-        fig.values["ui_topics_p99_ms"] = s.percentile(took, 99)
+        fig.values[f"{prefix}ui_topics_p50_ms"] = s.percentile(took, 50)
+        fig.values[f"{prefix}ui_topics_p99_ms"] = s.percentile(took, 99)
 
     def print_one(self, fig: Figures) -> None:
         rows = [

@@ -14,14 +14,20 @@ from control_plane.leaders.rendezvous import Planner, rendezvous
 
 @pytest.fixture
 def hashes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Weights computed: one per call of ``weight``, one per worker seeded into ``_best``."""
     counted = [0]
-    real = module.weight
+    real, real_best = module.weight, module._best
 
     def counting(worker: str, key: str) -> int:
         counted[0] += 1
         return real(worker, key)
 
+    def counting_best(key: str, seeded: module.Seeds) -> tuple[int, str]:
+        counted[0] += len(seeded)
+        return real_best(key, seeded)
+
     monkeypatch.setattr(module, "weight", counting)
+    monkeypatch.setattr(module, "_best", counting_best)
     return counted
 
 
@@ -68,3 +74,13 @@ def test_a_join_hashes_each_unit_once_and_a_leave_only_what_it_held(hashes: list
     hashes[0] = 0
     planner.plan(keys, [m for m in [*members, "w10"] if m != "w3"])
     assert hashes[0] <= held * 10 + 10
+
+
+def test_a_unit_goes_to_the_worker_of_highest_weight() -> None:
+    """The seeded hashing gives the digests of :func:`weight`: the owner is the worker of
+    highest weight, ties to the larger name."""
+    keys, members = _keys(500)[:500], [f"w{i}" for i in range(12)]
+    plan = rendezvous(keys, members)
+    for worker, owned in plan.items():
+        for key in owned:
+            assert max((module.weight(w, key), w) for w in members)[1] == worker

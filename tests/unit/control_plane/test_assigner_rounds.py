@@ -30,6 +30,14 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         yield built
 
 
+@pytest.fixture
+async def leader(world: World) -> Assigner:
+    """The leader's assigner after its first round (called directly, no election)."""
+    assigner = Assigner(world.meta, world.catalog, "cp-1")
+    assert await assigner.rebalance() is not None
+    return assigner
+
+
 def count_list_reads(world: World, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The assignment lists the metastore is asked for, from now on."""
     asked: list[str] = []
@@ -54,10 +62,8 @@ async def assigned(world: World) -> set[str]:
 
 
 async def test_a_round_that_changed_nothing_neither_plans_nor_reads_the_lists(
-    world: World, monkeypatch: pytest.MonkeyPatch
+    world: World, leader: Assigner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    leader = Assigner(world.meta, world.catalog, "cp-1")
-    assert await leader.rebalance() is not None
     assert await assigned(world) == {f"p/s{i}" for i in range(8)}
     asked = count_list_reads(world, monkeypatch)
     assert await leader.rebalance() is None
@@ -71,10 +77,8 @@ async def test_a_round_that_changed_nothing_neither_plans_nor_reads_the_lists(
 
 
 async def test_a_list_changed_behind_the_leader_is_mended_at_the_next_check(
-    world: World, monkeypatch: pytest.MonkeyPatch
+    world: World, leader: Assigner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    leader = Assigner(world.meta, world.catalog, "cp-1")
-    await leader.rebalance()
     node = await world.meta.get(paths.assignment("m1"))
     assert node is not None
     await world.meta.update(paths.assignment("m1"), b"[]", expected_version=node.version)
@@ -85,10 +89,8 @@ async def test_a_list_changed_behind_the_leader_is_mended_at_the_next_check(
 
 
 async def test_a_subscription_made_again_with_shards_is_noticed_by_the_refresh(
-    world: World, monkeypatch: pytest.MonkeyPatch
+    world: World, leader: Assigner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    leader = Assigner(world.meta, world.catalog, "cp-1")
-    await leader.rebalance()
     await world.catalog.delete_subscription("p", "s3")
     await world.catalog.create_subscription(subscription("s3", shards=2))
     monkeypatch.setattr(assigner_module, "SHARDS_TTL_S", 0.0)

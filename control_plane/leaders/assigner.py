@@ -201,17 +201,17 @@ class Assigner(LeaderElection):
         # In a thread: at 10^5 units a plan is tenths of a second of CPU, and the event
         # loop (the API's requests) gets the interpreter back every switch interval.
         plan = await asyncio.to_thread(self._planner.plan, units, workers)
-        self._planned = (workers, units)
+        self._planned = None  # until every list is written (a failure: planned again)
         for worker, keys in plan.items():
             await self._write(worker, json.dumps(keys).encode(), verify=verify)
-        if not self._written.keys() >= plan.keys():
-            self._planned = None  # a write lost a race: the next round tries it again
         for gone in set(await self.metastore.children(paths.ASSIGNMENTS)) - set(plan):
             self._written.pop(gone, None)
             with contextlib.suppress(NotFound):
                 await self.metastore.delete(paths.assignment(gone))
-        if verify:
-            self._verified_at = time.monotonic()
+        if self._written.keys() >= plan.keys():  # else a write lost a race: try it again
+            self._planned = (workers, units)
+            if verify:
+                self._verified_at = time.monotonic()
         return plan
 
     async def _write(self, worker: str, data: bytes, *, verify: bool) -> None:

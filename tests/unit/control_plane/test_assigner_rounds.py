@@ -13,6 +13,7 @@ import pytest
 
 from control_plane.leaders import assigner as assigner_module
 from control_plane.leaders.assigner import WORKERS, Assigner
+from core.errors import VersionConflict
 from metastore import paths
 from metastore.embedded import EmbeddedMetaStore
 from metastore.protocol import Node
@@ -98,3 +99,23 @@ async def test_a_subscription_made_again_with_shards_is_noticed_by_the_refresh(
     assert plan is not None
     units = {k for keys in plan.values() for k in keys}
     assert {"p/s3#0", "p/s3#1"} <= units and "p/s3" not in units
+
+
+async def test_a_write_that_lost_a_race_is_tried_again_at_the_next_round(
+    world: World, leader: Assigner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    update, refused = world.meta.update, []
+
+    async def refusing_once(path: str, data: bytes, *, expected_version: int) -> Node:
+        if not refused:
+            refused.append(path)
+            raise VersionConflict(f"{path}: another leader wrote it")
+        return await update(path, data, expected_version=expected_version)
+
+    monkeypatch.setattr(world.meta, "update", refusing_once)
+    await world.catalog.create_subscription(subscription("s8"))
+    assert await leader.rebalance() is not None and refused
+    assert "p/s8" not in await assigned(world)
+    assert await leader.rebalance() is not None  # nothing changed since, but not written
+    assert await assigned(world) == {f"p/s{i}" for i in range(9)}
+    assert await leader.rebalance() is None

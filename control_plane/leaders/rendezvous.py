@@ -34,13 +34,15 @@ from core.shards import parse_unit_key
 
 
 def weight(worker: str, key: str) -> int:
+    """The weight of ``worker`` for ``key``: what every leader must compute alike. The
+    planner computes the same digests from :func:`seeds` (a test holds them equal)."""
     digest = hashlib.blake2b(f"{worker}\x00{key}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big")
 
 
 Seeds = list[tuple[Any, str]]
-"""Each worker with the hash state of its name and the separator: a weight is a copy of it
-fed the unit's key, the same digest as :func:`weight`'s for a tenth of the work."""
+"""Each worker with the hash state of its name and the separator: a copy of it fed the
+unit's key is :func:`weight`'s digest, without hashing the worker's part again."""
 
 
 def seeds(workers: Iterable[str]) -> Seeds:
@@ -100,15 +102,14 @@ class Planner:
         left, joined = self._members - members, members - self._members
         self._members = members
         self._ranked.clear()
+        self._seeds = seeds(members)
         if not members:
             self._owners.clear()
-            self._seeds = []
             return
-        everyone, newcomers = seeds(members), seeds(joined)
-        self._seeds = everyone
+        newcomers = seeds(joined)
         for key, (held, owner) in self._owners.items():
             if owner in left:
-                self._owners[key] = _best(key, everyone)
+                self._owners[key] = _best(key, self._seeds)
             elif joined:
                 self._owners[key] = max((held, owner), _best(key, newcomers))
 

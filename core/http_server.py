@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .errors import HeadersTooLarge, HttpbusError, Malformed, RequestTimeout
+from .http_direct import DirectCycle, request_path, router_of
 from .settings import seconds
 
 # After a refusal the rest of what the client already sent is read and dropped, up to this
@@ -74,6 +75,11 @@ class _Coalescing:
         held, self._held = self._held, None
         if held is not None and not self._transport.is_closing():
             self._transport.write(held)
+
+    def write_now(self, data: bytes) -> None:
+        """Write what is held and ``data`` at once (a whole answer: nothing follows)."""
+        held, self._held = self._held, None
+        self._transport.write(data if held is None else held + data)
 
     def write_eof(self) -> None:
         self._flush()
@@ -180,7 +186,8 @@ def _refusing_app(error: HttpbusError) -> Any:
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the limits of :class:`HttpServerLimits`; made per
-    set of limits by :func:`guarded_protocol`."""
+    set of limits by :func:`guarded_protocol`. The routes the application answers itself
+    (``http_direct_route``, :mod:`core.http_direct`) skip the ASGI scope and cycle."""
 
     limits: ClassVar[HttpServerLimits] = HttpServerLimits()
 
@@ -188,9 +195,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._in_head = True  # reading a request line and headers
         self._head_bytes = 0
+        # One timer per connection, moved lazily: a request sets a deadline (a float) and
+        # the timer, when it fires early, waits again for the deadline then in force. A
+        # timer per request phase cost three call_later and three cancels a request.
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._deadline: float | None = None
+        self._why: tuple[float, str] = (0.0, "")
         self._refused = False
         self._dropped = 0
+        self._route = router_of(self.app)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(cast(asyncio.Transport, _Coalescing(transport, self.loop)))
@@ -198,6 +212,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._timer is not None:  # it would keep the closed connection for a while
+            self._timer.cancel()
+            self._timer = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -232,14 +249,22 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._refuse(_not_http(exc))
 
     def on_message_begin(self) -> None:
-        super().on_message_begin()
-        if self._timer is None:  # the next request of a kept-alive connection
+        if self._route is None:
+            super().on_message_begin()
+        else:  # the scope is made once the request is known not to be a direct one
+            self.url, self.headers, self.expect_100_continue = b"", [], False
+        if self._deadline is None:  # the next request of a kept-alive connection
             self._arm(self.limits.header_timeout_s, "the request's headers")
 
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._arm(self.limits.body_timeout_s, "the request's body")
-        problem = _host_problem(self.headers, self.parser.get_http_version())
+        version = self.parser.get_http_version()
+        problem = _host_problem(self.headers, version)
+        if self._route is not None:
+            if problem is None and self._direct(version):
+                return
+            self._scope()
         if problem is None:
             super().on_headers_complete()
             return
@@ -249,27 +274,99 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         finally:
             self.app = app
 
+    def _direct(self, version: str) -> bool:
+        """Start (or queue behind a pipelined one) the request as a :class:`DirectCycle` if
+        the application answers its route itself."""
+        assert self._route is not None
+        path = request_path(self.url)
+        if path is None or self.parser.should_upgrade() or self.limit_concurrency is not None:
+            return False
+        handler = self._route(self.parser.get_method(), path)
+        if handler is None:
+            return False
+        cycle = DirectCycle(
+            self,
+            handler,
+            self.headers,
+            keep_alive=version != "1.0" and self.parser.should_keep_alive(),
+            expect_100_continue=self.expect_100_continue,
+        )
+        existing, self.cycle = self.cycle, cast(Any, cycle)
+        if existing is None or existing.response_complete:
+            self._start_asgi_task(cast(Any, cycle), self.app)
+        else:  # pipelined: answered in order, after the one before
+            self.flow.pause_reading()
+            self.pipeline.appendleft((cast(Any, cycle), self.app))
+        return True
+
+    def _scope(self) -> None:
+        """uvicorn's scope of the request whose line and headers were just read."""
+        url, headers, expect = self.url, self.headers, self.expect_100_continue
+        super().on_message_begin()
+        self.url, self.headers, self.expect_100_continue = url, headers, expect
+        self.scope["headers"] = headers
+
+    def on_body(self, body: bytes) -> None:
+        cycle: object = self.cycle
+        if type(cycle) is DirectCycle:
+            if not cycle.response_complete:
+                cycle.feed(body)
+        else:
+            super().on_body(body)
+
     def on_message_complete(self) -> None:
         self._disarm()
         self._in_head, self._head_bytes = True, 0
-        super().on_message_complete()
+        cycle: object = self.cycle
+        if type(cycle) is DirectCycle:
+            cycle.end()
+        else:
+            super().on_message_complete()
+
+    # What a DirectCycle asks of its connection.
+    def pause_reading(self) -> None:
+        self.flow.pause_reading()
+
+    def resume_reading(self) -> None:
+        self.flow.resume_reading()
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    def write_answer(self, data: bytes, close: bool) -> None:
+        cast(_Coalescing, self.transport).write_now(data)
+        if close:
+            self.transport.close()
 
     def _arm(self, seconds: float, what: str) -> None:
-        self._disarm()
-        self._timer = self.loop.call_later(seconds, self._timed_out, seconds, what)
+        deadline = self.loop.time() + seconds
+        self._deadline, self._why = deadline, (seconds, what)
+        if self._timer is None or self._timer_at > deadline:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer, self._timer_at = self.loop.call_at(deadline, self._due), deadline
 
     def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._deadline = None  # the timer, if it is set, finds nothing due
+
+    def _due(self) -> None:
+        self._timer = None
+        deadline = self._deadline
+        if deadline is None:
+            return
+        if self.loop.time() < deadline:  # moved on since the timer was set
+            self._timer, self._timer_at = self.loop.call_at(deadline, self._due), deadline
+            return
+        self._deadline = None
+        self._timed_out(*self._why)
 
     def _timed_out(self, seconds: float, what: str) -> None:
-        self._timer = None
         if self.transport.is_closing():
             return
         if self._in_head and self._head_bytes == 0:  # not a byte of a request: just close
             self.transport.close()
-        elif self.cycle is None or not self.cycle.response_started:
+        elif self._in_head or self.cycle is None or not self.cycle.response_started:
+            # (in the head: the cycle, if any, is the request before, answered already)
             self._refuse(RequestTimeout(f"{what} did not come within {seconds:g} s"))
         else:  # the application answered already; only the rest of the body is late
             self.transport.close()

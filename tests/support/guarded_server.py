@@ -76,7 +76,7 @@ def read_all(sock: socket.socket, deadline_s: float) -> bytes:
 
 
 @contextmanager
-def guarded_server(limits: HttpServerLimits) -> Iterator[Served]:
-    app = CountingApp()
+def guarded_server(limits: HttpServerLimits, app: CountingApp | None = None) -> Iterator[Served]:
+    app = app or CountingApp()
     with uvicorn_thread(app, **uvicorn_options(limits)) as port:
         yield Served(app, port)

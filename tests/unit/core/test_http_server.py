@@ -107,6 +107,20 @@ def test_keep_alive_requests_still_work_and_idle_ones_close() -> None:
         assert served.app.calls == 3
 
 
+def test_slow_headers_of_a_kept_alive_connections_next_request_are_408() -> None:
+    """The request before was answered: the late one still gets its 408, not a silent close."""
+    with guarded_server(FAST) as served, served.connect() as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\n\r\nx")
+        sock.settimeout(5)
+        got = b""
+        while not got.endswith(b"ok"):
+            got += sock.recv(4096)
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n")  # and never the end of the headers
+        answer = read_all(sock, deadline_s=5)
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:60]
+    assert _json_body(answer)["code"] == "request_timeout"
+
+
 @pytest.mark.parametrize(
     "head",
     [

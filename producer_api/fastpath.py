@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
@@ -34,6 +35,7 @@ from core.errors import (
     RequestTimeout,
     TooLarge,
 )
+from core.http_direct import DirectHandler, body_is_here
 from core.names import check_name
 
 from . import cloudevents
@@ -44,8 +46,13 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+Handler = Callable[
+    [Service, str, str, Iterable[tuple[bytes, bytes]], Receive],
+    Awaitable[tuple[int, dict[str, str], bytes]],
+]
 
 PRODUCE = re.compile(r"/v1/projects/([^/]+)/topics/([^/]+)/produce(/batch)?")
+_PRODUCE_RAW = re.compile(rb"/v1/projects/([^/]+)/topics/([^/]+)/produce(/batch)?")
 _JSON = (b"content-type", b"application/json")
 MAX_BATCH = 1_000
 MAX_BATCH_BYTES = 16 * 1024 * 1024
@@ -109,31 +116,39 @@ async def read_body(receive: Receive, declared: str | None, limit: int, timeout_
     ever)."""
     if declared is not None and declared.isdigit() and len(declared) < 20 and int(declared) > limit:
         raise TooLarge(f"the body has {declared} bytes; at most {limit} are taken here")
+    if body_is_here(receive):  # it came with the headers: no wait to bound (a timer's cost)
+        chunk, _ = _body_part(await receive(), 0, limit)
+        return chunk
     chunks: list[bytes] = []
     size, more = 0, True
     try:
         async with asyncio.timeout(timeout_s):
             while more:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    # Gone before its whole body came (a client killed mid-request): storing
-                    # what came would keep a truncated message under the client's id, and a
-                    # dedupe topic would answer its retry, with the whole body, as a duplicate.
-                    raise Malformed(
-                        f"the client closed the connection after {size} bytes of the body: "
-                        "nothing stored; send the request again"
-                    )
-                chunk = message.get("body", b"")
+                chunk, more = _body_part(await receive(), size, limit)
                 size += len(chunk)
-                if size > limit:
-                    raise TooLarge(f"the body has more than {limit} bytes, the most taken here")
                 chunks.append(chunk)
-                more = message.get("more_body", False)
     except TimeoutError:
         raise RequestTimeout(
             f"the body did not come within {timeout_s:g} s; send it at once"
         ) from None
     return b"".join(chunks)
+
+
+def _body_part(message: Message, size: int, limit: int) -> tuple[bytes, bool]:
+    """The part of the body in ``message`` and whether more follows; ``size``: the bytes
+    before it."""
+    if message["type"] == "http.disconnect":
+        # Gone before its whole body came (a client killed mid-request): storing what came
+        # would keep a truncated message under the client's id, and a dedupe topic would
+        # answer its retry, with the whole body, as a duplicate.
+        raise Malformed(
+            f"the client closed the connection after {size} bytes of the body: "
+            "nothing stored; send the request again"
+        )
+    chunk: bytes = message.get("body", b"")
+    if size + len(chunk) > limit:
+        raise TooLarge(f"the body has more than {limit} bytes, the most taken here")
+    return chunk, message.get("more_body", False)
 
 
 def request_headers(
@@ -376,14 +391,37 @@ class ProducerASGI:
         if scope["type"] == "http" and scope["method"] == "POST":
             match = PRODUCE.fullmatch(scope["path"])
             if match is not None:
-                service: Service = self.app.state.service
                 handler = produce_many if match[3] else produce_one
-                status, headers, body = await handler(
-                    service, match[1], match[2], scope["headers"], receive
+                status, headers, body = await self._answer(
+                    handler, match[1], match[2], scope["headers"], receive
                 )
-                raw = [_JSON, (b"content-length", str(len(body)).encode())]
-                raw += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
-                await send({"type": "http.response.start", "status": status, "headers": raw})
+                headers.append((b"content-length", str(len(body)).encode()))
+                await send({"type": "http.response.start", "status": status, "headers": headers})
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
+
+    def http_direct_route(self, method: bytes, path: bytes) -> DirectHandler | None:
+        """The produce routes, answered by the HTTP server without ASGI (core.http_direct)."""
+        if method != b"POST" or not path.isascii():
+            return None
+        match = _PRODUCE_RAW.fullmatch(path)
+        if match is None:
+            return None
+        handler = produce_many if match[3] else produce_one
+        project, topic = match[1].decode(), match[2].decode()
+        return functools.partial(self._answer, handler, project, topic)
+
+    async def _answer(
+        self,
+        handler: Handler,
+        project: str,
+        topic: str,
+        raw_headers: Iterable[tuple[bytes, bytes]],
+        receive: Receive,
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        service: Service = self.app.state.service
+        status, headers, body = await handler(service, project, topic, raw_headers, receive)
+        raw = [_JSON]
+        raw += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+        return status, raw, body

@@ -22,10 +22,13 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from http import HTTPStatus
 from typing import Any, Protocol, cast
+
+from .errors import HttpbusError
 
 RawHeaders = list[tuple[bytes, bytes]]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -41,9 +44,12 @@ log = logging.getLogger(__name__)
 HIGH_WATER = 64 * 1024
 _REASONS = {int(s): s.phrase.encode() for s in HTTPStatus}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_FAILED_BODY = json.dumps(
+    HttpbusError("the server failed on this request (it is logged); send it again").to_body()
+).encode()
 _FAILED = (
-    b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain; charset=utf-8\r\n"
-    b"content-length: 21\r\nconnection: close\r\n\r\nInternal Server Error"
+    b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"
+    b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_FAILED_BODY), _FAILED_BODY)
 )
 
 

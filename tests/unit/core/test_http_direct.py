@@ -4,6 +4,7 @@ protocol on a real uvicorn: what a client sees is what the ASGI path gives, limi
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 from dataclasses import dataclass, field
@@ -104,6 +105,7 @@ def test_a_handler_that_raises_is_a_500_and_the_connection_closes(served: Served
         sock.sendall(_post(b"/fail", b"x") + _post(b"/direct", b"y"))
         answer = read_all(sock, deadline_s=5)
     assert answer.startswith(b"HTTP/1.1 500") and answer.count(b"HTTP/1.1") == 1
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["code"] == "internal"
     with served.connect() as sock:  # the server goes on
         sock.sendall(_post(b"/direct", b"z", b"Connection: close\r\n"))
         answer = read_all(sock, deadline_s=5)

@@ -138,7 +138,7 @@ class Peers:
         errors = result.describe_errors()
         print(
             f"  {scenario}: {s.fmt(run.msgs_per_s, 0)} msgs/s, p50 {s.fmt(result.p50_ms, 2)} ms,"
-            f" p99 {s.fmt(result.p99_ms, 2)} ms, {s.fmt(run.total_per_1000, 2)} CPU-s per 1,000"
+            f" p99 {s.fmt(result.p99_ms, 2)} ms, {s.fmt(run.total_per_1000, 3)} CPU-s per 1,000"
             f" msgs in all (load average before: {s.fmt(load, 2)}){' ' + errors if errors else ''}"
         )
         if self.requests is not None:
@@ -448,12 +448,23 @@ def _steady(arrivals: dict[str, float]) -> float:
     return (len(arrivals) - 1) / max(max(times) - min(times), 1e-6)
 
 
+def _brokers_ratio(run: Run, peer: Run) -> str:
+    """The ratio of each broker's CPU per message that both runs used (the shared one)."""
+    shared = sorted(name for name in run.cpu_s if "broker" in name and name in peer.cpu_s)
+    ratios = [
+        f"{run.per_1000(name) / peer.per_1000(name):.2f}x"
+        for name in shared
+        if peer.per_1000(name) > 0
+    ]
+    return ", ".join(ratios) or "-"
+
+
 def compare(ours: list[Run], peer: Run) -> None:
     """Each httpbus run beside the peer's, and the ratios."""
     rows = []
     for run in [*ours, peer]:
         processes = ", ".join(
-            f"{name} {s.fmt(run.per_1000(name), 2)}" for name in sorted(run.cpu_s)
+            f"{name} {s.fmt(run.per_1000(name), 3)}" for name in sorted(run.cpu_s)
         )
         rows.append(
             [
@@ -461,7 +472,7 @@ def compare(ours: list[Run], peer: Run) -> None:
                 s.fmt(run.msgs_per_s, 0),
                 s.fmt(run.result.p50_ms, 2),
                 s.fmt(run.result.p99_ms, 2),
-                s.fmt(run.total_per_1000, 2),
+                s.fmt(run.total_per_1000, 3),
                 s.fmt(run.load, 2),
                 processes,
             ]
@@ -476,11 +487,12 @@ def compare(ours: list[Run], peer: Run) -> None:
                 f"{run.scenario} / {peer.scenario}",
                 f"{run.msgs_per_s / peer.msgs_per_s:.2f}x",
                 f"{run.total_per_1000 / peer.total_per_1000:.2f}x",
+                _brokers_ratio(run, peer),
                 f"{run.result.p99_ms / peer.result.p99_ms:.2f}x",
             ]
         )
     print()
-    s.print_table(["ratio", "msgs/s", "CPU per msg", "p99"], ratios)
+    s.print_table(["ratio", "msgs/s", "CPU per msg", "broker CPU per msg", "p99"], ratios)
     print()
 
 

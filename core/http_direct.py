@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from http import HTTPStatus
 from typing import Any, Protocol, cast
 
@@ -34,8 +34,9 @@ RawHeaders = list[tuple[bytes, bytes]]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Answer = tuple[int, RawHeaders, bytes]
 DirectHandler = Callable[[RawHeaders, Receive], Awaitable[Answer]]
-"""``(request headers, receive) -> (status, response headers, body)``; the server adds
-``content-length`` (and ``connection: close`` when the connection ends)."""
+"""``(request headers, receive) -> (status, response headers, body)``; the server adds its
+default headers (uvicorn's ``date`` and ``server``), ``content-length``, and ``connection:
+close`` when the connection ends."""
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,7 @@ class DirectCycle:
         "_body",
         "_buffered",
         "_connection",
+        "_default_headers",
         "_handler",
         "_headers",
         "_waiter",
@@ -131,8 +133,10 @@ class DirectCycle:
         *,
         keep_alive: bool,
         expect_100_continue: bool,
+        default_headers: Sequence[tuple[bytes, bytes]] = (),
     ) -> None:
         self._connection = connection
+        self._default_headers = default_headers
         self._handler = handler
         self._headers = headers
         self._body: list[bytes] = []
@@ -195,7 +199,8 @@ class DirectCycle:
             log.exception("a direct route's handler failed")
             self._write(_FAILED, close=True)
             return
-        self._write(_encode(status, headers, body, self.keep_alive), close=not self.keep_alive)
+        answer = _encode(status, [*self._default_headers, *headers], body, self.keep_alive)
+        self._write(answer, close=not self.keep_alive)
 
     def _write(self, data: bytes, *, close: bool) -> None:
         if self.disconnected or self.response_complete:

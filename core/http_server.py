@@ -290,6 +290,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.headers,
             keep_alive=version != "1.0" and self.parser.should_keep_alive(),
             expect_100_continue=self.expect_100_continue,
+            default_headers=self.server_state.default_headers,  # date, server: as uvicorn
         )
         existing, self.cycle = self.cycle, cast(Any, cycle)
         if existing is None or existing.response_complete:

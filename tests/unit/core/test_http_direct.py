@@ -87,6 +87,7 @@ def test_a_direct_route_is_answered_without_the_app_and_others_with_it(served: S
         first, second, third = _answers(sock, 3)
     assert first.startswith(b"HTTP/1.1 201 Created\r\n") and b"x-got: 3\r\n" in first
     assert first.endswith(b"\r\n\r\ndone") and b"connection: close" not in first
+    assert b"\r\ndate: " in first  # RFC 9110: an origin server with a clock sends Date
     assert second.startswith(b"HTTP/1.1 200") and third.startswith(b"HTTP/1.1 201")
     assert app.direct == [b"abc", b""] and app.bodies == [b"x"] and app.calls == 1
 

@@ -25,8 +25,9 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from http import HTTPStatus
 from typing import Any, Protocol, cast
+
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from .errors import HttpbusError
 
@@ -43,14 +44,23 @@ log = logging.getLogger(__name__)
 # A direct request's body is buffered up to this much before reading pauses until the
 # handler takes it (uvicorn's own high-water mark).
 HIGH_WATER = 64 * 1024
-_REASONS = {int(s): s.phrase.encode() for s in HTTPStatus}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_FAILED_BODY = json.dumps(
-    HttpbusError("the server failed on this request (it is logged); send it again").to_body()
-).encode()
-_FAILED = (
-    b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"
-    b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_FAILED_BODY), _FAILED_BODY)
+
+
+def error_answer(error: HttpbusError) -> bytes:
+    """A whole answer to ``error`` (its JSON body, a stable code) that closes the connection:
+    the guards' refusals, and a direct handler's failure."""
+    body = json.dumps(error.to_body()).encode()
+    head = (
+        f"HTTP/1.1 {error.code.status} {error.code.code.replace('_', ' ')}\r\n"
+        "content-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+_FAILED = error_answer(
+    HttpbusError("the server failed on this request (it is logged); send it again")
 )
 
 
@@ -211,7 +221,7 @@ class DirectCycle:
 
 
 def _encode(status: int, headers: RawHeaders, body: bytes, keep_alive: bool) -> bytes:
-    parts = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b""))]
+    parts = [STATUS_LINE[status]]
     for name, value in headers:
         parts += (name, b": ", value, b"\r\n")
     parts.append(b"content-length: %d\r\n" % len(body))

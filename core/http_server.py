@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .errors import HeadersTooLarge, HttpbusError, Malformed, RequestTimeout
-from .http_direct import DirectCycle, request_path, router_of
+from .http_direct import DirectCycle, error_answer, request_path, router_of
 from .settings import seconds
 
 # After a refusal the rest of what the client already sent is read and dropped, up to this
@@ -120,16 +120,6 @@ class HttpServerLimits(BaseModel):
         description="addresses or CIDRs of the proxies whose X-Forwarded-For and "
         "X-Forwarded-Proto are believed; none (the default): the TCP peer is the client",
     )
-
-
-def _answer(error: HttpbusError) -> bytes:
-    body = json.dumps(error.to_body()).encode()
-    head = (
-        f"HTTP/1.1 {error.code.status} {error.code.code.replace('_', ' ')}\r\n"
-        "content-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
-    )
-    return head.encode() + body
 
 
 def _host_problem(headers: list[tuple[bytes, bytes]], version: str) -> Malformed | None:
@@ -284,7 +274,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         handler = self._route(self.parser.get_method(), path)
         if handler is None:
             return False
-        cycle = DirectCycle(
+        cycle: Any = DirectCycle(  # uvicorn's code takes it for one of its cycles
             self,
             handler,
             self.headers,
@@ -292,12 +282,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             expect_100_continue=self.expect_100_continue,
             default_headers=self.server_state.default_headers,  # date, server: as uvicorn
         )
-        existing, self.cycle = self.cycle, cast(Any, cycle)
+        existing, self.cycle = self.cycle, cycle
         if existing is None or existing.response_complete:
-            self._start_asgi_task(cast(Any, cycle), self.app)
+            self._start_asgi_task(cycle, self.app)
         else:  # pipelined: answered in order, after the one before
             self.flow.pause_reading()
-            self.pipeline.appendleft((cast(Any, cycle), self.app))
+            self.pipeline.appendleft((cycle, self.app))
         return True
 
     def _scope(self) -> None:
@@ -380,7 +370,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._refused = True
         if self.cycle is not None:
             self.cycle.disconnected = True  # the application's answer, if any, goes nowhere
-        self.transport.write(_answer(error))
+        self.transport.write(error_answer(error))
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.loop.call_later(LINGER_S, self.transport.close)
